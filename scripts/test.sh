@@ -1,0 +1,8 @@
+#!/bin/sh
+# Installs dependencies, builds, and runs the whole test suite (unit, contract, integration,
+# PostgreSQL included; tests that need PostgreSQL start their own server on loopback).
+set -eu
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+./scripts/build.sh
+ctest --test-dir build --output-on-failure -j"${QL_TEST_JOBS:-2}" "$@"

@@ -1,0 +1,312 @@
+#pragma once
+
+// Repository ports: what the services and the engine need from storage. Every adapter
+// (SQLite, PostgreSQL) implements these with the same observable behaviour, which the
+// repository contract suite (src/ql/testing/repository_contract.h) states. Adapters map their
+// driver errors to Status categories in one place; no SQL, driver code or constraint name ever
+// crosses this boundary.
+//
+// Error conventions shared by every method:
+//   InvalidArgument  the command itself is malformed (e.g. payload too large)
+//   NotFound         a named project, task, trigger or run does not exist
+//   Conflict         an expected version / revision / status did not hold (CAS lost)
+//   Duplicate        a unique id, mutation id, idempotency key or dedupe key exists already
+//   Busy             the store stayed locked past the bounded retry; try again later
+//   Unavailable / OutcomeUnknown / Corrupt / Internal as in status.h
+// Every `limit` (and PageRequest::limit) must be 1 .. 1000, else InvalidArgument (invalid_limit);
+// a page key not issued by the same listing is InvalidArgument (invalid_page_key).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ql/core/records.h"
+#include "ql/core/status.h"
+
+namespace ql {
+
+// ---------------------------------------------------------------------------------------------
+// Projects
+
+class ProjectRepository {
+ public:
+  virtual ~ProjectRepository() = default;
+  // Returns the project with `slug`, creating it (active) when absent. Idempotent.
+  virtual Result<ProjectRecord> EnsureProject(const std::string& id_if_new, const std::string& slug,
+                                              const std::string& name, int64_t now_ms) = 0;
+  // Returns the project or NotFound.
+  virtual Result<ProjectRecord> GetProject(const std::string& project_id) = 0;
+  virtual Result<ProjectRecord> GetProjectBySlug(const std::string& slug) = 0;
+  virtual Result<std::vector<ProjectRecord>> ListProjects() = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Tasks and triggers (management publisher + read-only source)
+
+struct PublishTaskCommand {
+  std::string project_id;
+  std::string task_id;                      // new id when expected_revision is empty
+  std::optional<int64_t> expected_revision; // empty = create revision 1
+  std::string mutation_id;                  // globally unique per write
+  TaskRevisionRecord revision;              // content fields + digest; ids/revision filled by store
+  // The plans to materialise with the revision (one per executor type); empty when disabled.
+  std::vector<ExecutionRevisionRecord> executions;
+  int64_t now_ms = 0;
+};
+
+struct PublishTaskResult {
+  TaskRevisionRecord revision;
+  bool replayed = false;  // the mutation id had been applied with identical content
+};
+
+struct PublishTriggerCommand {
+  std::string project_id;
+  std::string trigger_id;
+  std::optional<int64_t> expected_revision;
+  std::string mutation_id;
+  TriggerRevisionRecord revision;  // content fields (pinned task revision + digest, cron spec)
+  int64_t now_ms = 0;
+};
+
+struct PublishTriggerResult {
+  TriggerRevisionRecord revision;
+  bool replayed = false;
+};
+
+// Keyset page request: items after `after_key` (opaque, from the previous page), at most `limit`.
+struct PageRequest {
+  std::optional<std::string> after_key;
+  int limit = 50;
+};
+
+template <typename T>
+struct Page {
+  std::vector<T> items;
+  std::optional<std::string> next_key;  // present when more items may follow
+};
+
+class DefinitionRepository {
+ public:
+  virtual ~DefinitionRepository() = default;
+
+  // Appends a task revision and, in the same transaction, its execution revisions.
+  // Replaying the same mutation id with the same task, expected revision and digest returns the
+  // stored revision with replayed=true; any drift is Conflict (reason mutation_id_reused).
+  // Wrong expected revision → Conflict (revision_conflict); creating an existing task id →
+  // Duplicate; updating a missing task → NotFound; inactive project → Conflict.
+  virtual Result<PublishTaskResult> PublishTaskRevision(const PublishTaskCommand& cmd) = 0;
+
+  // Appends a trigger revision and resets its schedule row in the same transaction (cursor
+  // empty, state_version bumped, published_at = now). An enabled revision must pin the task's
+  // current, enabled revision and its digest, else Conflict (trigger_pin_stale). A trigger is
+  // never rebound to another task: Conflict (trigger_task_immutable). Replays as for tasks.
+  virtual Result<PublishTriggerResult> PublishTriggerRevision(const PublishTriggerCommand& cmd) = 0;
+
+  virtual Result<TaskHeadRecord> GetTaskHead(const std::string& task_id) = 0;
+  // Returns one revision of a task; NotFound when absent.
+  virtual Result<TaskRevisionRecord> GetTaskRevision(const std::string& task_id,
+                                                     int64_t revision) = 0;
+  // Lists task heads' current revisions of a project ordered by task id.
+  virtual Result<Page<TaskRevisionRecord>> ListTasks(const std::string& project_id,
+                                                     const PageRequest& page) = 0;
+  // Lists every revision of a task, newest first.
+  virtual Result<std::vector<TaskRevisionRecord>> ListTaskRevisions(const std::string& task_id) = 0;
+  virtual Result<ExecutionRevisionRecord> GetExecutionRevision(const std::string& id) = 0;
+  // Returns the execution revision of (task, revision, executor type); NotFound when absent.
+  virtual Result<ExecutionRevisionRecord> FindExecutionRevision(
+      const std::string& task_id, int64_t task_revision, const std::string& executor_type) = 0;
+
+  virtual Result<TriggerHeadRecord> GetTriggerHead(const std::string& trigger_id) = 0;
+  virtual Result<TriggerRevisionRecord> GetTriggerRevision(const std::string& trigger_id,
+                                                           int64_t revision) = 0;
+  // Lists current trigger revisions of a project (optionally of one task) ordered by trigger id.
+  virtual Result<Page<TriggerRevisionRecord>> ListTriggers(
+      const std::string& project_id, const std::optional<std::string>& task_id,
+      const PageRequest& page) = 0;
+  virtual Result<ScheduleRecord> GetSchedule(const std::string& trigger_id) = 0;
+  virtual Result<int64_t> CountEnabledTriggers() = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Schedules (local scheduler)
+
+// A new run with its first claimed attempt, created atomically with its events.
+struct NewRun {
+  std::string run_id;
+  std::string attempt_id;
+  std::string project_id;
+  std::string task_id;
+  int64_t task_revision = 0;
+  std::string task_digest;
+  std::string execution_revision_id;
+  std::string executor_type;  // local_process | remote_worker
+  std::optional<std::string> trigger_id;
+  std::optional<int64_t> trigger_revision;
+  std::optional<int64_t> scheduled_for_ms;
+  std::string trigger_type;  // cron | manual | api
+  int priority = 0;
+  std::optional<std::string> idempotency_key;
+  std::optional<std::string> retry_of_run_id;
+  RetryPolicy retry_policy;
+  std::string actor_type = "scheduler";
+  int64_t now_ms = 0;
+};
+
+// The outcome of one decision applied to one schedule row.
+struct ScheduleAdvance {
+  std::string trigger_id;
+  // Everything the decision was based on; any drift at commit time → raced, nothing written.
+  int64_t expected_trigger_revision = 0;
+  int64_t expected_state_version = 0;
+  std::optional<int64_t> expected_next_fire_at_ms;
+  int64_t expected_task_revision = 0;
+  std::string expected_task_digest;
+  // What to write.
+  std::optional<int64_t> new_next_fire_at_ms;  // empty with exhausted=true: no fire time left
+  bool exhausted = false;
+  std::optional<NewRun> run;  // admitted occurrence (cron run + claimed attempt + 2 events)
+  int64_t now_ms = 0;
+};
+
+enum class AdvanceOutcome { kApplied, kRaced };
+
+class ScheduleRepository {
+ public:
+  virtual ~ScheduleRepository() = default;
+  // Returns at most `limit` eligible rows (active project, current enabled trigger revision
+  // pinning the task's current enabled revision, not exhausted) that need initialisation or are
+  // due at `now_ms`, ordered by next_fire_at_ms with empty cursors first, then project, trigger.
+  virtual Result<std::vector<DueSchedule>> ListDueSchedules(int64_t now_ms, int limit) = 0;
+  // Returns the earliest cursor among eligible rows (an uninitialised row counts as 0), or
+  // empty when there is none.
+  virtual Result<std::optional<int64_t>> EarliestDueAt() = 0;
+  // Applies one decision atomically: re-verifies project, trigger head and revision, schedule
+  // version and cursor, task head, revision and digest, and the execution revision; on any drift
+  // returns kRaced and writes nothing. Otherwise inserts the run, its claimed attempt, its retry
+  // policy and events run.created + run.queued, and advances the cursor with state_version + 1.
+  // A second admission of the same idempotency key is impossible (unique key): kRaced.
+  // The admitted run must be the cron occurrence at expected_next_fire_at_ms of the expected
+  // trigger and task revisions, keyed CronIdempotencyKey(...), else InvalidArgument; a trigger
+  // without a schedule row is NotFound.
+  virtual Result<AdvanceOutcome> ApplyScheduleAdvance(const ScheduleAdvance& advance) = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Runs, attempts, events
+
+struct NewEvent {
+  std::string type;
+  std::string actor_type;
+  std::optional<std::string> attempt_id;
+  std::optional<std::string> dedupe_key;
+  std::string payload_json = "{}";
+};
+
+// One state transition of a run (and optionally of one of its attempts), applied as one
+// transaction: the move must be legal (core/states.h), the run CASes on expected_version
+// (version + 1), the attempt CASes on its expected status, events are appended with consecutive
+// sequence numbers. Fields set here overwrite the stored ones.
+struct RunTransitionCommand {
+  std::string run_id;
+  int64_t expected_version = 0;
+  std::optional<std::string> run_to;  // RunStatus wire name; empty = keep
+
+  std::optional<std::string> attempt_id;
+  std::optional<std::string> expected_attempt_status;
+  std::optional<std::string> attempt_to;
+
+  // Run field updates.
+  std::optional<int64_t> started_at_ms;
+  std::optional<int64_t> finished_at_ms;
+  std::optional<int64_t> retry_at_ms;
+  std::optional<int> exit_code;
+  std::optional<std::string> error_code;
+  std::optional<std::string> error_summary;
+  // Attempt field updates.
+  std::optional<int64_t> pid;
+  std::optional<int64_t> process_start_ticks;
+  std::optional<std::string> log_path;
+  std::optional<int64_t> attempt_started_at_ms;
+  std::optional<int64_t> attempt_finished_at_ms;
+  std::optional<int> attempt_exit_code;
+  std::optional<std::string> attempt_error_code;
+  std::optional<std::string> attempt_error_summary;
+
+  // A new claimed attempt N+1 (automatic retry: retry_wait → queued).
+  std::optional<std::string> new_attempt_id;
+
+  std::vector<NewEvent> events;
+  int64_t now_ms = 0;
+};
+
+struct RunFilter {
+  std::optional<std::string> project_id;
+  std::optional<std::string> task_id;
+  std::optional<std::string> trigger_id;
+  std::optional<std::string> status;
+};
+
+class RunRepository {
+ public:
+  virtual ~RunRepository() = default;
+  // Creates a queued run with its claimed attempt, retry policy and events run.created +
+  // run.queued (manual / api runs). The task revision must be the current enabled one and the
+  // execution revision must exist: Conflict otherwise. Duplicate when the idempotency key (per
+  // project) or the run id exists.
+  virtual Result<RunRecord> CreateRun(const NewRun& run) = 0;
+  virtual Result<RunRecord> GetRun(const std::string& run_id) = 0;
+  virtual Result<RunRecord> FindRunByIdempotencyKey(const std::string& project_id,
+                                                    const std::string& key) = 0;
+  // Lists runs newest first (created_at desc, id desc) with keyset paging.
+  virtual Result<Page<RunRecord>> ListRuns(const RunFilter& filter, const PageRequest& page) = 0;
+  // Lists a run's attempts in attempt order.
+  virtual Result<std::vector<AttemptRecord>> ListAttempts(const std::string& run_id) = 0;
+  // Lists events with sequence > after_sequence in order, at most `limit`.
+  virtual Result<std::vector<EventRecord>> ListEvents(const std::string& run_id,
+                                                      int64_t after_sequence, int limit) = 0;
+
+  // Applies a transition (see RunTransitionCommand). Illegal move or lost CAS → Conflict; a transition
+  // into succeeded / failed / timed_out / retry_wait / queued after a committed cancel intent →
+  // Conflict (cancel_requested): the cancel wins, and so does it over an attempt moving into
+  // succeeded / failed / timed_out. A payload over 16 KiB → InvalidArgument. Also: a terminal run
+  // never changes (Conflict run_terminal); retry_wait needs retry_at_ms; new_attempt_id needs
+  // run_to queued, a terminal latest attempt and an attempt left under max_attempts (Conflict
+  // retry_attempts_exhausted). Entering queued stamps queued_at = now; entering a terminal state
+  // stamps finished_at = now unless the command sets it (for the attempt likewise).
+  virtual Result<RunRecord> ApplyTransition(const RunTransitionCommand& transition) = 0;
+
+  // Appends one event without changing state (e.g. attempt.log_truncated). A dedupe key seen
+  // before on this run → Duplicate. Events are immutable once written.
+  virtual Result<EventRecord> AppendEvent(const std::string& run_id, const NewEvent& event,
+                                          int64_t now_ms) = 0;
+
+  // Records a cancel intent (first one wins; later ones are no-ops returning the run) and
+  // appends run.cancel_requested. Runs that have not started (created, queued, retry_wait) move
+  // to cancelled in the same transaction with their claimed attempt. Terminal runs → Conflict.
+  virtual Result<RunRecord> RequestCancel(const std::string& run_id, const std::string& reason,
+                                          std::string actor_type, int64_t now_ms) = 0;
+
+  // Lists queued runs whose latest attempt is a claimed attempt of `executor_type` and that
+  // carry no cancel intent, by priority (high first) then queued time, at most `limit`.
+  virtual Result<std::vector<RunRecord>> ListDispatchable(const std::string& executor_type,
+                                                          int limit) = 0;
+  // Lists runs in dispatching, running or lost (what startup reconciliation must inspect).
+  virtual Result<std::vector<RunRecord>> ListActive() = 0;
+  // Lists retry_wait runs whose retry_at_ms ≤ now.
+  virtual Result<std::vector<RunRecord>> ListRetryDue(int64_t now_ms, int limit) = 0;
+  // Counts runs by status (for metrics).
+  virtual Result<std::vector<std::pair<std::string, int64_t>>> CountRunsByStatus() = 0;
+};
+
+// Everything a resident process needs, from one store.
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual ProjectRepository& projects() = 0;
+  virtual DefinitionRepository& definitions() = 0;
+  virtual ScheduleRepository& schedules() = 0;
+  virtual RunRepository& runs() = 0;
+};
+
+}  // namespace ql

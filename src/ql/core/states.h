@@ -1,0 +1,182 @@
+#pragma once
+
+// Run and attempt state machines, their wire names and event type names, and the small closed
+// vocabularies (executor, trigger and actor types) stored next to them. The allowed transitions
+// are data (kRunTransitions, kAttemptTransitions) so that storage adapters, tests and
+// documentation read the same table.
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ql/core/status.h"
+
+namespace ql {
+
+enum class RunStatus {
+  kCreated,
+  kQueued,
+  kDispatching,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kTimedOut,
+  kRetryWait,
+  kLost,
+};
+
+enum class AttemptStatus {
+  kClaimed,
+  kStarting,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kTimedOut,
+  kLost,
+};
+
+// Every value of each enum, in declaration order, for exhaustive iteration.
+inline constexpr std::array<RunStatus, 10> kAllRunStatuses = {
+    RunStatus::kCreated,   RunStatus::kQueued, RunStatus::kDispatching, RunStatus::kRunning,
+    RunStatus::kSucceeded, RunStatus::kFailed, RunStatus::kCancelled,   RunStatus::kTimedOut,
+    RunStatus::kRetryWait, RunStatus::kLost,
+};
+inline constexpr std::array<AttemptStatus, 8> kAllAttemptStatuses = {
+    AttemptStatus::kClaimed,   AttemptStatus::kStarting, AttemptStatus::kRunning,
+    AttemptStatus::kSucceeded, AttemptStatus::kFailed,   AttemptStatus::kCancelled,
+    AttemptStatus::kTimedOut,  AttemptStatus::kLost,
+};
+
+// Returns the wire name ("created", "retry_wait", "timed_out", ...) stored in the database and
+// shown in the API.
+std::string_view RunStatusName(RunStatus status);
+std::string_view AttemptStatusName(AttemptStatus status);
+
+// Returns the status with exactly this wire name (case-sensitive), or nullopt.
+std::optional<RunStatus> ParseRunStatus(std::string_view name);
+std::optional<AttemptStatus> ParseAttemptStatus(std::string_view name);
+
+// Returns true for the end states whose rows never change again: succeeded, failed, cancelled,
+// timed_out. A lost run is not terminal (it may still be retried, failed or cancelled).
+bool IsTerminal(RunStatus status);
+// Returns true for succeeded, failed, cancelled, timed_out and lost.
+bool IsTerminal(AttemptStatus status);
+
+template <typename S>
+struct Transition {
+  S from;
+  S to;
+};
+using RunTransition = Transition<RunStatus>;
+using AttemptTransition = Transition<AttemptStatus>;
+
+// The complete list of legal run moves; any pair not listed is illegal (including a state to
+// itself).
+inline constexpr RunTransition kRunTransitions[] = {
+    {RunStatus::kCreated, RunStatus::kQueued},
+    {RunStatus::kCreated, RunStatus::kCancelled},
+
+    {RunStatus::kQueued, RunStatus::kDispatching},
+    {RunStatus::kQueued, RunStatus::kCancelled},
+    {RunStatus::kQueued, RunStatus::kTimedOut},
+
+    {RunStatus::kDispatching, RunStatus::kRunning},
+    {RunStatus::kDispatching, RunStatus::kRetryWait},
+    {RunStatus::kDispatching, RunStatus::kFailed},
+    {RunStatus::kDispatching, RunStatus::kCancelled},
+    {RunStatus::kDispatching, RunStatus::kTimedOut},
+    {RunStatus::kDispatching, RunStatus::kLost},
+
+    {RunStatus::kRunning, RunStatus::kRetryWait},
+    {RunStatus::kRunning, RunStatus::kSucceeded},
+    {RunStatus::kRunning, RunStatus::kFailed},
+    {RunStatus::kRunning, RunStatus::kCancelled},
+    {RunStatus::kRunning, RunStatus::kTimedOut},
+    {RunStatus::kRunning, RunStatus::kLost},
+
+    {RunStatus::kRetryWait, RunStatus::kQueued},
+    {RunStatus::kRetryWait, RunStatus::kCancelled},
+    {RunStatus::kRetryWait, RunStatus::kTimedOut},
+
+    {RunStatus::kLost, RunStatus::kRetryWait},
+    {RunStatus::kLost, RunStatus::kFailed},
+    {RunStatus::kLost, RunStatus::kCancelled},
+};
+
+// The complete list of legal attempt moves; every terminal attempt state has no outgoing move.
+inline constexpr AttemptTransition kAttemptTransitions[] = {
+    {AttemptStatus::kClaimed, AttemptStatus::kStarting},
+    {AttemptStatus::kClaimed, AttemptStatus::kCancelled},
+    {AttemptStatus::kClaimed, AttemptStatus::kLost},
+
+    {AttemptStatus::kStarting, AttemptStatus::kRunning},
+    {AttemptStatus::kStarting, AttemptStatus::kFailed},
+    {AttemptStatus::kStarting, AttemptStatus::kCancelled},
+    {AttemptStatus::kStarting, AttemptStatus::kTimedOut},
+    {AttemptStatus::kStarting, AttemptStatus::kLost},
+
+    {AttemptStatus::kRunning, AttemptStatus::kSucceeded},
+    {AttemptStatus::kRunning, AttemptStatus::kFailed},
+    {AttemptStatus::kRunning, AttemptStatus::kCancelled},
+    {AttemptStatus::kRunning, AttemptStatus::kTimedOut},
+    {AttemptStatus::kRunning, AttemptStatus::kLost},
+};
+
+// Returns true exactly when {from, to} is listed in kRunTransitions / kAttemptTransitions.
+bool IsAllowed(RunStatus from, RunStatus to);
+bool IsAllowed(AttemptStatus from, AttemptStatus to);
+
+// Returns ok when the move is legal, else Conflict with reason "illegal_transition" and the
+// message "run cannot move from <from> to <to>" (wire names).
+Status CheckRunTransition(RunStatus from, RunStatus to);
+// Returns ok when the move is legal, else Conflict with reason "illegal_transition" and the
+// message "attempt cannot move from <from> to <to>" (wire names).
+Status CheckAttemptTransition(AttemptStatus from, AttemptStatus to);
+
+inline constexpr std::string_view kReasonIllegalTransition = "illegal_transition";
+
+// Returns the event type recorded when a run enters `status`: "run.<wire name>".
+std::string RunEventType(RunStatus status);
+// Returns the event type recorded when an attempt enters `status`: "attempt.<wire name>".
+std::string AttemptEventType(AttemptStatus status);
+
+// Event types that are not (only) a state entry.
+inline constexpr std::string_view kEventRunCreated = "run.created";
+inline constexpr std::string_view kEventRunCancelRequested = "run.cancel_requested";
+inline constexpr std::string_view kEventRunDispatching = "run.dispatching";
+inline constexpr std::string_view kEventAttemptLateCallbackIgnored =
+    "attempt.late_callback_ignored";
+inline constexpr std::string_view kEventLogTruncated = "attempt.log_truncated";
+
+// Who runs an attempt.
+enum class ExecutorType { kLocalProcess, kRemoteWorker };
+inline constexpr std::array<ExecutorType, 2> kAllExecutorTypes = {ExecutorType::kLocalProcess,
+                                                                  ExecutorType::kRemoteWorker};
+// Returns "local_process" or "remote_worker".
+std::string_view ExecutorTypeName(ExecutorType type);
+// Returns the executor type with exactly this wire name, or nullopt.
+std::optional<ExecutorType> ParseExecutorType(std::string_view name);
+
+// What created a run.
+enum class TriggerType { kCron, kManual, kApi };
+inline constexpr std::array<TriggerType, 3> kAllTriggerTypes = {
+    TriggerType::kCron, TriggerType::kManual, TriggerType::kApi};
+// Returns "cron", "manual" or "api".
+std::string_view TriggerTypeName(TriggerType type);
+// Returns the trigger type with exactly this wire name, or nullopt.
+std::optional<TriggerType> ParseTriggerType(std::string_view name);
+
+// Who appended an event.
+enum class ActorType { kScheduler, kDispatcher, kExecutor, kUser, kWorker, kRecovery };
+inline constexpr std::array<ActorType, 6> kAllActorTypes = {
+    ActorType::kScheduler, ActorType::kDispatcher, ActorType::kExecutor,
+    ActorType::kUser,      ActorType::kWorker,     ActorType::kRecovery};
+// Returns "scheduler", "dispatcher", "executor", "user", "worker" or "recovery".
+std::string_view ActorTypeName(ActorType type);
+// Returns the actor type with exactly this wire name, or nullopt.
+std::optional<ActorType> ParseActorType(std::string_view name);
+
+}  // namespace ql

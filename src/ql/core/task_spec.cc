@@ -1,0 +1,450 @@
+#include "ql/core/task_spec.h"
+
+#include <initializer_list>
+#include <optional>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/digest.h"
+
+namespace ql {
+namespace {
+
+using nlohmann::json;
+
+bool IsIdentifierKey(std::string_view key) {
+  if (key.empty()) return false;
+  for (size_t i = 0; i < key.size(); ++i) {
+    const char c = key[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    if (!alpha && !(i > 0 && c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
+// Returns the path of field `key` under `base`: `base.key`, or `base["odd key"]`; a top-level
+// field (empty `base`) is just `key`.
+std::string Field(std::string_view base, std::string_view key) {
+  if (IsIdentifierKey(key)) {
+    return base.empty() ? std::string(key) : std::string(base) + "." + std::string(key);
+  }
+  return std::string(base) + "[" + QuoteForMessage(key) + "]";
+}
+
+std::string Index(std::string_view base, size_t i) {
+  return std::string(base) + "[" + std::to_string(i) + "]";
+}
+
+Status SpecError(std::string reason, std::string_view path, std::string_view what) {
+  return InvalidArgument(std::move(reason), std::string(path) + ": " + std::string(what));
+}
+
+Status WrongType(std::string reason, std::string_view path, std::string_view expected,
+                 const json& got) {
+  return SpecError(std::move(reason), path,
+                   "expected " + std::string(expected) + ", got " + DescribeJsonValue(got));
+}
+
+// Rejects any key of `object` not in `allowed`, naming the first one in key order.
+Status CheckFields(std::string reason, std::string_view path, const json& object,
+                   std::initializer_list<std::string_view> allowed, std::string_view context) {
+  for (const auto& [key, unused] : object.items()) {
+    bool known = false;
+    for (std::string_view a : allowed) known = known || a == key;
+    if (known) continue;
+    std::string list;
+    for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    return SpecError(std::move(reason), Field(path, key),
+                     "unknown field" + std::string(context) + "; allowed fields are " + list);
+  }
+  return Status::Ok();
+}
+
+// Returns the string at `path`, checking type and UTF-8.
+Result<std::string> GetSpecString(std::string_view path, const json& value) {
+  if (!value.is_string()) return WrongType("spec_invalid_type", path, "a string", value);
+  const std::string& s = value.get_ref<const std::string&>();
+  if (!IsValidUtf8(s)) return SpecError("spec_invalid_utf8", path, "string is not valid UTF-8");
+  return s;
+}
+
+bool ContainsNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+Status CheckAbsolutePath(std::string_view path, std::string_view value) {
+  if (value.empty() || value.front() != '/') {
+    return SpecError("spec_invalid_path", path,
+                     QuoteForMessage(value) + " is not an absolute path (must start with /)");
+  }
+  if (ContainsNul(value)) {
+    return SpecError("spec_invalid_path", path, QuoteForMessage(value) + " contains a NUL byte");
+  }
+  if (value.size() > kMaxPathBytes) {
+    return SpecError("spec_invalid_path", path,
+                     "path of " + std::to_string(value.size()) + " bytes is longer than " +
+                         std::to_string(kMaxPathBytes) + " bytes: " + QuoteForMessage(value));
+  }
+  return Status::Ok();
+}
+
+Result<ArgvCommand> ParseArgv(std::string_view path, const json& command) {
+  QL_RETURN_IF_ERROR(CheckFields("spec_unknown_field", path, command, {"kind", "file", "args"},
+                                 " for an argv command"));
+  ArgvCommand argv;
+  const std::string file_path = Field(path, "file");
+  if (!command.contains("file")) {
+    return SpecError("spec_missing_field", file_path,
+                     "required field is missing (the absolute path of the program to run)");
+  }
+  QL_ASSIGN_OR_RETURN(argv.file, GetSpecString(file_path, command.at("file")));
+  QL_RETURN_IF_ERROR(CheckAbsolutePath(file_path, argv.file));
+
+  if (command.contains("args")) {
+    const std::string args_path = Field(path, "args");
+    const json& args = command.at("args");
+    if (!args.is_array()) return WrongType("spec_invalid_type", args_path, "an array", args);
+    if (args.size() > kMaxCommandArgs) {
+      return SpecError("spec_too_many_args", args_path,
+                       std::to_string(args.size()) + " arguments given, at most " +
+                           std::to_string(kMaxCommandArgs) + " allowed");
+    }
+    argv.args.reserve(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string arg_path = Index(args_path, i);
+      QL_ASSIGN_OR_RETURN(std::string arg, GetSpecString(arg_path, args[i]));
+      if (ContainsNul(arg)) {
+        return SpecError("spec_invalid_arg", arg_path,
+                         QuoteForMessage(arg) + " contains a NUL byte");
+      }
+      argv.args.push_back(std::move(arg));
+    }
+  }
+  return argv;
+}
+
+Result<ShellCommand> ParseShell(std::string_view path, const json& command) {
+  QL_RETURN_IF_ERROR(CheckFields("spec_unknown_field", path, command, {"kind", "command", "shell"},
+                                 " for a shell command"));
+  ShellCommand shell;
+  const std::string command_path = Field(path, "command");
+  if (!command.contains("command")) {
+    return SpecError("spec_missing_field", command_path,
+                     "required field is missing (the shell command line to run)");
+  }
+  QL_ASSIGN_OR_RETURN(shell.command, GetSpecString(command_path, command.at("command")));
+  if (shell.command.empty()) {
+    return SpecError("spec_invalid_command", command_path, "shell command is empty");
+  }
+  if (ContainsNul(shell.command)) {
+    return SpecError("spec_invalid_command", command_path,
+                     QuoteForMessage(shell.command) + " contains a NUL byte");
+  }
+  if (command.contains("shell")) {
+    const std::string shell_path = Field(path, "shell");
+    QL_ASSIGN_OR_RETURN(shell.shell, GetSpecString(shell_path, command.at("shell")));
+    if (shell.shell != "/bin/sh" && shell.shell != "/bin/bash") {
+      return SpecError("spec_invalid_shell", shell_path,
+                       QuoteForMessage(shell.shell) +
+                           " is not an allowed shell; use \"/bin/sh\" or \"/bin/bash\"");
+    }
+  }
+  return shell;
+}
+
+Result<std::variant<ArgvCommand, ShellCommand>> ParseCommand(const json& command) {
+  constexpr std::string_view kPath = "spec.command";
+  if (!command.is_object()) return WrongType("spec_invalid_type", kPath, "an object", command);
+  const std::string kind_path = Field(kPath, "kind");
+  if (!command.contains("kind")) {
+    return SpecError("spec_missing_field", kind_path,
+                     "required field is missing; use \"argv\" or \"shell\"");
+  }
+  QL_ASSIGN_OR_RETURN(std::string kind, GetSpecString(kind_path, command.at("kind")));
+  if (kind == "argv") {
+    QL_ASSIGN_OR_RETURN(ArgvCommand argv, ParseArgv(kPath, command));
+    return std::variant<ArgvCommand, ShellCommand>(std::move(argv));
+  }
+  if (kind == "shell") {
+    QL_ASSIGN_OR_RETURN(ShellCommand shell, ParseShell(kPath, command));
+    return std::variant<ArgvCommand, ShellCommand>(std::move(shell));
+  }
+  return SpecError("spec_invalid_command_kind", kind_path,
+                   QuoteForMessage(kind) + " is not a command kind; use \"argv\" or \"shell\"");
+}
+
+bool MatchesEnvNamePattern(std::string_view name) { return IsIdentifierKey(name); }
+
+Result<std::vector<std::pair<std::string, std::string>>> ParseEnvironment(const json& env) {
+  constexpr std::string_view kPath = "spec.environment";
+  if (!env.is_object()) return WrongType("spec_invalid_type", kPath, "an object", env);
+  if (env.size() > kMaxEnvironmentEntries) {
+    return SpecError("spec_too_many_env", kPath,
+                     std::to_string(env.size()) + " variables given, at most " +
+                         std::to_string(kMaxEnvironmentEntries) + " allowed");
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(env.size());
+  // nlohmann objects iterate in byte order of the keys, so `out` comes out sorted.
+  for (const auto& [name, value] : env.items()) {
+    if (!IsValidUtf8(name)) {
+      return SpecError("spec_invalid_utf8", kPath, "a variable name is not valid UTF-8");
+    }
+    if (!MatchesEnvNamePattern(name)) {
+      return SpecError("spec_invalid_env_name", kPath,
+                       "variable name " + QuoteForMessage(name) +
+                           " is invalid; names must match [A-Za-z_][A-Za-z0-9_]*");
+    }
+    if (name.starts_with("QL3_")) {
+      return SpecError("spec_invalid_env_name", kPath,
+                       "variable name " + QuoteForMessage(name) + " uses the reserved prefix QL3_");
+    }
+    if (name == "QL_RUN_ID" || name == "QL_ATTEMPT_ID") {
+      return SpecError("spec_invalid_env_name", kPath,
+                       "variable name " + QuoteForMessage(name) +
+                           " is reserved; the executor sets it for every run");
+    }
+    const std::string value_path = Field(kPath, name);
+    QL_ASSIGN_OR_RETURN(std::string text, GetSpecString(value_path, value));
+    if (ContainsNul(text)) {
+      return SpecError("spec_invalid_env_value", value_path,
+                       QuoteForMessage(text) + " contains a NUL byte");
+    }
+    out.emplace_back(name, std::move(text));
+  }
+  return out;
+}
+
+Result<int64_t> ParseTimeout(const json& value) {
+  constexpr std::string_view kPath = "spec.timeoutMs";
+  if (!value.is_number_integer()) {
+    return WrongType("spec_invalid_type", kPath, "an integer number of milliseconds", value);
+  }
+  const bool too_big =
+      value.is_number_unsigned() &&
+      value.get<json::number_unsigned_t>() > static_cast<json::number_unsigned_t>(kMaxTimeoutMs);
+  const int64_t ms = too_big ? kMaxTimeoutMs + 1 : value.get<int64_t>();
+  if (too_big || ms < kMinTimeoutMs || ms > kMaxTimeoutMs) {
+    return SpecError("spec_timeout_out_of_range", kPath,
+                     DescribeJsonValue(value) + " is outside 1 ms .. 365 days (" +
+                         std::to_string(kMaxTimeoutMs) + " ms)");
+  }
+  return ms;
+}
+
+size_t CountCodePoints(std::string_view utf8) {
+  size_t n = 0;
+  for (char c : utf8) n += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
+  return n;
+}
+
+// Returns the first control character (C0, DEL or C1) in valid UTF-8 `s`, if any.
+std::optional<uint32_t> FirstControlChar(std::string_view s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) return c;
+    // C1 controls U+0080..U+009F are encoded as C2 80 .. C2 9F.
+    if (c == 0xc2 && i + 1 < s.size()) {
+      const unsigned char next = static_cast<unsigned char>(s[i + 1]);
+      if (next >= 0x80 && next <= 0x9f) return next;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string CodePointName(uint32_t cp) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out = "U+00";
+  out.push_back(kHex[(cp >> 4) & 0xf]);
+  out.push_back(kHex[cp & 0xf]);
+  return out;
+}
+
+Status CheckName(const json& value) {
+  constexpr std::string_view kPath = "name";
+  if (!value.is_string()) return WrongType("task_invalid_name", kPath, "a string", value);
+  const std::string& name = value.get_ref<const std::string&>();
+  if (!IsValidUtf8(name)) return SpecError("task_invalid_name", kPath, "name is not valid UTF-8");
+  const size_t chars = CountCodePoints(name);
+  if (chars == 0) return SpecError("task_invalid_name", kPath, "name is empty");
+  if (chars > kMaxTaskNameChars) {
+    return SpecError("task_invalid_name", kPath,
+                     "name has " + std::to_string(chars) + " characters, at most " +
+                         std::to_string(kMaxTaskNameChars) + " allowed: " + QuoteForMessage(name));
+  }
+  if (const std::optional<uint32_t> control = FirstControlChar(name)) {
+    return SpecError(
+        "task_invalid_name", kPath,
+        QuoteForMessage(name) + " contains the control character " + CodePointName(*control));
+  }
+  return Status::Ok();
+}
+
+bool IsLabelKey(std::string_view key) {
+  if (key.empty() || key.size() > 63) return false;
+  for (size_t i = 0; i < key.size(); ++i) {
+    const char c = key[i];
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    const bool punct = c == '.' || c == '_' || c == '/' || c == '-';
+    if (!alnum && !(i > 0 && punct)) return false;
+  }
+  return true;
+}
+
+Result<std::map<std::string, std::string>> ParseLabels(const json& labels) {
+  constexpr std::string_view kPath = "labels";
+  if (!labels.is_object()) return WrongType("task_invalid_label", kPath, "an object", labels);
+  if (labels.size() > kMaxLabels) {
+    return SpecError("task_invalid_label", kPath,
+                     std::to_string(labels.size()) + " labels given, at most " +
+                         std::to_string(kMaxLabels) + " allowed");
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : labels.items()) {
+    if (!IsLabelKey(key)) {
+      return SpecError("task_invalid_label", kPath,
+                       "label key " + QuoteForMessage(key) +
+                           " is invalid; keys must match [a-z0-9][a-z0-9._/-]{0,62}");
+    }
+    const std::string value_path = Field(kPath, key);
+    if (!value.is_string()) return WrongType("task_invalid_label", value_path, "a string", value);
+    const std::string& text = value.get_ref<const std::string&>();
+    if (!IsValidUtf8(text)) {
+      return SpecError("task_invalid_label", value_path, "value is not valid UTF-8");
+    }
+    if (const size_t chars = CountCodePoints(text); chars > kMaxLabelValueChars) {
+      return SpecError("task_invalid_label", value_path,
+                       "value has " + std::to_string(chars) + " characters, at most " +
+                           std::to_string(kMaxLabelValueChars) +
+                           " allowed: " + QuoteForMessage(text));
+    }
+    out.emplace(key, text);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<CommandSpec> ParseCommandSpec(const json& spec) {
+  constexpr std::string_view kPath = "spec";
+  if (!spec.is_object()) return WrongType("spec_invalid_type", kPath, "an object", spec);
+  QL_RETURN_IF_ERROR(CheckFields("spec_unknown_field", kPath, spec,
+                                 {"command", "environment", "workingDirectory", "timeoutMs"}, ""));
+  CommandSpec out;
+  if (!spec.contains("command")) {
+    return SpecError("spec_missing_field", Field(kPath, "command"),
+                     "required field is missing ({\"kind\":\"argv\",...} or "
+                     "{\"kind\":\"shell\",...})");
+  }
+  QL_ASSIGN_OR_RETURN(out.command, ParseCommand(spec.at("command")));
+  if (spec.contains("environment")) {
+    QL_ASSIGN_OR_RETURN(out.environment, ParseEnvironment(spec.at("environment")));
+  }
+  if (spec.contains("workingDirectory")) {
+    const std::string wd_path = Field(kPath, "workingDirectory");
+    QL_ASSIGN_OR_RETURN(std::string wd, GetSpecString(wd_path, spec.at("workingDirectory")));
+    QL_RETURN_IF_ERROR(CheckAbsolutePath(wd_path, wd));
+    out.working_directory = std::move(wd);
+  }
+  if (spec.contains("timeoutMs")) {
+    QL_ASSIGN_OR_RETURN(out.timeout_ms, ParseTimeout(spec.at("timeoutMs")));
+  }
+  // Every string is valid UTF-8 and every number an int64 here, so encoding cannot fail.
+  const size_t size = internal::CanonicalJsonLossy(CommandSpecToJson(out)).size();
+  if (size > kMaxSpecCanonicalBytes) {
+    return SpecError("spec_too_large", kPath,
+                     "canonical encoding is " + std::to_string(size) + " bytes, at most " +
+                         std::to_string(kMaxSpecCanonicalBytes) + " allowed");
+  }
+  return out;
+}
+
+json CommandSpecToJson(const CommandSpec& spec) {
+  json out = json::object();
+  if (const auto* argv = std::get_if<ArgvCommand>(&spec.command)) {
+    out["command"] = {{"kind", "argv"}, {"file", argv->file}, {"args", argv->args}};
+  } else {
+    const auto& shell = std::get<ShellCommand>(spec.command);
+    out["command"] = {{"kind", "shell"}, {"command", shell.command}, {"shell", shell.shell}};
+  }
+  json env = json::object();
+  for (const auto& [name, value] : spec.environment) env[name] = value;
+  out["environment"] = std::move(env);
+  if (spec.working_directory.has_value()) out["workingDirectory"] = *spec.working_directory;
+  out["timeoutMs"] = spec.timeout_ms;
+  return out;
+}
+
+Status ValidateCommandSpec(const CommandSpec& spec) {
+  for (size_t i = 1; i < spec.environment.size(); ++i) {
+    if (!(spec.environment[i - 1].first < spec.environment[i].first)) {
+      return InvalidArgument("spec_not_normalized",
+                             "spec.environment: variables are not sorted by name without "
+                             "duplicates at " +
+                                 QuoteForMessage(spec.environment[i].first));
+    }
+  }
+  QL_ASSIGN_OR_RETURN(CommandSpec reparsed, ParseCommandSpec(CommandSpecToJson(spec)));
+  if (!(reparsed == spec)) {
+    return InvalidArgument("spec_not_normalized", "spec: not in normalised form");
+  }
+  return Status::Ok();
+}
+
+bool IsAllowedEnvName(std::string_view name) {
+  return MatchesEnvNamePattern(name) && !name.starts_with("QL3_") && name != "QL_RUN_ID" &&
+         name != "QL_ATTEMPT_ID";
+}
+
+Result<TaskContent> ParseTaskContent(const json& body) {
+  if (!body.is_object()) return WrongType("task_invalid_type", "body", "an object", body);
+  QL_RETURN_IF_ERROR(CheckFields("task_unknown_field", "", body,
+                                 {"name", "kind", "spec", "labels", "enabled"}, " of a task"));
+  TaskContent out;
+  if (body.contains("kind")) {
+    const json& kind = body.at("kind");
+    if (!kind.is_string()) return WrongType("task_invalid_type", "kind", "a string", kind);
+    if (kind.get_ref<const std::string&>() != kCommandTaskKind) {
+      return SpecError("task_kind_unsupported", "kind",
+                       QuoteForMessage(kind.get_ref<const std::string&>()) +
+                           " is not supported; the only writable kind is \"" +
+                           std::string(kCommandTaskKind) + "\"");
+    }
+  }
+  if (!body.contains("name")) {
+    return SpecError("task_missing_field", "name", "required field is missing");
+  }
+  QL_RETURN_IF_ERROR(CheckName(body.at("name")));
+  out.name = body.at("name").get<std::string>();
+  if (!body.contains("spec")) {
+    return SpecError("task_missing_field", "spec", "required field is missing");
+  }
+  QL_ASSIGN_OR_RETURN(out.spec, ParseCommandSpec(body.at("spec")));
+  if (body.contains("labels")) {
+    QL_ASSIGN_OR_RETURN(out.labels, ParseLabels(body.at("labels")));
+  }
+  if (body.contains("enabled")) {
+    const json& enabled = body.at("enabled");
+    if (!enabled.is_boolean())
+      return WrongType("task_invalid_type", "enabled", "a boolean", enabled);
+    out.enabled = enabled.get<bool>();
+  }
+  return out;
+}
+
+json TaskContentToJson(const TaskContent& content) {
+  json labels = json::object();
+  for (const auto& [key, value] : content.labels) labels[key] = value;
+  return json{{"enabled", content.enabled},
+              {"kind", content.kind},
+              {"labels", std::move(labels)},
+              {"name", content.name},
+              {"spec", CommandSpecToJson(content.spec)}};
+}
+
+std::string TaskContentCanonical(const TaskContent& content) {
+  return internal::CanonicalJsonLossy(TaskContentToJson(content));
+}
+
+std::string TaskContentDigest(const TaskContent& content) {
+  return DomainDigest(kCommandTaskKind, TaskContentCanonical(content));
+}
+
+}  // namespace ql

@@ -1,0 +1,137 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "ql/core/status.h"
+
+namespace ql {
+
+// The only writable task kind; also the digest domain of task revision content.
+inline constexpr std::string_view kCommandTaskKind = "qinglong/command@v1";
+
+inline constexpr size_t kMaxCommandArgs = 256;
+inline constexpr size_t kMaxEnvironmentEntries = 256;
+inline constexpr size_t kMaxPathBytes = 4095;  // PATH_MAX on Linux less the terminating NUL
+inline constexpr int64_t kMinTimeoutMs = 1;
+inline constexpr int64_t kMaxTimeoutMs = int64_t{365} * 24 * 60 * 60 * 1000;
+inline constexpr int64_t kDefaultTimeoutMs = int64_t{24} * 60 * 60 * 1000;
+inline constexpr size_t kMaxSpecCanonicalBytes = 64 * 1024;
+inline constexpr size_t kMaxTaskNameChars = 128;
+inline constexpr size_t kMaxLabels = 32;
+inline constexpr size_t kMaxLabelValueChars = 256;
+
+// Runs `file` directly with `args` (argv[1..]); no shell is involved.
+struct ArgvCommand {
+  std::string file;  // absolute path
+  std::vector<std::string> args;
+  bool operator==(const ArgvCommand&) const = default;
+};
+
+// Runs `shell -c command`.
+struct ShellCommand {
+  std::string command;            // non-empty
+  std::string shell = "/bin/sh";  // "/bin/sh" or "/bin/bash"
+  bool operator==(const ShellCommand&) const = default;
+};
+
+// A validated, normalised `qinglong/command@v1` spec.
+struct CommandSpec {
+  std::variant<ArgvCommand, ShellCommand> command;
+  // Sorted by name, names unique.
+  std::vector<std::pair<std::string, std::string>> environment;
+  std::optional<std::string> working_directory;  // absolute when set
+  int64_t timeout_ms = kDefaultTimeoutMs;
+  bool operator==(const CommandSpec&) const = default;
+};
+
+// Validates and normalises a `qinglong/command@v1` spec given as JSON:
+//   {"command": {"kind":"argv","file":"/abs","args":["..."]}
+//             | {"kind":"shell","command":"...","shell":"/bin/sh"|"/bin/bash"},
+//    "environment": {"NAME":"value"}, "workingDirectory": "/abs", "timeoutMs": 30000}
+// `command` is required; `args` defaults to [], `shell` to "/bin/sh", `environment` to {},
+// `timeoutMs` to kDefaultTimeoutMs; `workingDirectory` stays unset when absent. Every error is
+// InvalidArgument whose message names the field path (`spec.command.args[3]`) and the offending
+// value; reasons:
+//   spec_unknown_field        a field not listed above, at any level;
+//   spec_missing_field        `command`, `command.kind`, `command.file` or `command.command`;
+//   spec_invalid_type         a value of the wrong JSON type (including null);
+//   spec_invalid_command_kind `command.kind` other than "argv" or "shell";
+//   spec_invalid_path         `file` / `workingDirectory` not absolute, containing NUL, or longer
+//                             than kMaxPathBytes bytes;
+//   spec_too_many_args        more than kMaxCommandArgs arguments;
+//   spec_invalid_arg          an argument containing NUL;
+//   spec_invalid_command      an empty shell command or one containing NUL;
+//   spec_invalid_shell        a shell other than /bin/sh or /bin/bash;
+//   spec_too_many_env         more than kMaxEnvironmentEntries variables;
+//   spec_invalid_env_name     a name not matching [A-Za-z_][A-Za-z0-9_]*, starting with QL3_,
+//                             or equal to QL_RUN_ID / QL_ATTEMPT_ID (the executor sets those);
+//   spec_invalid_env_value    a value containing NUL;
+//   spec_timeout_out_of_range `timeoutMs` outside [kMinTimeoutMs, kMaxTimeoutMs];
+//   spec_invalid_utf8         a string that is not valid UTF-8;
+//   spec_too_large            canonical encoding of the normalised spec over 64 KiB.
+// Duplicate environment names cannot be seen in a parsed nlohmann::json (the parser keeps one),
+// so callers must parse request text with ParseJsonStrict, which rejects them.
+Result<CommandSpec> ParseCommandSpec(const nlohmann::json& spec);
+
+// Returns the normalised JSON form of `spec`: every default written out, environment as an
+// object (so canonically sorted), `workingDirectory` only when set.
+// ParseCommandSpec(CommandSpecToJson(s)) == s for every valid `s`.
+nlohmann::json CommandSpecToJson(const CommandSpec& spec);
+
+// Returns ok when `spec` (for example one built in code) obeys every rule of ParseCommandSpec and
+// is normalised (environment sorted by name without duplicates); otherwise the error
+// ParseCommandSpec would give, or InvalidArgument `spec_not_normalized`.
+Status ValidateCommandSpec(const CommandSpec& spec);
+
+// Returns true when `name` may be set in a task's environment: it matches [A-Za-z_][A-Za-z0-9_]*,
+// does not start with "QL3_" and is neither QL_RUN_ID nor QL_ATTEMPT_ID.
+bool IsAllowedEnvName(std::string_view name);
+
+// The content of one task revision.
+struct TaskContent {
+  std::string name;
+  std::string kind = std::string(kCommandTaskKind);
+  CommandSpec spec;
+  std::map<std::string, std::string> labels;
+  bool enabled = true;
+  bool operator==(const TaskContent&) const = default;
+};
+
+// Validates a task publish body {"name": ..., "kind": "qinglong/command@v1" (optional),
+// "spec": {...}, "labels": {...} (optional), "enabled": bool (optional, default true)}.
+// Envelope fields of the request (mutation id, expected revision) must be removed first: any
+// other field is `task_unknown_field`. Errors are InvalidArgument with reasons:
+//   task_invalid_type     the body is not an object, or `kind` / `enabled` has the wrong type;
+//   task_unknown_field    a top-level field not listed above;
+//   task_missing_field    `name` or `spec` absent;
+//   task_kind_unsupported a kind other than qinglong/command@v1;
+//   task_invalid_name     not a string, 0 or more than 128 characters (code points), a control
+//                         character, or invalid UTF-8;
+//   task_invalid_label    `labels` not an object, more than 32 labels, a key not matching
+//                         [a-z0-9][a-z0-9._/-]{0,62}, or a value that is not a string of at most
+//                         256 characters;
+// plus every error of ParseCommandSpec for `spec`. Same duplicate-key caveat as ParseCommandSpec.
+Result<TaskContent> ParseTaskContent(const nlohmann::json& body);
+
+// Returns {"enabled","kind","labels","name","spec"} with the normalised spec;
+// ParseTaskContent(TaskContentToJson(c)) == c for every valid `c`.
+nlohmann::json TaskContentToJson(const TaskContent& content);
+
+// Returns the canonical JSON encoding of TaskContentToJson(content). `content` must be valid
+// (as ParseTaskContent returns it); strings that are not valid UTF-8 are encoded with U+FFFD.
+std::string TaskContentCanonical(const TaskContent& content);
+
+// Returns DomainDigest("qinglong/command@v1", TaskContentCanonical(content)): the task
+// revision's content digest, recomputed and compared on every read.
+std::string TaskContentDigest(const TaskContent& content);
+
+}  // namespace ql

@@ -1,0 +1,148 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ql/core/status.h"
+#include "ql/exec/process_identity.h"
+
+namespace ql::exec {
+
+// What to run for one attempt. The supervisor reads it from `<attempt_dir>/spec.json`.
+struct LaunchSpec {
+  // Directory owned by this attempt (created if missing); holds spec.json, supervisor.json,
+  // result.json and the `truncated` marker. Must not have been launched before.
+  std::string attempt_dir;
+  // argv[0] is an absolute path, or a name looked up in the command's PATH.
+  std::vector<std::string> argv;
+  // The plan's environment; must contain QL_RUN_ID and QL_ATTEMPT_ID. The command sees exactly
+  // these variables, plus PATH and HOME when they are not set here.
+  std::vector<std::pair<std::string, std::string>> environment;
+  std::optional<std::string> working_directory;
+  // Used when `working_directory` is absent.
+  std::string default_working_directory;
+  int64_t timeout_ms = 0;
+  // Output (stdout and stderr interleaved) is appended here; the parent directory is created.
+  std::string log_path;
+  // Bytes of this attempt's output kept in the log; the rest is drained and discarded.
+  int64_t log_cap_bytes = 0;
+  // Time between SIGTERM and SIGKILL when the command group is stopped.
+  int64_t kill_grace_ms = 5000;
+};
+
+enum class OutcomeKind {
+  kExited,       // the command exited on its own; see exit_code
+  kSignaled,     // the command was ended by a signal nobody here sent; see signal
+  kTimedOut,     // timeout_ms passed and the group was stopped
+  kCancelled,    // the supervisor was asked to cancel and stopped the group
+  kSpawnFailed,  // the command never ran (missing file, not executable, bad working dir, ...)
+};
+
+// Returns "exited", "signaled", "timed_out", "cancelled" or "spawn_failed".
+std::string_view OutcomeKindName(OutcomeKind kind);
+// Returns the kind named `name`, or nullopt.
+std::optional<OutcomeKind> ParseOutcomeKind(std::string_view name);
+
+// The recorded end of one attempt (`result.json`).
+struct Outcome {
+  OutcomeKind kind = OutcomeKind::kSpawnFailed;
+  std::optional<int> exit_code;   // set when the command exited (also after timeout or cancel)
+  std::optional<int> signal;      // set when a signal ended the command
+  int64_t log_bytes_written = 0;  // command output kept in the log (without the marker line)
+  int64_t output_bytes = 0;       // all command output read, kept or discarded
+  bool log_truncated = false;
+  std::optional<int64_t> truncated_at_bytes;
+  int64_t started_at_ms = 0;   // UTC ms when the command was started (or the spawn attempted)
+  int64_t finished_at_ms = 0;  // UTC ms when the command's exit was observed
+  std::string message;         // human-readable detail; the errno text for spawn failures
+
+  bool operator==(const Outcome&) const = default;
+};
+
+// One attempt run by a supervisor process. The supervisor is the caller's own executable
+// re-executed with a subcommand that calls SupervisorMain(); it runs in its own session, so it and
+// the command survive the death of the daemon, and it records the outcome in the attempt
+// directory. A Supervision is a cheap value that only reads files and /proc; the caller drives it
+// by calling Poll(). Not thread-safe; use one object per thread.
+class Supervision {
+ public:
+  enum class State {
+    kRunning,   // the supervisor is alive and has not recorded a result
+    kFinished,  // result.json exists; see outcome()
+    kLost,      // the supervisor is gone (or unprovable) without a result
+  };
+
+  // Validates `spec`, writes `<attempt_dir>/spec.json` and starts the supervisor as
+  // `supervisor_argv_prefix + {attempt_dir}` in a new session, detached from the caller (no
+  // zombie is left for the caller to reap). Blocks until the supervisor has recorded itself and
+  // started the command, or recorded the command's spawn failure (a few milliseconds), so on
+  // success supervisor.json exists, Adopt() works from then on, and command() is set unless the
+  // spawn failed. A command that cannot be started is not an error here: Poll() reports
+  // kFinished with kSpawnFailed. Errors: InvalidArgument `exec_bad_spec` (names the field),
+  // Duplicate `exec_attempt_exists`, Internal `exec_io_error` (files), Internal
+  // `exec_spawn_failed` (the supervisor itself could not be started, with errno text; spec.json
+  // is removed again).
+  static Result<Supervision> Launch(const std::vector<std::string>& supervisor_argv_prefix,
+                                    const LaunchSpec& spec);
+
+  // Reattaches to an attempt launched earlier (for example by a daemon that has since restarted)
+  // from supervisor.json / result.json. Identities recorded under another boot are treated as
+  // gone. Errors: NotFound `exec_attempt_not_found` (no spec.json), NotFound
+  // `exec_supervisor_unknown` (launched but the supervisor never recorded itself and no result
+  // exists: the attempt cannot be proven alive and must be treated as lost, never signalled),
+  // Corrupt `exec_corrupt_record`, Internal `exec_io_error`. Any error means the attempt cannot
+  // be proven alive, so the caller treats it as lost.
+  static Result<Supervision> Adopt(const std::string& attempt_dir);
+
+  const std::string& attempt_dir() const { return attempt_dir_; }
+  // Returns the supervisor's identity as it recorded it.
+  ProcessIdentity supervisor() const { return supervisor_; }
+  // Returns the command's identity (its pid is also its process group id) as last read from
+  // supervisor.json; nullopt when the command never started.
+  std::optional<ProcessIdentity> command() const { return command_; }
+
+  // Reports the attempt's state without blocking. kFinished when result.json exists; kLost when
+  // the supervisor (by pid and start time) is gone without a result, or the result is unreadable.
+  State Poll();
+  // Returns the parsed result once Poll() has returned kFinished.
+  const std::optional<Outcome>& outcome() const { return outcome_; }
+  // Returns true as soon as the supervisor has started discarding output past the cap (while the
+  // command still runs), or when the result says so.
+  bool LogTruncated() const;
+
+  // Asks the supervisor to cancel (SIGTERM): it stops the command's group (SIGTERM, kill grace,
+  // SIGKILL) and records kCancelled. Idempotent; Ok also when the supervisor has already ended.
+  // Errors: Internal `exec_signal_failed`.
+  Status RequestCancel();
+  // Last resort: SIGKILLs the supervisor and the command's process group, each only when its
+  // identity still matches. Afterwards Poll() reports kLost (or kFinished if the result was
+  // recorded first). Errors: Internal `exec_signal_failed`.
+  Status Kill();
+
+ private:
+  Supervision(std::string attempt_dir, ProcessIdentity supervisor)
+      : attempt_dir_(std::move(attempt_dir)), supervisor_(supervisor) {}
+
+  // Loads the command identity from supervisor.json once it appears.
+  void RefreshCommand();
+
+  std::string attempt_dir_;
+  ProcessIdentity supervisor_;
+  std::optional<ProcessIdentity> command_;
+  std::optional<Outcome> outcome_;
+  // False when the recorded identities belong to another boot and must never be signalled.
+  bool same_boot_ = true;
+};
+
+// Runs the supervisor for the attempt in `attempt_dir` (see Supervision) and returns the process
+// exit code: 0 when result.json was written, 1 otherwise. The daemon's main() dispatches its
+// supervisor subcommand here before doing anything else (no threads, no other setup).
+int SupervisorMain(const std::string& attempt_dir);
+
+}  // namespace ql::exec

@@ -1,0 +1,489 @@
+#include "ql/exec/executor.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace ql::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using State = Supervision::State;
+
+// The test binary doubles as the supervisor executable (see main below).
+const std::vector<std::string> kSupervisorPrefix = {"/proc/self/exe", "supervise"};
+
+int64_t MsSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Returns the pids of live (non-zombie) processes in process group `pgid`.
+std::vector<pid_t> LiveMembersOfGroup(pid_t pgid) {
+  std::vector<pid_t> members;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return members;
+  while (dirent* entry = readdir(proc)) {
+    pid_t pid = static_cast<pid_t>(atoi(entry->d_name));
+    if (pid <= 0) continue;
+    std::optional<ProcessStat> stat = ReadProcessStat(pid);
+    if (stat && stat->pgrp == pgid && stat->state != 'Z' && stat->state != 'X') {
+      members.push_back(pid);
+    }
+  }
+  closedir(proc);
+  return members;
+}
+
+// Waits up to `timeout_ms` for `done` to hold.
+template <typename F>
+bool WaitUntil(F done, int64_t timeout_ms = 3000) {
+  Clock::time_point start = Clock::now();
+  while (!done()) {
+    if (MsSince(start) > timeout_ms) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/ql_exec_test.XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+  }
+
+  void TearDown() override {
+    // Ends anything a failed test left running, then removes the files.
+    for (const std::string& dir : launched_) {
+      Result<Supervision> s = Supervision::Adopt(dir);
+      if (s.ok()) (void)s->Kill();
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+  }
+
+  LaunchSpec Spec(std::vector<std::string> argv) {
+    LaunchSpec spec;
+    spec.attempt_dir = root_ + "/attempts/a" + std::to_string(++attempts_);
+    spec.argv = std::move(argv);
+    spec.environment = {{"QL_RUN_ID", "run-1"}, {"QL_ATTEMPT_ID", "attempt-1"}};
+    spec.default_working_directory = root_;
+    spec.timeout_ms = 10000;
+    spec.log_path = root_ + "/log/task/run-" + std::to_string(attempts_) + ".log";
+    spec.log_cap_bytes = 1 << 20;
+    spec.kill_grace_ms = 200;
+    return spec;
+  }
+
+  Supervision Launch(const LaunchSpec& spec) {
+    Result<Supervision> s = Supervision::Launch(kSupervisorPrefix, spec);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) std::abort();
+    launched_.push_back(s->attempt_dir());
+    return std::move(s).value();
+  }
+
+  // Polls until the attempt is no longer running; returns the last state.
+  static State WaitForEnd(Supervision& s, int64_t timeout_ms = 5000) {
+    State state = s.Poll();
+    WaitUntil([&] { return (state = s.Poll()) != State::kRunning; }, timeout_ms);
+    return state;
+  }
+
+  // Launches `spec`, waits for it to finish and returns the outcome.
+  Outcome Run(const LaunchSpec& spec) {
+    Supervision s = Launch(spec);
+    EXPECT_EQ(WaitForEnd(s), State::kFinished);
+    return s.outcome().value_or(Outcome{});
+  }
+
+  std::string root_;
+  int attempts_ = 0;
+  std::vector<std::string> launched_;
+};
+
+TEST_F(ExecutorTest, EchoGoesToTheLogAndExitZeroIsRecorded) {
+  LaunchSpec spec = Spec({"/bin/echo", "hello", "world"});
+  Outcome o = Run(spec);
+  EXPECT_EQ(o.kind, OutcomeKind::kExited);
+  EXPECT_EQ(o.exit_code, 0);
+  EXPECT_FALSE(o.signal.has_value());
+  EXPECT_EQ(ReadFile(spec.log_path), "hello world\n");
+  EXPECT_EQ(o.log_bytes_written, 12);
+  EXPECT_EQ(o.output_bytes, 12);
+  EXPECT_FALSE(o.log_truncated);
+  EXPECT_GT(o.started_at_ms, 0);
+  EXPECT_GE(o.finished_at_ms, o.started_at_ms);
+}
+
+TEST_F(ExecutorTest, NonZeroExitCodeIsRecorded) {
+  Outcome o = Run(Spec({"/bin/sh", "-c", "exit 3"}));
+  EXPECT_EQ(o.kind, OutcomeKind::kExited);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_EQ(o.message, "exited with code 3");
+}
+
+TEST_F(ExecutorTest, StderrIsCapturedWithStdoutAndStdinIsEmpty) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "echo out; echo err >&2; cat; echo end"});
+  Outcome o = Run(spec);
+  EXPECT_EQ(o.exit_code, 0);
+  EXPECT_EQ(ReadFile(spec.log_path), "out\nerr\nend\n");
+}
+
+TEST_F(ExecutorTest, LogIsAppendedAcrossAttempts) {
+  LaunchSpec first = Spec({"/bin/echo", "one"});
+  LaunchSpec second = Spec({"/bin/echo", "two"});
+  second.log_path = first.log_path;
+  Run(first);
+  Run(second);
+  EXPECT_EQ(ReadFile(first.log_path), "one\ntwo\n");
+}
+
+TEST_F(ExecutorTest, SelfSignalIsRecordedAsSignaled) {
+  Outcome o = Run(Spec({"/bin/sh", "-c", "kill -USR1 $$"}));
+  EXPECT_EQ(o.kind, OutcomeKind::kSignaled);
+  EXPECT_EQ(o.signal, SIGUSR1);
+  EXPECT_FALSE(o.exit_code.has_value());
+}
+
+TEST_F(ExecutorTest, EnvironmentIsThePlanPlusIdsPathAndHome) {
+  setenv("QL_EXEC_TEST_DAEMON_ONLY", "1", 1);
+  LaunchSpec spec = Spec({"/usr/bin/env"});
+  spec.environment.emplace_back("PLAN_VAR", "a b = c");
+  Run(spec);
+  std::set<std::string> lines;
+  std::istringstream log(ReadFile(spec.log_path));
+  for (std::string line; std::getline(log, line);) lines.insert(line.substr(0, line.find('=')));
+  EXPECT_EQ(lines,
+            (std::set<std::string>{"QL_RUN_ID", "QL_ATTEMPT_ID", "PLAN_VAR", "PATH", "HOME"}));
+  std::string text = ReadFile(spec.log_path);
+  EXPECT_NE(text.find("QL_RUN_ID=run-1\n"), std::string::npos);
+  EXPECT_NE(text.find("QL_ATTEMPT_ID=attempt-1\n"), std::string::npos);
+  EXPECT_NE(text.find("PLAN_VAR=a b = c\n"), std::string::npos);
+  EXPECT_NE(text.find("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"),
+            std::string::npos);
+  unsetenv("QL_EXEC_TEST_DAEMON_ONLY");
+}
+
+TEST_F(ExecutorTest, PlanPathAndHomeAreKept) {
+  LaunchSpec spec = Spec({"/usr/bin/env"});
+  spec.environment.emplace_back("PATH", "/bin");
+  spec.environment.emplace_back("HOME", "/nonexistent-home");
+  Run(spec);
+  std::string text = ReadFile(spec.log_path);
+  EXPECT_NE(text.find("PATH=/bin\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("HOME=/nonexistent-home\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("/usr/local/sbin"), std::string::npos) << text;
+}
+
+TEST_F(ExecutorTest, BareCommandNameIsFoundInPath) {
+  LaunchSpec spec = Spec({"echo", "found"});
+  Outcome o = Run(spec);
+  EXPECT_EQ(o.exit_code, 0) << o.message;
+  EXPECT_EQ(ReadFile(spec.log_path), "found\n");
+}
+
+TEST_F(ExecutorTest, WorkingDirectoryIsHonouredAndDefaulted) {
+  std::string wd = std::filesystem::canonical(root_).string() + "/work dir";
+  std::filesystem::create_directories(wd);
+  LaunchSpec spec = Spec({"/bin/pwd", "-P"});
+  spec.working_directory = wd;
+  Run(spec);
+  EXPECT_EQ(ReadFile(spec.log_path), wd + "\n");
+
+  LaunchSpec defaulted = Spec({"/bin/pwd", "-P"});
+  defaulted.default_working_directory = wd;
+  Run(defaulted);
+  EXPECT_EQ(ReadFile(defaulted.log_path), wd + "\n");
+}
+
+TEST_F(ExecutorTest, TimeoutStopsTheCommandWithSigterm) {
+  LaunchSpec spec = Spec({"/bin/sleep", "30"});
+  spec.timeout_ms = 300;
+  Clock::time_point start = Clock::now();
+  Outcome o = Run(spec);
+  int64_t elapsed = MsSince(start);
+  EXPECT_EQ(o.kind, OutcomeKind::kTimedOut);
+  EXPECT_EQ(o.signal, SIGTERM);
+  EXPECT_GE(elapsed, 300);
+  EXPECT_LT(elapsed, 300 + 200 + 500);
+  EXPECT_GE(o.finished_at_ms - o.started_at_ms, 300);
+}
+
+TEST_F(ExecutorTest, CommandIgnoringSigtermIsKilledAfterTheGrace) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "trap '' TERM; sleep 30"});
+  spec.timeout_ms = 200;
+  spec.kill_grace_ms = 300;
+  Clock::time_point start = Clock::now();
+  Supervision s = Launch(spec);
+  ASSERT_EQ(WaitForEnd(s), State::kFinished);
+  int64_t elapsed = MsSince(start);
+  const Outcome& o = *s.outcome();
+  EXPECT_EQ(o.kind, OutcomeKind::kTimedOut);
+  EXPECT_EQ(o.signal, SIGKILL);
+  EXPECT_GE(elapsed, 200 + 300);
+  EXPECT_LT(elapsed, 200 + 300 + 700);
+  ASSERT_TRUE(s.command().has_value());
+  EXPECT_TRUE(LiveMembersOfGroup(s.command()->pid).empty());
+}
+
+TEST_F(ExecutorTest, CancelEndsTheWholeProcessGroup) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "sleep 30 & sleep 30"});
+  spec.kill_grace_ms = 2000;
+  Supervision s = Launch(spec);
+  ASSERT_TRUE(s.command().has_value()) << "known as soon as Launch returns";
+  EXPECT_EQ(s.Poll(), State::kRunning);
+  pid_t pgid = s.command()->pid;
+  ASSERT_TRUE(WaitUntil([&] { return LiveMembersOfGroup(pgid).size() >= 3; }))
+      << "the shell and both sleeps should run";
+
+  Clock::time_point start = Clock::now();
+  ASSERT_TRUE(s.RequestCancel().ok());
+  ASSERT_TRUE(s.RequestCancel().ok());  // idempotent
+  ASSERT_EQ(WaitForEnd(s), State::kFinished);
+  EXPECT_LT(MsSince(start), 1000) << "SIGTERM ends sleep; the grace must not be waited out";
+  EXPECT_EQ(s.outcome()->kind, OutcomeKind::kCancelled);
+  EXPECT_EQ(s.outcome()->signal, SIGTERM);
+  EXPECT_TRUE(WaitUntil([&] { return LiveMembersOfGroup(pgid).empty(); }, 1000));
+  EXPECT_TRUE(s.RequestCancel().ok());  // after the end: still fine, nothing to do
+}
+
+TEST_F(ExecutorTest, LeftoversOfAFinishedCommandAreStopped) {
+  // The background sleep holds the output pipe; the attempt must not wait 30 s for it.
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "sleep 30 & echo started"});
+  Clock::time_point start = Clock::now();
+  Supervision s = Launch(spec);
+  ASSERT_EQ(WaitForEnd(s), State::kFinished);
+  EXPECT_LT(MsSince(start), 1000);
+  EXPECT_EQ(s.outcome()->kind, OutcomeKind::kExited);
+  EXPECT_EQ(s.outcome()->exit_code, 0);
+  EXPECT_EQ(ReadFile(spec.log_path), "started\n");
+  EXPECT_TRUE(WaitUntil([&] { return LiveMembersOfGroup(s.command()->pid).empty(); }, 1000));
+}
+
+TEST_F(ExecutorTest, LogIsCappedWhileOutputKeepsDraining) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "yes | head -c 10000000"});
+  spec.log_cap_bytes = 64 * 1024;
+  Outcome o = Run(spec);
+  EXPECT_EQ(o.kind, OutcomeKind::kExited);
+  EXPECT_EQ(o.exit_code, 0);
+  EXPECT_TRUE(o.log_truncated);
+  EXPECT_EQ(o.truncated_at_bytes, 64 * 1024);
+  EXPECT_EQ(o.log_bytes_written, 64 * 1024);
+  EXPECT_EQ(o.output_bytes, 10000000);
+
+  std::string expected;
+  for (int i = 0; i < 32 * 1024; ++i) expected += "y\n";
+  expected += "[qinglong: log truncated at 65536 bytes]\n";
+  std::string log = ReadFile(spec.log_path);
+  EXPECT_EQ(log.size(), expected.size());
+  EXPECT_TRUE(log == expected) << "log differs from 64 KiB of output plus the marker line";
+}
+
+TEST_F(ExecutorTest, MarkerStartsOnItsOwnLine) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "printf 'abcdefgh'"});
+  spec.log_cap_bytes = 5;
+  Outcome o = Run(spec);
+  EXPECT_EQ(ReadFile(spec.log_path), "abcde\n[qinglong: log truncated at 5 bytes]\n");
+  EXPECT_EQ(o.output_bytes, 8);
+}
+
+TEST_F(ExecutorTest, TruncationIsVisibleWhileTheCommandRuns) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "head -c 100000 /dev/zero; sleep 30"});
+  spec.log_cap_bytes = 1000;
+  Supervision s = Launch(spec);
+  ASSERT_TRUE(WaitUntil([&] { return s.LogTruncated(); }));
+  EXPECT_EQ(s.Poll(), State::kRunning);
+  ASSERT_TRUE(s.RequestCancel().ok());
+  ASSERT_EQ(WaitForEnd(s), State::kFinished);
+  EXPECT_EQ(s.outcome()->kind, OutcomeKind::kCancelled);
+  EXPECT_TRUE(s.outcome()->log_truncated);
+  EXPECT_EQ(ReadFile(spec.log_path),
+            std::string(1000, '\0') + "\n[qinglong: log truncated at 1000 bytes]\n");
+}
+
+TEST_F(ExecutorTest, MissingExecutableIsASpawnFailure) {
+  Outcome o = Run(Spec({"/nonexistent/qinglong-command"}));
+  EXPECT_EQ(o.kind, OutcomeKind::kSpawnFailed);
+  EXPECT_EQ(o.message, "cannot execute /nonexistent/qinglong-command: No such file or directory");
+  EXPECT_FALSE(o.exit_code.has_value());
+
+  Outcome not_in_path = Run(Spec({"qinglong-no-such-command"}));
+  EXPECT_EQ(not_in_path.kind, OutcomeKind::kSpawnFailed);
+  EXPECT_NE(not_in_path.message.find("not found in PATH"), std::string::npos);
+}
+
+TEST_F(ExecutorTest, NonExecutableFileIsASpawnFailure) {
+  std::string script = root_ + "/script.sh";
+  std::ofstream(script) << "#!/bin/sh\necho hi\n";
+  chmod(script.c_str(), 0644);
+  Outcome o = Run(Spec({script}));
+  EXPECT_EQ(o.kind, OutcomeKind::kSpawnFailed);
+  EXPECT_EQ(o.message, "cannot execute " + script + ": Permission denied");
+}
+
+TEST_F(ExecutorTest, BadWorkingDirectoryIsASpawnFailure) {
+  LaunchSpec spec = Spec({"/bin/true"});
+  spec.working_directory = root_ + "/missing";
+  Outcome o = Run(spec);
+  EXPECT_EQ(o.kind, OutcomeKind::kSpawnFailed);
+  EXPECT_EQ(o.message,
+            "cannot change to working directory " + root_ + "/missing: No such file or directory");
+}
+
+TEST_F(ExecutorTest, AdoptAfterRestartSeesTheRunningCommandAndItsOutcome) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "sleep 0.3; echo done"});
+  std::string dir;
+  {
+    Supervision launched = Launch(spec);
+    dir = launched.attempt_dir();
+  }  // the daemon "crashes": its object is gone, the supervisor is not
+  Result<Supervision> adopted = Supervision::Adopt(dir);
+  ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+  EXPECT_EQ(adopted->Poll(), State::kRunning);
+  EXPECT_TRUE(IsSameProcessAlive(adopted->supervisor()));
+  ASSERT_TRUE(WaitUntil([&] { return adopted->Poll() != State::kRunning; }));
+  EXPECT_EQ(adopted->Poll(), State::kFinished);
+  EXPECT_EQ(adopted->outcome()->kind, OutcomeKind::kExited);
+  EXPECT_EQ(adopted->outcome()->exit_code, 0);
+  EXPECT_EQ(ReadFile(spec.log_path), "done\n");
+
+  Result<Supervision> again = Supervision::Adopt(dir);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->Poll(), State::kFinished);
+  EXPECT_EQ(again->outcome(), adopted->outcome());
+  EXPECT_EQ(again->supervisor(), adopted->supervisor());
+}
+
+TEST_F(ExecutorTest, KilledSupervisorIsLostAndKillEndsTheOrphan) {
+  LaunchSpec spec = Spec({"/bin/sleep", "30"});
+  Supervision s = Launch(spec);
+  ASSERT_TRUE(WaitUntil([&] { return s.Poll() == State::kRunning && s.command().has_value(); }));
+  ProcessIdentity command = *s.command();
+  ASSERT_EQ(kill(s.supervisor().pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitUntil([&] { return s.Poll() == State::kLost; }, 2000));
+  EXPECT_TRUE(IsSameProcessAlive(command)) << "the command outlives its supervisor";
+
+  Result<Supervision> adopted = Supervision::Adopt(s.attempt_dir());
+  ASSERT_TRUE(adopted.ok());
+  EXPECT_EQ(adopted->Poll(), State::kLost);
+  EXPECT_EQ(adopted->command(), command);
+  EXPECT_TRUE(adopted->Kill().ok());
+  EXPECT_TRUE(WaitUntil([&] { return !IsSameProcessAlive(command); }, 1000));
+  EXPECT_TRUE(s.RequestCancel().ok());
+}
+
+TEST_F(ExecutorTest, KillEndsSupervisorAndCommand) {
+  Supervision s = Launch(Spec({"/bin/sh", "-c", "sleep 30 & sleep 30"}));
+  ASSERT_TRUE(WaitUntil([&] { return s.Poll() == State::kRunning && s.command().has_value(); }));
+  pid_t pgid = s.command()->pid;
+  ASSERT_TRUE(s.Kill().ok());
+  EXPECT_NE(WaitForEnd(s, 2000), State::kRunning);
+  EXPECT_FALSE(IsSameProcessAlive(s.supervisor()));
+  EXPECT_TRUE(WaitUntil([&] { return LiveMembersOfGroup(pgid).empty(); }, 1000));
+}
+
+TEST_F(ExecutorTest, InvalidSpecsAreRejectedWithTheField) {
+  auto reject = [&](LaunchSpec spec, const std::string& words) {
+    Result<Supervision> s = Supervision::Launch(kSupervisorPrefix, spec);
+    ASSERT_FALSE(s.ok()) << words;
+    EXPECT_EQ(s.status().reason(), "exec_bad_spec");
+    EXPECT_NE(s.status().message().find(words), std::string::npos) << s.status().message();
+    EXPECT_FALSE(std::filesystem::exists(spec.attempt_dir)) << "nothing is written";
+  };
+  LaunchSpec spec = Spec({});
+  reject(spec, "argv");
+  spec = Spec({"/bin/true"});
+  spec.environment = {{"QL_RUN_ID", "r"}};
+  reject(spec, "QL_ATTEMPT_ID");
+  spec = Spec({"/bin/true"});
+  spec.environment.emplace_back("QL_RUN_ID", "again");
+  reject(spec, "QL_RUN_ID is repeated");
+  spec = Spec({"/bin/true"});
+  spec.environment.emplace_back("A=B", "x");
+  reject(spec, "'A=B'");
+  spec = Spec({"/bin/true"});
+  spec.timeout_ms = 0;
+  reject(spec, "timeout_ms");
+  spec = Spec({"/bin/true"});
+  spec.default_working_directory.clear();
+  reject(spec, "default_working_directory");
+  spec = Spec({"/bin/true"});
+  spec.log_cap_bytes = -1;
+  reject(spec, "log_cap_bytes");
+  spec = Spec({std::string("/bin/true\0x", 11)});
+  reject(spec, "argv[0]");
+}
+
+TEST_F(ExecutorTest, AnAttemptDirectoryIsLaunchedOnce) {
+  LaunchSpec spec = Spec({"/bin/true"});
+  Run(spec);
+  Result<Supervision> again = Supervision::Launch(kSupervisorPrefix, spec);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().reason(), "exec_attempt_exists");
+}
+
+TEST_F(ExecutorTest, UnstartableSupervisorIsAnErrorAndLeavesNoSpec) {
+  LaunchSpec spec = Spec({"/bin/true"});
+  Result<Supervision> s = Supervision::Launch({"/nonexistent/ql-local", "supervise"}, spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().reason(), "exec_spawn_failed");
+  EXPECT_NE(s.status().message().find("No such file or directory"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(spec.attempt_dir + "/spec.json"));
+}
+
+TEST_F(ExecutorTest, AdoptRejectsDirectoriesWithoutAProvableSupervisor) {
+  Result<Supervision> none = Supervision::Adopt(root_ + "/nothing");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().reason(), "exec_attempt_not_found");
+
+  std::filesystem::create_directories(root_ + "/half");
+  std::ofstream(root_ + "/half/spec.json") << "{}";
+  Result<Supervision> half = Supervision::Adopt(root_ + "/half");
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.status().reason(), "exec_supervisor_unknown");
+
+  std::ofstream(root_ + "/half/result.json") << "{\"outcome\": \"exited\"}";
+  Result<Supervision> corrupt = Supervision::Adopt(root_ + "/half");
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_EQ(corrupt.status().reason(), "exec_corrupt_record");
+  EXPECT_NE(corrupt.status().message().find("log_bytes_written"), std::string::npos)
+      << corrupt.status().message();
+}
+
+TEST_F(ExecutorTest, OutcomeKindNamesRoundTrip) {
+  for (OutcomeKind kind : {OutcomeKind::kExited, OutcomeKind::kSignaled, OutcomeKind::kTimedOut,
+                           OutcomeKind::kCancelled, OutcomeKind::kSpawnFailed}) {
+    EXPECT_EQ(ParseOutcomeKind(OutcomeKindName(kind)), kind);
+  }
+  EXPECT_EQ(OutcomeKindName(OutcomeKind::kTimedOut), "timed_out");
+  EXPECT_FALSE(ParseOutcomeKind("lost").has_value());
+}
+
+}  // namespace
+}  // namespace ql::exec
+
+// The supervisor runs as this binary's `supervise` subcommand, as it does under the daemons.
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "supervise") return ql::exec::SupervisorMain(argv[2]);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

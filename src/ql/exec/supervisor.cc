@@ -1,0 +1,460 @@
+// The supervisor process: runs one attempt's command and records its outcome (see executor.h).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+
+#include "ql/core/clock.h"
+#include "ql/exec/attempt_files.h"
+#include "ql/exec/executor.h"
+#include "ql/exec/posix_util.h"
+
+namespace ql::exec {
+namespace {
+
+using internal::ErrnoMessage;
+using internal::PathIn;
+
+constexpr size_t kReadBufferBytes = 64 * 1024;
+// Reads per wake-up before timers and signals are looked at again, so a command that writes
+// without pause cannot starve its own timeout.
+constexpr int kMaxReadsPerWakeup = 16;
+// After the group got SIGKILL, how long output is still drained: only a process that left the
+// group can still hold the pipe then, and it must not keep the attempt open.
+constexpr int64_t kDrainAfterKillMs = 1000;
+constexpr size_t kMaxSpecBytes = 1024 * 1024;
+constexpr int64_t kNever = INT64_MAX;
+
+// Static so the supervisor's stack stays small; one supervisor runs one command.
+char g_read_buffer[kReadBufferBytes];
+
+// Sent by the command's child through a close-on-exec pipe when it cannot start.
+struct SpawnReport {
+  enum Stage : int { kChdir = 1, kExec = 2 };
+  int stage;
+  int error;
+};
+
+// Returns the full path of `name` searched in `path_value` (a PATH string), or "" if none is an
+// executable regular file. Names containing '/' are returned unchanged.
+std::string FindExecutable(const std::string& name, const std::string& path_value) {
+  if (name.find('/') != std::string::npos) return name;
+  size_t begin = 0;
+  while (begin <= path_value.size()) {
+    size_t end = path_value.find(':', begin);
+    if (end == std::string::npos) end = path_value.size();
+    std::string dir = path_value.substr(begin, end - begin);
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    begin = end + 1;
+  }
+  return "";
+}
+
+class Supervisor {
+ public:
+  explicit Supervisor(std::string attempt_dir)
+      : dir_(std::move(attempt_dir)), clock_(SystemClock()) {}
+
+  int Run();
+
+ private:
+  enum class StopReason { kNone, kTimeout, kCancel };
+
+  // Takes over the start pipe Launch waits on (see internal::kReadyFd), if started by Launch.
+  void TakeReadyFd();
+  // Closes the start pipe: Launch returns and finds supervisor.json or result.json written.
+  void SignalReady();
+  // Starts the command; on failure fills outcome_ as kSpawnFailed and returns false.
+  bool Spawn();
+  void Supervise();
+  void SignalGroup(int sig) { kill(-command_pid_, sig); }
+  // Sends SIGTERM to the group (once) and arms the SIGKILL that follows after the grace.
+  void BeginStop(int64_t now);
+  void HandleSignals(int64_t now);
+  void CheckLeaderExit();
+  void DrainOutput();
+  void KeepOutput(const char* data, size_t size);
+  bool WriteLog(const char* data, size_t size);
+  void FinishOutcome();
+  void SpawnFailed(std::string message) {
+    outcome_.kind = OutcomeKind::kSpawnFailed;
+    outcome_.message = std::move(message);
+    outcome_.started_at_ms = outcome_.finished_at_ms = clock_.NowMs();
+  }
+  bool WriteSupervisorRecord();
+  bool WriteResult();
+
+  std::string dir_;
+  Clock& clock_;
+  LaunchSpec spec_;
+  ProcessIdentity self_;
+  std::string boot_id_;
+  int64_t started_at_ms_ = 0;
+
+  int ready_fd_ = -1;
+  int log_fd_ = -1;
+  int output_fd_ = -1;  // read end of the command's stdout+stderr pipe; -1 after EOF
+  int signal_fd_ = -1;
+  pid_t command_pid_ = -1;  // also the command's process group id
+  std::optional<ProcessIdentity> command_;
+
+  StopReason stop_reason_ = StopReason::kNone;
+  bool leader_exited_ = false;
+  bool term_sent_ = false;
+  bool kill_sent_ = false;
+  int64_t kill_at_ = kNever;      // monotonic ms
+  int64_t drain_until_ = kNever;  // monotonic ms
+  bool log_failed_ = false;
+  char last_logged_byte_ = '\n';
+  Outcome outcome_;
+};
+
+int Supervisor::Run() {
+  // Cancel (SIGTERM, SIGINT) and child signals are read from a signalfd; Launch already blocked the
+  // cancel signals so one sent during start-up is still pending here.
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int sig : {SIGTERM, SIGINT, SIGCHLD}) sigaddset(&handled, sig);
+  sigprocmask(SIG_BLOCK, &handled, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  setsid();  // already a session leader when started by Launch; needed when run by hand
+  // Every path used from here on is absolute, and the supervisor must not pin the directory (or
+  // mount) it was started from.
+  if (!dir_.empty() && dir_.front() != '/') {
+    std::error_code ec;
+    std::string absolute = std::filesystem::absolute(dir_, ec).string();
+    if (!ec) dir_ = absolute;
+  }
+  [[maybe_unused]] int ignored = chdir("/");  // a failure only keeps that directory busy
+
+  TakeReadyFd();
+  self_ = ReadProcessIdentity(getpid()).value_or(ProcessIdentity{getpid(), 0});
+  boot_id_ = ReadBootId();
+  started_at_ms_ = clock_.NowMs();
+  if (!WriteSupervisorRecord()) return 1;  // Launch sees it exit without a record
+
+  signal_fd_ = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd_ < 0) {
+    SpawnFailed(ErrnoMessage("supervisor: cannot create a signalfd", errno));
+  } else if (Spawn()) {
+    WriteSupervisorRecord();  // best effort: without it the command is only known by the result
+    SignalReady();
+    Supervise();
+    int status = 0;
+    while (waitpid(command_pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    FinishOutcome();
+  }
+  bool written = WriteResult();
+  SignalReady();
+  return written ? 0 : 1;
+}
+
+void Supervisor::TakeReadyFd() {
+  const char* value = getenv(internal::kReadyFdVariable.data());
+  if (value == nullptr) return;
+  std::string expected = std::to_string(internal::kReadyFd);
+  bool ours = expected == value && fcntl(internal::kReadyFd, F_GETFD) >= 0;
+  unsetenv(internal::kReadyFdVariable.data());
+  if (!ours) return;
+  ready_fd_ = internal::kReadyFd;
+  fcntl(ready_fd_, F_SETFD, FD_CLOEXEC);  // the command must not hold Launch's pipe open
+}
+
+void Supervisor::SignalReady() {
+  if (ready_fd_ < 0) return;
+  close(ready_fd_);
+  ready_fd_ = -1;
+}
+
+bool Supervisor::Spawn() {
+  Result<std::optional<std::string>> text =
+      internal::ReadFileIfExists(PathIn(dir_, internal::kSpecFile), kMaxSpecBytes);
+  if (!text.ok() || !text->has_value()) {
+    SpawnFailed("supervisor: cannot read spec.json: " +
+                (text.ok() ? std::string("it does not exist") : text.status().message()));
+    return false;
+  }
+  Result<LaunchSpec> spec = internal::DecodeSpec(**text, internal::kSpecFile);
+  if (!spec.ok()) {
+    SpawnFailed("supervisor: " + spec.status().message());
+    return false;
+  }
+  spec_ = std::move(spec).value();
+  if (spec_.argv.empty() || !spec_.working_directory) {
+    SpawnFailed("supervisor: spec.json has no argv or working directory");
+    return false;
+  }
+
+  log_fd_ = open(spec_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (log_fd_ < 0) {
+    SpawnFailed(ErrnoMessage("cannot open log file " + spec_.log_path, errno));
+    return false;
+  }
+
+  std::string path_value;
+  std::vector<std::string> env_strings;
+  env_strings.reserve(spec_.environment.size());
+  for (const auto& [name, value] : spec_.environment) {
+    if (name == "PATH") path_value = value;
+    env_strings.push_back(name + "=" + value);
+  }
+  std::string executable = FindExecutable(spec_.argv[0], path_value);
+  if (executable.empty()) {
+    SpawnFailed("cannot execute " + spec_.argv[0] + ": not found in PATH " + path_value);
+    return false;
+  }
+  std::vector<char*> argv;
+  for (std::string& a : spec_.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int output[2] = {-1, -1};
+  int report[2] = {-1, -1};
+  if (devnull < 0 || pipe2(output, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0) {
+    SpawnFailed(ErrnoMessage("supervisor: cannot set up the command's descriptors", errno));
+    return false;
+  }
+  const char* working_directory = spec_.working_directory->c_str();
+
+  outcome_.started_at_ms = clock_.NowMs();
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    internal::ResetSignalsForExec();
+    SpawnReport r{};
+    if (dup2(devnull, 0) < 0 || dup2(output[1], 1) < 0 || dup2(output[1], 2) < 0) {
+      r = {SpawnReport::kExec, errno};
+    } else if (chdir(working_directory) != 0) {
+      r = {SpawnReport::kChdir, errno};
+    } else {
+      execve(executable.c_str(), argv.data(), envp.data());
+      r = {SpawnReport::kExec, errno};
+    }
+    internal::WriteAll(report[1], &r, sizeof(r));
+    _exit(127);
+  }
+  int fork_error = errno;
+  close(devnull);
+  close(output[1]);
+  close(report[1]);
+  if (pid < 0) {
+    close(output[0]);
+    close(report[0]);
+    SpawnFailed(ErrnoMessage("supervisor: cannot fork", fork_error));
+    return false;
+  }
+  // Also set here, so no signal to the group can miss a child that has not run yet.
+  setpgid(pid, pid);
+  command_pid_ = pid;
+
+  SpawnReport r{};
+  ssize_t n = internal::ReadFull(report[0], &r, sizeof(r));
+  close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof(r))) {
+    close(output[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    SpawnFailed(r.stage == SpawnReport::kChdir
+                    ? ErrnoMessage("cannot change to working directory " + *spec_.working_directory,
+                                   r.error)
+                    : ErrnoMessage("cannot execute " + executable, r.error));
+    return false;
+  }
+  output_fd_ = output[0];
+  fcntl(output_fd_, F_SETFL, fcntl(output_fd_, F_GETFL) | O_NONBLOCK);
+  command_ = ReadProcessIdentity(pid);
+  if (!command_) command_ = ProcessIdentity{pid, 0};
+  return true;
+}
+
+void Supervisor::BeginStop(int64_t now) {
+  if (term_sent_) return;
+  SignalGroup(SIGTERM);
+  term_sent_ = true;
+  kill_at_ = now + spec_.kill_grace_ms;
+}
+
+void Supervisor::HandleSignals(int64_t now) {
+  signalfd_siginfo info;
+  while (read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+    if (info.ssi_signo == SIGCHLD) continue;  // CheckLeaderExit looks at the child every turn
+    // A cancel only counts while the command runs and nothing else is stopping it.
+    if (!leader_exited_ && stop_reason_ == StopReason::kNone) {
+      stop_reason_ = StopReason::kCancel;
+      BeginStop(now);
+    }
+  }
+}
+
+void Supervisor::CheckLeaderExit() {
+  if (leader_exited_) return;
+  // WNOWAIT leaves the leader a zombie until the end, which keeps its pid, and so the group id,
+  // from being reused while the rest of the group is still signalled.
+  siginfo_t info = {};
+  if (waitid(P_PID, command_pid_, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return;
+  if (info.si_pid != command_pid_) return;
+  leader_exited_ = true;
+  outcome_.finished_at_ms = clock_.NowMs();
+  if (info.si_code == CLD_EXITED) {
+    outcome_.exit_code = info.si_status;
+  } else {
+    outcome_.signal = info.si_status;
+  }
+}
+
+bool Supervisor::WriteLog(const char* data, size_t size) {
+  if (log_failed_ || size == 0) return !log_failed_;
+  if (!internal::WriteAll(log_fd_, data, size)) {
+    log_failed_ = true;
+    outcome_.message = ErrnoMessage("log write failed", errno);
+    return false;
+  }
+  return true;
+}
+
+void Supervisor::KeepOutput(const char* data, size_t size) {
+  outcome_.output_bytes += static_cast<int64_t>(size);
+  if (outcome_.log_truncated) return;
+  size_t room = static_cast<size_t>(spec_.log_cap_bytes - outcome_.log_bytes_written);
+  size_t keep = std::min(size, room);
+  if (keep > 0 && WriteLog(data, keep)) {
+    outcome_.log_bytes_written += static_cast<int64_t>(keep);
+    last_logged_byte_ = data[keep - 1];
+  }
+  if (size == keep) return;
+  outcome_.log_truncated = true;
+  outcome_.truncated_at_bytes = spec_.log_cap_bytes;
+  std::string marker = last_logged_byte_ == '\n' ? "" : "\n";
+  marker += "[qinglong: log truncated at " + std::to_string(spec_.log_cap_bytes) + " bytes]\n";
+  WriteLog(marker.data(), marker.size());
+  // Lets the daemon record the truncation while the command still runs. If this write fails the
+  // result still carries the truncation; the daemon only learns it later.
+  (void)internal::WriteFileAtomically(PathIn(dir_, internal::kTruncatedFile),
+                                      std::to_string(spec_.log_cap_bytes) + "\n",
+                                      internal::Durability::kAtomic);
+}
+
+void Supervisor::DrainOutput() {
+  for (int i = 0; i < kMaxReadsPerWakeup && output_fd_ >= 0; ++i) {
+    ssize_t n = read(output_fd_, g_read_buffer, sizeof(g_read_buffer));
+    if (n > 0) {
+      KeepOutput(g_read_buffer, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    close(output_fd_);  // EOF, or an error that no retry will fix
+    output_fd_ = -1;
+  }
+}
+
+// Runs until the command (the group leader) has exited and the rest of its group is gone. An
+// attempt owns its process group: whatever is left in it when the leader exits gets SIGTERM,
+// and SIGKILL once the output pipe closes or the kill grace ends.
+void Supervisor::Supervise() {
+  const int64_t start = clock_.MonotonicMs();
+  const int64_t deadline = start + spec_.timeout_ms;
+  while (true) {
+    CheckLeaderExit();
+    int64_t now = clock_.MonotonicMs();
+    if (leader_exited_) BeginStop(now);
+    if (!leader_exited_ && stop_reason_ == StopReason::kNone && now >= deadline) {
+      stop_reason_ = StopReason::kTimeout;
+      BeginStop(now);
+    }
+    if (!kill_sent_ && now >= kill_at_) {
+      SignalGroup(SIGKILL);
+      kill_sent_ = true;
+    }
+    if (leader_exited_) {
+      if (output_fd_ < 0) {
+        if (!kill_sent_) SignalGroup(SIGKILL);
+        return;
+      }
+      if (kill_sent_ && drain_until_ == kNever) drain_until_ = now + kDrainAfterKillMs;
+      if (now >= drain_until_) return;
+    }
+
+    int64_t wake = kNever;
+    if (!leader_exited_ && stop_reason_ == StopReason::kNone) wake = deadline;
+    if (!kill_sent_) wake = std::min(wake, kill_at_);
+    wake = std::min(wake, drain_until_);
+    int timeout = wake == kNever ? -1 : static_cast<int>(std::clamp<int64_t>(wake - now, 0, 60000));
+    pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {output_fd_, POLLIN, 0}};
+    int ready = poll(fds, output_fd_ >= 0 ? 2 : 1, timeout);
+    if (ready <= 0) continue;
+    if (fds[0].revents != 0) HandleSignals(clock_.MonotonicMs());
+    if (output_fd_ >= 0 && fds[1].revents != 0) DrainOutput();
+  }
+}
+
+void Supervisor::FinishOutcome() {
+  std::string detail;
+  if (outcome_.exit_code) {
+    detail = "exited with code " + std::to_string(*outcome_.exit_code);
+  } else if (outcome_.signal) {
+    const char* name = sigdescr_np(*outcome_.signal);
+    detail = "ended by signal " + std::to_string(*outcome_.signal) +
+             (name ? " (" + std::string(name) + ")" : "");
+  }
+  switch (stop_reason_) {
+    case StopReason::kTimeout:
+      outcome_.kind = OutcomeKind::kTimedOut;
+      detail = "timed out after " + std::to_string(spec_.timeout_ms) + " ms; " + detail;
+      break;
+    case StopReason::kCancel:
+      outcome_.kind = OutcomeKind::kCancelled;
+      detail = "cancelled; " + detail;
+      break;
+    case StopReason::kNone:
+      outcome_.kind = outcome_.exit_code ? OutcomeKind::kExited : OutcomeKind::kSignaled;
+      break;
+  }
+  // A log write failure was recorded first and matters more than the summary.
+  outcome_.message = outcome_.message.empty() ? detail : outcome_.message + "; " + detail;
+}
+
+bool Supervisor::WriteSupervisorRecord() {
+  internal::SupervisorRecord record{self_, boot_id_, command_, started_at_ms_};
+  return internal::WriteFileAtomically(PathIn(dir_, internal::kSupervisorFile),
+                                       internal::EncodeSupervisor(record),
+                                       internal::Durability::kAtomic)
+      .ok();
+}
+
+bool Supervisor::WriteResult() {
+  internal::ResultRecord record{outcome_, self_, boot_id_};
+  return internal::WriteFileAtomically(PathIn(dir_, internal::kResultFile),
+                                       internal::EncodeResult(record),
+                                       internal::Durability::kPowerLossSafe)
+      .ok();
+}
+
+}  // namespace
+
+int SupervisorMain(const std::string& attempt_dir) {
+  Supervisor supervisor(attempt_dir);
+  return supervisor.Run();
+}
+
+}  // namespace ql::exec
