@@ -1,5 +1,7 @@
 #include "ql/core/execution_plan.h"
 
+#include "ql/core/retry_policy.h"
+
 #include <charconv>
 
 #include "ql/core/canonical_json.h"
@@ -111,6 +113,7 @@ Result<ExecutionPlan> BuildExecutionPlan(std::string_view task_id, int64_t task_
   plan.environment = content.spec.environment;
   plan.working_directory = content.spec.working_directory;
   plan.timeout_ms = content.spec.timeout_ms;
+  plan.retry_policy = content.retry;
   return plan;
 }
 
@@ -150,6 +153,7 @@ json PlanToJson(const ExecutionPlan& plan) {
   json out = {{"argv", plan.argv},
               {"environment", std::move(env)},
               {"executorType", plan.executor_type},
+              {"retry", RetryPolicyToJson(plan.retry_policy)},
               {"schema", kExecutionPlanSchema},
               {"taskDigest", plan.task_digest},
               {"taskId", plan.task_id},
@@ -164,9 +168,9 @@ Result<ExecutionPlan> PlanFromJson(const json& j) {
     return Corrupt("plan_invalid",
                    "execution plan: expected an object, got " + DescribeJsonValue(j));
   }
-  static constexpr std::string_view kRequired[] = {"argv",         "environment", "executorType",
-                                                   "schema",       "taskDigest",  "taskId",
-                                                   "taskRevision", "timeoutMs"};
+  static constexpr std::string_view kRequired[] = {
+      "argv",   "environment", "executorType", "retry",
+      "schema", "taskDigest",  "taskId",       "taskRevision", "timeoutMs"};
   for (const auto& [key, unused] : j.items()) {
     bool known = key == "workingDirectory";
     for (std::string_view r : kRequired) known = known || key == r;
@@ -191,6 +195,11 @@ Result<ExecutionPlan> PlanFromJson(const json& j) {
   if (!IsSha256Hex(plan.task_digest)) {
     return PlanInvalid("taskDigest",
                        QuoteForMessage(plan.task_digest) + " is not 64 lowercase hex digits");
+  }
+  {
+    Result<RetryPolicy> retry = ParseRetryPolicy(j.at("retry"));
+    if (!retry.ok()) return PlanInvalid("retry", retry.status().message());
+    plan.retry_policy = *retry;
   }
   QL_ASSIGN_OR_RETURN(plan.executor_type, PlanString(j, "executorType"));
   if (!IsExecutorType(plan.executor_type)) {

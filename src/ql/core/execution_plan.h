@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "ql/core/records.h"
 #include "ql/core/status.h"
 #include "ql/core/task_spec.h"
 
@@ -35,6 +36,7 @@ struct ExecutionPlan {
   std::vector<std::pair<std::string, std::string>> environment;
   std::optional<std::string> working_directory;
   int64_t timeout_ms = 0;
+  RetryPolicy retry_policy;  // snapshot into every run of this plan
   bool operator==(const ExecutionPlan&) const = default;
 };
 

@@ -17,7 +17,7 @@ using ::testing::HasSubstr;
 
 constexpr std::string_view kTaskId = "017f22e2-79b0-7cc3-98c4-dc0c0c07398f";
 constexpr std::string_view kSampleTaskDigest =
-    "60b0306ecbc32dec3cc968ecaa62510cd09e7dbdab3974d741e2332a3e4daffb";
+    "9fb7f1baa54c6895f5212ac3c89eac45c6667a4d85e6a3cd900c40529fb11bc0";
 
 // The content of task_spec_test's sample body, whose digest is kSampleTaskDigest.
 TaskContent SampleContent() {
@@ -143,14 +143,16 @@ TEST(PlanDigestTest, PinsCanonicalEncodingAndDigest) {
   EXPECT_EQ(PlanCanonical(plan),
             R"({"argv":["/bin/sh","-c","tar czf /backup/nas.tgz /data"],)"
             R"("environment":{"TZ":"Asia/Shanghai"},"executorType":"local_process",)"
+            R"("retry":{"backoff_base_ms":1000,"backoff_max_ms":60000,"max_attempts":1,)"
+            R"("retry_on_lost":false,"safety":"unknown"},)"
             R"("schema":"qinglong/command-execution@v1","taskDigest":)"
-            R"("60b0306ecbc32dec3cc968ecaa62510cd09e7dbdab3974d741e2332a3e4daffb",)"
+            R"("9fb7f1baa54c6895f5212ac3c89eac45c6667a4d85e6a3cd900c40529fb11bc0",)"
             R"("taskId":"017f22e2-79b0-7cc3-98c4-dc0c0c07398f","taskRevision":3,)"
             R"("timeoutMs":86400000})");
-  // Computed independently with Python's hashlib over "qinglong/execution-plan@v1\0" + canonical.
-  EXPECT_EQ(PlanDigest(plan), "a122228cf6a2dba7c0a13a745fdda64928deea14f4483b6c95f361d6f11ba864");
+  // Computed independently with sha256sum over "qinglong/execution-plan@v1\0" + canonical.
+  EXPECT_EQ(PlanDigest(plan), "3d1b7f501e92b42655120628f593e86d2a9cbfca2046cfa1c603e30b73be90c2");
   plan.executor_type = "remote_worker";
-  EXPECT_EQ(PlanDigest(plan), "401965d6139495739ed6759740ca6a84a594420df44675631e585f8511e689a3");
+  EXPECT_EQ(PlanDigest(plan), "665bba3b302881b4523ea175d113ddad0c95279202c87ca23f0cef7545a04693");
 }
 
 TEST(PlanDigestTest, CoversEveryField) {

@@ -112,6 +112,7 @@ struct RetryPolicy {
   std::string safety = "unknown";   // unknown | idempotent | deduplicated
   int64_t backoff_base_ms = 1000;   // ≤ 24 h
   int64_t backoff_max_ms = 60'000;  // ≤ 24 h, ≥ base
+  bool operator==(const RetryPolicy&) const = default;
 };
 
 struct RunRecord {

@@ -1,5 +1,7 @@
 #include "ql/core/task_spec.h"
 
+#include "ql/core/retry_policy.h"
+
 #include <initializer_list>
 #include <optional>
 
@@ -396,7 +398,8 @@ bool IsAllowedEnvName(std::string_view name) {
 Result<TaskContent> ParseTaskContent(const json& body) {
   if (!body.is_object()) return WrongType("task_invalid_type", "body", "an object", body);
   QL_RETURN_IF_ERROR(CheckFields("task_unknown_field", "", body,
-                                 {"name", "kind", "spec", "labels", "enabled"}, " of a task"));
+                                 {"name", "kind", "spec", "labels", "enabled", "retry"},
+                                 " of a task"));
   TaskContent out;
   if (body.contains("kind")) {
     const json& kind = body.at("kind");
@@ -426,6 +429,9 @@ Result<TaskContent> ParseTaskContent(const json& body) {
       return WrongType("task_invalid_type", "enabled", "a boolean", enabled);
     out.enabled = enabled.get<bool>();
   }
+  if (body.contains("retry")) {
+    QL_ASSIGN_OR_RETURN(out.retry, ParseRetryPolicy(body.at("retry")));
+  }
   return out;
 }
 
@@ -436,6 +442,7 @@ json TaskContentToJson(const TaskContent& content) {
               {"kind", content.kind},
               {"labels", std::move(labels)},
               {"name", content.name},
+              {"retry", RetryPolicyToJson(content.retry)},
               {"spec", CommandSpecToJson(content.spec)}};
 }
 

@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "ql/core/records.h"
 #include "ql/core/status.h"
 
 namespace ql {
@@ -103,11 +104,13 @@ struct TaskContent {
   CommandSpec spec;
   std::map<std::string, std::string> labels;
   bool enabled = true;
+  RetryPolicy retry;  // snapshot into every run of the revision
   bool operator==(const TaskContent&) const = default;
 };
 
 // Validates a task publish body {"name": ..., "kind": "qinglong/command@v1" (optional),
-// "spec": {...}, "labels": {...} (optional), "enabled": bool (optional, default true)}.
+// "spec": {...}, "labels": {...} (optional), "enabled": bool (optional, default true),
+// "retry": {...} (optional retry policy, see retry_policy.h)}.
 // Envelope fields of the request (mutation id, expected revision) must be removed first: any
 // other field is `task_unknown_field`. Errors are InvalidArgument with reasons:
 //   task_invalid_type     the body is not an object, or `kind` / `enabled` has the wrong type;
@@ -122,7 +125,7 @@ struct TaskContent {
 // plus every error of ParseCommandSpec for `spec`. Same duplicate-key caveat as ParseCommandSpec.
 Result<TaskContent> ParseTaskContent(const nlohmann::json& body);
 
-// Returns {"enabled","kind","labels","name","spec"} with the normalised spec;
+// Returns {"enabled","kind","labels","name","retry","spec"} with the normalised spec and policy;
 // ParseTaskContent(TaskContentToJson(c)) == c for every valid `c`.
 nlohmann::json TaskContentToJson(const TaskContent& content);
 

@@ -532,12 +532,14 @@ TEST(TaskContentDigestTest, PinsCanonicalEncodingAndDigest) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(TaskContentCanonical(*r),
             R"({"enabled":true,"kind":"qinglong/command@v1","labels":{"env/prod":"1",)"
-            R"("team":"ops"},"name":"备份 NAS","spec":{"command":{"command":)"
+            R"("team":"ops"},"name":"备份 NAS","retry":{"backoff_base_ms":1000,)"
+            R"("backoff_max_ms":60000,"max_attempts":1,"retry_on_lost":false,)"
+            R"("safety":"unknown"},"spec":{"command":{"command":)"
             R"("tar czf /backup/nas.tgz /data","kind":"shell","shell":"/bin/sh"},)"
             R"("environment":{"TZ":"Asia/Shanghai"},"timeoutMs":86400000}})");
-  // Computed independently with Python's hashlib over "qinglong/command@v1\0" + canonical.
+  // Computed independently with sha256sum over "qinglong/command@v1\0" + canonical.
   EXPECT_EQ(TaskContentDigest(*r),
-            "60b0306ecbc32dec3cc968ecaa62510cd09e7dbdab3974d741e2332a3e4daffb");
+            "9fb7f1baa54c6895f5212ac3c89eac45c6667a4d85e6a3cd900c40529fb11bc0");
   EXPECT_EQ(TaskContentDigest(*r), DomainDigest("qinglong/command@v1", TaskContentCanonical(*r)));
 }
 
@@ -569,6 +571,49 @@ TEST(TaskContentDigestTest, IgnoresSpellingButNotContent) {
   changed = *spelled_out;
   std::get<ShellCommand>(changed.spec.command).shell = "/bin/bash";
   EXPECT_NE(TaskContentDigest(changed), base);
+}
+
+}  // namespace
+}  // namespace ql
+
+namespace ql {
+namespace {
+
+json BodyWithRetry(json retry) {
+  json body = json::parse(kSampleBody);
+  body["retry"] = std::move(retry);
+  return body;
+}
+
+TEST(TaskRetryPolicyTest, ParsesAndNormalisesIntoTheDigestedContent) {
+  Result<TaskContent> r = ParseTaskContent(
+      BodyWithRetry({{"max_attempts", 3}, {"backoff_base_ms", 500}, {"backoff_max_ms", 4000}}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->retry.max_attempts, 3);
+  EXPECT_EQ(r->retry.backoff_base_ms, 500);
+  EXPECT_EQ(r->retry.safety, "unknown");
+  EXPECT_EQ(TaskContentToJson(*r)["retry"]["max_attempts"], 3);
+  // A different policy is different content.
+  EXPECT_NE(TaskContentDigest(*r), TaskContentDigest(*TaskFromText(kSampleBody)));
+  // Round trip.
+  EXPECT_EQ(*ParseTaskContent(TaskContentToJson(*r)), *r);
+}
+
+TEST(TaskRetryPolicyTest, RejectsEveryInvalidField) {
+  ExpectTaskError(BodyWithRetry({{"max_attempts", 0}}), "retry_out_of_range",
+                  {"retry.max_attempts", "1..16"});
+  ExpectTaskError(BodyWithRetry({{"max_attempts", 17}}), "retry_out_of_range", {"17"});
+  ExpectTaskError(BodyWithRetry({{"max_attempts", "3"}}), "retry_invalid_type",
+                  {"retry.max_attempts"});
+  ExpectTaskError(BodyWithRetry({{"backoff_base_ms", 86'400'001}}), "retry_out_of_range",
+                  {"retry.backoff_base_ms"});
+  ExpectTaskError(BodyWithRetry({{"backoff_base_ms", 5000}, {"backoff_max_ms", 1000}}),
+                  "retry_out_of_range", {"backoff_max_ms"});
+  ExpectTaskError(BodyWithRetry({{"safety", "maybe"}}), "retry_invalid_safety", {"maybe"});
+  ExpectTaskError(BodyWithRetry({{"retry_on_lost", true}}), "retry_lost_requires_safety",
+                  {"retry_on_lost"});
+  ExpectTaskError(BodyWithRetry({{"attempts", 2}}), "retry_unknown_field", {"retry.attempts"});
+  ExpectTaskError(BodyWithRetry(json::array()), "retry_invalid_type", {"retry"});
 }
 
 }  // namespace
