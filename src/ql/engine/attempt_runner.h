@@ -1,0 +1,65 @@
+#pragma once
+
+// The port through which the dispatcher runs attempts. The local daemon implements it with the
+// POSIX supervisor of src/ql/exec; tests implement it with fakes.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ql/core/status.h"
+
+namespace ql {
+
+// Everything needed to start one attempt of the pinned plan.
+struct AttemptLaunch {
+  std::string run_id;
+  std::string attempt_id;
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> environment;  // plan env + QL_RUN_ID/ATTEMPT_ID
+  std::optional<std::string> working_directory;
+  int64_t timeout_ms = 0;
+  std::string log_path;
+  int64_t log_cap_bytes = 0;
+};
+
+// How an attempt's process ended.
+struct AttemptOutcome {
+  enum class Kind { kExited, kSignaled, kTimedOut, kCancelled, kSpawnFailed, kLost };
+  Kind kind = Kind::kLost;
+  int exit_code = 0;  // kExited
+  int signal = 0;     // kSignaled
+  std::string message;
+  bool log_truncated = false;
+  int64_t log_bytes = 0;
+};
+
+// One running (or finished) attempt.
+class AttemptHandle {
+ public:
+  virtual ~AttemptHandle() = default;
+  // Returns the outcome once the attempt has ended (or is known to be lost), else nullopt.
+  virtual std::optional<AttemptOutcome> Poll() = 0;
+  // Returns true once the log reached its cap (observable while the command still runs).
+  virtual bool LogTruncated() const = 0;
+  // Asks the attempt to end as cancelled; idempotent.
+  virtual Status RequestCancel() = 0;
+  // Returns the pid and start time of the process that represents the attempt.
+  virtual int64_t pid() const = 0;
+  virtual int64_t process_start_ticks() const = 0;
+};
+
+class AttemptRunner {
+ public:
+  virtual ~AttemptRunner() = default;
+  // Starts an attempt; spawn failures of the command itself surface later as kSpawnFailed.
+  virtual Result<std::unique_ptr<AttemptHandle>> Launch(const AttemptLaunch& launch) = 0;
+  // Reattaches to an attempt started by an earlier incarnation of the daemon. NotFound when no
+  // process was ever started for it (nothing to adopt).
+  virtual Result<std::unique_ptr<AttemptHandle>> Adopt(const std::string& attempt_id) = 0;
+};
+
+}  // namespace ql

@@ -1,0 +1,864 @@
+#include "ql/engine/control_service.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/cron.h"
+#include "ql/core/digest.h"
+#include "ql/core/execution_plan.h"
+#include "ql/core/ids.h"
+#include "ql/core/misfire.h"
+#include "ql/core/states.h"
+#include "ql/core/task_spec.h"
+
+namespace ql {
+namespace {
+
+using nlohmann::json;
+
+// The digest domain of trigger revision content.
+constexpr std::string_view kCronTriggerKind = "qinglong/cron@v1";
+// Cursors are bound to the listing that issued them, so one listing's cursor is rejected by
+// another instead of silently paging from an unrelated key.
+constexpr std::string_view kTasksCursor = "tasks";
+constexpr std::string_view kTriggersCursor = "triggers";
+constexpr std::string_view kRunsCursor = "runs";
+constexpr size_t kMaxCursorBytes = 512;
+
+constexpr char kBase64Url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+std::string Base64UrlEncode(std::string_view in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8) |
+                       uint32_t(uint8_t(in[i + 2]));
+    out.push_back(kBase64Url[(v >> 18) & 63]);
+    out.push_back(kBase64Url[(v >> 12) & 63]);
+    out.push_back(kBase64Url[(v >> 6) & 63]);
+    out.push_back(kBase64Url[v & 63]);
+  }
+  if (i + 1 == in.size()) {
+    const uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    out.push_back(kBase64Url[(v >> 18) & 63]);
+    out.push_back(kBase64Url[(v >> 12) & 63]);
+  } else if (i + 2 == in.size()) {
+    const uint32_t v = (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8);
+    out.push_back(kBase64Url[(v >> 18) & 63]);
+    out.push_back(kBase64Url[(v >> 12) & 63]);
+    out.push_back(kBase64Url[(v >> 6) & 63]);
+  }
+  return out;
+}
+
+std::optional<std::string> Base64UrlDecode(std::string_view in) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '-') return 62;
+    if (c == '_') return 63;
+    return -1;
+  };
+  if (in.size() % 4 == 1) return std::nullopt;
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    const int v = value(c);
+    if (v < 0) return std::nullopt;
+    acc = (acc << 6) | uint32_t(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  // Leftover bits must be zero so every cursor has exactly one spelling.
+  if (bits > 0 && (acc & ((1u << bits) - 1)) != 0) return std::nullopt;
+  return out;
+}
+
+std::string EncodeCursor(std::string_view kind, const std::string& key) {
+  return Base64UrlEncode(std::string(kind) + ":" + key);
+}
+
+Result<std::optional<std::string>> DecodeCursor(std::string_view kind,
+                                                const std::optional<std::string>& cursor) {
+  if (!cursor.has_value()) return std::optional<std::string>();
+  auto invalid = [&]() {
+    return InvalidArgument("invalid_cursor", "cursor " + QuoteForMessage(*cursor, 32) +
+                                                 " was not issued by this " + std::string(kind) +
+                                                 " listing");
+  };
+  if (cursor->empty() || cursor->size() > kMaxCursorBytes) return invalid();
+  std::optional<std::string> decoded = Base64UrlDecode(*cursor);
+  const std::string prefix = std::string(kind) + ":";
+  if (!decoded.has_value() || decoded->size() <= prefix.size() ||
+      decoded->compare(0, prefix.size(), prefix) != 0) {
+    return invalid();
+  }
+  std::string key = decoded->substr(prefix.size());
+  for (char c : key) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return invalid();
+  }
+  if (!IsValidUtf8(key)) return invalid();
+  return std::optional<std::string>(std::move(key));
+}
+
+Status ValidateLimit(int limit) {
+  if (limit < 1 || limit > kMaxPageLimit) {
+    return InvalidArgument("invalid_limit", "limit must be 1.." + std::to_string(kMaxPageLimit) +
+                                                ", got " + std::to_string(limit));
+  }
+  return Status::Ok();
+}
+
+Result<PageRequest> ToPageRequest(std::string_view kind, const PageQuery& page) {
+  QL_RETURN_IF_ERROR(ValidateLimit(page.limit));
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> key, DecodeCursor(kind, page.cursor));
+  PageRequest request;
+  request.after_key = std::move(key);
+  request.limit = page.limit;
+  return request;
+}
+
+// Mutation ids and idempotency keys are opaque client tokens: printable ASCII without spaces,
+// so they are safe in logs, URLs and error messages.
+bool IsTokenChar(char c) { return c > 0x20 && c < 0x7f; }
+
+Status ValidateToken(std::string_view field, std::string_view reason, std::string_view value,
+                     size_t max_bytes) {
+  if (value.empty() || value.size() > max_bytes) {
+    return InvalidArgument(std::string(reason), std::string(field) + " must be 1.." +
+                                                    std::to_string(max_bytes) + " bytes, got " +
+                                                    std::to_string(value.size()));
+  }
+  for (char c : value) {
+    if (!IsTokenChar(c)) {
+      return InvalidArgument(std::string(reason),
+                             std::string(field) + " " + QuoteForMessage(value) +
+                                 " may only contain printable ASCII characters without spaces");
+    }
+  }
+  return Status::Ok();
+}
+
+Status NotFoundAs(const Status& status, std::string_view reason, const std::string& message) {
+  if (status.code() == StatusCode::kNotFound) return NotFound(std::string(reason), message);
+  return status;
+}
+
+std::string TriggerContentDigest(const TriggerRevisionRecord& r) {
+  const json content = {{"enabled", r.enabled},  {"expression", r.expression},
+                        {"misfire", r.misfire},  {"task_digest", r.task_digest},
+                        {"task_id", r.task_id},  {"task_revision", r.task_revision},
+                        {"timezone", r.timezone}};
+  return DomainDigest(kCronTriggerKind, internal::CanonicalJsonLossy(content));
+}
+
+Status ValidateCancelReason(const std::string& reason) {
+  if (reason.empty() || !IsValidUtf8(reason)) {
+    return InvalidArgument(
+        "invalid_cancel_reason",
+        "reason must be a non-empty UTF-8 string, got " + QuoteForMessage(reason));
+  }
+  size_t chars = 0;
+  for (unsigned char c : reason) {
+    if ((c & 0xc0) != 0x80) ++chars;
+    if (c < 0x20 || c == 0x7f) {
+      return InvalidArgument("invalid_cancel_reason",
+                             "reason " + QuoteForMessage(reason) + " contains a control character");
+    }
+  }
+  if (chars > kMaxCancelReasonChars) {
+    return InvalidArgument("invalid_cancel_reason",
+                           "reason must be at most " + std::to_string(kMaxCancelReasonChars) +
+                               " characters, got " + std::to_string(chars));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ControlService::ControlService(Store& store, Clock& clock, RandomSource& random,
+                               ControlOptions options)
+    : store_(store), clock_(clock), random_(random), options_(std::move(options)) {}
+
+Status ControlService::ValidateOptions(const ControlOptions& options) {
+  if (!ParseExecutorType(options.executor_type).has_value()) {
+    return InvalidArgument("invalid_executor_type",
+                           "executor_type " + QuoteForMessage(options.executor_type) +
+                               " is not \"local_process\" or \"remote_worker\"");
+  }
+  QL_RETURN_IF_ERROR(ValidateGraceMs(options.grace_ms));
+  if (options.default_project_name.empty()) {
+    return InvalidArgument("invalid_project_name", "default_project_name must not be empty");
+  }
+  return Status::Ok();
+}
+
+std::string ControlService::NewId() {
+  const int64_t now = clock_.NowMs();
+  std::lock_guard<std::mutex> lock(random_mu_);
+  return NewUuidV7(now, random_);
+}
+
+std::string ControlService::DerivedId(std::string_view kind, const std::string& project_id,
+                                      const std::string& mutation_id) {
+  // A name-based UUID (version 8, RFC 9562 §5.8) so a replayed create names the same object.
+  std::string material = "ql:create:v1";
+  material.push_back('\0');
+  material.append(kind);
+  material.push_back('\0');
+  material.append(project_id);
+  material.push_back('\0');
+  material.append(mutation_id);
+  std::string hex = Sha256Hex(material).substr(0, 32);
+  hex[12] = '8';
+  static constexpr char kVariant[] = "89ab";
+  const int nibble = hex[16] <= '9' ? hex[16] - '0' : hex[16] - 'a' + 10;
+  hex[16] = kVariant[nibble & 3];
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
+         hex.substr(16, 4) + "-" + hex.substr(20, 12);
+}
+
+Result<std::string> ControlService::MutationIdOrNew(const std::optional<std::string>& mutation_id) {
+  if (!mutation_id.has_value()) return NewId();
+  QL_RETURN_IF_ERROR(
+      ValidateToken("mutation_id", "invalid_mutation_id", *mutation_id, kMaxMutationIdBytes));
+  return *mutation_id;
+}
+
+Result<ProjectRecord> ControlService::EnsureDefaultProject() {
+  {
+    std::lock_guard<std::mutex> lock(project_mu_);
+    if (project_.has_value()) return *project_;
+  }
+  const std::string id = NewId();
+  QL_ASSIGN_OR_RETURN(ProjectRecord project,
+                      store_.projects().EnsureProject(
+                          id, kDefaultProjectSlug, options_.default_project_name, clock_.NowMs()));
+  std::lock_guard<std::mutex> lock(project_mu_);
+  project_ = project;
+  return project;
+}
+
+Result<std::string> ControlService::ProjectId() {
+  QL_ASSIGN_OR_RETURN(ProjectRecord project, EnsureDefaultProject());
+  return project.id;
+}
+
+Result<std::vector<ProjectRecord>> ControlService::ListProjects() {
+  QL_RETURN_IF_ERROR(EnsureDefaultProject().status());
+  return store_.projects().ListProjects();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tasks
+
+Result<std::optional<ControlService::PinnedPlan>> ControlService::PlanOf(
+    const TaskRevisionRecord& revision) {
+  if (!revision.enabled) return std::optional<PinnedPlan>();
+  auto execution = store_.definitions().FindExecutionRevision(revision.task_id, revision.revision,
+                                                              options_.executor_type);
+  if (!execution.ok()) {
+    if (execution.status().code() != StatusCode::kNotFound) return execution.status();
+    return std::optional<PinnedPlan>();
+  }
+  QL_ASSIGN_OR_RETURN(json plan_json, ParseJsonStrict(execution->plan_json));
+  QL_ASSIGN_OR_RETURN(ExecutionPlan plan, PlanFromJson(plan_json));
+  QL_RETURN_IF_ERROR(VerifyPlanDigest(plan, execution->plan_digest));
+  if (plan.task_digest != revision.content_digest) {
+    return Corrupt("digest_mismatch", "execution revision " + execution->id +
+                                          " does not belong to task revision digest " +
+                                          revision.content_digest);
+  }
+  return std::optional<PinnedPlan>(PinnedPlan{std::move(execution).value(), std::move(plan)});
+}
+
+Result<PublishedTask> ControlService::Publish(const std::string& project_id,
+                                              const std::string& task_id,
+                                              std::optional<int64_t> expected_revision,
+                                              const std::string& mutation_id,
+                                              const TaskContent& content) {
+  const int64_t revision = expected_revision.value_or(0) + 1;
+  if (revision > kMaxTaskRevision) {
+    return InvalidArgument("invalid_expected_revision", "expected_revision " +
+                                                            std::to_string(*expected_revision) +
+                                                            " leaves no room for another revision");
+  }
+  const int64_t now = clock_.NowMs();
+  const std::string digest = TaskContentDigest(content);
+
+  PublishTaskCommand cmd;
+  cmd.project_id = project_id;
+  cmd.task_id = task_id;
+  cmd.expected_revision = expected_revision;
+  cmd.mutation_id = mutation_id;
+  cmd.now_ms = now;
+  TaskRevisionRecord& rec = cmd.revision;
+  rec.project_id = project_id;
+  rec.task_id = task_id;
+  rec.revision = revision;
+  rec.mutation_id = mutation_id;
+  rec.name = content.name;
+  rec.kind = content.kind;
+  rec.spec_json = internal::CanonicalJsonLossy(CommandSpecToJson(content.spec));
+  json labels = json::object();
+  for (const auto& [key, value] : content.labels) labels[key] = value;
+  rec.labels_json = internal::CanonicalJsonLossy(labels);
+  rec.enabled = content.enabled;
+  rec.content_digest = digest;
+  rec.created_at_ms = now;
+  if (content.enabled) {
+    QL_ASSIGN_OR_RETURN(ExecutionPlan plan, BuildExecutionPlan(task_id, revision, content, digest,
+                                                               options_.executor_type));
+    ExecutionRevisionRecord execution;
+    execution.plan_digest = PlanDigest(plan);
+    execution.id = ExecutionRevisionId(revision, execution.plan_digest);
+    execution.project_id = project_id;
+    execution.task_id = task_id;
+    execution.task_revision = revision;
+    execution.task_digest = digest;
+    execution.executor_type = options_.executor_type;
+    execution.plan_json = PlanCanonical(plan);
+    execution.created_at_ms = now;
+    cmd.executions.push_back(std::move(execution));
+  }
+  QL_ASSIGN_OR_RETURN(PublishTaskResult result, store_.definitions().PublishTaskRevision(cmd));
+  QL_ASSIGN_OR_RETURN(TaskView view, ViewOf(result.revision));
+  return PublishedTask{std::move(view), result.replayed};
+}
+
+Result<PublishedTask> ControlService::PublishTask(const TaskWrite& write) {
+  QL_ASSIGN_OR_RETURN(std::string mutation_id, MutationIdOrNew(write.mutation_id));
+  QL_ASSIGN_OR_RETURN(TaskContent content, ParseTaskContent(write.body));
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  const std::string task_id =
+      write.mutation_id.has_value() ? DerivedId("task", project_id, mutation_id) : NewId();
+  return Publish(project_id, task_id, std::nullopt, mutation_id, content);
+}
+
+Result<PublishedTask> ControlService::PublishTaskRevision(const std::string& task_id,
+                                                          int64_t expected_revision,
+                                                          const TaskWrite& write) {
+  QL_RETURN_IF_ERROR(ValidateId("task_id", task_id));
+  if (expected_revision < 1 || expected_revision > kMaxTaskRevision) {
+    return InvalidArgument("invalid_expected_revision",
+                           "expected_revision must be 1.." + std::to_string(kMaxTaskRevision) +
+                               ", got " + std::to_string(expected_revision));
+  }
+  QL_ASSIGN_OR_RETURN(std::string mutation_id, MutationIdOrNew(write.mutation_id));
+  QL_ASSIGN_OR_RETURN(TaskContent content, ParseTaskContent(write.body));
+  auto head = store_.definitions().GetTaskHead(task_id);
+  if (!head.ok()) {
+    return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
+  }
+  return Publish(head->project_id, task_id, expected_revision, mutation_id, content);
+}
+
+Result<TaskView> ControlService::ViewOf(const TaskRevisionRecord& revision) {
+  auto head = store_.definitions().GetTaskHead(revision.task_id);
+  if (!head.ok()) {
+    return NotFoundAs(head.status(), "task_not_found",
+                      "task " + revision.task_id + " does not exist");
+  }
+  QL_ASSIGN_OR_RETURN(std::optional<PinnedPlan> plan, PlanOf(revision));
+  TaskView view{std::move(head).value(), revision, std::nullopt};
+  if (plan.has_value()) view.retry = plan->plan.retry_policy;
+  return view;
+}
+
+Result<TaskView> ControlService::GetTask(const std::string& task_id) {
+  QL_RETURN_IF_ERROR(ValidateId("task_id", task_id));
+  auto head = store_.definitions().GetTaskHead(task_id);
+  if (!head.ok()) {
+    return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
+  }
+  QL_ASSIGN_OR_RETURN(TaskRevisionRecord revision,
+                      store_.definitions().GetTaskRevision(task_id, head->current_revision));
+  QL_ASSIGN_OR_RETURN(std::optional<PinnedPlan> plan, PlanOf(revision));
+  TaskView view{std::move(head).value(), std::move(revision), std::nullopt};
+  if (plan.has_value()) view.retry = plan->plan.retry_policy;
+  return view;
+}
+
+Result<PageResult<TaskView>> ControlService::ListTasks(const PageQuery& page) {
+  QL_ASSIGN_OR_RETURN(PageRequest request, ToPageRequest(kTasksCursor, page));
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  QL_ASSIGN_OR_RETURN(Page<TaskRevisionRecord> listed,
+                      store_.definitions().ListTasks(project_id, request));
+  PageResult<TaskView> out;
+  out.items.reserve(listed.items.size());
+  for (const TaskRevisionRecord& revision : listed.items) {
+    QL_ASSIGN_OR_RETURN(TaskView view, ViewOf(revision));
+    out.items.push_back(std::move(view));
+  }
+  if (listed.next_key.has_value()) out.next_cursor = EncodeCursor(kTasksCursor, *listed.next_key);
+  return out;
+}
+
+Result<std::vector<TaskRevisionRecord>> ControlService::TaskHistory(const std::string& task_id) {
+  QL_RETURN_IF_ERROR(ValidateId("task_id", task_id));
+  auto head = store_.definitions().GetTaskHead(task_id);
+  if (!head.ok()) {
+    return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
+  }
+  return store_.definitions().ListTaskRevisions(task_id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Triggers
+
+Result<TriggerView> ControlService::ViewOf(const TriggerHeadRecord& head,
+                                           const TriggerRevisionRecord& revision) {
+  TriggerView view;
+  view.head = head;
+  view.revision = revision;
+  auto schedule = store_.definitions().GetSchedule(head.trigger_id);
+  if (schedule.ok()) {
+    view.schedule = std::move(schedule).value();
+  } else if (schedule.status().code() != StatusCode::kNotFound) {
+    return schedule.status();
+  }
+  QL_ASSIGN_OR_RETURN(TaskHeadRecord task, store_.definitions().GetTaskHead(revision.task_id));
+  QL_ASSIGN_OR_RETURN(TaskRevisionRecord current,
+                      store_.definitions().GetTaskRevision(task.task_id, task.current_revision));
+  view.pin_stale = current.revision != revision.task_revision || !current.enabled ||
+                   current.content_digest != revision.task_digest;
+  const bool exhausted =
+      view.schedule.has_value() && view.schedule->trigger_revision == revision.revision &&
+      (view.schedule->exhausted || view.schedule->next_fire_at_ms == misfire::kExhaustedCursorMs);
+  if (!revision.enabled) {
+    view.state = "disabled";
+  } else if (view.pin_stale) {
+    view.state = "pin_stale";
+  } else if (exhausted) {
+    view.state = "exhausted";
+  } else {
+    view.state = "active";
+    QL_ASSIGN_OR_RETURN(std::vector<int64_t> next, AdmissionPreview(view, 1));
+    if (next.empty()) {
+      view.state = "exhausted";
+    } else {
+      view.next_fire_at_ms = next.front();
+    }
+  }
+  return view;
+}
+
+Result<std::vector<int64_t>> ControlService::AdmissionPreview(const TriggerView& view, int count) {
+  const TriggerRevisionRecord& t = view.revision;
+  auto cron = CronSchedule::Create(t.expression, t.timezone);
+  if (!cron.ok()) {
+    return Corrupt("trigger_invalid", "stored trigger " + t.trigger_id + " revision " +
+                                          std::to_string(t.revision) +
+                                          " no longer parses: " + cron.status().message());
+  }
+  auto policy = ParseMisfirePolicy(t.misfire);
+  if (!policy.ok()) {
+    return Corrupt("trigger_invalid", "stored trigger " + t.trigger_id + " has misfire policy " +
+                                          QuoteForMessage(t.misfire));
+  }
+  std::optional<int64_t> cursor;
+  int64_t published_at = t.created_at_ms;
+  if (view.schedule.has_value() && view.schedule->trigger_revision == t.revision) {
+    if (view.schedule->exhausted || view.schedule->next_fire_at_ms == misfire::kExhaustedCursorMs) {
+      return std::vector<int64_t>();
+    }
+    cursor = view.schedule->next_fire_at_ms;
+    published_at = view.schedule->published_at_ms;
+  }
+  const CronSchedule& schedule = *cron;
+  const misfire::NextFireFn next = [&schedule](int64_t after) { return schedule.NextAfter(after); };
+  // Replays the scheduler's decisions at the current time: the same function, the same grace,
+  // so the list is exactly what it will admit (late occurrences skipped or fired once), and
+  // then the future occurrences in order.
+  const int64_t now = clock_.NowMs();
+  std::vector<int64_t> out;
+  for (int steps = 0; static_cast<int>(out.size()) < count && steps < 4 * count + 8; ++steps) {
+    if (cursor.has_value() && *cursor > now) {
+      out.push_back(*cursor);
+      cursor = next(*cursor);
+      if (!cursor.has_value()) break;
+      continue;
+    }
+    const misfire::Decision d =
+        misfire::Decide(cursor, now, published_at, options_.grace_ms, *policy, next);
+    if (d.admit_scheduled_for_ms.has_value()) out.push_back(*d.admit_scheduled_for_ms);
+    if (d.kind == misfire::Decision::Kind::kExhausted || !d.new_cursor_ms.has_value()) break;
+    cursor = d.new_cursor_ms;
+  }
+  return out;
+}
+
+Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write) {
+  QL_RETURN_IF_ERROR(ValidateId("task_id", write.task_id));
+  QL_ASSIGN_OR_RETURN(CronSchedule cron, CronSchedule::Create(write.expression, write.timezone));
+  QL_ASSIGN_OR_RETURN(MisfirePolicy misfire, ParseMisfirePolicy(write.misfire));
+  QL_ASSIGN_OR_RETURN(std::string mutation_id, MutationIdOrNew(write.mutation_id));
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  auto task = GetTask(write.task_id);
+  if (!task.ok()) return task.status();
+  if (!task->revision.enabled) {
+    return Conflict("task_disabled", "task " + write.task_id + " revision " +
+                                         std::to_string(task->revision.revision) +
+                                         " is disabled; a trigger must pin an enabled revision");
+  }
+  const int64_t now = clock_.NowMs();
+  PublishTriggerCommand cmd;
+  cmd.project_id = project_id;
+  cmd.trigger_id =
+      write.mutation_id.has_value() ? DerivedId("trigger", project_id, mutation_id) : NewId();
+  cmd.mutation_id = mutation_id;
+  cmd.now_ms = now;
+  TriggerRevisionRecord& r = cmd.revision;
+  r.project_id = project_id;
+  r.trigger_id = cmd.trigger_id;
+  r.revision = 1;
+  r.mutation_id = mutation_id;
+  r.task_id = write.task_id;
+  r.task_revision = task->revision.revision;
+  r.task_digest = task->revision.content_digest;
+  r.expression = cron.expression();
+  r.timezone = cron.zone().name();
+  r.misfire = std::string(MisfirePolicyName(misfire));
+  r.enabled = write.enabled;
+  r.content_digest = TriggerContentDigest(r);
+  r.created_at_ms = now;
+  QL_ASSIGN_OR_RETURN(PublishTriggerResult result,
+                      store_.definitions().PublishTriggerRevision(cmd));
+  QL_ASSIGN_OR_RETURN(TriggerHeadRecord head,
+                      store_.definitions().GetTriggerHead(result.revision.trigger_id));
+  QL_ASSIGN_OR_RETURN(TriggerView view, ViewOf(head, result.revision));
+  return PublishedTrigger{std::move(view), result.replayed};
+}
+
+Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(const TriggerView& current,
+                                                                  TriggerRevisionRecord next) {
+  PublishTriggerCommand cmd;
+  cmd.project_id = current.head.project_id;
+  cmd.trigger_id = current.head.trigger_id;
+  cmd.expected_revision = current.head.current_revision;
+  cmd.mutation_id = NewId();
+  cmd.now_ms = clock_.NowMs();
+  next.revision = current.head.current_revision + 1;
+  next.mutation_id = cmd.mutation_id;
+  next.created_at_ms = cmd.now_ms;
+  next.content_digest = TriggerContentDigest(next);
+  cmd.revision = std::move(next);
+  QL_ASSIGN_OR_RETURN(PublishTriggerResult result,
+                      store_.definitions().PublishTriggerRevision(cmd));
+  QL_ASSIGN_OR_RETURN(TriggerHeadRecord head,
+                      store_.definitions().GetTriggerHead(result.revision.trigger_id));
+  QL_ASSIGN_OR_RETURN(TriggerView view, ViewOf(head, result.revision));
+  return PublishedTrigger{std::move(view), result.replayed};
+}
+
+Result<TriggerView> ControlService::GetTrigger(const std::string& trigger_id) {
+  QL_RETURN_IF_ERROR(ValidateId("trigger_id", trigger_id));
+  auto head = store_.definitions().GetTriggerHead(trigger_id);
+  if (!head.ok()) {
+    return NotFoundAs(head.status(), "trigger_not_found",
+                      "trigger " + trigger_id + " does not exist");
+  }
+  QL_ASSIGN_OR_RETURN(TriggerRevisionRecord revision,
+                      store_.definitions().GetTriggerRevision(trigger_id, head->current_revision));
+  return ViewOf(*head, revision);
+}
+
+Result<PublishedTrigger> ControlService::SetTriggerEnabled(const std::string& trigger_id,
+                                                           bool enabled) {
+  QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id));
+  if (current.revision.enabled == enabled) return PublishedTrigger{std::move(current), true};
+  if (enabled && current.pin_stale) {
+    return Conflict("trigger_pin_stale",
+                    "trigger " + trigger_id + " pins task revision " +
+                        std::to_string(current.revision.task_revision) +
+                        ", which is no longer the task's current enabled revision; repin it "
+                        "before enabling");
+  }
+  TriggerRevisionRecord next = current.revision;
+  next.enabled = enabled;
+  return PublishTriggerRevisionOf(current, std::move(next));
+}
+
+Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger_id) {
+  QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id));
+  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(current.revision.task_id));
+  if (task.revision.revision == current.revision.task_revision &&
+      task.revision.content_digest == current.revision.task_digest) {
+    if (current.revision.enabled && !task.revision.enabled) {
+      return Conflict("task_disabled", "task " + task.head.task_id + " revision " +
+                                           std::to_string(task.revision.revision) +
+                                           " is disabled; disable the trigger or publish an "
+                                           "enabled task revision");
+    }
+    return PublishedTrigger{std::move(current), true};
+  }
+  if (current.revision.enabled && !task.revision.enabled) {
+    return Conflict("task_disabled", "task " + task.head.task_id + " revision " +
+                                         std::to_string(task.revision.revision) +
+                                         " is disabled; an enabled trigger cannot pin it");
+  }
+  TriggerRevisionRecord next = current.revision;
+  next.task_revision = task.revision.revision;
+  next.task_digest = task.revision.content_digest;
+  return PublishTriggerRevisionOf(current, std::move(next));
+}
+
+Result<PageResult<TriggerView>> ControlService::ListTriggers(
+    const std::optional<std::string>& task_id, const PageQuery& page) {
+  if (task_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("task_id", *task_id));
+  QL_ASSIGN_OR_RETURN(PageRequest request, ToPageRequest(kTriggersCursor, page));
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  QL_ASSIGN_OR_RETURN(Page<TriggerRevisionRecord> listed,
+                      store_.definitions().ListTriggers(project_id, task_id, request));
+  PageResult<TriggerView> out;
+  out.items.reserve(listed.items.size());
+  for (const TriggerRevisionRecord& revision : listed.items) {
+    QL_ASSIGN_OR_RETURN(TriggerHeadRecord head,
+                        store_.definitions().GetTriggerHead(revision.trigger_id));
+    QL_ASSIGN_OR_RETURN(TriggerView view, ViewOf(head, revision));
+    out.items.push_back(std::move(view));
+  }
+  if (listed.next_key.has_value()) {
+    out.next_cursor = EncodeCursor(kTriggersCursor, *listed.next_key);
+  }
+  return out;
+}
+
+Result<TriggerPreview> ControlService::PreviewTrigger(const std::string& trigger_id, int count) {
+  if (count < 1 || count > kMaxPreviewCount) {
+    return InvalidArgument("invalid_count", "count must be 1.." + std::to_string(kMaxPreviewCount) +
+                                                ", got " + std::to_string(count));
+  }
+  QL_ASSIGN_OR_RETURN(TriggerView view, GetTrigger(trigger_id));
+  QL_ASSIGN_OR_RETURN(std::vector<int64_t> times, AdmissionPreview(view, count));
+  return TriggerPreview{std::move(view), std::move(times)};
+}
+
+Result<CronPreview> ControlService::PreviewCron(const std::string& expression,
+                                                const std::string& timezone,
+                                                std::optional<int64_t> from_ms, int count) {
+  if (count < 1 || count > kMaxPreviewCount) {
+    return InvalidArgument("invalid_count", "count must be 1.." + std::to_string(kMaxPreviewCount) +
+                                                ", got " + std::to_string(count));
+  }
+  QL_ASSIGN_OR_RETURN(CronSchedule cron, CronSchedule::Create(expression, timezone));
+  CronPreview out;
+  out.expression = cron.expression();
+  out.timezone = cron.zone().name();
+  int64_t after = from_ms.value_or(clock_.NowMs());
+  while (static_cast<int>(out.fire_times_ms.size()) < count) {
+    std::optional<int64_t> next = cron.NextAfter(after);
+    if (!next.has_value()) break;
+    out.fire_times_ms.push_back(*next);
+    after = *next;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runs
+
+Result<StartedRun> ControlService::CreateManualRun(
+    const std::string& task_id, const std::optional<std::string>& idempotency_key, int priority,
+    const std::optional<std::string>& retry_of) {
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  auto replay = [&]() -> Result<std::optional<StartedRun>> {
+    auto existing = store_.runs().FindRunByIdempotencyKey(project_id, *idempotency_key);
+    if (!existing.ok()) {
+      if (existing.status().code() == StatusCode::kNotFound) {
+        return std::optional<StartedRun>();
+      }
+      return existing.status();
+    }
+    if (existing->task_id != task_id) {
+      return Conflict("idempotency_key_reused",
+                      "idempotency_key " + QuoteForMessage(*idempotency_key) +
+                          " already names run " + existing->id + " of task " + existing->task_id);
+    }
+    return std::optional<StartedRun>(StartedRun{std::move(existing).value(), true});
+  };
+  if (idempotency_key.has_value()) {
+    QL_ASSIGN_OR_RETURN(std::optional<StartedRun> replayed, replay());
+    if (replayed.has_value()) return std::move(*replayed);
+  }
+  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(task_id));
+  if (!task.revision.enabled) {
+    return Conflict("task_disabled", "task " + task_id + " revision " +
+                                         std::to_string(task.revision.revision) +
+                                         " is disabled; publish an enabled revision to run it");
+  }
+  QL_ASSIGN_OR_RETURN(std::optional<PinnedPlan> plan, PlanOf(task.revision));
+  if (!plan.has_value()) {
+    return Conflict("execution_revision_missing",
+                    "task " + task_id + " revision " + std::to_string(task.revision.revision) +
+                        " has no execution revision for executor " + options_.executor_type);
+  }
+  NewRun run;
+  run.run_id = NewId();
+  run.attempt_id = NewId();
+  run.project_id = project_id;
+  run.task_id = task_id;
+  run.task_revision = task.revision.revision;
+  run.task_digest = task.revision.content_digest;
+  run.execution_revision_id = plan->record.id;
+  run.executor_type = options_.executor_type;
+  run.trigger_type = std::string(TriggerTypeName(TriggerType::kManual));
+  run.priority = priority;
+  run.idempotency_key = idempotency_key;
+  run.retry_of_run_id = retry_of;
+  run.retry_policy = plan->plan.retry_policy;
+  run.actor_type = std::string(ActorTypeName(ActorType::kUser));
+  run.now_ms = clock_.NowMs();
+  auto created = store_.runs().CreateRun(run);
+  if (created.ok()) return StartedRun{std::move(created).value(), false};
+  if (created.status().code() == StatusCode::kDuplicate && idempotency_key.has_value()) {
+    // Another request with the same key committed first: answer as its replay.
+    QL_ASSIGN_OR_RETURN(std::optional<StartedRun> replayed, replay());
+    if (replayed.has_value()) return std::move(*replayed);
+  }
+  return created.status();
+}
+
+Result<StartedRun> ControlService::StartRun(const StartRunRequest& request) {
+  QL_RETURN_IF_ERROR(ValidateId("task_id", request.task_id));
+  if (request.idempotency_key.has_value()) {
+    QL_RETURN_IF_ERROR(ValidateToken("idempotency_key", "invalid_idempotency_key",
+                                     *request.idempotency_key, kMaxIdempotencyKeyBytes));
+    if (request.idempotency_key->rfind("ql3:", 0) == 0) {
+      return InvalidArgument("invalid_idempotency_key",
+                             "idempotency_key " + QuoteForMessage(*request.idempotency_key) +
+                                 " starts with \"ql3:\", which is reserved for cron occurrences");
+    }
+  }
+  const int priority = request.priority.value_or(0);
+  if (priority < kMinRunPriority || priority > kMaxRunPriority) {
+    return InvalidArgument("invalid_priority", "priority must be " +
+                                                   std::to_string(kMinRunPriority) + ".." +
+                                                   std::to_string(kMaxRunPriority) + ", got " +
+                                                   std::to_string(priority));
+  }
+  return CreateManualRun(request.task_id, request.idempotency_key, priority, std::nullopt);
+}
+
+Result<StartedRun> ControlService::RetryRun(const std::string& run_id) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
+  auto run = store_.runs().GetRun(run_id);
+  if (!run.ok()) {
+    return NotFoundAs(run.status(), "run_not_found", "run " + run_id + " does not exist");
+  }
+  const std::optional<RunStatus> status = ParseRunStatus(run->status);
+  if (!status.has_value() || !IsTerminal(*status)) {
+    return Conflict("run_not_terminal", "run " + run_id + " is " + run->status +
+                                            "; only succeeded, failed, cancelled or timed_out "
+                                            "runs can be retried");
+  }
+  return CreateManualRun(run->task_id, std::nullopt, run->priority, run_id);
+}
+
+Result<RunRecord> ControlService::CancelRun(const std::string& run_id,
+                                            const std::optional<std::string>& reason) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
+  const std::string why = reason.value_or("user");
+  QL_RETURN_IF_ERROR(ValidateCancelReason(why));
+  auto run = store_.runs().GetRun(run_id);
+  if (!run.ok()) {
+    return NotFoundAs(run.status(), "run_not_found", "run " + run_id + " does not exist");
+  }
+  const std::optional<RunStatus> status = ParseRunStatus(run->status);
+  if (status.has_value() && IsTerminal(*status)) {
+    return Conflict("run_already_terminal",
+                    "run " + run_id + " already finished as " + run->status);
+  }
+  return store_.runs().RequestCancel(run_id, why, std::string(ActorTypeName(ActorType::kUser)),
+                                     clock_.NowMs());
+}
+
+Result<RunView> ControlService::GetRun(const std::string& run_id) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
+  auto run = store_.runs().GetRun(run_id);
+  if (!run.ok()) {
+    return NotFoundAs(run.status(), "run_not_found", "run " + run_id + " does not exist");
+  }
+  QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, store_.runs().ListAttempts(run_id));
+  return RunView{std::move(run).value(), std::move(attempts)};
+}
+
+Result<AttemptRecord> ControlService::LatestAttempt(const std::string& run_id) {
+  QL_ASSIGN_OR_RETURN(RunView view, GetRun(run_id));
+  if (view.attempts.empty()) {
+    return NotFound("attempt_not_found", "run " + run_id + " has no attempt");
+  }
+  return std::move(view.attempts.back());
+}
+
+Result<PageResult<RunRecord>> ControlService::ListRuns(const RunQuery& query,
+                                                       const PageQuery& page) {
+  if (query.task_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("task_id", *query.task_id));
+  if (query.trigger_id.has_value()) {
+    QL_RETURN_IF_ERROR(ValidateId("trigger_id", *query.trigger_id));
+  }
+  if (query.status.has_value() && !ParseRunStatus(*query.status).has_value()) {
+    std::string names;
+    for (RunStatus s : kAllRunStatuses) {
+      if (!names.empty()) names += ", ";
+      names += RunStatusName(s);
+    }
+    return InvalidArgument("invalid_status", "status " + QuoteForMessage(*query.status) +
+                                                 " is not a run status (" + names + ")");
+  }
+  QL_ASSIGN_OR_RETURN(PageRequest request, ToPageRequest(kRunsCursor, page));
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  RunFilter filter;
+  filter.project_id = project_id;
+  filter.task_id = query.task_id;
+  filter.trigger_id = query.trigger_id;
+  filter.status = query.status;
+  QL_ASSIGN_OR_RETURN(Page<RunRecord> listed, store_.runs().ListRuns(filter, request));
+  PageResult<RunRecord> out;
+  out.items = std::move(listed.items);
+  if (listed.next_key.has_value()) out.next_cursor = EncodeCursor(kRunsCursor, *listed.next_key);
+  return out;
+}
+
+Result<std::vector<EventRecord>> ControlService::ListRunEvents(const std::string& run_id,
+                                                               int64_t after_sequence, int limit) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
+  if (after_sequence < 0) {
+    return InvalidArgument("invalid_after",
+                           "after must be >= 0, got " + std::to_string(after_sequence));
+  }
+  QL_RETURN_IF_ERROR(ValidateLimit(limit));
+  auto run = store_.runs().GetRun(run_id);
+  if (!run.ok()) {
+    return NotFoundAs(run.status(), "run_not_found", "run " + run_id + " does not exist");
+  }
+  return store_.runs().ListEvents(run_id, after_sequence, limit);
+}
+
+Result<StatusSummary> ControlService::GetStatus() {
+  StatusSummary out;
+  QL_ASSIGN_OR_RETURN(out.project, EnsureDefaultProject());
+  out.executor_type = options_.executor_type;
+  out.now_ms = clock_.NowMs();
+  QL_ASSIGN_OR_RETURN(auto counts, store_.runs().CountRunsByStatus());
+  for (RunStatus s : kAllRunStatuses) {
+    const std::string name(RunStatusName(s));
+    int64_t n = 0;
+    for (const auto& [status, count] : counts) {
+      if (status == name) n += count;
+    }
+    out.runs_by_status.emplace_back(name, n);
+  }
+  QL_ASSIGN_OR_RETURN(out.enabled_triggers, store_.definitions().CountEnabledTriggers());
+  return out;
+}
+
+}  // namespace ql

@@ -1,0 +1,280 @@
+#pragma once
+
+// Management use-cases of QingLong over the repository ports: publishing tasks and triggers,
+// previewing fire times, starting, cancelling and retrying runs, and reading everything back.
+// Profile-neutral: ql-local runs it over SQLite with executor type "local_process", ql-cluster
+// over PostgreSQL with "remote_worker". It never sees SQL and never spawns anything.
+//
+// Every method validates its whole input before it writes; a rejected call changes nothing.
+// Errors carry a stable reason and a message naming the field and value at fault:
+//   InvalidArgument  invalid_id, invalid_mutation_id, invalid_expected_revision, invalid_limit,
+//                    invalid_cursor, invalid_count, invalid_status, invalid_priority,
+//                    invalid_idempotency_key, invalid_cancel_reason, invalid_after,
+//                    invalid_timestamp, every task_* / spec_* / retry_* reason of the task body,
+//                    every cron_* / timezone_* reason, invalid_misfire_policy
+//   NotFound         task_not_found, trigger_not_found, run_not_found, cron_no_next_fire
+//   Conflict         task_disabled, trigger_pin_stale, run_not_terminal, run_already_terminal,
+//                    idempotency_key_reused, revision_conflict, mutation_id_reused,
+//                    execution_revision_missing, plus the store's own conflict reasons
+//   Duplicate        (from the store) an id that exists already
+//   Busy / Unavailable / OutcomeUnknown / Corrupt / Internal  passed through from the store
+
+#include <cstdint>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ql/core/clock.h"
+#include "ql/core/execution_plan.h"
+#include "ql/core/ports.h"
+#include "ql/core/records.h"
+#include "ql/core/status.h"
+
+namespace ql {
+
+// Bounds shared by the service and the HTTP API.
+inline constexpr int kDefaultPageLimit = 50;
+inline constexpr int kMaxPageLimit = 500;
+inline constexpr int kDefaultPreviewCount = 5;
+inline constexpr int kMaxPreviewCount = 100;
+inline constexpr int kMinRunPriority = -1000;
+inline constexpr int kMaxRunPriority = 1000;
+inline constexpr size_t kMaxMutationIdBytes = 128;
+inline constexpr size_t kMaxIdempotencyKeyBytes = 128;
+inline constexpr size_t kMaxCancelReasonChars = 256;
+
+struct ControlOptions {
+  // Executor type of the execution revisions published with enabled tasks and of the attempts
+  // of manual runs: "local_process" (ql-local) or "remote_worker" (ql-cluster).
+  std::string executor_type = "local_process";
+  // The scheduler's misfire grace; previews apply the same misfire decision with it, so they
+  // show exactly the occurrences the scheduler will admit.
+  int64_t grace_ms = 300'000;
+  // Display name of the default project created on first start.
+  std::string default_project_name = "Default";
+};
+
+// A task head with its current revision.
+struct TaskView {
+  TaskHeadRecord head;
+  TaskRevisionRecord revision;
+  // The retry policy runs of this revision snapshot, read from its execution revision; empty
+  // for a disabled revision, which has none.
+  std::optional<RetryPolicy> retry;
+};
+
+// A publish body: {"name", "kind"?, "spec", "labels"?, "enabled"?, "retry"?}. `mutation_id`
+// makes the write idempotent: replaying it with identical content returns the stored revision.
+// For a create, the task id is derived from (project, mutation id), so a replayed create
+// returns the same task. Absent, a fresh mutation id is generated.
+struct TaskWrite {
+  nlohmann::json body;
+  std::optional<std::string> mutation_id;
+};
+
+struct PublishedTask {
+  TaskView task;
+  bool replayed = false;
+};
+
+// What a trigger does now, as the scheduler sees it:
+//   active      enabled and pinned to the task's current enabled revision: it admits runs;
+//   disabled    the trigger is disabled;
+//   pin_stale   enabled, but the task was republished (or disabled) since: admits nothing
+//               until it is repinned;
+//   exhausted   enabled and current, but the expression has no fire time left.
+struct TriggerView {
+  TriggerHeadRecord head;
+  TriggerRevisionRecord revision;
+  std::optional<ScheduleRecord> schedule;
+  std::string state;
+  // The pinned task revision is not the task's current revision, or that one is disabled.
+  bool pin_stale = false;
+  // The next occurrence the scheduler will admit (set only when state is active).
+  std::optional<int64_t> next_fire_at_ms;
+};
+
+// A new trigger. The trigger pins the task's current (enabled) revision and digest.
+struct TriggerWrite {
+  std::string task_id;
+  std::string expression;
+  std::string timezone;
+  std::string misfire = "skip";
+  bool enabled = true;
+  // As for TaskWrite: replaying a create with the same mutation id returns the same trigger.
+  std::optional<std::string> mutation_id;
+};
+
+struct PublishedTrigger {
+  TriggerView trigger;
+  bool replayed = false;
+};
+
+struct TriggerPreview {
+  TriggerView trigger;
+  // Occurrences in the order the scheduler admits them, starting from its durable cursor.
+  // Computed even when the trigger is not active (then nothing is admitted: see `state`).
+  std::vector<int64_t> fire_times_ms;
+};
+
+struct CronPreview {
+  std::string expression;  // canonical: fields joined by single spaces
+  std::string timezone;    // canonical IANA name
+  std::vector<int64_t> fire_times_ms;
+};
+
+// A keyset page request. `cursor` is a next_cursor returned by the same listing.
+struct PageQuery {
+  std::optional<std::string> cursor;
+  int limit = kDefaultPageLimit;
+};
+
+template <typename T>
+struct PageResult {
+  std::vector<T> items;
+  std::optional<std::string> next_cursor;
+};
+
+struct RunQuery {
+  std::optional<std::string> task_id;
+  std::optional<std::string> trigger_id;
+  std::optional<std::string> status;
+};
+
+struct StartRunRequest {
+  std::string task_id;
+  // Unique per project; a second start with the same key returns the first run when it names
+  // the same task, else Conflict idempotency_key_reused. Keys starting with "ql3:" are
+  // reserved for cron occurrences.
+  std::optional<std::string> idempotency_key;
+  std::optional<int> priority;  // kMinRunPriority .. kMaxRunPriority, default 0
+};
+
+struct StartedRun {
+  RunRecord run;
+  bool replayed = false;
+};
+
+struct RunView {
+  RunRecord run;
+  std::vector<AttemptRecord> attempts;
+};
+
+struct StatusSummary {
+  ProjectRecord project;
+  std::string executor_type;
+  int64_t now_ms = 0;
+  // Every run status (wire name) with its count, in state-machine order, zeros included.
+  std::vector<std::pair<std::string, int64_t>> runs_by_status;
+  int64_t enabled_triggers = 0;
+};
+
+class ControlService {
+ public:
+  // `store`, `clock` and `random` must outlive the service. Thread-safe: every method may be
+  // called concurrently (the store serialises its own transactions).
+  ControlService(Store& store, Clock& clock, RandomSource& random, ControlOptions options);
+
+  // Validates the options: executor type known, grace 0 .. 5 min.
+  static Status ValidateOptions(const ControlOptions& options);
+
+  // Returns the default project, creating it on first call. Idempotent.
+  Result<ProjectRecord> EnsureDefaultProject();
+  Result<std::vector<ProjectRecord>> ListProjects();
+
+  // Creates a task (revision 1) in the default project. When the body is enabled, the
+  // execution revision for the configured executor type is published in the same transaction.
+  Result<PublishedTask> PublishTask(const TaskWrite& write);
+  // Appends revision expected_revision + 1 to `task_id`; Conflict revision_conflict when the
+  // task's current revision is not `expected_revision`.
+  Result<PublishedTask> PublishTaskRevision(const std::string& task_id, int64_t expected_revision,
+                                            const TaskWrite& write);
+  Result<TaskView> GetTask(const std::string& task_id);
+  Result<PageResult<TaskView>> ListTasks(const PageQuery& page);
+  // Returns every revision of the task, newest first.
+  Result<std::vector<TaskRevisionRecord>> TaskHistory(const std::string& task_id);
+
+  // Creates a trigger on the task's current revision. The expression and zone are validated
+  // with the scheduler's own cron code and the zone is stored under its canonical name.
+  // Conflict task_disabled when the task's current revision is disabled.
+  Result<PublishedTrigger> AddTrigger(const TriggerWrite& write);
+  // Publishes a revision with `enabled` changed; a no-op (returned as replayed) when the
+  // trigger already is in that state. Enabling a trigger whose pin is stale is Conflict
+  // trigger_pin_stale: repin it first.
+  Result<PublishedTrigger> SetTriggerEnabled(const std::string& trigger_id, bool enabled);
+  // Publishes a revision pinning the task's current revision and digest (enabled state kept);
+  // a no-op (replayed) when the pin is already current. Conflict task_disabled when the trigger
+  // is enabled and the task's current revision is disabled.
+  Result<PublishedTrigger> RepinTrigger(const std::string& trigger_id);
+  Result<TriggerView> GetTrigger(const std::string& trigger_id);
+  Result<PageResult<TriggerView>> ListTriggers(const std::optional<std::string>& task_id,
+                                               const PageQuery& page);
+  // Returns the next `count` (1 .. kMaxPreviewCount) occurrences the scheduler will admit,
+  // starting from the durable cursor (or, before initialisation, from the revision's
+  // publication time) and applying the misfire policy at the current time.
+  Result<TriggerPreview> PreviewTrigger(const std::string& trigger_id, int count);
+  // Returns the first `count` fire times of `expression` in `timezone` strictly after
+  // `from_ms` (default: now), fewer when the expression runs out.
+  Result<CronPreview> PreviewCron(const std::string& expression, const std::string& timezone,
+                                  std::optional<int64_t> from_ms, int count);
+
+  // Starts a manual run of the task's current enabled revision with its execution revision.
+  Result<StartedRun> StartRun(const StartRunRequest& request);
+  // Creates a new manual run of the task's current enabled revision with retry_of_run_id set;
+  // only for runs in a terminal state (Conflict run_not_terminal otherwise).
+  Result<StartedRun> RetryRun(const std::string& run_id);
+  // Records a cancel intent (the first one wins). Conflict run_already_terminal for terminal
+  // runs. `reason` defaults to "user"; at most kMaxCancelReasonChars characters.
+  Result<RunRecord> CancelRun(const std::string& run_id, const std::optional<std::string>& reason);
+  Result<RunView> GetRun(const std::string& run_id);
+  Result<PageResult<RunRecord>> ListRuns(const RunQuery& query, const PageQuery& page);
+  // Returns events with sequence > after_sequence (>= 0), at most `limit` (1 .. kMaxPageLimit).
+  Result<std::vector<EventRecord>> ListRunEvents(const std::string& run_id, int64_t after_sequence,
+                                                 int limit);
+  // Returns the run's latest attempt; NotFound attempt_not_found when it has none.
+  Result<AttemptRecord> LatestAttempt(const std::string& run_id);
+
+  // Returns run counts by status and the number of enabled triggers.
+  Result<StatusSummary> GetStatus();
+
+  const ControlOptions& options() const { return options_; }
+
+ private:
+  // An execution revision with its verified plan.
+  struct PinnedPlan {
+    ExecutionRevisionRecord record;
+    ExecutionPlan plan;
+  };
+  // Returns the digest-verified execution revision of an enabled task revision for the
+  // configured executor type; empty for a disabled revision or when none exists.
+  Result<std::optional<PinnedPlan>> PlanOf(const TaskRevisionRecord& revision);
+  Result<std::string> ProjectId();
+  std::string NewId();
+  std::string DerivedId(std::string_view kind, const std::string& project_id,
+                        const std::string& mutation_id);
+  Result<std::string> MutationIdOrNew(const std::optional<std::string>& mutation_id);
+  Result<PublishedTask> Publish(const std::string& project_id, const std::string& task_id,
+                                std::optional<int64_t> expected_revision,
+                                const std::string& mutation_id, const TaskContent& content);
+  Result<TaskView> ViewOf(const TaskRevisionRecord& revision);
+  Result<TriggerView> ViewOf(const TriggerHeadRecord& head, const TriggerRevisionRecord& revision);
+  Result<PublishedTrigger> PublishTriggerRevisionOf(const TriggerView& current,
+                                                    TriggerRevisionRecord next);
+  Result<std::vector<int64_t>> AdmissionPreview(const TriggerView& view, int count);
+  Result<StartedRun> CreateManualRun(const std::string& task_id,
+                                     const std::optional<std::string>& idempotency_key,
+                                     int priority, const std::optional<std::string>& retry_of);
+
+  Store& store_;
+  Clock& clock_;
+  RandomSource& random_;
+  ControlOptions options_;
+  std::mutex random_mu_;  // random sources need not be thread-safe
+  std::mutex project_mu_;
+  std::optional<ProjectRecord> project_;  // guarded by project_mu_
+};
+
+}  // namespace ql

@@ -1,0 +1,282 @@
+#include "ql/engine/local_dispatcher.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "ql/engine/control_service.h"
+#include "ql/storage/sqlite/sqlite_store.h"
+#include "ql/testing/fake_clock.h"
+
+namespace ql {
+namespace {
+
+using testing::FakeClock;
+using testing::SeededRandom;
+
+// What a test controls about one fake attempt.
+struct FakeProcess {
+  AttemptLaunch launch;
+  std::optional<AttemptOutcome> outcome;
+  bool truncated = false;
+  int cancel_requests = 0;
+};
+
+class FakeHandle final : public AttemptHandle {
+ public:
+  explicit FakeHandle(std::shared_ptr<FakeProcess> p) : p_(std::move(p)) {}
+  std::optional<AttemptOutcome> Poll() override { return p_->outcome; }
+  bool LogTruncated() const override { return p_->truncated; }
+  Status RequestCancel() override {
+    ++p_->cancel_requests;
+    return Status::Ok();
+  }
+  int64_t pid() const override { return 4242; }
+  int64_t process_start_ticks() const override { return 99; }
+
+ private:
+  std::shared_ptr<FakeProcess> p_;
+};
+
+class FakeRunner final : public AttemptRunner {
+ public:
+  Result<std::unique_ptr<AttemptHandle>> Launch(const AttemptLaunch& launch) override {
+    auto p = std::make_shared<FakeProcess>();
+    p->launch = launch;
+    processes[launch.attempt_id] = p;
+    order.push_back(launch.attempt_id);
+    return std::unique_ptr<AttemptHandle>(new FakeHandle(p));
+  }
+  Result<std::unique_ptr<AttemptHandle>> Adopt(const std::string& attempt_id) override {
+    auto it = processes.find(attempt_id);
+    if (it == processes.end()) return NotFound("exec_attempt_not_found", attempt_id);
+    return std::unique_ptr<AttemptHandle>(new FakeHandle(it->second));
+  }
+  std::map<std::string, std::shared_ptr<FakeProcess>> processes;
+  std::vector<std::string> order;
+};
+
+AttemptOutcome Exited(int code) {
+  AttemptOutcome o;
+  o.kind = AttemptOutcome::Kind::kExited;
+  o.exit_code = code;
+  return o;
+}
+
+class LocalDispatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ql-disp-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    SqliteOptions options;
+    options.path = dir_ + "/q.db";
+    store_ = std::move(SqliteStore::Open(options, clock_).value());
+    control_ = std::make_unique<ControlService>(*store_, clock_, random_, ControlOptions{});
+    ASSERT_TRUE(control_->EnsureDefaultProject().ok());
+    options_.max_concurrency = 1;
+    options_.log_cap_bytes = 1024;
+    options_.log_root = dir_ + "/log";
+    TaskWrite write;
+    write.body = {{"name", "t"},
+                  {"spec",
+                   {{"command", {{"kind", "shell"}, {"command", "echo hi"}}},
+                    {"environment", {{"GREETING", "hello"}}},
+                    {"timeoutMs", 5000}}}};
+    task_id_ = control_->PublishTask(write)->task.head.task_id;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  LocalDispatcher Make() {
+    return LocalDispatcher(store_->runs(), store_->definitions(), runner_, clock_, random_,
+                           metrics_, options_);
+  }
+  std::string Start() {
+    StartRunRequest request;
+    request.task_id = task_id_;
+    Result<StartedRun> run = control_->StartRun(request);
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    return run->run.id;
+  }
+  RunRecord Get(const std::string& id) { return *store_->runs().GetRun(id); }
+  std::vector<std::string> EventTypes(const std::string& id) {
+    std::vector<std::string> types;
+    for (const EventRecord& e : *store_->runs().ListEvents(id, 0, 100)) types.push_back(e.type);
+    return types;
+  }
+  std::shared_ptr<FakeProcess> Process(const std::string& run_id) {
+    for (auto& [attempt, p] : runner_.processes) {
+      if (p->launch.run_id == run_id) return p;
+    }
+    return nullptr;
+  }
+  void Tick(LocalDispatcher& d) {
+    Result<TickReport> r = d.Tick();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->errors, 0);
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  SeededRandom random_{11};
+  Metrics metrics_;
+  FakeRunner runner_;
+  LocalDispatcherOptions options_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<ControlService> control_;
+  std::string task_id_;
+};
+
+TEST_F(LocalDispatcherTest, LaunchesThePinnedPlanAndRecordsSuccess) {
+  const std::string run = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  RunRecord r = Get(run);
+  EXPECT_EQ(r.status, "running");
+  auto p = Process(run);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->launch.argv, (std::vector<std::string>{"/bin/sh", "-c", "echo hi"}));
+  EXPECT_EQ(p->launch.timeout_ms, 5000);
+  EXPECT_EQ(p->launch.log_path, dir_ + "/log/" + task_id_ + "/" + run + ".log");
+  std::map<std::string, std::string> env(p->launch.environment.begin(), p->launch.environment.end());
+  EXPECT_EQ(env["GREETING"], "hello");
+  EXPECT_EQ(env["QL_RUN_ID"], run);
+  EXPECT_EQ(env["QL_ATTEMPT_ID"], p->launch.attempt_id);
+  auto attempts = *store_->runs().ListAttempts(run);
+  EXPECT_EQ(attempts[0].status, "running");
+  EXPECT_EQ(attempts[0].pid, 4242);
+
+  p->outcome = Exited(0);
+  Tick(d);
+  r = Get(run);
+  EXPECT_EQ(r.status, "succeeded");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.finished_at_ms.has_value());
+  EXPECT_EQ(EventTypes(run),
+            (std::vector<std::string>{"run.created", "run.queued", "run.dispatching",
+                                      "attempt.starting", "attempt.running", "run.running",
+                                      "attempt.succeeded", "run.succeeded"}));
+}
+
+TEST_F(LocalDispatcherTest, NonZeroExitFailsWithTheExitCode) {
+  const std::string run = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  Process(run)->outcome = Exited(3);
+  Tick(d);
+  RunRecord r = Get(run);
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.error_code, "exit_status");
+}
+
+TEST_F(LocalDispatcherTest, ConcurrencyIsBounded) {
+  const std::string a = Start();
+  clock_.Advance(1);
+  const std::string b = Start();
+  clock_.Advance(1);
+  const std::string c = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  Tick(d);
+  EXPECT_EQ(runner_.order.size(), 1u);
+  EXPECT_EQ(d.active(), 1);
+  runner_.processes[runner_.order[0]]->outcome = Exited(0);
+  Tick(d);
+  EXPECT_EQ(runner_.order.size(), 2u);
+  // FIFO among equal priorities.
+  EXPECT_EQ(runner_.processes[runner_.order[0]]->launch.run_id, a);
+  EXPECT_EQ(runner_.processes[runner_.order[1]]->launch.run_id, b);
+}
+
+TEST_F(LocalDispatcherTest, CancelReachesTheProcessAndEndsCancelled) {
+  const std::string run = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  ASSERT_TRUE(control_->CancelRun(run, std::string("test")).ok());
+  Tick(d);
+  auto p = Process(run);
+  EXPECT_EQ(p->cancel_requests, 1);
+  Tick(d);
+  EXPECT_EQ(p->cancel_requests, 1);  // asked once
+  AttemptOutcome cancelled;
+  cancelled.kind = AttemptOutcome::Kind::kCancelled;
+  p->outcome = cancelled;
+  Tick(d);
+  EXPECT_EQ(Get(run).status, "cancelled");
+}
+
+TEST_F(LocalDispatcherTest, ACommittedCancelIntentWinsOverALaterCompletion) {
+  const std::string run = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  ASSERT_TRUE(control_->CancelRun(run, std::nullopt).ok());
+  Process(run)->outcome = Exited(0);  // the command finished before it saw the cancel
+  Tick(d);
+  EXPECT_EQ(Get(run).status, "cancelled");
+}
+
+TEST_F(LocalDispatcherTest, TimeoutEndsTimedOut) {
+  const std::string run = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  AttemptOutcome timed_out;
+  timed_out.kind = AttemptOutcome::Kind::kTimedOut;
+  Process(run)->outcome = timed_out;
+  Tick(d);
+  EXPECT_EQ(Get(run).status, "timed_out");
+}
+
+TEST_F(LocalDispatcherTest, LogTruncationIsRecordedOnceWhileRunning) {
+  const std::string run = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  Process(run)->truncated = true;
+  Tick(d);
+  Tick(d);
+  auto types = EventTypes(run);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "attempt.log_truncated"), 1);
+  EXPECT_EQ(Get(run).status, "running");
+}
+
+TEST_F(LocalDispatcherTest, RecoveryWatchesSurvivorsRecordsFinishedAndLosesVanished) {
+  const std::string survivor = Start();
+  options_.max_concurrency = 3;
+  const std::string finished = Start();
+  const std::string vanished = Start();
+  {
+    LocalDispatcher before = Make();
+    Tick(before);
+  }
+  // The daemon "restarts": a new dispatcher over the same store and processes.
+  Process(finished)->outcome = Exited(0);
+  runner_.processes.erase(Process(vanished)->launch.attempt_id);
+  LocalDispatcher after = Make();
+  ASSERT_TRUE(after.Recover().ok());
+  EXPECT_EQ(after.active(), 1);
+  EXPECT_EQ(Get(survivor).status, "running");
+  EXPECT_EQ(Get(finished).status, "succeeded");
+  RunRecord lost = Get(vanished);
+  EXPECT_EQ(lost.status, "failed");
+  EXPECT_EQ(lost.error_code, "attempt_lost");
+  auto attempts = *store_->runs().ListAttempts(vanished);
+  EXPECT_EQ(attempts.back().status, "lost");
+  auto types = EventTypes(vanished);
+  EXPECT_NE(std::find(types.begin(), types.end(), "run.lost"), types.end());
+  // Nothing was relaunched: recovery never bulk-resets.
+  EXPECT_EQ(runner_.order.size(), 3u);
+}
+
+TEST(RetryBackoffTest, DoublesUpToTheMaximum) {
+  RetryPolicy p;
+  p.backoff_base_ms = 1000;
+  p.backoff_max_ms = 5000;
+  EXPECT_EQ(RetryBackoffMs(p, 2), 1000);
+  EXPECT_EQ(RetryBackoffMs(p, 3), 2000);
+  EXPECT_EQ(RetryBackoffMs(p, 4), 4000);
+  EXPECT_EQ(RetryBackoffMs(p, 5), 5000);
+  EXPECT_EQ(RetryBackoffMs(p, 16), 5000);
+}
+
+}  // namespace
+}  // namespace ql

@@ -1,0 +1,213 @@
+#include "ql/engine/local_scheduler.h"
+
+#include <algorithm>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/execution_plan.h"
+#include "ql/core/idempotency_key.h"
+#include "ql/core/ids.h"
+#include "ql/core/misfire.h"
+
+namespace ql {
+namespace {
+
+constexpr int kHardPageCap = 256;
+constexpr size_t kMaxCachedSchedules = 4096;
+
+}  // namespace
+
+Result<LocalSchedulerOptions> LocalSchedulerOptionsForProfile(std::string_view profile) {
+  LocalSchedulerOptions options;
+  if (profile == "edge") {
+    options.page_size = 4;
+    options.cadence_ms = 5000;
+    options.grace_ms = 30'000;
+  } else if (profile == "standalone") {
+    options.page_size = 16;
+    options.cadence_ms = 1000;
+    options.grace_ms = 300'000;
+  } else {
+    return InvalidArgument("unknown_profile", "unknown deployment profile '" +
+                                                  std::string(profile) +
+                                                  "': expected edge or standalone");
+  }
+  return options;
+}
+
+LocalScheduler::LocalScheduler(ScheduleRepository& schedules, DefinitionRepository& definitions,
+                               Clock& clock, RandomSource& random, Metrics& metrics,
+                               LocalSchedulerOptions options)
+    : schedules_(schedules),
+      definitions_(definitions),
+      clock_(clock),
+      random_(random),
+      metrics_(metrics),
+      options_(std::move(options)) {
+  metrics_.Describe("ql_scheduler_occurrences_total", "counter",
+                    "Schedule decisions applied, by outcome (initialize, admit, skip, raced).");
+  metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
+  metrics_.Describe("ql_scheduler_round_rows", "histogram", "Rows decided per round.");
+  metrics_.Describe("ql_scheduler_lag_seconds", "histogram",
+                    "Admission time minus scheduled time of admitted occurrences.");
+  metrics_.Describe("ql_scheduler_errors_total", "counter", "Scheduler storage errors.");
+}
+
+Status LocalScheduler::ValidateOptions(const LocalSchedulerOptions& o) {
+  if (o.page_size < 1 || o.page_size > kHardPageCap) {
+    return InvalidArgument("invalid_scheduler_option",
+                           "page size " + std::to_string(o.page_size) + " is outside 1..256");
+  }
+  if (o.cadence_ms < 100 || o.cadence_ms > 60'000) {
+    return InvalidArgument("invalid_scheduler_option",
+                           "cadence " + std::to_string(o.cadence_ms) + " ms is outside 100..60000");
+  }
+  return ValidateGraceMs(o.grace_ms);
+}
+
+Result<const CronSchedule*> LocalScheduler::ScheduleFor(const TriggerRevisionRecord& trigger) {
+  std::string key = trigger.expression + "\t" + trigger.timezone;
+  auto it = cron_cache_.find(key);
+  if (it != cron_cache_.end()) return it->second.get();
+  Result<CronSchedule> parsed = CronSchedule::Create(trigger.expression, trigger.timezone);
+  if (!parsed.ok()) {
+    // A stored revision that no longer parses (zone removed from tzdata, say) is corrupt input.
+    return Corrupt("trigger_spec_invalid", "trigger " + trigger.trigger_id + " revision " +
+                                               std::to_string(trigger.revision) + ": " +
+                                               parsed.status().message());
+  }
+  if (cron_cache_.size() >= kMaxCachedSchedules) cron_cache_.clear();
+  auto owned = std::make_unique<CronSchedule>(std::move(parsed).value());
+  const CronSchedule* raw = owned.get();
+  cron_cache_.emplace(std::move(key), std::move(owned));
+  return raw;
+}
+
+Result<LocalScheduler::ExecutionRef> LocalScheduler::ExecutionFor(
+    const TriggerRevisionRecord& trigger) {
+  auto key = std::make_pair(trigger.task_id, trigger.task_revision);
+  auto it = execution_cache_.find(key);
+  if (it != execution_cache_.end()) return it->second;
+  QL_ASSIGN_OR_RETURN(ExecutionRevisionRecord execution,
+                      definitions_.FindExecutionRevision(trigger.task_id, trigger.task_revision,
+                                                         options_.executor_type));
+  QL_ASSIGN_OR_RETURN(nlohmann::json plan_json, ParseJsonStrict(execution.plan_json));
+  QL_ASSIGN_OR_RETURN(ExecutionPlan plan, PlanFromJson(plan_json));
+  QL_RETURN_IF_ERROR(VerifyPlanDigest(plan, execution.plan_digest));
+  if (plan.task_digest != trigger.task_digest) {
+    return Corrupt("digest_mismatch", "execution revision " + execution.id +
+                                          " does not belong to the pinned task digest");
+  }
+  if (execution_cache_.size() >= kMaxCachedSchedules) execution_cache_.clear();
+  ExecutionRef ref{execution.id, plan.retry_policy};
+  execution_cache_.emplace(key, ref);
+  return ref;
+}
+
+Status LocalScheduler::DecideAndApply(const DueSchedule& due, int64_t now_ms,
+                                      RoundReport& report) {
+  const ScheduleRecord& s = due.schedule;
+  const TriggerRevisionRecord& t = due.trigger;
+  QL_ASSIGN_OR_RETURN(const CronSchedule* cron, ScheduleFor(t));
+  QL_ASSIGN_OR_RETURN(MisfirePolicy policy, ParseMisfirePolicy(t.misfire));
+  misfire::NextFireFn next = [cron](int64_t after) { return cron->NextAfter(after); };
+  misfire::Decision decision =
+      misfire::Decide(s.next_fire_at_ms, now_ms, s.published_at_ms, options_.grace_ms, policy, next);
+  if (decision.kind == misfire::Decision::Kind::kNotDue) return Status::Ok();
+
+  ScheduleAdvance advance;
+  advance.trigger_id = s.trigger_id;
+  advance.expected_trigger_revision = s.trigger_revision;
+  advance.expected_state_version = s.state_version;
+  advance.expected_next_fire_at_ms = s.next_fire_at_ms;
+  advance.expected_task_revision = t.task_revision;
+  advance.expected_task_digest = t.task_digest;
+  advance.new_next_fire_at_ms = decision.new_cursor_ms;
+  advance.exhausted = !decision.new_cursor_ms.has_value();
+  advance.now_ms = now_ms;
+  if (decision.admit_scheduled_for_ms.has_value()) {
+    QL_ASSIGN_OR_RETURN(ExecutionRef execution, ExecutionFor(t));
+    NewRun run;
+    run.run_id = NewUuidV7(now_ms, random_);
+    run.attempt_id = NewUuidV7(now_ms, random_);
+    run.project_id = t.project_id;
+    run.task_id = t.task_id;
+    run.task_revision = t.task_revision;
+    run.task_digest = t.task_digest;
+    run.execution_revision_id = execution.id;
+    run.executor_type = options_.executor_type;
+    run.trigger_id = t.trigger_id;
+    run.trigger_revision = t.revision;
+    run.scheduled_for_ms = *decision.admit_scheduled_for_ms;
+    run.trigger_type = "cron";
+    run.idempotency_key =
+        CronIdempotencyKey(t.trigger_id, t.revision, *decision.admit_scheduled_for_ms);
+    run.retry_policy = execution.retry_policy;
+    run.actor_type = "scheduler";
+    run.now_ms = now_ms;
+    advance.run = std::move(run);
+  }
+
+  QL_ASSIGN_OR_RETURN(AdvanceOutcome outcome, schedules_.ApplyScheduleAdvance(advance));
+  if (outcome == AdvanceOutcome::kRaced) {
+    ++report.raced;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="raced")");
+    return Status::Ok();
+  }
+  if (advance.exhausted) ++report.exhausted;
+  if (advance.run.has_value()) {
+    ++report.admitted;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="admit")");
+    metrics_.Observe("ql_scheduler_lag_seconds",
+                     static_cast<double>(now_ms - *advance.run->scheduled_for_ms) / 1000.0);
+    if (on_admitted_) on_admitted_();
+  } else if (decision.kind == misfire::Decision::Kind::kInitialize) {
+    ++report.initialized;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="initialize")");
+  } else {
+    ++report.skipped;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="skip")");
+  }
+  if (decision.new_cursor_ms.has_value() && *decision.new_cursor_ms <= now_ms) {
+    report.still_due = true;
+  }
+  return Status::Ok();
+}
+
+Result<RoundReport> LocalScheduler::RunRound() {
+  RoundReport report;
+  const int64_t now_ms = clock_.NowMs();
+  metrics_.Increment("ql_scheduler_rounds_total");
+  Result<std::vector<DueSchedule>> due = schedules_.ListDueSchedules(now_ms, options_.page_size);
+  if (!due.ok()) {
+    metrics_.Increment("ql_scheduler_errors_total");
+    return due.status();
+  }
+  report.rows = static_cast<int>(due->size());
+  report.page_full = report.rows >= options_.page_size;
+  metrics_.Observe("ql_scheduler_round_rows", report.rows);
+  for (const DueSchedule& row : *due) {
+    Status st = DecideAndApply(row, now_ms, report);
+    if (st.ok()) continue;
+    ++report.errors;
+    metrics_.Increment("ql_scheduler_errors_total");
+    // A row whose stored definition is unusable must not stall every other trigger.
+    if (st.code() == StatusCode::kCorrupt || st.code() == StatusCode::kNotFound ||
+        st.code() == StatusCode::kConflict) {
+      continue;
+    }
+    return st;
+  }
+  return report;
+}
+
+Result<int64_t> LocalScheduler::NextDelayMs(const RoundReport& report) {
+  // Rows that failed stay due; they must not turn the loop into a busy spin.
+  const bool progressed = report.rows > report.errors;
+  if ((report.page_full && progressed) || report.still_due) return int64_t{0};
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> earliest, schedules_.EarliestDueAt());
+  if (!earliest.has_value()) return options_.cadence_ms;
+  const int64_t until = *earliest - clock_.NowMs();
+  return std::clamp<int64_t>(until, 0, options_.cadence_ms);
+}
+
+}  // namespace ql

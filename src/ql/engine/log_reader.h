@@ -1,0 +1,46 @@
+#pragma once
+
+// Reads run logs for the API. Logs are plain files written by the local process executor under
+// one log root (data/log); an attempt's `log_path` names its file. The reader never follows a
+// path out of that root, so a corrupted or hostile log_path cannot expose other files.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ql/core/records.h"
+#include "ql/core/status.h"
+
+namespace ql {
+
+// The largest chunk one ReadLog call returns, whatever the caller asks for.
+inline constexpr size_t kMaxLogChunkBytes = 1 << 20;
+
+struct LogChunk {
+  std::string data;         // raw bytes of the log from the requested offset
+  int64_t next_offset = 0;  // offset to ask for next (requested offset + data.size())
+  bool eof = false;         // next_offset reached the end of the file as it was when read
+  bool exists = false;      // the attempt has a log file on disk
+};
+
+class LogReader {
+ public:
+  // Reads logs below `log_root` (an existing directory; symlinks in it are resolved once here).
+  explicit LogReader(std::string log_root);
+
+  // Returns up to min(max_bytes, kMaxLogChunkBytes) bytes of the attempt's log starting at byte
+  // `offset`. An attempt without a log_path, or whose file does not exist yet, yields an empty
+  // chunk with exists=false and eof=true; an offset at or past the end yields an empty chunk
+  // with eof=true and next_offset = offset. A relative log_path is taken relative to the log
+  // root. Errors: InvalidArgument `invalid_offset` (negative offset); Corrupt
+  // `log_path_invalid` when the path (after resolving symlinks) lies outside the log root or is
+  // not a regular file; Unavailable `log_unreadable` when the file cannot be opened or read.
+  Result<LogChunk> ReadLog(const AttemptRecord& attempt, int64_t offset, size_t max_bytes) const;
+
+  const std::string& log_root() const { return root_; }
+
+ private:
+  std::string root_;  // canonical absolute path, no trailing slash (except "/")
+};
+
+}  // namespace ql

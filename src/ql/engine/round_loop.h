@@ -1,0 +1,59 @@
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
+namespace ql {
+
+// A sleep that can be cut short. Stop() is permanent; Wake() ends the current (or next) sleep.
+class Sleeper {
+ public:
+  virtual ~Sleeper() = default;
+  // Sleeps up to `ms` milliseconds; returns early after Wake() or Stop().
+  virtual void SleepFor(int64_t ms) = 0;
+  virtual void Wake() = 0;
+  virtual void Stop() = 0;
+  virtual bool stopped() const = 0;
+};
+
+// A Sleeper on a condition variable (real time).
+class ConditionSleeper final : public Sleeper {
+ public:
+  void SleepFor(int64_t ms) override;
+  void Wake() override;
+  void Stop() override;
+  bool stopped() const override;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool woken_ = false;
+};
+
+// Drives a round function until stopped: one round at a time (rounds never overlap), sleeping the
+// delay each round returns (0 = start the next round at once). Run() blocks on the caller's
+// thread; after Stop() it returns as soon as the round in progress (if any) has finished, so
+// stopping is bounded by the longest round.
+class RoundLoop {
+ public:
+  // Runs one round and returns how long to sleep before the next, in milliseconds.
+  using Round = std::function<int64_t()>;
+
+  RoundLoop(Round round, Sleeper& sleeper) : round_(std::move(round)), sleeper_(sleeper) {}
+
+  void Run();
+  void Stop() { sleeper_.Stop(); }
+  // Returns the number of rounds completed.
+  int64_t rounds() const;
+
+ private:
+  Round round_;
+  Sleeper& sleeper_;
+  mutable std::mutex mu_;
+  int64_t rounds_ = 0;
+};
+
+}  // namespace ql

@@ -1,0 +1,35 @@
+#include "ql/storage/sqlite/sqlite_migrations.h"
+
+#include <string>
+
+namespace ql::sqlite {
+
+const MigrationStream& SqliteMainStream() {
+  static const MigrationStream* const kStream = [] {
+    auto* stream = new MigrationStream;
+    stream->name = std::string(kSqliteMainStream);
+    stream->dialect = std::string(kSqliteDialect);
+    for (const EmbeddedSql& file : EmbeddedMigrationFiles()) {
+      stream->migrations.push_back(
+          Migration{std::string(file.id), MigrationChecksum(file.sql), std::string(file.sql)});
+    }
+    return stream;
+  }();
+  return *kStream;
+}
+
+std::span<const SchemaCapability> CapabilitySteps() {
+  // Version 1 is the complete local control core: it becomes true only once the run tables
+  // exist, so it is written by the last migration of the baseline.
+  static constexpr SchemaCapability kSteps[] = {
+      {kLocalControlCore, 1,
+       R"({"attempts":1,"definitions":1,"events":1,"projects":1,"retry_policies":1,"runs":1,)"
+       R"("schedules":1})",
+       "0004-runs"},
+  };
+  return kSteps;
+}
+
+const SchemaCapability& ExpectedCapability() { return CapabilitySteps().back(); }
+
+}  // namespace ql::sqlite

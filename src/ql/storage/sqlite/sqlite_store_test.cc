@@ -1,0 +1,576 @@
+#include "ql/storage/sqlite/sqlite_store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/digest.h"
+#include "ql/core/execution_plan.h"
+#include "ql/core/ids.h"
+#include "ql/core/migration_stream.h"
+#include "ql/storage/sqlite/sqlite_db.h"
+#include "ql/storage/sqlite/sqlite_migrations.h"
+#include "ql/testing/fake_clock.h"
+#include "ql/testing/repository_contract.h"
+
+namespace ql {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A temporary directory removed with everything in it when destroyed.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "ql-sqlite-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string File(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+// A store on a file of its own, deleted with it.
+class TempFileStore final : public Store {
+ public:
+  TempFileStore(std::unique_ptr<TempDir> dir, std::unique_ptr<SqliteStore> store)
+      : dir_(std::move(dir)), store_(std::move(store)) {}
+  ProjectRepository& projects() override { return store_->projects(); }
+  DefinitionRepository& definitions() override { return store_->definitions(); }
+  ScheduleRepository& schedules() override { return store_->schedules(); }
+  RunRepository& runs() override { return store_->runs(); }
+
+ private:
+  std::unique_ptr<TempDir> dir_;  // outlives the store: declared first, destroyed last
+  std::unique_ptr<SqliteStore> store_;
+};
+
+testing::StoreFactory FileFactory(const std::string& profile) {
+  return testing::StoreFactory{
+      profile, [profile]() -> std::unique_ptr<Store> {
+        auto dir = std::make_unique<TempDir>();
+        testing::FakeClock clock;
+        SqliteOptions options;
+        options.path = dir->File("qinglong.db");
+        options.profile = profile;
+        Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(options, clock);
+        if (!store.ok()) {
+          ADD_FAILURE() << store.status().ToString();
+          return nullptr;
+        }
+        return std::make_unique<TempFileStore>(std::move(dir), std::move(store).value());
+      }};
+}
+
+}  // namespace
+}  // namespace ql
+
+QL_INSTANTIATE_REPOSITORY_CONTRACT(Sqlite, ::ql::FileFactory("edge"),
+                                   ::ql::FileFactory("standalone"));
+
+namespace ql {
+namespace {
+
+SqliteOptions Options(const std::string& path, const std::string& profile = "standalone") {
+  SqliteOptions options;
+  options.path = path;
+  options.profile = profile;
+  return options;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Runs SQL on a separate raw connection, as an operator or another process would.
+class RawConnection {
+ public:
+  explicit RawConnection(const std::string& path) {
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db_), SQLITE_OK);
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  ~RawConnection() { sqlite3_close(db_); }
+  // Returns the SQLite result code of executing `sql`.
+  int Exec(const std::string& sql) {
+    char* error = nullptr;
+    const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
+    if (error != nullptr) last_error_ = error;
+    sqlite3_free(error);
+    return sqlite3_extended_errcode(db_) != SQLITE_OK && rc != SQLITE_OK
+               ? sqlite3_extended_errcode(db_)
+               : rc;
+  }
+  std::string Text(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    std::string out;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return out;
+  }
+  const std::string& last_error() const { return last_error_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+  std::string last_error_;
+};
+
+#define ASSERT_OK_AND_MOVE(lhs, expr)                                                             \
+  auto QL_CONCAT_(tmp_, __LINE__) = (expr);                                                       \
+  ASSERT_TRUE(QL_CONCAT_(tmp_, __LINE__).ok()) << QL_CONCAT_(tmp_, __LINE__).status().ToString(); \
+  lhs = std::move(QL_CONCAT_(tmp_, __LINE__)).value()
+
+// The migrations that have landed. Their ids and checksums never change: an edit to a landed
+// migration fails here and must become a new migration instead.
+TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
+  const std::vector<std::pair<std::string, std::string>> landed = {
+      {"0001-history-and-capabilities",
+       "3f2dd2d6910b61cdb50a9ae14103125b915029054b58274e24c08aa7566277fa"},
+      {"0002-projects-and-definitions",
+       "27f66459b00b2a1c93165144de2b46629deb4f075bb6b029c32dbc113f39ae66"},
+      {"0003-schedules", "32042587026ba1244fa8f8edabd6406980f660297c7870937085c21f6b17d210"},
+      {"0004-runs", "11570c80ca47b59504be7d34e59f071d071daf400153a3ca705367c296bd09e8"},
+  };
+  const MigrationStream& stream = sqlite::SqliteMainStream();
+  EXPECT_EQ(stream.name, "sqlite-main");
+  EXPECT_EQ(stream.dialect, "sqlite");
+  ASSERT_GE(stream.migrations.size(), landed.size());
+  for (size_t i = 0; i < landed.size(); ++i) {
+    EXPECT_EQ(stream.migrations[i].id, landed[i].first);
+    EXPECT_EQ(stream.migrations[i].checksum, landed[i].second) << landed[i].first;
+    EXPECT_EQ(Sha256Hex(stream.migrations[i].sql), stream.migrations[i].checksum);
+  }
+  const Status valid = ValidateStream(stream);
+  EXPECT_TRUE(valid.ok()) << valid.ToString();
+}
+
+TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
+  const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
+  EXPECT_EQ(capability.name, "local-control-core");
+  EXPECT_EQ(capability.version, 1);
+  Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);
+  bool known = false;
+  for (const Migration& migration : sqlite::SqliteMainStream().migrations) {
+    known = known || migration.id == capability.migration_id;
+  }
+  EXPECT_TRUE(known);
+}
+
+TEST(SqliteStoreTest, OpenAppliesEveryMigrationWithHistoryAndCapability) {
+  TempDir dir;
+  testing::FakeClock clock;
+  ASSERT_OK_AND_MOVE(std::unique_ptr<SqliteStore> store,
+                     SqliteStore::Open(Options(dir.File("a.db")), clock));
+  ASSERT_OK_AND_MOVE(std::vector<SqliteHistoryRow> history, store->History());
+  const MigrationStream& stream = sqlite::SqliteMainStream();
+  ASSERT_EQ(history.size(), stream.migrations.size());
+  for (size_t i = 0; i < history.size(); ++i) {
+    EXPECT_EQ(history[i].id, stream.migrations[i].id);
+    EXPECT_EQ(history[i].checksum, stream.migrations[i].checksum);
+    EXPECT_EQ(history[i].stream, "sqlite-main");
+    EXPECT_EQ(history[i].dialect, "sqlite");
+    EXPECT_EQ(history[i].applied_at_ms, clock.NowMs());
+  }
+  ASSERT_OK_AND_MOVE(std::vector<SqliteCapabilityRow> capabilities, store->Capabilities());
+  ASSERT_EQ(capabilities.size(), 1u);
+  EXPECT_EQ(capabilities[0].name, sqlite::ExpectedCapability().name);
+  EXPECT_EQ(capabilities[0].version, sqlite::ExpectedCapability().version);
+  EXPECT_EQ(capabilities[0].capability_map, sqlite::ExpectedCapability().capability_map);
+  EXPECT_EQ(capabilities[0].migration_id, sqlite::ExpectedCapability().migration_id);
+}
+
+TEST(SqliteStoreTest, ProfilesApplyTheirPragmas) {
+  TempDir dir;
+  testing::FakeClock clock;
+  {
+    ASSERT_OK_AND_MOVE(std::unique_ptr<SqliteStore> edge,
+                       SqliteStore::Open(Options(dir.File("edge.db"), "edge"), clock));
+    ASSERT_OK_AND_MOVE(SqliteSettings settings, edge->Settings());
+    EXPECT_EQ(settings.journal_mode, "delete");
+    EXPECT_EQ(settings.cache_size, -4096);
+    EXPECT_EQ(settings.mmap_size, 0);
+    EXPECT_EQ(settings.synchronous, 2);
+    EXPECT_TRUE(settings.foreign_keys);
+    EXPECT_EQ(settings.busy_timeout_ms, 5000);
+  }
+  {
+    ASSERT_OK_AND_MOVE(std::unique_ptr<SqliteStore> standalone,
+                       SqliteStore::Open(Options(dir.File("standalone.db")), clock));
+    ASSERT_OK_AND_MOVE(SqliteSettings settings, standalone->Settings());
+    EXPECT_EQ(settings.journal_mode, "wal");
+    EXPECT_EQ(settings.cache_size, -16384);
+    EXPECT_EQ(settings.synchronous, 1);
+    EXPECT_TRUE(settings.foreign_keys);
+  }
+  // The journal mode is a property of the file: another connection sees it too.
+  EXPECT_EQ(RawConnection(dir.File("standalone.db")).Text("PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(RawConnection(dir.File("edge.db")).Text("PRAGMA journal_mode"), "delete");
+}
+
+TEST(SqliteStoreTest, ReopenIsIdempotentAndKeepsData) {
+  TempDir dir;
+  testing::FakeClock clock;
+  testing::SeededRandom random(7);
+  const std::string path = dir.File("a.db");
+  std::string project_id;
+  std::vector<SqliteHistoryRow> first_history;
+  {
+    ASSERT_OK_AND_MOVE(std::unique_ptr<SqliteStore> store, SqliteStore::Open(Options(path), clock));
+    ASSERT_OK_AND_MOVE(ProjectRecord project,
+                       store->EnsureProject(NewUuidV7(clock.NowMs(), random), "default", "Default",
+                                            clock.NowMs()));
+    project_id = project.id;
+    ASSERT_OK_AND_MOVE(first_history, store->History());
+  }
+  clock.Advance(60'000);
+  for (const char* profile : {"standalone", "edge", "standalone"}) {
+    SCOPED_TRACE(profile);
+    ASSERT_OK_AND_MOVE(std::unique_ptr<SqliteStore> store,
+                       SqliteStore::Open(Options(path, profile), clock));
+    ASSERT_OK_AND_MOVE(std::vector<SqliteHistoryRow> history, store->History());
+    ASSERT_EQ(history.size(), first_history.size());
+    for (size_t i = 0; i < history.size(); ++i) {
+      EXPECT_EQ(history[i].applied_at_ms, first_history[i].applied_at_ms);
+    }
+    ASSERT_OK_AND_MOVE(ProjectRecord project, store->GetProject(project_id));
+    EXPECT_EQ(project.slug, "default");
+  }
+}
+
+// Opens `path` expecting a refusal with `reason`, and checks the file did not change.
+void ExpectRefusedUnchanged(const std::string& path, const std::string& reason,
+                            StatusCode code = StatusCode::kCorrupt) {
+  const std::string before = ReadBytes(path);
+  ASSERT_FALSE(before.empty());
+  testing::FakeClock clock(2'000'000'000'000);
+  for (const char* profile : {"edge", "standalone"}) {
+    SCOPED_TRACE(profile);
+    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(Options(path, profile), clock);
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.status().code(), code) << store.status().ToString();
+    EXPECT_EQ(store.status().reason(), reason) << store.status().ToString();
+    EXPECT_TRUE(ReadBytes(path) == before) << "a refused database must not be modified";
+  }
+}
+
+// Creates a current database at `path` and closes it.
+void CreateDatabase(const std::string& path) {
+  testing::FakeClock clock;
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(Options(path), clock);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+}
+
+TEST(SqliteStoreTest, NewerDatabaseIsRefusedAndLeftUntouched) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  CreateDatabase(path);
+  ASSERT_EQ(RawConnection(path).Exec(
+                "INSERT INTO schema_migrations VALUES ('0005-from-a-newer-build', 'sqlite-main', "
+                "'sqlite', '" +
+                std::string(64, 'a') + "', 1)"),
+            SQLITE_OK);
+  ExpectRefusedUnchanged(path, std::string(kReasonMigrationUnknown));
+}
+
+TEST(SqliteStoreTest, TamperedChecksumIsRefused) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  CreateDatabase(path);
+  ASSERT_EQ(
+      RawConnection(path).Exec("UPDATE schema_migrations SET checksum = '" + std::string(64, 'b') +
+                               "' WHERE id = '0002-projects-and-definitions'"),
+      SQLITE_OK);
+  ExpectRefusedUnchanged(path, std::string(kReasonMigrationChecksumMismatch));
+}
+
+TEST(SqliteStoreTest, GappedHistoryIsRefused) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  CreateDatabase(path);
+  ASSERT_EQ(RawConnection(path).Exec("DELETE FROM schema_migrations WHERE id = '0002-projects-and-"
+                                     "definitions'"),
+            SQLITE_OK);
+  ExpectRefusedUnchanged(path, std::string(kReasonMigrationGap));
+}
+
+TEST(SqliteStoreTest, DatabaseOfAnotherStreamIsRefused) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  ASSERT_EQ(RawConnection(path).Exec(
+                "CREATE TABLE schema_migrations (id TEXT PRIMARY KEY, stream TEXT, dialect TEXT, "
+                "checksum TEXT, applied_at_ms INTEGER);"
+                "INSERT INTO schema_migrations VALUES ('pg-0001-schema-capability', "
+                "'postgresql-main', 'postgresql', '" +
+                std::string(64, 'c') + "', 1);"),
+            SQLITE_OK);
+  ExpectRefusedUnchanged(path, std::string(kReasonMigrationWrongStream));
+}
+
+TEST(SqliteStoreTest, ForeignDatabaseWithoutHistoryIsRefused) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  ASSERT_EQ(RawConnection(path).Exec("CREATE TABLE crontab (id INTEGER PRIMARY KEY, cmd TEXT);"
+                                     "INSERT INTO crontab (cmd) VALUES ('echo hi');"),
+            SQLITE_OK);
+  ExpectRefusedUnchanged(path, "migration_history_invalid");
+}
+
+TEST(SqliteStoreTest, FileThatIsNotADatabaseIsCorrupt) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string(4096, 'x');
+  }
+  ExpectRefusedUnchanged(path, "database_corrupt");
+}
+
+TEST(SqliteStoreTest, TamperedCapabilityIsRefused) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  CreateDatabase(path);
+  ASSERT_EQ(RawConnection(path).Exec("UPDATE schema_capabilities SET version = 2"), SQLITE_OK);
+  ExpectRefusedUnchanged(path, "capability_invalid");
+  ASSERT_EQ(RawConnection(path).Exec(
+                "UPDATE schema_capabilities SET version = 1, capability_map = '{\"runs\":1}'"),
+            SQLITE_OK);
+  ExpectRefusedUnchanged(path, "capability_invalid");
+}
+
+TEST(SqliteStoreTest, InvalidOptionsAreRejected) {
+  TempDir dir;
+  testing::FakeClock clock;
+  Result<std::unique_ptr<SqliteStore>> cluster =
+      SqliteStore::Open(Options(dir.File("a.db"), "cluster"), clock);
+  EXPECT_EQ(cluster.status().reason(), "invalid_profile");
+  EXPECT_FALSE(fs::exists(dir.File("a.db")));
+  Result<std::unique_ptr<SqliteStore>> missing_dir =
+      SqliteStore::Open(Options(dir.File("no/such/dir/a.db")), clock);
+  EXPECT_EQ(missing_dir.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(missing_dir.status().reason(), "database_cannot_open");
+}
+
+TEST(SqliteStoreTest, AppendOnlyTablesRefuseUpdatesInTheDatabaseItself) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  CreateDatabase(path);
+  RawConnection raw(path);
+  ASSERT_EQ(raw.Exec("PRAGMA foreign_keys = OFF; INSERT INTO run_events VALUES "
+                     "('r', 1, 'run.created', 'user', NULL, NULL, '{}', 1)"),
+            SQLITE_OK);
+  EXPECT_EQ(raw.Exec("UPDATE run_events SET type = 'run.queued'"), SQLITE_CONSTRAINT_TRIGGER);
+  EXPECT_EQ(raw.Exec("DELETE FROM run_events"), SQLITE_CONSTRAINT_TRIGGER);
+  EXPECT_EQ(raw.Text("SELECT type FROM run_events"), "run.created");
+}
+
+TEST(SqliteStoreTest, LockedDatabaseAnswersBusyAfterBoundedRetries) {
+  for (const char* profile : {"edge", "standalone"}) {
+    SCOPED_TRACE(profile);
+    TempDir dir;
+    const std::string path = dir.File("a.db");
+    testing::FakeClock clock;
+    testing::SeededRandom random(3);
+    SqliteOptions options = Options(path, profile);
+    options.busy_timeout_ms = 50;
+    options.max_busy_retries = 2;
+    ASSERT_OK_AND_MOVE(std::unique_ptr<SqliteStore> store, SqliteStore::Open(options, clock));
+    ASSERT_OK_AND_MOVE(ProjectRecord project,
+                       store->EnsureProject(NewUuidV7(clock.NowMs(), random), "default", "Default",
+                                            clock.NowMs()));
+
+    RawConnection other(path);
+    ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), SQLITE_OK);  // another writer holds the lock
+    const auto start = std::chrono::steady_clock::now();
+    Result<ProjectRecord> blocked =
+        store->EnsureProject(NewUuidV7(clock.NowMs(), random), "second", "Second", clock.NowMs());
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(blocked.status().code(), StatusCode::kBusy) << blocked.status().ToString();
+    EXPECT_EQ(blocked.status().reason(), "store_busy");
+    // Three attempts of 50 ms each, plus backoff: bounded, never a hang.
+    EXPECT_GE(elapsed, std::chrono::milliseconds(150));
+    EXPECT_LT(elapsed, std::chrono::seconds(5));
+    // Readers are not blocked by a pending writer.
+    ASSERT_OK_AND_MOVE(ProjectRecord read, store->GetProject(project.id));
+    EXPECT_EQ(read.slug, "default");
+
+    ASSERT_EQ(other.Exec("ROLLBACK"), SQLITE_OK);
+    ASSERT_OK_AND_MOVE(
+        ProjectRecord second,
+        store->EnsureProject(NewUuidV7(clock.NowMs(), random), "second", "Second", clock.NowMs()));
+    EXPECT_EQ(second.slug, "second");
+  }
+}
+
+// Publishes one task and creates one queued manual run; returns the run id.
+std::string MakeRun(SqliteStore& store, testing::FakeClock& clock, testing::SeededRandom& random) {
+  auto id = [&] { return NewUuidV7(clock.NowMs(), random); };
+  Result<ProjectRecord> project = store.EnsureProject(id(), "default", "Default", clock.NowMs());
+  EXPECT_TRUE(project.ok()) << project.status().ToString();
+  PublishTaskCommand cmd;
+  cmd.project_id = project->id;
+  cmd.task_id = id();
+  cmd.mutation_id = id();
+  cmd.now_ms = clock.NowMs();
+  cmd.revision.name = "job";
+  cmd.revision.kind = "qinglong/command@v1";
+  cmd.revision.spec_json = R"({"command":"true"})";
+  cmd.revision.labels_json = "{}";
+  cmd.revision.content_digest = Sha256Hex("job");
+  ExecutionRevisionRecord exec;
+  exec.executor_type = "local_process";
+  exec.task_digest = cmd.revision.content_digest;
+  exec.plan_json = R"({"plan":1})";
+  exec.plan_digest = Sha256Hex(cmd.task_id);
+  exec.id = ExecutionRevisionId(1, exec.plan_digest);
+  cmd.executions = {exec};
+  Result<PublishTaskResult> task = store.PublishTaskRevision(cmd);
+  EXPECT_TRUE(task.ok()) << task.status().ToString();
+  NewRun run;
+  run.run_id = id();
+  run.attempt_id = id();
+  run.project_id = project->id;
+  run.task_id = cmd.task_id;
+  run.task_revision = 1;
+  run.task_digest = cmd.revision.content_digest;
+  run.execution_revision_id = exec.id;
+  run.executor_type = "local_process";
+  run.trigger_type = "api";
+  run.actor_type = "user";
+  run.now_ms = clock.NowMs();
+  Result<RunRecord> created = store.CreateRun(run);
+  EXPECT_TRUE(created.ok()) << created.status().ToString();
+  return run.run_id;
+}
+
+TEST(SqliteStoreTest, ConcurrentWritersThroughTwoConnectionsLoseNothing) {
+  for (const char* profile : {"edge", "standalone"}) {
+    SCOPED_TRACE(profile);
+    TempDir dir;
+    const std::string path = dir.File("a.db");
+    testing::FakeClock clock;
+    testing::SeededRandom random(11);
+    ASSERT_OK_AND_MOVE(std::unique_ptr<SqliteStore> a,
+                       SqliteStore::Open(Options(path, profile), clock));
+    ASSERT_OK_AND_MOVE(std::unique_ptr<SqliteStore> b,
+                       SqliteStore::Open(Options(path, profile), clock));
+    const std::string run_id = MakeRun(*a, clock, random);
+
+    constexpr int kThreadsPerStore = 2;
+    constexpr int kEventsPerThread = 25;
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (SqliteStore* store : {a.get(), b.get()}) {
+      for (int t = 0; t < kThreadsPerStore; ++t) {
+        threads.emplace_back([&, store] {
+          for (int i = 0; i < kEventsPerThread; ++i) {
+            Result<EventRecord> event = store->AppendEvent(
+                run_id, NewEvent{"attempt.note", "executor", std::nullopt, std::nullopt, "{}"},
+                clock.NowMs());
+            if (!event.ok()) ++failures;
+          }
+        });
+      }
+    }
+    for (std::thread& thread : threads) thread.join();
+    EXPECT_EQ(failures.load(), 0);
+    const int total = 2 + 2 * kThreadsPerStore * kEventsPerThread;
+    ASSERT_OK_AND_MOVE(RunRecord run, b->GetRun(run_id));
+    EXPECT_EQ(run.event_sequence, total);
+    ASSERT_OK_AND_MOVE(std::vector<EventRecord> events, a->ListEvents(run_id, 0, 1000));
+    ASSERT_EQ(events.size(), static_cast<size_t>(total));
+    for (int i = 0; i < total; ++i) EXPECT_EQ(events[i].sequence, i + 1);
+  }
+}
+
+TEST(SqliteStoreTest, ConcurrentOpensMigrateOnce) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  testing::FakeClock clock;
+  std::vector<std::unique_ptr<SqliteStore>> stores(4);
+  std::vector<Status> statuses(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(Options(path), clock);
+      statuses[i] = store.status();
+      if (store.ok()) stores[i] = std::move(store).value();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const Status& status : statuses) EXPECT_TRUE(status.ok()) << status.ToString();
+  ASSERT_NE(stores[0], nullptr);
+  ASSERT_OK_AND_MOVE(std::vector<SqliteHistoryRow> history, stores[0]->History());
+  EXPECT_EQ(history.size(), sqlite::SqliteMainStream().migrations.size());
+}
+
+TEST(SqliteErrorMappingTest, ResultCodesMapToStableCategories) {
+  using sqlite::StatusFromSqlite;
+  EXPECT_EQ(StatusFromSqlite(SQLITE_BUSY, "database is locked", "op").code(), StatusCode::kBusy);
+  EXPECT_EQ(StatusFromSqlite(SQLITE_BUSY_SNAPSHOT, "", "op").code(), StatusCode::kBusy);
+  EXPECT_EQ(StatusFromSqlite(SQLITE_LOCKED, "", "op").code(), StatusCode::kBusy);
+
+  const Status key = StatusFromSqlite(
+      SQLITE_CONSTRAINT_UNIQUE, "UNIQUE constraint failed: runs.project_id, runs.idempotency_key",
+      "creating a run");
+  EXPECT_EQ(key.code(), StatusCode::kDuplicate);
+  EXPECT_EQ(key.reason(), "idempotency_key_duplicate");
+  EXPECT_EQ(key.message().find("runs."), std::string::npos) << "no column names leak";
+  EXPECT_EQ(
+      StatusFromSqlite(SQLITE_CONSTRAINT_UNIQUE,
+                       "UNIQUE constraint failed: run_events.run_id, run_events.dedupe_key", "op")
+          .reason(),
+      "dedupe_key_duplicate");
+  const Status id =
+      StatusFromSqlite(SQLITE_CONSTRAINT_PRIMARYKEY, "UNIQUE constraint failed: runs.id", "op");
+  EXPECT_EQ(id.code(), StatusCode::kDuplicate);
+  EXPECT_EQ(id.reason(), "duplicate_id");
+  EXPECT_EQ(StatusFromSqlite(SQLITE_CONSTRAINT_UNIQUE,
+                             "UNIQUE constraint failed: task_revisions.mutation_id", "op")
+                .code(),
+            StatusCode::kConflict);
+  EXPECT_EQ(
+      StatusFromSqlite(SQLITE_CONSTRAINT_FOREIGNKEY, "FOREIGN KEY constraint failed", "op").code(),
+      StatusCode::kNotFound);
+  EXPECT_EQ(StatusFromSqlite(SQLITE_CONSTRAINT_CHECK, "CHECK constraint failed: x", "op").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      StatusFromSqlite(SQLITE_CONSTRAINT_TRIGGER, "run events are append-only", "op").reason(),
+      "row_immutable");
+  EXPECT_EQ(StatusFromSqlite(SQLITE_CORRUPT, "", "op").code(), StatusCode::kCorrupt);
+  EXPECT_EQ(StatusFromSqlite(SQLITE_NOTADB, "", "op").code(), StatusCode::kCorrupt);
+  EXPECT_EQ(StatusFromSqlite(SQLITE_FULL, "", "op").reason(), "storage_full");
+  EXPECT_EQ(StatusFromSqlite(SQLITE_IOERR_WRITE, "", "op").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(StatusFromSqlite(SQLITE_IOERR_FSYNC, "", "op", sqlite::SqlitePhase::kCommit).code(),
+            StatusCode::kOutcomeUnknown);
+  EXPECT_EQ(StatusFromSqlite(SQLITE_CANTOPEN, "", "op").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(StatusFromSqlite(SQLITE_READONLY, "", "op").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(StatusFromSqlite(SQLITE_MISUSE, "bad", "op").code(), StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace ql

@@ -1,0 +1,110 @@
+#pragma once
+
+// The repository contract: one value-parameterised GoogleTest suite that every storage adapter
+// runs, so the SQLite and PostgreSQL stores cannot drift apart. An adapter's test file
+// instantiates it once with a factory per configuration:
+//
+//   QL_INSTANTIATE_REPOSITORY_CONTRACT(
+//       Sqlite, ::ql::testing::StoreFactory{"standalone", [] { return MakeStore(); }});
+//
+// Every test gets a fresh store from the factory and a FakeClock / SeededRandom of its own.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "ql/core/ports.h"
+#include "ql/core/records.h"
+#include "ql/testing/fake_clock.h"
+
+namespace ql::testing {
+
+// Makes stores for the contract suite.
+struct StoreFactory {
+  // Names the configuration in test names: letters, digits and underscores only.
+  std::string name;
+  // Returns a fresh, empty, fully migrated store that no other test shares.
+  std::function<std::unique_ptr<Store>()> make;
+};
+
+// Prints the factory's name (GoogleTest calls this for parameter values).
+void PrintTo(const StoreFactory& factory, std::ostream* os);
+
+// Returns the factory's name as the test-name suffix.
+std::string StoreFactoryName(const ::testing::TestParamInfo<StoreFactory>& info);
+
+// The fixture of every contract test. Helpers build valid commands so each test states only
+// what it is about.
+class RepositoryContractTest : public ::testing::TestWithParam<StoreFactory> {
+ protected:
+  void SetUp() override;
+
+  Store& store() { return *store_; }
+  const ProjectRecord& project() const { return project_; }
+  FakeClock& clock() { return clock_; }
+  int64_t Now() const { return clock_.NowMs(); }
+  // Returns a new UUIDv7 stamped with the fake clock.
+  std::string NewId();
+
+  // Returns a command publishing `name` as a new task (expected empty) or as the revision after
+  // `expected`, with a local_process execution revision when enabled.
+  PublishTaskCommand TaskCommand(const std::string& task_id, std::optional<int64_t> expected,
+                                 const std::string& name, bool enabled = true);
+  // Publishes a task revision (see TaskCommand).
+  Result<TaskRevisionRecord> PublishTask(const std::string& task_id,
+                                         std::optional<int64_t> expected, const std::string& name,
+                                         bool enabled = true);
+  // Returns a command publishing a cron trigger pinning `task` (its revision and digest).
+  PublishTriggerCommand TriggerCommand(const std::string& trigger_id,
+                                       std::optional<int64_t> expected,
+                                       const TaskRevisionRecord& task, bool enabled = true);
+  Result<TriggerRevisionRecord> PublishTrigger(const std::string& trigger_id,
+                                               std::optional<int64_t> expected,
+                                               const TaskRevisionRecord& task, bool enabled = true);
+
+  // Returns the schedule advance that moves `due` to `cursor` without admitting a run.
+  ScheduleAdvance MoveCursor(const DueSchedule& due, std::optional<int64_t> cursor);
+  // Returns the schedule advance admitting the occurrence at `due`'s cursor (a cron run with
+  // its idempotency key and the task's local_process execution revision) and moving the cursor
+  // to `next_cursor`.
+  Result<ScheduleAdvance> Admit(const DueSchedule& due, int64_t next_cursor);
+  // Returns the due row of `trigger_id` at `now_ms`, or NotFound when it is not due.
+  Result<DueSchedule> DueRow(const std::string& trigger_id, int64_t now_ms);
+
+  // Returns a manual run of `task` (its current local_process execution revision).
+  Result<NewRun> ManualRun(const TaskRevisionRecord& task);
+  // Creates a task with a queued manual run.
+  Result<RunRecord> QueuedRun(int priority = 0);
+  // Moves a queued run to running (attempt 1 running) and returns it.
+  Result<RunRecord> StartRun(const RunRecord& run);
+
+ private:
+  std::unique_ptr<Store> store_;
+  ProjectRecord project_;
+  FakeClock clock_;
+  SeededRandom random_{20260101};
+};
+
+namespace internal {
+// Returns true; referenced by the instantiation macro so the suite's object file, which holds
+// the test registrations, is always linked from the static library.
+bool LinkRepositoryContract();
+}  // namespace internal
+
+}  // namespace ql::testing
+
+// Instantiates the contract suite under `prefix` for the StoreFactory values that follow. Use
+// at namespace scope, once per test binary and prefix.
+#define QL_INSTANTIATE_REPOSITORY_CONTRACT(prefix, ...)                                    \
+  namespace ql::testing {                                                                  \
+  [[maybe_unused]] static const bool ql_repository_contract_linked_##prefix =              \
+      internal::LinkRepositoryContract();                                                  \
+  INSTANTIATE_TEST_SUITE_P(prefix, RepositoryContractTest, ::testing::Values(__VA_ARGS__), \
+                           StoreFactoryName);                                              \
+  }                                                                                        \
+  static_assert(true, "require a semicolon")
