@@ -9,10 +9,10 @@
 // Errors carry a stable reason and a message naming the field and value at fault:
 //   InvalidArgument  invalid_id, invalid_mutation_id, invalid_expected_revision, invalid_limit,
 //                    invalid_cursor, invalid_count, invalid_status, invalid_priority,
-//                    invalid_idempotency_key, invalid_cancel_reason, invalid_after,
-//                    invalid_timestamp, every task_* / spec_* / retry_* reason of the task body,
-//                    every cron_* / timezone_* reason, invalid_misfire_policy
-//   NotFound         task_not_found, trigger_not_found, run_not_found, cron_no_next_fire
+//                    invalid_idempotency_key, invalid_cancel_reason, invalid_after, every
+//                    task_* / spec_* / retry_* reason of the task body, every cron_* /
+//                    timezone_* reason, invalid_misfire_policy
+//   NotFound         task_not_found, trigger_not_found, run_not_found, attempt_not_found
 //   Conflict         task_disabled, trigger_pin_stale, run_not_terminal, run_already_terminal,
 //                    idempotency_key_reused, revision_conflict, mutation_id_reused,
 //                    execution_revision_missing, plus the store's own conflict reasons

@@ -1,0 +1,248 @@
+#pragma once
+
+// The ql client's connection to a QingLong server: where the server and token come from, the
+// HTTP calls, how failures become exit statuses. ql speaks the HTTP API only.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace httplib {
+class Client;
+}  // namespace httplib
+
+namespace ql::cli {
+
+// Exit statuses of ql management commands.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;      // the server refused, or a local failure
+inline constexpr int kExitUsage = 2;        // bad flags or arguments, nothing to connect with
+inline constexpr int kExitUnreachable = 3;  // the server could not be reached
+
+// Why a command failed: printed as "error: <reason>: <message>", and the exit status to return.
+class CliError {
+ public:
+  CliError(int exit_code, std::string reason, std::string message)
+      : exit_code_(exit_code), reason_(std::move(reason)), message_(std::move(message)) {}
+
+  // Returns an error for bad local input (exit 2).
+  static CliError Usage(std::string reason, std::string message) {
+    return CliError(kExitUsage, std::move(reason), std::move(message));
+  }
+  // Returns an error the server reported, or a local failure (exit 1).
+  static CliError Failure(std::string reason, std::string message) {
+    return CliError(kExitFailure, std::move(reason), std::move(message));
+  }
+  // Returns an error for a server that cannot be reached (exit 3).
+  static CliError Unreachable(std::string reason, std::string message) {
+    return CliError(kExitUnreachable, std::move(reason), std::move(message));
+  }
+
+  int exit_code() const { return exit_code_; }
+  const std::string& reason() const { return reason_; }
+  const std::string& message() const { return message_; }
+  // Returns "error: <reason>: <message>".
+  std::string ToString() const { return "error: " + reason_ + ": " + message_; }
+
+ private:
+  int exit_code_;
+  std::string reason_;
+  std::string message_;
+};
+
+// Either a value or a CliError.
+template <typename T>
+class [[nodiscard]] CliResult {
+ public:
+  CliResult(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
+  CliResult(CliError error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
+
+  bool ok() const { return v_.index() == 0; }
+  const CliError& error() const { return std::get<CliError>(v_); }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  std::variant<T, CliError> v_;
+};
+
+// Looks up an environment variable; nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// Returns an EnvLookup over the process environment.
+EnvLookup ProcessEnvironment();
+
+// Options every management command accepts, before or after the subcommand.
+struct GlobalOptions {
+  std::optional<std::string> server;    // --server URL
+  std::optional<std::string> token;     // --token TOKEN
+  std::optional<std::string> data_dir;  // --data DIR
+  bool json = false;                    // --json
+};
+
+// A server address taken apart. Only plain http is supported: ql is built without TLS.
+struct ServerAddress {
+  std::string url;   // normalised "http://host:port" plus base path, for messages
+  std::string host;  // without IPv6 brackets
+  int port = 80;
+  std::string base_path;  // "" or "/prefix" (no trailing slash), prepended to API paths
+};
+
+// Parses "http://host[:port][/prefix]" or "host:port". Errors (usage): invalid_server_url for
+// an empty or malformed URL, a bad port, or any scheme other than http (https names the lack of
+// TLS support and suggests a TLS-terminating proxy on loopback).
+CliResult<ServerAddress> ParseServerUrl(std::string_view url);
+
+// Where to send requests and the bearer token to send; `*_source` says where each was found
+// ("--server", "QL_SERVER", "<dir>/server.json", ...), for messages. The token itself is never
+// part of any message.
+struct Connection {
+  ServerAddress server;
+  std::string server_source;
+  std::string token;
+  std::string token_source;
+};
+
+// Resolves the server and the token, each independently: the flag, else the environment
+// (QL_SERVER, QL_TOKEN), else the local data directory (--data, else QL_DATA_DIR, else ./data)
+// where ql-local writes server.json ({"server": URL, "pid": N}) and owner.token (one line).
+// Errors (all usage, exit 2, since the fix is to pass the value another way):
+// server_not_found / token_not_found naming the file looked for and how to pass the value;
+// server_file_unreadable / token_unreadable when the file exists but cannot be read;
+// server_file_invalid when server.json is not the expected JSON; invalid_server_url;
+// token_invalid for an empty token or one with whitespace or control bytes.
+CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvLookup& env);
+
+// Returns `text` percent-encoded for use as one path segment or query value (RFC 3986
+// unreserved characters are kept).
+std::string UrlEncode(std::string_view text);
+
+// Returns `path` with the non-empty `params` appended as an encoded query string.
+std::string WithQuery(std::string path,
+                      const std::vector<std::pair<std::string, std::string>>& params);
+
+// Returns the error a non-2xx response stands for: the server's {"code","message"} body (also
+// accepted nested as {"error":{...}}) becomes reason=code, message=message, exit 1; any other
+// body becomes reason "http_<status>" with the start of the body as message.
+CliError ErrorFromResponse(int status, std::string_view body);
+
+// A raw HTTP response.
+struct HttpResponse {
+  int status = 0;
+  std::string content_type;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  // Returns the first value of header `name` (compared ignoring case), or "" when absent.
+  std::string Header(std::string_view name) const;
+};
+
+// Calls the QingLong HTTP API with bearer authentication. Transport failures become exit-3
+// errors that name the server address and where it came from; non-2xx responses become
+// ErrorFromResponse errors; a 2xx body that is not JSON becomes invalid_response (exit 1).
+class ApiClient {
+ public:
+  explicit ApiClient(Connection connection);
+  ~ApiClient();
+  ApiClient(const ApiClient&) = delete;
+  ApiClient& operator=(const ApiClient&) = delete;
+
+  // Sends one request and returns the response whatever its status; fails only on transport.
+  // `body` is sent as application/json when `method` is POST, PUT or PATCH.
+  CliResult<HttpResponse> Send(std::string_view method, const std::string& path,
+                               const std::string& body = "");
+
+  // GETs `path` and returns the JSON body of a 2xx response.
+  CliResult<nlohmann::json> GetJson(const std::string& path);
+  // POSTs `body` to `path` and returns the JSON body of a 2xx response (null when empty).
+  CliResult<nlohmann::json> PostJson(const std::string& path, const nlohmann::json& body);
+
+  // GETs `path` and hands each chunk of a 2xx body to `sink` as it arrives (returning false
+  // stops the transfer). `on_headers` sees the response headers first. `read_timeout_s` bounds
+  // the wait for each chunk. A non-2xx status becomes ErrorFromResponse of its body.
+  CliResult<int> GetStream(
+      const std::string& path,
+      const std::function<void(const std::vector<std::pair<std::string, std::string>>&)>&
+          on_headers,
+      const std::function<bool(const char* data, size_t size)>& sink, int read_timeout_s);
+
+  const Connection& connection() const { return connection_; }
+
+ private:
+  CliError TransportError(int error) const;
+  std::string FullPath(const std::string& path) const;
+
+  Connection connection_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+// Lists a keyset-paged collection: GETs `path` with `params` plus limit and cursor, following
+// each page's next_cursor until `limit` items are collected or the listing ends. Returns the
+// items as one array, in the server's order. Fails with the first failing page's error, or
+// invalid_response when a page has no `items` array or repeats a cursor.
+CliResult<nlohmann::json> ListPages(ApiClient& api, const std::string& path,
+                                    const std::vector<std::pair<std::string, std::string>>& params,
+                                    int64_t limit);
+
+// The largest page the API serves.
+inline constexpr int64_t kMaxPageSize = 500;
+
+// What one management command runs with: global options, output streams and, once asked for,
+// the API client (the connection is resolved on first use, so usage errors come first).
+class CommandContext {
+ public:
+  CommandContext(GlobalOptions options, EnvLookup env, std::ostream& out, std::ostream& err);
+  ~CommandContext();
+
+  // Returns the client, resolving the connection on the first call.
+  CliResult<ApiClient*> Api();
+
+  const GlobalOptions& options() const { return options_; }
+  bool json() const { return options_.json; }
+  std::ostream& out() { return out_; }
+  std::ostream& err() { return err_; }
+
+  // Prints `error` on the error stream and returns its exit status.
+  int Fail(const CliError& error);
+
+ private:
+  GlobalOptions options_;
+  EnvLookup env_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::unique_ptr<ApiClient> api_;
+};
+
+// Adds --server, --token, --data and --json to `root` once (later calls do nothing). Set
+// fallthrough() on subcommands so the options are also accepted after them.
+void AddGlobalOptions(CLI::App& root);
+
+// Returns the global options given on the command line of the app tree `app` belongs to.
+GlobalOptions GlobalOptionsOf(const CLI::App& app);
+
+// Runs `command` with a context over the process environment and standard streams, built from
+// the global options of `app`'s tree. A non-zero exit status ends the parse with
+// CLI::RuntimeError(status), which the caller of App::parse turns into the process exit status.
+void RunCommand(const CLI::App& app, const std::function<int(CommandContext&)>& command);
+
+// Returns `value` as JSON text for --json output: indented, invalid UTF-8 replaced.
+std::string JsonOutput(const nlohmann::json& value);
+
+}  // namespace ql::cli

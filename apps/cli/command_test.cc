@@ -1,0 +1,675 @@
+// The management commands against a scripted HTTP server on loopback: what they send, what they
+// print, and how they exit.
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "run_command.h"
+#include "status_command.h"
+#include "task_command.h"
+#include "trigger_command.h"
+
+namespace ql::cli {
+namespace {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// BuildTaskBody: the request a set of flags turns into.
+
+TEST(BuildTaskBodyTest, ShellCommandWithEveryContentFlag) {
+  TaskContentFlags flags;
+  flags.shell = "echo hi";
+  flags.bash = true;
+  flags.timeout = "1h30m";
+  flags.env = {"A=1", "B=x=y", "EMPTY="};
+  flags.workdir = "/srv";
+  flags.labels = {"team=ops"};
+  flags.disabled = true;
+  CliResult<json> body = BuildTaskBody(flags, "hello", nullptr);
+  ASSERT_TRUE(body.ok()) << body.error().ToString();
+  EXPECT_EQ(*body, json::parse(R"({
+    "name": "hello",
+    "spec": {"command": {"kind": "shell", "command": "echo hi", "shell": "/bin/bash"},
+             "environment": {"A": "1", "B": "x=y", "EMPTY": ""},
+             "workingDirectory": "/srv", "timeoutMs": 5400000},
+    "labels": {"team": "ops"},
+    "enabled": false})"));
+}
+
+TEST(BuildTaskBodyTest, ArgvCommandTakesItsArgumentsAndExtraArgs) {
+  TaskContentFlags flags;
+  flags.argv_file = "/usr/bin/find";
+  flags.args = {"/tmp", "-name"};
+  flags.extra_args = {"-delete"};
+  CliResult<json> body = BuildTaskBody(flags, "clean", nullptr);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ((*body)["spec"]["command"], json::parse(R"({"kind":"argv","file":"/usr/bin/find",
+                            "args":["/tmp","-name","-delete"]})"));
+  EXPECT_FALSE((*body)["spec"].contains("timeoutMs"));  // the server's default applies
+  EXPECT_EQ((*body)["enabled"], true);
+}
+
+TEST(BuildTaskBodyTest, RetryFlagsBecomeARetryPolicy) {
+  TaskContentFlags flags;
+  flags.shell = "true";
+  flags.max_attempts = 3;
+  flags.retry_on_lost = true;
+  flags.backoff = "10s";
+  CliResult<json> body = BuildTaskBody(flags, "t", nullptr);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ((*body)["retry"], json::parse(R"({"max_attempts":3,"retry_on_lost":true,
+                                              "safety":"idempotent","backoff_base_ms":10000})"));
+  flags.safety = "deduplicated";
+  EXPECT_EQ((*BuildTaskBody(flags, "t", nullptr))["retry"]["safety"], "deduplicated");
+
+  TaskContentFlags plain;
+  plain.shell = "true";
+  EXPECT_FALSE((*BuildTaskBody(plain, "t", nullptr)).contains("retry"));
+}
+
+TEST(BuildTaskBodyTest, BadFlagsAreUsageErrorsNamingTheFlag) {
+  const auto reason = [](TaskContentFlags flags) {
+    CliResult<json> body = BuildTaskBody(flags, "t", nullptr);
+    EXPECT_FALSE(body.ok());
+    if (body.ok()) return std::string();
+    EXPECT_EQ(body.error().exit_code(), kExitUsage);
+    return body.error().reason();
+  };
+  TaskContentFlags none;
+  EXPECT_EQ(reason(none), "command_required");
+
+  TaskContentFlags both;
+  both.shell = "x";
+  both.argv_file = "/bin/true";
+  EXPECT_EQ(reason(both), "command_conflict");
+
+  TaskContentFlags timeout;
+  timeout.shell = "x";
+  timeout.timeout = "30 seconds";
+  EXPECT_EQ(reason(timeout), "invalid_duration");
+
+  TaskContentFlags env;
+  env.shell = "x";
+  env.env = {"NOEQUALS"};
+  EXPECT_EQ(reason(env), "invalid_env");
+  env.env = {"A=1", "A=2"};
+  EXPECT_EQ(reason(env), "invalid_env");
+
+  TaskContentFlags arg;
+  arg.shell = "x";
+  arg.extra_args = {"-v"};
+  EXPECT_EQ(reason(arg), "command_conflict");
+  arg.extra_args.clear();
+  arg.args = {"stray"};  // an unquoted shell command, say
+  EXPECT_EQ(reason(arg), "command_conflict");
+}
+
+TEST(BuildTaskBodyTest, PublishKeepsWhatNoFlagChanges) {
+  const json current = json::parse(R"({
+    "id": "t1", "revision": 2, "name": "backup", "enabled": true,
+    "labels": {"team": "ops"},
+    "spec": {"command": {"kind": "shell", "command": "tar c /srv", "shell": "/bin/sh"},
+             "environment": {"A": "1"}, "workingDirectory": "/srv", "timeoutMs": 60000}})");
+  TaskContentFlags flags;
+  flags.timeout = "5m";
+  flags.disabled = true;
+  CliResult<json> body = BuildTaskBody(flags, std::nullopt, &current);
+  ASSERT_TRUE(body.ok()) << body.error().ToString();
+  EXPECT_EQ((*body)["name"], "backup");
+  EXPECT_EQ((*body)["spec"]["command"]["command"], "tar c /srv");
+  EXPECT_EQ((*body)["spec"]["environment"], json::parse(R"({"A":"1"})"));
+  EXPECT_EQ((*body)["spec"]["workingDirectory"], "/srv");
+  EXPECT_EQ((*body)["spec"]["timeoutMs"], 300000);
+  EXPECT_EQ((*body)["labels"], json::parse(R"({"team":"ops"})"));
+  EXPECT_EQ((*body)["enabled"], false);
+
+  TaskContentFlags replace;
+  replace.env = {"B=2"};
+  replace.clear_workdir = true;
+  replace.bash = true;
+  CliResult<json> replaced = BuildTaskBody(replace, "renamed", &current);
+  ASSERT_TRUE(replaced.ok()) << replaced.error().ToString();
+  EXPECT_EQ((*replaced)["name"], "renamed");
+  EXPECT_EQ((*replaced)["spec"]["environment"], json::parse(R"({"B":"2"})"));
+  EXPECT_FALSE((*replaced)["spec"].contains("workingDirectory"));
+  EXPECT_EQ((*replaced)["spec"]["command"]["shell"], "/bin/bash");
+}
+
+TEST(BuildTaskBodyTest, PublishKeepsTheRetryPolicyAndChangesOnlyTheFieldsGiven) {
+  const json current = json::parse(R"({
+    "name": "n", "enabled": true, "labels": {},
+    "spec": {"command": {"kind": "shell", "command": "x", "shell": "/bin/sh"}},
+    "retry": {"max_attempts": 3, "retry_on_lost": false, "safety": "deduplicated",
+              "backoff_base_ms": 5000, "backoff_max_ms": 60000}})");
+  TaskContentFlags untouched;
+  EXPECT_EQ((*BuildTaskBody(untouched, std::nullopt, &current))["retry"], current["retry"]);
+
+  TaskContentFlags lost;
+  lost.retry_on_lost = true;
+  const json retry = (*BuildTaskBody(lost, std::nullopt, &current))["retry"];
+  EXPECT_EQ(retry["retry_on_lost"], true);
+  EXPECT_EQ(retry["safety"], "deduplicated");  // the declared safety is kept
+  EXPECT_EQ(retry["max_attempts"], 3);
+
+  TaskContentFlags both;
+  both.retry_on_lost = true;
+  both.no_retry_on_lost = true;
+  EXPECT_EQ(BuildTaskBody(both, std::nullopt, &current).error().reason(), "flag_conflict");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands against a scripted server.
+
+class FakeServer {
+ public:
+  FakeServer() {
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeServer() {
+    server_.stop();
+    thread_.join();
+  }
+  httplib::Server& http() { return server_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  // Records the request target (path + query) of every request, in order.
+  void Record(const httplib::Request& req) {
+    std::lock_guard lock(mu_);
+    std::string target = req.path;
+    if (!req.params.empty()) {
+      target += "?";
+      bool first = true;
+      for (const auto& [key, value] : req.params) {
+        target += (first ? "" : "&") + key + "=" + value;
+        first = false;
+      }
+    }
+    requests_.push_back(req.method + " " + target);
+    bodies_.push_back(req.body);
+  }
+  std::vector<std::string> requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+  std::vector<std::string> bodies() {
+    std::lock_guard lock(mu_);
+    return bodies_;
+  }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> requests_;
+  std::vector<std::string> bodies_;
+};
+
+class CommandTest : public ::testing::Test {
+ protected:
+  CommandContext Context(bool json = false) {
+    GlobalOptions options;
+    options.server = server_.url();
+    options.token = "test-token";
+    options.json = json;
+    return CommandContext(
+        options, [](const std::string&) { return std::nullopt; }, out_, err_);
+  }
+  static void Json(httplib::Response& res, const json& body, int status = 200) {
+    res.status = status;
+    res.set_content(body.dump(), "application/json");
+  }
+
+  FakeServer server_;
+  std::ostringstream out_;
+  std::ostringstream err_;
+};
+
+TEST_F(CommandTest, TaskAddPostsTheBodyWithAMutationIdAndPrintsTheId) {
+  server_.http().Post("/api/v1/tasks", [&](const httplib::Request& req, httplib::Response& res) {
+    server_.Record(req);
+    Json(res, {{"id", "task-1"}, {"revision", 1}}, 201);
+  });
+  TaskAddArgs args;
+  args.name = "hello";
+  args.content.shell = "echo hello";
+  args.content.timeout = "30s";
+  CommandContext context = Context();
+  EXPECT_EQ(TaskAdd(args, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "task-1\n");
+  const json sent = json::parse(server_.bodies().at(0));
+  EXPECT_EQ(sent["name"], "hello");
+  EXPECT_EQ(sent["spec"]["timeoutMs"], 30000);
+  EXPECT_EQ(sent["mutation_id"].get<std::string>().size(), 36u);
+}
+
+TEST_F(CommandTest, ServerErrorPrintsCodeAndMessageAndExitsOne) {
+  server_.http().Post("/api/v1/tasks", [&](const httplib::Request&, httplib::Response& res) {
+    Json(res, {{"code", "spec_timeout_out_of_range"}, {"message", "timeoutMs too large"}}, 400);
+  });
+  TaskAddArgs args;
+  args.name = "t";
+  args.content.shell = "true";
+  args.content.timeout = "400d";
+  CommandContext context = Context();
+  EXPECT_EQ(TaskAdd(args, context), kExitFailure);
+  EXPECT_EQ(err_.str(), "error: spec_timeout_out_of_range: timeoutMs too large\n");
+  EXPECT_EQ(out_.str(), "");
+}
+
+TEST_F(CommandTest, MalformedDurationExitsTwoBeforeAnyRequest) {
+  TaskAddArgs args;
+  args.name = "t";
+  args.content.shell = "true";
+  args.content.timeout = "5 minutes";
+  CommandContext context = Context();
+  EXPECT_EQ(TaskAdd(args, context), kExitUsage);
+  EXPECT_NE(err_.str().find("error: invalid_duration: --timeout '5 minutes'"), std::string::npos)
+      << err_.str();
+  EXPECT_TRUE(server_.requests().empty());
+}
+
+TEST_F(CommandTest, TaskPublishSendsTheExpectedRevisionAndPrintsTheNewOne) {
+  server_.http().Get("/api/v1/tasks/t1", [&](const httplib::Request& req, httplib::Response& res) {
+    server_.Record(req);
+    Json(res, json::parse(R"({"id":"t1","revision":1,"name":"n","enabled":true,"labels":{},
+                              "spec":{"command":{"kind":"shell","command":"a","shell":"/bin/sh"},
+                                      "environment":{},"timeoutMs":1000}})"));
+  });
+  server_.http().Post("/api/v1/tasks/t1/revisions",
+                      [&](const httplib::Request& req, httplib::Response& res) {
+                        server_.Record(req);
+                        Json(res, {{"id", "t1"}, {"revision", 2}}, 201);
+                      });
+  TaskPublishArgs args;
+  args.task_id = "t1";
+  args.expected_revision = 1;
+  args.content.shell = "b";
+  CommandContext context = Context();
+  EXPECT_EQ(TaskPublish(args, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "2\n");
+  const json sent = json::parse(server_.bodies().at(1));
+  EXPECT_EQ(sent["expected_revision"], 1);
+  EXPECT_EQ(sent["spec"]["command"]["command"], "b");
+  EXPECT_EQ(sent["spec"]["timeoutMs"], 1000);
+}
+
+// Serves `total` runs r0..r{total-1} in pages of at most the requested limit.
+void ServeRuns(FakeServer& server, int total) {
+  server.http().Get(
+      "/api/v1/runs", [&server, total](const httplib::Request& req, httplib::Response& res) {
+        server.Record(req);
+        const int start = req.has_param("cursor") ? std::stoi(req.get_param_value("cursor")) : 0;
+        const int limit = std::stoi(req.get_param_value("limit"));
+        json items = json::array();
+        for (int i = start; i < std::min(total, start + limit); ++i) {
+          items.push_back({{"id", "r" + std::to_string(i)},
+                           {"task_id", "t"},
+                           {"trigger_id", nullptr},
+                           {"trigger_type", "manual"},
+                           {"status", "succeeded"},
+                           {"scheduled_for", nullptr},
+                           {"exit_code", 0}});
+        }
+        json next = start + limit < total ? json(std::to_string(start + limit)) : json(nullptr);
+        res.set_content(json{{"items", items}, {"next_cursor", next}}.dump(), "application/json");
+      });
+}
+
+TEST_F(CommandTest, RunListFollowsCursorsUntilTheLimitAndPrintsAJsonArray) {
+  ServeRuns(server_, 1200);
+  RunListArgs args;
+  args.limit = 700;
+  args.task_id = "t";
+  CommandContext context = Context(/*json=*/true);
+  EXPECT_EQ(RunList(args, context), kExitOk) << err_.str();
+  const json runs = json::parse(out_.str());
+  ASSERT_TRUE(runs.is_array());
+  ASSERT_EQ(runs.size(), 700u);
+  EXPECT_EQ(runs[0]["id"], "r0");
+  EXPECT_EQ(runs[699]["id"], "r699");
+  EXPECT_TRUE(runs[0]["scheduled_for"].is_null());
+  EXPECT_EQ(server_.requests(),
+            (std::vector<std::string>{"GET /api/v1/runs?limit=500&task_id=t",
+                                      "GET /api/v1/runs?cursor=500&limit=200&task_id=t"}));
+}
+
+TEST_F(CommandTest, RunListStopsWhenTheListingEnds) {
+  ServeRuns(server_, 3);
+  RunListArgs args;
+  CommandContext context = Context(/*json=*/true);
+  EXPECT_EQ(RunList(args, context), kExitOk);
+  EXPECT_EQ(json::parse(out_.str()).size(), 3u);
+  EXPECT_EQ(server_.requests().size(), 1u);
+}
+
+TEST_F(CommandTest, RunListTableAlignsColumns) {
+  ServeRuns(server_, 2);
+  RunListArgs args;
+  CommandContext context = Context();
+  EXPECT_EQ(RunList(args, context), kExitOk);
+  EXPECT_EQ(out_.str(),
+            "ID  TASK  TYPE    STATUS     SCHEDULED  STARTED  DURATION  EXIT\n"
+            "r0  t     manual  succeeded  -          -        -         0\n"
+            "r1  t     manual  succeeded  -          -        -         0\n");
+}
+
+TEST_F(CommandTest, RunListRejectsAnUnknownStatusLocally) {
+  RunListArgs args;
+  args.status = "done";
+  CommandContext context = Context();
+  EXPECT_EQ(RunList(args, context), kExitUsage);
+  EXPECT_NE(err_.str().find("retry_wait"), std::string::npos) << err_.str();
+  EXPECT_TRUE(server_.requests().empty());
+}
+
+TEST_F(CommandTest, RunShowJsonIsTheRunWithEveryPageOfEvents) {
+  server_.http().Get("/api/v1/runs/r1", [&](const httplib::Request&, httplib::Response& res) {
+    Json(res,
+         {{"id", "r1"}, {"status", "succeeded"}, {"attempts", json::array({{{"attempt", 1}}})}});
+  });
+  server_.http().Get(
+      "/api/v1/runs/r1/events", [&](const httplib::Request& req, httplib::Response& res) {
+        server_.Record(req);
+        const int after = std::stoi(req.get_param_value("after"));
+        const int limit = std::stoi(req.get_param_value("limit"));
+        json items = json::array();
+        for (int seq = after + 1; seq <= std::min(after + limit, 620); ++seq) {
+          items.push_back({{"sequence", seq}, {"type", "run.queued"}});
+        }
+        Json(res,
+             {{"items", items}, {"next_after", items.empty() ? after : after + int(items.size())}});
+      });
+  CommandContext context = Context(/*json=*/true);
+  EXPECT_EQ(RunShow("r1", context), kExitOk) << err_.str();
+  const json run = json::parse(out_.str());
+  EXPECT_EQ(run["id"], "r1");
+  EXPECT_EQ(run["attempts"].size(), 1u);
+  ASSERT_EQ(run["events"].size(), 620u);
+  EXPECT_EQ(run["events"][619]["sequence"], 620);
+}
+
+TEST_F(CommandTest, RunLogPrintsEveryChunkByteForByte) {
+  const std::string log = std::string("line 1\n\0binary\xff\n", 16) + std::string(3000, 'x');
+  server_.http().Get("/api/v1/runs/r1/log", [&](const httplib::Request& req,
+                                                httplib::Response& res) {
+    server_.Record(req);
+    const size_t offset = req.has_param("offset") ? std::stoul(req.get_param_value("offset")) : 0;
+    const size_t chunk = 1000;  // smaller than asked, as a server may answer
+    const std::string data = log.substr(std::min(offset, log.size()), chunk);
+    res.set_header("X-QL-Attempt", "1");
+    res.set_header("X-QL-Log-Next-Offset", std::to_string(offset + data.size()));
+    res.set_header("X-QL-Log-Eof", offset + data.size() >= log.size() ? "true" : "false");
+    res.set_content(data, "text/plain");
+  });
+  RunLogArgs args;
+  args.run_id = "r1";
+  CommandContext context = Context();
+  EXPECT_EQ(RunLog(args, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), log);
+  // After the first answer every read names the attempt, so a retry cannot switch files midway.
+  EXPECT_NE(server_.requests().back().find("attempt=1"), std::string::npos);
+}
+
+TEST_F(CommandTest, RunLogFollowStreamsUntilTheRunEndsAndPrintsTheTail) {
+  std::atomic<int> run_reads{0};
+  server_.http().Get("/api/v1/runs/r1", [&](const httplib::Request&, httplib::Response& res) {
+    // Running at the first look, succeeded at the second.
+    const bool done = run_reads.fetch_add(1) >= 1;
+    Json(res, {{"id", "r1"},
+               {"status", done ? "succeeded" : "running"},
+               {"attempts", json::array({{{"attempt", 1}}})}});
+  });
+  server_.http().Get(
+      "/api/v1/runs/r1/log", [&](const httplib::Request& req, httplib::Response& res) {
+        server_.Record(req);
+        res.set_header("X-QL-Attempt", "1");
+        const std::string offset = req.has_param("offset") ? req.get_param_value("offset") : "0";
+        if (req.has_param("follow")) {
+          // A stream that ends early (as at the server's length bound) after "one\n".
+          const std::string data = offset == "0" ? "one\n" : "";
+          res.set_content(data, "text/plain");
+          return;
+        }
+        const std::string data = offset == "4" ? "two\n" : "";
+        res.set_header("X-QL-Log-Next-Offset", std::to_string(std::stoi(offset) + data.size()));
+        res.set_header("X-QL-Log-Eof", "true");
+        res.set_content(data, "text/plain");
+      });
+  RunLogArgs args;
+  args.run_id = "r1";
+  args.follow = true;
+  args.poll_ms = 1;
+  CommandContext context = Context();
+  EXPECT_EQ(RunLog(args, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "one\ntwo\n");
+  const std::vector<std::string> requests = server_.requests();
+  ASSERT_GE(requests.size(), 3u);
+  EXPECT_EQ(requests[0], "GET /api/v1/runs/r1/log?follow=true");
+  EXPECT_EQ(requests[1], "GET /api/v1/runs/r1/log?attempt=1&follow=true&offset=4");
+}
+
+TEST_F(CommandTest, RunLogFollowContinuesIntoTheNextAttemptWithoutRepeatingOutput) {
+  // Attempt 1 wrote "first\n" and failed; attempt 2 appends "second\n" to the run's log.
+  std::atomic<int> run_reads{0};
+  server_.http().Get("/api/v1/runs/r1", [&](const httplib::Request&, httplib::Response& res) {
+    const int n = run_reads.fetch_add(1);
+    json attempts = json::array({{{"attempt", 1}}});
+    if (n >= 1) attempts.push_back({{"attempt", 2}});
+    Json(res, {{"id", "r1"}, {"status", n >= 2 ? "failed" : "retry_wait"}, {"attempts", attempts}});
+  });
+  server_.http().Get("/api/v1/runs/r1/log", [&](const httplib::Request& req,
+                                                httplib::Response& res) {
+    server_.Record(req);
+    const std::string attempt = req.has_param("attempt") ? req.get_param_value("attempt") : "1";
+    const std::string file = attempt == "1" && run_reads.load() < 2 ? "first\n" : "first\nsecond\n";
+    const size_t offset = req.has_param("offset") ? std::stoul(req.get_param_value("offset")) : 0;
+    const std::string data = file.substr(std::min(offset, file.size()));
+    res.set_header("X-QL-Attempt", attempt);
+    res.set_header("X-QL-Log-Next-Offset", std::to_string(offset + data.size()));
+    res.set_header("X-QL-Log-Eof", "true");
+    res.set_content(data, "text/plain");
+  });
+  RunLogArgs args;
+  args.run_id = "r1";
+  args.follow = true;
+  args.poll_ms = 1;
+  CommandContext context = Context();
+  EXPECT_EQ(RunLog(args, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "first\nsecond\n");
+  EXPECT_NE(err_.str().find("attempt 2"), std::string::npos) << err_.str();
+}
+
+TEST_F(CommandTest, RunLogFollowReopensAStreamThatStaysSilent) {
+  std::atomic<bool> finished{false};
+  server_.http().Get("/api/v1/runs/r1", [&](const httplib::Request&, httplib::Response& res) {
+    Json(res, {{"id", "r1"},
+               {"status", finished.load() ? "succeeded" : "running"},
+               {"attempts", json::array({{{"attempt", 1}}})}});
+  });
+  server_.http().Get(
+      "/api/v1/runs/r1/log", [&](const httplib::Request& req, httplib::Response& res) {
+        server_.Record(req);
+        res.set_header("X-QL-Attempt", "1");
+        const std::string offset = req.has_param("offset") ? req.get_param_value("offset") : "0";
+        if (req.has_param("follow") && offset == "0") {
+          // "a", then silence longer than the client's read timeout.
+          res.set_chunked_content_provider("text/plain", [&](size_t sent, httplib::DataSink& sink) {
+            if (sent == 0) {
+              sink.write("a", 1);
+              return true;
+            }
+            // Much longer than the client waits; it reconnects rather than sit through this.
+            for (int i = 0; i < 40 && sink.is_writable(); ++i) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+            sink.done();
+            return true;
+          });
+          return;
+        }
+        finished = true;
+        const std::string data = offset == "1" && req.has_param("follow") ? "b" : "";
+        res.set_header("X-QL-Log-Next-Offset", std::to_string(std::stoi(offset) + data.size()));
+        res.set_header("X-QL-Log-Eof", "true");
+        res.set_content(data, "text/plain");
+      });
+  RunLogArgs args;
+  args.run_id = "r1";
+  args.follow = true;
+  args.poll_ms = 1;
+  args.follow_read_timeout_s = 1;
+  CommandContext context = Context();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(RunLog(args, context), kExitOk) << err_.str();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(3500));
+  EXPECT_EQ(out_.str(), "ab");
+  EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CommandTest, TriggerNextPrintsLocalTimesAndWarnsWhenNotActive) {
+  server_.http().Get("/api/v1/triggers/g1/next",
+                     [&](const httplib::Request& req, httplib::Response& res) {
+                       server_.Record(req);
+                       Json(res, json::parse(R"({"state":"disabled","fire_times":[
+                         {"at":"2026-03-08T07:00:00Z","local":"2026-03-08T03:00:00-04:00"},
+                         {"at":"2026-03-09T06:00:00Z","local":"2026-03-09T02:00:00-04:00"}]})"));
+                     });
+  TriggerNextArgs args;
+  args.trigger_id = "g1";
+  args.count = 2;
+  CommandContext context = Context();
+  EXPECT_EQ(TriggerNext(args, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "2026-03-08T03:00:00-04:00\n2026-03-09T02:00:00-04:00\n");
+  EXPECT_NE(err_.str().find("disabled"), std::string::npos);
+  EXPECT_EQ(server_.requests().at(0), "GET /api/v1/triggers/g1/next?count=2");
+}
+
+TEST_F(CommandTest, StatusReportsNotReadyWithExitOne) {
+  server_.http().Get("/readyz", [&](const httplib::Request&, httplib::Response& res) {
+    Json(res, {{"code", "not_ready"}, {"message", "starting"}}, 503);
+  });
+  CommandContext context = Context(/*json=*/true);
+  EXPECT_EQ(Status(context), kExitFailure);
+  const json out = json::parse(out_.str());
+  EXPECT_EQ(out["ready"], false);
+  EXPECT_EQ(out["not_ready"]["code"], "not_ready");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command line as `ql` parses it.
+
+class CommandLineTest : public CommandTest {
+ protected:
+  // Parses `args` as ql would and returns the exit status; stdout is captured into out_.
+  int Ql(std::vector<std::string> args) {
+    CLI::App app{"ql"};
+    app.require_subcommand(1);
+    RegisterTaskCommands(app);
+    RegisterTriggerCommands(app);
+    RegisterRunCommands(app);
+    RegisterStatusCommand(app);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    std::streambuf* saved = std::cout.rdbuf(out_.rdbuf());
+    int status = 0;
+    try {
+      app.parse(reversed);
+    } catch (const CLI::RuntimeError& e) {
+      status = e.get_exit_code();
+    } catch (const CLI::ParseError& e) {
+      err_ << e.what();
+      status = kExitUsage;
+    }
+    std::cout.rdbuf(saved);
+    return status;
+  }
+  void AcceptTasks() {
+    server_.http().Post("/api/v1/tasks", [&](const httplib::Request& req, httplib::Response& res) {
+      server_.Record(req);
+      Json(res, {{"id", "task-9"}}, 201);
+    });
+  }
+};
+
+TEST_F(CommandLineTest, GlobalOptionsWorkBeforeAndAfterTheSubcommand) {
+  AcceptTasks();
+  EXPECT_EQ(Ql({"--server", server_.url(), "--token", "t", "task", "add", "a", "--shell", "true"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_EQ(Ql({"task", "add", "b", "--shell", "true", "--server", server_.url(), "--token", "t"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_EQ(Ql({"task", "--server", server_.url(), "add", "c", "--token", "t", "--shell", "true",
+                "--json"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_EQ(server_.bodies().size(), 3u);
+  EXPECT_EQ(json::parse(server_.bodies()[2])["name"], "c");
+  EXPECT_NE(out_.str().find("\"id\": \"task-9\""), std::string::npos) << out_.str();
+}
+
+TEST_F(CommandLineTest, RepeatedEnvAndArgvArgumentsParse) {
+  AcceptTasks();
+  EXPECT_EQ(Ql({"task", "add", "n", "--env", "A=1", "--env", "B=2", "--argv", "/bin/echo", "x",
+                "y z", "--timeout", "500ms", "--server", server_.url(), "--token", "t"}),
+            kExitOk)
+      << err_.str();
+  const json sent = json::parse(server_.bodies().at(0));
+  EXPECT_EQ(sent["spec"]["environment"], json::parse(R"({"A":"1","B":"2"})"));
+  EXPECT_EQ(sent["spec"]["command"]["args"], json::parse(R"(["x","y z"])"));
+  EXPECT_EQ(sent["spec"]["timeoutMs"], 500);
+  EXPECT_EQ(out_.str(), "task-9\n");
+}
+
+TEST_F(CommandLineTest, ArgvArgumentsThatStartWithADashGoAllAfterDoubleDash) {
+  AcceptTasks();
+  EXPECT_EQ(Ql({"task", "add", "n", "--server", server_.url(), "--token", "t", "--argv", "/bin/ls",
+                "--arg=-a", "--", "/tmp", "-l", "--timeout", "5"}),
+            kExitOk)
+      << err_.str();
+  const json sent = json::parse(server_.bodies().at(0));
+  EXPECT_EQ(sent["spec"]["command"]["args"], json::parse(R"(["/tmp","-l","--timeout","5","-a"])"));
+  EXPECT_FALSE(sent["spec"].contains("timeoutMs"));
+
+  EXPECT_EQ(Ql({"task", "add", "j", "--argv", "/bin/sh", "--", "-c", "echo hi", "--server",
+                server_.url(), "--token", "t"}),
+            kExitUsage)
+      << "after `--` even --server is an argument, so no server is known";
+  EXPECT_EQ(Ql({"--server", server_.url(), "--token", "t", "task", "add", "j", "--argv", "/bin/sh",
+                "--", "-c", "echo hi"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_EQ(json::parse(server_.bodies().at(1))["spec"]["command"]["args"],
+            json::parse(R"(["-c","echo hi"])"));
+
+  // Without `--` a dash argument is an unknown option, not silently an argument.
+  EXPECT_EQ(Ql({"task", "add", "m", "--server", server_.url(), "--token", "t", "--argv", "/bin/ls",
+                "-l"}),
+            kExitUsage);
+  // Arguments after `--` need --argv.
+  EXPECT_EQ(Ql({"task", "add", "k", "--server", server_.url(), "--token", "t", "--shell", "true",
+                "--", "x"}),
+            kExitUsage);
+  EXPECT_EQ(server_.bodies().size(), 2u);
+}
+
+TEST_F(CommandLineTest, BadFlagValuesAreUsageErrors) {
+  EXPECT_EQ(Ql({"trigger", "add", "t", "--cron", "* * * * *", "--tz", "UTC", "--misfire", "later",
+                "--server", server_.url(), "--token", "t"}),
+            kExitUsage);
+  EXPECT_EQ(Ql({"trigger", "add", "t", "--tz", "UTC", "--server", server_.url()}), kExitUsage);
+  EXPECT_TRUE(server_.requests().empty());
+}
+
+}  // namespace
+}  // namespace ql::cli

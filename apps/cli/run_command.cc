@@ -1,0 +1,420 @@
+#include "run_command.h"
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "output.h"
+#include "ql/core/states.h"
+
+namespace ql::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kEventPage = 500;
+constexpr int64_t kLogChunk = int64_t{1} << 20;
+
+std::string RunPath(const std::string& id) { return "/api/v1/runs/" + UrlEncode(id); }
+
+bool IsTerminalRun(const json& run) {
+  const std::optional<RunStatus> status = ParseRunStatus(JsonText(run, "status", ""));
+  return status.has_value() && IsTerminal(*status);
+}
+
+int64_t LatestAttempt(const json& run) {
+  int64_t latest = 0;
+  if (run.contains("attempts") && run["attempts"].is_array()) {
+    for (const json& attempt : run["attempts"]) {
+      latest = std::max<int64_t>(latest, attempt.value("attempt", int64_t{0}));
+    }
+  }
+  return latest;
+}
+
+int64_t HeaderInt(const HttpResponse& response, std::string_view name, int64_t fallback) {
+  const std::string text = response.Header(name);
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos ||
+      text.size() > 18) {
+    return fallback;
+  }
+  return std::stoll(text);
+}
+
+std::string HeaderValue(const std::vector<std::pair<std::string, std::string>>& headers,
+                        std::string_view name) {
+  HttpResponse response;
+  response.headers = headers;
+  return response.Header(name);
+}
+
+// Where a log read stands.
+struct LogCursor {
+  int64_t attempt = 0;  // 0 until the server names the attempt it serves
+  int64_t offset = 0;
+};
+
+std::string LogPath(const std::string& run_id, const LogCursor& cursor, bool follow) {
+  std::vector<std::pair<std::string, std::string>> query;
+  if (cursor.attempt > 0) query.emplace_back("attempt", std::to_string(cursor.attempt));
+  if (cursor.offset > 0) query.emplace_back("offset", std::to_string(cursor.offset));
+  if (follow) {
+    query.emplace_back("follow", "true");
+  } else {
+    query.emplace_back("limit", std::to_string(kLogChunk));
+  }
+  return WithQuery(RunPath(run_id) + "/log", query);
+}
+
+// Reads the log from `cursor` to the current end of the file, writing it to `out`.
+std::optional<CliError> DrainLog(ApiClient& api, const std::string& run_id, LogCursor& cursor,
+                                 std::ostream& out) {
+  while (true) {
+    CliResult<HttpResponse> response = api.Send("GET", LogPath(run_id, cursor, false));
+    if (!response.ok()) return response.error();
+    if (response->status < 200 || response->status > 299) {
+      return ErrorFromResponse(response->status, response->body);
+    }
+    cursor.attempt = HeaderInt(*response, "X-QL-Attempt", cursor.attempt);
+    out.write(response->body.data(), static_cast<std::streamsize>(response->body.size()));
+    out.flush();
+    const int64_t next = HeaderInt(*response, "X-QL-Log-Next-Offset",
+                                   cursor.offset + static_cast<int64_t>(response->body.size()));
+    const bool eof = response->Header("X-QL-Log-Eof") != "false";
+    const bool advanced = next > cursor.offset;
+    cursor.offset = next;
+    if (eof || !advanced) return std::nullopt;
+  }
+}
+
+void Sleep(int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+std::string Summary(const json& run) { return JsonText(run, "id") + " " + JsonText(run, "status"); }
+
+std::string ErrorText(const json& object) {
+  const std::string code = JsonText(object, "error_code", "");
+  const std::string summary = JsonText(object, "error_summary", "");
+  if (code.empty() && summary.empty()) return "-";
+  if (summary.empty()) return code;
+  return code.empty() ? summary : code + ": " + summary;
+}
+
+}  // namespace
+
+int RunList(const RunListArgs& args, CommandContext& context) {
+  if (args.limit < 1) {
+    return context.Fail(CliError::Usage("invalid_limit", "--limit must be at least 1"));
+  }
+  if (args.status && !ParseRunStatus(*args.status)) {
+    std::string states;
+    for (RunStatus state : kAllRunStatuses) {
+      if (!states.empty()) states += ", ";
+      states += RunStatusName(state);
+    }
+    return context.Fail(CliError::Usage(
+        "invalid_status", "--status '" + *args.status + "' is not a run state (" + states + ")"));
+  }
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> runs = ListPages(**api, "/api/v1/runs",
+                                   {{"task_id", args.task_id.value_or("")},
+                                    {"trigger_id", args.trigger_id.value_or("")},
+                                    {"status", args.status.value_or("")}},
+                                   args.limit);
+  if (!runs.ok()) return context.Fail(runs.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*runs) << "\n";
+    return kExitOk;
+  }
+  Table table({"ID", "TASK", "TYPE", "STATUS", "SCHEDULED", "STARTED", "DURATION", "EXIT"});
+  for (const json& run : *runs) {
+    table.AddRow({JsonText(run, "id"), JsonText(run, "task_id"), JsonText(run, "trigger_type"),
+                  JsonText(run, "status"), JsonText(run, "scheduled_for"),
+                  JsonText(run, "started_at"), JsonElapsed(run, "started_at", "finished_at"),
+                  JsonText(run, "exit_code")});
+  }
+  table.Print(context.out());
+  return kExitOk;
+}
+
+int RunShow(const std::string& run_id, CommandContext& context) {
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> run = (*api)->GetJson(RunPath(run_id));
+  if (!run.ok()) return context.Fail(run.error());
+  json events = json::array();
+  int64_t after = 0;
+  while (true) {
+    CliResult<json> page = (*api)->GetJson(
+        WithQuery(RunPath(run_id) + "/events",
+                  {{"after", std::to_string(after)}, {"limit", std::to_string(kEventPage)}}));
+    if (!page.ok()) return context.Fail(page.error());
+    const json items = page->value("items", json::array());
+    for (const json& event : items) events.push_back(event);
+    const int64_t next = page->value("next_after", after);
+    if (static_cast<int64_t>(items.size()) < kEventPage || next <= after) break;
+    after = next;
+  }
+  if (context.json()) {
+    json out = *run;
+    out["events"] = std::move(events);
+    context.out() << JsonOutput(out) << "\n";
+    return kExitOk;
+  }
+  const json& r = *run;
+  Table fields({"FIELD", "VALUE"});
+  fields.AddRow({"id", JsonText(r, "id")});
+  fields.AddRow({"task", JsonText(r, "task_id") + " revision " + JsonText(r, "task_revision")});
+  std::string origin = JsonText(r, "trigger_type");
+  if (!JsonText(r, "trigger_id", "").empty()) origin += " trigger " + JsonText(r, "trigger_id");
+  fields.AddRow({"origin", origin});
+  fields.AddRow({"status", JsonText(r, "status")});
+  fields.AddRow({"scheduled for", JsonText(r, "scheduled_for")});
+  fields.AddRow({"created", JsonText(r, "created_at")});
+  fields.AddRow({"started", JsonText(r, "started_at")});
+  fields.AddRow({"finished", JsonText(r, "finished_at")});
+  fields.AddRow({"duration", JsonElapsed(r, "started_at", "finished_at")});
+  fields.AddRow({"exit code", JsonText(r, "exit_code")});
+  fields.AddRow({"error", ErrorText(r)});
+  if (!JsonText(r, "cancel_requested_at", "").empty()) {
+    fields.AddRow({"cancel requested",
+                   JsonText(r, "cancel_requested_at") + " (" + JsonText(r, "cancel_reason") + ")"});
+  }
+  if (!JsonText(r, "retry_of_run_id", "").empty()) {
+    fields.AddRow({"retry of", JsonText(r, "retry_of_run_id")});
+  }
+  if (!JsonText(r, "retry_at", "").empty()) fields.AddRow({"retry at", JsonText(r, "retry_at")});
+  fields.AddRow({"priority", JsonText(r, "priority")});
+  fields.AddRow({"idempotency key", JsonText(r, "idempotency_key")});
+  fields.Print(context.out());
+
+  context.out() << "\n";
+  Table attempts({"ATTEMPT", "STATUS", "EXECUTOR", "PID", "STARTED", "DURATION", "EXIT", "ERROR"});
+  for (const json& a : r.value("attempts", json::array())) {
+    attempts.AddRow({JsonText(a, "attempt"), JsonText(a, "status"), JsonText(a, "executor_type"),
+                     JsonText(a, "pid"), JsonText(a, "started_at"),
+                     JsonElapsed(a, "started_at", "finished_at"), JsonText(a, "exit_code"),
+                     Ellipsize(ErrorText(a), 60)});
+  }
+  attempts.Print(context.out());
+
+  context.out() << "\n";
+  Table table({"SEQ", "TIME", "EVENT", "ACTOR", "DETAIL"});
+  for (const json& e : events) {
+    const json payload = e.value("payload", json::object());
+    const std::string detail = payload.is_object() && payload.empty()
+                                   ? ""
+                                   : payload.dump(-1, ' ', false, json::error_handler_t::replace);
+    table.AddRow({JsonText(e, "sequence"), JsonText(e, "created_at"), JsonText(e, "type"),
+                  JsonText(e, "actor_type"), Ellipsize(PrintableCell(detail), 80)});
+  }
+  table.Print(context.out());
+  return kExitOk;
+}
+
+int RunLog(const RunLogArgs& args, CommandContext& context) {
+  if (args.attempt < 0) {
+    return context.Fail(CliError::Usage("invalid_attempt", "--attempt must be 1 or more"));
+  }
+  CliResult<ApiClient*> api_result = context.Api();
+  if (!api_result.ok()) return context.Fail(api_result.error());
+  ApiClient& api = **api_result;
+  LogCursor cursor;
+  cursor.attempt = args.attempt;
+  if (!args.follow) {
+    std::optional<CliError> error = DrainLog(api, args.run_id, cursor, context.out());
+    return error ? context.Fail(*error) : kExitOk;
+  }
+
+  bool use_stream = true;
+  while (true) {
+    const LogCursor before = cursor;
+    std::optional<CliError> error;
+    if (use_stream) {
+      CliResult<int> streamed = api.GetStream(
+          LogPath(args.run_id, cursor, true),
+          [&](const std::vector<std::pair<std::string, std::string>>& headers) {
+            const std::string attempt = HeaderValue(headers, "X-QL-Attempt");
+            if (!attempt.empty() && attempt.size() < 10 &&
+                attempt.find_first_not_of("0123456789") == std::string::npos) {
+              cursor.attempt = std::stoll(attempt);
+            }
+          },
+          [&](const char* data, size_t size) {
+            context.out().write(data, static_cast<std::streamsize>(size));
+            context.out().flush();
+            cursor.offset += static_cast<int64_t>(size);
+            return true;
+          },
+          args.follow_read_timeout_s);
+      if (!streamed.ok()) error = streamed.error();
+    } else {
+      error = DrainLog(api, args.run_id, cursor, context.out());
+    }
+    if (error) {
+      if (error->reason() == "overloaded") {
+        // Every follow stream of the server is taken: poll instead.
+        use_stream = false;
+      } else if (error->reason() != "connection_lost" && error->reason() != "attempt_not_found") {
+        // A lost connection is picked up again from the offset; a run that has no attempt yet
+        // is waited for.
+        return context.Fail(*error);
+      }
+    }
+
+    CliResult<json> run = api.GetJson(RunPath(args.run_id));
+    if (!run.ok()) return context.Fail(run.error());
+    const int64_t latest = LatestAttempt(*run);
+    const bool terminal = IsTerminalRun(*run);
+    if (terminal && cursor.attempt == 0) {
+      if (latest == 0) return kExitOk;  // ended before any attempt started
+      cursor.attempt = latest;
+    }
+    const bool newer_attempt = args.attempt == 0 && cursor.attempt > 0 && latest > cursor.attempt;
+    if (terminal || newer_attempt) {
+      // The attempt being followed is over: print what it wrote after the stream's last read.
+      std::optional<CliError> drain = DrainLog(api, args.run_id, cursor, context.out());
+      if (drain && !(args.attempt == 0 && drain->reason() == "attempt_not_found")) {
+        return context.Fail(*drain);
+      }
+      if (newer_attempt) {
+        // The run was retried. Attempts of a run append to the run's one log file, so the new
+        // attempt's log continues at the offset reached.
+        cursor.attempt = latest;
+        context.err() << "ql: attempt " << cursor.attempt << " of run " << args.run_id << "\n";
+        context.err().flush();
+        continue;
+      }
+      return kExitOk;
+    }
+    // Nothing new arrived (the attempt is between retries, or not started): do not spin.
+    if (cursor.offset == before.offset && cursor.attempt == before.attempt) Sleep(args.poll_ms);
+  }
+}
+
+int RunCancel(const std::string& run_id, const std::optional<std::string>& reason,
+              CommandContext& context) {
+  json body = json::object();
+  if (reason) body["reason"] = *reason;
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> run = (*api)->PostJson(RunPath(run_id) + "/cancel", body);
+  if (!run.ok()) return context.Fail(run.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*run) << "\n";
+  } else {
+    context.out() << Summary(*run) << " cancel requested\n";
+  }
+  return kExitOk;
+}
+
+int RunStart(const RunStartArgs& args, CommandContext& context) {
+  json body = {{"task_id", args.task_id}};
+  if (args.idempotency_key) body["idempotency_key"] = *args.idempotency_key;
+  if (args.priority) body["priority"] = *args.priority;
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> run = (*api)->PostJson("/api/v1/runs", body);
+  if (!run.ok()) return context.Fail(run.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*run) << "\n";
+  } else {
+    context.out() << JsonText(*run, "id", "") << "\n";
+  }
+  return kExitOk;
+}
+
+int RunRetry(const std::string& run_id, CommandContext& context) {
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> run = (*api)->PostJson(RunPath(run_id) + "/retry", json::object());
+  if (!run.ok()) return context.Fail(run.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*run) << "\n";
+  } else {
+    context.out() << JsonText(*run, "id", "") << "\n";
+  }
+  return kExitOk;
+}
+
+void RegisterRunCommands(CLI::App& app) {
+  AddGlobalOptions(app);
+  CLI::App* run = app.add_subcommand("run", "Inspect, start, cancel and retry runs");
+  run->require_subcommand(1);
+  run->fallthrough();
+
+  auto list_args = std::make_shared<RunListArgs>();
+  CLI::App* list = run->add_subcommand("list", "List runs, newest first");
+  list->fallthrough();
+  list->add_option_function<std::string>(
+      "--task", [list_args](const std::string& v) { list_args->task_id = v; },
+      "Only runs of this task");
+  list->add_option_function<std::string>(
+      "--trigger", [list_args](const std::string& v) { list_args->trigger_id = v; },
+      "Only runs admitted by this trigger");
+  list->add_option_function<std::string>(
+      "--status", [list_args](const std::string& v) { list_args->status = v; },
+      "Only runs in this state (queued, running, succeeded, failed, ...)");
+  list->add_option("--limit", list_args->limit, "Show at most N runs")->capture_default_str();
+  list->callback([list, list_args] {
+    RunCommand(*list, [&](CommandContext& context) { return RunList(*list_args, context); });
+  });
+
+  auto show_id = std::make_shared<std::string>();
+  CLI::App* show = run->add_subcommand("show", "Show a run with its attempts and events");
+  show->fallthrough();
+  show->add_option("id", *show_id, "Run id")->required();
+  show->callback([show, show_id] {
+    RunCommand(*show, [&](CommandContext& context) { return RunShow(*show_id, context); });
+  });
+
+  auto log_args = std::make_shared<RunLogArgs>();
+  CLI::App* log =
+      run->add_subcommand("log", "Print a run's log (stdout and stderr of the command)");
+  log->fallthrough();
+  log->add_option("id", log_args->run_id, "Run id")->required();
+  log->add_flag("-f,--follow", log_args->follow, "Keep printing new output until the run ends");
+  log->add_option("--attempt", log_args->attempt, "Attempt number (default: the latest)");
+  log->callback([log, log_args] {
+    RunCommand(*log, [&](CommandContext& context) { return RunLog(*log_args, context); });
+  });
+
+  auto cancel_id = std::make_shared<std::string>();
+  auto cancel_reason = std::make_shared<std::optional<std::string>>();
+  CLI::App* cancel = run->add_subcommand("cancel", "Ask a run to stop");
+  cancel->fallthrough();
+  cancel->add_option("id", *cancel_id, "Run id")->required();
+  cancel->add_option_function<std::string>(
+      "--reason", [cancel_reason](const std::string& v) { *cancel_reason = v; },
+      "Why (recorded with the run; default \"user\")");
+  cancel->callback([cancel, cancel_id, cancel_reason] {
+    RunCommand(*cancel, [&](CommandContext& context) {
+      return RunCancel(*cancel_id, *cancel_reason, context);
+    });
+  });
+
+  auto start_args = std::make_shared<RunStartArgs>();
+  CLI::App* start = run->add_subcommand("start", "Run a task now and print the run id");
+  start->fallthrough();
+  start->add_option("task_id", start_args->task_id, "Task id")->required();
+  start->add_option_function<std::string>(
+      "--idempotency-key", [start_args](const std::string& v) { start_args->idempotency_key = v; },
+      "Start at most one run for this key; repeating it prints the first run");
+  start->add_option_function<int64_t>(
+      "--priority", [start_args](const int64_t& v) { start_args->priority = v; },
+      "Dispatch priority, -1000..1000 (default 0; higher first)");
+  start->callback([start, start_args] {
+    RunCommand(*start, [&](CommandContext& context) { return RunStart(*start_args, context); });
+  });
+
+  auto retry_id = std::make_shared<std::string>();
+  CLI::App* retry =
+      run->add_subcommand("retry", "Start a new run of a finished run's task and print its id");
+  retry->fallthrough();
+  retry->add_option("id", *retry_id, "Run id")->required();
+  retry->callback([retry, retry_id] {
+    RunCommand(*retry, [&](CommandContext& context) { return RunRetry(*retry_id, context); });
+  });
+}
+
+}  // namespace ql::cli

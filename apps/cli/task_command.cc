@@ -1,0 +1,451 @@
+#include "task_command.h"
+
+#include <map>
+#include <memory>
+
+#include "output.h"
+#include "ql/core/clock.h"
+#include "ql/core/ids.h"
+
+namespace ql::cli {
+namespace {
+
+using nlohmann::json;
+
+CliResult<int64_t> DurationFlag(const std::string& flag, const std::string& text) {
+  std::optional<int64_t> ms = ParseDurationMs(text);
+  if (!ms) {
+    return CliError::Usage("invalid_duration",
+                           flag + " '" + text +
+                               "' is not a duration: use a whole number with a unit (500ms, 30s, "
+                               "5m, 2h, 1d), parts such as 1h30m, or plain milliseconds");
+  }
+  return *ms;
+}
+
+// Parses NAME=VALUE pairs into an object; `what` names the flag in messages.
+CliResult<json> PairsFlag(const std::string& flag, const std::string& reason,
+                          const std::vector<std::string>& pairs) {
+  json out = json::object();
+  for (const std::string& pair : pairs) {
+    const size_t eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return CliError::Usage(reason, flag + " '" + pair + "' must be NAME=VALUE");
+    }
+    const std::string name = pair.substr(0, eq);
+    if (out.contains(name)) {
+      return CliError::Usage(reason, flag + " names '" + name + "' twice");
+    }
+    out[name] = pair.substr(eq + 1);
+  }
+  return out;
+}
+
+std::string NewMutationId() { return NewUuidV7(SystemClock().NowMs(), SecureRandom()); }
+
+std::string TaskPath(const std::string& id) { return "/api/v1/tasks/" + UrlEncode(id); }
+
+// Adds the content flags shared by add and publish to `command`.
+void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>& flags,
+                     bool publish) {
+  command->add_option_function<std::string>(
+      "--shell", [flags](const std::string& v) { flags->shell = v; },
+      "Run COMMAND with /bin/sh -c (quote it)");
+  command->add_flag("--bash", flags->bash, "Run the --shell command with /bin/bash instead");
+  command->add_option_function<std::string>(
+      "--argv", [flags](const std::string& v) { flags->argv_file = v; },
+      "Run FILE (an absolute path) directly, no shell, with the ARGS that follow; when an "
+      "argument starts with '-', put all ARGS after `--`");
+  // A minimum of one value keeps `--` and what follows in this command rather than its parent.
+  command
+      ->add_option("args", flags->args,
+                   "Arguments for --argv FILE (all after `--` when one starts with '-')")
+      ->expected(1, -1);
+  command->add_option("--arg", flags->extra_args, "One more argument for --argv (repeatable)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  command->add_option_function<std::string>(
+      "--timeout", [flags](const std::string& v) { flags->timeout = v; },
+      "Kill the command after this long: 500ms, 30s, 5m, 2h, 1d, 1h30m or milliseconds "
+      "(server default 1d)");
+  command->add_option("--env", flags->env, "Environment variable NAME=VALUE (repeatable)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  command->add_option_function<std::string>(
+      "--workdir", [flags](const std::string& v) { flags->workdir = v; },
+      "Working directory (absolute path)");
+  command->add_option("--label", flags->labels, "Label KEY=VALUE (repeatable)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  command->add_flag("--disabled", flags->disabled,
+                    "Publish the revision disabled: triggers admit nothing and manual runs are "
+                    "refused");
+  command->add_option_function<int64_t>(
+      "--max-attempts", [flags](const int64_t& v) { flags->max_attempts = v; },
+      "Attempts per run, 1-16 (retry policy)");
+  command->add_flag("--retry-on-lost", flags->retry_on_lost,
+                    "Retry attempts lost with their executor; declares the command safe to run "
+                    "twice (--safety idempotent) unless --safety says otherwise");
+  command
+      ->add_option_function<std::string>(
+          "--safety", [flags](const std::string& v) { flags->safety = v; },
+          "Whether a repeated run is harmless: unknown, idempotent or deduplicated")
+      ->check(CLI::IsMember({"unknown", "idempotent", "deduplicated"}));
+  command->add_option_function<std::string>(
+      "--backoff", [flags](const std::string& v) { flags->backoff = v; },
+      "First retry delay (duration)");
+  command->add_option_function<std::string>(
+      "--backoff-max", [flags](const std::string& v) { flags->backoff_max = v; },
+      "Longest retry delay (duration)");
+  command->add_option_function<std::string>(
+      "--mutation-id", [flags](const std::string& v) { flags->mutation_id = v; },
+      "Idempotency id of this write: repeating the command with the same id replays it "
+      "instead of writing twice (default: a fresh id)");
+  if (publish) {
+    command->add_flag("--enabled", flags->enabled, "Publish the revision enabled");
+    command->add_flag("--clear-env", flags->clear_env, "Publish with an empty environment");
+    command->add_flag("--clear-workdir", flags->clear_workdir,
+                      "Publish without a working directory");
+    command->add_flag("--clear-labels", flags->clear_labels, "Publish without labels");
+    command->add_flag("--no-retry-on-lost", flags->no_retry_on_lost,
+                      "Stop retrying attempts lost with their executor");
+  }
+}
+
+std::string EnvironmentSummary(const json& spec) {
+  if (!spec.contains("environment") || !spec["environment"].is_object() ||
+      spec["environment"].empty()) {
+    return "-";
+  }
+  std::string out;
+  for (const auto& [name, value] : spec["environment"].items()) {
+    if (!out.empty()) out += ' ';
+    out += name + "=" + ShellQuote(value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  return out;
+}
+
+std::string LabelsSummary(const json& labels) {
+  if (!labels.is_object() || labels.empty()) return "-";
+  std::string out;
+  for (const auto& [key, value] : labels.items()) {
+    if (!out.empty()) out += ", ";
+    out += key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  return out;
+}
+
+std::string RetrySummary(const json& retry) {
+  if (!retry.is_object()) return "-";
+  const int64_t attempts = retry.value("max_attempts", int64_t{1});
+  std::string out = std::to_string(attempts) + (attempts == 1 ? " attempt" : " attempts");
+  if (attempts > 1) {
+    out += ", backoff " + FormatDurationMs(retry.value("backoff_base_ms", int64_t{0})) + ".." +
+           FormatDurationMs(retry.value("backoff_max_ms", int64_t{0}));
+  }
+  if (retry.value("retry_on_lost", false)) out += ", retries lost attempts";
+  out += ", safety " + retry.value("safety", std::string("unknown"));
+  return out;
+}
+
+std::string TimeoutSummary(const json& spec) {
+  if (spec.contains("timeoutMs") && spec["timeoutMs"].is_number_integer()) {
+    return FormatDurationMs(spec["timeoutMs"].get<int64_t>());
+  }
+  return "-";
+}
+
+}  // namespace
+
+CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional<std::string>& name,
+                              const json* current) {
+  const bool has_shell = flags.shell.has_value();
+  const bool has_argv = flags.argv_file.has_value();
+  if (has_shell && has_argv) {
+    return CliError::Usage("command_conflict", "give either --shell or --argv, not both");
+  }
+  if (flags.bash && has_argv) {
+    return CliError::Usage("command_conflict", "--bash applies to --shell commands, not --argv");
+  }
+  if ((!flags.extra_args.empty() || !flags.args.empty()) && !has_argv) {
+    std::string first = flags.args.empty() ? flags.extra_args.front() : flags.args.front();
+    return CliError::Usage("command_conflict", "argument '" + first +
+                                                   "' belongs to a command run with --argv FILE; "
+                                                   "give --argv, or quote the --shell command");
+  }
+  if (flags.enabled && flags.disabled) {
+    return CliError::Usage("flag_conflict", "give either --enabled or --disabled, not both");
+  }
+  if (flags.clear_env && !flags.env.empty()) {
+    return CliError::Usage("flag_conflict", "--clear-env cannot be combined with --env");
+  }
+  if (flags.clear_workdir && flags.workdir) {
+    return CliError::Usage("flag_conflict", "--clear-workdir cannot be combined with --workdir");
+  }
+  if (flags.retry_on_lost && flags.no_retry_on_lost) {
+    return CliError::Usage("flag_conflict",
+                           "give either --retry-on-lost or --no-retry-on-lost, not both");
+  }
+  if (flags.clear_labels && !flags.labels.empty()) {
+    return CliError::Usage("flag_conflict", "--clear-labels cannot be combined with --label");
+  }
+
+  json spec = json::object();
+  json labels = json::object();
+  bool enabled = true;
+  std::string task_name = name.value_or("");
+  if (current != nullptr) {
+    if (current->contains("spec") && (*current)["spec"].is_object()) spec = (*current)["spec"];
+    if (current->contains("labels") && (*current)["labels"].is_object()) {
+      labels = (*current)["labels"];
+    }
+    enabled = current->value("enabled", true);
+    if (!name) task_name = current->value("name", "");
+  }
+
+  // The command.
+  if (has_shell) {
+    spec["command"] = {{"kind", "shell"},
+                       {"command", *flags.shell},
+                       {"shell", flags.bash ? "/bin/bash" : "/bin/sh"}};
+  } else if (has_argv) {
+    std::vector<std::string> args = flags.args;
+    args.insert(args.end(), flags.extra_args.begin(), flags.extra_args.end());
+    spec["command"] = {{"kind", "argv"}, {"file", *flags.argv_file}, {"args", args}};
+  } else if (!spec.contains("command")) {
+    return CliError::Usage("command_required",
+                           "give the command: --shell 'COMMAND' or --argv FILE [ARGS...]");
+  } else if (flags.bash) {
+    if (!spec["command"].is_object() || spec["command"].value("kind", "") != "shell") {
+      return CliError::Usage("command_conflict",
+                             "--bash applies to shell commands; this task runs an argv command");
+    }
+    spec["command"]["shell"] = "/bin/bash";
+  }
+
+  if (flags.timeout) {
+    CliResult<int64_t> ms = DurationFlag("--timeout", *flags.timeout);
+    if (!ms.ok()) return ms.error();
+    spec["timeoutMs"] = *ms;
+  }
+  if (flags.clear_env) spec["environment"] = json::object();
+  if (!flags.env.empty()) {
+    CliResult<json> env = PairsFlag("--env", "invalid_env", flags.env);
+    if (!env.ok()) return env.error();
+    spec["environment"] = *env;
+  }
+  if (!spec.contains("environment")) spec["environment"] = json::object();
+  if (flags.clear_workdir) spec.erase("workingDirectory");
+  if (flags.workdir) spec["workingDirectory"] = *flags.workdir;
+
+  if (flags.clear_labels) labels = json::object();
+  if (!flags.labels.empty()) {
+    CliResult<json> parsed = PairsFlag("--label", "invalid_label", flags.labels);
+    if (!parsed.ok()) return parsed.error();
+    labels = *parsed;
+  }
+  if (flags.disabled) enabled = false;
+  if (flags.enabled) enabled = true;
+
+  json body = {{"name", task_name}, {"spec", spec}, {"labels", labels}, {"enabled", enabled}};
+
+  // The retry policy is part of the revision's content: a publish keeps the current one.
+  json retry = json::object();
+  if (current != nullptr && current->contains("retry") && (*current)["retry"].is_object()) {
+    retry = (*current)["retry"];
+  }
+  if (flags.max_attempts) retry["max_attempts"] = *flags.max_attempts;
+  if (flags.safety) retry["safety"] = *flags.safety;
+  if (flags.retry_on_lost) {
+    retry["retry_on_lost"] = true;
+    if (!flags.safety && retry.value("safety", "unknown") == "unknown") {
+      retry["safety"] = "idempotent";
+    }
+  }
+  if (flags.no_retry_on_lost) retry["retry_on_lost"] = false;
+  if (flags.backoff) {
+    CliResult<int64_t> ms = DurationFlag("--backoff", *flags.backoff);
+    if (!ms.ok()) return ms.error();
+    retry["backoff_base_ms"] = *ms;
+  }
+  if (flags.backoff_max) {
+    CliResult<int64_t> ms = DurationFlag("--backoff-max", *flags.backoff_max);
+    if (!ms.ok()) return ms.error();
+    retry["backoff_max_ms"] = *ms;
+  }
+  if (!retry.empty()) body["retry"] = retry;
+  return body;
+}
+
+int TaskAdd(const TaskAddArgs& args, CommandContext& context) {
+  CliResult<json> body = BuildTaskBody(args.content, args.name, nullptr);
+  if (!body.ok()) return context.Fail(body.error());
+  (*body)["mutation_id"] = args.content.mutation_id.value_or(NewMutationId());
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> task = (*api)->PostJson("/api/v1/tasks", *body);
+  if (!task.ok()) return context.Fail(task.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*task) << "\n";
+  } else {
+    context.out() << JsonText(*task, "id", "") << "\n";
+  }
+  return kExitOk;
+}
+
+int TaskList(const TaskListArgs& args, CommandContext& context) {
+  if (args.limit < 1) {
+    return context.Fail(CliError::Usage("invalid_limit", "--limit must be at least 1"));
+  }
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> tasks = ListPages(**api, "/api/v1/tasks", {}, args.limit);
+  if (!tasks.ok()) return context.Fail(tasks.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*tasks) << "\n";
+    return kExitOk;
+  }
+  Table table({"ID", "NAME", "REV", "ENABLED", "TIMEOUT", "COMMAND", "UPDATED"});
+  for (const json& task : *tasks) {
+    const json spec = task.value("spec", json::object());
+    table.AddRow({JsonText(task, "id"), Ellipsize(JsonText(task, "name"), 32),
+                  JsonText(task, "revision"), JsonText(task, "enabled") == "true" ? "yes" : "no",
+                  TimeoutSummary(spec), Ellipsize(PrintableCell(CommandSummary(spec)), 48),
+                  JsonText(task, "updated_at")});
+  }
+  table.Print(context.out());
+  return kExitOk;
+}
+
+int TaskShow(const std::string& task_id, CommandContext& context) {
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> task = (*api)->GetJson(TaskPath(task_id));
+  if (!task.ok()) return context.Fail(task.error());
+  CliResult<json> history = (*api)->GetJson(TaskPath(task_id) + "/revisions");
+  if (!history.ok()) return context.Fail(history.error());
+  const json revisions = history->value("items", json::array());
+  if (context.json()) {
+    json out = *task;
+    out["revisions"] = revisions;
+    context.out() << JsonOutput(out) << "\n";
+    return kExitOk;
+  }
+  const json spec = task->value("spec", json::object());
+  const json command = spec.value("command", json::object());
+  Table fields({"FIELD", "VALUE"});
+  fields.AddRow({"id", JsonText(*task, "id")});
+  fields.AddRow({"name", JsonText(*task, "name")});
+  fields.AddRow({"revision", JsonText(*task, "revision")});
+  fields.AddRow({"enabled", JsonText(*task, "enabled")});
+  if (JsonText(command, "kind", "") == "shell") {
+    fields.AddRow({"shell", JsonText(command, "shell")});
+    fields.AddRow({"command", JsonText(command, "command")});
+  } else {
+    fields.AddRow({"argv", CommandSummary(spec)});
+  }
+  fields.AddRow({"environment", EnvironmentSummary(spec)});
+  fields.AddRow({"workdir", JsonText(spec, "workingDirectory")});
+  fields.AddRow({"timeout", TimeoutSummary(spec)});
+  fields.AddRow({"labels", LabelsSummary(task->value("labels", json::object()))});
+  fields.AddRow({"retry", RetrySummary(task->value("retry", json()))});
+  fields.AddRow({"digest", JsonText(*task, "content_digest")});
+  fields.AddRow({"created", JsonText(*task, "created_at")});
+  fields.AddRow({"updated", JsonText(*task, "updated_at")});
+  fields.Print(context.out());
+  context.out() << "\n";
+  Table table({"REVISION", "NAME", "ENABLED", "COMMAND", "CREATED"});
+  for (const json& revision : revisions) {
+    table.AddRow(
+        {JsonText(revision, "revision"), Ellipsize(JsonText(revision, "name"), 32),
+         JsonText(revision, "enabled") == "true" ? "yes" : "no",
+         Ellipsize(PrintableCell(CommandSummary(revision.value("spec", json::object()))), 48),
+         JsonText(revision, "created_at")});
+  }
+  table.Print(context.out());
+  return kExitOk;
+}
+
+int TaskPublish(const TaskPublishArgs& args, CommandContext& context) {
+  if (args.expected_revision < 1) {
+    return context.Fail(CliError::Usage("invalid_expected_revision",
+                                        "--expected-revision must be the task's current "
+                                        "revision number (1 or more)"));
+  }
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> current = (*api)->GetJson(TaskPath(args.task_id));
+  if (!current.ok()) return context.Fail(current.error());
+  CliResult<json> body = BuildTaskBody(args.content, args.name, &*current);
+  if (!body.ok()) return context.Fail(body.error());
+  // The server checks the expected revision; the current one only supplies unchanged fields.
+  (*body)["expected_revision"] = args.expected_revision;
+  (*body)["mutation_id"] = args.content.mutation_id.value_or(NewMutationId());
+  CliResult<json> task = (*api)->PostJson(TaskPath(args.task_id) + "/revisions", *body);
+  if (!task.ok()) return context.Fail(task.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*task) << "\n";
+  } else {
+    context.out() << JsonText(*task, "revision", "") << "\n";
+  }
+  return kExitOk;
+}
+
+void RegisterTaskCommands(CLI::App& app) {
+  AddGlobalOptions(app);
+  CLI::App* task = app.add_subcommand("task", "Define tasks: the commands QingLong runs");
+  task->require_subcommand(1);
+  task->fallthrough();
+
+  auto add_args = std::make_shared<TaskAddArgs>();
+  auto add_flags = std::shared_ptr<TaskContentFlags>(add_args, &add_args->content);
+  CLI::App* add = task->add_subcommand(
+      "add", "Create a task and print its id: ql task add NAME --shell 'COMMAND' [flags]");
+  add->fallthrough();
+  add->add_option("name", add_args->name, "Task name")->required();
+  AddContentFlags(add, add_flags, /*publish=*/false);
+  add->callback([add, add_args] {
+    RunCommand(*add, [&](CommandContext& context) { return TaskAdd(*add_args, context); });
+  });
+
+  auto list_args = std::make_shared<TaskListArgs>();
+  CLI::App* list = task->add_subcommand("list", "List tasks with their current revision");
+  list->fallthrough();
+  list->add_option("--limit", list_args->limit, "Show at most N tasks")->capture_default_str();
+  list->callback([list, list_args] {
+    RunCommand(*list, [&](CommandContext& context) { return TaskList(*list_args, context); });
+  });
+
+  auto show_id = std::make_shared<std::string>();
+  CLI::App* show = task->add_subcommand("show", "Show a task's current revision and history");
+  show->fallthrough();
+  show->add_option("id", *show_id, "Task id")->required();
+  show->callback([show, show_id] {
+    RunCommand(*show, [&](CommandContext& context) { return TaskShow(*show_id, context); });
+  });
+
+  auto publish_args = std::make_shared<TaskPublishArgs>();
+  auto publish_flags = std::shared_ptr<TaskContentFlags>(publish_args, &publish_args->content);
+  CLI::App* publish = task->add_subcommand(
+      "publish",
+      "Publish a new revision of a task and print its number; flags left out keep the current "
+      "revision's values");
+  publish->fallthrough();
+  publish->add_option("id", publish_args->task_id, "Task id")->required();
+  publish
+      ->add_option("--expected-revision", publish_args->expected_revision,
+                   "The revision this one replaces (the task's current revision)")
+      ->required();
+  publish->add_option_function<std::string>(
+      "--name", [publish_args](const std::string& v) { publish_args->name = v; }, "New task name");
+  AddContentFlags(publish, publish_flags, /*publish=*/true);
+  publish->callback([publish, publish_args] {
+    RunCommand(*publish,
+               [&](CommandContext& context) { return TaskPublish(*publish_args, context); });
+  });
+}
+
+}  // namespace ql::cli

@@ -1,0 +1,89 @@
+#pragma once
+
+// `ql task add|list|show|publish`: tasks over the HTTP API (/api/v1/tasks).
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client.h"
+
+namespace ql::cli {
+
+// The content flags shared by `task add` and `task publish`. Unset optionals and empty lists
+// mean "not given".
+struct TaskContentFlags {
+  std::optional<std::string> shell;        // --shell COMMAND
+  bool bash = false;                       // --bash: run the shell command with /bin/bash
+  std::optional<std::string> argv_file;    // --argv FILE: run FILE directly, no shell
+  std::vector<std::string> args;           // ARGS: the positional arguments after FILE / `--`
+  std::vector<std::string> extra_args;     // --arg VALUE (appended after ARGS)
+  std::optional<std::string> timeout;      // --timeout DURATION
+  std::vector<std::string> env;            // --env NAME=VALUE, repeatable
+  bool clear_env = false;                  // --clear-env (publish)
+  std::optional<std::string> workdir;      // --workdir DIR
+  bool clear_workdir = false;              // --clear-workdir (publish)
+  std::vector<std::string> labels;         // --label KEY=VALUE, repeatable
+  bool clear_labels = false;               // --clear-labels (publish)
+  bool disabled = false;                   // --disabled
+  bool enabled = false;                    // --enabled (publish)
+  std::optional<int64_t> max_attempts;     // --max-attempts N
+  bool retry_on_lost = false;              // --retry-on-lost
+  bool no_retry_on_lost = false;           // --no-retry-on-lost (publish)
+  std::optional<std::string> safety;       // --safety unknown|idempotent|deduplicated
+  std::optional<std::string> backoff;      // --backoff DURATION
+  std::optional<std::string> backoff_max;  // --backoff-max DURATION
+  std::optional<std::string> mutation_id;  // --mutation-id ID (makes a retried write a replay)
+};
+
+// Builds the body of a task publish request (without mutation_id or expected_revision):
+// {"name", "spec": {"command", "environment", "workingDirectory"?, "timeoutMs"?}, "labels",
+// "enabled", "retry"?}. With `current` (a task as GET /api/v1/tasks/{id} returns it) every
+// content flag left out keeps the current value; --env / --label given at least once replace
+// the whole environment / label set, and retry flags change single fields of the current retry
+// policy. --retry-on-lost without --safety declares the command idempotent unless the policy
+// already names a safety (the server retries lost attempts only of commands declared safe).
+// Usage errors (exit 2): command_required (neither --shell nor --argv for a new task),
+// command_conflict (both, or --bash with --argv, or ARGS or --arg without --argv),
+// invalid_duration,
+// invalid_env (not NAME=VALUE, or a name given twice), invalid_label, flag_conflict
+// (--enabled with --disabled, --retry-on-lost with --no-retry-on-lost, a --clear-* flag with the
+// value it clears).
+CliResult<nlohmann::json> BuildTaskBody(const TaskContentFlags& flags,
+                                        const std::optional<std::string>& name,
+                                        const nlohmann::json* current);
+
+struct TaskAddArgs {
+  std::string name;
+  TaskContentFlags content;
+};
+
+struct TaskListArgs {
+  int64_t limit = 1000;  // tasks to show at most
+};
+
+struct TaskPublishArgs {
+  std::string task_id;
+  int64_t expected_revision = 0;
+  std::optional<std::string> name;  // --name NEW
+  TaskContentFlags content;
+};
+
+// POST /api/v1/tasks; prints the new task id (--json: the task object).
+int TaskAdd(const TaskAddArgs& args, CommandContext& context);
+// GET /api/v1/tasks (following cursors); prints a table (--json: an array of tasks).
+int TaskList(const TaskListArgs& args, CommandContext& context);
+// GET /api/v1/tasks/{id} and its revisions; prints the current revision and the history
+// (--json: the task with a `revisions` array, newest first).
+int TaskShow(const std::string& task_id, CommandContext& context);
+// POST /api/v1/tasks/{id}/revisions on top of the current revision; prints the new revision
+// number (--json: the task object).
+int TaskPublish(const TaskPublishArgs& args, CommandContext& context);
+
+// Registers `task add|list|show|publish` on `app` (and the global options on its root).
+void RegisterTaskCommands(CLI::App& app);
+
+}  // namespace ql::cli

@@ -1,0 +1,230 @@
+#include "trigger_command.h"
+
+#include <memory>
+
+#include "output.h"
+#include "ql/core/clock.h"
+#include "ql/core/ids.h"
+
+namespace ql::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string TriggerPath(const std::string& id) { return "/api/v1/triggers/" + UrlEncode(id); }
+
+// The next fire time in the trigger's zone when the server gives it, else in UTC.
+std::string NextFire(const json& trigger) {
+  std::string local = JsonText(trigger, "next_fire_at_local", "");
+  if (!local.empty()) return local;
+  return JsonText(trigger, "next_fire_at");
+}
+
+}  // namespace
+
+int TriggerAdd(const TriggerAddArgs& args, CommandContext& context) {
+  json body = {
+      {"task_id", args.task_id},
+      {"expression", args.expression},
+      {"timezone", args.timezone},
+      {"enabled", !args.disabled},
+      {"mutation_id", args.mutation_id.value_or(NewUuidV7(SystemClock().NowMs(), SecureRandom()))}};
+  if (!args.misfire.empty()) body["misfire"] = args.misfire;
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> trigger = (*api)->PostJson("/api/v1/triggers", body);
+  if (!trigger.ok()) return context.Fail(trigger.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*trigger) << "\n";
+  } else {
+    context.out() << JsonText(*trigger, "id", "") << "\n";
+  }
+  return kExitOk;
+}
+
+int TriggerList(const TriggerListArgs& args, CommandContext& context) {
+  if (args.limit < 1) {
+    return context.Fail(CliError::Usage("invalid_limit", "--limit must be at least 1"));
+  }
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> triggers =
+      ListPages(**api, "/api/v1/triggers", {{"task_id", args.task_id.value_or("")}}, args.limit);
+  if (!triggers.ok()) return context.Fail(triggers.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*triggers) << "\n";
+    return kExitOk;
+  }
+  Table table({"ID", "TASK", "CRON", "TIMEZONE", "MISFIRE", "STATE", "NEXT FIRE"});
+  for (const json& trigger : *triggers) {
+    table.AddRow({JsonText(trigger, "id"), JsonText(trigger, "task_id"),
+                  JsonText(trigger, "expression"), JsonText(trigger, "timezone"),
+                  JsonText(trigger, "misfire"), JsonText(trigger, "state"), NextFire(trigger)});
+  }
+  table.Print(context.out());
+  return kExitOk;
+}
+
+int TriggerShow(const std::string& trigger_id, CommandContext& context) {
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> trigger = (*api)->GetJson(TriggerPath(trigger_id));
+  if (!trigger.ok()) return context.Fail(trigger.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*trigger) << "\n";
+    return kExitOk;
+  }
+  Table fields({"FIELD", "VALUE"});
+  fields.AddRow({"id", JsonText(*trigger, "id")});
+  fields.AddRow(
+      {"task", JsonText(*trigger, "task_id") + " revision " + JsonText(*trigger, "task_revision")});
+  fields.AddRow({"revision", JsonText(*trigger, "revision")});
+  fields.AddRow({"cron", JsonText(*trigger, "expression")});
+  fields.AddRow({"timezone", JsonText(*trigger, "timezone")});
+  fields.AddRow({"misfire", JsonText(*trigger, "misfire")});
+  fields.AddRow({"enabled", JsonText(*trigger, "enabled")});
+  std::string state = JsonText(*trigger, "state");
+  if (state == "pin_stale") state += " (the task was republished: run `ql trigger repin`)";
+  fields.AddRow({"state", state});
+  fields.AddRow({"next fire", NextFire(*trigger)});
+  fields.AddRow({"last scheduled", JsonText(*trigger, "last_scheduled_at")});
+  fields.AddRow({"created", JsonText(*trigger, "created_at")});
+  fields.AddRow({"updated", JsonText(*trigger, "updated_at")});
+  fields.Print(context.out());
+  return kExitOk;
+}
+
+int TriggerChange(const std::string& trigger_id, TriggerAction action, CommandContext& context) {
+  const char* verb = action == TriggerAction::kEnable    ? "enable"
+                     : action == TriggerAction::kDisable ? "disable"
+                                                         : "repin";
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<HttpResponse> response =
+      (*api)->Send("POST", TriggerPath(trigger_id) + "/" + verb, "{}");
+  if (!response.ok()) return context.Fail(response.error());
+  if (response->status < 200 || response->status > 299) {
+    return context.Fail(ErrorFromResponse(response->status, response->body));
+  }
+  const json trigger = json::parse(response->body, nullptr, false);
+  if (!trigger.is_object()) {
+    return context.Fail(CliError::Failure("invalid_response", "the server's answer is not JSON"));
+  }
+  if (context.json()) {
+    context.out() << JsonOutput(trigger) << "\n";
+    return kExitOk;
+  }
+  context.out() << JsonText(trigger, "id") << " " << JsonText(trigger, "state") << " revision "
+                << JsonText(trigger, "revision");
+  // The server marks a request that changed nothing (already in that state) as replayed.
+  if (response->Header("X-QL-Replayed") == "true") context.out() << " (unchanged)";
+  context.out() << "\n";
+  return kExitOk;
+}
+
+int TriggerNext(const TriggerNextArgs& args, CommandContext& context) {
+  if (args.count < 1 || args.count > 100) {
+    return context.Fail(CliError::Usage("invalid_count", "--count must be 1..100"));
+  }
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> preview = (*api)->GetJson(
+      WithQuery(TriggerPath(args.trigger_id) + "/next", {{"count", std::to_string(args.count)}}));
+  if (!preview.ok()) return context.Fail(preview.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*preview) << "\n";
+    return kExitOk;
+  }
+  const std::string state = JsonText(*preview, "state", "");
+  if (!state.empty() && state != "active") {
+    context.err() << "note: trigger is " << state
+                  << ": the scheduler admits none of these until it is active\n";
+  }
+  for (const json& time : preview->value("fire_times", json::array())) {
+    std::string local = JsonText(time, "local", "");
+    context.out() << (local.empty() ? JsonText(time, "at") : local) << "\n";
+  }
+  return kExitOk;
+}
+
+void RegisterTriggerCommands(CLI::App& app) {
+  AddGlobalOptions(app);
+  CLI::App* trigger =
+      app.add_subcommand("trigger", "Schedule tasks: cron expressions in explicit time zones");
+  trigger->require_subcommand(1);
+  trigger->fallthrough();
+
+  auto add_args = std::make_shared<TriggerAddArgs>();
+  CLI::App* add = trigger->add_subcommand(
+      "add", "Create a cron trigger on a task's current revision and print its id");
+  add->fallthrough();
+  add->add_option("task_id", add_args->task_id, "Task id")->required();
+  add->add_option("--cron", add_args->expression,
+                  "Cron expression: 5 fields, or 6 with seconds first; quote it")
+      ->required();
+  add->add_option("--tz", add_args->timezone, "IANA time zone, e.g. Asia/Shanghai")->required();
+  add->add_option("--misfire", add_args->misfire,
+                  "After downtime: skip missed occurrences, or fire_once for the oldest "
+                  "(default skip)")
+      ->check(CLI::IsMember({"skip", "fire_once"}));
+  add->add_flag("--disabled", add_args->disabled, "Create the trigger disabled");
+  add->add_option_function<std::string>(
+      "--mutation-id", [add_args](const std::string& v) { add_args->mutation_id = v; },
+      "Idempotency id of this write (default: a fresh id)");
+  add->callback([add, add_args] {
+    RunCommand(*add, [&](CommandContext& context) { return TriggerAdd(*add_args, context); });
+  });
+
+  auto list_args = std::make_shared<TriggerListArgs>();
+  CLI::App* list = trigger->add_subcommand("list", "List triggers");
+  list->fallthrough();
+  list->add_option_function<std::string>(
+      "--task", [list_args](const std::string& v) { list_args->task_id = v; },
+      "Only the triggers of this task");
+  list->add_option("--limit", list_args->limit, "Show at most N triggers")->capture_default_str();
+  list->callback([list, list_args] {
+    RunCommand(*list, [&](CommandContext& context) { return TriggerList(*list_args, context); });
+  });
+
+  auto show_id = std::make_shared<std::string>();
+  CLI::App* show = trigger->add_subcommand("show", "Show a trigger");
+  show->fallthrough();
+  show->add_option("id", *show_id, "Trigger id")->required();
+  show->callback([show, show_id] {
+    RunCommand(*show, [&](CommandContext& context) { return TriggerShow(*show_id, context); });
+  });
+
+  const std::pair<const char*, TriggerAction> actions[] = {
+      {"enable", TriggerAction::kEnable},
+      {"disable", TriggerAction::kDisable},
+      {"repin", TriggerAction::kRepin},
+  };
+  const char* descriptions[] = {
+      "Enable a trigger (repin it first if its task was republished)",
+      "Disable a trigger: it admits no more runs",
+      "Pin a trigger to its task's current revision after the task was republished",
+  };
+  for (size_t i = 0; i < std::size(actions); ++i) {
+    auto id = std::make_shared<std::string>();
+    const TriggerAction action = actions[i].second;
+    CLI::App* command = trigger->add_subcommand(actions[i].first, descriptions[i]);
+    command->fallthrough();
+    command->add_option("id", *id, "Trigger id")->required();
+    command->callback([command, id, action] {
+      RunCommand(*command,
+                 [&](CommandContext& context) { return TriggerChange(*id, action, context); });
+    });
+  }
+
+  auto next_args = std::make_shared<TriggerNextArgs>();
+  CLI::App* next = trigger->add_subcommand(
+      "next", "Print the next fire times the scheduler will admit for a trigger");
+  next->fallthrough();
+  next->add_option("id", next_args->trigger_id, "Trigger id")->required();
+  next->add_option("--count", next_args->count, "How many, 1-100")->capture_default_str();
+  next->callback([next, next_args] {
+    RunCommand(*next, [&](CommandContext& context) { return TriggerNext(*next_args, context); });
+  });
+}
+
+}  // namespace ql::cli

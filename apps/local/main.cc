@@ -1,0 +1,281 @@
+// ql-local: the composition root of the edge and standalone profiles. It is the only place that
+// picks adapters (SQLite, POSIX supervisor, HTTP) and owns threads and sleeps.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "ql/core/clock.h"
+#include "ql/core/ids.h"
+#include "ql/engine/control_service.h"
+#include "ql/engine/local_dispatcher.h"
+#include "ql/engine/local_scheduler.h"
+#include "ql/engine/log_reader.h"
+#include "ql/engine/metrics.h"
+#include "ql/engine/round_loop.h"
+#include "ql/exec/executor.h"
+#include "ql/http/api_server.h"
+#include "ql/storage/sqlite/sqlite_store.h"
+#include "supervision_runner.h"
+
+namespace fs = std::filesystem;
+
+namespace ql::local {
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitFailure = 1;
+constexpr int64_t kDispatcherTickMs = 200;
+
+struct ServeConfig {
+  std::string data_dir = "./data";
+  std::string profile;
+  std::string listen = "127.0.0.1:5700";
+  int shutdown_wait_s = 30;
+};
+
+int Fail(int code, const Status& status) {
+  std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
+  return code;
+}
+
+Result<std::pair<std::string, int>> ParseListen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size()) {
+    return InvalidArgument("invalid_listen_address",
+                           "--listen '" + listen + "' must be HOST:PORT, e.g. 127.0.0.1:5700");
+  }
+  const std::string port_text = listen.substr(colon + 1);
+  if (port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port_text) > 65535) {
+    return InvalidArgument("invalid_listen_address",
+                           "port '" + port_text + "' in --listen is not a number in 0..65535");
+  }
+  return std::make_pair(listen.substr(0, colon), std::stoi(port_text));
+}
+
+// Reads the owner token, creating it (0600, 256 random bits) on first start.
+Result<std::string> EnsureOwnerToken(const fs::path& path, bool& created) {
+  created = false;
+  std::ifstream in(path);
+  if (in) {
+    std::string token;
+    std::getline(in, token);
+    if (token.size() < 32) {
+      return Corrupt("owner_token_invalid", "owner token file " + path.string() + " is damaged");
+    }
+    return token;
+  }
+  const std::string token = RandomHex(SecureRandom(), 32);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Internal("owner_token_io", "cannot create " + path.string() + ": " + strerror(errno));
+  }
+  const std::string line = token + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                  ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) return Internal("owner_token_io", "cannot write " + path.string());
+  created = true;
+  return token;
+}
+
+Status WriteServerFile(const fs::path& path, const std::string& url) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "{\"server\":\"" << url << "\",\"pid\":" << ::getpid() << "}\n";
+    if (!out) return Internal("server_file_io", "cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Internal("server_file_io", "cannot write " + path.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+int Serve(const ServeConfig& config, const std::string& self_exe) {
+  Clock& clock = SystemClock();
+  RandomSource& random = SecureRandom();
+
+  std::string profile = config.profile;
+  if (profile.empty()) {
+    const char* env = std::getenv("QL_DEPLOYMENT_PROFILE");
+    profile = env != nullptr && *env != '\0' ? env : "standalone";
+  }
+  Result<LocalSchedulerOptions> scheduler_options = LocalSchedulerOptionsForProfile(profile);
+  if (!scheduler_options.ok()) return Fail(kExitUsage, scheduler_options.status());
+  Result<LocalDispatcherOptions> dispatcher_options = LocalDispatcherOptionsForProfile(profile);
+  if (!dispatcher_options.ok()) return Fail(kExitUsage, dispatcher_options.status());
+  Result<std::pair<std::string, int>> listen = ParseListen(config.listen);
+  if (!listen.ok()) return Fail(kExitUsage, listen.status());
+  if (config.shutdown_wait_s < 0 || config.shutdown_wait_s > 3600) {
+    return Fail(kExitUsage, InvalidArgument("invalid_shutdown_wait",
+                                            "--shutdown-wait must be 0..3600 seconds"));
+  }
+
+  // Signals are taken synchronously by the main thread; every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  const fs::path data = fs::absolute(config.data_dir).lexically_normal();
+  std::error_code ec;
+  for (const fs::path& dir : {data, data / "db", data / "log", data / "run"}) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return Fail(kExitFailure, Internal("data_dir_io", "cannot create " + dir.string() + ": " +
+                                                            ec.message()));
+    }
+  }
+  fs::permissions(data, fs::perms::owner_all, fs::perm_options::replace, ec);
+
+  bool token_created = false;
+  Result<std::string> token = EnsureOwnerToken(data / "owner.token", token_created);
+  if (!token.ok()) return Fail(kExitFailure, token.status());
+
+  SqliteOptions store_options;
+  store_options.path = (data / "db" / "qinglong.db").string();
+  store_options.profile = profile;
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(store_options, clock);
+  if (!store.ok()) return Fail(kExitFailure, store.status());
+
+  Metrics metrics;
+  ControlOptions control_options;
+  control_options.executor_type = "local_process";
+  ControlService control(**store, clock, random, control_options);
+  if (Result<ProjectRecord> project = control.EnsureDefaultProject(); !project.ok()) {
+    return Fail(kExitFailure, project.status());
+  }
+
+  // Reconcile what an earlier incarnation left running before anything new is scheduled.
+  SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(), data.string());
+  LocalDispatcherOptions dopts = *dispatcher_options;
+  dopts.log_root = (data / "log").string();
+  LocalDispatcher dispatcher((*store)->runs(), (*store)->definitions(), runner, clock, random,
+                             metrics, dopts);
+  if (Status st = dispatcher.Recover(); !st.ok()) return Fail(kExitFailure, st);
+
+  LocalScheduler scheduler((*store)->schedules(), (*store)->definitions(), clock, random, metrics,
+                           *scheduler_options);
+  ConditionSleeper scheduler_sleeper;
+  ConditionSleeper dispatcher_sleeper;
+  scheduler.SetOnAdmitted([&] { dispatcher_sleeper.Wake(); });
+  RoundLoop scheduler_loop(
+      [&]() -> int64_t {
+        Result<RoundReport> round = scheduler.RunRound();
+        if (!round.ok()) {
+          std::cerr << "scheduler: " << round.status().ToString() << "\n";
+          return scheduler_options->cadence_ms;
+        }
+        Result<int64_t> next = scheduler.NextDelayMs(*round);
+        return next.ok() ? *next : scheduler_options->cadence_ms;
+      },
+      scheduler_sleeper);
+  std::atomic<bool> launching{true};
+  RoundLoop dispatcher_loop(
+      [&]() -> int64_t {
+        Result<TickReport> tick = dispatcher.Tick(launching.load());
+        if (!tick.ok()) std::cerr << "dispatcher: " << tick.status().ToString() << "\n";
+        return kDispatcherTickMs;
+      },
+      dispatcher_sleeper);
+  std::thread scheduler_thread([&] { scheduler_loop.Run(); });
+  std::thread dispatcher_thread([&] { dispatcher_loop.Run(); });
+
+  LogReader log_reader((data / "log").string());
+  ApiServerOptions api_options;
+  api_options.owner_token = *token;
+  api_options.log_reader = &log_reader;
+  ApiServer api(control, metrics, api_options);
+  if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
+    scheduler_loop.Stop();
+    dispatcher_loop.Stop();
+    scheduler_thread.join();
+    dispatcher_thread.join();
+    return Fail(kExitFailure, st);
+  }
+  const std::string url = "http://" + listen->first + ":" + std::to_string(api.port());
+  if (Status st = WriteServerFile(data / "server.json", url); !st.ok()) {
+    std::cerr << "warning: " << st.message() << "\n";
+  }
+  api.SetReady(true);
+  std::cout << "ql-local " << profile << " listening on " << url << "\n"
+            << "data directory: " << data.string() << "\n"
+            << "owner API token: " << (data / "owner.token").string()
+            << (token_created ? " (created)" : "") << "\n"
+            << std::flush;
+
+  int received = 0;
+  sigwait(&signals, &received);
+  std::cout << "stopping (signal " << received << ")\n" << std::flush;
+
+  // Stop order: withdraw admission, stop the scheduler, let running commands finish within the
+  // bound (they keep running under their supervisors past it and are adopted on the next start),
+  // stop HTTP, close storage.
+  api.WithdrawAdmission();
+  scheduler_loop.Stop();
+  scheduler_thread.join();
+  launching = false;
+  dispatcher_sleeper.Wake();
+  const int64_t deadline = clock.MonotonicMs() + int64_t{config.shutdown_wait_s} * 1000;
+  while (dispatcher.active() > 0 && clock.MonotonicMs() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  dispatcher_loop.Stop();
+  dispatcher_thread.join();
+  if (dispatcher.active() > 0) {
+    std::cout << dispatcher.active()
+              << " command(s) still running; they will be reconciled on the next start\n";
+  }
+  api.Stop();
+  fs::remove(data / "server.json", ec);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ql::local
+
+int main(int argc, char** argv) {
+  // The supervisor subcommand runs before any other setup: no threads, no storage.
+  if (argc == 3 && std::string(argv[1]) == "supervise") {
+    return ql::exec::SupervisorMain(argv[2]);
+  }
+  CLI::App app{"ql-local: the QingLong daemon for one machine (edge and standalone profiles)"};
+  app.require_subcommand(1);
+  ql::local::ServeConfig config;
+  CLI::App* serve = app.add_subcommand("serve", "Schedule, run, record and serve tasks");
+  serve->add_option("--data", config.data_dir, "Data directory (default ./data)");
+  serve->add_option("--profile", config.profile,
+                    "Deployment profile: edge or standalone (default standalone, or "
+                    "$QL_DEPLOYMENT_PROFILE)");
+  serve->add_option("--listen", config.listen, "HOST:PORT to serve HTTP on (default 127.0.0.1:5700)");
+  serve->add_option("--shutdown-wait", config.shutdown_wait_s,
+                    "Seconds to let running commands finish on SIGTERM (default 30)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: invalid_arguments: " << e.what() << "\n";
+    return ql::local::kExitUsage;
+  }
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) self = argv[0];
+  return ql::local::Serve(config, self);
+}

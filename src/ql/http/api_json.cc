@@ -1,0 +1,287 @@
+#include "ql/http/api_json.h"
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/rfc3339.h"
+
+namespace ql::api {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+json Nullable(const std::optional<T>& value) {
+  return value.has_value() ? json(*value) : json(nullptr);
+}
+
+// Stored JSON columns are canonical JSON written by the services; a value that no longer
+// parses is shown as null rather than failing the whole listing.
+json StoredJson(const std::string& text) {
+  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? json(nullptr) : parsed;
+}
+
+json RetryPolicyJson(const RetryPolicy& policy) {
+  return json{{"max_attempts", policy.max_attempts},
+              {"retry_on_lost", policy.retry_on_lost},
+              {"safety", policy.safety},
+              {"backoff_base_ms", policy.backoff_base_ms},
+              {"backoff_max_ms", policy.backoff_max_ms}};
+}
+
+Status WrongType(std::string_view name, std::string_view want, const json& value) {
+  return InvalidArgument("invalid_type", "field " + std::string(name) + " must be " +
+                                             std::string(want) + ", got " +
+                                             DescribeJsonValue(value));
+}
+
+}  // namespace
+
+int HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kConflict:
+    case StatusCode::kDuplicate:
+      return 409;
+    case StatusCode::kBusy:
+    case StatusCode::kUnavailable:
+    case StatusCode::kOutcomeUnknown:
+      return 503;
+    case StatusCode::kCorrupt:
+    case StatusCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
+json ErrorJson(std::string_view code, std::string_view message) {
+  return json{{"code", std::string(code)}, {"message", std::string(message)}};
+}
+
+json TimeJson(std::optional<int64_t> ms) {
+  return ms.has_value() ? json(FormatRfc3339Utc(*ms)) : json(nullptr);
+}
+
+json ProjectJson(const ProjectRecord& p) {
+  return json{{"id", p.id},
+              {"slug", p.slug},
+              {"name", p.name},
+              {"status", p.status},
+              {"version", p.version},
+              {"created_at", TimeJson(p.created_at_ms)},
+              {"updated_at", TimeJson(p.updated_at_ms)}};
+}
+
+json TaskRevisionJson(const TaskRevisionRecord& r) {
+  return json{{"task_id", r.task_id},
+              {"project_id", r.project_id},
+              {"revision", r.revision},
+              {"mutation_id", r.mutation_id},
+              {"name", r.name},
+              {"kind", r.kind},
+              {"spec", StoredJson(r.spec_json)},
+              {"labels", StoredJson(r.labels_json)},
+              {"enabled", r.enabled},
+              {"content_digest", r.content_digest},
+              {"created_at", TimeJson(r.created_at_ms)}};
+}
+
+json TaskJson(const TaskView& t) {
+  const TaskRevisionRecord& r = t.revision;
+  return json{{"id", t.head.task_id},
+              {"project_id", t.head.project_id},
+              {"revision", r.revision},
+              {"mutation_id", r.mutation_id},
+              {"name", r.name},
+              {"kind", r.kind},
+              {"spec", StoredJson(r.spec_json)},
+              {"labels", StoredJson(r.labels_json)},
+              {"enabled", r.enabled},
+              {"content_digest", r.content_digest},
+              {"created_at", TimeJson(t.head.created_at_ms)},
+              {"updated_at", TimeJson(t.head.updated_at_ms)},
+              {"revision_created_at", TimeJson(r.created_at_ms)},
+              {"retry", t.retry.has_value() ? RetryPolicyJson(*t.retry) : json(nullptr)}};
+}
+
+json TriggerJson(const TriggerView& t) {
+  const TriggerRevisionRecord& r = t.revision;
+  json next_local = nullptr;
+  if (t.next_fire_at_ms.has_value()) {
+    auto zone = TimeZone::Load(r.timezone);
+    if (zone.ok()) next_local = FormatRfc3339(*t.next_fire_at_ms, *zone);
+  }
+  json out{{"id", t.head.trigger_id},
+           {"project_id", t.head.project_id},
+           {"task_id", r.task_id},
+           {"revision", r.revision},
+           {"mutation_id", r.mutation_id},
+           {"task_revision", r.task_revision},
+           {"task_digest", r.task_digest},
+           {"expression", r.expression},
+           {"timezone", r.timezone},
+           {"misfire", r.misfire},
+           {"enabled", r.enabled},
+           {"state", t.state},
+           {"pin_stale", t.pin_stale},
+           {"next_fire_at", TimeJson(t.next_fire_at_ms)},
+           {"next_fire_at_local", next_local},
+           {"last_scheduled_at", nullptr},
+           {"content_digest", r.content_digest},
+           {"created_at", TimeJson(t.head.created_at_ms)},
+           {"updated_at", TimeJson(t.head.updated_at_ms)},
+           {"revision_created_at", TimeJson(r.created_at_ms)}};
+  if (t.schedule.has_value()) out["last_scheduled_at"] = TimeJson(t.schedule->last_scheduled_at_ms);
+  return out;
+}
+
+json RunJson(const RunRecord& r) {
+  return json{{"id", r.id},
+              {"project_id", r.project_id},
+              {"task_id", r.task_id},
+              {"task_revision", r.task_revision},
+              {"task_digest", r.task_digest},
+              {"execution_revision_id", r.execution_revision_id},
+              {"trigger_id", Nullable(r.trigger_id)},
+              {"trigger_revision", Nullable(r.trigger_revision)},
+              {"trigger_type", r.trigger_type},
+              {"status", r.status},
+              {"version", r.version},
+              {"priority", r.priority},
+              {"idempotency_key", Nullable(r.idempotency_key)},
+              {"retry_of_run_id", Nullable(r.retry_of_run_id)},
+              {"scheduled_for", TimeJson(r.scheduled_for_ms)},
+              {"created_at", TimeJson(r.created_at_ms)},
+              {"queued_at", TimeJson(r.queued_at_ms)},
+              {"started_at", TimeJson(r.started_at_ms)},
+              {"finished_at", TimeJson(r.finished_at_ms)},
+              {"retry_at", TimeJson(r.retry_at_ms)},
+              {"cancel_requested_at", TimeJson(r.cancel_requested_at_ms)},
+              {"cancel_reason", Nullable(r.cancel_reason)},
+              {"exit_code", Nullable(r.exit_code)},
+              {"error_code", Nullable(r.error_code)},
+              {"error_summary", Nullable(r.error_summary)},
+              {"retry_policy", RetryPolicyJson(r.retry_policy)}};
+}
+
+json RunJson(const RunView& view) {
+  json out = RunJson(view.run);
+  json attempts = json::array();
+  for (const AttemptRecord& a : view.attempts) attempts.push_back(AttemptJson(a));
+  out["attempts"] = std::move(attempts);
+  return out;
+}
+
+json AttemptJson(const AttemptRecord& a) {
+  return json{{"id", a.id},
+              {"run_id", a.run_id},
+              {"attempt", a.attempt},
+              {"status", a.status},
+              {"executor_type", a.executor_type},
+              {"pid", Nullable(a.pid)},
+              {"has_log", a.log_path.has_value()},
+              {"created_at", TimeJson(a.created_at_ms)},
+              {"started_at", TimeJson(a.started_at_ms)},
+              {"finished_at", TimeJson(a.finished_at_ms)},
+              {"exit_code", Nullable(a.exit_code)},
+              {"error_code", Nullable(a.error_code)},
+              {"error_summary", Nullable(a.error_summary)}};
+}
+
+json EventJson(const EventRecord& e) {
+  return json{{"run_id", e.run_id},
+              {"sequence", e.sequence},
+              {"type", e.type},
+              {"actor_type", e.actor_type},
+              {"attempt_id", Nullable(e.attempt_id)},
+              {"payload", StoredJson(e.payload_json)},
+              {"created_at", TimeJson(e.created_at_ms)}};
+}
+
+json StatusJson(const StatusSummary& s) {
+  json runs = json::object();
+  int64_t total = 0;
+  for (const auto& [status, count] : s.runs_by_status) {
+    runs[status] = count;
+    total += count;
+  }
+  return json{{"project", ProjectJson(s.project)},
+              {"executor_type", s.executor_type},
+              {"now", TimeJson(s.now_ms)},
+              {"runs_by_status", std::move(runs)},
+              {"runs_total", total},
+              {"enabled_triggers", s.enabled_triggers}};
+}
+
+json FireTimesJson(const std::vector<int64_t>& times_ms, const TimeZone& zone) {
+  json out = json::array();
+  for (int64_t ms : times_ms) {
+    out.push_back(json{{"at", FormatRfc3339Utc(ms)}, {"local", FormatRfc3339(ms, zone)}});
+  }
+  return out;
+}
+
+Result<json> ParseBody(std::string_view text, bool required) {
+  if (text.empty()) {
+    if (!required) return json::object();
+    return InvalidArgument("invalid_json", "request body is empty; expected a JSON object");
+  }
+  QL_ASSIGN_OR_RETURN(json body, ParseJsonStrict(text));
+  if (!body.is_object()) {
+    return InvalidArgument("invalid_json",
+                           "request body must be a JSON object, got " + DescribeJsonValue(body));
+  }
+  return body;
+}
+
+Status CheckFields(const json& body, std::initializer_list<std::string_view> allowed) {
+  for (const auto& [key, value] : body.items()) {
+    bool known = false;
+    for (std::string_view name : allowed) known = known || key == name;
+    if (!known) {
+      std::string list;
+      for (std::string_view name : allowed) {
+        if (!list.empty()) list += ", ";
+        list += name;
+      }
+      return InvalidArgument("unknown_field", "field " + QuoteForMessage(key) +
+                                                  " is not accepted here (accepted: " + list + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<std::string>> OptionalString(const json& body, std::string_view name) {
+  auto it = body.find(std::string(name));
+  if (it == body.end()) return std::optional<std::string>();
+  if (!it->is_string()) return WrongType(name, "a string", *it);
+  return std::optional<std::string>(it->get<std::string>());
+}
+
+Result<std::string> RequiredString(const json& body, std::string_view name) {
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> value, OptionalString(body, name));
+  if (!value.has_value()) {
+    return InvalidArgument("missing_field", "field " + std::string(name) + " is required");
+  }
+  return std::move(*value);
+}
+
+Result<std::optional<int64_t>> OptionalInteger(const json& body, std::string_view name) {
+  auto it = body.find(std::string(name));
+  if (it == body.end()) return std::optional<int64_t>();
+  if (!it->is_number_integer()) return WrongType(name, "an integer", *it);
+  return std::optional<int64_t>(it->get<int64_t>());
+}
+
+Result<std::optional<bool>> OptionalBool(const json& body, std::string_view name) {
+  auto it = body.find(std::string(name));
+  if (it == body.end()) return std::optional<bool>();
+  if (!it->is_boolean()) return WrongType(name, "a boolean", *it);
+  return std::optional<bool>(it->get<bool>());
+}
+
+}  // namespace ql::api

@@ -1,0 +1,1062 @@
+#include "ql/http/api_server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/digest.h"
+#include "ql/core/rfc3339.h"
+#include "ql/core/states.h"
+#include "ql/core/timezone.h"
+#include "ql/http/api_json.h"
+#include "ql/http/httplib_config.h"
+
+namespace ql {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMinOwnerTokenBytes = 16;
+// An oversized body up to this many times the limit is read and thrown away so the client,
+// which is usually still sending, can read its 413; beyond it the connection is closed.
+constexpr size_t kDrainFactor = 4;
+// Headers a client may send; httplib adds four of its own (REMOTE_ADDR, REMOTE_PORT,
+// LOCAL_ADDR, LOCAL_PORT) to the same list.
+constexpr size_t kMaxClientHeaders = 100;
+constexpr size_t kServerAddedHeaders = 4;
+constexpr size_t kDefaultLogChunkBytes = 64 * 1024;
+constexpr int kDefaultEventLimit = 100;
+constexpr std::string_view kApiPrefix = "/api/v1";
+
+enum class RouteId {
+  kLivez,
+  kReadyz,
+  kMetrics,
+  kProjectsList,
+  kTasksCreate,
+  kTasksList,
+  kTaskGet,
+  kTaskRevisionsCreate,
+  kTaskRevisionsList,
+  kTriggersCreate,
+  kTriggersList,
+  kTriggerGet,
+  kTriggerEnable,
+  kTriggerDisable,
+  kTriggerRepin,
+  kTriggerNext,
+  kCronNext,
+  kRunsList,
+  kRunsCreate,
+  kRunGet,
+  kRunEvents,
+  kRunLog,
+  kRunCancel,
+  kRunRetry,
+  kStatus,
+};
+
+struct RouteSpec {
+  std::string_view method;
+  std::string_view pattern;  // "{id}" matches one non-empty path segment
+  RouteId id;
+  std::string_view name;  // metric label: bounded, never an id
+};
+
+constexpr RouteSpec kRoutes[] = {
+    {"GET", "/livez", RouteId::kLivez, "livez"},
+    {"GET", "/readyz", RouteId::kReadyz, "readyz"},
+    {"GET", "/metrics", RouteId::kMetrics, "metrics"},
+    {"GET", "/api/v1/projects", RouteId::kProjectsList, "projects.list"},
+    {"POST", "/api/v1/tasks", RouteId::kTasksCreate, "tasks.create"},
+    {"GET", "/api/v1/tasks", RouteId::kTasksList, "tasks.list"},
+    {"GET", "/api/v1/tasks/{id}", RouteId::kTaskGet, "tasks.get"},
+    {"POST", "/api/v1/tasks/{id}/revisions", RouteId::kTaskRevisionsCreate,
+     "tasks.revisions.create"},
+    {"GET", "/api/v1/tasks/{id}/revisions", RouteId::kTaskRevisionsList, "tasks.revisions.list"},
+    {"POST", "/api/v1/triggers", RouteId::kTriggersCreate, "triggers.create"},
+    {"GET", "/api/v1/triggers", RouteId::kTriggersList, "triggers.list"},
+    {"GET", "/api/v1/triggers/{id}", RouteId::kTriggerGet, "triggers.get"},
+    {"POST", "/api/v1/triggers/{id}/enable", RouteId::kTriggerEnable, "triggers.enable"},
+    {"POST", "/api/v1/triggers/{id}/disable", RouteId::kTriggerDisable, "triggers.disable"},
+    {"POST", "/api/v1/triggers/{id}/repin", RouteId::kTriggerRepin, "triggers.repin"},
+    {"GET", "/api/v1/triggers/{id}/next", RouteId::kTriggerNext, "triggers.next"},
+    {"GET", "/api/v1/cron/next", RouteId::kCronNext, "cron.next"},
+    {"GET", "/api/v1/runs", RouteId::kRunsList, "runs.list"},
+    {"POST", "/api/v1/runs", RouteId::kRunsCreate, "runs.create"},
+    {"GET", "/api/v1/runs/{id}", RouteId::kRunGet, "runs.get"},
+    {"GET", "/api/v1/runs/{id}/events", RouteId::kRunEvents, "runs.events"},
+    {"GET", "/api/v1/runs/{id}/log", RouteId::kRunLog, "runs.log"},
+    {"POST", "/api/v1/runs/{id}/cancel", RouteId::kRunCancel, "runs.cancel"},
+    {"POST", "/api/v1/runs/{id}/retry", RouteId::kRunRetry, "runs.retry"},
+    {"GET", "/api/v1/status", RouteId::kStatus, "status"},
+};
+
+struct RouteMatch {
+  enum class Kind { kFound, kNotFound, kMethodNotAllowed } kind = Kind::kNotFound;
+  const RouteSpec* route = nullptr;
+  std::string id;     // the {id} segment, when the pattern has one
+  std::string allow;  // for kMethodNotAllowed: the methods the path accepts
+};
+
+bool MatchPattern(std::string_view pattern, std::string_view path, std::string* id) {
+  while (!pattern.empty() || !path.empty()) {
+    if (pattern.empty() || path.empty() || pattern[0] != '/' || path[0] != '/') return false;
+    pattern.remove_prefix(1);
+    path.remove_prefix(1);
+    const size_t pe = std::min(pattern.find('/'), pattern.size());
+    const size_t se = std::min(path.find('/'), path.size());
+    const std::string_view pseg = pattern.substr(0, pe);
+    const std::string_view sseg = path.substr(0, se);
+    if (pseg == "{id}") {
+      if (sseg.empty()) return false;
+      *id = std::string(sseg);
+    } else if (pseg != sseg) {
+      return false;
+    }
+    pattern.remove_prefix(pe);
+    path.remove_prefix(se);
+  }
+  return true;
+}
+
+RouteMatch MatchRoute(std::string_view method, std::string_view path) {
+  if (method == "HEAD") method = "GET";
+  RouteMatch out;
+  for (const RouteSpec& route : kRoutes) {
+    std::string id;
+    if (!MatchPattern(route.pattern, path, &id)) continue;
+    if (route.method == method) {
+      out.kind = RouteMatch::Kind::kFound;
+      out.route = &route;
+      out.id = std::move(id);
+      return out;
+    }
+    out.kind = RouteMatch::Kind::kMethodNotAllowed;
+    if (out.allow.find(route.method) == std::string::npos) {
+      if (!out.allow.empty()) out.allow += ", ";
+      out.allow += route.method;
+    }
+  }
+  return out;
+}
+
+bool IsApiPath(std::string_view path) {
+  return path == kApiPrefix ||
+         (path.size() > kApiPrefix.size() && path.compare(0, kApiPrefix.size(), kApiPrefix) == 0 &&
+          path[kApiPrefix.size()] == '/');
+}
+
+void SendJson(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void SendError(httplib::Response& res, int status, std::string_view code,
+               std::string_view message) {
+  SendJson(res, status, api::ErrorJson(code, message));
+}
+
+void SendStatus(httplib::Response& res, const Status& status) {
+  const std::string code =
+      status.reason().empty() ? std::string(StatusCodeName(status.code())) : status.reason();
+  SendError(res, api::HttpStatusFor(status.code()), code, status.message());
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// Query string access with the same strictness as bodies: unknown or repeated parameters are
+// rejected, integers must be plain decimal within range.
+class Query {
+ public:
+  explicit Query(const httplib::Request& req) : req_(req) {}
+
+  Status Check(std::initializer_list<std::string_view> allowed) const {
+    for (auto it = req_.params.begin(); it != req_.params.end(); ++it) {
+      bool known = false;
+      for (std::string_view name : allowed) known = known || it->first == name;
+      if (!known) {
+        std::string list;
+        for (std::string_view name : allowed) {
+          if (!list.empty()) list += ", ";
+          list += name;
+        }
+        return InvalidArgument(
+            "unknown_parameter",
+            "query parameter " + QuoteForMessage(it->first) + " is not accepted here" +
+                (list.empty() ? std::string(" (none are)") : " (accepted: " + list + ")"));
+      }
+      if (req_.params.count(it->first) > 1) {
+        return InvalidArgument(
+            "duplicate_parameter",
+            "query parameter " + QuoteForMessage(it->first) + " is given more than once");
+      }
+    }
+    return Status::Ok();
+  }
+
+  std::optional<std::string> Get(std::string_view name) const {
+    auto it = req_.params.find(std::string(name));
+    if (it == req_.params.end()) return std::nullopt;
+    return it->second;
+  }
+
+  Result<std::string> Required(std::string_view name) const {
+    std::optional<std::string> value = Get(name);
+    if (!value.has_value()) {
+      return InvalidArgument("missing_parameter",
+                             "query parameter " + std::string(name) + " is required");
+    }
+    return std::move(*value);
+  }
+
+  Result<int64_t> Integer(std::string_view name, std::string_view reason, int64_t min, int64_t max,
+                          int64_t fallback) const {
+    std::optional<std::string> text = Get(name);
+    if (!text.has_value()) return fallback;
+    int64_t value = 0;
+    const char* begin = text->data();
+    const char* end = begin + text->size();
+    const bool digits_only =
+        !text->empty() && std::all_of(text->begin() + (text->front() == '-' ? 1 : 0), text->end(),
+                                      [](char c) { return c >= '0' && c <= '9'; });
+    auto [ptr, ec] = std::from_chars(begin, end, value);
+    if (!digits_only || (text->size() == 1 && text->front() == '-') || ec != std::errc() ||
+        ptr != end || value < min || value > max) {
+      return InvalidArgument(std::string(reason),
+                             "query parameter " + std::string(name) + " must be an integer in " +
+                                 std::to_string(min) + ".." + std::to_string(max) + ", got " +
+                                 QuoteForMessage(*text));
+    }
+    return value;
+  }
+
+  Result<bool> Bool(std::string_view name, std::string_view reason, bool fallback) const {
+    std::optional<std::string> text = Get(name);
+    if (!text.has_value()) return fallback;
+    if (*text == "true") return true;
+    if (*text == "false") return false;
+    return InvalidArgument(std::string(reason), "query parameter " + std::string(name) +
+                                                    " must be true or false, got " +
+                                                    QuoteForMessage(*text));
+  }
+
+ private:
+  const httplib::Request& req_;
+};
+
+// A worker pool that counts connections queued or being served, for the in-flight bound.
+class CountingPool final : public httplib::TaskQueue {
+ public:
+  CountingPool(size_t threads, std::atomic<int>& in_flight)
+      : pool_(threads), in_flight_(in_flight) {}
+  void enqueue(std::function<void()> fn) override {
+    in_flight_.fetch_add(1);
+    pool_.enqueue([this, fn = std::move(fn)]() {
+      fn();
+      in_flight_.fetch_sub(1);
+    });
+  }
+  void shutdown() override { pool_.shutdown(); }
+
+ private:
+  httplib::ThreadPool pool_;
+  std::atomic<int>& in_flight_;
+};
+
+const char* BoolHeader(bool value) { return value ? "true" : "false"; }
+
+}  // namespace
+
+struct ApiServer::Impl {
+  Impl(ControlService& service, Metrics& metrics, ApiServerOptions options)
+      : service(service), metrics(metrics), options(std::move(options)) {}
+
+  ControlService& service;
+  Metrics& metrics;
+  ApiServerOptions options;
+  std::string token_digest;
+  size_t token_bytes = 0;
+  httplib::Server server;
+  std::thread listener;
+  int port = 0;
+  std::atomic<bool> started{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<bool> ready{false};
+  std::atomic<bool> withdrawn{false};
+  std::atomic<int> in_flight{0};
+  std::atomic<int> followers{0};
+  std::mutex wake_mu;
+  std::condition_variable wake_cv;  // wakes log followers on withdrawal
+
+  void Configure();
+  httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
+  void Dispatch(const httplib::Request& req, httplib::Response& res, const std::string& body);
+  void Handle(const RouteMatch& match, const httplib::Request& req, httplib::Response& res,
+              const std::string& body);
+  bool Authorized(const httplib::Request& req) const;
+  void ServeLog(const std::string& run_id, const httplib::Request& req, httplib::Response& res);
+  void StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
+                   httplib::Response& res);
+};
+
+ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions options)
+    : impl_(std::make_unique<Impl>(service, metrics, std::move(options))) {
+  impl_->token_digest = Sha256Hex(impl_->options.owner_token);
+  impl_->token_bytes = impl_->options.owner_token.size();
+  // Keep the plaintext token no longer than needed.
+  std::fill(impl_->options.owner_token.begin(), impl_->options.owner_token.end(), '\0');
+  impl_->options.owner_token.clear();
+  metrics.Describe("ql_http_requests_total", "counter",
+                   "HTTP requests answered, by route and status code.");
+  metrics.Describe("ql_http_in_flight", "gauge",
+                   "HTTP connections queued or being served when /metrics was read.");
+  metrics.Describe("ql_http_log_followers", "gauge", "Log follow streams open.");
+}
+
+ApiServer::~ApiServer() { Stop(); }
+
+bool ApiServer::Impl::Authorized(const httplib::Request& req) const {
+  const std::string header = req.get_header_value("Authorization");
+  constexpr std::string_view kScheme = "bearer ";
+  if (header.size() <= kScheme.size() ||
+      !EqualsIgnoreCase(std::string_view(header).substr(0, kScheme.size()), kScheme)) {
+    return false;
+  }
+  std::string_view token = std::string_view(header).substr(kScheme.size());
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+  if (token.empty()) return false;
+  return ConstantTimeEquals(Sha256Hex(token), token_digest);
+}
+
+httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Request& req,
+                                                           httplib::Response& res) {
+  using HR = httplib::Server::HandlerResponse;
+  const bool has_body = req.has_header("Content-Length")
+                            ? req.get_header_value("Content-Length") != "0"
+                            : req.has_header("Transfer-Encoding");
+  // The body of a request answered here is never read: close the connection after the answer
+  // so its bytes are not taken for the next request.
+  auto reject = [&](int status, std::string_view code, std::string_view message) {
+    SendError(res, status, code, message);
+    if (has_body && req.get_header_value("Connection") != "close") {
+      res.set_header("Connection", "close");
+    }
+    return HR::Handled;
+  };
+  if (req.headers.size() > kMaxClientHeaders + kServerAddedHeaders) {
+    return reject(431, "too_many_headers",
+                  "a request may carry at most " + std::to_string(kMaxClientHeaders) + " headers");
+  }
+  if (IsApiPath(req.path)) {
+    if (withdrawn.load()) {
+      return reject(503, "shutting_down", "the server is shutting down and admits no requests");
+    }
+    if (in_flight.load() > options.max_in_flight) {
+      res.set_header("Retry-After", "1");
+      return reject(503, "overloaded",
+                    "more than " + std::to_string(options.max_in_flight) +
+                        " requests are in flight; retry shortly");
+    }
+    if (!Authorized(req)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      return reject(401, "unauthorized",
+                    "missing or wrong bearer token in the Authorization header");
+    }
+  }
+  const RouteMatch match = MatchRoute(req.method, req.path);
+  if (match.kind == RouteMatch::Kind::kNotFound) {
+    return reject(404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
+  }
+  if (match.kind == RouteMatch::Kind::kMethodNotAllowed) {
+    res.set_header("Allow", match.allow);
+    return reject(405, "method_not_allowed",
+                  req.method + " is not allowed on " + QuoteForMessage(req.path, 128) +
+                      " (allowed: " + match.allow + ")");
+  }
+  if (match.route->method == "GET" && has_body) {
+    return reject(400, "unexpected_body", "GET requests carry no body");
+  }
+  if (has_body) {
+    const std::string content_type = req.get_header_value("Content-Type");
+    if (content_type.rfind("multipart/", 0) == 0) {
+      return reject(415, "unsupported_media_type",
+                    "request bodies are JSON (Content-Type: application/json), got " +
+                        QuoteForMessage(content_type));
+    }
+    const std::string encoding = req.get_header_value("Content-Encoding");
+    if (!encoding.empty() && encoding != "identity") {
+      return reject(
+          415, "unsupported_media_type",
+          "request bodies are not compressed, got Content-Encoding " + QuoteForMessage(encoding));
+    }
+    if (req.has_header("Content-Length")) {
+      const std::string length = req.get_header_value("Content-Length");
+      uint64_t n = 0;
+      auto [ptr, ec] = std::from_chars(length.data(), length.data() + length.size(), n);
+      if (ec != std::errc() || ptr != length.data() + length.size()) {
+        return reject(400, "bad_request",
+                      "Content-Length " + QuoteForMessage(length) + " is not a number");
+      }
+      if (n > options.max_body_bytes * kDrainFactor) {
+        return reject(413, "body_too_large",
+                      "request body of " + std::to_string(n) + " bytes exceeds the limit of " +
+                          std::to_string(options.max_body_bytes) + " bytes");
+      }
+    }
+  }
+  return HR::Unhandled;
+}
+
+void ApiServer::Impl::Configure() {
+  server.new_task_queue = [this]() -> httplib::TaskQueue* {
+    return new CountingPool(static_cast<size_t>(options.threads), in_flight);
+  };
+  server.set_read_timeout(options.read_timeout_ms / 1000, (options.read_timeout_ms % 1000) * 1000);
+  server.set_write_timeout(options.write_timeout_ms / 1000,
+                           (options.write_timeout_ms % 1000) * 1000);
+  // Bodies up to the drain bound reach our reader, which keeps at most max_body_bytes.
+  server.set_payload_max_length(options.max_body_bytes * kDrainFactor);
+  // A client that asks before sending (curl does for large bodies) learns the limit at once.
+  server.set_expect_100_continue_handler(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
+        if (length > options.max_body_bytes) {
+          SendError(res, 413, "body_too_large",
+                    "request body of " + std::to_string(length) + " bytes exceeds the limit of " +
+                        std::to_string(options.max_body_bytes) + " bytes");
+          res.set_header("Connection", "close");
+          return 413;
+        }
+        return 100;
+      });
+  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server bind the same
+  // port and silently share its connections.
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  server.set_pre_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
+  // Fills the JSON body of errors httplib produces itself (malformed request line, URI too
+  // long, ...); responses that already carry a body are left alone.
+  server.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty() || res.content_provider_) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        std::string code = "http_" + std::to_string(res.status);
+        std::string message = httplib::detail::status_message(res.status);
+        switch (res.status) {
+          case 400:
+            code = "bad_request";
+            message = "the request is not valid HTTP/1.1 or a header line is too long";
+            break;
+          case 404:
+            code = "route_not_found";
+            message = "no such route";
+            break;
+          case 413:
+            code = "body_too_large";
+            message = "request body exceeds the limit";
+            break;
+          case 414:
+            code = "uri_too_long";
+            message = "request line exceeds " + std::to_string(CPPHTTPLIB_REQUEST_URI_MAX_LENGTH) +
+                      " bytes";
+            break;
+          case 415:
+            code = "unsupported_media_type";
+            message = "content encodings are not supported";
+            break;
+          case 500:
+            code = "internal";
+            message = "internal error";
+            break;
+          default:
+            break;
+        }
+        SendError(res, res.status, code, message);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unexpected exception";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        SendError(res, 500, "internal", "internal error: " + what);
+      });
+  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    const RouteMatch match = MatchRoute(req.method, req.path);
+    const std::string_view route =
+        match.kind == RouteMatch::Kind::kFound ? match.route->name : std::string_view("none");
+    metrics.Increment("ql_http_requests_total", "route=\"" + std::string(route) + "\",code=\"" +
+                                                    std::to_string(res.status) + "\"");
+  });
+
+  auto plain = [this](const httplib::Request& req, httplib::Response& res) {
+    Dispatch(req, res, std::string());
+  };
+  auto with_body = [this](const httplib::Request& req, httplib::Response& res,
+                          const httplib::ContentReader& reader) {
+    std::string body;
+    size_t received = 0;
+    bool too_large = false;
+    const bool ok = reader([&](const char* data, size_t length) {
+      received += length;
+      if (received > options.max_body_bytes) {
+        too_large = true;
+        body.clear();
+        return received <= options.max_body_bytes * kDrainFactor;
+      }
+      body.append(data, length);
+      return true;
+    });
+    if (too_large || !ok) {
+      // A body that was not read to its end leaves the connection unusable.
+      if (!ok) res.set_header("Connection", "close");
+      if (too_large) {
+        SendError(res, 413, "body_too_large",
+                  "request body exceeds the limit of " + std::to_string(options.max_body_bytes) +
+                      " bytes");
+      } else {
+        SendError(res, 400, "bad_request", "the request body could not be read");
+      }
+      return;
+    }
+    Dispatch(req, res, body);
+  };
+  server.Get(".*", plain);
+  server.Post(".*", plain);
+  server.Post(".*", with_body);
+}
+
+void ApiServer::Impl::Dispatch(const httplib::Request& req, httplib::Response& res,
+                               const std::string& body) {
+  const RouteMatch match = MatchRoute(req.method, req.path);
+  if (match.kind != RouteMatch::Kind::kFound) {  // PreRoute answered these already
+    SendError(res, 404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
+    return;
+  }
+  Handle(match, req, res, body);
+}
+
+namespace {
+
+// Runs `fn` (returning a Status) and sends its error, if any. Returns true on success.
+#define QL_HTTP_TRY(res, expr)             \
+  do {                                     \
+    ::ql::Status ql_http_status_ = (expr); \
+    if (!ql_http_status_.ok()) {           \
+      SendStatus(res, ql_http_status_);    \
+      return;                              \
+    }                                      \
+  } while (0)
+
+#define QL_HTTP_ASSIGN(res, lhs, rexpr) \
+  QL_HTTP_ASSIGN_IMPL_(QL_CONCAT_(ql_http_result_, __LINE__), res, lhs, rexpr)
+#define QL_HTTP_ASSIGN_IMPL_(tmp, res, lhs, rexpr) \
+  auto tmp = (rexpr);                              \
+  if (!tmp.ok()) {                                 \
+    SendStatus(res, tmp.status());                 \
+    return;                                        \
+  }                                                \
+  lhs = std::move(tmp).value()
+
+json ItemsJson(json items, const std::optional<std::string>& next_cursor) {
+  return json{{"items", std::move(items)},
+              {"next_cursor", next_cursor.has_value() ? json(*next_cursor) : json(nullptr)}};
+}
+
+// Removes an envelope field from a task body and returns it.
+Result<std::optional<std::string>> TakeString(json& body, std::string_view name) {
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> value, api::OptionalString(body, name));
+  body.erase(std::string(name));
+  return value;
+}
+
+}  // namespace
+
+void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& req,
+                             httplib::Response& res, const std::string& body_text) {
+  const Query query(req);
+  const bool post = match.route->method == "POST";
+  // Only task bodies are required; the action routes accept an empty body as {}.
+  const bool body_required = match.route->id == RouteId::kTasksCreate ||
+                             match.route->id == RouteId::kTaskRevisionsCreate ||
+                             match.route->id == RouteId::kTriggersCreate ||
+                             match.route->id == RouteId::kRunsCreate;
+  json body = json::object();
+  if (post) {
+    QL_HTTP_TRY(res, query.Check({}));
+    QL_HTTP_ASSIGN(res, body, api::ParseBody(body_text, body_required));
+  }
+  const std::string& id = match.id;
+
+  switch (match.route->id) {
+    case RouteId::kLivez:
+      QL_HTTP_TRY(res, query.Check({}));
+      SendJson(res, 200, json{{"status", "ok"}});
+      return;
+    case RouteId::kReadyz:
+      QL_HTTP_TRY(res, query.Check({}));
+      if (withdrawn.load()) {
+        SendError(res, 503, "shutting_down", "the server is shutting down");
+      } else if (!ready.load()) {
+        SendError(res, 503, "not_ready", "the server is starting and not ready yet");
+      } else {
+        SendJson(res, 200, json{{"status", "ready"}});
+      }
+      return;
+    case RouteId::kMetrics:
+      QL_HTTP_TRY(res, query.Check({}));
+      metrics.SetGauge("ql_http_in_flight", "", in_flight.load());
+      metrics.SetGauge("ql_http_log_followers", "", followers.load());
+      res.status = 200;
+      res.set_content(metrics.RenderPrometheus(), "text/plain; version=0.0.4; charset=utf-8");
+      return;
+
+    case RouteId::kProjectsList: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, std::vector<ProjectRecord> projects, service.ListProjects());
+      json items = json::array();
+      for (const ProjectRecord& p : projects) items.push_back(api::ProjectJson(p));
+      SendJson(res, 200, json{{"items", std::move(items)}});
+      return;
+    }
+
+    case RouteId::kTasksCreate: {
+      TaskWrite write;
+      QL_HTTP_ASSIGN(res, write.mutation_id, TakeString(body, "mutation_id"));
+      write.body = std::move(body);
+      QL_HTTP_ASSIGN(res, PublishedTask published, service.PublishTask(write));
+      res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
+      SendJson(res, published.replayed ? 200 : 201, api::TaskJson(published.task));
+      return;
+    }
+    case RouteId::kTasksList: {
+      QL_HTTP_TRY(res, query.Check({"limit", "cursor"}));
+      PageQuery page;
+      QL_HTTP_ASSIGN(res, page.limit,
+                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+      page.cursor = query.Get("cursor");
+      QL_HTTP_ASSIGN(res, PageResult<TaskView> listed, service.ListTasks(page));
+      json items = json::array();
+      for (const TaskView& t : listed.items) items.push_back(api::TaskJson(t));
+      SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
+      return;
+    }
+    case RouteId::kTaskGet: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, TaskView task, service.GetTask(id));
+      SendJson(res, 200, api::TaskJson(task));
+      return;
+    }
+    case RouteId::kTaskRevisionsCreate: {
+      QL_HTTP_ASSIGN(res, std::optional<int64_t> expected,
+                     api::OptionalInteger(body, "expected_revision"));
+      if (!expected.has_value()) {
+        SendError(res, 400, "missing_field",
+                  "field expected_revision is required: the revision this update replaces");
+        return;
+      }
+      body.erase("expected_revision");
+      TaskWrite write;
+      QL_HTTP_ASSIGN(res, write.mutation_id, TakeString(body, "mutation_id"));
+      write.body = std::move(body);
+      QL_HTTP_ASSIGN(res, PublishedTask published,
+                     service.PublishTaskRevision(id, *expected, write));
+      res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
+      SendJson(res, published.replayed ? 200 : 201, api::TaskJson(published.task));
+      return;
+    }
+    case RouteId::kTaskRevisionsList: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, std::vector<TaskRevisionRecord> revisions, service.TaskHistory(id));
+      json items = json::array();
+      for (const TaskRevisionRecord& r : revisions) items.push_back(api::TaskRevisionJson(r));
+      SendJson(res, 200, json{{"items", std::move(items)}});
+      return;
+    }
+
+    case RouteId::kTriggersCreate: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"task_id", "expression", "timezone", "misfire",
+                                               "enabled", "mutation_id"}));
+      TriggerWrite write;
+      QL_HTTP_ASSIGN(res, write.task_id, api::RequiredString(body, "task_id"));
+      QL_HTTP_ASSIGN(res, write.expression, api::RequiredString(body, "expression"));
+      QL_HTTP_ASSIGN(res, write.timezone, api::RequiredString(body, "timezone"));
+      QL_HTTP_ASSIGN(res, std::optional<std::string> misfire, api::OptionalString(body, "misfire"));
+      if (misfire.has_value()) write.misfire = *misfire;
+      QL_HTTP_ASSIGN(res, std::optional<bool> enabled, api::OptionalBool(body, "enabled"));
+      write.enabled = enabled.value_or(true);
+      QL_HTTP_ASSIGN(res, write.mutation_id, api::OptionalString(body, "mutation_id"));
+      QL_HTTP_ASSIGN(res, PublishedTrigger published, service.AddTrigger(write));
+      res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
+      SendJson(res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
+      return;
+    }
+    case RouteId::kTriggersList: {
+      QL_HTTP_TRY(res, query.Check({"task_id", "limit", "cursor"}));
+      PageQuery page;
+      QL_HTTP_ASSIGN(res, page.limit,
+                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+      page.cursor = query.Get("cursor");
+      QL_HTTP_ASSIGN(res, PageResult<TriggerView> listed,
+                     service.ListTriggers(query.Get("task_id"), page));
+      json items = json::array();
+      for (const TriggerView& t : listed.items) items.push_back(api::TriggerJson(t));
+      SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
+      return;
+    }
+    case RouteId::kTriggerGet: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, TriggerView trigger, service.GetTrigger(id));
+      SendJson(res, 200, api::TriggerJson(trigger));
+      return;
+    }
+    case RouteId::kTriggerEnable:
+    case RouteId::kTriggerDisable:
+    case RouteId::kTriggerRepin: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      Result<PublishedTrigger> published =
+          match.route->id == RouteId::kTriggerRepin
+              ? service.RepinTrigger(id)
+              : service.SetTriggerEnabled(id, match.route->id == RouteId::kTriggerEnable);
+      QL_HTTP_TRY(res, published.status());
+      res.set_header("X-QL-Replayed", BoolHeader(published->replayed));
+      SendJson(res, 200, api::TriggerJson(published->trigger));
+      return;
+    }
+    case RouteId::kTriggerNext: {
+      QL_HTTP_TRY(res, query.Check({"count"}));
+      QL_HTTP_ASSIGN(
+          res, int64_t count,
+          query.Integer("count", "invalid_count", 1, kMaxPreviewCount, kDefaultPreviewCount));
+      QL_HTTP_ASSIGN(res, TriggerPreview preview,
+                     service.PreviewTrigger(id, static_cast<int>(count)));
+      QL_HTTP_ASSIGN(res, TimeZone zone, TimeZone::Load(preview.trigger.revision.timezone));
+      SendJson(res, 200,
+               json{{"trigger_id", preview.trigger.head.trigger_id},
+                    {"state", preview.trigger.state},
+                    {"admitting", preview.trigger.state == "active"},
+                    {"expression", preview.trigger.revision.expression},
+                    {"timezone", preview.trigger.revision.timezone},
+                    {"misfire", preview.trigger.revision.misfire},
+                    {"fire_times", api::FireTimesJson(preview.fire_times_ms, zone)}});
+      return;
+    }
+    case RouteId::kCronNext: {
+      QL_HTTP_TRY(res, query.Check({"expression", "timezone", "from", "count"}));
+      QL_HTTP_ASSIGN(res, std::string expression, query.Required("expression"));
+      QL_HTTP_ASSIGN(res, std::string timezone, query.Required("timezone"));
+      std::optional<int64_t> from;
+      if (std::optional<std::string> text = query.Get("from"); text.has_value()) {
+        QL_HTTP_ASSIGN(res, from, ParseRfc3339(*text));
+      }
+      QL_HTTP_ASSIGN(
+          res, int64_t count,
+          query.Integer("count", "invalid_count", 1, kMaxPreviewCount, kDefaultPreviewCount));
+      QL_HTTP_ASSIGN(res, CronPreview preview,
+                     service.PreviewCron(expression, timezone, from, static_cast<int>(count)));
+      QL_HTTP_ASSIGN(res, TimeZone zone, TimeZone::Load(preview.timezone));
+      SendJson(res, 200,
+               json{{"expression", preview.expression},
+                    {"timezone", preview.timezone},
+                    {"fire_times", api::FireTimesJson(preview.fire_times_ms, zone)}});
+      return;
+    }
+
+    case RouteId::kRunsList: {
+      QL_HTTP_TRY(res, query.Check({"task_id", "trigger_id", "status", "limit", "cursor"}));
+      RunQuery filter;
+      filter.task_id = query.Get("task_id");
+      filter.trigger_id = query.Get("trigger_id");
+      filter.status = query.Get("status");
+      PageQuery page;
+      QL_HTTP_ASSIGN(res, page.limit,
+                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+      page.cursor = query.Get("cursor");
+      QL_HTTP_ASSIGN(res, PageResult<RunRecord> listed, service.ListRuns(filter, page));
+      json items = json::array();
+      for (const RunRecord& r : listed.items) items.push_back(api::RunJson(r));
+      SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
+      return;
+    }
+    case RouteId::kRunsCreate: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"task_id", "idempotency_key", "priority"}));
+      StartRunRequest request;
+      QL_HTTP_ASSIGN(res, request.task_id, api::RequiredString(body, "task_id"));
+      QL_HTTP_ASSIGN(res, request.idempotency_key, api::OptionalString(body, "idempotency_key"));
+      QL_HTTP_ASSIGN(res, std::optional<int64_t> priority, api::OptionalInteger(body, "priority"));
+      if (priority.has_value()) {
+        if (*priority < kMinRunPriority || *priority > kMaxRunPriority) {
+          SendError(res, 400, "invalid_priority",
+                    "priority must be " + std::to_string(kMinRunPriority) + ".." +
+                        std::to_string(kMaxRunPriority) + ", got " + std::to_string(*priority));
+          return;
+        }
+        request.priority = static_cast<int>(*priority);
+      }
+      QL_HTTP_ASSIGN(res, StartedRun started, service.StartRun(request));
+      res.set_header("X-QL-Replayed", BoolHeader(started.replayed));
+      SendJson(res, started.replayed ? 200 : 201, api::RunJson(started.run));
+      return;
+    }
+    case RouteId::kRunGet: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, RunView run, service.GetRun(id));
+      SendJson(res, 200, api::RunJson(run));
+      return;
+    }
+    case RouteId::kRunEvents: {
+      QL_HTTP_TRY(res, query.Check({"after", "limit"}));
+      QL_HTTP_ASSIGN(res, int64_t after, query.Integer("after", "invalid_after", 0, INT64_MAX, 0));
+      QL_HTTP_ASSIGN(res, int64_t limit,
+                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultEventLimit));
+      QL_HTTP_ASSIGN(res, std::vector<EventRecord> events,
+                     service.ListRunEvents(id, after, static_cast<int>(limit)));
+      json items = json::array();
+      int64_t next_after = after;
+      for (const EventRecord& e : events) {
+        items.push_back(api::EventJson(e));
+        next_after = std::max(next_after, e.sequence);
+      }
+      SendJson(res, 200, json{{"items", std::move(items)}, {"next_after", next_after}});
+      return;
+    }
+    case RouteId::kRunLog:
+      ServeLog(id, req, res);
+      return;
+    case RouteId::kRunCancel: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"reason"}));
+      QL_HTTP_ASSIGN(res, std::optional<std::string> reason, api::OptionalString(body, "reason"));
+      QL_HTTP_ASSIGN(res, RunRecord run, service.CancelRun(id, reason));
+      SendJson(res, 200, api::RunJson(run));
+      return;
+    }
+    case RouteId::kRunRetry: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_ASSIGN(res, StartedRun started, service.RetryRun(id));
+      SendJson(res, 201, api::RunJson(started.run));
+      return;
+    }
+    case RouteId::kStatus: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, StatusSummary summary, service.GetStatus());
+      json out = api::StatusJson(summary);
+      out["ready"] = ready.load() && !withdrawn.load();
+      SendJson(res, 200, out);
+      return;
+    }
+  }
+  SendError(res, 404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
+}
+
+void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request& req,
+                               httplib::Response& res) {
+  const Query query(req);
+  QL_HTTP_TRY(res, query.Check({"offset", "limit", "attempt", "follow"}));
+  QL_HTTP_ASSIGN(res, int64_t offset, query.Integer("offset", "invalid_offset", 0, INT64_MAX, 0));
+  QL_HTTP_ASSIGN(res, int64_t limit,
+                 query.Integer("limit", "invalid_limit", 1, static_cast<int64_t>(kMaxLogChunkBytes),
+                               static_cast<int64_t>(kDefaultLogChunkBytes)));
+  QL_HTTP_ASSIGN(res, int64_t attempt_number,
+                 query.Integer("attempt", "invalid_attempt", 1, 1'000'000, 0));
+  QL_HTTP_ASSIGN(res, bool follow, query.Bool("follow", "invalid_follow", false));
+  QL_HTTP_ASSIGN(res, RunView view, service.GetRun(run_id));
+  const AttemptRecord* attempt = nullptr;
+  for (const AttemptRecord& a : view.attempts) {
+    if (attempt_number == 0 || a.attempt == attempt_number) attempt = &a;
+  }
+  if (attempt == nullptr) {
+    SendError(res, 404, "attempt_not_found",
+              attempt_number == 0
+                  ? "run " + run_id + " has no attempt"
+                  : "run " + run_id + " has no attempt " + std::to_string(attempt_number));
+    return;
+  }
+  res.set_header("X-QL-Attempt", std::to_string(attempt->attempt));
+  if (follow) {
+    StartFollow(run_id, attempt->attempt, offset, res);
+    return;
+  }
+  QL_HTTP_ASSIGN(res, LogChunk chunk,
+                 options.log_reader->ReadLog(*attempt, offset, static_cast<size_t>(limit)));
+  res.set_header("X-QL-Log-Offset", std::to_string(offset));
+  res.set_header("X-QL-Log-Next-Offset", std::to_string(chunk.next_offset));
+  res.set_header("X-QL-Log-Eof", chunk.eof ? "true" : "false");
+  res.set_header("X-QL-Log-Exists", chunk.exists ? "true" : "false");
+  res.status = 200;
+  res.set_content(std::move(chunk.data), "text/plain; charset=utf-8");
+}
+
+void ApiServer::Impl::StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
+                                  httplib::Response& res) {
+  if (followers.fetch_add(1) >= options.max_log_followers) {
+    followers.fetch_sub(1);
+    res.set_header("Retry-After", "5");
+    SendError(res, 503, "overloaded",
+              "at most " + std::to_string(options.max_log_followers) +
+                  " log follow streams may be open at once");
+    return;
+  }
+  struct FollowState {
+    std::string run_id;
+    int attempt_number = 0;
+    int64_t position = 0;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  auto state = std::make_shared<FollowState>();
+  state->run_id = run_id;
+  state->attempt_number = attempt_number;
+  state->position = offset;
+  state->deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options.max_follow_ms);
+  res.status = 200;
+  res.set_chunked_content_provider(
+      "text/plain; charset=utf-8",
+      [this, state](size_t, httplib::DataSink& sink) -> bool {
+        while (true) {
+          if (!sink.is_writable()) return false;
+          if (withdrawn.load() || std::chrono::steady_clock::now() >= state->deadline) {
+            sink.done();
+            return true;
+          }
+          // Look at the run before reading: when it is finished and the read then finds
+          // nothing new, the file is drained for good.
+          Result<RunView> view = service.GetRun(state->run_id);
+          if (!view.ok()) {
+            sink.done();
+            return true;
+          }
+          const AttemptRecord* attempt = nullptr;
+          for (const AttemptRecord& a : view->attempts) {
+            if (a.attempt == state->attempt_number) attempt = &a;
+          }
+          if (attempt == nullptr) {
+            sink.done();
+            return true;
+          }
+          const std::optional<RunStatus> run_status = ParseRunStatus(view->run.status);
+          const std::optional<AttemptStatus> attempt_status = ParseAttemptStatus(attempt->status);
+          const bool finished = (run_status.has_value() && IsTerminal(*run_status)) ||
+                                (attempt_status.has_value() && IsTerminal(*attempt_status));
+          Result<LogChunk> chunk =
+              options.log_reader->ReadLog(*attempt, state->position, kDefaultLogChunkBytes);
+          if (!chunk.ok()) {
+            sink.done();
+            return true;
+          }
+          if (!chunk->data.empty()) {
+            if (!sink.write(chunk->data.data(), chunk->data.size())) return false;
+            state->position = chunk->next_offset;
+            return true;
+          }
+          if (finished) {
+            sink.done();
+            return true;
+          }
+          std::unique_lock<std::mutex> lock(wake_mu);
+          wake_cv.wait_for(lock, std::chrono::milliseconds(options.follow_poll_ms),
+                           [this] { return withdrawn.load(); });
+        }
+      },
+      [this](bool) { followers.fetch_sub(1); });
+}
+
+Status ApiServer::Start(const std::string& host, int port) {
+  Impl& s = *impl_;
+  if (s.started.exchange(true)) return Conflict("already_started", "the server was started");
+  const ApiServerOptions& o = s.options;
+  auto invalid = [&](const std::string& message) {
+    s.started = false;
+    return InvalidArgument("invalid_server_options", message);
+  };
+  if (s.token_bytes < kMinOwnerTokenBytes) {
+    s.started = false;
+    return InvalidArgument(
+        "owner_token_too_short",
+        "the owner token must be at least " + std::to_string(kMinOwnerTokenBytes) + " bytes");
+  }
+  if (o.max_body_bytes < 1024 || o.max_body_bytes > (size_t{16} << 20)) {
+    return invalid("max_body_bytes must be 1 KiB .. 16 MiB");
+  }
+  if (o.max_in_flight < 1 || o.max_in_flight > 10'000) return invalid("max_in_flight 1..10000");
+  if (o.threads < 1 || o.threads > 64) return invalid("threads must be 1..64");
+  if (o.max_log_followers < 0 || o.max_log_followers >= o.threads) {
+    return invalid("max_log_followers must be 0..threads-1 so followers never take every worker");
+  }
+  if (o.read_timeout_ms < 1 || o.write_timeout_ms < 1) return invalid("timeouts must be > 0");
+  if (o.max_follow_ms < 1 || o.follow_poll_ms < 1) {
+    return invalid("max_follow_ms and follow_poll_ms must be > 0");
+  }
+  if (o.log_reader == nullptr) return invalid("log_reader is required");
+  if (port < 0 || port > 65535) return invalid("port must be 0..65535");
+
+  s.Configure();
+  if (port == 0) {
+    const int bound = s.server.bind_to_any_port(host);
+    if (bound <= 0) {
+      s.started = false;
+      return Unavailable("listen_failed", "cannot listen on " + host + " (any port)");
+    }
+    s.port = bound;
+  } else {
+    if (!s.server.bind_to_port(host, port)) {
+      s.started = false;
+      return Unavailable("listen_failed", "cannot listen on " + host + ":" + std::to_string(port));
+    }
+    s.port = port;
+  }
+  s.listener = std::thread([&s] { s.server.listen_after_bind(); });
+  // Stop() can only interrupt a listener that is running; wait for it so a quick Stop() after
+  // Start() never leaves the accept loop behind.
+  // (listen_after_bind marks the server running before anything else.)
+  while (!s.server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return Status::Ok();
+}
+
+int ApiServer::port() const { return impl_->port; }
+
+void ApiServer::SetReady(bool ready) { impl_->ready = ready; }
+
+void ApiServer::WithdrawAdmission() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->wake_mu);
+    impl_->withdrawn = true;
+  }
+  impl_->wake_cv.notify_all();
+}
+
+void ApiServer::Stop() {
+  WithdrawAdmission();
+  if (impl_->stopped.exchange(true)) return;
+  if (!impl_->started.load()) return;
+  impl_->server.stop();
+  if (impl_->listener.joinable()) impl_->listener.join();
+}
+
+}  // namespace ql

@@ -1,0 +1,924 @@
+#include "ql/http/api_server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ql/core/rfc3339.h"
+#include "ql/http/httplib_config.h"
+#include "ql/storage/sqlite/sqlite_store.h"
+#include "ql/testing/fake_clock.h"
+
+namespace ql {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "owner-token-0123456789abcdef";
+
+int64_t At(const char* rfc3339) { return ParseRfc3339(rfc3339).value(); }
+
+struct Reply {
+  int status = 0;
+  json body;
+  std::string raw;
+  httplib::Headers headers;
+  std::string Header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? std::string() : it->second;
+  }
+  std::string code() const { return body.is_object() ? body.value("code", "") : ""; }
+};
+
+Reply ToReply(const httplib::Result& result) {
+  Reply reply;
+  if (!result) {
+    reply.status = -1;
+    return reply;
+  }
+  reply.status = result->status;
+  reply.raw = result->body;
+  reply.headers = result->headers;
+  reply.body = json::parse(result->body, nullptr, false);
+  return reply;
+}
+
+// Sends `request` as is on a new connection and returns everything the server answers until it
+// closes the connection or `wait_ms` pass without data.
+std::string RawExchange(int port, const std::string& request, int wait_ms = 2000) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  timeval tv{wait_ms / 1000, (wait_ms % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string answer;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    answer.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return answer;
+}
+
+std::string ShellTaskBody(const std::string& name, const std::string& command = "echo hi") {
+  return json{{"name", name}, {"spec", {{"command", {{"kind", "shell"}, {"command", command}}}}}}
+      .dump();
+}
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "ql-api-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    fs::create_directories(dir_ / "log");
+    SqliteOptions sqlite;
+    sqlite.path = (dir_ / "ql.db").string();
+    auto store = SqliteStore::Open(sqlite, clock_);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store).value();
+    service_ = std::make_unique<ControlService>(*store_, clock_, random_, ControlOptions{});
+    ASSERT_TRUE(service_->EnsureDefaultProject().ok());
+    log_reader_ = std::make_unique<LogReader>((dir_ / "log").string());
+  }
+
+  void TearDown() override {
+    server_.reset();
+    service_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  ApiServerOptions DefaultOptions() {
+    ApiServerOptions options;
+    options.owner_token = kToken;
+    options.log_reader = log_reader_.get();
+    options.max_follow_ms = 20'000;
+    options.follow_poll_ms = 20;
+    return options;
+  }
+
+  void StartServer(ApiServerOptions options) {
+    server_ = std::make_unique<ApiServer>(*service_, metrics_, std::move(options));
+    Status started = server_->Start("127.0.0.1", 0);
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    ASSERT_GT(server_->port(), 0);
+    server_->SetReady(true);
+  }
+  void StartServer() { StartServer(DefaultOptions()); }
+
+  std::unique_ptr<httplib::Client> NewClient(bool auth = true) {
+    auto client = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    client->set_read_timeout(15, 0);
+    if (auth) client->set_default_headers({{"Authorization", std::string("Bearer ") + kToken}});
+    return client;
+  }
+
+  Reply Get(const std::string& path) {
+    auto client = NewClient();
+    return ToReply(client->Get(path.c_str()));
+  }
+  Reply Post(const std::string& path, const std::string& body) {
+    auto client = NewClient();
+    return ToReply(client->Post(path.c_str(), body, "application/json"));
+  }
+
+  std::string CreateTask(const std::string& name = "task") {
+    Reply reply = Post("/api/v1/tasks", ShellTaskBody(name));
+    EXPECT_EQ(reply.status, 201) << reply.raw;
+    return reply.body.value("id", "");
+  }
+  std::string CreateTrigger(const std::string& task_id, const std::string& expression,
+                            const std::string& zone) {
+    Reply reply =
+        Post("/api/v1/triggers",
+             json{{"task_id", task_id}, {"expression", expression}, {"timezone", zone}}.dump());
+    EXPECT_EQ(reply.status, 201) << reply.raw;
+    return reply.body.value("id", "");
+  }
+  std::string StartRun(const std::string& task_id) {
+    Reply reply = Post("/api/v1/runs", json{{"task_id", task_id}}.dump());
+    EXPECT_EQ(reply.status, 201) << reply.raw;
+    return reply.body.value("id", "");
+  }
+
+  // Moves a queued run to dispatching with its attempt starting and `log_path` recorded, as
+  // the dispatcher does.
+  void StartAttempt(const std::string& run_id, const std::string& log_path) {
+    RunRecord run = store_->runs().GetRun(run_id).value();
+    AttemptRecord attempt = store_->runs().ListAttempts(run_id).value().back();
+    RunTransitionCommand t;
+    t.run_id = run_id;
+    t.expected_version = run.version;
+    t.run_to = "dispatching";
+    t.attempt_id = attempt.id;
+    t.expected_attempt_status = "claimed";
+    t.attempt_to = "starting";
+    t.log_path = log_path;
+    t.now_ms = clock_.NowMs();
+    auto applied = store_->runs().ApplyTransition(t);
+    ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  }
+  void Advance(const std::string& run_id, const std::string& run_to,
+               const std::string& attempt_from, const std::string& attempt_to) {
+    RunRecord run = store_->runs().GetRun(run_id).value();
+    AttemptRecord attempt = store_->runs().ListAttempts(run_id).value().back();
+    RunTransitionCommand t;
+    t.run_id = run_id;
+    t.expected_version = run.version;
+    t.run_to = run_to;
+    t.attempt_id = attempt.id;
+    t.expected_attempt_status = attempt_from;
+    t.attempt_to = attempt_to;
+    if (run_to == "succeeded") {
+      t.exit_code = 0;
+      t.attempt_exit_code = 0;
+      t.finished_at_ms = clock_.NowMs();
+      t.attempt_finished_at_ms = clock_.NowMs();
+    }
+    t.now_ms = clock_.NowMs();
+    auto applied = store_->runs().ApplyTransition(t);
+    ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  }
+
+  // Everything the API can change, rendered as text, to prove rejected requests change nothing.
+  std::string Snapshot() {
+    const std::string project = service_->EnsureDefaultProject()->id;
+    std::string out;
+    auto tasks = store_->definitions().ListTasks(project, PageRequest{std::nullopt, 500});
+    for (const auto& t : tasks->items) {
+      out += "task " + t.task_id + " r" + std::to_string(t.revision) + " revisions " +
+             std::to_string(store_->definitions().ListTaskRevisions(t.task_id)->size()) + "\n";
+    }
+    auto triggers =
+        store_->definitions().ListTriggers(project, std::nullopt, PageRequest{std::nullopt, 500});
+    for (const auto& t : triggers->items) {
+      auto schedule = store_->definitions().GetSchedule(t.trigger_id);
+      out += "trigger " + t.trigger_id + " r" + std::to_string(t.revision) +
+             (t.enabled ? " on" : " off") + " pin " + std::to_string(t.task_revision) + " state " +
+             std::to_string(schedule.ok() ? schedule->state_version : -1) + "\n";
+    }
+    auto runs = store_->runs().ListRuns(RunFilter{}, PageRequest{std::nullopt, 500});
+    for (const auto& r : runs->items) {
+      out += "run " + r.id + " " + r.status + " v" + std::to_string(r.version) + " events " +
+             std::to_string(store_->runs().ListEvents(r.id, 0, 500)->size()) + "\n";
+    }
+    return out;
+  }
+
+  fs::path dir_;
+  testing::FakeClock clock_{At("2026-01-01T00:00:00Z")};
+  testing::SeededRandom random_{7};
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<ControlService> service_;
+  std::unique_ptr<LogReader> log_reader_;
+  Metrics metrics_;
+  std::unique_ptr<ApiServer> server_;
+};
+
+TEST_F(ApiServerTest, ReadinessFollowsSetReadyAndWithdrawal) {
+  server_ = std::make_unique<ApiServer>(*service_, metrics_, DefaultOptions());
+  ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
+  EXPECT_EQ(Get("/livez").status, 200);
+  Reply not_ready = Get("/readyz");
+  EXPECT_EQ(not_ready.status, 503);
+  EXPECT_EQ(not_ready.code(), "not_ready");
+
+  server_->SetReady(true);
+  EXPECT_EQ(Get("/readyz").status, 200);
+  EXPECT_EQ(Get("/api/v1/status").status, 200);
+
+  server_->WithdrawAdmission();
+  Reply withdrawn = Get("/readyz");
+  EXPECT_EQ(withdrawn.status, 503);
+  EXPECT_EQ(withdrawn.code(), "shutting_down");
+  Reply api = Get("/api/v1/tasks");
+  EXPECT_EQ(api.status, 503);
+  EXPECT_EQ(api.code(), "shutting_down");
+  Reply post = Post("/api/v1/tasks", ShellTaskBody("late"));
+  EXPECT_EQ(post.status, 503);
+  EXPECT_EQ(Get("/livez").status, 200);
+  EXPECT_EQ(Get("/metrics").status, 200);
+  server_->Stop();
+  server_->Stop();  // idempotent
+}
+
+TEST_F(ApiServerTest, RejectsMissingOrWrongTokens) {
+  StartServer();
+  const std::string before = Snapshot();
+  const std::vector<std::string> headers = {"", "Bearer wrong-token-0123456789abcdef",
+                                            std::string("Basic ") + kToken, "Bearer ",
+                                            std::string("Bearer ") + kToken + "x"};
+  for (const std::string& header : headers) {
+    auto client = NewClient(/*auth=*/false);
+    if (!header.empty()) client->set_default_headers({{"Authorization", header}});
+    Reply get = ToReply(client->Get("/api/v1/tasks"));
+    EXPECT_EQ(get.status, 401) << header;
+    EXPECT_EQ(get.code(), "unauthorized") << header;
+    EXPECT_EQ(get.Header("WWW-Authenticate"), "Bearer");
+    Reply post = ToReply(client->Post("/api/v1/tasks", ShellTaskBody("x"), "application/json"));
+    EXPECT_EQ(post.status, 401) << header;
+  }
+  auto lower = NewClient(false);
+  lower->set_default_headers({{"Authorization", std::string("bearer ") + kToken}});
+  EXPECT_EQ(ToReply(lower->Get("/api/v1/tasks")).status, 200);
+  auto anonymous = NewClient(false);
+  EXPECT_EQ(ToReply(anonymous->Get("/metrics")).status, 200);
+  EXPECT_EQ(ToReply(anonymous->Get("/livez")).status, 200);
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(ApiServerTest, TaskLifecycle) {
+  StartServer();
+  Reply created = Post("/api/v1/tasks", ShellTaskBody("backup", "tar czf /tmp/b.tgz /etc"));
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  EXPECT_EQ(created.body["revision"], 1);
+  EXPECT_EQ(created.body["name"], "backup");
+  EXPECT_EQ(created.body["spec"]["command"]["kind"], "shell");
+  EXPECT_EQ(created.body["spec"]["command"]["shell"], "/bin/sh");  // default written out
+  EXPECT_EQ(created.body["created_at"], "2026-01-01T00:00:00Z");
+  EXPECT_EQ(created.body["retry"]["max_attempts"], 1);
+  EXPECT_EQ(created.Header("Content-Type"), "application/json");
+
+  Reply fetched = Get("/api/v1/tasks/" + id);
+  ASSERT_EQ(fetched.status, 200);
+  EXPECT_EQ(fetched.body["content_digest"], created.body["content_digest"]);
+
+  json update = json::parse(ShellTaskBody("backup", "echo v2"));
+  update["expected_revision"] = 1;
+  Reply revised = Post("/api/v1/tasks/" + id + "/revisions", update.dump());
+  ASSERT_EQ(revised.status, 201) << revised.raw;
+  EXPECT_EQ(revised.body["revision"], 2);
+
+  const std::string before = Snapshot();
+  Reply stale = Post("/api/v1/tasks/" + id + "/revisions", update.dump());
+  EXPECT_EQ(stale.status, 409);
+  EXPECT_EQ(stale.code(), "revision_conflict");
+  EXPECT_EQ(Snapshot(), before);
+
+  Reply history = Get("/api/v1/tasks/" + id + "/revisions");
+  ASSERT_EQ(history.status, 200);
+  ASSERT_EQ(history.body["items"].size(), 2u);
+  EXPECT_EQ(history.body["items"][0]["revision"], 2);
+
+  // Replay with a mutation id answers 200 with the stored task.
+  json keyed = json::parse(ShellTaskBody("keyed"));
+  keyed["mutation_id"] = "create-keyed";
+  Reply first = Post("/api/v1/tasks", keyed.dump());
+  ASSERT_EQ(first.status, 201);
+  Reply replay = Post("/api/v1/tasks", keyed.dump());
+  EXPECT_EQ(replay.status, 200);
+  EXPECT_EQ(replay.Header("X-QL-Replayed"), "true");
+  EXPECT_EQ(replay.body["id"], first.body["id"]);
+
+  json retrying = json::parse(ShellTaskBody("retrying"));
+  retrying["retry"] = {{"max_attempts", 4}, {"backoff_base_ms", 500}};
+  Reply with_retry = Post("/api/v1/tasks", retrying.dump());
+  ASSERT_EQ(with_retry.status, 201) << with_retry.raw;
+  EXPECT_EQ(with_retry.body["retry"]["max_attempts"], 4);
+  EXPECT_EQ(with_retry.body["retry"]["backoff_base_ms"], 500);
+  Reply retry_run = Post("/api/v1/runs", json{{"task_id", with_retry.body["id"]}}.dump());
+  EXPECT_EQ(retry_run.body["retry_policy"]["max_attempts"], 4);
+
+  Reply list = Get("/api/v1/tasks?limit=1");
+  ASSERT_EQ(list.status, 200);
+  ASSERT_EQ(list.body["items"].size(), 1u);
+  ASSERT_TRUE(list.body["next_cursor"].is_string());
+  Reply next = Get("/api/v1/tasks?limit=1&cursor=" + list.body["next_cursor"].get<std::string>());
+  ASSERT_EQ(next.status, 200);
+  ASSERT_EQ(next.body["items"].size(), 1u);
+  EXPECT_NE(next.body["items"][0]["id"], list.body["items"][0]["id"]);
+
+  Reply projects = Get("/api/v1/projects");
+  ASSERT_EQ(projects.status, 200);
+  EXPECT_EQ(projects.body["items"][0]["slug"], "default");
+}
+
+TEST_F(ApiServerTest, TriggersAndNewYorkDaylightSavingPreview) {
+  StartServer();
+  const std::string task = CreateTask();
+  Reply created = Post("/api/v1/triggers", json{{"task_id", task},
+                                                {"expression", "30 2 * * *"},
+                                                {"timezone", "US/Eastern"},
+                                                {"misfire", "fire_once"}}
+                                               .dump());
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string trigger = created.body["id"];
+  EXPECT_EQ(created.body["timezone"], "America/New_York");
+  EXPECT_EQ(created.body["state"], "active");
+  EXPECT_EQ(created.body["next_fire_at"], "2026-01-01T07:30:00Z");
+  EXPECT_EQ(created.body["next_fire_at_local"], "2026-01-01T02:30:00-05:00");
+
+  Reply cron =
+      Get("/api/v1/cron/next?expression=30%202%20*%20*%20*&timezone=America/New_York"
+          "&from=2026-03-07T00:00:00Z&count=3");
+  ASSERT_EQ(cron.status, 200) << cron.raw;
+  ASSERT_EQ(cron.body["fire_times"].size(), 3u);
+  EXPECT_EQ(cron.body["fire_times"][0]["at"], "2026-03-07T07:30:00Z");
+  EXPECT_EQ(cron.body["fire_times"][0]["local"], "2026-03-07T02:30:00-05:00");
+  // 02:30 does not exist on 2026-03-08: it fires at the first instant after the gap.
+  EXPECT_EQ(cron.body["fire_times"][1]["at"], "2026-03-08T07:00:00Z");
+  EXPECT_EQ(cron.body["fire_times"][1]["local"], "2026-03-08T03:00:00-04:00");
+  EXPECT_EQ(cron.body["fire_times"][2]["local"], "2026-03-09T02:30:00-04:00");
+
+  Reply next = Get("/api/v1/triggers/" + trigger + "/next?count=2");
+  ASSERT_EQ(next.status, 200) << next.raw;
+  EXPECT_EQ(next.body["admitting"], true);
+  EXPECT_EQ(next.body["fire_times"][0]["at"], "2026-01-01T07:30:00Z");
+  EXPECT_EQ(next.body["fire_times"][1]["at"], "2026-01-02T07:30:00Z");
+
+  Reply listed = Get("/api/v1/triggers?task_id=" + task);
+  ASSERT_EQ(listed.status, 200);
+  ASSERT_EQ(listed.body["items"].size(), 1u);
+  Reply other = Get("/api/v1/triggers?task_id=" + CreateTask("other"));
+  EXPECT_EQ(other.body["items"].size(), 0u);
+
+  Reply disabled = Post("/api/v1/triggers/" + trigger + "/disable", "");
+  ASSERT_EQ(disabled.status, 200) << disabled.raw;
+  EXPECT_EQ(disabled.body["state"], "disabled");
+  EXPECT_EQ(disabled.body["next_fire_at"], nullptr);
+  Reply preview_off = Get("/api/v1/triggers/" + trigger + "/next");
+  EXPECT_EQ(preview_off.body["admitting"], false);
+
+  json update = json::parse(ShellTaskBody("task", "echo v2"));
+  update["expected_revision"] = 1;
+  ASSERT_EQ(Post("/api/v1/tasks/" + task + "/revisions", update.dump()).status, 201);
+  Reply refused = Post("/api/v1/triggers/" + trigger + "/enable", "{}");
+  EXPECT_EQ(refused.status, 409);
+  EXPECT_EQ(refused.code(), "trigger_pin_stale");
+  Reply repinned = Post("/api/v1/triggers/" + trigger + "/repin", "{}");
+  ASSERT_EQ(repinned.status, 200) << repinned.raw;
+  EXPECT_EQ(repinned.body["task_revision"], 2);
+  Reply enabled = Post("/api/v1/triggers/" + trigger + "/enable", "");
+  ASSERT_EQ(enabled.status, 200);
+  EXPECT_EQ(enabled.body["state"], "active");
+  EXPECT_EQ(enabled.body["revision"], 4);
+  Reply got = Get("/api/v1/triggers/" + trigger);
+  EXPECT_EQ(got.body["revision"], 4);
+}
+
+TEST_F(ApiServerTest, RunsLifecycle) {
+  StartServer();
+  const std::string a = CreateTask("a");
+  const std::string b = CreateTask("b");
+  std::vector<std::string> a_runs;
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(1000);
+    a_runs.push_back(StartRun(a));
+  }
+  clock_.Advance(1000);
+  Reply keyed = Post("/api/v1/runs",
+                     json{{"task_id", b}, {"idempotency_key", "deploy-1"}, {"priority", 3}}.dump());
+  ASSERT_EQ(keyed.status, 201) << keyed.raw;
+  EXPECT_EQ(keyed.body["trigger_type"], "manual");
+  EXPECT_EQ(keyed.body["status"], "queued");
+  EXPECT_EQ(keyed.body["priority"], 3);
+  EXPECT_EQ(keyed.body["scheduled_for"], nullptr);
+  EXPECT_EQ(keyed.body["created_at"], "2026-01-01T00:00:04Z");
+  Reply replay = Post("/api/v1/runs", json{{"task_id", b}, {"idempotency_key", "deploy-1"}}.dump());
+  EXPECT_EQ(replay.status, 200);
+  EXPECT_EQ(replay.body["id"], keyed.body["id"]);
+  Reply reused = Post("/api/v1/runs", json{{"task_id", a}, {"idempotency_key", "deploy-1"}}.dump());
+  EXPECT_EQ(reused.status, 409);
+  EXPECT_EQ(reused.code(), "idempotency_key_reused");
+
+  Reply page1 = Get("/api/v1/runs?task_id=" + a + "&limit=2");
+  ASSERT_EQ(page1.status, 200) << page1.raw;
+  ASSERT_EQ(page1.body["items"].size(), 2u);
+  EXPECT_EQ(page1.body["items"][0]["id"], a_runs[2]);
+  ASSERT_TRUE(page1.body["next_cursor"].is_string());
+  Reply page2 = Get("/api/v1/runs?task_id=" + a +
+                    "&limit=2&cursor=" + page1.body["next_cursor"].get<std::string>());
+  ASSERT_EQ(page2.status, 200);
+  ASSERT_EQ(page2.body["items"].size(), 1u);
+  EXPECT_EQ(page2.body["items"][0]["id"], a_runs[0]);
+  EXPECT_EQ(page2.body["next_cursor"], nullptr);
+
+  Reply run = Get("/api/v1/runs/" + a_runs[0]);
+  ASSERT_EQ(run.status, 200);
+  for (const char* field :
+       {"id", "project_id", "task_id", "task_revision", "trigger_id", "trigger_revision",
+        "trigger_type", "status", "scheduled_for", "exit_code", "error_code", "created_at",
+        "started_at", "finished_at", "retry_of_run_id", "attempts"}) {
+    EXPECT_TRUE(run.body.contains(field)) << field;
+  }
+  ASSERT_EQ(run.body["attempts"].size(), 1u);
+  EXPECT_EQ(run.body["attempts"][0]["status"], "claimed");
+
+  Reply cancelled = Post("/api/v1/runs/" + a_runs[0] + "/cancel", json{{"reason", "oops"}}.dump());
+  ASSERT_EQ(cancelled.status, 200) << cancelled.raw;
+  EXPECT_EQ(cancelled.body["status"], "cancelled");
+  EXPECT_EQ(cancelled.body["cancel_reason"], "oops");
+  Reply again = Post("/api/v1/runs/" + a_runs[0] + "/cancel", "");
+  EXPECT_EQ(again.status, 409);
+  EXPECT_EQ(again.code(), "run_already_terminal");
+
+  Reply by_status = Get("/api/v1/runs?status=cancelled");
+  ASSERT_EQ(by_status.body["items"].size(), 1u);
+
+  Reply retried = Post("/api/v1/runs/" + a_runs[0] + "/retry", "");
+  ASSERT_EQ(retried.status, 201) << retried.raw;
+  EXPECT_EQ(retried.body["retry_of_run_id"], a_runs[0]);
+  Reply not_terminal = Post("/api/v1/runs/" + a_runs[1] + "/retry", "{}");
+  EXPECT_EQ(not_terminal.status, 409);
+  EXPECT_EQ(not_terminal.code(), "run_not_terminal");
+
+  Reply events = Get("/api/v1/runs/" + a_runs[0] + "/events");
+  ASSERT_EQ(events.status, 200);
+  std::vector<std::string> types;
+  for (const auto& e : events.body["items"]) types.push_back(e["type"]);
+  EXPECT_THAT(types, ::testing::Contains("run.cancel_requested"));
+  const int64_t last = events.body["next_after"];
+  Reply after = Get("/api/v1/runs/" + a_runs[0] + "/events?after=" + std::to_string(last));
+  EXPECT_EQ(after.body["items"].size(), 0u);
+
+  Reply status = Get("/api/v1/status");
+  ASSERT_EQ(status.status, 200);
+  EXPECT_EQ(status.body["runs_by_status"]["cancelled"], 1);
+  EXPECT_EQ(status.body["runs_by_status"]["queued"], 4);
+  EXPECT_EQ(status.body["ready"], true);
+}
+
+struct BadRequest {
+  std::string method;
+  std::string path;  // "{task}", "{trigger}", "{run}" are replaced
+  std::string body;
+  int status;
+  std::string code;
+};
+
+TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
+  StartServer();
+  const std::string task = CreateTask();
+  const std::string trigger = CreateTrigger(task, "0 * * * *", "UTC");
+  const std::string run = StartRun(task);
+  const std::string missing = "01890000-0000-7000-8000-000000000000";
+  const std::string spec = R"("spec":{"command":{"kind":"shell","command":"ls"}})";
+  const std::vector<BadRequest> cases = {
+      // tasks.create
+      {"POST", "/api/v1/tasks", "not json", 400, "invalid_json"},
+      {"POST", "/api/v1/tasks", "", 400, "invalid_json"},
+      {"POST", "/api/v1/tasks", "[1]", 400, "invalid_json"},
+      {"POST", "/api/v1/tasks", R"({"name":"a","name":"b",)" + spec + "}", 400,
+       "json_duplicate_key"},
+      {"POST", "/api/v1/tasks", R"({"name":"a",)" + spec + R"(,"colour":"red"})", 400,
+       "task_unknown_field"},
+      {"POST", "/api/v1/tasks", R"({"name":7,)" + spec + "}", 400, "task_invalid_name"},
+      {"POST", "/api/v1/tasks", R"({"name":"a"})", 400, "task_missing_field"},
+      {"POST", "/api/v1/tasks", R"({"name":"a","enabled":"yes",)" + spec + "}", 400,
+       "task_invalid_type"},
+      {"POST", "/api/v1/tasks", R"({"name":"a","mutation_id":5,)" + spec + "}", 400,
+       "invalid_type"},
+      {"POST", "/api/v1/tasks", R"({"name":"a","spec":{"command":{"kind":"argv","file":"ls"}}})",
+       400, "spec_invalid_path"},
+      {"POST", "/api/v1/tasks", R"({"name":"a","spec":{"command":{"kind":"exec"}}})", 400,
+       "spec_invalid_command_kind"},
+      {"POST", "/api/v1/tasks",
+       R"({"name":"a","spec":{"command":{"kind":"shell","command":"ls"},"timeoutMs":0}})", 400,
+       "spec_timeout_out_of_range"},
+      {"POST", "/api/v1/tasks",
+       R"({"name":"a","spec":{"command":{"kind":"shell","command":"ls"},"environment":{"QL3_X":"1"}}})",
+       400, "spec_invalid_env_name"},
+      {"POST", "/api/v1/tasks",
+       R"({"name":"a","spec":{"command":{"kind":"shell","command":"ls"},"timeoutMs":1.5}})", 400,
+       "json_number_unsupported"},
+      {"POST", "/api/v1/tasks", R"({"name":"a",)" + spec + R"(,"retry":{"max_attempts":0}})", 400,
+       "retry_out_of_range"},
+      // tasks.revisions.create
+      {"POST", "/api/v1/tasks/{task}/revisions", R"({"name":"a",)" + spec + "}", 400,
+       "missing_field"},
+      {"POST", "/api/v1/tasks/{task}/revisions",
+       R"({"expected_revision":"1","name":"a",)" + spec + "}", 400, "invalid_type"},
+      {"POST", "/api/v1/tasks/{task}/revisions",
+       R"({"expected_revision":0,"name":"a",)" + spec + "}", 400, "invalid_expected_revision"},
+      {"POST", "/api/v1/tasks/nope/revisions", R"({"expected_revision":1,"name":"a",)" + spec + "}",
+       400, "invalid_id"},
+      {"POST", "/api/v1/tasks/" + missing + "/revisions",
+       R"({"expected_revision":1,"name":"a",)" + spec + "}", 404, "task_not_found"},
+      // tasks.list / tasks.get
+      {"GET", "/api/v1/tasks?limit=0", "", 400, "invalid_limit"},
+      {"GET", "/api/v1/tasks?limit=501", "", 400, "invalid_limit"},
+      {"GET", "/api/v1/tasks?limit=ten", "", 400, "invalid_limit"},
+      {"GET", "/api/v1/tasks?limit=+5", "", 400, "invalid_limit"},
+      {"GET", "/api/v1/tasks?cursor=zzzz", "", 400, "invalid_cursor"},
+      {"GET", "/api/v1/tasks?colour=red", "", 400, "unknown_parameter"},
+      {"GET", "/api/v1/tasks?limit=1&limit=2", "", 400, "duplicate_parameter"},
+      {"GET", "/api/v1/tasks/not-a-uuid", "", 400, "invalid_id"},
+      {"GET", "/api/v1/tasks/" + missing, "", 404, "task_not_found"},
+      {"GET", "/api/v1/tasks/" + missing + "/revisions", "", 404, "task_not_found"},
+      // triggers.create
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 25 * * *","timezone":"UTC"})", 400,
+       "cron_value_out_of_range"},
+      {"POST", "/api/v1/triggers", R"({"task_id":"{task}","expression":"@daily","timezone":"UTC"})",
+       400, "cron_macro_unsupported"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"Mars/Base"})", 400,
+       "timezone_unknown"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"+08:00"})", 400,
+       "timezone_invalid"},
+      {"POST", "/api/v1/triggers", R"({"task_id":"{task}","expression":"0 0 * * *"})", 400,
+       "missing_field"},
+      {"POST", "/api/v1/triggers", R"({"task_id":"{task}","expression":5,"timezone":"UTC"})", 400,
+       "invalid_type"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","misfire":"later"})", 400,
+       "invalid_misfire_policy"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","enabled":1})", 400,
+       "invalid_type"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","every":"day"})", 400,
+       "unknown_field"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":")" + missing + R"(","expression":"0 0 * * *","timezone":"UTC"})", 404,
+       "task_not_found"},
+      // triggers.*
+      {"GET", "/api/v1/triggers?task_id=bad", "", 400, "invalid_id"},
+      {"GET", "/api/v1/triggers?limit=0", "", 400, "invalid_limit"},
+      {"GET", "/api/v1/triggers/" + missing, "", 404, "trigger_not_found"},
+      {"POST", "/api/v1/triggers/{trigger}/disable", R"({"now":true})", 400, "unknown_field"},
+      {"POST", "/api/v1/triggers/{trigger}/enable?x=1", "", 400, "unknown_parameter"},
+      {"POST", "/api/v1/triggers/" + missing + "/repin", "", 404, "trigger_not_found"},
+      {"GET", "/api/v1/triggers/{trigger}/next?count=0", "", 400, "invalid_count"},
+      {"GET", "/api/v1/triggers/{trigger}/next?count=101", "", 400, "invalid_count"},
+      // cron.next
+      {"GET", "/api/v1/cron/next?timezone=UTC", "", 400, "missing_parameter"},
+      {"GET", "/api/v1/cron/next?expression=0%200%20*%20*%20*", "", 400, "missing_parameter"},
+      {"GET", "/api/v1/cron/next?expression=0%200%20*%20*&timezone=UTC", "", 400,
+       "cron_field_count"},
+      {"GET", "/api/v1/cron/next?expression=0%200%20*%20*%20*&timezone=UTC&from=yesterday", "", 400,
+       "invalid_timestamp"},
+      // runs
+      {"GET", "/api/v1/runs?status=done", "", 400, "invalid_status"},
+      {"GET", "/api/v1/runs?task_id=x", "", 400, "invalid_id"},
+      {"GET", "/api/v1/runs?trigger_id=x", "", 400, "invalid_id"},
+      {"GET", "/api/v1/runs?limit=-1", "", 400, "invalid_limit"},
+      {"GET", "/api/v1/runs?cursor=dGFza3M6eA", "", 400, "invalid_cursor"},  // a tasks cursor
+      {"POST", "/api/v1/runs", "{}", 400, "missing_field"},
+      {"POST", "/api/v1/runs", R"({"task_id":"{task}","priority":"high"})", 400, "invalid_type"},
+      {"POST", "/api/v1/runs", R"({"task_id":"{task}","priority":5000})", 400, "invalid_priority"},
+      {"POST", "/api/v1/runs", R"({"task_id":"{task}","idempotency_key":""})", 400,
+       "invalid_idempotency_key"},
+      {"POST", "/api/v1/runs", R"({"task_id":"{task}","when":"now"})", 400, "unknown_field"},
+      {"POST", "/api/v1/runs", R"({"task_id":")" + missing + R"("})", 404, "task_not_found"},
+      {"GET", "/api/v1/runs/" + missing, "", 404, "run_not_found"},
+      {"GET", "/api/v1/runs/{run}/events?after=-1", "", 400, "invalid_after"},
+      {"GET", "/api/v1/runs/{run}/events?limit=0", "", 400, "invalid_limit"},
+      {"GET", "/api/v1/runs/{run}/log?offset=-1", "", 400, "invalid_offset"},
+      {"GET", "/api/v1/runs/{run}/log?follow=maybe", "", 400, "invalid_follow"},
+      {"GET", "/api/v1/runs/{run}/log?attempt=0", "", 400, "invalid_attempt"},
+      {"GET", "/api/v1/runs/{run}/log?attempt=9", "", 404, "attempt_not_found"},
+      {"POST", "/api/v1/runs/{run}/cancel", R"({"reason":5})", 400, "invalid_type"},
+      {"POST", "/api/v1/runs/{run}/cancel", R"({"reason":""})", 400, "invalid_cancel_reason"},
+      {"POST", "/api/v1/runs/{run}/retry", R"({"again":true})", 400, "unknown_field"},
+      {"POST", "/api/v1/runs/{run}/retry", "", 409, "run_not_terminal"},
+      {"POST", "/api/v1/runs/" + missing + "/cancel", "", 404, "run_not_found"},
+      // routing
+      {"GET", "/api/v1/nothing", "", 404, "route_not_found"},
+      {"GET", "/api/v1/tasks/", "", 404, "route_not_found"},
+      {"GET", "/nothing", "", 404, "route_not_found"},
+      {"DELETE", "/api/v1/tasks/{task}", "", 405, "method_not_allowed"},
+      {"PUT", "/api/v1/tasks", "{}", 405, "method_not_allowed"},
+      {"POST", "/api/v1/status", "{}", 405, "method_not_allowed"},
+  };
+  const std::string before = Snapshot();
+  auto client = NewClient();
+  for (BadRequest c : cases) {
+    for (auto* s : {&c.path, &c.body}) {
+      for (const auto& [placeholder, value] : {std::pair<std::string, std::string>{"{task}", task},
+                                               {"{trigger}", trigger},
+                                               {"{run}", run}}) {
+        for (size_t at = s->find(placeholder); at != std::string::npos; at = s->find(placeholder)) {
+          s->replace(at, placeholder.size(), value);
+        }
+      }
+    }
+    httplib::Result result =
+        c.method == "GET"    ? client->Get(c.path.c_str())
+        : c.method == "POST" ? client->Post(c.path.c_str(), c.body, "application/json")
+        : c.method == "PUT"  ? client->Put(c.path.c_str(), c.body, "application/json")
+                             : client->Delete(c.path.c_str());
+    Reply reply = ToReply(result);
+    EXPECT_EQ(reply.status, c.status)
+        << c.method << " " << c.path << " " << c.body << " -> " << reply.raw;
+    EXPECT_EQ(reply.code(), c.code)
+        << c.method << " " << c.path << " " << c.body << " -> " << reply.raw;
+    EXPECT_FALSE(reply.body.value("message", "").empty()) << c.path;
+  }
+  // Bodies that are not plain JSON text.
+  const std::string gzip =
+      RawExchange(server_->port(),
+                  std::string("POST /api/v1/runs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n") +
+                      "Authorization: Bearer " + kToken +
+                      "\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}");
+  EXPECT_THAT(gzip, ::testing::StartsWith("HTTP/1.1 415"));
+  EXPECT_THAT(gzip, HasSubstr("unsupported_media_type"));
+  std::string many_headers = "GET /api/v1/tasks HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  for (int i = 0; i < 100; ++i) many_headers += "X-Filler-" + std::to_string(i) + ": 1\r\n";
+  EXPECT_THAT(RawExchange(server_->port(), many_headers + "\r\n"),
+              ::testing::StartsWith("HTTP/1.1 431"));
+  EXPECT_EQ(Snapshot(), before);
+
+  // Messages name the problem precisely.
+  Reply cron =
+      Post("/api/v1/triggers",
+           json{{"task_id", task}, {"expression", "0 25 * * *"}, {"timezone", "UTC"}}.dump());
+  EXPECT_THAT(cron.body["message"].get<std::string>(), HasSubstr("hour"));
+  EXPECT_THAT(cron.body["message"].get<std::string>(), HasSubstr("25"));
+  Reply unknown = Post("/api/v1/runs", json{{"task_id", task}, {"when", "now"}}.dump());
+  EXPECT_THAT(unknown.body["message"].get<std::string>(), HasSubstr("when"));
+  Reply method = ToReply(client->Delete(("/api/v1/tasks/" + task).c_str()));
+  EXPECT_EQ(method.Header("Allow"), "GET");
+}
+
+TEST_F(ApiServerTest, OversizeBodiesAre413AndChangeNothing) {
+  StartServer();
+  const std::string before = Snapshot();
+  std::string big = R"({"name":"big","spec":{"command":{"kind":"shell","command":")";
+  big.append((1 << 20) + 10, 'x');
+  big += R"("}}})";
+  Reply sized = Post("/api/v1/tasks", big);
+  EXPECT_EQ(sized.status, 413);
+  EXPECT_EQ(sized.code(), "body_too_large");
+
+  // A chunked body has no length up front: it is cut off while being read.
+  auto client = NewClient();
+  size_t sent = 0;
+  Reply chunked = ToReply(client->Post(
+      "/api/v1/tasks",
+      [&](size_t, httplib::DataSink& sink) {
+        if (sent >= (size_t{3} << 20)) {
+          sink.done();
+          return true;
+        }
+        std::string piece(64 * 1024, ' ');
+        sent += piece.size();
+        return sink.write(piece.data(), piece.size());
+      },
+      "application/json"));
+  if (chunked.status != -1) {  // the server may close before the client finishes sending
+    EXPECT_EQ(chunked.status, 413);
+    EXPECT_EQ(chunked.code(), "body_too_large");
+  }
+
+  // A client that sends "Expect: 100-continue" gets the 413 before sending anything.
+  const std::string answer =
+      RawExchange(server_->port(),
+                  std::string("POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nConnection: close\r\n") +
+                      "Authorization: Bearer " + kToken +
+                      "\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 2000000\r\nExpect: 100-continue\r\n\r\n");
+  EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(answer, HasSubstr("body_too_large"));
+  EXPECT_THAT(answer, ::testing::Not(HasSubstr("100 Continue")));
+
+  // A declared length far past the limit is refused without reading the body.
+  const std::string huge = RawExchange(
+      server_->port(),
+      std::string("POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nConnection: close\r\n") +
+          "Authorization: Bearer " + kToken + "\r\nContent-Length: 1000000000\r\n\r\n{");
+  EXPECT_THAT(huge, ::testing::StartsWith("HTTP/1.1 413"));
+  EXPECT_EQ(Snapshot(), before);
+  // The server is still healthy afterwards.
+  EXPECT_THAT(RawExchange(server_->port(), "GARBAGE\r\n\r\n", 300), HasSubstr("bad_request"));
+  EXPECT_EQ(Get("/api/v1/tasks").status, 200);
+}
+
+TEST_F(ApiServerTest, MetricsAreExposedAsPrometheusText) {
+  StartServer();
+  ASSERT_EQ(Get("/livez").status, 200);
+  ASSERT_EQ(Get("/api/v1/tasks/nope").status, 400);
+  metrics_.Describe("ql_occurrences_total", "counter", "Occurrences by outcome.");
+  metrics_.Increment("ql_occurrences_total", "outcome=\"admit\"", 2);
+  auto client = NewClient(false);
+  Reply reply = ToReply(client->Get("/metrics"));
+  ASSERT_EQ(reply.status, 200);
+  EXPECT_THAT(reply.Header("Content-Type"), HasSubstr("text/plain; version=0.0.4"));
+  EXPECT_THAT(reply.raw, HasSubstr("# TYPE ql_http_requests_total counter\n"));
+  EXPECT_THAT(reply.raw, HasSubstr("ql_http_requests_total{route=\"livez\",code=\"200\"} 1\n"));
+  EXPECT_THAT(reply.raw, HasSubstr("ql_http_requests_total{route=\"tasks.get\",code=\"400\"} 1\n"));
+  EXPECT_THAT(reply.raw, HasSubstr("ql_occurrences_total{outcome=\"admit\"} 2\n"));
+  EXPECT_THAT(reply.raw, HasSubstr("# TYPE ql_http_in_flight gauge\n"));
+}
+
+TEST_F(ApiServerTest, ReadsAndFollowsRunLogs) {
+  StartServer();
+  const std::string task = CreateTask();
+  const std::string run = StartRun(task);
+  const fs::path log = dir_ / "log" / "run.log";
+  {
+    std::ofstream out(log);
+    out << "line1\n";
+  }
+  StartAttempt(run, log.string());
+
+  Reply chunk = Get("/api/v1/runs/" + run + "/log?offset=0&limit=3");
+  ASSERT_EQ(chunk.status, 200) << chunk.raw;
+  EXPECT_EQ(chunk.raw, "lin");
+  EXPECT_EQ(chunk.Header("X-QL-Log-Next-Offset"), "3");
+  EXPECT_EQ(chunk.Header("X-QL-Log-Eof"), "false");
+  EXPECT_EQ(chunk.Header("X-QL-Attempt"), "1");
+  Reply rest = Get("/api/v1/runs/" + run + "/log?offset=3");
+  EXPECT_EQ(rest.raw, "e1\n");
+  EXPECT_EQ(rest.Header("X-QL-Log-Eof"), "true");
+
+  // Follow: bytes appended while the run goes on arrive, and the stream ends once the run is
+  // finished and the file is drained.
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    {
+      std::ofstream out(log, std::ios::app);
+      out << "line2\n";
+    }
+    Advance(run, "running", "starting", "running");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    {
+      std::ofstream out(log, std::ios::app);
+      out << "line3\n";
+    }
+    Advance(run, "succeeded", "running", "succeeded");
+  });
+  auto client = NewClient();
+  std::string streamed;
+  const auto start = std::chrono::steady_clock::now();
+  auto result = client->Get(("/api/v1/runs/" + run + "/log?follow=true").c_str(),
+                            [&](const char* data, size_t length) {
+                              streamed.append(data, length);
+                              return true;
+                            });
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  writer.join();
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 200);
+  EXPECT_EQ(streamed, "line1\nline2\nline3\n");
+  EXPECT_LT(elapsed, std::chrono::seconds(10));
+
+  // A follow of a finished run returns what is left and ends at once.
+  Reply finished = Get("/api/v1/runs/" + run + "/log?follow=true&offset=12");
+  EXPECT_EQ(finished.status, 200);
+  EXPECT_EQ(finished.raw, "line3\n");
+}
+
+TEST_F(ApiServerTest, LogPathOutsideTheLogRootIsRefused) {
+  StartServer();
+  const std::string run = StartRun(CreateTask());
+  {
+    std::ofstream out(dir_ / "secret");
+    out << "secret";
+  }
+  StartAttempt(run, (dir_ / "secret").string());
+  Reply reply = Get("/api/v1/runs/" + run + "/log");
+  EXPECT_EQ(reply.status, 500);
+  EXPECT_EQ(reply.code(), "log_path_invalid");
+  EXPECT_THAT(reply.raw, ::testing::Not(HasSubstr("secret")));
+}
+
+TEST_F(ApiServerTest, FollowersAreBoundedAndEndOnWithdrawal) {
+  ApiServerOptions options = DefaultOptions();
+  options.max_log_followers = 1;
+  StartServer(options);
+  const std::string run = StartRun(CreateTask());
+  std::thread follower([&] {
+    auto client = NewClient();
+    auto result = client->Get(("/api/v1/runs/" + run + "/log?follow=true").c_str());
+    EXPECT_TRUE(result);
+  });
+  // Wait until the first stream holds the only follower slot.
+  bool following = false;
+  for (int i = 0; i < 250 && !following; ++i) {
+    following = Get("/metrics").raw.find("ql_http_log_followers 1\n") != std::string::npos;
+    if (!following) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(following);
+  if (following) {
+    Reply second = Get("/api/v1/runs/" + run + "/log?follow=true");
+    EXPECT_EQ(second.status, 503);
+    EXPECT_EQ(second.code(), "overloaded");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  server_->WithdrawAdmission();
+  follower.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(ApiServerTest, InFlightBoundAnswersOverloaded) {
+  ApiServerOptions options = DefaultOptions();
+  options.max_in_flight = 2;
+  options.threads = 4;
+  StartServer(options);
+  // Idle connections that never send a request each hold a worker and count as in flight.
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);
+  }
+  Reply reply;
+  for (int i = 0; i < 100; ++i) {
+    reply = Get("/api/v1/tasks");
+    if (reply.status == 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(reply.status, 503);
+  EXPECT_EQ(reply.code(), "overloaded");
+  EXPECT_EQ(reply.Header("Retry-After"), "1");
+  for (int fd : idle) ::close(fd);
+  Reply recovered;
+  for (int i = 0; i < 200; ++i) {
+    recovered = Get("/api/v1/tasks");
+    if (recovered.status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(recovered.status, 200);
+}
+
+TEST_F(ApiServerTest, StartValidatesOptions) {
+  ApiServerOptions short_token = DefaultOptions();
+  short_token.owner_token = "short";
+  ApiServer a(*service_, metrics_, short_token);
+  EXPECT_EQ(a.Start("127.0.0.1", 0).reason(), "owner_token_too_short");
+
+  ApiServerOptions no_reader = DefaultOptions();
+  no_reader.log_reader = nullptr;
+  ApiServer b(*service_, metrics_, no_reader);
+  EXPECT_EQ(b.Start("127.0.0.1", 0).reason(), "invalid_server_options");
+
+  StartServer();
+  ApiServer c(*service_, metrics_, DefaultOptions());
+  Status taken = c.Start("127.0.0.1", server_->port());
+  EXPECT_EQ(taken.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(taken.reason(), "listen_failed");
+  EXPECT_EQ(server_->Start("127.0.0.1", 0).reason(), "already_started");
+}
+
+}  // namespace
+}  // namespace ql

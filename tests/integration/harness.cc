@@ -1,0 +1,198 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace ql::itest {
+
+std::string BinDir() {
+  if (const char* dir = std::getenv("QL_BIN_DIR")) return dir;
+  return QL_BIN_DIR;  // set by CMake
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/ql-itest-XXXXXX";
+  path_ = ::mkdtemp(tmpl);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         const std::vector<std::string>& extra_env, int timeout_ms) {
+  CommandResult result;
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) return result;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    for (const std::string& e : extra_env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0 && std::chrono::steady_clock::now() < deadline) {
+    if (::poll(fds, 2, 100) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else {
+        (i == 0 ? result.out : result.err).append(buf, n);
+      }
+    }
+  }
+  if (open_fds > 0) ::kill(pid, SIGKILL);
+  for (auto& f : fds) {
+    if (f.fd >= 0) ::close(f.fd);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return condition();
+}
+
+int HttpGetStatus(const std::string& url) {
+  // url = http://host:port/path
+  const std::string rest = url.substr(std::strlen("http://"));
+  const size_t slash = rest.find('/');
+  httplib::Client client("http://" + rest.substr(0, slash));
+  client.set_connection_timeout(1, 0);
+  client.set_read_timeout(2, 0);
+  auto res = client.Get(slash == std::string::npos ? "/" : rest.substr(slash));
+  return res ? res->status : 0;
+}
+
+LocalDaemon::LocalDaemon(std::string data_dir, std::string profile)
+    : data_dir_(std::move(data_dir)), profile_(std::move(profile)) {}
+
+LocalDaemon::~LocalDaemon() {
+  if (pid_ > 0) Kill();
+}
+
+bool LocalDaemon::Start(const std::vector<std::string>& extra_args) {
+  fs::create_directories(data_dir_);
+  fs::remove(data_dir_ + "/server.json");
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::setpgid(0, 0);
+    int fd = ::open((data_dir_ + "/../daemon.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<std::string> argv = {BinDir() + "/ql-local", "serve",      "--data", data_dir_,
+                                     "--listen",             "127.0.0.1:0", "--profile", profile_};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  const bool ready = WaitFor(
+      [&] {
+        std::ifstream in(data_dir_ + "/server.json");
+        if (!in) return false;
+        auto j = nlohmann::json::parse(in, nullptr, false);
+        if (j.is_discarded() || !j.contains("server")) return false;
+        server_ = j["server"].get<std::string>();
+        return HttpGetStatus(server_ + "/readyz") == 200;
+      },
+      std::chrono::seconds(20));
+  return ready;
+}
+
+void LocalDaemon::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+int LocalDaemon::Stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string LocalDaemon::log() const {
+  std::ifstream in(data_dir_ + "/../daemon.log");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CommandResult LocalDaemon::Ql(std::vector<std::string> args) const {
+  std::vector<std::string> argv = {BinDir() + "/ql"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv, {"QL_DATA_DIR=" + data_dir_});
+}
+
+std::vector<std::string> SqliteQuery(const std::string& db_path, const std::string& sql) {
+  std::vector<std::string> rows;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return rows;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK) {
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      std::string row;
+      for (int i = 0; i < sqlite3_column_count(stmt); ++i) {
+        if (i > 0) row += "|";
+        const unsigned char* text = sqlite3_column_text(stmt, i);
+        row += text ? reinterpret_cast<const char*>(text) : "NULL";
+      }
+      rows.push_back(row);
+    }
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return rows;
+}
+
+}  // namespace ql::itest

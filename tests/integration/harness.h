@@ -1,0 +1,73 @@
+#pragma once
+
+// Helpers for integration tests: temporary directories, child processes, a real ql-local
+// daemon and the ql client, driven exactly as a user would drive them.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ql::itest {
+
+// Returns the directory holding the built executables (build/bin).
+std::string BinDir();
+
+// A directory under /tmp removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `argv` to completion with extra environment entries; captures stdout and stderr.
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         const std::vector<std::string>& extra_env = {},
+                         int timeout_ms = 30'000);
+
+// Polls `condition` every 50 ms until it holds or `timeout` passes; returns whether it held.
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
+
+// A ql-local daemon on a temporary data directory and a free port.
+class LocalDaemon {
+ public:
+  LocalDaemon(std::string data_dir, std::string profile = "standalone");
+  ~LocalDaemon();
+  // Starts the daemon and waits until /readyz answers 200. Returns false on failure.
+  bool Start(const std::vector<std::string>& extra_args = {});
+  void Kill();           // SIGKILL, then reap
+  int Stop();            // SIGTERM, wait, return exit status
+  bool running() const { return pid_ > 0; }
+  const std::string& server() const { return server_; }
+  const std::string& data_dir() const { return data_dir_; }
+  std::string log() const;  // the daemon's own stdout/stderr so far
+  // Runs `ql` against this daemon (finds server and token through --data).
+  CommandResult Ql(std::vector<std::string> args) const;
+
+ private:
+  std::string data_dir_;
+  std::string profile_;
+  pid_t pid_ = -1;
+  std::string server_;
+};
+
+// Returns the HTTP status of GET url (0 when unreachable).
+int HttpGetStatus(const std::string& url);
+
+// Runs one SQL query against a SQLite database file and returns the rows, columns joined by '|'.
+std::vector<std::string> SqliteQuery(const std::string& db_path, const std::string& sql);
+
+}  // namespace ql::itest

@@ -1,0 +1,272 @@
+// End-to-end tests of ql-local driven through the ql client, as a user would.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "harness.h"
+
+namespace ql::itest {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+class LocalDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = tmp_.path() + "/data";
+    daemon_ = std::make_unique<LocalDaemon>(data_, profile());
+    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  }
+  void TearDown() override {
+    if (daemon_ && daemon_->running()) daemon_->Stop();
+    // Supervised commands outlive the daemon by design; end any a test left behind.
+    RunCommand({"/usr/bin/pkill", "-KILL", "-f", tmp_.path()});
+  }
+  virtual std::string profile() const { return "standalone"; }
+
+  std::string AddTask(const std::string& name, const std::string& shell,
+                      const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"task", "add", name, "--shell", shell};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CommandResult r = daemon_->Ql(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Trim(r.out);
+  }
+
+  std::string AddTrigger(const std::string& task_id, const std::string& cron,
+                         const std::string& tz = "UTC", const std::string& misfire = "skip") {
+    CommandResult r = daemon_->Ql(
+        {"trigger", "add", task_id, "--cron", cron, "--tz", tz, "--misfire", misfire});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Trim(r.out);
+  }
+
+  json Runs(const std::vector<std::string>& filter = {}) {
+    std::vector<std::string> args = {"run", "list", "--limit", "500", "--json"};
+    args.insert(args.end(), filter.begin(), filter.end());
+    CommandResult r = daemon_->Ql(args);
+    if (r.exit_code != 0) return json::array();
+    json j = json::parse(r.out, nullptr, false);
+    return j.is_array() ? j : json::array();
+  }
+
+  json Run(const std::string& run_id) {
+    CommandResult r = daemon_->Ql({"run", "show", run_id, "--json"});
+    json j = json::parse(r.out, nullptr, false);
+    return j.is_discarded() ? json::object() : j;
+  }
+
+  std::string WaitForStatus(const std::string& run_id, const std::set<std::string>& wanted,
+                            seconds timeout = seconds(20)) {
+    std::string status;
+    WaitFor(
+        [&] {
+          status = Run(run_id).value("status", "");
+          return wanted.count(status) > 0;
+        },
+        timeout);
+    return status;
+  }
+
+  std::string Db() const { return data_ + "/db/qinglong.db"; }
+
+  TempDir tmp_;
+  std::string data_;
+  std::unique_ptr<LocalDaemon> daemon_;
+};
+
+TEST_F(LocalDaemonTest, EverySecondTriggerRunsSucceedWithTheirOutputInLogs) {
+  const std::string task = AddTask("hello", "echo hello-from-$QL_RUN_ID");
+  ASSERT_FALSE(task.empty());
+  const std::string trigger = AddTrigger(task, "* * * * * *");
+  ASSERT_FALSE(trigger.empty());
+
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        int ok = 0;
+        for (const json& r : Runs({"--trigger", trigger})) ok += r["status"] == "succeeded";
+        return ok >= 3;
+      },
+      seconds(20)))
+      << daemon_->log();
+
+  for (const json& r : Runs({"--trigger", trigger})) {
+    EXPECT_EQ(r["task_id"], task);
+    EXPECT_EQ(r["trigger_id"], trigger);
+    ASSERT_TRUE(r["scheduled_for"].is_string());
+    if (r["status"] != "succeeded") continue;
+    EXPECT_EQ(r["exit_code"], 0);
+    CommandResult log = daemon_->Ql({"run", "log", r["id"].get<std::string>()});
+    EXPECT_EQ(log.exit_code, 0) << log.err;
+    EXPECT_NE(log.out.find("hello-from-" + r["id"].get<std::string>()), std::string::npos)
+        << log.out;
+  }
+  // Each occurrence is one run: scheduled times are distinct whole seconds.
+  std::set<std::string> scheduled;
+  json runs = Runs({"--trigger", trigger});
+  for (const json& r : runs) scheduled.insert(r["scheduled_for"].get<std::string>());
+  EXPECT_EQ(scheduled.size(), runs.size());
+}
+
+TEST_F(LocalDaemonTest, CrashWhileRunningNeverAdmitsTwiceAndReconcilesTheAttempt) {
+  const std::string task = AddTask("slow", "sleep 2; echo finished");
+  const std::string trigger = AddTrigger(task, "*/3 * * * * *", "UTC", "fire_once");
+  std::string running_id;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& r : Runs({"--trigger", trigger})) {
+          if (r["status"] == "running") running_id = r["id"];
+        }
+        return !running_id.empty();
+      },
+      seconds(20)))
+      << daemon_->log();
+
+  daemon_->Kill();
+  std::this_thread::sleep_for(milliseconds(500));
+  ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+
+  // The command kept running under its supervisor and its outcome is recorded after restart.
+  EXPECT_EQ(WaitForStatus(running_id, {"succeeded", "failed", "lost"}), "succeeded")
+      << daemon_->log();
+  CommandResult log = daemon_->Ql({"run", "log", running_id});
+  EXPECT_NE(log.out.find("finished"), std::string::npos);
+
+  // Scheduling resumes: more occurrences after the restart.
+  const size_t before = Runs({"--trigger", trigger}).size();
+  ASSERT_TRUE(WaitFor([&] { return Runs({"--trigger", trigger}).size() >= before + 2; },
+                      seconds(15)));
+  daemon_->Stop();
+
+  EXPECT_TRUE(SqliteQuery(Db(),
+                          "SELECT idempotency_key, COUNT(*) FROM runs WHERE idempotency_key IS "
+                          "NOT NULL GROUP BY idempotency_key HAVING COUNT(*) > 1")
+                  .empty());
+  EXPECT_TRUE(SqliteQuery(Db(),
+                          "SELECT run_id, COUNT(*) FROM run_attempts GROUP BY run_id "
+                          "HAVING COUNT(*) > 1")
+                  .empty());
+}
+
+TEST_F(LocalDaemonTest, CommandPastItsTimeoutEndsTimedOut) {
+  const std::string task = AddTask("sleeper", "sleep 30", {"--timeout", "1s"});
+  CommandResult start = daemon_->Ql({"run", "start", task});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string run_id = Trim(start.out);
+  EXPECT_EQ(WaitForStatus(run_id, {"timed_out", "failed", "succeeded"}, seconds(15)),
+            "timed_out");
+}
+
+TEST_F(LocalDaemonTest, CancelEndsARunningCommandCancelled) {
+  const std::string task = AddTask("long", "sleep 29.5; echo never");
+  CommandResult start = daemon_->Ql({"run", "start", task});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string run_id = Trim(start.out);
+  ASSERT_EQ(WaitForStatus(run_id, {"running"}), "running");
+  CommandResult cancel = daemon_->Ql({"run", "cancel", run_id});
+  ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_EQ(WaitForStatus(run_id, {"cancelled", "failed", "succeeded"}), "cancelled");
+  // Nothing of the command's process group survives.
+  EXPECT_EQ(RunCommand({"/usr/bin/pgrep", "-f", "sleep 29.5"}).out, "");
+}
+
+TEST_F(LocalDaemonTest, FailingCommandRecordsItsExitCode) {
+  const std::string task = AddTask("fails", "echo oops >&2; exit 7");
+  CommandResult start = daemon_->Ql({"run", "start", task});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string run_id = Trim(start.out);
+  EXPECT_EQ(WaitForStatus(run_id, {"failed", "succeeded"}), "failed");
+  EXPECT_EQ(Run(run_id)["exit_code"], 7);
+  EXPECT_NE(daemon_->Ql({"run", "log", run_id}).out.find("oops"), std::string::npos);
+}
+
+TEST_F(LocalDaemonTest, InvalidCronZoneAndSpecAreRejectedWithTheirCodes) {
+  const std::string task = AddTask("ok", "true");
+  CommandResult bad_cron = daemon_->Ql({"trigger", "add", task, "--cron", "0 0 30 2 *", "--tz",
+                                        "UTC"});
+  EXPECT_NE(bad_cron.exit_code, 0);
+  EXPECT_NE(bad_cron.err.find("cron_never_fires"), std::string::npos) << bad_cron.err;
+
+  CommandResult macro = daemon_->Ql({"trigger", "add", task, "--cron", "@daily", "--tz", "UTC"});
+  EXPECT_NE(macro.err.find("cron_macro_unsupported"), std::string::npos) << macro.err;
+
+  CommandResult bad_zone =
+      daemon_->Ql({"trigger", "add", task, "--cron", "* * * * *", "--tz", "Mars/Olympus"});
+  EXPECT_NE(bad_zone.exit_code, 0);
+  EXPECT_NE(bad_zone.err.find("timezone_unknown"), std::string::npos) << bad_zone.err;
+
+  CommandResult bad_timeout = daemon_->Ql({"task", "add", "t", "--shell", "true", "--timeout",
+                                           "400d"});
+  EXPECT_NE(bad_timeout.exit_code, 0);
+  EXPECT_NE(bad_timeout.err.find("spec_timeout_out_of_range"), std::string::npos)
+      << bad_timeout.err;
+
+  // Nothing was created by the rejected requests.
+  EXPECT_EQ(SqliteQuery(Db(), "SELECT COUNT(*) FROM trigger_heads"),
+            std::vector<std::string>{"0"});
+  EXPECT_EQ(SqliteQuery(Db(), "SELECT COUNT(*) FROM task_heads"), std::vector<std::string>{"1"});
+}
+
+TEST_F(LocalDaemonTest, SigtermStopsWithinTheBoundAndTheNextStartAdoptsTheCommand) {
+  daemon_->Stop();
+  ASSERT_TRUE(daemon_->Start({"--shutdown-wait", "1"})) << daemon_->log();
+  const std::string task = AddTask("outlives", "sleep 3; echo survived");
+  CommandResult start = daemon_->Ql({"run", "start", task});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string run_id = Trim(start.out);
+  ASSERT_EQ(WaitForStatus(run_id, {"running"}), "running");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(daemon_->Stop(), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, seconds(5));
+
+  ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  EXPECT_EQ(WaitForStatus(run_id, {"succeeded", "failed", "lost"}), "succeeded") << daemon_->log();
+  EXPECT_NE(daemon_->Ql({"run", "log", run_id}).out.find("survived"), std::string::npos);
+}
+
+class EdgeDaemonTest : public LocalDaemonTest {
+ protected:
+  std::string profile() const override { return "edge"; }
+};
+
+TEST_F(EdgeDaemonTest, NoisyCommandHitsTheLogCapAndTheTruncationIsRecorded) {
+  const std::string task = AddTask("noisy", "head -c 6000000 /dev/zero | tr '\\000' a; echo");
+  CommandResult start = daemon_->Ql({"run", "start", task});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string run_id = Trim(start.out);
+  ASSERT_EQ(WaitForStatus(run_id, {"succeeded", "failed"}), "succeeded");
+  json run = Run(run_id);
+  bool truncated = false;
+  for (const json& e : run["events"]) truncated |= e["type"] == "attempt.log_truncated";
+  EXPECT_TRUE(truncated) << run.dump();
+  const auto size = std::filesystem::file_size(data_ + "/log/" + task + "/" + run_id + ".log");
+  EXPECT_GE(size, 4u * 1024 * 1024);
+  EXPECT_LT(size, 4u * 1024 * 1024 + 1024);
+}
+
+TEST(LocalDaemonStartup, UnknownProfileIsAUsageError) {
+  TempDir tmp;
+  CommandResult r = RunCommand(
+      {BinDir() + "/ql-local", "serve", "--data", tmp.path() + "/d", "--profile", "cloud"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown_profile"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/d/db/qinglong.db"));
+}
+
+}  // namespace
+}  // namespace ql::itest
