@@ -111,7 +111,7 @@ json Post(httplib::Client& c, const std::string& path, const json& body) {
 std::unique_ptr<httplib::Client> Client(const Daemon& d) {
   auto c = std::make_unique<httplib::Client>(d.server);
   c->set_bearer_token_auth(d.token.c_str());
-  c->set_keep_alive(true);
+  c->set_keep_alive(false);  // one short connection per request, as scripts do
   c->set_read_timeout(30, 0);
   return c;
 }

@@ -28,7 +28,7 @@ class RandomSource {
 // Returns the process-wide system clock. The only code that reads the system clock.
 Clock& SystemClock();
 
-// Returns the process-wide cryptographically secure random source (OpenSSL RAND_bytes).
+// Returns the process-wide cryptographically secure random source (the kernel's getrandom).
 RandomSource& SecureRandom();
 
 }  // namespace ql

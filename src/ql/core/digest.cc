@@ -1,11 +1,9 @@
 #include "ql/core/digest.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
+#include <sha2.h>  // libmd: SHA-256 without a crypto library's initialisation or providers
 
-#include <cstdlib>
+#include <cstdint>
 #include <initializer_list>
-#include <memory>
 
 namespace ql {
 namespace {
@@ -13,21 +11,18 @@ namespace {
 constexpr char kHexDigits[] = "0123456789abcdef";
 
 std::string Sha256OfParts(std::initializer_list<std::string_view> parts) {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int md_len = 0;
-  bool ok = ctx != nullptr && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1;
+  SHA2_CTX ctx;
+  SHA256Init(&ctx);
   for (std::string_view part : parts) {
-    ok = ok && EVP_DigestUpdate(ctx.get(), part.data(), part.size()) == 1;
+    SHA256Update(&ctx, reinterpret_cast<const uint8_t*>(part.data()), part.size());
   }
-  ok = ok && EVP_DigestFinal_ex(ctx.get(), md, &md_len) == 1;
-  // SHA-256 fails only when memory runs out; a wrong digest would be worse than stopping.
-  if (!ok) std::abort();
+  uint8_t md[SHA256_DIGEST_LENGTH];
+  SHA256Final(md, &ctx);
   std::string hex;
-  hex.reserve(2 * md_len);
-  for (unsigned int i = 0; i < md_len; ++i) {
-    hex.push_back(kHexDigits[md[i] >> 4]);
-    hex.push_back(kHexDigits[md[i] & 0x0f]);
+  hex.reserve(2 * SHA256_DIGEST_LENGTH);
+  for (uint8_t byte : md) {
+    hex.push_back(kHexDigits[byte >> 4]);
+    hex.push_back(kHexDigits[byte & 0x0f]);
   }
   return hex;
 }
@@ -43,8 +38,12 @@ std::string DomainDigest(std::string_view domain, std::string_view canonical) {
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
-  if (a.empty()) return true;
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  // Every byte is compared whatever the earlier ones were, so timing reveals nothing.
+  volatile unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = diff | static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
 }
 
 bool IsSha256Hex(std::string_view value) {

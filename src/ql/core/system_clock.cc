@@ -1,5 +1,7 @@
 // The only file that reads the system clock or the operating system's random source.
-#include <openssl/rand.h>
+#include <sys/random.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cstdlib>
@@ -26,10 +28,14 @@ class SystemClockImpl final : public Clock {
 class SecureRandomImpl final : public RandomSource {
  public:
   void Fill(std::span<std::uint8_t> out) override {
-    if (out.empty()) return;
-    if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1) {
+    // The kernel's CSPRNG: no user-space generator state to seed or to page in.
+    size_t filled = 0;
+    while (filled < out.size()) {
+      const ssize_t n = ::getrandom(out.data() + filled, out.size() - filled, 0);
+      if (n < 0 && errno == EINTR) continue;
       // Without randomness no id or token is safe to hand out.
-      std::abort();
+      if (n <= 0) std::abort();
+      filled += static_cast<size_t>(n);
     }
   }
 };

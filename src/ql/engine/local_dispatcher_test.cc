@@ -267,6 +267,42 @@ TEST_F(LocalDispatcherTest, RecoveryWatchesSurvivorsRecordsFinishedAndLosesVanis
   EXPECT_EQ(runner_.order.size(), 3u);
 }
 
+TEST_F(LocalDispatcherTest, AutomaticRetryAddsAttemptTwoOnTheSameRunAfterTheBackoff) {
+  TaskWrite write;
+  write.body = {{"name", "flaky"},
+                {"spec", {{"command", {{"kind", "shell"}, {"command", "exit 1"}}}}},
+                {"retry", {{"max_attempts", 2}, {"backoff_base_ms", 2000}}}};
+  task_id_ = control_->PublishTask(write)->task.head.task_id;
+  const std::string run = Start();
+  EXPECT_EQ(Get(run).retry_policy.max_attempts, 2);
+  LocalDispatcher d = Make();
+  Tick(d);
+  runner_.processes[runner_.order[0]]->outcome = Exited(1);
+  Tick(d);
+  RunRecord waiting = Get(run);
+  EXPECT_EQ(waiting.status, "retry_wait");
+  EXPECT_EQ(waiting.retry_at_ms, clock_.NowMs() + 2000);
+
+  clock_.Advance(1999);
+  Tick(d);
+  EXPECT_EQ(runner_.order.size(), 1u);  // not before the backoff
+  clock_.Advance(1);
+  Tick(d);  // promoted to queued with attempt 2, then launched
+  ASSERT_EQ(runner_.order.size(), 2u);
+  auto attempts = *store_->runs().ListAttempts(run);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].status, "failed");
+  EXPECT_EQ(attempts[1].attempt, 2);
+  EXPECT_EQ(attempts[1].status, "running");
+
+  runner_.processes[runner_.order[1]]->outcome = Exited(1);
+  Tick(d);
+  RunRecord failed = Get(run);
+  EXPECT_EQ(failed.status, "failed");  // attempts exhausted: no third attempt
+  EXPECT_EQ(failed.exit_code, 1);
+  EXPECT_EQ(store_->runs().ListAttempts(run)->size(), 2u);
+}
+
 TEST(RetryBackoffTest, DoublesUpToTheMaximum) {
   RetryPolicy p;
   p.backoff_base_ms = 1000;
