@@ -1,0 +1,32 @@
+-- The exact privileges of the non-owner roles on schema ql3, applied by `ql-cluster migrate`
+-- after the migrations, in one transaction: everything is revoked first, then granted, so a
+-- privilege added by hand is removed. The readiness auditor checks ql3_runtime against the
+-- same list (pg_audit.cc). No role but the owner ever gets DELETE, TRUNCATE, REFERENCES,
+-- TRIGGER or CREATE.
+
+REVOKE ALL ON SCHEMA ql3 FROM PUBLIC, ql3_runtime, ql3_admin, ql3_worker_ingress;
+REVOKE ALL ON ALL TABLES IN SCHEMA ql3 FROM PUBLIC, ql3_runtime, ql3_admin, ql3_worker_ingress;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ql3 FROM PUBLIC, ql3_runtime, ql3_admin, ql3_worker_ingress;
+
+GRANT USAGE ON SCHEMA ql3 TO ql3_runtime, ql3_admin, ql3_worker_ingress;
+
+-- ql3_runtime: the resident control plane.
+GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities, ql3.projects, ql3.task_heads,
+  ql3.task_revisions, ql3.execution_revisions, ql3.trigger_heads, ql3.trigger_revisions
+  TO ql3_runtime;
+GRANT SELECT, INSERT, UPDATE ON ql3.runs, ql3.run_attempts, ql3.run_retry_policies,
+  ql3.worker_sessions, ql3.run_dispatch_leases TO ql3_runtime;
+GRANT SELECT, INSERT ON ql3.run_events TO ql3_runtime;
+GRANT SELECT, UPDATE ON ql3.trigger_schedules TO ql3_runtime;
+
+-- ql3_admin: publishes definitions, creates and resets schedule rows, mints credentials.
+GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_admin;
+GRANT SELECT, INSERT, UPDATE ON ql3.projects, ql3.task_heads, ql3.trigger_heads,
+  ql3.trigger_schedules, ql3.worker_credentials TO ql3_admin;
+GRANT SELECT, INSERT ON ql3.task_revisions, ql3.execution_revisions, ql3.trigger_revisions
+  TO ql3_admin;
+
+-- ql3_worker_ingress: worker authentication and sessions, nothing else.
+GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_worker_ingress;
+GRANT SELECT ON ql3.worker_credentials TO ql3_worker_ingress;
+GRANT SELECT, INSERT, UPDATE ON ql3.worker_sessions TO ql3_worker_ingress;

@@ -1,0 +1,370 @@
+#include "ql/storage/postgres/pg_audit.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "ql/core/migration_stream.h"
+#include "ql/storage/postgres/pg_migrations.h"
+
+namespace ql::pg {
+namespace {
+
+Status Fail(std::string_view code, std::string message) {
+  return Corrupt(std::string(code), std::move(message));
+}
+
+// The runtime role's privileges on every ql3 relation; grants.sql grants exactly these.
+const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
+  static const auto* const kPrivileges = new std::map<std::string, std::set<std::string>>{
+      {"schema_migrations", {"SELECT"}},
+      {"schema_capabilities", {"SELECT"}},
+      {"projects", {"SELECT"}},
+      {"task_heads", {"SELECT"}},
+      {"task_revisions", {"SELECT"}},
+      {"execution_revisions", {"SELECT"}},
+      {"trigger_heads", {"SELECT"}},
+      {"trigger_revisions", {"SELECT"}},
+      {"runs", {"SELECT", "INSERT", "UPDATE"}},
+      {"run_attempts", {"SELECT", "INSERT", "UPDATE"}},
+      {"run_retry_policies", {"SELECT", "INSERT", "UPDATE"}},
+      {"run_events", {"SELECT", "INSERT"}},
+      {"trigger_schedules", {"SELECT", "UPDATE"}},
+      {"worker_credentials", {}},
+      {"worker_sessions", {"SELECT", "INSERT", "UPDATE"}},
+      {"run_dispatch_leases", {"SELECT", "INSERT", "UPDATE"}},
+  };
+  return *kPrivileges;
+}
+
+constexpr const char* kTablePrivileges[] = {"SELECT",   "INSERT",     "UPDATE", "DELETE",
+                                            "TRUNCATE", "REFERENCES", "TRIGGER"};
+
+std::string Join(const std::vector<std::string>& items, size_t max_items = 3) {
+  std::string out;
+  for (size_t i = 0; i < items.size() && i < max_items; ++i) {
+    out += (i == 0 ? "" : "; ") + items[i];
+  }
+  if (items.size() > max_items)
+    out += "; and " + std::to_string(items.size() - max_items) + " more";
+  return out;
+}
+
+// Gate 1.
+Status CheckServer(Connection& conn) {
+  QL_ASSIGN_OR_RETURN(Rows rows, conn.Exec("SELECT current_setting('server_version_num')::bigint, "
+                                           "pg_is_in_recovery(), "
+                                           "current_setting('default_transaction_read_only'), "
+                                           "current_setting('transaction_read_only')",
+                                           {}, "audit server"));
+  int64_t version = rows.Int(0, 0);
+  bool recovery = rows.Bool(0, 1);
+  std::string default_read_only = rows.Text(0, 2);
+  std::string read_only = rows.Text(0, 3);
+  QL_RETURN_IF_ERROR(rows.status());
+  if (recovery) {
+    return Fail(kServerVersionUnsupported,
+                "the server is in recovery (a standby), not a writable primary");
+  }
+  if (default_read_only != "off" || read_only != "off") {
+    return Fail(kServerVersionUnsupported,
+                "the server is read-only (default_transaction_read_only or "
+                "transaction_read_only is on)");
+  }
+  return CheckServerVersion(version);
+}
+
+// Gate 2.
+Status CheckHistory(Connection& conn) {
+  Result<std::vector<HistoryRow>> history = ReadHistory(conn);
+  if (!history.ok()) {
+    if (history.status().code() == StatusCode::kCorrupt) {
+      return Fail(kMigrationHistoryInvalid, history.status().message());
+    }
+    return history.status();
+  }
+  Result<std::vector<const Migration*>> pending = PendingMigrations(PostgresMainStream(), *history);
+  if (!pending.ok()) {
+    return Fail(kMigrationHistoryInvalid,
+                pending.status().reason() + ": " + pending.status().message());
+  }
+  if (!pending->empty()) {
+    return Fail(kMigrationHistoryInvalid, "migration " + pending->front()->id +
+                                              " has not been applied (run ql-cluster migrate); " +
+                                              std::to_string(pending->size()) + " pending");
+  }
+  return Status::Ok();
+}
+
+// Gate 3.
+Status CheckCapabilityGate(Connection& conn) {
+  Result<std::vector<CapabilityRow>> rows = ReadCapabilities(conn);
+  if (!rows.ok()) return rows.status();
+  Status status = CheckCapability(*rows, &ExpectedCapability());
+  if (!status.ok()) return Fail(kCapabilityInvalid, status.message());
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> QueryCatalog(Connection& conn);
+
+// Gate 4.
+Status CheckCatalog(Connection& conn) {
+  QL_ASSIGN_OR_RETURN(std::vector<std::string> actual, QueryCatalog(conn));
+  std::vector<std::string> expected = ExpectedSchemaCatalog();
+  std::vector<std::string> missing, extra;
+  std::set_difference(expected.begin(), expected.end(), actual.begin(), actual.end(),
+                      std::back_inserter(missing));
+  std::set_difference(actual.begin(), actual.end(), expected.begin(), expected.end(),
+                      std::back_inserter(extra));
+  if (missing.empty() && extra.empty()) return Status::Ok();
+  std::string message;
+  if (!missing.empty()) message = "missing or changed: " + Join(missing);
+  if (!extra.empty()) message += (message.empty() ? "" : " | ") + ("unexpected: " + Join(extra));
+  return Fail(kSchemaContractInvalid, message);
+}
+
+// Gate 5.
+Status CheckRuntimeRole(Connection& conn) {
+  QL_ASSIGN_OR_RETURN(
+      Rows role,
+      conn.Exec("SELECT r.rolname::text, r.rolsuper, r.rolcreatedb, r.rolcreaterole, "
+                "r.rolreplication, r.rolbypassrls, "
+                "(SELECT count(*) FROM pg_catalog.pg_auth_members m WHERE m.member = r.oid), "
+                "(SELECT d.datdba = r.oid FROM pg_catalog.pg_database d "
+                " WHERE d.datname = current_database()), "
+                "has_database_privilege(current_database(), 'CREATE'), "
+                "has_database_privilege(current_database(), 'TEMPORARY') "
+                "FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
+                {}, "audit runtime role"));
+  QL_RETURN_IF_ERROR(role.ExpectRows(1));
+  std::string name = role.Text(0, 0);
+  bool super = role.Bool(0, 1);
+  bool createdb = role.Bool(0, 2), createrole = role.Bool(0, 3);
+  bool replication = role.Bool(0, 4), bypassrls = role.Bool(0, 5);
+  int64_t memberships = role.Int(0, 6);
+  bool owns_database = role.Bool(0, 7);
+  bool db_create = role.Bool(0, 8), db_temp = role.Bool(0, 9);
+  QL_RETURN_IF_ERROR(role.status());
+  if (super) return Fail(kRuntimeRoleInvalid, "role " + name + " is a superuser");
+  if (name == kMigrationRole) {
+    return Fail(kRuntimeRoleInvalid, "the migration role " + name + " is used as runtime role");
+  }
+  if (createdb || createrole || replication || bypassrls) {
+    return Fail(kRuntimeRoleInvalid,
+                "role " + name + " has CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS");
+  }
+  if (memberships != 0) {
+    return Fail(kRuntimeRoleInvalid, "role " + name + " is a member of another role");
+  }
+  if (owns_database) return Fail(kRuntimeRoleInvalid, "role " + name + " owns the database");
+  if (db_create || db_temp) {
+    return Fail(kRuntimeRoleInvalid,
+                "role " + name + " may create schemas or temporary tables in the database");
+  }
+
+  QL_ASSIGN_OR_RETURN(
+      Rows owned,
+      conn.Exec("SELECT kind || ' ' || name FROM ("
+                " SELECT 'schema' AS kind, n.nspname::text AS name, n.nspowner AS owner "
+                " FROM pg_catalog.pg_namespace n WHERE n.nspname = 'ql3' "
+                " UNION ALL SELECT 'relation', c.relname::text, c.relowner "
+                " FROM pg_catalog.pg_class c WHERE c.relnamespace = 'ql3'::regnamespace "
+                " UNION ALL SELECT 'function', p.proname::text, p.proowner "
+                " FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'ql3'::regnamespace "
+                " UNION ALL SELECT 'type', t.typname::text, t.typowner "
+                " FROM pg_catalog.pg_type t WHERE t.typnamespace = 'ql3'::regnamespace) o "
+                "WHERE pg_has_role(current_user, o.owner, 'MEMBER') ORDER BY 1 LIMIT 3",
+                {}, "audit ownership"));
+  if (owned.size() > 0) {
+    std::string what = owned.Text(0, 0);
+    QL_RETURN_IF_ERROR(owned.status());
+    return Fail(kRuntimeRoleInvalid, "role " + name + " owns " + what);
+  }
+
+  QL_ASSIGN_OR_RETURN(
+      Rows schemas,
+      conn.Exec("SELECT n.nspname::text FROM pg_catalog.pg_namespace n "
+                "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') "
+                "AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%' "
+                "AND has_schema_privilege(n.oid, 'CREATE') ORDER BY 1",
+                {}, "audit schema privileges"));
+  if (schemas.size() > 0) {
+    std::string schema = schemas.Text(0, 0);
+    QL_RETURN_IF_ERROR(schemas.status());
+    return Fail(kRuntimeRoleInvalid, "role " + name + " may create objects in schema " + schema);
+  }
+  QL_ASSIGN_OR_RETURN(Rows usage, conn.Exec("SELECT has_schema_privilege('ql3', 'USAGE')", {},
+                                            "audit schema privileges"));
+  if (!usage.Bool(0, 0)) {
+    QL_RETURN_IF_ERROR(usage.status());
+    return Fail(kRuntimeRoleInvalid, "role " + name + " lacks USAGE on schema ql3");
+  }
+
+  // Effective table privileges (grants to PUBLIC and column grants included).
+  std::string select = "SELECT c.relname::text";
+  for (const char* priv : kTablePrivileges) {
+    select += std::string(", has_table_privilege(c.oid, '") + priv + "')";
+    std::string p(priv);
+    if (p == "SELECT" || p == "INSERT" || p == "UPDATE" || p == "REFERENCES") {
+      select += ", has_any_column_privilege(c.oid, '" + p + "')";
+    } else {
+      select += ", false";
+    }
+  }
+  select +=
+      " FROM pg_catalog.pg_class c WHERE c.relnamespace = 'ql3'::regnamespace "
+      "AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') ORDER BY 1";
+  QL_ASSIGN_OR_RETURN(Rows tables, conn.Exec(select, {}, "audit table privileges"));
+  std::vector<std::string> faults;
+  const auto& expected = RuntimePrivileges();
+  for (int i = 0; i < tables.size(); ++i) {
+    std::string table = tables.Text(i, 0);
+    auto it = expected.find(table);
+    std::set<std::string> want = it == expected.end() ? std::set<std::string>() : it->second;
+    for (size_t k = 0; k < std::size(kTablePrivileges); ++k) {
+      bool has = tables.Bool(i, 1 + 2 * static_cast<int>(k)) ||
+                 tables.Bool(i, 2 + 2 * static_cast<int>(k));
+      bool wanted = want.count(kTablePrivileges[k]) > 0;
+      if (has && !wanted)
+        faults.push_back(std::string("has ") + kTablePrivileges[k] + " on " + table);
+      if (!has && wanted)
+        faults.push_back(std::string("lacks ") + kTablePrivileges[k] + " on " + table);
+    }
+  }
+  QL_RETURN_IF_ERROR(tables.status());
+  QL_ASSIGN_OR_RETURN(Rows functions,
+                      conn.Exec("SELECT p.proname::text FROM pg_catalog.pg_proc p "
+                                "WHERE p.pronamespace = 'ql3'::regnamespace "
+                                "AND has_function_privilege(p.oid, 'EXECUTE') ORDER BY 1",
+                                {}, "audit function privileges"));
+  for (int i = 0; i < functions.size(); ++i) {
+    faults.push_back("has EXECUTE on function " + functions.Text(i, 0));
+  }
+  QL_RETURN_IF_ERROR(functions.status());
+  if (!faults.empty()) return Fail(kRuntimeRoleInvalid, "role " + name + " " + Join(faults));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckServerVersion(int64_t server_version_num) {
+  if (server_version_num < kMinServerVersionNum || server_version_num > kMaxServerVersionNum) {
+    return Fail(kServerVersionUnsupported, "PostgreSQL " +
+                                               std::to_string(server_version_num / 10000) +
+                                               " is not supported (15 to 18 are)");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// The catalog query; runs inside the caller's transaction with search_path pg_catalog.
+Result<std::vector<std::string>> QueryCatalog(Connection& conn) {
+  // Definitions are printed with schema-qualified names whatever the session's search_path.
+  static constexpr char kSql[] = R"sql(
+SELECT line FROM (
+  SELECT 'relation ' || c.relname || ' kind=' || c.relkind::text AS line
+  FROM pg_catalog.pg_class c
+  WHERE c.relnamespace = 'ql3'::regnamespace AND c.relkind <> 'i'
+  UNION ALL
+  SELECT 'column ' || c.relname || '.' || a.attname || ' '
+         || pg_catalog.format_type(a.atttypid, a.atttypmod)
+         || CASE WHEN a.attnotnull THEN ' not null' ELSE ' null' END
+         || coalesce(' default ' || pg_catalog.pg_get_expr(d.adbin, d.adrelid), '')
+  FROM pg_catalog.pg_attribute a
+  JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+  LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+  WHERE c.relnamespace = 'ql3'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+    AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+  SELECT 'index ' || i.relname || ' ' || pg_catalog.pg_get_indexdef(i.oid)
+  FROM pg_catalog.pg_class i
+  WHERE i.relnamespace = 'ql3'::regnamespace AND i.relkind = 'i'
+  UNION ALL
+  SELECT 'constraint ' || c.relname || '.' || k.conname || ' '
+         || pg_catalog.pg_get_constraintdef(k.oid)
+         || CASE WHEN k.condeferrable THEN ' deferrable' ELSE '' END
+         || CASE WHEN k.condeferred THEN ' initially-deferred' ELSE '' END
+  FROM pg_catalog.pg_constraint k
+  JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+  WHERE c.relnamespace = 'ql3'::regnamespace
+  UNION ALL
+  SELECT 'trigger ' || c.relname || '.' || t.tgname || ' ' || pg_catalog.pg_get_triggerdef(t.oid)
+  FROM pg_catalog.pg_trigger t
+  JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+  WHERE c.relnamespace = 'ql3'::regnamespace AND NOT t.tgisinternal
+  UNION ALL
+  SELECT 'function ' || p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid)
+         || ') source-md5=' || md5(p.prosrc)
+  FROM pg_catalog.pg_proc p
+  WHERE p.pronamespace = 'ql3'::regnamespace
+  UNION ALL
+  SELECT 'type ' || t.typname || ' kind=' || t.typtype::text
+  FROM pg_catalog.pg_type t
+  WHERE t.typnamespace = 'ql3'::regnamespace AND t.typrelid = 0 AND t.typelem = 0
+) catalog ORDER BY line COLLATE "C"
+)sql";
+  QL_ASSIGN_OR_RETURN(Rows rows, conn.Exec(kSql, {}, "read schema catalog"));
+  std::vector<std::string> lines;
+  for (int i = 0; i < rows.size(); ++i) lines.push_back(rows.Text(i, 0));
+  QL_RETURN_IF_ERROR(rows.status());
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> ReadSchemaCatalog(Connection& conn) {
+  QL_RETURN_IF_ERROR(conn.ExecScript("BEGIN READ ONLY; SET LOCAL search_path = pg_catalog",
+                                     "read schema catalog"));
+  Result<std::vector<std::string>> lines = QueryCatalog(conn);
+  (void)conn.ExecScript("ROLLBACK", "read schema catalog");
+  return lines;
+}
+
+std::vector<std::string> ExpectedSchemaCatalog() {
+  std::vector<std::string> lines;
+  for (const EmbeddedSql& file : EmbeddedMigrationFiles()) {
+    if (file.id != "schema_contract") continue;
+    std::istringstream in{std::string(file.sql)};
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line[0] != '#') lines.push_back(line);
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+std::vector<std::string> ExpectedRuntimePrivileges() {
+  std::vector<std::string> out;
+  for (const auto& [table, privs] : RuntimePrivileges()) {
+    std::string line = table + ":";
+    for (const char* p : kTablePrivileges) {
+      if (privs.count(p)) line += std::string(" ") + p;
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+Status AuditReadiness(Connection& conn) {
+  QL_RETURN_IF_ERROR(CheckServer(conn));
+  QL_RETURN_IF_ERROR(conn.ExecScript(
+      "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL search_path = pg_catalog; "
+      "SET LOCAL statement_timeout = 30000; SET LOCAL lock_timeout = 5000",
+      "readiness audit"));
+  auto gates = [&]() -> Status {
+    QL_RETURN_IF_ERROR(CheckHistory(conn));
+    QL_RETURN_IF_ERROR(CheckCapabilityGate(conn));
+    QL_RETURN_IF_ERROR(CheckCatalog(conn));
+    return CheckRuntimeRole(conn);
+  };
+  Status status = gates();
+  if (conn.InTransaction()) (void)conn.ExecScript("ROLLBACK", "readiness audit");
+  return status;
+}
+
+}  // namespace ql::pg

@@ -1,0 +1,56 @@
+#pragma once
+
+// The readiness auditor: before a replica opens any repository, timer or HTTP admission, it
+// proves — read-only, as the runtime role — that the database is exactly what the code
+// expects. Five gates in order, the first failure wins:
+//   1. server_version_unsupported  not a writable primary (in recovery, or read-only by
+//                                  default), or a major version outside 15..18;
+//   2. migration_history_invalid   the history is not exactly the code's postgresql-main stream;
+//   3. capability_invalid          the control-core capability row is not exactly the code's;
+//   4. schema_contract_invalid     the catalog of schema ql3 (relations, columns and types,
+//                                  indexes, constraints, triggers, functions) differs from
+//                                  schema_contract.txt: a missing or an extra object is drift;
+//   5. runtime_role_invalid        the role is a superuser, the migration role, an owner, a
+//                                  member of another role, may create objects anywhere, or holds
+//                                  one privilege too many or too few on a ql3 object.
+// Messages name the object or privilege at fault and never a URL, password or parameter.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ql/core/status.h"
+#include "ql/storage/postgres/pg_client.h"
+
+namespace ql::pg {
+
+inline constexpr std::string_view kServerVersionUnsupported = "server_version_unsupported";
+inline constexpr std::string_view kMigrationHistoryInvalid = "migration_history_invalid";
+inline constexpr std::string_view kCapabilityInvalid = "capability_invalid";
+inline constexpr std::string_view kSchemaContractInvalid = "schema_contract_invalid";
+inline constexpr std::string_view kRuntimeRoleInvalid = "runtime_role_invalid";
+
+// Supported server majors (server_version_num 150000 .. 189999).
+inline constexpr int64_t kMinServerVersionNum = 150000;
+inline constexpr int64_t kMaxServerVersionNum = 189999;
+
+// Gate 1's version part: Corrupt `server_version_unsupported` outside the supported majors.
+Status CheckServerVersion(int64_t server_version_num);
+
+// Runs the five gates on `conn` (the runtime role's connection). Ok means ready. A failed gate
+// is Corrupt with the gate's code as reason; a database error is returned as mapped (e.g.
+// Unavailable). Nothing is written: the gates after the first run in one READ ONLY transaction
+// that is rolled back.
+Status AuditReadiness(Connection& conn);
+
+// Returns the catalog of schema ql3 as sorted lines (what gate 4 compares).
+Result<std::vector<std::string>> ReadSchemaCatalog(Connection& conn);
+
+// Returns the lines of schema_contract.txt (sorted, no blanks).
+std::vector<std::string> ExpectedSchemaCatalog();
+
+// The exact table privileges of the runtime role: "table: PRIV,PRIV" in table order.
+std::vector<std::string> ExpectedRuntimePrivileges();
+
+}  // namespace ql::pg

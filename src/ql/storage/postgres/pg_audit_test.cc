@@ -1,0 +1,229 @@
+#include "ql/storage/postgres/pg_audit.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ql/storage/postgres/pg_client.h"
+#include "ql/storage/postgres/pg_migrations.h"
+#include "ql/storage/postgres/pg_test_support.h"
+
+namespace ql::pg {
+namespace {
+
+using testing::PgTestCluster;
+
+TEST(ServerVersionTest, OnlyMajorsFifteenToEighteenAreSupported) {
+  EXPECT_EQ(CheckServerVersion(140012).reason(), "server_version_unsupported");
+  EXPECT_TRUE(CheckServerVersion(150000).ok());
+  EXPECT_TRUE(CheckServerVersion(150018).ok());
+  EXPECT_TRUE(CheckServerVersion(180003).ok());
+  EXPECT_EQ(CheckServerVersion(190000).reason(), "server_version_unsupported");
+  EXPECT_EQ(CheckServerVersion(0).reason(), "server_version_unsupported");
+}
+
+class AuditTest : public ::testing::Test {
+ protected:
+  void SetUp() override { db_ = PgTestCluster::Get().NewDatabase(); }
+
+  // Changes the database as the superuser.
+  void Tamper(const std::string& sql) {
+    Result<std::string> r = PgTestCluster::Get().server().Psql(db_, sql);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+
+  Status AuditAs(const std::string& role) {
+    Result<std::unique_ptr<Connection>> conn =
+        Connection::Open(PgTestCluster::Get().Url(role, db_), {});
+    if (!conn.ok()) return conn.status();
+    return AuditReadiness(**conn);
+  }
+
+  // Expects the runtime audit to fail with `code` and a message containing `detail`.
+  void ExpectNotReady(const std::string& code, const std::string& detail,
+                      const std::string& role = kRuntimeRole) {
+    Status status = AuditAs(role);
+    EXPECT_EQ(status.code(), StatusCode::kCorrupt) << status.ToString();
+    EXPECT_EQ(status.reason(), code) << status.ToString();
+    EXPECT_NE(status.message().find(detail), std::string::npos) << status.ToString();
+    EXPECT_EQ(status.message().find("postgresql://"), std::string::npos);
+  }
+
+  std::string db_;
+};
+
+TEST_F(AuditTest, FreshlyMigratedDatabaseIsReady) {
+  Status status = AuditAs(kRuntimeRole);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+}
+
+// The catalog a fresh migration produces is exactly schema_contract.txt. When a migration
+// changes the schema on purpose, copy the file this test writes over schema_contract.txt.
+TEST_F(AuditTest, SchemaContractMatchesAFreshMigration) {
+  Result<std::unique_ptr<Connection>> conn =
+      Connection::Open(PgTestCluster::Get().Url(kRuntimeRole, db_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  Result<std::vector<std::string>> actual = ReadSchemaCatalog(**conn);
+  ASSERT_TRUE(actual.ok()) << actual.status().ToString();
+  EXPECT_GT(actual->size(), 100u);
+  if (*actual != ExpectedSchemaCatalog()) {
+    std::string path = ::testing::TempDir() + "schema_contract.actual.txt";
+    std::ofstream out(path);
+    out << "# The exact catalog of schema ql3 the readiness auditor expects (one object per\n"
+           "# line). Regenerate from the test SchemaContractMatchesAFreshMigration.\n";
+    for (const std::string& line : *actual) out << line << "\n";
+    ADD_FAILURE() << "schema catalog differs from schema_contract.txt; actual written to " << path;
+  }
+}
+
+TEST_F(AuditTest, HistoryGapIsDetected) {
+  Tamper("DELETE FROM ql3.schema_migrations WHERE id = 'pg-0002-projects-and-definitions'");
+  ExpectNotReady("migration_history_invalid", "migration_gap");
+}
+
+TEST_F(AuditTest, UnknownAheadMigrationIsDetected) {
+  Tamper(
+      "INSERT INTO ql3.schema_migrations VALUES ('pg-0099-from-the-future', "
+      "'postgresql-main', 'postgresql', repeat('a', 64), 0)");
+  ExpectNotReady("migration_history_invalid", "pg-0099-from-the-future");
+}
+
+TEST_F(AuditTest, ChangedChecksumIsDetected) {
+  Tamper(
+      "UPDATE ql3.schema_migrations SET checksum = repeat('b', 64) "
+      "WHERE id = 'pg-0003-run-core'");
+  ExpectNotReady("migration_history_invalid", "migration_checksum_mismatch");
+}
+
+TEST_F(AuditTest, WrongStreamIsDetected) {
+  Tamper(
+      "ALTER TABLE ql3.schema_migrations DROP CONSTRAINT schema_migrations_stream_check;"
+      "UPDATE ql3.schema_migrations SET stream = 'sqlite-main' "
+      "WHERE id = 'pg-0001-schema-history'");
+  ExpectNotReady("migration_history_invalid", "migration_wrong_stream");
+}
+
+TEST_F(AuditTest, MissingMigrationIsDetected) {
+  Tamper(
+      "UPDATE ql3.schema_capabilities SET migration_id = 'pg-0004-trigger-schedules';"
+      "DELETE FROM ql3.schema_migrations WHERE id = 'pg-0005-worker-dispatch'");
+  ExpectNotReady("migration_history_invalid", "pg-0005-worker-dispatch");
+}
+
+TEST_F(AuditTest, AlteredCapabilityIsDetected) {
+  Tamper("UPDATE ql3.schema_capabilities SET capability_map = '{\"runs\":1}'");
+  ExpectNotReady("capability_invalid", "control-core");
+}
+
+TEST_F(AuditTest, MissingCapabilityIsDetected) {
+  Tamper("DELETE FROM ql3.schema_capabilities");
+  ExpectNotReady("capability_invalid", "found 0");
+}
+
+TEST_F(AuditTest, ExtraTableIsDrift) {
+  Tamper("CREATE TABLE ql3.shadow_runs (id text)");
+  ExpectNotReady("schema_contract_invalid", "relation shadow_runs");
+}
+
+TEST_F(AuditTest, ExtraColumnIsDrift) {
+  Tamper("ALTER TABLE ql3.runs ADD COLUMN note text");
+  ExpectNotReady("schema_contract_invalid", "column runs.note");
+}
+
+TEST_F(AuditTest, ChangedColumnTypeIsDrift) {
+  Tamper("ALTER TABLE ql3.runs ALTER COLUMN priority TYPE bigint");
+  ExpectNotReady("schema_contract_invalid", "column runs.priority");
+}
+
+TEST_F(AuditTest, DroppedIndexIsDrift) {
+  Tamper("DROP INDEX ql3.runs_by_status");
+  ExpectNotReady("schema_contract_invalid", "index runs_by_status");
+}
+
+TEST_F(AuditTest, DroppedCheckIsDrift) {
+  Tamper("ALTER TABLE ql3.runs DROP CONSTRAINT runs_status_check");
+  ExpectNotReady("schema_contract_invalid", "constraint runs.runs_status_check");
+}
+
+TEST_F(AuditTest, DroppedForeignKeyIsDrift) {
+  Tamper("ALTER TABLE ql3.run_events DROP CONSTRAINT run_events_run_fkey");
+  ExpectNotReady("schema_contract_invalid", "run_events_run_fkey");
+}
+
+TEST_F(AuditTest, DroppedImmutabilityTriggerIsDrift) {
+  Tamper("DROP TRIGGER run_events_append_only ON ql3.run_events");
+  ExpectNotReady("schema_contract_invalid", "run_events_append_only");
+}
+
+TEST_F(AuditTest, OneExtraPrivilegeFails) {
+  Tamper("GRANT DELETE ON ql3.runs TO ql3_runtime");
+  ExpectNotReady("runtime_role_invalid", "has DELETE on runs");
+}
+
+TEST_F(AuditTest, OneMissingPrivilegeFails) {
+  Tamper("REVOKE INSERT ON ql3.run_events FROM ql3_runtime");
+  ExpectNotReady("runtime_role_invalid", "lacks INSERT on run_events");
+}
+
+TEST_F(AuditTest, ColumnGrantCountsAsAPrivilege) {
+  Tamper("GRANT UPDATE (name) ON ql3.projects TO ql3_runtime");
+  ExpectNotReady("runtime_role_invalid", "has UPDATE on projects");
+}
+
+TEST_F(AuditTest, InsertOnSchedulesIsOnePrivilegeTooMany) {
+  Tamper("GRANT INSERT ON ql3.trigger_schedules TO PUBLIC");
+  ExpectNotReady("runtime_role_invalid", "has INSERT on trigger_schedules");
+}
+
+TEST_F(AuditTest, MigrationRoleAsRuntimeFails) {
+  ExpectNotReady("runtime_role_invalid", "migration role", kMigrationRole);
+}
+
+TEST_F(AuditTest, SuperuserAsRuntimeFails) {
+  ExpectNotReady("runtime_role_invalid", "superuser", ::ql::testing::PostgresServer::kSuperuser);
+}
+
+TEST_F(AuditTest, AdminRoleAsRuntimeFails) {
+  ExpectNotReady("runtime_role_invalid", "projects", kAdminRole);
+}
+
+TEST_F(AuditTest, MembershipInAnotherRoleFails) {
+  Tamper("GRANT ql3_admin TO ql3_runtime");
+  Status status = AuditAs(kRuntimeRole);
+  Tamper("REVOKE ql3_admin FROM ql3_runtime");  // roles are cluster-wide: undo at once
+  EXPECT_EQ(status.reason(), "runtime_role_invalid") << status.ToString();
+  EXPECT_NE(status.message().find("member"), std::string::npos) << status.ToString();
+}
+
+TEST_F(AuditTest, CreateOnTheDatabaseFails) {
+  Tamper("GRANT CREATE ON DATABASE " + db_ + " TO ql3_runtime");
+  ExpectNotReady("runtime_role_invalid", "create schemas");
+}
+
+TEST_F(AuditTest, ReadOnlyTargetIsNotReady) {
+  Tamper("ALTER DATABASE " + db_ + " SET default_transaction_read_only = on");
+  ExpectNotReady("server_version_unsupported", "read-only");
+}
+
+TEST_F(AuditTest, RuntimeRoleCannotRunDdlWhileItsAuditSucceeds) {
+  ASSERT_TRUE(AuditAs(kRuntimeRole).ok());
+  Result<std::unique_ptr<Connection>> conn =
+      Connection::Open(PgTestCluster::Get().Url(kRuntimeRole, db_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  for (const char* ddl : {"CREATE TABLE ql3.intruder (a int)", "CREATE TABLE intruder (a int)",
+                          "CREATE TABLE public.intruder (a int)", "CREATE SCHEMA intruder",
+                          "ALTER TABLE ql3.runs ADD COLUMN x int", "DROP TABLE ql3.runs",
+                          "CREATE TEMP TABLE intruder (a int)"}) {
+    Status status = (*conn)->ExecScript(ddl, "ddl");
+    EXPECT_EQ(status.reason(), "insufficient_privilege") << ddl << ": " << status.ToString();
+  }
+  Status delete_status = (*conn)->ExecScript("DELETE FROM ql3.runs", "delete");
+  EXPECT_EQ(delete_status.reason(), "insufficient_privilege") << delete_status.ToString();
+  EXPECT_TRUE(AuditAs(kRuntimeRole).ok());
+}
+
+}  // namespace
+}  // namespace ql::pg

@@ -1,0 +1,581 @@
+#include "ql/storage/postgres/pg_client.h"
+
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+namespace ql::pg {
+namespace {
+
+constexpr unsigned kBoolOid = 16;
+constexpr unsigned kCharOid = 18;
+constexpr unsigned kNameOid = 19;
+constexpr unsigned kInt8Oid = 20;
+constexpr unsigned kInt2Oid = 21;
+constexpr unsigned kInt4Oid = 23;
+constexpr unsigned kTextOid = 25;
+constexpr unsigned kOidOid = 26;
+constexpr unsigned kVarcharOid = 1043;
+constexpr unsigned kUuidOid = 2950;
+
+std::string Str(std::string_view s) { return std::string(s); }
+
+// One line of libpq's error text without the trailing newline; server errors carry no
+// parameters, and libpq connection errors name host and port but never the password.
+std::string FirstLine(const char* text) {
+  if (text == nullptr) return "";
+  std::string s(text);
+  size_t nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+struct UniqueRule {
+  std::string_view constraint;
+  StatusCode code;
+  std::string_view reason;
+};
+
+// Every unique constraint of the schema and what losing it means to a caller.
+constexpr UniqueRule kUniqueRules[] = {
+    {"runs_idempotency_key_key", StatusCode::kDuplicate, "idempotency_key_duplicate"},
+    {"run_events_dedupe_key_key", StatusCode::kDuplicate, "dedupe_key_duplicate"},
+    {"projects_slug_key", StatusCode::kDuplicate, "slug_duplicate"},
+    {"task_revisions_mutation_id_key", StatusCode::kConflict, "mutation_id_reused"},
+    {"trigger_revisions_mutation_id_key", StatusCode::kConflict, "mutation_id_reused"},
+    {"task_revisions_pkey", StatusCode::kConflict, "revision_conflict"},
+    {"trigger_revisions_pkey", StatusCode::kConflict, "revision_conflict"},
+    {"run_events_pkey", StatusCode::kConflict, "fence_conflict"},
+    {"run_attempts_run_attempt_key", StatusCode::kConflict, "fence_conflict"},
+    {"run_retry_policies_pkey", StatusCode::kConflict, "fence_conflict"},
+    {"trigger_schedules_pkey", StatusCode::kConflict, "fence_conflict"},
+    {"worker_sessions_generation_key", StatusCode::kConflict, "fence_conflict"},
+    {"run_dispatch_leases_pkey", StatusCode::kConflict, "fence_conflict"},
+    {"run_dispatch_leases_offer_key", StatusCode::kDuplicate, "duplicate_id"},
+    {"projects_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"task_heads_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"trigger_heads_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"execution_revisions_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"execution_revisions_task_executor_key", StatusCode::kDuplicate, "duplicate_id"},
+    {"runs_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"run_attempts_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"worker_credentials_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"worker_credentials_name_key", StatusCode::kDuplicate, "name_duplicate"},
+    {"worker_credentials_token_digest_key", StatusCode::kDuplicate, "duplicate_id"},
+    {"worker_sessions_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"schema_migrations_pkey", StatusCode::kConflict, "migration_conflict"},
+    {"schema_capabilities_pkey", StatusCode::kConflict, "migration_conflict"},
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// URLs
+
+bool InsecureAllowedByEnvironment() {
+  const char* value = std::getenv(kAllowInsecureEnv);
+  return value != nullptr && std::string_view(value) == "true";
+}
+
+Result<std::string> CheckDatabaseUrl(const std::string& url, bool allow_insecure) {
+  if (url.empty()) {
+    return InvalidArgument("invalid_database_url", "the database URL is empty");
+  }
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(url.c_str(), &error);
+  if (options == nullptr) {
+    if (error != nullptr) PQfreemem(error);
+    return InvalidArgument("invalid_database_url",
+                           "the database URL is not a valid PostgreSQL connection string");
+  }
+  std::string sslmode;
+  for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (std::strcmp(o->keyword, "sslmode") == 0 && o->val != nullptr) sslmode = o->val;
+  }
+  PQconninfoFree(options);
+  if (sslmode.empty()) {
+    bool is_uri = url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
+    if (is_uri) {
+      return url + (url.find('?') == std::string::npos ? "?" : "&") + "sslmode=verify-full";
+    }
+    return url + " sslmode=verify-full";
+  }
+  if (sslmode == "verify-full" || sslmode == "verify-ca") return url;
+  if (sslmode != "disable" && sslmode != "allow" && sslmode != "prefer" && sslmode != "require") {
+    return InvalidArgument("invalid_database_url", "sslmode '" + sslmode + "' is not known");
+  }
+  if (!allow_insecure) {
+    return InvalidArgument("insecure_database_url",
+                           "sslmode=" + sslmode +
+                               " does not verify the server; use verify-full, or set " +
+                               kAllowInsecureEnv + "=true for loopback tests and trusted networks");
+  }
+  return url;
+}
+
+std::string DatabaseUrlUser(const std::string& url) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(url.c_str(), &error);
+  if (options == nullptr) {
+    if (error != nullptr) PQfreemem(error);
+    return "";
+  }
+  std::string user;
+  for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (std::strcmp(o->keyword, "user") == 0 && o->val != nullptr) user = o->val;
+  }
+  PQconninfoFree(options);
+  return user;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+Status StatusFromPg(std::string_view sqlstate, std::string_view constraint, bool connection_lost,
+                    std::string_view operation, PgPhase phase) {
+  std::string op = Str(operation);
+  if (connection_lost || sqlstate.substr(0, 2) == "08" || sqlstate == "57P01" ||
+      sqlstate == "57P02" || sqlstate == "57P03") {
+    if (phase == PgPhase::kCommit) {
+      return OutcomeUnknown("commit_outcome_unknown",
+                            op + ": the connection was lost after COMMIT was sent; the outcome "
+                                 "is unknown");
+    }
+    return Unavailable("database_unavailable", op + ": the database connection was lost");
+  }
+  if (sqlstate == "40001") {
+    return Busy("serialization_failure", op + ": serialization failure");
+  }
+  if (sqlstate == "40P01") return Busy("deadlock_detected", op + ": deadlock detected");
+  if (sqlstate == "55P03")
+    return Busy("lock_timeout", op + ": a row lock was not acquired in time");
+  if (sqlstate == "57014") {
+    return Busy("statement_timeout", op + ": the statement was cancelled (timeout)");
+  }
+  if (sqlstate == "25006") {
+    return Unavailable("database_read_only", op + ": the database is read-only (not a primary)");
+  }
+  if (sqlstate == "23505") {
+    for (const UniqueRule& rule : kUniqueRules) {
+      if (rule.constraint == constraint) {
+        return Status(rule.code, Str(rule.reason), op + ": " + Str(rule.reason));
+      }
+    }
+    return Corrupt("unknown_constraint", op + ": a unique constraint the code does not know");
+  }
+  if (sqlstate == "23503") {
+    return NotFound("reference_not_found", op + ": a referenced row does not exist");
+  }
+  if (sqlstate == "23514" || sqlstate == "23502") {
+    return InvalidArgument("constraint_violated", op + ": a value breaks a schema constraint");
+  }
+  if (sqlstate.substr(0, 2) == "22") {
+    return InvalidArgument("value_too_large", op + ": a value does not fit its column");
+  }
+  if (sqlstate == "QL001") return Conflict("row_immutable", op + ": the row is immutable");
+  if (sqlstate == "42501") {
+    return Internal("insufficient_privilege",
+                    op + ": the database role lacks a privilege this operation needs");
+  }
+  return Internal("database_error", op + ": database error SQLSTATE " + Str(sqlstate));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters and rows
+
+Param P(int64_t value) { return Param{std::to_string(value)}; }
+Param P(bool value) { return Param{std::string(value ? "t" : "f")}; }
+Param P(std::string_view value) { return Param{std::string(value)}; }
+
+Rows::Rows(pg_result* result, std::string operation)
+    : result_(result), operation_(std::move(operation)) {}
+Rows::Rows(Rows&& other) noexcept
+    : result_(std::exchange(other.result_, nullptr)),
+      operation_(std::move(other.operation_)),
+      status_(std::move(other.status_)) {}
+Rows& Rows::operator=(Rows&& other) noexcept {
+  if (this != &other) {
+    if (result_ != nullptr) PQclear(result_);
+    result_ = std::exchange(other.result_, nullptr);
+    operation_ = std::move(other.operation_);
+    status_ = std::move(other.status_);
+  }
+  return *this;
+}
+Rows::~Rows() {
+  if (result_ != nullptr) PQclear(result_);
+}
+
+int Rows::size() const { return result_ == nullptr ? 0 : PQntuples(result_); }
+
+int64_t Rows::affected() const {
+  if (result_ == nullptr) return 0;
+  const char* n = PQcmdTuples(result_);
+  return (n == nullptr || *n == '\0') ? 0 : std::strtoll(n, nullptr, 10);
+}
+
+void Rows::Fail(std::string reason, std::string message) const {
+  if (status_.ok()) status_ = Corrupt(std::move(reason), operation_ + ": " + message);
+}
+
+bool Rows::CheckCell(int row, int column, std::initializer_list<unsigned> oids,
+                     bool nullable) const {
+  if (result_ == nullptr || row < 0 || row >= PQntuples(result_) || column < 0 ||
+      column >= PQnfields(result_)) {
+    Fail("decode_drift",
+         "column " + std::to_string(column) + " of row " + std::to_string(row) + " is missing");
+    return false;
+  }
+  unsigned oid = PQftype(result_, column);
+  if (std::find(oids.begin(), oids.end(), oid) == oids.end()) {
+    Fail("decode_drift", "column " + std::string(PQfname(result_, column)) +
+                             " has an unexpected type (oid " + std::to_string(oid) + ")");
+    return false;
+  }
+  if (PQgetisnull(result_, row, column)) {
+    if (!nullable) {
+      Fail("decode_drift", "column " + std::string(PQfname(result_, column)) + " is NULL");
+    }
+    return false;
+  }
+  return true;
+}
+
+bool Rows::IsNull(int row, int column) const {
+  return result_ == nullptr || PQgetisnull(result_, row, column);
+}
+
+int64_t Rows::Int(int row, int column) const {
+  std::optional<int64_t> value = OptInt(row, column);
+  if (!value && status_.ok()) {
+    Fail("decode_drift", "column " + std::to_string(column) + " is NULL");
+  }
+  return value.value_or(0);
+}
+
+std::optional<int64_t> Rows::OptInt(int row, int column) const {
+  if (!CheckCell(row, column, {kInt2Oid, kInt4Oid, kInt8Oid, kOidOid}, true)) return std::nullopt;
+  const char* text = PQgetvalue(result_, row, column);
+  int len = PQgetlength(result_, row, column);
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text, text + len, value);
+  if (ec != std::errc() || end != text + len) {
+    Fail("decode_drift", std::string("column ") + PQfname(result_, column) + " is not an integer");
+    return std::nullopt;
+  }
+  if (value > kMaxSafeInteger || value < -kMaxSafeInteger) {
+    Fail("integer_out_of_range", std::string("column ") + PQfname(result_, column) +
+                                     " holds an integer outside the safe range");
+    return std::nullopt;
+  }
+  return value;
+}
+
+bool Rows::Bool(int row, int column) const {
+  if (!CheckCell(row, column, {kBoolOid}, false)) return false;
+  std::string_view v(PQgetvalue(result_, row, column));
+  if (v == "t") return true;
+  if (v != "f") Fail("decode_drift", "a boolean column holds neither t nor f");
+  return false;
+}
+
+std::string Rows::Text(int row, int column) const {
+  std::optional<std::string> value = OptText(row, column);
+  if (!value && status_.ok()) {
+    Fail("decode_drift", "column " + std::to_string(column) + " is NULL");
+  }
+  return value.value_or("");
+}
+
+std::optional<std::string> Rows::OptText(int row, int column) const {
+  if (!CheckCell(row, column, {kTextOid, kVarcharOid, kNameOid, kUuidOid, kCharOid}, true)) {
+    return std::nullopt;
+  }
+  return std::string(PQgetvalue(result_, row, column),
+                     static_cast<size_t>(PQgetlength(result_, row, column)));
+}
+
+Status Rows::ExpectRows(int n) const {
+  if (size() != n) {
+    return Corrupt("row_count_drift", operation_ + ": expected " + std::to_string(n) +
+                                          " row(s), got " + std::to_string(size()));
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections
+
+Connection::Connection(pg_conn* conn) : conn_(conn) {
+  last_used = std::chrono::steady_clock::now();
+}
+
+Connection::~Connection() {
+  if (conn_ != nullptr) PQfinish(conn_);
+}
+
+Result<std::unique_ptr<Connection>> Connection::Open(const std::string& url,
+                                                     const SessionOptions& options) {
+  std::string timeout = std::to_string(options.connect_timeout_s);
+  // UTC, an explicit search_path and the application name for every session; later keywords
+  // override what the URL says.
+  const char* keys[] = {"dbname",  "application_name", "connect_timeout",
+                        "options", "client_encoding",  nullptr};
+  const char* values[] = {url.c_str(),     options.application_name.c_str(),
+                          timeout.c_str(), "-c TimeZone=UTC -c search_path=ql3",
+                          "UTF8",          nullptr};
+  pg_conn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
+  if (conn == nullptr) {
+    return Unavailable("database_unavailable", "cannot allocate a database connection");
+  }
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string why = FirstLine(PQerrorMessage(conn));
+    PQfinish(conn);
+    return Unavailable("database_unavailable", "cannot connect to the database: " + why);
+  }
+  return std::unique_ptr<Connection>(new Connection(conn));
+}
+
+Status Connection::ErrorStatus(pg_result* result, std::string_view operation, PgPhase phase) const {
+  const char* state = result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  const char* constraint =
+      result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_CONSTRAINT_NAME);
+  bool lost = PQstatus(conn_) != CONNECTION_OK || state == nullptr;
+  return StatusFromPg(state == nullptr ? "" : state, constraint == nullptr ? "" : constraint, lost,
+                      operation, phase);
+}
+
+Result<Rows> Connection::Exec(std::string_view sql, const std::vector<Param>& params,
+                              std::string_view operation, PgPhase phase) {
+  last_used = std::chrono::steady_clock::now();
+  std::string key(sql);
+  auto it = prepared_.find(key);
+  if (it == prepared_.end()) {
+    std::string name = "ql" + std::to_string(prepared_.size() + 1);
+    pg_result* prep =
+        PQprepare(conn_, name.c_str(), key.c_str(), static_cast<int>(params.size()), nullptr);
+    if (prep == nullptr || PQresultStatus(prep) != PGRES_COMMAND_OK) {
+      Status status = ErrorStatus(prep, operation, phase);
+      if (prep != nullptr) PQclear(prep);
+      return status;
+    }
+    PQclear(prep);
+    it = prepared_.emplace(std::move(key), std::move(name)).first;
+  }
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const Param& p : params) values.push_back(p.text ? p.text->c_str() : nullptr);
+  pg_result* result = PQexecPrepared(conn_, it->second.c_str(), static_cast<int>(values.size()),
+                                     values.data(), nullptr, nullptr, 0);
+  ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);
+  if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+    Status status = ErrorStatus(result, operation, phase);
+    if (result != nullptr) PQclear(result);
+    return status;
+  }
+  return Rows(result, std::string(operation));
+}
+
+Status Connection::ExecScript(std::string_view sql, std::string_view operation, PgPhase phase) {
+  last_used = std::chrono::steady_clock::now();
+  std::string text(sql);
+  pg_result* result = PQexec(conn_, text.c_str());
+  ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);
+  Status status;
+  if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK && st != PGRES_EMPTY_QUERY) {
+    status = ErrorStatus(result, operation, phase);
+  }
+  if (result != nullptr) PQclear(result);
+  return status;
+}
+
+bool Connection::Reusable() const {
+  return PQstatus(conn_) == CONNECTION_OK && PQtransactionStatus(conn_) == PQTRANS_IDLE;
+}
+
+bool Connection::InTransaction() const {
+  PGTransactionStatusType t = PQtransactionStatus(conn_);
+  return t == PQTRANS_INTRANS || t == PQTRANS_INERROR;
+}
+
+int Connection::BackendPid() const { return PQbackendPID(conn_); }
+
+// ---------------------------------------------------------------------------------------------
+// Transactions
+
+Result<Rows> Tx::Exec(std::string_view sql, const std::vector<Param>& params) {
+  return conn_.Exec(sql, params, operation_);
+}
+
+Pool::Pool(PoolOptions options) : options_(std::move(options)) {}
+
+Pool::~Pool() { Close(0); }
+
+Result<std::unique_ptr<Pool>> Pool::Create(const PoolOptions& options) {
+  const SessionOptions& s = options.session;
+  if (options.min_connections < 0 || options.max_connections < 1 || options.max_connections > 256 ||
+      options.min_connections > options.max_connections || options.acquire_timeout_ms < 1 ||
+      options.idle_lifetime_ms < 1 || options.max_tx_attempts < 1 ||
+      options.max_tx_attempts > 100 || options.max_tx_retry_ms < 0 || s.connect_timeout_s < 1 ||
+      s.statement_timeout_ms < 1 || s.lock_timeout_ms < 1 || s.idle_in_transaction_timeout_ms < 1 ||
+      s.application_name.empty() || s.application_name.size() > 63) {
+    return InvalidArgument("invalid_pool_options",
+                           "pool bounds must satisfy 0 <= min <= max <= 256, timeouts > 0, "
+                           "1..100 transaction attempts and an application name of 1..63 bytes");
+  }
+  std::unique_ptr<Pool> pool(new Pool(options));
+  for (int i = 0; i < options.min_connections; ++i) {
+    QL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
+                        Connection::Open(options.url, options.session));
+    std::lock_guard<std::mutex> lock(pool->mu_);
+    pool->idle_.push_back(std::move(conn));
+    ++pool->open_;
+  }
+  return pool;
+}
+
+Result<std::unique_ptr<Connection>> Pool::Acquire(std::string_view operation) {
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.acquire_timeout_ms);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (closed_) return Unavailable("pool_closed", Str(operation) + ": the pool is closed");
+    auto now = std::chrono::steady_clock::now();
+    // Drop idle connections past their lifetime (keeping min_connections).
+    while (!idle_.empty()) {
+      std::unique_ptr<Connection> conn = std::move(idle_.back());
+      idle_.pop_back();
+      bool expired = now - conn->last_used > std::chrono::milliseconds(options_.idle_lifetime_ms) &&
+                     open_ > options_.min_connections;
+      if (!expired && conn->Reusable()) return conn;
+      --open_;
+    }
+    if (open_ < options_.max_connections) {
+      ++open_;
+      lock.unlock();
+      Result<std::unique_ptr<Connection>> conn = Connection::Open(options_.url, options_.session);
+      if (!conn.ok()) {
+        lock.lock();
+        --open_;
+        cv_.notify_one();
+      }
+      return conn;
+    }
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() &&
+        open_ >= options_.max_connections) {
+      return Unavailable("pool_acquire_timeout",
+                         Str(operation) + ": no database connection became free within " +
+                             std::to_string(options_.acquire_timeout_ms) + " ms");
+    }
+  }
+}
+
+void Pool::Release(std::unique_ptr<Connection> conn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || !conn->Reusable()) {
+    --open_;
+  } else {
+    conn->last_used = std::chrono::steady_clock::now();
+    idle_.push_back(std::move(conn));
+  }
+  cv_.notify_one();
+}
+
+Status Pool::RunOnce(Connection& conn, const TxOptions& options, std::string_view operation,
+                     const std::function<Status(Tx&)>& body) {
+  const char* level = options.isolation == Isolation::kSerializable     ? "SERIALIZABLE"
+                      : options.isolation == Isolation::kRepeatableRead ? "REPEATABLE READ"
+                                                                        : "READ COMMITTED";
+  const SessionOptions& s = options_.session;
+  std::string begin = std::string("BEGIN ISOLATION LEVEL ") + level +
+                      (options.read_only ? " READ ONLY" : " READ WRITE") +
+                      "; SET LOCAL statement_timeout = " + std::to_string(s.statement_timeout_ms) +
+                      "; SET LOCAL lock_timeout = " + std::to_string(s.lock_timeout_ms) +
+                      "; SET LOCAL idle_in_transaction_session_timeout = " +
+                      std::to_string(s.idle_in_transaction_timeout_ms);
+  QL_RETURN_IF_ERROR(conn.ExecScript(begin, operation));
+  Tx tx(conn, operation);
+  Status status = body(tx);
+  if (!status.ok() || tx.rollback_only()) {
+    if (conn.InTransaction()) (void)conn.ExecScript("ROLLBACK", operation);
+    return status;
+  }
+  status = conn.ExecScript("COMMIT", operation, PgPhase::kCommit);
+  if (!status.ok()) {
+    if (conn.InTransaction()) (void)conn.ExecScript("ROLLBACK", operation);
+    return status;
+  }
+  CommitFault fault;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fault = commit_fault_;
+  }
+  if (fault) return fault(operation);
+  return Status::Ok();
+}
+
+Status Pool::Transact(const TxOptions& options, std::string_view operation,
+                      const std::function<Status(Tx&)>& body) {
+  auto start = std::chrono::steady_clock::now();
+  for (int attempt = 1;; ++attempt) {
+    QL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Acquire(operation));
+    Status status = RunOnce(*conn, options, operation, body);
+    Release(std::move(conn));
+    bool retryable =
+        status.code() == StatusCode::kBusy &&
+        (status.reason() == "serialization_failure" || status.reason() == "deadlock_detected");
+    if (!retryable) return status;
+    auto elapsed = std::chrono::steady_clock::now() - start;
+    if (attempt >= options_.max_tx_attempts ||
+        elapsed >= std::chrono::milliseconds(options_.max_tx_retry_ms)) {
+      return Unavailable("retry_exhausted", Str(operation) + ": " + status.reason() +
+                                                " persisted after " + std::to_string(attempt) +
+                                                " attempt(s)");
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++retries_;
+    }
+    // A short, growing pause so the competing transaction can finish.
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * attempt * attempt));
+  }
+}
+
+Status Pool::WithConnection(std::string_view operation,
+                            const std::function<Status(Connection&)>& body) {
+  QL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Acquire(operation));
+  Status status = body(*conn);
+  if (conn->InTransaction()) (void)conn->ExecScript("ROLLBACK", operation);
+  Release(std::move(conn));
+  return status;
+}
+
+void Pool::Close(int wait_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  closed_ = true;
+  open_ -= static_cast<int>(idle_.size());
+  idle_.clear();
+  cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return open_ <= 0; });
+}
+
+int64_t Pool::retries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retries_;
+}
+
+int Pool::open_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_;
+}
+
+void Pool::SetCommitFaultForTesting(CommitFault fault) {
+  std::lock_guard<std::mutex> lock(mu_);
+  commit_fault_ = std::move(fault);
+}
+
+}  // namespace ql::pg

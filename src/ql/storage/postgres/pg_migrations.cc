@@ -1,0 +1,249 @@
+#include "ql/storage/postgres/pg_migrations.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace ql::pg {
+namespace {
+
+constexpr std::string_view kGrantsId = "grants";
+
+// Statement bounds of migration transactions: DDL may legitimately run long, lock waits not.
+SessionOptions MigrationSession(SessionOptions session) {
+  session.application_name = "qinglong-migrate";
+  session.statement_timeout_ms = std::max(session.statement_timeout_ms, 600'000);
+  return session;
+}
+
+std::string BeginSql(const SessionOptions& s) {
+  return "BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE; SET LOCAL statement_timeout = " +
+         std::to_string(s.statement_timeout_ms) +
+         "; SET LOCAL lock_timeout = " + std::to_string(s.lock_timeout_ms) +
+         "; SET LOCAL idle_in_transaction_session_timeout = " +
+         std::to_string(s.idle_in_transaction_timeout_ms);
+}
+
+Status CapabilityInvalid(std::string message) {
+  return Corrupt("capability_invalid", std::move(message));
+}
+
+// The capability version a database with `applied` migrations must hold (nullptr: none yet).
+const SchemaCapability* CapabilityAfter(std::span<const SchemaCapability> steps,
+                                        const std::vector<std::string>& applied) {
+  const SchemaCapability* want = nullptr;
+  for (const SchemaCapability& step : steps) {
+    for (const std::string& id : applied) {
+      if (id == step.migration_id) want = &step;
+    }
+  }
+  return want;
+}
+
+Status ApplyCapabilityStep(Connection& conn, const SchemaCapability& step) {
+  if (step.version == 1) {
+    return conn
+        .Exec(
+            "INSERT INTO ql3.schema_capabilities (name, version, capability_map, migration_id) "
+            "VALUES ($1, 1, $2, $3)",
+            {P(step.name), P(step.capability_map), P(step.migration_id)}, "write capability")
+        .status();
+  }
+  QL_ASSIGN_OR_RETURN(
+      Rows updated,
+      conn.Exec("UPDATE ql3.schema_capabilities SET version = $2, capability_map = $3, "
+                "migration_id = $4 WHERE name = $1 AND version = $5",
+                {P(step.name), P(step.version), P(step.capability_map), P(step.migration_id),
+                 P(step.version - 1)},
+                "write capability"));
+  if (updated.affected() != 1) {
+    return CapabilityInvalid("capability " + std::string(step.name) + " is not at version " +
+                             std::to_string(step.version - 1));
+  }
+  return Status::Ok();
+}
+
+// One transaction: lock, check history, apply the next pending migration (or the grants when
+// none is pending). Sets `done` when nothing was pending.
+Status MigrateStep(Connection& conn, const MigrationStream& stream,
+                   std::span<const SchemaCapability> steps, const SessionOptions& session,
+                   Clock& clock, MigrateReport& report, bool& done) {
+  QL_RETURN_IF_ERROR(conn.ExecScript(BeginSql(session), "begin migration"));
+  auto body = [&]() -> Status {
+    QL_ASSIGN_OR_RETURN(Rows lock, conn.Exec("SELECT pg_try_advisory_xact_lock($1)",
+                                             {P(kMigrationLockKey)}, "take the migration lock"));
+    if (!lock.Bool(0, 0)) {
+      QL_RETURN_IF_ERROR(lock.status());
+      return Busy("migration_lock_held",
+                  "another migrator holds the migration lock; nothing was changed (retry when "
+                  "it has finished)");
+    }
+    QL_ASSIGN_OR_RETURN(std::vector<HistoryRow> history, ReadHistory(conn));
+    QL_ASSIGN_OR_RETURN(std::vector<const Migration*> pending, PendingMigrations(stream, history));
+    std::vector<std::string> applied;
+    for (const HistoryRow& row : history) applied.push_back(row.id);
+    QL_ASSIGN_OR_RETURN(std::vector<CapabilityRow> capabilities, ReadCapabilities(conn));
+    QL_RETURN_IF_ERROR(CheckCapability(capabilities, CapabilityAfter(steps, applied)));
+    if (pending.empty()) {
+      done = true;
+      return conn.ExecScript(GrantsSql(), "apply grants");
+    }
+    const Migration& next = *pending.front();
+    QL_RETURN_IF_ERROR(conn.ExecScript(next.sql, "migration " + next.id));
+    QL_RETURN_IF_ERROR(
+        conn.Exec(
+                "INSERT INTO ql3.schema_migrations (id, stream, dialect, checksum, "
+                "applied_at_ms) VALUES ($1, $2, $3, $4, $5)",
+                {P(next.id), P(stream.name), P(stream.dialect), P(next.checksum), P(clock.NowMs())},
+                "write migration history")
+            .status());
+    for (const SchemaCapability& step : steps) {
+      if (step.migration_id == next.id) QL_RETURN_IF_ERROR(ApplyCapabilityStep(conn, step));
+    }
+    report.applied.push_back(next.id);
+    return Status::Ok();
+  };
+  Status status = body();
+  if (!status.ok()) {
+    if (conn.InTransaction()) (void)conn.ExecScript("ROLLBACK", "rollback migration");
+    return status;
+  }
+  Status commit = conn.ExecScript("COMMIT", "commit migration", PgPhase::kCommit);
+  if (!commit.ok() && !done) report.applied.pop_back();
+  return commit;
+}
+
+}  // namespace
+
+const MigrationStream& PostgresMainStream() {
+  static const MigrationStream* const kStream = [] {
+    auto* stream = new MigrationStream;
+    stream->name = std::string(kPostgresqlMainStream);
+    stream->dialect = std::string(kPostgresqlDialect);
+    for (const EmbeddedSql& file : EmbeddedMigrationFiles()) {
+      if (!file.id.starts_with("pg-")) continue;
+      stream->migrations.push_back(
+          Migration{std::string(file.id), MigrationChecksum(file.sql), std::string(file.sql)});
+    }
+    return stream;
+  }();
+  return *kStream;
+}
+
+std::string_view GrantsSql() {
+  for (const EmbeddedSql& file : EmbeddedMigrationFiles()) {
+    if (file.id == kGrantsId) return file.sql;
+  }
+  return {};
+}
+
+std::span<const SchemaCapability> CapabilitySteps() {
+  // Each version names what the schema can do once its migration has landed.
+  static constexpr SchemaCapability kSteps[] = {
+      {kControlCore, 1,
+       R"({"attempts":1,"definitions":1,"events":1,"projects":1,"retry_policies":1,"runs":1})",
+       "pg-0003-run-core"},
+      {kControlCore, 2,
+       R"({"attempts":1,"definitions":1,"events":1,"projects":1,"retry_policies":1,"runs":1,)"
+       R"("schedule_claims":1,"schedules":1})",
+       "pg-0004-trigger-schedules"},
+      {kControlCore, 3,
+       R"({"attempts":1,"definitions":1,"dispatch_leases":1,"events":1,"projects":1,)"
+       R"("retry_policies":1,"runs":1,"schedule_claims":1,"schedules":1,"worker_credentials":1,)"
+       R"("worker_sessions":1})",
+       "pg-0005-worker-dispatch"},
+  };
+  return kSteps;
+}
+
+const SchemaCapability& ExpectedCapability() { return CapabilitySteps().back(); }
+
+Result<std::vector<CapabilityRow>> ReadCapabilities(Connection& conn) {
+  QL_ASSIGN_OR_RETURN(Rows exists,
+                      conn.Exec("SELECT to_regclass('ql3.schema_capabilities') IS NOT NULL", {},
+                                "read capability"));
+  if (!exists.Bool(0, 0)) {
+    QL_RETURN_IF_ERROR(exists.status());
+    return std::vector<CapabilityRow>();
+  }
+  QL_ASSIGN_OR_RETURN(Rows rows, conn.Exec("SELECT name, version, capability_map, migration_id "
+                                           "FROM ql3.schema_capabilities ORDER BY name",
+                                           {}, "read capability"));
+  std::vector<CapabilityRow> out;
+  for (int i = 0; i < rows.size(); ++i) {
+    out.push_back({rows.Text(i, 0), rows.Int(i, 1), rows.Text(i, 2), rows.Text(i, 3)});
+  }
+  QL_RETURN_IF_ERROR(rows.status());
+  return out;
+}
+
+Status CheckCapability(const std::vector<CapabilityRow>& rows, const SchemaCapability* want) {
+  if (want == nullptr) {
+    if (!rows.empty()) return CapabilityInvalid("a capability row exists before its migration");
+    return Status::Ok();
+  }
+  if (rows.size() != 1) {
+    return CapabilityInvalid("expected exactly one capability row, found " +
+                             std::to_string(rows.size()));
+  }
+  const CapabilityRow& row = rows.front();
+  if (row.name != want->name || row.version != want->version ||
+      row.capability_map != want->capability_map || row.migration_id != want->migration_id) {
+    return CapabilityInvalid("capability row " + row.name + " v" + std::to_string(row.version) +
+                             " does not match " + std::string(want->name) + " v" +
+                             std::to_string(want->version));
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<HistoryRow>> ReadHistory(Connection& conn) {
+  QL_ASSIGN_OR_RETURN(Rows probe,
+                      conn.Exec("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'ql3'), "
+                                "to_regclass('ql3.schema_migrations') IS NOT NULL",
+                                {}, "read migration history"));
+  bool schema = probe.Bool(0, 0);
+  bool table = probe.Bool(0, 1);
+  QL_RETURN_IF_ERROR(probe.status());
+  if (!schema) return std::vector<HistoryRow>();
+  if (!table) {
+    return Corrupt("migration_history_invalid", "schema ql3 exists but holds no migration history");
+  }
+  QL_ASSIGN_OR_RETURN(Rows rows, conn.Exec("SELECT id, checksum, stream, dialect FROM "
+                                           "ql3.schema_migrations ORDER BY id",
+                                           {}, "read migration history"));
+  std::vector<HistoryRow> history;
+  for (int i = 0; i < rows.size(); ++i) {
+    history.push_back({rows.Text(i, 0), rows.Text(i, 1), rows.Text(i, 2), rows.Text(i, 3)});
+  }
+  QL_RETURN_IF_ERROR(rows.status());
+  return history;
+}
+
+Result<MigrateReport> MigrateStream(const std::string& url, const MigrationStream& stream,
+                                    std::span<const SchemaCapability> steps, Clock& clock,
+                                    const SessionOptions& session) {
+  QL_RETURN_IF_ERROR(ValidateStream(stream));
+  SessionOptions s = MigrationSession(session);
+  QL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(url, s));
+  QL_ASSIGN_OR_RETURN(Rows who, conn->Exec("SELECT current_user::text", {}, "read role"));
+  std::string role = who.Text(0, 0);
+  QL_RETURN_IF_ERROR(who.status());
+  if (role != kMigrationRole) {
+    return InvalidArgument("migration_role_invalid",
+                           "migrations run as " + std::string(kMigrationRole) +
+                               " (the owner of schema ql3), not as " + role);
+  }
+  MigrateReport report;
+  bool done = false;
+  while (!done) {
+    QL_RETURN_IF_ERROR(MigrateStep(*conn, stream, steps, s, clock, report, done));
+  }
+  return report;
+}
+
+Result<MigrateReport> Migrate(const std::string& url, Clock& clock, const SessionOptions& session) {
+  return MigrateStream(url, PostgresMainStream(), CapabilitySteps(), clock, session);
+}
+
+}  // namespace ql::pg

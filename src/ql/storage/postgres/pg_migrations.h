@@ -1,0 +1,103 @@
+#pragma once
+
+// The postgresql-main migration stream compiled into the binary, the schema capability steps,
+// the grants, and the migrator behind `ql-cluster migrate`.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ql/core/clock.h"
+#include "ql/core/migration_stream.h"
+#include "ql/core/status.h"
+#include "ql/storage/postgres/pg_client.h"
+
+namespace ql::pg {
+
+// One embedded SQL file (file name without ".sql", content).
+struct EmbeddedSql {
+  std::string_view id;
+  std::string_view sql;
+};
+
+// Returns migrations/pg-*.sql in file-name order followed by grants.sql (id "grants") and
+// schema_contract.txt (id "schema_contract").
+// Defined in a source file generated at build time.
+std::span<const EmbeddedSql> EmbeddedMigrationFiles();
+
+// Returns stream "postgresql-main" (dialect "postgresql") of the pg-* files, each migration
+// carrying MigrationChecksum of its SQL.
+const MigrationStream& PostgresMainStream();
+
+// Returns grants.sql: the exact privileges of ql3_runtime, ql3_admin and ql3_worker_ingress.
+std::string_view GrantsSql();
+
+// The capability row name of a PostgreSQL control plane.
+inline constexpr std::string_view kControlCore = "control-core";
+
+// One version of the capability row: written by migration `migration_id` in the same
+// transaction, moving only from version - 1 (version 1 is inserted into an empty table).
+struct SchemaCapability {
+  std::string_view name;
+  int64_t version = 0;
+  std::string_view capability_map;  // canonical JSON object
+  std::string_view migration_id;
+};
+
+std::span<const SchemaCapability> CapabilitySteps();
+// The capability row the code requires after all migrations: CapabilitySteps().back().
+const SchemaCapability& ExpectedCapability();
+
+// The role names the migration grants to and the auditor checks.
+inline constexpr char kMigrationRole[] = "ql3_migration";
+inline constexpr char kRuntimeRole[] = "ql3_runtime";
+inline constexpr char kAdminRole[] = "ql3_admin";
+inline constexpr char kWorkerIngressRole[] = "ql3_worker_ingress";
+
+// The fixed key of the transaction-scoped advisory lock every migration transaction takes.
+inline constexpr int64_t kMigrationLockKey = 0x716c335f6d696772;  // "ql3_migr"
+
+struct MigrateReport {
+  std::vector<std::string> applied;  // migration ids applied by this run, in order
+};
+
+// Brings the database at `url` (already checked by CheckDatabaseUrl) to the code's schema, as
+// the migration role. Each migration runs in its own transaction together with its history row
+// and capability step; every transaction first takes the advisory lock with try-lock, reads
+// and checks the whole history (PendingMigrations), and only then changes anything. A final
+// transaction re-checks history and capability and applies grants.sql.
+// Errors: InvalidArgument `migration_role_invalid` when not connected as ql3_migration;
+// Busy `migration_lock_held` when another migrator holds the lock (nothing was changed by this
+// transaction); Corrupt with the core's history reasons or `migration_history_invalid` /
+// `capability_invalid`; Unavailable when the server is unreachable or read-only. A migration
+// whose SQL fails rolls back with its history and capability rows.
+Result<MigrateReport> Migrate(const std::string& url, Clock& clock,
+                              const SessionOptions& session = {});
+
+// Applies `stream` instead of the compiled one (tests: a migration that fails midway).
+Result<MigrateReport> MigrateStream(const std::string& url, const MigrationStream& stream,
+                                    std::span<const SchemaCapability> steps, Clock& clock,
+                                    const SessionOptions& session = {});
+
+// Reads the history rows (id order). Empty when schema ql3 does not exist yet; Corrupt
+// `migration_history_invalid` when ql3 exists without a history table.
+Result<std::vector<HistoryRow>> ReadHistory(Connection& conn);
+
+// The capability rows as stored.
+struct CapabilityRow {
+  std::string name;
+  int64_t version = 0;
+  std::string capability_map;
+  std::string migration_id;
+};
+
+// Reads the capability rows (empty when the table does not exist yet).
+Result<std::vector<CapabilityRow>> ReadCapabilities(Connection& conn);
+
+// Checks that `rows` is exactly `want` (no row at all when `want` is null); Corrupt
+// `capability_invalid` naming the difference otherwise.
+Status CheckCapability(const std::vector<CapabilityRow>& rows, const SchemaCapability* want);
+
+}  // namespace ql::pg
