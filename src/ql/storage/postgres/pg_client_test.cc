@@ -1,0 +1,341 @@
+#include "ql/storage/postgres/pg_client.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <latch>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "ql/storage/postgres/pg_test_support.h"
+#include "ql/testing/postgres_server.h"
+
+namespace ql::pg {
+namespace {
+
+using testing::PgTestCluster;
+
+TEST(DatabaseUrlTest, MissingSslmodeBecomesVerifyFull) {
+  Result<std::string> uri = CheckDatabaseUrl("postgresql://ql3_runtime@db.example/qinglong", false);
+  ASSERT_TRUE(uri.ok()) << uri.status().ToString();
+  EXPECT_EQ(*uri, "postgresql://ql3_runtime@db.example/qinglong?sslmode=verify-full");
+  Result<std::string> with_query =
+      CheckDatabaseUrl("postgresql://db.example/qinglong?connect_timeout=3", false);
+  ASSERT_TRUE(with_query.ok());
+  EXPECT_EQ(*with_query, "postgresql://db.example/qinglong?connect_timeout=3&sslmode=verify-full");
+  Result<std::string> kv = CheckDatabaseUrl("host=db.example dbname=qinglong", false);
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(*kv, "host=db.example dbname=qinglong sslmode=verify-full");
+  EXPECT_TRUE(CheckDatabaseUrl("postgresql://db.example/q?sslmode=verify-ca", false).ok());
+}
+
+TEST(DatabaseUrlTest, UnverifiedTlsNeedsTheInsecureSwitch) {
+  for (const char* mode : {"disable", "allow", "prefer", "require"}) {
+    std::string url = std::string("postgresql://u:s3cret@127.0.0.1/q?sslmode=") + mode;
+    Result<std::string> refused = CheckDatabaseUrl(url, false);
+    ASSERT_FALSE(refused.ok()) << mode;
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(refused.status().reason(), "insecure_database_url");
+    EXPECT_NE(refused.status().message().find("QL3_POSTGRES_ALLOW_INSECURE"), std::string::npos);
+    EXPECT_EQ(refused.status().message().find("s3cret"), std::string::npos);
+    EXPECT_TRUE(CheckDatabaseUrl(url, true).ok()) << mode;
+  }
+}
+
+TEST(DatabaseUrlTest, MalformedUrlsAreRejectedWithoutQuotingThem) {
+  for (const char* url : {"", "postgresql://u:s3cret@[::1/q", "host=a = b s3cret",
+                          "postgresql://u:s3cret@h/q?sslmode=sometimes"}) {
+    Result<std::string> r = CheckDatabaseUrl(url, true);
+    ASSERT_FALSE(r.ok()) << url;
+    EXPECT_EQ(r.status().reason(), "invalid_database_url") << url;
+    EXPECT_EQ(r.status().message().find("s3cret"), std::string::npos) << url;
+  }
+}
+
+TEST(DatabaseUrlTest, UserIsReadFromTheUrl) {
+  EXPECT_EQ(DatabaseUrlUser("postgresql://ql3_admin@h/q"), "ql3_admin");
+  EXPECT_EQ(DatabaseUrlUser("host=h user=ql3_runtime"), "ql3_runtime");
+  EXPECT_EQ(DatabaseUrlUser("postgresql://h/q"), "");
+}
+
+TEST(StatusFromPgTest, MapsEveryClassInOnePlace) {
+  auto map = [](const char* state, const char* constraint = "", bool lost = false,
+                PgPhase phase = PgPhase::kStatement) {
+    return StatusFromPg(state, constraint, lost, "op", phase);
+  };
+  EXPECT_EQ(map("40001").code(), StatusCode::kBusy);
+  EXPECT_EQ(map("40001").reason(), "serialization_failure");
+  EXPECT_EQ(map("40P01").reason(), "deadlock_detected");
+  EXPECT_EQ(map("55P03").reason(), "lock_timeout");
+  EXPECT_EQ(map("57014").reason(), "statement_timeout");
+  EXPECT_EQ(map("23505", "runs_idempotency_key_key").code(), StatusCode::kDuplicate);
+  EXPECT_EQ(map("23505", "runs_idempotency_key_key").reason(), "idempotency_key_duplicate");
+  EXPECT_EQ(map("23505", "task_revisions_mutation_id_key").code(), StatusCode::kConflict);
+  EXPECT_EQ(map("23505", "run_events_pkey").reason(), "fence_conflict");
+  EXPECT_EQ(map("23505", "made_up_key").code(), StatusCode::kCorrupt);
+  EXPECT_EQ(map("23505", "made_up_key").reason(), "unknown_constraint");
+  EXPECT_EQ(map("23503").code(), StatusCode::kNotFound);
+  EXPECT_EQ(map("23514").reason(), "constraint_violated");
+  EXPECT_EQ(map("22003").reason(), "value_too_large");
+  EXPECT_EQ(map("QL001").reason(), "row_immutable");
+  EXPECT_EQ(map("08006").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(map("57P01").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(map("", "", true).reason(), "database_unavailable");
+  EXPECT_EQ(map("", "", true, PgPhase::kCommit).code(), StatusCode::kOutcomeUnknown);
+  EXPECT_EQ(map("08006", "", false, PgPhase::kCommit).reason(), "commit_outcome_unknown");
+  EXPECT_EQ(map("25006").reason(), "database_read_only");
+  EXPECT_EQ(map("42501").reason(), "insufficient_privilege");
+  EXPECT_EQ(map("XX000").reason(), "database_error");
+  // A serialization failure at COMMIT is still a serialization failure (retried).
+  EXPECT_EQ(map("40001", "", false, PgPhase::kCommit).reason(), "serialization_failure");
+}
+
+// Live tests run as the superuser on a scratch database of their own.
+class PgClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = PgTestCluster::Get().NewEmptyDatabase();
+    url_ = PgTestCluster::Get().Url(::ql::testing::PostgresServer::kSuperuser, db_);
+    ASSERT_TRUE(PgTestCluster::Get()
+                    .server()
+                    .Psql(db_,
+                          "CREATE TABLE public.kv (k int PRIMARY KEY, v int NOT NULL);"
+                          "INSERT INTO public.kv VALUES (1, 0), (2, 0);")
+                    .ok());
+  }
+
+  std::unique_ptr<Pool> MakePool(int max, int lock_timeout_ms = 2000,
+                                 int statement_timeout_ms = 5000) {
+    PoolOptions options;
+    options.url = url_;
+    options.max_connections = max;
+    options.acquire_timeout_ms = 300;
+    options.session.lock_timeout_ms = lock_timeout_ms;
+    options.session.statement_timeout_ms = statement_timeout_ms;
+    Result<std::unique_ptr<Pool>> pool = Pool::Create(options);
+    EXPECT_TRUE(pool.ok()) << pool.status().ToString();
+    return pool.ok() ? std::move(pool).value() : nullptr;
+  }
+
+  std::string db_;
+  std::string url_;
+};
+
+TEST_F(PgClientTest, SessionsAreUtcWithAnExplicitSearchPathAndBoundedTransactions) {
+  auto pool = MakePool(1, 1234, 4321);
+  std::string tz, path, app, statement, lock, idle;
+  Status st = pool->Transact({}, "settings", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(
+        Rows rows, tx.Exec("SELECT current_setting('TimeZone'), current_setting('search_path'),"
+                           " current_setting('application_name'),"
+                           " current_setting('statement_timeout'),"
+                           " current_setting('lock_timeout'),"
+                           " current_setting('idle_in_transaction_session_timeout')"));
+    tz = rows.Text(0, 0);
+    path = rows.Text(0, 1);
+    app = rows.Text(0, 2);
+    statement = rows.Text(0, 3);
+    lock = rows.Text(0, 4);
+    idle = rows.Text(0, 5);
+    return rows.status();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(tz, "UTC");
+  EXPECT_EQ(path, "ql3");
+  EXPECT_EQ(app, "qinglong");
+  EXPECT_EQ(statement, "4321ms");
+  EXPECT_EQ(lock, "1234ms");
+  EXPECT_EQ(idle, "10s");
+}
+
+TEST_F(PgClientTest, DecodingFailsClosed) {
+  auto pool = MakePool(1);
+  auto decode = [&](const char* sql, auto getter) {
+    Status result;
+    Status st = pool->Transact({}, "decode", [&](Tx& tx) -> Status {
+      QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(sql));
+      getter(rows);
+      result = rows.status();
+      return Status::Ok();
+    });
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return result;
+  };
+  auto as_int = [](Rows& r) { (void)r.Int(0, 0); };
+  EXPECT_TRUE(decode("SELECT 9007199254740991::bigint", as_int).ok());
+  EXPECT_EQ(decode("SELECT 9007199254740992::bigint", as_int).reason(), "integer_out_of_range");
+  EXPECT_EQ(decode("SELECT -9007199254740992::bigint", as_int).reason(), "integer_out_of_range");
+  EXPECT_EQ(decode("SELECT NULL::bigint", as_int).reason(), "decode_drift");
+  EXPECT_EQ(decode("SELECT 'x'::text", as_int).reason(), "decode_drift");
+  EXPECT_EQ(decode("SELECT 1::numeric", as_int).reason(), "decode_drift");
+  EXPECT_EQ(decode("SELECT 1", [](Rows& r) { (void)r.Text(0, 0); }).reason(), "decode_drift");
+  EXPECT_EQ(decode("SELECT 1", [](Rows& r) { (void)r.Int(0, 3); }).reason(), "decode_drift");
+  EXPECT_EQ(decode("SELECT 1", [](Rows& r) { (void)r.Bool(0, 0); }).reason(), "decode_drift");
+  EXPECT_TRUE(decode("SELECT NULL::text", [](Rows& r) { (void)r.OptText(0, 0); }).ok());
+  EXPECT_EQ(decode("SELECT 1 WHERE false", [](Rows& r) { r.status(); }).code(), StatusCode::kOk);
+}
+
+TEST_F(PgClientTest, ExhaustedPoolTimesOutAcquiring) {
+  auto pool = MakePool(1);
+  std::latch holding(1);
+  std::promise<void> release;
+  auto holder = std::async(std::launch::async, [&] {
+    return pool->Transact({}, "hold", [&](Tx&) -> Status {
+      holding.count_down();
+      release.get_future().wait();
+      return Status::Ok();
+    });
+  });
+  holding.wait();
+  Status st = pool->Transact({}, "starved", [](Tx&) { return Status::Ok(); });
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(st.reason(), "pool_acquire_timeout");
+  release.set_value();
+  EXPECT_TRUE(holder.get().ok());
+  EXPECT_LE(pool->open_connections(), 1);
+}
+
+TEST_F(PgClientTest, SerializationFailuresRerunTheWholeTransaction) {
+  auto pool = MakePool(2);
+  // Write skew: each transaction reads both rows and writes one; SERIALIZABLE aborts one, and
+  // the runner reruns it from the start.
+  std::latch both_read(2);
+  std::atomic<int> runs{0};
+  auto body = [&](int key) {
+    return [&, key](Tx& tx) -> Status {
+      int run = runs.fetch_add(1);
+      QL_ASSIGN_OR_RETURN(Rows sum, tx.Exec("SELECT sum(v)::bigint FROM public.kv"));
+      int64_t total = sum.Int(0, 0);
+      QL_RETURN_IF_ERROR(sum.status());
+      if (run < 2) both_read.arrive_and_wait();
+      return tx.Exec("UPDATE public.kv SET v = $1 WHERE k = $2", {P(total + 1), P(key)}).status();
+    };
+  };
+  TxOptions serializable{Isolation::kSerializable, false};
+  auto a =
+      std::async(std::launch::async, [&] { return pool->Transact(serializable, "a", body(1)); });
+  auto b =
+      std::async(std::launch::async, [&] { return pool->Transact(serializable, "b", body(2)); });
+  Status sa = a.get(), sb = b.get();
+  EXPECT_TRUE(sa.ok()) << sa.ToString();
+  EXPECT_TRUE(sb.ok()) << sb.ToString();
+  EXPECT_GE(pool->retries(), 1);
+  EXPECT_EQ(runs.load(), 3);
+  // Serial outcome: one saw 0 and wrote 1, the rerun saw 1 and wrote 2.
+  Result<std::string> sum = PgTestCluster::Get().server().Psql(db_, "SELECT sum(v) FROM public.kv");
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(*sum, "3\n");
+}
+
+TEST_F(PgClientTest, RetriesStopAtTheCap) {
+  PoolOptions options;
+  options.url = url_;
+  options.max_tx_attempts = 3;
+  auto pool = Pool::Create(options);
+  ASSERT_TRUE(pool.ok());
+  int runs = 0;
+  Status st = (*pool)->Transact({}, "always", [&](Tx& tx) -> Status {
+    ++runs;
+    // Raise a serialization failure on purpose.
+    return tx.Exec("DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '40001'; END $$").status();
+  });
+  EXPECT_EQ(runs, 3);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(st.reason(), "retry_exhausted");
+}
+
+TEST_F(PgClientTest, LockAndStatementTimeoutsAreBusy) {
+  auto pool = MakePool(2, /*lock_timeout_ms=*/100, /*statement_timeout_ms=*/300);
+  std::latch locked(1);
+  std::promise<void> release;
+  auto holder = std::async(std::launch::async, [&] {
+    return pool->Transact({}, "hold", [&](Tx& tx) -> Status {
+      QL_RETURN_IF_ERROR(tx.Exec("SELECT v FROM public.kv WHERE k = 1 FOR UPDATE").status());
+      locked.count_down();
+      release.get_future().wait();
+      return Status::Ok();
+    });
+  });
+  locked.wait();
+  Status st = pool->Transact({}, "blocked", [](Tx& tx) {
+    return tx.Exec("UPDATE public.kv SET v = 5 WHERE k = 1").status();
+  });
+  EXPECT_EQ(st.code(), StatusCode::kBusy);
+  EXPECT_EQ(st.reason(), "lock_timeout");
+  release.set_value();
+  EXPECT_TRUE(holder.get().ok());
+
+  Status slow =
+      pool->Transact({}, "slow", [](Tx& tx) { return tx.Exec("SELECT pg_sleep(2)").status(); });
+  EXPECT_EQ(slow.reason(), "statement_timeout");
+}
+
+TEST_F(PgClientTest, LostCommitReplyIsOutcomeUnknownAndNotRetried) {
+  auto pool = MakePool(1);
+  pool->SetCommitFaultForTesting(
+      [](std::string_view op) { return StatusFromPg("", "", true, op, PgPhase::kCommit); });
+  int runs = 0;
+  Status st = pool->Transact({}, "write", [&](Tx& tx) {
+    ++runs;
+    return tx.Exec("UPDATE public.kv SET v = 42 WHERE k = 2").status();
+  });
+  EXPECT_EQ(st.code(), StatusCode::kOutcomeUnknown);
+  EXPECT_EQ(runs, 1);
+  // The write did commit: the caller must reconcile, never assume either way.
+  Result<std::string> v =
+      PgTestCluster::Get().server().Psql(db_, "SELECT v FROM public.kv WHERE k = 2");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, "42\n");
+}
+
+TEST_F(PgClientTest, TerminatedBackendIsUnavailableAndThePoolRecovers) {
+  auto pool = MakePool(1);
+  int pid = 0;
+  ASSERT_TRUE(pool->WithConnection("pid",
+                                   [&](Connection& c) {
+                                     pid = c.BackendPid();
+                                     return Status::Ok();
+                                   })
+                  .ok());
+  ASSERT_GT(pid, 0);
+  Status st = pool->Transact({}, "victim", [&](Tx& tx) -> Status {
+    Result<std::string> killed = PgTestCluster::Get().server().Psql(
+        db_, "SELECT pg_terminate_backend(" + std::to_string(pid) + ")");
+    EXPECT_TRUE(killed.ok());
+    return tx.Exec("SELECT 1").status();
+  });
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_EQ(st.reason(), "database_unavailable");
+  // The broken connection was dropped; the next transaction gets a fresh one.
+  Status next = pool->Transact({}, "next", [](Tx& tx) { return tx.Exec("SELECT 1").status(); });
+  EXPECT_TRUE(next.ok()) << next.ToString();
+}
+
+TEST_F(PgClientTest, UnreachableServerIsUnavailableWithoutTheUrl) {
+  PoolOptions options;
+  options.url = "postgresql://u:s3cret@127.0.0.1:1/q?sslmode=disable";
+  options.min_connections = 1;
+  Result<std::unique_ptr<Pool>> pool = Pool::Create(options);
+  ASSERT_FALSE(pool.ok());
+  EXPECT_EQ(pool.status().reason(), "database_unavailable");
+  EXPECT_EQ(pool.status().message().find("s3cret"), std::string::npos);
+}
+
+TEST_F(PgClientTest, PoolBoundsAreValidated) {
+  PoolOptions options;
+  options.url = url_;
+  options.min_connections = 5;
+  options.max_connections = 2;
+  EXPECT_EQ(Pool::Create(options).status().reason(), "invalid_pool_options");
+  options.min_connections = 0;
+  options.max_connections = 0;
+  EXPECT_EQ(Pool::Create(options).status().reason(), "invalid_pool_options");
+  options.max_connections = 2;
+  options.acquire_timeout_ms = 0;
+  EXPECT_EQ(Pool::Create(options).status().reason(), "invalid_pool_options");
+}
+
+}  // namespace
+}  // namespace ql::pg
