@@ -1,0 +1,152 @@
+// ql-cluster migrate / audit driven as an operator would, against a real PostgreSQL set up
+// with deploy/postgres/roles.sql.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "harness.h"
+#include "ql/testing/postgres_server.h"
+
+namespace ql::itest {
+namespace {
+
+using ::ql::testing::PostgresServer;
+
+const char kInsecure[] = "QL3_POSTGRES_ALLOW_INSECURE=true";
+
+class ClusterCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto server = PostgresServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value().release();
+    auto roles =
+        server_->PsqlFile("postgres", std::string(QL_SOURCE_DIR) + "/deploy/postgres/roles.sql");
+    ASSERT_TRUE(roles.ok()) << roles.status().ToString();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  // A URL with a password, so tests can check it is never printed.
+  static std::string Url(const std::string& role) {
+    return "postgresql://" + role + ":s3cret@127.0.0.1:" + std::to_string(server_->port()) +
+           "/qinglong?sslmode=disable";
+  }
+
+  static CommandResult Cluster(std::vector<std::string> args,
+                               std::vector<std::string> env = {kInsecure}) {
+    args.insert(args.begin(), BinDir() + "/ql-cluster");
+    CommandResult r = RunCommand(args, env, 60'000);
+    EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
+    EXPECT_EQ(r.err.find("s3cret"), std::string::npos) << r.err;
+    return r;
+  }
+
+  static void Migrated() {
+    CommandResult r = Cluster({"migrate", "--database-url", Url("ql3_migration")});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  static PostgresServer* server_;
+};
+
+PostgresServer* ClusterCliTest::server_ = nullptr;
+
+TEST_F(ClusterCliTest, MigrateThenAuditIsReady) {
+  CommandResult first = Cluster({"migrate", "--database-url", Url("ql3_migration")});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  // Either this test migrated the fresh database or an earlier test did.
+  EXPECT_NE(first.out.find("grants applied"), std::string::npos) << first.out;
+  CommandResult again = Cluster({"migrate", "--database-url", Url("ql3_migration")});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("schema already current: pg-0005-worker-dispatch"), std::string::npos)
+      << again.out;
+
+  TempDir dir;
+  std::string file = dir.path() + "/runtime.url";
+  std::ofstream(file) << Url("ql3_runtime") << "\n";
+  CommandResult audit = Cluster({"audit", "--database-url-file", file});
+  EXPECT_EQ(audit.exit_code, 0) << audit.out << audit.err;
+  EXPECT_EQ(audit.out, "ready\n");
+
+  CommandResult from_env =
+      Cluster({"audit"}, {kInsecure, "QL3_DATABASE_URL=" + Url("ql3_runtime")});
+  EXPECT_EQ(from_env.exit_code, 0) << from_env.err;
+}
+
+TEST_F(ClusterCliTest, FreshMigrationPrintsEveryAppliedMigration) {
+  ASSERT_TRUE(server_->Psql("postgres", "CREATE DATABASE fresh OWNER ql3_migration").ok());
+  std::string url =
+      "postgresql://ql3_migration:s3cret@127.0.0.1:" + std::to_string(server_->port()) +
+      "/fresh?sslmode=disable";
+  CommandResult r = Cluster({"migrate", "--database-url", url});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("applied pg-0001-schema-history\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("applied pg-0005-worker-dispatch\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("schema migrated: pg-0005-worker-dispatch, control-core v3"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(ClusterCliTest, DriftIsNotReadyWithItsStableCode) {
+  Migrated();
+  ASSERT_TRUE(server_->Psql("qinglong", "GRANT DELETE ON ql3.runs TO ql3_runtime").ok());
+  CommandResult r = Cluster({"audit", "--database-url", Url("ql3_runtime")});
+  ASSERT_TRUE(server_->Psql("qinglong", "REVOKE DELETE ON ql3.runs FROM ql3_runtime").ok());
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out.rfind("not ready: runtime_role_invalid: ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("DELETE on runs"), std::string::npos) << r.out;
+
+  // Migrating again restores the exact grants.
+  ASSERT_TRUE(server_->Psql("qinglong", "GRANT TRUNCATE ON ql3.runs TO ql3_runtime").ok());
+  EXPECT_EQ(Cluster({"audit", "--database-url", Url("ql3_runtime")}).exit_code, 3);
+  Migrated();
+  EXPECT_EQ(Cluster({"audit", "--database-url", Url("ql3_runtime")}).exit_code, 0);
+}
+
+TEST_F(ClusterCliTest, WrongRolesAreRefused) {
+  Migrated();
+  CommandResult super = Cluster({"audit", "--database-url", Url(PostgresServer::kSuperuser)});
+  EXPECT_EQ(super.exit_code, 3);
+  EXPECT_NE(super.out.find("runtime_role_invalid"), std::string::npos) << super.out;
+  CommandResult migration = Cluster({"audit", "--database-url", Url("ql3_migration")});
+  EXPECT_EQ(migration.exit_code, 3);
+  EXPECT_NE(migration.out.find("runtime_role_invalid"), std::string::npos);
+  CommandResult runtime_migrates = Cluster({"migrate", "--database-url", Url("ql3_runtime")});
+  EXPECT_EQ(runtime_migrates.exit_code, 2);
+  EXPECT_NE(runtime_migrates.err.find("migration_role_invalid"), std::string::npos);
+}
+
+TEST_F(ClusterCliTest, BadUrlsAreRejectedWithoutBeingPrinted) {
+  CommandResult insecure = Cluster({"audit", "--database-url", Url("ql3_runtime")}, {});
+  EXPECT_EQ(insecure.exit_code, 2);
+  EXPECT_NE(insecure.err.find("error: insecure_database_url: "), std::string::npos) << insecure.err;
+  CommandResult missing = Cluster({"audit"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("database_url_missing"), std::string::npos) << missing.err;
+  CommandResult malformed = Cluster({"migrate", "--database-url", "postgresql://x:s3cret@[::1"});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_NE(malformed.err.find("invalid_database_url"), std::string::npos) << malformed.err;
+  CommandResult both =
+      Cluster({"audit", "--database-url", Url("ql3_runtime"), "--database-url-file", "/x"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("database_url_ambiguous"), std::string::npos);
+  CommandResult unreadable = Cluster({"audit", "--database-url-file", "/nonexistent/url"});
+  EXPECT_EQ(unreadable.exit_code, 2);
+  EXPECT_NE(unreadable.err.find("database_url_file_unreadable"), std::string::npos);
+  CommandResult unreachable =
+      Cluster({"audit", "--database-url",
+               "postgresql://ql3_runtime:s3cret@127.0.0.1:1/qinglong?sslmode=disable"});
+  EXPECT_EQ(unreachable.exit_code, 1);
+  EXPECT_NE(unreachable.err.find("database_unavailable"), std::string::npos);
+  CommandResult usage = Cluster({"frobnicate"});
+  EXPECT_EQ(usage.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace ql::itest
