@@ -1,7 +1,10 @@
 // ql-cluster: the composition root of the cluster profile (PostgreSQL). Subcommands:
-//   migrate   bring the database to the code's schema, as ql3_migration
-//   audit     the read-only readiness audit, as the runtime role
-//   catalog   print the catalog of schema ql3 the auditor compares (maintenance)
+//   serve         run one control-plane replica (serve.h)
+//   migrate       bring the database to the code's schema, as ql3_migration
+//   audit         the read-only readiness audit, as the runtime role
+//   token         mint or revoke an API credential, as ql3_admin
+//   worker-token  mint or revoke a worker credential, as ql3_admin
+//   catalog       print the catalog of schema ql3 the auditor compares (maintenance)
 // Exit codes: 0 success, 1 failure (database unreachable, lock held, ...), 2 invalid input,
 // 3 not ready (the audit failed; the stable code is printed).
 
@@ -14,7 +17,9 @@
 #include "ql/core/clock.h"
 #include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_client.h"
+#include "ql/storage/postgres/pg_credentials.h"
 #include "ql/storage/postgres/pg_migrations.h"
+#include "serve.h"
 
 namespace ql::cluster {
 namespace {
@@ -75,9 +80,78 @@ int Catalog(const UrlSource& source) {
   return 0;
 }
 
+struct CredentialCommand {
+  UrlSource url{"", "", "QL3_ADMIN_DATABASE_URL", "--database-url"};
+  std::string name;
+};
+
+// Mints (or revokes) a credential as the admin role. A minted token is printed once, alone on
+// the last line, so scripts can take it with `tail -n 1`.
+int Credential(pg::CredentialKind kind, const CredentialCommand& command, bool revoke) {
+  if (Status st = pg::ValidateCredentialName(command.name); !st.ok()) return Fail(st);
+  Result<std::string> url = ResolveDatabaseUrl(command.url);
+  if (!url.ok()) return Fail(url.status());
+  pg::PoolOptions options;
+  options.url = *url;
+  options.max_connections = 1;
+  options.session.application_name = "qinglong-admin";
+  Result<std::unique_ptr<pg::Pool>> pool = pg::Pool::Create(options);
+  if (!pool.ok()) return Fail(pool.status());
+  const char* what = kind == pg::CredentialKind::kApi ? "API" : "worker";
+  if (revoke) {
+    if (Status st = pg::RevokeCredential(**pool, kind, command.name, SystemClock()); !st.ok()) {
+      return Fail(st);
+    }
+    std::cout << "revoked " << what << " credential " << command.name << "\n";
+    return 0;
+  }
+  Result<pg::MintedCredential> minted =
+      pg::MintCredential(**pool, kind, command.name, SystemClock(), SecureRandom());
+  if (!minted.ok()) return Fail(minted.status());
+  std::cout << "minted " << what << " credential " << minted->name << " (id " << minted->id
+            << "); the token is shown once and stored only as its SHA-256 digest:\n"
+            << minted->token << "\n";
+  return 0;
+}
+
+void AddCredentialCommands(CLI::App* parent, CredentialCommand& command, bool& revoke,
+                           const std::string& what) {
+  parent->require_subcommand(1);
+  for (const char* verb : {"create", "revoke"}) {
+    CLI::App* sub = parent->add_subcommand(verb, std::string(verb) + " " + what);
+    sub->add_option("name", command.name, "the credential's name")->required();
+    AddUrlOptions(sub, command.url, "the admin role's URL (or QL3_ADMIN_DATABASE_URL)");
+    if (std::string(verb) == "revoke") sub->callback([&revoke] { revoke = true; });
+  }
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"ql-cluster: the QingLong control plane on PostgreSQL"};
   app.require_subcommand(1);
+
+  ServeConfig serve_config;
+  CLI::App* serve = app.add_subcommand("serve", "run one control-plane replica");
+  AddUrlOptions(serve, serve_config.runtime_url, "the runtime role's URL (or QL3_DATABASE_URL)");
+  serve->add_option("--admin-database-url", serve_config.admin_url.flag_value,
+                    "the admin role's URL for management writes (or QL3_ADMIN_DATABASE_URL)");
+  serve->add_option("--admin-database-url-file", serve_config.admin_url.file_path,
+                    "read the admin URL from this file instead");
+  serve->add_option("--listen", serve_config.listen, "HOST:PORT (default 127.0.0.1:5800)");
+  serve->add_option("--owner", serve_config.owner,
+                    "claim owner name (default host:pid:random; must be unique per process)");
+  serve->add_option("--claims-per-round", serve_config.claims_per_round,
+                    "schedule rows claimed per round, 1..256 (default 16)");
+  serve->add_option("--lease-ms", serve_config.lease_ms,
+                    "claim lease, 1000..60000 ms (default 30000)");
+  serve->add_option("--cadence-ms", serve_config.cadence_ms,
+                    "longest idle sleep, 100..60000 ms (default 1000)");
+  serve->add_option("--grace-ms", serve_config.grace_ms,
+                    "misfire grace, 0..300000 ms (default 30000)");
+  serve->add_option("--recovery-interval-ms", serve_config.recovery_interval_ms,
+                    "recovery cycle period, 1000..600000 ms (default 5000)");
+  serve->add_option("--pool-max", serve_config.pool_max, "runtime pool size, 2..256 (default 8)");
+  serve->add_option("--shutdown-wait", serve_config.shutdown_wait_s,
+                    "seconds to drain the scheduler on SIGTERM, 1..600 (default 10)");
 
   UrlSource migrate_url{"", "", "QL3_MIGRATION_DATABASE_URL", "--database-url"};
   CLI::App* migrate = app.add_subcommand(
@@ -96,12 +170,22 @@ int Main(int argc, char** argv) {
       "catalog", "print the catalog of schema ql3 that the audit compares (maintenance)");
   AddUrlOptions(catalog, catalog_url, "any role's URL (or QL3_DATABASE_URL)");
 
+  CredentialCommand api_token, worker_token;
+  bool api_revoke = false, worker_revoke = false;
+  CLI::App* token = app.add_subcommand("token", "API credentials (as ql3_admin)");
+  AddCredentialCommands(token, api_token, api_revoke, "an API credential");
+  CLI::App* worker = app.add_subcommand("worker-token", "worker credentials (as ql3_admin)");
+  AddCredentialCommands(worker, worker_token, worker_revoke, "a worker credential");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;
   }
+  if (*serve) return Serve(serve_config);
+  if (*token) return Credential(pg::CredentialKind::kApi, api_token, api_revoke);
+  if (*worker) return Credential(pg::CredentialKind::kWorker, worker_token, worker_revoke);
   if (*migrate) return Migrate(migrate_url);
   if (*audit) return Audit(audit_url);
   if (*catalog) return Catalog(catalog_url);

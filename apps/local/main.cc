@@ -27,6 +27,7 @@
 #include "ql/engine/round_loop.h"
 #include "ql/exec/executor.h"
 #include "ql/http/api_server.h"
+#include "ql/http/listen_address.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "supervision_runner.h"
 
@@ -49,21 +50,6 @@ struct ServeConfig {
 int Fail(int code, const Status& status) {
   std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
   return code;
-}
-
-Result<std::pair<std::string, int>> ParseListen(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size()) {
-    return InvalidArgument("invalid_listen_address",
-                           "--listen '" + listen + "' must be HOST:PORT, e.g. 127.0.0.1:5700");
-  }
-  const std::string port_text = listen.substr(colon + 1);
-  if (port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(port_text) > 65535) {
-    return InvalidArgument("invalid_listen_address",
-                           "port '" + port_text + "' in --listen is not a number in 0..65535");
-  }
-  return std::make_pair(listen.substr(0, colon), std::stoi(port_text));
 }
 
 // Reads the owner token, creating it (0600, 256 random bits) on first start.
@@ -118,7 +104,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   if (!scheduler_options.ok()) return Fail(kExitUsage, scheduler_options.status());
   Result<LocalDispatcherOptions> dispatcher_options = LocalDispatcherOptionsForProfile(profile);
   if (!dispatcher_options.ok()) return Fail(kExitUsage, dispatcher_options.status());
-  Result<std::pair<std::string, int>> listen = ParseListen(config.listen);
+  Result<std::pair<std::string, int>> listen = ParseListenAddress(config.listen);
   if (!listen.ok()) return Fail(kExitUsage, listen.status());
   if (config.shutdown_wait_s < 0 || config.shutdown_wait_s > 3600) {
     return Fail(kExitUsage, InvalidArgument("invalid_shutdown_wait",
@@ -138,8 +124,8 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   for (const fs::path& dir : {data, data / "db", data / "log", data / "run"}) {
     fs::create_directories(dir, ec);
     if (ec) {
-      return Fail(kExitFailure, Internal("data_dir_io", "cannot create " + dir.string() + ": " +
-                                                            ec.message()));
+      return Fail(kExitFailure,
+                  Internal("data_dir_io", "cannot create " + dir.string() + ": " + ec.message()));
     }
   }
   fs::permissions(data, fs::perms::owner_all, fs::perm_options::replace, ec);
@@ -263,7 +249,8 @@ int main(int argc, char** argv) {
   serve->add_option("--profile", config.profile,
                     "Deployment profile: edge or standalone (default standalone, or "
                     "$QL_DEPLOYMENT_PROFILE)");
-  serve->add_option("--listen", config.listen, "HOST:PORT to serve HTTP on (default 127.0.0.1:5700)");
+  serve->add_option("--listen", config.listen,
+                    "HOST:PORT to serve HTTP on (default 127.0.0.1:5700)");
   serve->add_option("--shutdown-wait", config.shutdown_wait_s,
                     "Seconds to let running commands finish on SIGTERM (default 30)");
   try {

@@ -46,10 +46,10 @@ class ProjectRepository {
 
 struct PublishTaskCommand {
   std::string project_id;
-  std::string task_id;                      // new id when expected_revision is empty
-  std::optional<int64_t> expected_revision; // empty = create revision 1
-  std::string mutation_id;                  // globally unique per write
-  TaskRevisionRecord revision;              // content fields + digest; ids/revision filled by store
+  std::string task_id;                       // new id when expected_revision is empty
+  std::optional<int64_t> expected_revision;  // empty = create revision 1
+  std::string mutation_id;                   // globally unique per write
+  TaskRevisionRecord revision;  // content fields + digest; ids/revision filled by store
   // The plans to materialise with the revision (one per executor type); empty when disabled.
   std::vector<ExecutionRevisionRecord> executions;
   int64_t now_ms = 0;
@@ -193,6 +193,86 @@ class ScheduleRepository {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Cluster schedules (row-lease scheduler of DESIGN §5.2)
+//
+// Replicas share schedule rows through short claims. Every time here comes from the database
+// clock: claim commands carry owner, token and lease length only, never a node's time.
+
+struct ClaimRequest {
+  std::string owner;          // the replica, 1..128 bytes
+  std::string token;          // canonical UUID chosen by the replica for this round
+  int limit = 16;             // 1..256 rows
+  int64_t lease_ms = 30'000;  // 1 s .. 60 s
+};
+
+// One claimed row: the schedule as it stands after the claim (state_version bumped), the
+// trigger revision it follows, the pinned execution revision of the claim's executor type, and
+// the four-part fence with the database-clock acquisition time.
+struct ScheduleClaim {
+  DueSchedule due;
+  std::string execution_revision_id;  // "" when the task revision has none (admits nothing)
+  std::string owner;
+  std::string token;
+  int64_t claim_version = 0;
+  int64_t acquired_at_ms = 0;  // the database clock reading of the claim statement
+  int64_t expires_at_ms = 0;
+};
+
+// What to commit for one claim: the decision taken with acquired_at_ms as "now".
+struct ClaimDecision {
+  ScheduleClaim claim;
+  std::optional<int64_t> new_next_fire_at_ms;  // stored cursor (kExhaustedCursorMs when none)
+  bool exhausted = false;
+  std::optional<NewRun> run;  // a remote_worker cron run; its timestamps come from the database
+};
+
+class ClusterScheduleRepository {
+ public:
+  virtual ~ClusterScheduleRepository() = default;
+  // Claims at most `limit` rows in one statement that reads the database clock once: rows of
+  // active projects whose enabled trigger revision pins the task's current enabled revision,
+  // due or needing initialisation, with no live claim (none, or expired by the database clock),
+  // in order next_fire_at_ms NULLS FIRST, project_id, trigger_id, skipping rows locked by
+  // others. Each row gets owner, token, claim_version + 1, expiry = now + lease, state_version
+  // + 1 and updated_at = now; the claim commits at once. InvalidArgument for a bad request.
+  virtual Result<std::vector<ScheduleClaim>> ClaimDueSchedules(const ClaimRequest& request) = 0;
+  // Commits one decision in one transaction that re-locks and re-verifies project, trigger and
+  // task revisions and digests, the schedule's revision, state and cursor, the full claim fence
+  // against a fresh database-clock reading (a reading before the acquisition time is Corrupt
+  // `clock_regression`), and the digest of the pinned execution revision; then writes the
+  // queued run, its claimed attempt, retry policy and events run.created + run.queued, and
+  // advances the schedule under the full fence, clearing the claim. Any drift, a lost fence, an
+  // expired claim or an admitted idempotency key → kRaced with nothing written.
+  virtual Result<AdvanceOutcome> CommitClaimDecision(const ClaimDecision& decision) = 0;
+  // Returns how long until the earliest eligible cursor by the database clock (0 when one is
+  // due or needs initialisation; may be negative), or empty when no row is eligible.
+  virtual Result<std::optional<int64_t>> MsUntilNextDue() = 0;
+};
+
+// Recovery of the cluster (DESIGN §5.2): what a replica inspects at startup and periodically.
+struct RecoveryCandidate {
+  std::string run_id;
+  std::string attempt_id;  // the run's latest attempt
+  std::string run_status;
+  std::string attempt_status;
+  bool lease_live = false;     // a granted dispatch lease not expired by the database clock
+  bool never_started = false;  // the attempt never reported starting (no start, no callback)
+};
+
+class ClusterRecoveryRepository {
+ public:
+  virtual ~ClusterRecoveryRepository() = default;
+  // Lists at most `limit` non-terminal runs (created, queued, dispatching, running, lost) whose
+  // latest attempt is a remote_worker attempt, in run id order after `after_run_id`, except a
+  // pristine admission: a queued run without cancel intent, with queued_at, whose latest attempt
+  // is a claimed remote_worker attempt with every worker, session, lease, offer, callback,
+  // start, result and error field still at its admission value and no lease row. Any drift
+  // makes a run a candidate (fail closed).
+  virtual Result<std::vector<RecoveryCandidate>> ListRecoveryCandidates(
+      const std::string& after_run_id, int limit) = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
 // Runs, attempts, events
 
 struct NewEvent {
@@ -266,11 +346,11 @@ class RunRepository {
   virtual Result<std::vector<EventRecord>> ListEvents(const std::string& run_id,
                                                       int64_t after_sequence, int limit) = 0;
 
-  // Applies a transition (see RunTransitionCommand). Illegal move or lost CAS → Conflict; a transition
-  // into succeeded / failed / timed_out / retry_wait / queued after a committed cancel intent →
-  // Conflict (cancel_requested): the cancel wins, and so does it over an attempt moving into
-  // succeeded / failed / timed_out. A payload over 16 KiB → InvalidArgument. Also: a terminal run
-  // never changes (Conflict run_terminal); retry_wait needs retry_at_ms; new_attempt_id needs
+  // Applies a transition (see RunTransitionCommand). Illegal move or lost CAS → Conflict; a
+  // transition into succeeded / failed / timed_out / retry_wait / queued after a committed cancel
+  // intent → Conflict (cancel_requested): the cancel wins, and so does it over an attempt moving
+  // into succeeded / failed / timed_out. A payload over 16 KiB → InvalidArgument. Also: a terminal
+  // run never changes (Conflict run_terminal); retry_wait needs retry_at_ms; new_attempt_id needs
   // run_to queued, a terminal latest attempt and an attempt left under max_attempts (Conflict
   // retry_attempts_exhausted). Entering queued stamps queued_at = now; entering a terminal state
   // stamps finished_at = now unless the command sets it (for the attempt likewise).

@@ -1,7 +1,6 @@
 #include "ql/engine/local_dispatcher.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "ql/core/canonical_json.h"
@@ -18,56 +17,8 @@ std::string Name(RunStatus s) { return std::string(RunStatusName(s)); }
 std::string Name(AttemptStatus s) { return std::string(AttemptStatusName(s)); }
 
 NewEvent Event(std::string type, const std::string& actor, std::optional<std::string> attempt_id,
-               nlohmann::json payload = nlohmann::json::object()) {
-  NewEvent e;
-  e.type = std::move(type);
-  e.actor_type = actor;
-  e.attempt_id = std::move(attempt_id);
-  Result<std::string> canonical = CanonicalJson(payload);
-  e.payload_json = canonical.ok() ? *canonical : "{}";
-  return e;
-}
-
-// Where an outcome takes the attempt, and the run when no retry follows.
-struct Mapping {
-  AttemptStatus attempt_to;
-  RunStatus run_to;
-  bool retryable;
-  std::optional<int> exit_code;
-  std::optional<std::string> error_code;
-  std::string summary;
-};
-
-Mapping MapOutcome(const AttemptOutcome& o) {
-  using K = AttemptOutcome::Kind;
-  switch (o.kind) {
-    case K::kExited:
-      if (o.exit_code == 0) {
-        return {AttemptStatus::kSucceeded, RunStatus::kSucceeded, false, 0, std::nullopt, ""};
-      }
-      return {AttemptStatus::kFailed, RunStatus::kFailed, true, o.exit_code, "exit_status",
-              "command exited with status " + std::to_string(o.exit_code)};
-    case K::kSignaled:
-      return {AttemptStatus::kFailed,   RunStatus::kFailed, true, std::nullopt, "killed_by_signal",
-              "command was killed by signal " + std::to_string(o.signal)};
-    case K::kTimedOut:
-      return {AttemptStatus::kTimedOut, RunStatus::kTimedOut, false, std::nullopt, "timed_out",
-              "command exceeded its timeout"};
-    case K::kCancelled:
-      return {AttemptStatus::kCancelled, RunStatus::kCancelled, false, std::nullopt, "cancelled",
-              "cancelled on request"};
-    case K::kSpawnFailed:
-      return {AttemptStatus::kFailed, RunStatus::kFailed, false, std::nullopt, "exec_spawn_failed",
-              o.message};
-    case K::kLost:
-      break;
-  }
-  return {AttemptStatus::kLost, RunStatus::kLost, false, std::nullopt, "attempt_lost", o.message};
-}
-
-bool CancelWins(RunStatus to) {
-  return to == RunStatus::kSucceeded || to == RunStatus::kFailed || to == RunStatus::kTimedOut ||
-         to == RunStatus::kRetryWait || to == RunStatus::kLost;
+               const nlohmann::json& payload = nlohmann::json::object()) {
+  return MakeRunEvent(std::move(type), actor, std::move(attempt_id), payload);
 }
 
 }  // namespace
@@ -81,17 +32,11 @@ Result<LocalDispatcherOptions> LocalDispatcherOptionsForProfile(std::string_view
     options.max_concurrency = 4;
     options.log_cap_bytes = 64LL * 1024 * 1024;
   } else {
-    return InvalidArgument("unknown_profile", "unknown deployment profile '" +
-                                                  std::string(profile) +
-                                                  "': expected edge or standalone");
+    return InvalidArgument(
+        "unknown_profile",
+        "unknown deployment profile '" + std::string(profile) + "': expected edge or standalone");
   }
   return options;
-}
-
-int64_t RetryBackoffMs(const RetryPolicy& policy, int next_attempt) {
-  int64_t delay = std::max<int64_t>(policy.backoff_base_ms, 0);
-  for (int i = 2; i < next_attempt && delay < policy.backoff_max_ms; ++i) delay *= 2;
-  return std::min(delay, policy.backoff_max_ms);
 }
 
 LocalDispatcher::LocalDispatcher(RunRepository& runs, DefinitionRepository& definitions,
@@ -103,10 +48,9 @@ LocalDispatcher::LocalDispatcher(RunRepository& runs, DefinitionRepository& defi
       clock_(clock),
       random_(random),
       metrics_(metrics),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      settlement_(runs, clock, random, metrics, "executor") {
   metrics_.Describe("ql_executor_starts_total", "counter", "Attempts started by the dispatcher.");
-  metrics_.Describe("ql_executor_exits_total", "counter", "Attempts ended, by resulting status.");
-  metrics_.Describe("ql_run_transitions_total", "counter", "Run transitions, by target status.");
   metrics_.Describe("ql_dispatcher_errors_total", "counter", "Dispatcher storage errors.");
 }
 
@@ -132,8 +76,8 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   dispatching.attempt_to = Name(AttemptStatus::kStarting);
   dispatching.log_path = log_path;
   dispatching.events = {Event(std::string(kEventRunDispatching), "dispatcher", attempt.id),
-                        Event(AttemptEventType(AttemptStatus::kStarting), "dispatcher",
-                              attempt.id, {{"attempt", attempt.attempt}})};
+                        Event(AttemptEventType(AttemptStatus::kStarting), "dispatcher", attempt.id,
+                              {{"attempt", attempt.attempt}})};
   dispatching.now_ms = now;
   QL_ASSIGN_OR_RETURN(RunRecord current, runs_.ApplyTransition(dispatching));
 
@@ -215,106 +159,6 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   return r.ok() ? Status::Ok() : r.status();
 }
 
-Status LocalDispatcher::Finish(const std::string& run_id, const std::string& attempt_id,
-                               const AttemptOutcome& outcome) {
-  // Two tries: a cancel intent may commit between our read and our write, and then it wins.
-  for (int attempt_no = 0; attempt_no < 2; ++attempt_no) {
-    QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(run_id));
-    QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, runs_.ListAttempts(run_id));
-    auto it = std::find_if(attempts.begin(), attempts.end(),
-                           [&](const AttemptRecord& a) { return a.id == attempt_id; });
-    if (it == attempts.end()) return NotFound("attempt_not_found", "attempt " + attempt_id);
-    const AttemptRecord& attempt = *it;
-    std::optional<AttemptStatus> attempt_status = ParseAttemptStatus(attempt.status);
-    std::optional<RunStatus> run_status = ParseRunStatus(run.status);
-    if (!attempt_status || !run_status) {
-      return Corrupt("status_invalid", "run " + run_id + " has an unknown status");
-    }
-    if (IsTerminal(*attempt_status)) return Status::Ok();  // recorded already
-
-    Mapping m = MapOutcome(outcome);
-    if (run.cancel_requested_at_ms.has_value() && CancelWins(m.run_to)) {
-      m = {AttemptStatus::kCancelled, RunStatus::kCancelled, false, m.exit_code, "cancelled",
-           "cancelled on request"};
-    }
-    const bool lost = m.attempt_to == AttemptStatus::kLost;
-    const bool retry = !lost && m.retryable && attempt.attempt < run.retry_policy.max_attempts;
-    const RunStatus run_to = retry ? RunStatus::kRetryWait : m.run_to;
-    const int64_t now = clock_.NowMs();
-
-    RunTransitionCommand t;
-    t.run_id = run_id;
-    t.expected_version = run.version;
-    t.run_to = Name(run_to);
-    t.attempt_id = attempt_id;
-    t.expected_attempt_status = attempt.status;
-    t.attempt_to = Name(m.attempt_to);
-    t.attempt_finished_at_ms = now;
-    t.attempt_exit_code = m.exit_code;
-    t.attempt_error_code = m.error_code;
-    if (!m.summary.empty()) t.attempt_error_summary = m.summary;
-    t.exit_code = m.exit_code;
-    t.error_code = m.error_code;
-    if (!m.summary.empty()) t.error_summary = m.summary;
-    if (retry) {
-      t.retry_at_ms = now + RetryBackoffMs(run.retry_policy, attempt.attempt + 1);
-    } else if (!lost) {
-      t.finished_at_ms = now;
-    }
-    nlohmann::json payload = nlohmann::json::object();
-    if (m.exit_code) payload["exit_code"] = *m.exit_code;
-    if (m.error_code) payload["error_code"] = *m.error_code;
-    if (outcome.kind == AttemptOutcome::Kind::kSignaled) payload["signal"] = outcome.signal;
-    t.events = {Event(AttemptEventType(m.attempt_to), "executor", attempt_id, payload),
-                Event(RunEventType(run_to), "dispatcher", attempt_id,
-                      retry ? nlohmann::json{{"retry_at_ms", *t.retry_at_ms}}
-                            : nlohmann::json::object())};
-    t.now_ms = now;
-    Result<RunRecord> applied = runs_.ApplyTransition(t);
-    if (!applied.ok()) {
-      if (applied.status().code() == StatusCode::kConflict && attempt_no == 0) continue;
-      return applied.status();
-    }
-    metrics_.Increment("ql_executor_exits_total",
-                       "status=\"" + std::string(AttemptStatusName(m.attempt_to)) + "\"");
-    metrics_.Increment("ql_run_transitions_total",
-                       "to=\"" + std::string(RunStatusName(run_to)) + "\"");
-    if (lost) {
-      QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> after, runs_.ListAttempts(run_id));
-      return SettleLost(*applied, after.back(), m.summary);
-    }
-    return Status::Ok();
-  }
-  return Conflict("finish_raced", "run " + run_id + " kept changing while recording its outcome");
-}
-
-Status LocalDispatcher::SettleLost(const RunRecord& run, const AttemptRecord& attempt,
-                                   const std::string& reason) {
-  // A lost attempt may have had side effects: only a policy that says so retries it.
-  const bool retry = !run.cancel_requested_at_ms.has_value() && run.retry_policy.retry_on_lost &&
-                     attempt.attempt < run.retry_policy.max_attempts;
-  const RunStatus to = run.cancel_requested_at_ms.has_value() ? RunStatus::kCancelled
-                       : retry                                 ? RunStatus::kRetryWait
-                                                               : RunStatus::kFailed;
-  const int64_t now = clock_.NowMs();
-  RunTransitionCommand t;
-  t.run_id = run.id;
-  t.expected_version = run.version;
-  t.run_to = Name(to);
-  if (retry) {
-    t.retry_at_ms = now + RetryBackoffMs(run.retry_policy, attempt.attempt + 1);
-  } else {
-    t.finished_at_ms = now;
-    t.error_code = to == RunStatus::kCancelled ? "cancelled" : "attempt_lost";
-    t.error_summary = reason.empty() ? "the attempt's process vanished without a result" : reason;
-  }
-  t.events = {Event(RunEventType(to), "recovery", attempt.id)};
-  t.now_ms = now;
-  Result<RunRecord> r = runs_.ApplyTransition(t);
-  metrics_.Increment("ql_run_transitions_total", "to=\"" + std::string(RunStatusName(to)) + "\"");
-  return r.ok() ? Status::Ok() : r.status();
-}
-
 Status LocalDispatcher::Recover() {
   QL_ASSIGN_OR_RETURN(std::vector<RunRecord> active, runs_.ListActive());
   for (const RunRecord& run : active) {
@@ -326,7 +170,7 @@ Status LocalDispatcher::Recover() {
     if (!status) return Corrupt("status_invalid", "attempt " + attempt.id + " has unknown status");
     if (run.status == Name(RunStatus::kLost) && IsTerminal(*status)) {
       // The daemon stopped between recording the loss and settling the run.
-      QL_RETURN_IF_ERROR(SettleLost(run, attempt, ""));
+      QL_RETURN_IF_ERROR(settlement_.SettleLost(run, attempt, ""));
       continue;
     }
     if (IsTerminal(*status) || *status == AttemptStatus::kClaimed) continue;
@@ -335,13 +179,13 @@ Status LocalDispatcher::Recover() {
       // What cannot be proven alive is lost; it is never signalled.
       AttemptOutcome lost;
       lost.kind = AttemptOutcome::Kind::kLost;
-      lost.message = "the attempt could not be reattached after a restart: " +
-                     handle.status().message();
-      QL_RETURN_IF_ERROR(Finish(run.id, attempt.id, lost));
+      lost.message =
+          "the attempt could not be reattached after a restart: " + handle.status().message();
+      QL_RETURN_IF_ERROR(settlement_.Finish(run.id, attempt.id, lost));
       continue;
     }
     if (std::optional<AttemptOutcome> outcome = (*handle)->Poll()) {
-      QL_RETURN_IF_ERROR(Finish(run.id, attempt.id, *outcome));
+      QL_RETURN_IF_ERROR(settlement_.Finish(run.id, attempt.id, *outcome));
       continue;
     }
     if (*status == AttemptStatus::kStarting) {
@@ -389,37 +233,16 @@ Status LocalDispatcher::Watch(Active& a, bool& done) {
   }
   std::optional<AttemptOutcome> outcome = a.handle->Poll();
   if (!outcome) return Status::Ok();
-  QL_RETURN_IF_ERROR(Finish(a.run_id, a.attempt_id, *outcome));
+  QL_RETURN_IF_ERROR(settlement_.Finish(a.run_id, a.attempt_id, *outcome));
   done = true;
-  return Status::Ok();
-}
-
-Status LocalDispatcher::PromoteRetries(TickReport& report) {
-  const int64_t now = clock_.NowMs();
-  QL_ASSIGN_OR_RETURN(std::vector<RunRecord> due,
-                      runs_.ListRetryDue(now, kRetryPromotionsPerTick));
-  for (const RunRecord& run : due) {
-    RunTransitionCommand t;
-    t.run_id = run.id;
-    t.expected_version = run.version;
-    t.run_to = Name(RunStatus::kQueued);
-    t.new_attempt_id = NewUuidV7(now, random_);
-    t.events = {Event(RunEventType(RunStatus::kQueued), "dispatcher", t.new_attempt_id)};
-    t.now_ms = now;
-    Result<RunRecord> r = runs_.ApplyTransition(t);
-    if (r.ok()) {
-      ++report.requeued;
-      metrics_.Increment("ql_run_transitions_total", R"(to="queued")");
-    } else if (r.status().code() != StatusCode::kConflict) {
-      return r.status();
-    }
-  }
   return Status::Ok();
 }
 
 Result<TickReport> LocalDispatcher::Tick(bool launch_new) {
   TickReport report;
-  if (Status st = PromoteRetries(report); !st.ok()) {
+  if (Result<int> requeued = settlement_.PromoteRetries(kRetryPromotionsPerTick); requeued.ok()) {
+    report.requeued += *requeued;
+  } else {
     ++report.errors;
     metrics_.Increment("ql_dispatcher_errors_total");
   }

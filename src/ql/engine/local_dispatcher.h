@@ -12,6 +12,7 @@
 #include "ql/core/status.h"
 #include "ql/engine/attempt_runner.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/run_settlement.h"
 
 namespace ql {
 
@@ -65,10 +66,6 @@ class LocalDispatcher {
 
   Status Launch(const RunRecord& run, TickReport& report);
   Status Watch(Active& active, bool& done);
-  Status Finish(const std::string& run_id, const std::string& attempt_id,
-                const AttemptOutcome& outcome);
-  Status SettleLost(const RunRecord& run, const AttemptRecord& attempt, const std::string& reason);
-  Status PromoteRetries(TickReport& report);
   std::string LogPathFor(const RunRecord& run) const;
 
   RunRepository& runs_;
@@ -78,11 +75,9 @@ class LocalDispatcher {
   RandomSource& random_;
   Metrics& metrics_;
   LocalDispatcherOptions options_;
+  RunSettlement settlement_;
   std::map<std::string, Active> active_;  // by attempt id
   std::atomic<int> active_count_{0};
 };
-
-// Returns the retry delay before attempt `next_attempt` (≥ 2): base · 2^(n−2), at most max.
-int64_t RetryBackoffMs(const RetryPolicy& policy, int next_attempt);
 
 }  // namespace ql

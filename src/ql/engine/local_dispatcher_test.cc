@@ -138,7 +138,8 @@ TEST_F(LocalDispatcherTest, LaunchesThePinnedPlanAndRecordsSuccess) {
   EXPECT_EQ(p->launch.argv, (std::vector<std::string>{"/bin/sh", "-c", "echo hi"}));
   EXPECT_EQ(p->launch.timeout_ms, 5000);
   EXPECT_EQ(p->launch.log_path, dir_ + "/log/" + task_id_ + "/" + run + ".log");
-  std::map<std::string, std::string> env(p->launch.environment.begin(), p->launch.environment.end());
+  std::map<std::string, std::string> env(p->launch.environment.begin(),
+                                         p->launch.environment.end());
   EXPECT_EQ(env["GREETING"], "hello");
   EXPECT_EQ(env["QL_RUN_ID"], run);
   EXPECT_EQ(env["QL_ATTEMPT_ID"], p->launch.attempt_id);

@@ -12,7 +12,6 @@ namespace ql {
 namespace {
 
 constexpr int kHardPageCap = 256;
-constexpr size_t kMaxCachedSchedules = 4096;
 
 }  // namespace
 
@@ -27,9 +26,9 @@ Result<LocalSchedulerOptions> LocalSchedulerOptionsForProfile(std::string_view p
     options.cadence_ms = 1000;
     options.grace_ms = 300'000;
   } else {
-    return InvalidArgument("unknown_profile", "unknown deployment profile '" +
-                                                  std::string(profile) +
-                                                  "': expected edge or standalone");
+    return InvalidArgument(
+        "unknown_profile",
+        "unknown deployment profile '" + std::string(profile) + "': expected edge or standalone");
   }
   return options;
 }
@@ -38,11 +37,10 @@ LocalScheduler::LocalScheduler(ScheduleRepository& schedules, DefinitionReposito
                                Clock& clock, RandomSource& random, Metrics& metrics,
                                LocalSchedulerOptions options)
     : schedules_(schedules),
-      definitions_(definitions),
       clock_(clock),
-      random_(random),
       metrics_(metrics),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      decider_(definitions, random, options_.executor_type, options_.grace_ms) {
   metrics_.Describe("ql_scheduler_occurrences_total", "counter",
                     "Schedule decisions applied, by outcome (initialize, admit, skip, raced).");
   metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
@@ -64,54 +62,11 @@ Status LocalScheduler::ValidateOptions(const LocalSchedulerOptions& o) {
   return ValidateGraceMs(o.grace_ms);
 }
 
-Result<const CronSchedule*> LocalScheduler::ScheduleFor(const TriggerRevisionRecord& trigger) {
-  std::string key = trigger.expression + "\t" + trigger.timezone;
-  auto it = cron_cache_.find(key);
-  if (it != cron_cache_.end()) return it->second.get();
-  Result<CronSchedule> parsed = CronSchedule::Create(trigger.expression, trigger.timezone);
-  if (!parsed.ok()) {
-    // A stored revision that no longer parses (zone removed from tzdata, say) is corrupt input.
-    return Corrupt("trigger_spec_invalid", "trigger " + trigger.trigger_id + " revision " +
-                                               std::to_string(trigger.revision) + ": " +
-                                               parsed.status().message());
-  }
-  if (cron_cache_.size() >= kMaxCachedSchedules) cron_cache_.clear();
-  auto owned = std::make_unique<CronSchedule>(std::move(parsed).value());
-  const CronSchedule* raw = owned.get();
-  cron_cache_.emplace(std::move(key), std::move(owned));
-  return raw;
-}
-
-Result<LocalScheduler::ExecutionRef> LocalScheduler::ExecutionFor(
-    const TriggerRevisionRecord& trigger) {
-  auto key = std::make_pair(trigger.task_id, trigger.task_revision);
-  auto it = execution_cache_.find(key);
-  if (it != execution_cache_.end()) return it->second;
-  QL_ASSIGN_OR_RETURN(ExecutionRevisionRecord execution,
-                      definitions_.FindExecutionRevision(trigger.task_id, trigger.task_revision,
-                                                         options_.executor_type));
-  QL_ASSIGN_OR_RETURN(nlohmann::json plan_json, ParseJsonStrict(execution.plan_json));
-  QL_ASSIGN_OR_RETURN(ExecutionPlan plan, PlanFromJson(plan_json));
-  QL_RETURN_IF_ERROR(VerifyPlanDigest(plan, execution.plan_digest));
-  if (plan.task_digest != trigger.task_digest) {
-    return Corrupt("digest_mismatch", "execution revision " + execution.id +
-                                          " does not belong to the pinned task digest");
-  }
-  if (execution_cache_.size() >= kMaxCachedSchedules) execution_cache_.clear();
-  ExecutionRef ref{execution.id, plan.retry_policy};
-  execution_cache_.emplace(key, ref);
-  return ref;
-}
-
-Status LocalScheduler::DecideAndApply(const DueSchedule& due, int64_t now_ms,
-                                      RoundReport& report) {
+Status LocalScheduler::DecideAndApply(const DueSchedule& due, int64_t now_ms, RoundReport& report) {
   const ScheduleRecord& s = due.schedule;
   const TriggerRevisionRecord& t = due.trigger;
-  QL_ASSIGN_OR_RETURN(const CronSchedule* cron, ScheduleFor(t));
-  QL_ASSIGN_OR_RETURN(MisfirePolicy policy, ParseMisfirePolicy(t.misfire));
-  misfire::NextFireFn next = [cron](int64_t after) { return cron->NextAfter(after); };
-  misfire::Decision decision =
-      misfire::Decide(s.next_fire_at_ms, now_ms, s.published_at_ms, options_.grace_ms, policy, next);
+  QL_ASSIGN_OR_RETURN(DecidedRow row, decider_.Decide(due, now_ms));
+  const misfire::Decision& decision = row.decision;
   if (decision.kind == misfire::Decision::Kind::kNotDue) return Status::Ok();
 
   ScheduleAdvance advance;
@@ -121,31 +76,10 @@ Status LocalScheduler::DecideAndApply(const DueSchedule& due, int64_t now_ms,
   advance.expected_next_fire_at_ms = s.next_fire_at_ms;
   advance.expected_task_revision = t.task_revision;
   advance.expected_task_digest = t.task_digest;
-  advance.new_next_fire_at_ms = decision.new_cursor_ms;
-  advance.exhausted = !decision.new_cursor_ms.has_value();
+  advance.new_next_fire_at_ms = row.new_next_fire_at_ms;
+  advance.exhausted = row.exhausted;
   advance.now_ms = now_ms;
-  if (decision.admit_scheduled_for_ms.has_value()) {
-    QL_ASSIGN_OR_RETURN(ExecutionRef execution, ExecutionFor(t));
-    NewRun run;
-    run.run_id = NewUuidV7(now_ms, random_);
-    run.attempt_id = NewUuidV7(now_ms, random_);
-    run.project_id = t.project_id;
-    run.task_id = t.task_id;
-    run.task_revision = t.task_revision;
-    run.task_digest = t.task_digest;
-    run.execution_revision_id = execution.id;
-    run.executor_type = options_.executor_type;
-    run.trigger_id = t.trigger_id;
-    run.trigger_revision = t.revision;
-    run.scheduled_for_ms = *decision.admit_scheduled_for_ms;
-    run.trigger_type = "cron";
-    run.idempotency_key =
-        CronIdempotencyKey(t.trigger_id, t.revision, *decision.admit_scheduled_for_ms);
-    run.retry_policy = execution.retry_policy;
-    run.actor_type = "scheduler";
-    run.now_ms = now_ms;
-    advance.run = std::move(run);
-  }
+  advance.run = std::move(row.run);
 
   QL_ASSIGN_OR_RETURN(AdvanceOutcome outcome, schedules_.ApplyScheduleAdvance(advance));
   if (outcome == AdvanceOutcome::kRaced) {

@@ -14,6 +14,7 @@
 #include "ql/core/records.h"
 #include "ql/core/status.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/schedule_decider.h"
 
 namespace ql {
 
@@ -27,19 +28,6 @@ struct LocalSchedulerOptions {
 // Returns the options of a local deployment profile ("edge" or "standalone"), or
 // InvalidArgument (unknown_profile).
 Result<LocalSchedulerOptions> LocalSchedulerOptionsForProfile(std::string_view profile);
-
-// What one round did.
-struct RoundReport {
-  int rows = 0;
-  int initialized = 0;
-  int admitted = 0;
-  int skipped = 0;
-  int raced = 0;
-  int exhausted = 0;
-  int errors = 0;
-  bool page_full = false;  // the page came back full: more rows may be waiting
-  bool still_due = false;  // a row is still due after this round (catching up inside grace)
-};
 
 // The local scheduler of DESIGN §5.1 as a step function: the composition root calls RunRound()
 // from one thread (rounds never overlap) and sleeps NextDelayMs() between rounds.
@@ -63,24 +51,14 @@ class LocalScheduler {
   void SetOnAdmitted(std::function<void()> on_admitted) { on_admitted_ = std::move(on_admitted); }
 
  private:
-  struct ExecutionRef {
-    std::string id;
-    RetryPolicy retry_policy;
-  };
-  Result<const CronSchedule*> ScheduleFor(const TriggerRevisionRecord& trigger);
-  Result<ExecutionRef> ExecutionFor(const TriggerRevisionRecord& trigger);
   Status DecideAndApply(const DueSchedule& due, int64_t now_ms, RoundReport& report);
 
   ScheduleRepository& schedules_;
-  DefinitionRepository& definitions_;
   Clock& clock_;
-  RandomSource& random_;
   Metrics& metrics_;
   LocalSchedulerOptions options_;
+  ScheduleDecider decider_;
   std::function<void()> on_admitted_;
-  // Parsed expressions by "expression\ttimezone"; bounded to keep memory flat on routers.
-  std::map<std::string, std::unique_ptr<CronSchedule>> cron_cache_;
-  std::map<std::pair<std::string, int64_t>, ExecutionRef> execution_cache_;
 };
 
 }  // namespace ql

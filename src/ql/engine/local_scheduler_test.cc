@@ -46,7 +46,8 @@ class LocalSchedulerTest : public ::testing::Test {
 
   std::string AddTask(const std::string& name = "t") {
     TaskWrite write;
-    write.body = {{"name", name}, {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}};
+    write.body = {{"name", name},
+                  {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}};
     Result<PublishedTask> task = control_->PublishTask(write);
     EXPECT_TRUE(task.ok()) << task.status().ToString();
     return task->task.head.task_id;

@@ -8,22 +8,13 @@
 #include <cstdint>
 #include <string>
 
+#include "ql/core/log_source.h"
 #include "ql/core/records.h"
 #include "ql/core/status.h"
 
 namespace ql {
 
-// The largest chunk one ReadLog call returns, whatever the caller asks for.
-inline constexpr size_t kMaxLogChunkBytes = 1 << 20;
-
-struct LogChunk {
-  std::string data;         // raw bytes of the log from the requested offset
-  int64_t next_offset = 0;  // offset to ask for next (requested offset + data.size())
-  bool eof = false;         // next_offset reached the end of the file as it was when read
-  bool exists = false;      // the attempt has a log file on disk
-};
-
-class LogReader {
+class LogReader final : public LogSource {
  public:
   // Reads logs below `log_root` (an existing directory; symlinks in it are resolved once here).
   explicit LogReader(std::string log_root);
@@ -35,7 +26,8 @@ class LogReader {
   // root. Errors: InvalidArgument `invalid_offset` (negative offset); Corrupt
   // `log_path_invalid` when the path (after resolving symlinks) lies outside the log root or is
   // not a regular file; Unavailable `log_unreadable` when the file cannot be opened or read.
-  Result<LogChunk> ReadLog(const AttemptRecord& attempt, int64_t offset, size_t max_bytes) const;
+  Result<LogChunk> ReadLog(const AttemptRecord& attempt, int64_t offset,
+                           size_t max_bytes) const override;
 
   const std::string& log_root() const { return root_; }
 

@@ -25,6 +25,8 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kMinOwnerTokenBytes = 16;
+// Longer bearer tokens are refused without hashing them.
+constexpr size_t kMaxBearerTokenBytes = 512;
 // An oversized body up to this many times the limit is read and thrown away so the client,
 // which is usually still sending, can read its 413; beyond it the connection is closed.
 constexpr size_t kDrainFactor = 4;
@@ -311,7 +313,8 @@ struct ApiServer::Impl {
   void Dispatch(const httplib::Request& req, httplib::Response& res, const std::string& body);
   void Handle(const RouteMatch& match, const httplib::Request& req, httplib::Response& res,
               const std::string& body);
-  bool Authorized(const httplib::Request& req) const;
+  enum class Auth { kOk, kDenied, kUnavailable };
+  Auth Authorized(const httplib::Request& req) const;
   void ServeLog(const std::string& run_id, const httplib::Request& req, httplib::Response& res);
   void StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
                    httplib::Response& res);
@@ -333,18 +336,23 @@ ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions
 
 ApiServer::~ApiServer() { Stop(); }
 
-bool ApiServer::Impl::Authorized(const httplib::Request& req) const {
+ApiServer::Impl::Auth ApiServer::Impl::Authorized(const httplib::Request& req) const {
   const std::string header = req.get_header_value("Authorization");
   constexpr std::string_view kScheme = "bearer ";
   if (header.size() <= kScheme.size() ||
       !EqualsIgnoreCase(std::string_view(header).substr(0, kScheme.size()), kScheme)) {
-    return false;
+    return Auth::kDenied;
   }
   std::string_view token = std::string_view(header).substr(kScheme.size());
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
-  if (token.empty()) return false;
-  return ConstantTimeEquals(Sha256Hex(token), token_digest);
+  if (token.empty() || token.size() > kMaxBearerTokenBytes) return Auth::kDenied;
+  const std::string digest = Sha256Hex(token);
+  if (token_bytes > 0 && ConstantTimeEquals(digest, token_digest)) return Auth::kOk;
+  if (!options.credential_verifier) return Auth::kDenied;
+  Result<bool> verified = options.credential_verifier(digest);
+  if (!verified.ok()) return Auth::kUnavailable;
+  return *verified ? Auth::kOk : Auth::kDenied;
 }
 
 httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Request& req,
@@ -376,7 +384,13 @@ httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Reques
                     "more than " + std::to_string(options.max_in_flight) +
                         " requests are in flight; retry shortly");
     }
-    if (!Authorized(req)) {
+    const Auth auth = Authorized(req);
+    if (auth == Auth::kUnavailable) {
+      res.set_header("Retry-After", "1");
+      return reject(503, "credentials_unavailable",
+                    "the credential store cannot be read right now; retry shortly");
+    }
+    if (auth != Auth::kOk) {
       res.set_header("WWW-Authenticate", "Bearer");
       return reject(401, "unauthorized",
                     "missing or wrong bearer token in the Authorization header");
@@ -995,7 +1009,7 @@ Status ApiServer::Start(const std::string& host, int port) {
     s.started = false;
     return InvalidArgument("invalid_server_options", message);
   };
-  if (s.token_bytes < kMinOwnerTokenBytes) {
+  if (s.token_bytes < kMinOwnerTokenBytes && !(s.token_bytes == 0 && o.credential_verifier)) {
     s.started = false;
     return InvalidArgument(
         "owner_token_too_short",

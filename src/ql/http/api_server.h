@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,12 @@ struct ApiServerOptions {
   // The owner's bearer token (at least 16 bytes). Only its SHA-256 digest is kept; requests
   // are compared against the digest in constant time.
   std::string owner_token;
+  // Verifies a bearer token that is not the owner's, by the lowercase hex SHA-256 digest of the
+  // token (the only form a credential store keeps; ql-cluster reads its api_credentials table).
+  // true = a live credential, false = unknown or revoked; an error answers 503
+  // credentials_unavailable. Called from worker threads. With a verifier, owner_token may be
+  // empty (no owner token then).
+  std::function<Result<bool>(const std::string& token_digest)> credential_verifier;
   // Largest request body accepted; larger ones get 413 body_too_large.
   size_t max_body_bytes = size_t{1} << 20;
   // Requests accepted (queued or being served) at once; beyond it /api/v1 answers 503
@@ -37,7 +44,7 @@ struct ApiServerOptions {
   // How often a follow stream looks for new log bytes and run completion.
   int64_t follow_poll_ms = 200;
   // Reads run logs for GET /api/v1/runs/{id}/log; required, must outlive the server.
-  const LogReader* log_reader = nullptr;
+  const LogSource* log_reader = nullptr;
 };
 
 class ApiServer {

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "ql/core/digest.h"
 #include "ql/core/rfc3339.h"
 #include "ql/http/httplib_config.h"
 #include "ql/storage/sqlite/sqlite_store.h"
@@ -288,6 +290,33 @@ TEST_F(ApiServerTest, RejectsMissingOrWrongTokens) {
   EXPECT_EQ(ToReply(anonymous->Get("/metrics")).status, 200);
   EXPECT_EQ(ToReply(anonymous->Get("/livez")).status, 200);
   EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(ApiServerTest, StoredCredentialsAreCheckedByDigest) {
+  const std::string minted = "cluster-credential-0123456789abcdef";
+  const std::string revoked = "revoked-credential-0123456789abcdef";
+  std::atomic<bool> store_down{false};
+  ApiServerOptions options = DefaultOptions();
+  options.owner_token.clear();
+  options.credential_verifier = [&](const std::string& digest) -> Result<bool> {
+    EXPECT_TRUE(IsSha256Hex(digest));
+    if (store_down) return Unavailable("database_unavailable", "down");
+    return digest == Sha256Hex(minted);
+  };
+  StartServer(std::move(options));
+  auto with = [&](const std::string& token) {
+    auto client = NewClient(false);
+    client->set_default_headers({{"Authorization", "Bearer " + token}});
+    return ToReply(client->Get("/api/v1/tasks"));
+  };
+  EXPECT_EQ(with(minted).status, 200);
+  EXPECT_EQ(with(revoked).status, 401);
+  EXPECT_EQ(with(kToken).status, 401);  // no owner token configured
+  EXPECT_EQ(with(std::string(600, 'a')).status, 401);
+  store_down = true;
+  Reply unavailable = with(minted);
+  EXPECT_EQ(unavailable.status, 503);
+  EXPECT_EQ(unavailable.code(), "credentials_unavailable");
 }
 
 TEST_F(ApiServerTest, TaskLifecycle) {

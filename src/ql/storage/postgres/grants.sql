@@ -16,13 +16,14 @@ GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities, ql3.projects, ql
   TO ql3_runtime;
 GRANT SELECT, INSERT, UPDATE ON ql3.runs, ql3.run_attempts, ql3.run_retry_policies,
   ql3.worker_sessions, ql3.run_dispatch_leases TO ql3_runtime;
-GRANT SELECT, INSERT ON ql3.run_events TO ql3_runtime;
+GRANT SELECT, INSERT ON ql3.run_events, ql3.run_log_chunks TO ql3_runtime;
+GRANT SELECT ON ql3.api_credentials TO ql3_runtime;
 GRANT SELECT, UPDATE ON ql3.trigger_schedules TO ql3_runtime;
 
 -- ql3_admin: publishes definitions, creates and resets schedule rows, mints credentials.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_admin;
 GRANT SELECT, INSERT, UPDATE ON ql3.projects, ql3.task_heads, ql3.trigger_heads,
-  ql3.trigger_schedules, ql3.worker_credentials TO ql3_admin;
+  ql3.trigger_schedules, ql3.worker_credentials, ql3.api_credentials TO ql3_admin;
 GRANT SELECT, INSERT ON ql3.task_revisions, ql3.execution_revisions, ql3.trigger_revisions
   TO ql3_admin;
 

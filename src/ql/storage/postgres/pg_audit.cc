@@ -35,6 +35,8 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"worker_credentials", {}},
       {"worker_sessions", {"SELECT", "INSERT", "UPDATE"}},
       {"run_dispatch_leases", {"SELECT", "INSERT", "UPDATE"}},
+      {"api_credentials", {"SELECT"}},
+      {"run_log_chunks", {"SELECT", "INSERT"}},
   };
   return *kPrivileges;
 }

@@ -187,7 +187,7 @@ TEST_F(AuditTest, SuperuserAsRuntimeFails) {
 }
 
 TEST_F(AuditTest, AdminRoleAsRuntimeFails) {
-  ExpectNotReady("runtime_role_invalid", "projects", kAdminRole);
+  ExpectNotReady("runtime_role_invalid", "has INSERT on api_credentials", kAdminRole);
 }
 
 TEST_F(AuditTest, MembershipInAnotherRoleFails) {

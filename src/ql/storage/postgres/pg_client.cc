@@ -13,6 +13,7 @@ namespace ql::pg {
 namespace {
 
 constexpr unsigned kBoolOid = 16;
+constexpr unsigned kByteaOid = 17;
 constexpr unsigned kCharOid = 18;
 constexpr unsigned kNameOid = 19;
 constexpr unsigned kInt8Oid = 20;
@@ -298,6 +299,20 @@ std::optional<std::string> Rows::OptText(int row, int column) const {
   }
   return std::string(PQgetvalue(result_, row, column),
                      static_cast<size_t>(PQgetlength(result_, row, column)));
+}
+
+std::string Rows::Bytes(int row, int column) const {
+  if (!CheckCell(row, column, {kByteaOid}, false)) return "";
+  size_t length = 0;
+  unsigned char* raw = PQunescapeBytea(
+      reinterpret_cast<const unsigned char*>(PQgetvalue(result_, row, column)), &length);
+  if (raw == nullptr) {
+    Fail("decode_drift", "a bytea column cannot be decoded");
+    return "";
+  }
+  std::string out(reinterpret_cast<const char*>(raw), length);
+  PQfreemem(raw);
+  return out;
 }
 
 Status Rows::ExpectRows(int n) const {

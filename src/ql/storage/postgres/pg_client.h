@@ -117,6 +117,7 @@ class Rows {
   bool Bool(int row, int column) const;
   std::string Text(int row, int column) const;  // text, varchar, name, uuid
   std::optional<std::string> OptText(int row, int column) const;
+  std::string Bytes(int row, int column) const;  // bytea, decoded
 
   // Ok, or the first decoding fault recorded by a getter.
   const Status& status() const { return status_; }

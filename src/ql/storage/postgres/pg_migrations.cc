@@ -153,6 +153,16 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("retry_policies":1,"runs":1,"schedule_claims":1,"schedules":1,"worker_credentials":1,)"
        R"("worker_sessions":1})",
        "pg-0005-worker-dispatch"},
+      {kControlCore, 4,
+       R"({"api_credentials":1,"attempts":1,"definitions":1,"dispatch_leases":1,"events":1,)"
+       R"("projects":1,"retry_policies":1,"runs":1,"schedule_claims":1,"schedules":1,)"
+       R"("worker_credentials":1,"worker_sessions":1})",
+       "pg-0006-api-credentials"},
+      {kControlCore, 5,
+       R"({"api_credentials":1,"attempts":1,"definitions":1,"dispatch_leases":1,"events":1,)"
+       R"("projects":1,"retry_policies":1,"run_logs":1,"runs":1,"schedule_claims":1,)"
+       R"("schedules":1,"worker_credentials":1,"worker_sessions":1})",
+       "pg-0007-run-logs"},
   };
   return kSteps;
 }

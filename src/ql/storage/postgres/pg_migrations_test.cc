@@ -20,9 +20,18 @@ using testing::PgTestCluster;
 // Once a migration has landed its id and checksum never change.
 TEST(PostgresStreamTest, ChecksumsArePinned) {
   const std::map<std::string, std::string> pinned = {
-      {"pg-0001-schema-history", "PIN"},  {"pg-0002-projects-and-definitions", "PIN"},
-      {"pg-0003-run-core", "PIN"},        {"pg-0004-trigger-schedules", "PIN"},
-      {"pg-0005-worker-dispatch", "PIN"},
+      {"pg-0001-schema-history",
+       "4c9e40453d588d602a09aa08bf45767039a2d31705c78f384cdec8f08a5b856a"},
+      {"pg-0002-projects-and-definitions",
+       "edb2a18d45bbad00253c720e560f48cefa8f2f364af01bdf9441dff5417efb8d"},
+      {"pg-0003-run-core", "c0556564372c70a0c1441883e7e7d5abfe61f12e2861e608c0605890677d5c5d"},
+      {"pg-0004-trigger-schedules",
+       "d257c3b4066ad3025a099e9895162b96e630fc15cf55e19c2035b3788d31102e"},
+      {"pg-0005-worker-dispatch",
+       "04f324053023b24868ee91373e680b415dad405856a4d4948c1779be84a7d3cc"},
+      {"pg-0006-api-credentials",
+       "95e06af363812c7b1ce4c7f8fcc20dbde29106cfa0a97ca9fed97ff033f82e06"},
+      {"pg-0007-run-logs", "b9099079d5a443373d0c10deaff1dd92334bb9b54ecbe6ee4661eb85cf7f2143"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();
@@ -157,10 +166,10 @@ TEST_F(PostgresMigrateTest, AFailingMigrationLeavesHistoryAndCapabilityUnchanged
       "CREATE TABLE ql3.half_done (id text);\n"
       "INSERT INTO ql3.half_done VALUES ('x');\n"
       "SELECT 1 / 0;\n";
-  broken.migrations.push_back({"pg-0006-fails-midway", MigrationChecksum(sql), sql});
+  broken.migrations.push_back({"pg-0008-fails-midway", MigrationChecksum(sql), sql});
   std::vector<SchemaCapability> steps(CapabilitySteps().begin(), CapabilitySteps().end());
   steps.push_back(
-      {kControlCore, ExpectedCapability().version + 1, R"({"x":1})", "pg-0006-fails-midway"});
+      {kControlCore, ExpectedCapability().version + 1, R"({"x":1})", "pg-0008-fails-midway"});
   Result<MigrateReport> r = MigrateStream(url, broken, steps, clock_);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(Query(db,

@@ -16,6 +16,7 @@
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
 #include "ql/core/migration_stream.h"
+#include "ql/core/run_payloads.h"
 #include "ql/core/states.h"
 #include "ql/storage/sqlite/sqlite_db.h"
 #include "ql/storage/sqlite/sqlite_migrations.h"
@@ -693,19 +694,12 @@ Status InsertQueuedRun(Db& db, const NewRun& run) {
   QL_RETURN_IF_ERROR(
       Execute(db, kAttempt, run.attempt_id, run.run_id, run.executor_type, run.now_ms));
 
-  nlohmann::json created = {{"task_revision", run.task_revision},
-                            {"trigger_type", run.trigger_type}};
-  if (run.trigger_id.has_value()) created["trigger_id"] = *run.trigger_id;
-  if (run.trigger_revision.has_value()) created["trigger_revision"] = *run.trigger_revision;
-  if (run.scheduled_for_ms.has_value()) created["scheduled_for_ms"] = *run.scheduled_for_ms;
-  if (run.retry_of_run_id.has_value()) created["retry_of_run_id"] = *run.retry_of_run_id;
-  QL_ASSIGN_OR_RETURN(std::string created_payload, CanonicalOf(created));
+  QL_ASSIGN_OR_RETURN(std::string created_payload, RunCreatedPayload(run));
   NewEvent created_event{std::string(kEventRunCreated), run.actor_type, std::nullopt, std::nullopt,
                          created_payload};
   QL_RETURN_IF_ERROR(InsertEvent(db, run.run_id, 1, created_event, created_payload, run.now_ms));
 
-  nlohmann::json queued = {{"attempt", 1}, {"executor_type", run.executor_type}};
-  QL_ASSIGN_OR_RETURN(std::string queued_payload, CanonicalOf(queued));
+  QL_ASSIGN_OR_RETURN(std::string queued_payload, RunQueuedPayload(1, run.executor_type));
   NewEvent queued_event{RunEventType(RunStatus::kQueued), run.actor_type, run.attempt_id,
                         std::nullopt, queued_payload};
   return InsertEvent(db, run.run_id, 2, queued_event, queued_payload, run.now_ms);

@@ -39,3 +39,7 @@ CREATE TABLE ql3.trigger_schedules (
 CREATE INDEX trigger_schedules_due
   ON ql3.trigger_schedules (next_fire_at_ms NULLS FIRST, project_id, trigger_id)
   WHERE enabled AND NOT exhausted;
+
+-- Live claims by expiry: when the next claim frees up (the coordinator's idle sleep).
+CREATE INDEX trigger_schedules_claims ON ql3.trigger_schedules (claim_expires_at_ms)
+  WHERE claim_owner IS NOT NULL;

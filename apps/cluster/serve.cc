@@ -1,0 +1,269 @@
+#include "serve.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "ql/core/clock.h"
+#include "ql/core/ids.h"
+#include "ql/core/misfire.h"
+#include "ql/engine/cluster_recovery.h"
+#include "ql/engine/cluster_scheduler.h"
+#include "ql/engine/control_service.h"
+#include "ql/engine/metrics.h"
+#include "ql/engine/round_loop.h"
+#include "ql/http/api_server.h"
+#include "ql/http/listen_address.h"
+#include "ql/storage/postgres/pg_audit.h"
+#include "ql/storage/postgres/pg_cluster_recovery.h"
+#include "ql/storage/postgres/pg_cluster_schedules.h"
+#include "ql/storage/postgres/pg_credentials.h"
+#include "ql/storage/postgres/pg_log_source.h"
+#include "ql/storage/postgres/pg_store.h"
+
+namespace ql::cluster {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitNotReady = 3;
+// A verified API credential is trusted this long before it is looked up again, so a
+// revocation takes effect within this bound.
+constexpr auto kCredentialCacheTtl = std::chrono::seconds(10);
+constexpr size_t kCredentialCacheEntries = 1024;
+constexpr int kRecoveryStartAttempts = 10;
+
+int Fail(int code, const Status& status) {
+  std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
+  return code;
+}
+
+// Low-sensitivity diagnostics: a component, a reason and a message; never a URL or a token.
+void Diagnose(const char* component, const Status& status) {
+  std::cerr << component << ": " << status.reason() << ": " << status.message() << "\n";
+}
+
+std::string DefaultOwner() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string name = std::string(host).substr(0, 64);
+  if (name.empty()) name = "replica";
+  return name + ":" + std::to_string(::getpid()) + ":" + RandomHex(SecureRandom(), 4);
+}
+
+pg::PoolOptions PoolFor(const std::string& url, const std::string& app, int max) {
+  pg::PoolOptions options;
+  options.url = url;
+  options.max_connections = max;
+  options.min_connections = 1;
+  options.session.application_name = app;
+  return options;
+}
+
+// Remembers credentials that verified, for kCredentialCacheTtl.
+class CredentialCache {
+ public:
+  explicit CredentialCache(pg::Pool& runtime) : runtime_(runtime) {}
+  Result<bool> Verify(const std::string& digest) {
+    const auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = verified_.find(digest);
+      if (it != verified_.end() && it->second > now) return true;
+    }
+    QL_ASSIGN_OR_RETURN(bool live, pg::VerifyApiCredential(runtime_, digest));
+    if (live) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (verified_.size() >= kCredentialCacheEntries) verified_.clear();
+      verified_[digest] = now + kCredentialCacheTtl;
+    }
+    return live;
+  }
+
+ private:
+  pg::Pool& runtime_;
+  std::mutex mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> verified_;
+};
+
+}  // namespace
+
+int Serve(const ServeConfig& config) {
+  Clock& clock = SystemClock();
+  RandomSource& random = SecureRandom();
+
+  // Configuration first: nothing connects until all of it holds.
+  Result<std::string> runtime_url = ResolveDatabaseUrl(config.runtime_url);
+  if (!runtime_url.ok()) return Fail(kExitUsage, runtime_url.status());
+  Result<std::string> admin_url = ResolveOptionalDatabaseUrl(config.admin_url);
+  if (!admin_url.ok()) return Fail(kExitUsage, admin_url.status());
+  Result<std::pair<std::string, int>> listen = ParseListenAddress(config.listen);
+  if (!listen.ok()) return Fail(kExitUsage, listen.status());
+  ClusterSchedulerOptions scheduler_options;
+  scheduler_options.owner = config.owner.empty() ? DefaultOwner() : config.owner;
+  scheduler_options.claims_per_round = config.claims_per_round;
+  scheduler_options.lease_ms = config.lease_ms;
+  scheduler_options.cadence_ms = config.cadence_ms;
+  scheduler_options.grace_ms = config.grace_ms;
+  if (Status st = ClusterScheduler::ValidateOptions(scheduler_options); !st.ok()) {
+    return Fail(kExitUsage, st);
+  }
+  if (config.recovery_interval_ms < 1000 || config.recovery_interval_ms > 600'000) {
+    return Fail(kExitUsage, InvalidArgument("invalid_recovery_interval",
+                                            "--recovery-interval-ms must be 1000..600000"));
+  }
+  if (config.pool_max < 2 || config.pool_max > 256) {
+    return Fail(kExitUsage, InvalidArgument("invalid_pool_max", "--pool-max must be 2..256"));
+  }
+  if (config.shutdown_wait_s < 1 || config.shutdown_wait_s > 600) {
+    return Fail(kExitUsage,
+                InvalidArgument("invalid_shutdown_wait", "--shutdown-wait must be 1..600 s"));
+  }
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  PostgresStoreOptions store_options;
+  store_options.runtime = PoolFor(*runtime_url, "qinglong-runtime", config.pool_max);
+  if (!admin_url->empty()) {
+    store_options.admin = PoolFor(*admin_url, "qinglong-admin", std::max(2, config.pool_max / 4));
+  }
+  Result<std::unique_ptr<PostgresStore>> opened = PostgresStore::Open(store_options);
+  if (!opened.ok()) return Fail(kExitFailure, opened.status());
+  std::unique_ptr<PostgresStore> store = std::move(opened).value();
+
+  // The readiness audit, as the runtime role, before anything else touches the schema.
+  Status audit = store->runtime_pool().WithConnection(
+      "readiness audit", [](pg::Connection& conn) { return pg::AuditReadiness(conn); });
+  if (!audit.ok()) {
+    if (audit.code() == StatusCode::kCorrupt) {
+      std::cout << "not ready: " << audit.reason() << ": " << audit.message() << "\n";
+      return kExitNotReady;
+    }
+    return Fail(kExitFailure, audit);
+  }
+
+  Metrics metrics;
+  ControlOptions control_options;
+  control_options.executor_type = "remote_worker";
+  control_options.grace_ms = scheduler_options.grace_ms;
+  ControlService control(*store, clock, random, control_options);
+  if (Result<ProjectRecord> project = control.EnsureDefaultProject(); !project.ok()) {
+    if (project.status().reason() == "admin_pool_missing") {
+      return Fail(kExitFailure,
+                  Unavailable("default_project_missing",
+                              "the default project does not exist yet; start one replica with "
+                              "--admin-database-url once to create it"));
+    }
+    return Fail(kExitFailure, project.status());
+  }
+
+  // Startup recovery must converge before this replica admits anything.
+  PostgresClusterRecovery recovery_source(store->runtime_pool());
+  ClusterRecovery recovery(recovery_source, store->runs(), clock, random, metrics);
+  for (int attempt = 1;; ++attempt) {
+    Result<RecoveryReport> report = recovery.RunOnce();
+    if (report.ok() && report->errors == 0) {
+      std::cout << "recovery: " << report->candidates << " candidate(s), " << report->lost
+                << " lost, " << report->settled << " settled, " << report->requeued << " requeued, "
+                << report->stuck << " stuck\n";
+      break;
+    }
+    Status why = report.ok() ? report->first_error : report.status();
+    if (attempt >= kRecoveryStartAttempts) return Fail(kExitFailure, why);
+    Diagnose("recovery", why);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+
+  PostgresClusterSchedules schedules(store->runtime_pool());
+  ClusterScheduler scheduler(schedules, store->definitions(), random, metrics, scheduler_options);
+  ConditionSleeper scheduler_sleeper;
+  RoundLoop scheduler_loop(
+      [&]() -> int64_t {
+        Result<RoundReport> round = scheduler.RunRound();
+        if (!round.ok()) {
+          Diagnose("scheduler", round.status());
+          return scheduler_options.cadence_ms;
+        }
+        if (!round->first_error.ok()) Diagnose("scheduler", round->first_error);
+        Result<int64_t> next = scheduler.NextDelayMs(*round);
+        return next.ok() ? *next : scheduler_options.cadence_ms;
+      },
+      scheduler_sleeper);
+  ConditionSleeper recovery_sleeper;
+  RoundLoop recovery_loop(
+      [&]() -> int64_t {
+        Result<RecoveryReport> report = recovery.RunOnce();
+        if (!report.ok()) {
+          Diagnose("recovery", report.status());
+        } else if (!report->first_error.ok()) {
+          Diagnose("recovery", report->first_error);
+        }
+        return config.recovery_interval_ms;
+      },
+      recovery_sleeper);
+  std::thread scheduler_thread([&] { scheduler_loop.Run(); });
+  std::thread recovery_thread([&] {
+    recovery_sleeper.SleepFor(config.recovery_interval_ms);
+    recovery_loop.Run();
+  });
+  auto stop_lifecycles = [&] {
+    scheduler.RequestStop();
+    scheduler_loop.Stop();
+    recovery_loop.Stop();
+    // Bounded: a round stops before its next commit; the wait covers the one in flight.
+    auto joined = std::async(std::launch::async, [&] {
+      scheduler_thread.join();
+      recovery_thread.join();
+    });
+    if (joined.wait_for(std::chrono::seconds(config.shutdown_wait_s)) !=
+        std::future_status::ready) {
+      std::cerr << "stop: the scheduler did not drain within " << config.shutdown_wait_s
+                << " s; its claims expire and are taken over\n";
+      std::_Exit(kExitFailure);
+    }
+  };
+
+  CredentialCache credentials(store->runtime_pool());
+  PostgresLogSource logs(store->runtime_pool());
+  ApiServerOptions api_options;
+  api_options.credential_verifier = [&](const std::string& digest) {
+    return credentials.Verify(digest);
+  };
+  api_options.log_reader = &logs;
+  ApiServer api(control, metrics, api_options);
+  if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
+    stop_lifecycles();
+    return Fail(kExitFailure, st);
+  }
+  api.SetReady(true);
+  std::cout << "ql-cluster replica " << scheduler_options.owner << " listening on http://"
+            << listen->first << ":" << api.port()
+            << (admin_url->empty() ? " (read-only management: no --admin-database-url)" : "")
+            << "\n"
+            << std::flush;
+
+  int received = 0;
+  sigwait(&signals, &received);
+  std::cout << "stopping (signal " << received << ")\n" << std::flush;
+  api.WithdrawAdmission();
+  stop_lifecycles();
+  api.Stop();
+  store.reset();  // closes both pools
+  return 0;
+}
+
+}  // namespace ql::cluster

@@ -1,0 +1,34 @@
+#pragma once
+
+// `ql-cluster serve`: one control-plane replica. Any number of them share one PostgreSQL with
+// no leader.
+
+#include <cstdint>
+#include <string>
+
+#include "database_url.h"
+
+namespace ql::cluster {
+
+struct ServeConfig {
+  UrlSource runtime_url{"", "", "QL3_DATABASE_URL", "--database-url"};
+  UrlSource admin_url{"", "", "QL3_ADMIN_DATABASE_URL", "--admin-database-url"};
+  std::string listen = "127.0.0.1:5800";
+  std::string owner;  // claim owner; default host:pid:random
+  int claims_per_round = 16;
+  int64_t lease_ms = 30'000;
+  int64_t cadence_ms = 1000;
+  int64_t grace_ms = 30'000;
+  int64_t recovery_interval_ms = 5000;
+  int pool_max = 8;
+  int shutdown_wait_s = 10;
+};
+
+// Runs the replica until SIGTERM or SIGINT. Start order: configuration validated before any
+// connection → readiness audit → startup recovery converged → scheduler and recovery
+// lifecycles → HTTP admission (/readyz 200). Stop order: withdraw admission → stop and drain
+// the scheduler (bounded) → stop HTTP → close the pools. Exit codes: 0 after a clean stop,
+// 1 failure, 2 invalid configuration, 3 the audit found the database not ready.
+int Serve(const ServeConfig& config);
+
+}  // namespace ql::cluster

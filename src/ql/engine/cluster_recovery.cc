@@ -1,0 +1,100 @@
+#include "ql/engine/cluster_recovery.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "ql/core/states.h"
+
+namespace ql {
+
+ClusterRecovery::ClusterRecovery(ClusterRecoveryRepository& candidates, RunRepository& runs,
+                                 Clock& clock, RandomSource& random, Metrics& metrics)
+    : candidates_(candidates),
+      runs_(runs),
+      metrics_(metrics),
+      settlement_(runs, clock, random, metrics, "recovery") {
+  metrics_.Describe("ql_recovery_runs", "gauge",
+                    "Runs the last recovery cycle found, by what it did with them.");
+  metrics_.Describe("ql_recovery_errors_total", "counter", "Recovery steps that failed.");
+}
+
+Status ClusterRecovery::Settle(const RecoveryCandidate& c, RecoveryReport& report) {
+  if (c.lease_live) {
+    ++report.live;
+    return Status::Ok();
+  }
+  const std::optional<RunStatus> run_status = ParseRunStatus(c.run_status);
+  const std::optional<AttemptStatus> attempt_status = ParseAttemptStatus(c.attempt_status);
+  if (!run_status || !attempt_status) {
+    ++report.stuck;
+    return Corrupt("status_invalid", "run " + c.run_id + " has an unknown status");
+  }
+  switch (*run_status) {
+    case RunStatus::kDispatching:
+    case RunStatus::kRunning: {
+      if (IsTerminal(*attempt_status)) {
+        ++report.stuck;
+        return Status::Ok();
+      }
+      AttemptOutcome lost;
+      lost.kind = AttemptOutcome::Kind::kLost;
+      lost.message = "the worker's lease expired before the attempt reported a result";
+      QL_RETURN_IF_ERROR(settlement_.Finish(c.run_id, c.attempt_id, lost));
+      ++report.lost;
+      return Status::Ok();
+    }
+    case RunStatus::kLost: {
+      QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(c.run_id));
+      QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, runs_.ListAttempts(c.run_id));
+      if (attempts.empty() || run.status != c.run_status) return Status::Ok();
+      QL_RETURN_IF_ERROR(settlement_.SettleLost(run, attempts.back(), ""));
+      ++report.settled;
+      return Status::Ok();
+    }
+    case RunStatus::kQueued:
+      if (*attempt_status == AttemptStatus::kClaimed && c.never_started) {
+        ++report.redispatch;
+      } else {
+        ++report.stuck;
+      }
+      return Status::Ok();
+    default:
+      ++report.stuck;
+      return Status::Ok();
+  }
+}
+
+Result<RecoveryReport> ClusterRecovery::RunOnce(int page) {
+  RecoveryReport report;
+  std::string after;
+  while (true) {
+    QL_ASSIGN_OR_RETURN(std::vector<RecoveryCandidate> batch,
+                        candidates_.ListRecoveryCandidates(after, page));
+    for (const RecoveryCandidate& c : batch) {
+      ++report.candidates;
+      Status st = Settle(c, report);
+      if (!st.ok()) {
+        if (report.first_error.ok()) report.first_error = st;
+        ++report.errors;
+        metrics_.Increment("ql_recovery_errors_total");
+      }
+    }
+    if (static_cast<int>(batch.size()) < page) break;
+    after = batch.back().run_id;
+  }
+  Result<int> requeued = settlement_.PromoteRetries(page);
+  if (requeued.ok()) {
+    report.requeued = *requeued;
+  } else {
+    if (report.first_error.ok()) report.first_error = requeued.status();
+    ++report.errors;
+  }
+  metrics_.SetGauge("ql_recovery_runs", R"(action="live")", report.live);
+  metrics_.SetGauge("ql_recovery_runs", R"(action="lost")", report.lost);
+  metrics_.SetGauge("ql_recovery_runs", R"(action="settled")", report.settled);
+  metrics_.SetGauge("ql_recovery_runs", R"(action="redispatch")", report.redispatch);
+  metrics_.SetGauge("ql_recovery_runs", R"(action="stuck")", report.stuck);
+  return report;
+}
+
+}  // namespace ql

@@ -1,0 +1,141 @@
+#include "ql/engine/cluster_scheduler.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "ql/core/ids.h"
+#include "ql/core/misfire.h"
+
+namespace ql {
+namespace {
+
+constexpr int kHardClaimCap = 256;
+
+// A random (version 4) UUID: the claim token of one round. Its time must not come from the
+// node, so it carries none.
+std::string RandomUuid(RandomSource& random) {
+  std::string hex = RandomHex(random, 16);
+  hex[12] = '4';
+  hex[16] = "89ab"[std::stoi(hex.substr(16, 1), nullptr, 16) & 3];
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
+         hex.substr(16, 4) + "-" + hex.substr(20, 12);
+}
+
+}  // namespace
+
+ClusterScheduler::ClusterScheduler(ClusterScheduleRepository& schedules,
+                                   DefinitionRepository& definitions, RandomSource& random,
+                                   Metrics& metrics, ClusterSchedulerOptions options)
+    : schedules_(schedules),
+      random_(random),
+      metrics_(metrics),
+      options_(std::move(options)),
+      decider_(definitions, random, options_.executor_type, options_.grace_ms) {
+  metrics_.Describe("ql_scheduler_occurrences_total", "counter",
+                    "Schedule decisions, by outcome (initialize, admit, skip, raced).");
+  metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
+  metrics_.Describe("ql_scheduler_claims_total", "counter", "Schedule rows claimed.");
+  metrics_.Describe("ql_scheduler_round_rows", "histogram", "Rows claimed per round.");
+  metrics_.Describe("ql_scheduler_errors_total", "counter",
+                    "Claim statements and decisions that failed.");
+  metrics_.Describe("ql_scheduler_lag_seconds", "histogram",
+                    "Claim time minus scheduled time of admitted occurrences (database clock).");
+}
+
+Status ClusterScheduler::ValidateOptions(const ClusterSchedulerOptions& o) {
+  if (o.owner.empty() || o.owner.size() > 128) {
+    return InvalidArgument("invalid_scheduler_option", "the claim owner must be 1..128 bytes");
+  }
+  if (o.claims_per_round < 1 || o.claims_per_round > kHardClaimCap) {
+    return InvalidArgument("invalid_scheduler_option",
+                           "claims per round " + std::to_string(o.claims_per_round) +
+                               " is outside 1.." + std::to_string(kHardClaimCap));
+  }
+  if (o.lease_ms < 1000 || o.lease_ms > 60'000) {
+    return InvalidArgument("invalid_scheduler_option",
+                           "lease " + std::to_string(o.lease_ms) + " ms is outside 1000..60000");
+  }
+  if (o.cadence_ms < 100 || o.cadence_ms > 60'000) {
+    return InvalidArgument("invalid_scheduler_option",
+                           "cadence " + std::to_string(o.cadence_ms) + " ms is outside 100..60000");
+  }
+  if (o.executor_type != "remote_worker" && o.executor_type != "local_process") {
+    return InvalidArgument("invalid_scheduler_option",
+                           "executor type '" + o.executor_type + "' is not known");
+  }
+  return ValidateGraceMs(o.grace_ms);
+}
+
+Status ClusterScheduler::DecideAndCommit(const ScheduleClaim& claim, RoundReport& report) {
+  const int64_t now_ms = claim.acquired_at_ms;
+  QL_ASSIGN_OR_RETURN(DecidedRow row, decider_.Decide(claim.due, now_ms));
+  if (row.decision.kind == misfire::Decision::Kind::kNotDue) return Status::Ok();
+  ClaimDecision decision;
+  decision.claim = claim;
+  decision.new_next_fire_at_ms = row.new_next_fire_at_ms;
+  decision.exhausted = row.exhausted;
+  decision.run = std::move(row.run);
+  QL_ASSIGN_OR_RETURN(AdvanceOutcome outcome, schedules_.CommitClaimDecision(decision));
+  if (outcome == AdvanceOutcome::kRaced) {
+    ++report.raced;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="raced")");
+    return Status::Ok();
+  }
+  if (decision.exhausted) ++report.exhausted;
+  if (decision.run.has_value()) {
+    ++report.admitted;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="admit")");
+    metrics_.Observe("ql_scheduler_lag_seconds",
+                     static_cast<double>(now_ms - *decision.run->scheduled_for_ms) / 1000.0);
+  } else if (row.decision.kind == misfire::Decision::Kind::kInitialize) {
+    ++report.initialized;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="initialize")");
+  } else {
+    ++report.skipped;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="skip")");
+  }
+  if (row.new_next_fire_at_ms.has_value() && *row.new_next_fire_at_ms <= now_ms) {
+    report.still_due = true;
+  }
+  return Status::Ok();
+}
+
+Result<RoundReport> ClusterScheduler::RunRound() {
+  RoundReport report;
+  if (stopping_) return report;
+  metrics_.Increment("ql_scheduler_rounds_total");
+  ClaimRequest request{options_.owner, RandomUuid(random_), options_.claims_per_round,
+                       options_.lease_ms};
+  Result<std::vector<ScheduleClaim>> claims = schedules_.ClaimDueSchedules(request);
+  if (!claims.ok()) {
+    metrics_.Increment("ql_scheduler_errors_total");
+    return claims.status();
+  }
+  report.rows = static_cast<int>(claims->size());
+  report.page_full = report.rows >= options_.claims_per_round;
+  metrics_.Increment("ql_scheduler_claims_total", {}, report.rows);
+  metrics_.Observe("ql_scheduler_round_rows", report.rows);
+  for (const ScheduleClaim& claim : *claims) {
+    if (stopping_) break;
+    Status st = DecideAndCommit(claim, report);
+    if (!st.ok()) {
+      if (report.first_error.ok()) report.first_error = st;
+      ++report.errors;
+      metrics_.Increment("ql_scheduler_errors_total");
+    }
+  }
+  if (report.admitted > 0 && on_admitted_) on_admitted_();
+  return report;
+}
+
+Result<int64_t> ClusterScheduler::NextDelayMs(const RoundReport& report) {
+  // Rows that failed keep their claims until expiry; they must not make the loop spin.
+  const bool progressed = report.rows > report.errors;
+  if ((report.page_full && progressed) || report.still_due) return int64_t{0};
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> until, schedules_.MsUntilNextDue());
+  if (!until.has_value()) return options_.cadence_ms;
+  return std::clamp<int64_t>(*until, 0, options_.cadence_ms);
+}
+
+}  // namespace ql

@@ -1,0 +1,70 @@
+#pragma once
+
+// The cluster coordinator of DESIGN §5.2 as a step function: every replica runs one, with no
+// leader. A round claims a bounded batch of due schedule rows (a short row lease taken by the
+// database clock), decides each outside any transaction with the shared decision function
+// using the claim's acquisition time as "now", and commits each decision under the full claim
+// fence. The composition root calls RunRound() from one thread (rounds never overlap) and
+// sleeps NextDelayMs() between rounds.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "ql/core/clock.h"
+#include "ql/core/ports.h"
+#include "ql/core/status.h"
+#include "ql/engine/metrics.h"
+#include "ql/engine/schedule_decider.h"
+
+namespace ql {
+
+struct ClusterSchedulerOptions {
+  std::string owner;          // unique per process, 1..128 bytes
+  int claims_per_round = 16;  // 1..256
+  int64_t lease_ms = 30'000;  // 1 s .. 60 s
+  int64_t cadence_ms = 1000;  // longest idle sleep, 100 ms .. 60 s
+  int64_t grace_ms = 30'000;  // misfire grace, at most 5 min
+  std::string executor_type = "remote_worker";
+};
+
+class ClusterScheduler {
+ public:
+  ClusterScheduler(ClusterScheduleRepository& schedules, DefinitionRepository& definitions,
+                   RandomSource& random, Metrics& metrics, ClusterSchedulerOptions options);
+
+  // InvalidArgument `invalid_scheduler_option` naming the bound that does not hold.
+  static Status ValidateOptions(const ClusterSchedulerOptions& options);
+
+  // Claims one batch and commits every decision, each in its own transaction. A decision that
+  // fails (corrupt definition, storage error) is counted and its claim simply expires; the
+  // other claims of the round still commit. A failed claim statement is returned.
+  Result<RoundReport> RunRound();
+
+  // 0 when the batch came back full or a row is still due; otherwise the time until the
+  // earliest cursor by the database clock, at most the cadence.
+  Result<int64_t> NextDelayMs(const RoundReport& report);
+
+  // Called after each round that admitted runs (to nudge a dispatcher).
+  void SetOnAdmitted(std::function<void()> on_admitted) { on_admitted_ = std::move(on_admitted); }
+
+  const ClusterSchedulerOptions& options() const { return options_; }
+
+  // Makes the round in progress stop before its next commit (its remaining claims expire and
+  // are taken over); later rounds claim nothing. Safe from any thread.
+  void RequestStop() { stopping_ = true; }
+
+ private:
+  Status DecideAndCommit(const ScheduleClaim& claim, RoundReport& report);
+
+  ClusterScheduleRepository& schedules_;
+  RandomSource& random_;
+  Metrics& metrics_;
+  ClusterSchedulerOptions options_;
+  ScheduleDecider decider_;
+  std::function<void()> on_admitted_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace ql

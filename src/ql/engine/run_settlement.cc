@@ -1,0 +1,220 @@
+#include "ql/engine/run_settlement.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/ids.h"
+#include "ql/core/states.h"
+
+namespace ql {
+namespace {
+
+std::string Name(RunStatus s) { return std::string(RunStatusName(s)); }
+std::string Name(AttemptStatus s) { return std::string(AttemptStatusName(s)); }
+
+NewEvent Event(std::string type, const std::string& actor, std::optional<std::string> attempt_id,
+               const nlohmann::json& payload = nlohmann::json::object()) {
+  return MakeRunEvent(std::move(type), actor, std::move(attempt_id), payload);
+}
+
+// Where an outcome takes the attempt, and the run when no retry follows.
+struct Mapping {
+  AttemptStatus attempt_to;
+  RunStatus run_to;
+  bool retryable;
+  std::optional<int> exit_code;
+  std::optional<std::string> error_code;
+  std::string summary;
+};
+
+Mapping MapOutcome(const AttemptOutcome& o) {
+  using K = AttemptOutcome::Kind;
+  switch (o.kind) {
+    case K::kExited:
+      if (o.exit_code == 0) {
+        return {AttemptStatus::kSucceeded, RunStatus::kSucceeded, false, 0, std::nullopt, ""};
+      }
+      return {AttemptStatus::kFailed,
+              RunStatus::kFailed,
+              true,
+              o.exit_code,
+              "exit_status",
+              "command exited with status " + std::to_string(o.exit_code)};
+    case K::kSignaled:
+      return {AttemptStatus::kFailed,
+              RunStatus::kFailed,
+              true,
+              std::nullopt,
+              "killed_by_signal",
+              "command was killed by signal " + std::to_string(o.signal)};
+    case K::kTimedOut:
+      return {AttemptStatus::kTimedOut,      RunStatus::kTimedOut, false, std::nullopt, "timed_out",
+              "command exceeded its timeout"};
+    case K::kCancelled:
+      return {AttemptStatus::kCancelled, RunStatus::kCancelled, false, std::nullopt, "cancelled",
+              "cancelled on request"};
+    case K::kSpawnFailed:
+      return {AttemptStatus::kFailed, RunStatus::kFailed,  false,
+              std::nullopt,           "exec_spawn_failed", o.message};
+    case K::kLost:
+      break;
+  }
+  return {AttemptStatus::kLost, RunStatus::kLost, false, std::nullopt, "attempt_lost", o.message};
+}
+
+bool CancelWins(RunStatus to) {
+  return to == RunStatus::kSucceeded || to == RunStatus::kFailed || to == RunStatus::kTimedOut ||
+         to == RunStatus::kRetryWait || to == RunStatus::kLost;
+}
+
+}  // namespace
+
+NewEvent MakeRunEvent(std::string type, const std::string& actor,
+                      std::optional<std::string> attempt_id, const nlohmann::json& payload) {
+  NewEvent e;
+  e.type = std::move(type);
+  e.actor_type = actor;
+  e.attempt_id = std::move(attempt_id);
+  Result<std::string> canonical = CanonicalJson(payload);
+  e.payload_json = canonical.ok() ? *canonical : "{}";
+  return e;
+}
+
+int64_t RetryBackoffMs(const RetryPolicy& policy, int next_attempt) {
+  int64_t delay = std::max<int64_t>(policy.backoff_base_ms, 0);
+  for (int i = 2; i < next_attempt && delay < policy.backoff_max_ms; ++i) delay *= 2;
+  return std::min(delay, policy.backoff_max_ms);
+}
+
+RunSettlement::RunSettlement(RunRepository& runs, Clock& clock, RandomSource& random,
+                             Metrics& metrics, std::string actor)
+    : runs_(runs), clock_(clock), random_(random), metrics_(metrics), actor_(std::move(actor)) {
+  metrics_.Describe("ql_executor_exits_total", "counter", "Attempts ended, by resulting status.");
+  metrics_.Describe("ql_run_transitions_total", "counter", "Run transitions, by target status.");
+}
+
+Status RunSettlement::Finish(const std::string& run_id, const std::string& attempt_id,
+                             const AttemptOutcome& outcome) {
+  // Two tries: a cancel intent may commit between our read and our write, and then it wins.
+  for (int attempt_no = 0; attempt_no < 2; ++attempt_no) {
+    QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(run_id));
+    QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, runs_.ListAttempts(run_id));
+    auto it = std::find_if(attempts.begin(), attempts.end(),
+                           [&](const AttemptRecord& a) { return a.id == attempt_id; });
+    if (it == attempts.end()) return NotFound("attempt_not_found", "attempt " + attempt_id);
+    const AttemptRecord& attempt = *it;
+    std::optional<AttemptStatus> attempt_status = ParseAttemptStatus(attempt.status);
+    std::optional<RunStatus> run_status = ParseRunStatus(run.status);
+    if (!attempt_status || !run_status) {
+      return Corrupt("status_invalid", "run " + run_id + " has an unknown status");
+    }
+    if (IsTerminal(*attempt_status)) return Status::Ok();  // recorded already
+
+    Mapping m = MapOutcome(outcome);
+    if (run.cancel_requested_at_ms.has_value() && CancelWins(m.run_to)) {
+      m = {AttemptStatus::kCancelled, RunStatus::kCancelled, false, m.exit_code, "cancelled",
+           "cancelled on request"};
+    }
+    const bool lost = m.attempt_to == AttemptStatus::kLost;
+    const bool retry = !lost && m.retryable && attempt.attempt < run.retry_policy.max_attempts;
+    const RunStatus run_to = retry ? RunStatus::kRetryWait : m.run_to;
+    const int64_t now = clock_.NowMs();
+
+    RunTransitionCommand t;
+    t.run_id = run_id;
+    t.expected_version = run.version;
+    t.run_to = Name(run_to);
+    t.attempt_id = attempt_id;
+    t.expected_attempt_status = attempt.status;
+    t.attempt_to = Name(m.attempt_to);
+    t.attempt_finished_at_ms = now;
+    t.attempt_exit_code = m.exit_code;
+    t.attempt_error_code = m.error_code;
+    if (!m.summary.empty()) t.attempt_error_summary = m.summary;
+    t.exit_code = m.exit_code;
+    t.error_code = m.error_code;
+    if (!m.summary.empty()) t.error_summary = m.summary;
+    if (retry) {
+      t.retry_at_ms = now + RetryBackoffMs(run.retry_policy, attempt.attempt + 1);
+    } else if (!lost) {
+      t.finished_at_ms = now;
+    }
+    nlohmann::json payload = nlohmann::json::object();
+    if (m.exit_code) payload["exit_code"] = *m.exit_code;
+    if (m.error_code) payload["error_code"] = *m.error_code;
+    if (outcome.kind == AttemptOutcome::Kind::kSignaled) payload["signal"] = outcome.signal;
+    t.events = {
+        Event(AttemptEventType(m.attempt_to), actor_, attempt_id, payload),
+        Event(RunEventType(run_to), "dispatcher", attempt_id,
+              retry ? nlohmann::json{{"retry_at_ms", *t.retry_at_ms}} : nlohmann::json::object())};
+    t.now_ms = now;
+    Result<RunRecord> applied = runs_.ApplyTransition(t);
+    if (!applied.ok()) {
+      if (applied.status().code() == StatusCode::kConflict && attempt_no == 0) continue;
+      return applied.status();
+    }
+    metrics_.Increment("ql_executor_exits_total",
+                       "status=\"" + std::string(AttemptStatusName(m.attempt_to)) + "\"");
+    metrics_.Increment("ql_run_transitions_total",
+                       "to=\"" + std::string(RunStatusName(run_to)) + "\"");
+    if (lost) {
+      QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> after, runs_.ListAttempts(run_id));
+      return SettleLost(*applied, after.back(), m.summary);
+    }
+    return Status::Ok();
+  }
+  return Conflict("finish_raced", "run " + run_id + " kept changing while recording its outcome");
+}
+
+Status RunSettlement::SettleLost(const RunRecord& run, const AttemptRecord& attempt,
+                                 const std::string& reason) {
+  // A lost attempt may have had side effects: only a policy that says so retries it.
+  const bool retry = !run.cancel_requested_at_ms.has_value() && run.retry_policy.retry_on_lost &&
+                     attempt.attempt < run.retry_policy.max_attempts;
+  const RunStatus to = run.cancel_requested_at_ms.has_value() ? RunStatus::kCancelled
+                       : retry                                ? RunStatus::kRetryWait
+                                                              : RunStatus::kFailed;
+  const int64_t now = clock_.NowMs();
+  RunTransitionCommand t;
+  t.run_id = run.id;
+  t.expected_version = run.version;
+  t.run_to = Name(to);
+  if (retry) {
+    t.retry_at_ms = now + RetryBackoffMs(run.retry_policy, attempt.attempt + 1);
+  } else {
+    t.finished_at_ms = now;
+    t.error_code = to == RunStatus::kCancelled ? "cancelled" : "attempt_lost";
+    t.error_summary = reason.empty() ? "the attempt's process vanished without a result" : reason;
+  }
+  t.events = {Event(RunEventType(to), "recovery", attempt.id)};
+  t.now_ms = now;
+  Result<RunRecord> r = runs_.ApplyTransition(t);
+  metrics_.Increment("ql_run_transitions_total", "to=\"" + std::string(RunStatusName(to)) + "\"");
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+Result<int> RunSettlement::PromoteRetries(int limit) {
+  int requeued = 0;
+  const int64_t now = clock_.NowMs();
+  QL_ASSIGN_OR_RETURN(std::vector<RunRecord> due, runs_.ListRetryDue(now, limit));
+  for (const RunRecord& run : due) {
+    RunTransitionCommand t;
+    t.run_id = run.id;
+    t.expected_version = run.version;
+    t.run_to = Name(RunStatus::kQueued);
+    t.new_attempt_id = NewUuidV7(now, random_);
+    t.events = {Event(RunEventType(RunStatus::kQueued), "dispatcher", t.new_attempt_id)};
+    t.now_ms = now;
+    Result<RunRecord> r = runs_.ApplyTransition(t);
+    if (r.ok()) {
+      ++requeued;
+      metrics_.Increment("ql_run_transitions_total", R"(to="queued")");
+    } else if (r.status().code() != StatusCode::kConflict) {
+      return r.status();
+    }
+  }
+  return requeued;
+}
+
+}  // namespace ql

@@ -1,0 +1,60 @@
+#pragma once
+
+// How an attempt's end becomes run state (DESIGN §2, §6), shared by every executor: the local
+// dispatcher (processes on this machine) and the cluster control plane (remote workers). One
+// transition per step, each a CAS on the run's version; a committed cancel intent wins over a
+// later completion; a lost attempt retries only when the run's policy says so; retry_wait runs
+// come back as attempt N+1 once their backoff has passed.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "ql/core/clock.h"
+#include "ql/core/ports.h"
+#include "ql/core/records.h"
+#include "ql/core/status.h"
+#include "ql/engine/attempt_runner.h"
+#include "ql/engine/metrics.h"
+
+namespace ql {
+
+// Returns the retry delay before attempt `next_attempt` (≥ 2): base · 2^(n−2), at most max.
+int64_t RetryBackoffMs(const RetryPolicy& policy, int next_attempt);
+
+// Returns an event with `payload` in canonical form.
+NewEvent MakeRunEvent(std::string type, const std::string& actor,
+                      std::optional<std::string> attempt_id,
+                      const nlohmann::json& payload = nlohmann::json::object());
+
+class RunSettlement {
+ public:
+  // `actor` names who reports outcomes in events ("executor" locally, "worker" remotely).
+  RunSettlement(RunRepository& runs, Clock& clock, RandomSource& random, Metrics& metrics,
+                std::string actor = "executor");
+
+  // Records how an attempt ended: the attempt moves to its terminal status and the run to its
+  // terminal status, or to retry_wait when the outcome is retryable and attempts remain. A
+  // cancel intent turns a completion into cancelled. A lost attempt makes the run lost, then
+  // settles it (SettleLost). An attempt that is already terminal is left as it is (ok).
+  Status Finish(const std::string& run_id, const std::string& attempt_id,
+                const AttemptOutcome& outcome);
+
+  // Moves a lost run on: cancelled when a cancel intent exists, retry_wait when the policy
+  // retries lost attempts and attempts remain, failed otherwise.
+  Status SettleLost(const RunRecord& run, const AttemptRecord& attempt, const std::string& reason);
+
+  // Requeues up to `limit` retry_wait runs whose backoff has passed, each with a new claimed
+  // attempt N+1. Returns how many were requeued.
+  Result<int> PromoteRetries(int limit);
+
+ private:
+  RunRepository& runs_;
+  Clock& clock_;
+  RandomSource& random_;
+  Metrics& metrics_;
+  std::string actor_;
+};
+
+}  // namespace ql

@@ -1,0 +1,642 @@
+#include "ql/storage/postgres/pg_store.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <latch>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/digest.h"
+#include "ql/core/execution_plan.h"
+#include "ql/core/idempotency_key.h"
+#include "ql/core/ids.h"
+#include "ql/storage/postgres/pg_client.h"
+#include "ql/storage/postgres/pg_migrations.h"
+#include "ql/storage/postgres/pg_test_support.h"
+#include "ql/testing/fake_clock.h"
+#include "ql/testing/repository_contract.h"
+
+namespace ql {
+namespace {
+
+using pg::testing::PgTestCluster;
+
+constexpr char kLocal[] = "local_process";
+
+// Options for a store on `database`: the runtime role, and the admin role unless told not to.
+// Small pools: every contract test opens a store of its own.
+PostgresStoreOptions StoreOptions(const std::string& database, bool with_admin = true) {
+  PgTestCluster& cluster = PgTestCluster::Get();
+  PostgresStoreOptions options;
+  options.runtime.url = cluster.Url(pg::kRuntimeRole, database);
+  options.runtime.max_connections = 3;
+  if (with_admin) {
+    pg::PoolOptions admin;
+    admin.url = cluster.Url(pg::kAdminRole, database);
+    admin.max_connections = 2;
+    options.admin = admin;
+  }
+  return options;
+}
+
+std::unique_ptr<PostgresStore> OpenStore(const std::string& database, bool with_admin = true) {
+  Result<std::unique_ptr<PostgresStore>> store =
+      PostgresStore::Open(StoreOptions(database, with_admin));
+  if (!store.ok()) {
+    ADD_FAILURE() << store.status().ToString();
+    return nullptr;
+  }
+  return std::move(store).value();
+}
+
+testing::StoreFactory PostgresFactory() {
+  return testing::StoreFactory{"postgres", []() -> std::unique_ptr<Store> {
+                                 return OpenStore(PgTestCluster::Get().NewDatabase());
+                               }};
+}
+
+}  // namespace
+}  // namespace ql
+
+QL_INSTANTIATE_REPOSITORY_CONTRACT(Postgres, ::ql::PostgresFactory());
+
+namespace ql {
+namespace {
+
+::testing::AssertionResult HasError(const Status& status, StatusCode code,
+                                    std::string_view reason) {
+  if (status.code() == code && status.reason() == reason) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "expected " << StatusCodeName(code) << " / " << reason << ", got " << status.ToString();
+}
+
+template <typename T>
+::testing::AssertionResult HasError(const Result<T>& result, StatusCode code,
+                                    std::string_view reason) {
+  return HasError(result.status(), code, reason);
+}
+
+// Runs `first` and `second` on two threads released together, and waits for both.
+void RunTogether(const std::function<void()>& first, const std::function<void()>& second) {
+  std::latch start(2);
+  std::thread a([&] {
+    start.arrive_and_wait();
+    first();
+  });
+  std::thread b([&] {
+    start.arrive_and_wait();
+    second();
+  });
+  a.join();
+  b.join();
+}
+
+constexpr int kRounds = 20;
+
+// Two stores (two pools each) on one fresh database, and builders for valid commands.
+class PgStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    database_ = PgTestCluster::Get().NewDatabase();
+    a_ = OpenStore(database_);
+    b_ = OpenStore(database_);
+    ASSERT_NE(a_, nullptr);
+    ASSERT_NE(b_, nullptr);
+    Result<ProjectRecord> project =
+        a_->EnsureProject(NewId(), kDefaultProjectSlug, "Default", Now());
+    ASSERT_TRUE(project.ok()) << project.status().ToString();
+    project_ = *project;
+  }
+
+  int64_t Now() const { return clock_.NowMs(); }
+  std::string NewId() { return NewUuidV7(clock_.NowMs(), random_); }
+  std::string Psql(const std::string& sql) {
+    Result<std::string> out = PgTestCluster::Get().server().Psql(database_, sql);
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() ? *out : "";
+  }
+
+  PublishTaskCommand TaskCommand(const std::string& task_id, std::optional<int64_t> expected,
+                                 const std::string& name) {
+    PublishTaskCommand cmd;
+    cmd.project_id = project_.id;
+    cmd.task_id = task_id;
+    cmd.expected_revision = expected;
+    cmd.mutation_id = NewId();
+    cmd.now_ms = Now();
+    const int64_t revision = expected.value_or(0) + 1;
+    TaskRevisionRecord& r = cmd.revision;
+    r.name = name;
+    r.kind = "qinglong/command@v1";
+    r.spec_json = internal::CanonicalJsonLossy(
+        {{"command", {{"command", "echo " + name}, {"kind", "shell"}, {"shell", "/bin/sh"}}},
+         {"timeoutMs", 60000}});
+    r.labels_json = "{}";
+    r.enabled = true;
+    r.content_digest = Sha256Hex(r.kind + "\n" + r.name + "\n" + r.spec_json);
+    ExecutionRevisionRecord exec;
+    exec.executor_type = kLocal;
+    exec.task_digest = r.content_digest;
+    exec.plan_json = internal::CanonicalJsonLossy({{"executorType", kLocal},
+                                                   {"taskDigest", r.content_digest},
+                                                   {"taskId", task_id},
+                                                   {"taskRevision", revision}});
+    exec.plan_digest = Sha256Hex(exec.plan_json);
+    exec.id = ExecutionRevisionId(revision, exec.plan_digest);
+    cmd.executions.push_back(exec);
+    return cmd;
+  }
+
+  TaskRevisionRecord PublishTask(const std::string& name) {
+    Result<PublishTaskResult> published =
+        a_->PublishTaskRevision(TaskCommand(NewId(), std::nullopt, name));
+    EXPECT_TRUE(published.ok()) << published.status().ToString();
+    return published.ok() ? published->revision : TaskRevisionRecord{};
+  }
+
+  PublishTriggerCommand TriggerCommand(const std::string& trigger_id,
+                                       std::optional<int64_t> expected,
+                                       const TaskRevisionRecord& task) {
+    PublishTriggerCommand cmd;
+    cmd.project_id = project_.id;
+    cmd.trigger_id = trigger_id;
+    cmd.expected_revision = expected;
+    cmd.mutation_id = NewId();
+    cmd.now_ms = Now();
+    TriggerRevisionRecord& r = cmd.revision;
+    r.task_id = task.task_id;
+    r.task_revision = task.revision;
+    r.task_digest = task.content_digest;
+    r.expression = "* * * * *";
+    r.timezone = "UTC";
+    r.misfire = "skip";
+    r.enabled = true;
+    r.content_digest = Sha256Hex(trigger_id + std::to_string(expected.value_or(0)));
+    return cmd;
+  }
+
+  NewRun ManualRun(const TaskRevisionRecord& task) {
+    NewRun run;
+    run.run_id = NewId();
+    run.attempt_id = NewId();
+    run.project_id = task.project_id;
+    run.task_id = task.task_id;
+    run.task_revision = task.revision;
+    run.task_digest = task.content_digest;
+    run.execution_revision_id = ExecutionRevisionId(
+        task.revision, Sha256Hex(internal::CanonicalJsonLossy({{"executorType", kLocal},
+                                                               {"taskDigest", task.content_digest},
+                                                               {"taskId", task.task_id},
+                                                               {"taskRevision", task.revision}})));
+    run.executor_type = kLocal;
+    run.trigger_type = "manual";
+    run.actor_type = "user";
+    run.now_ms = Now();
+    return run;
+  }
+
+  // The due row of `trigger_id` at `now_ms` as store A lists it.
+  std::optional<DueSchedule> DueRow(const std::string& trigger_id, int64_t now_ms) {
+    Result<std::vector<DueSchedule>> due = a_->ListDueSchedules(now_ms, 1000);
+    EXPECT_TRUE(due.ok()) << due.status().ToString();
+    if (!due.ok()) return std::nullopt;
+    for (DueSchedule& row : *due) {
+      if (row.schedule.trigger_id == trigger_id) return std::move(row);
+    }
+    return std::nullopt;
+  }
+
+  ScheduleAdvance MoveCursor(const DueSchedule& due, int64_t cursor) {
+    ScheduleAdvance advance;
+    advance.trigger_id = due.schedule.trigger_id;
+    advance.expected_trigger_revision = due.schedule.trigger_revision;
+    advance.expected_state_version = due.schedule.state_version;
+    advance.expected_next_fire_at_ms = due.schedule.next_fire_at_ms;
+    advance.expected_task_revision = due.trigger.task_revision;
+    advance.expected_task_digest = due.trigger.task_digest;
+    advance.new_next_fire_at_ms = cursor;
+    advance.now_ms = Now();
+    return advance;
+  }
+
+  // Admits the occurrence at `due`'s cursor with a run of its own ids.
+  ScheduleAdvance Admit(const DueSchedule& due, const TaskRevisionRecord& task,
+                        int64_t next_cursor) {
+    ScheduleAdvance advance = MoveCursor(due, next_cursor);
+    NewRun run = ManualRun(task);
+    run.trigger_type = "cron";
+    run.actor_type = "scheduler";
+    run.trigger_id = due.schedule.trigger_id;
+    run.trigger_revision = due.schedule.trigger_revision;
+    run.scheduled_for_ms = due.schedule.next_fire_at_ms;
+    run.idempotency_key = CronIdempotencyKey(due.schedule.trigger_id, due.schedule.trigger_revision,
+                                             due.schedule.next_fire_at_ms.value_or(0));
+    advance.run = std::move(run);
+    return advance;
+  }
+
+  std::string database_;
+  std::unique_ptr<PostgresStore> a_;
+  std::unique_ptr<PostgresStore> b_;
+  ProjectRecord project_;
+  testing::FakeClock clock_;
+  testing::SeededRandom random_{424242};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Two connections racing on one resource
+
+TEST_F(PgStoreTest, ConcurrentTransitionsOfOneVersionHaveExactlyOneWinner) {
+  TaskRevisionRecord task = PublishTask("job");
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    Result<RunRecord> queued = a_->CreateRun(ManualRun(task));
+    ASSERT_TRUE(queued.ok()) << queued.status().ToString();
+    Result<std::vector<AttemptRecord>> attempts = a_->ListAttempts(queued->id);
+    ASSERT_TRUE(attempts.ok()) << attempts.status().ToString();
+    RunTransitionCommand dispatch;
+    dispatch.run_id = queued->id;
+    dispatch.expected_version = queued->version;
+    dispatch.run_to = "dispatching";
+    dispatch.attempt_id = attempts->front().id;
+    dispatch.expected_attempt_status = "claimed";
+    dispatch.attempt_to = "starting";
+    dispatch.events = {
+        NewEvent{"run.dispatching", "dispatcher", attempts->front().id, std::nullopt, "{}"}};
+    dispatch.now_ms = Now();
+
+    std::optional<Result<RunRecord>> from_a;
+    std::optional<Result<RunRecord>> from_b;
+    RunTogether([&] { from_a = a_->ApplyTransition(dispatch); },
+                [&] { from_b = b_->ApplyTransition(dispatch); });
+    ASSERT_NE(from_a->ok(), from_b->ok())
+        << from_a->status().ToString() << " / " << from_b->status().ToString();
+    const Result<RunRecord>& loser = from_a->ok() ? *from_b : *from_a;
+    EXPECT_TRUE(HasError(loser, StatusCode::kConflict, "version_conflict"));
+
+    Result<RunRecord> after = a_->GetRun(queued->id);
+    ASSERT_TRUE(after.ok()) << after.status().ToString();
+    EXPECT_EQ(after->status, "dispatching");
+    EXPECT_EQ(after->version, queued->version + 1);
+    EXPECT_EQ(after->event_sequence, queued->event_sequence + 1);
+    Result<std::vector<EventRecord>> events = a_->ListEvents(queued->id, 0, 100);
+    ASSERT_TRUE(events.ok()) << events.status().ToString();
+    EXPECT_EQ(events->size(), 3u);
+  }
+}
+
+TEST_F(PgStoreTest, ConcurrentAdmissionsOfOneOccurrenceAdmitExactlyOneRun) {
+  TaskRevisionRecord task = PublishTask("cron job");
+  const std::string trigger_id = NewId();
+  ASSERT_TRUE(a_->PublishTriggerRevision(TriggerCommand(trigger_id, std::nullopt, task)).ok());
+  std::optional<DueSchedule> fresh = DueRow(trigger_id, Now());
+  ASSERT_TRUE(fresh.has_value());
+  int64_t fire = Now() + 60'000;
+  Result<AdvanceOutcome> initialised = a_->ApplyScheduleAdvance(MoveCursor(*fresh, fire));
+  ASSERT_TRUE(initialised.ok()) << initialised.status().ToString();
+
+  const int64_t far = Now() + 365LL * 24 * 3600 * 1000;
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::optional<DueSchedule> due = DueRow(trigger_id, far);
+    ASSERT_TRUE(due.has_value());
+    ASSERT_EQ(due->schedule.next_fire_at_ms, fire);
+    ScheduleAdvance first = Admit(*due, task, fire + 60'000);
+    ScheduleAdvance second = Admit(*due, task, fire + 60'000);
+    ASSERT_EQ(first.run->idempotency_key, second.run->idempotency_key);
+    ASSERT_NE(first.run->run_id, second.run->run_id);
+
+    std::optional<Result<AdvanceOutcome>> from_a;
+    std::optional<Result<AdvanceOutcome>> from_b;
+    RunTogether([&] { from_a = a_->ApplyScheduleAdvance(first); },
+                [&] { from_b = b_->ApplyScheduleAdvance(second); });
+    ASSERT_TRUE(from_a->ok()) << from_a->status().ToString();
+    ASSERT_TRUE(from_b->ok()) << from_b->status().ToString();
+    ASSERT_NE(**from_a, **from_b);  // one kApplied, one kRaced
+
+    Result<RunRecord> admitted =
+        a_->FindRunByIdempotencyKey(project_.id, *first.run->idempotency_key);
+    ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
+    const ScheduleAdvance& winner = **from_a == AdvanceOutcome::kApplied ? first : second;
+    const ScheduleAdvance& loser = **from_a == AdvanceOutcome::kApplied ? second : first;
+    EXPECT_EQ(admitted->id, winner.run->run_id);
+    EXPECT_TRUE(HasError(a_->GetRun(loser.run->run_id), StatusCode::kNotFound, "run_not_found"));
+    RunFilter by_trigger;
+    by_trigger.trigger_id = trigger_id;
+    PageRequest page;
+    page.limit = 1000;
+    Result<Page<RunRecord>> runs = a_->ListRuns(by_trigger, page);
+    ASSERT_TRUE(runs.ok()) << runs.status().ToString();
+    EXPECT_EQ(runs->items.size(), static_cast<size_t>(round + 1));
+
+    Result<ScheduleRecord> schedule = a_->GetSchedule(trigger_id);
+    ASSERT_TRUE(schedule.ok()) << schedule.status().ToString();
+    EXPECT_EQ(schedule->state_version, due->schedule.state_version + 1);
+    EXPECT_EQ(schedule->last_scheduled_at_ms, fire);
+    fire += 60'000;
+  }
+}
+
+TEST_F(PgStoreTest, AnAdmissionRacingATriggerPublishIsAppliedFirstOrRaced) {
+  TaskRevisionRecord task = PublishTask("cron job");
+  const std::string trigger_id = NewId();
+  ASSERT_TRUE(a_->PublishTriggerRevision(TriggerCommand(trigger_id, std::nullopt, task)).ok());
+  const int64_t far = Now() + 365LL * 24 * 3600 * 1000;
+  int applied = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const int64_t revision = round + 1;
+    // Initialise the cursor of the current revision, then race its first occurrence against
+    // the publication of the next revision.
+    std::optional<DueSchedule> fresh = DueRow(trigger_id, Now());
+    ASSERT_TRUE(fresh.has_value());
+    ASSERT_EQ(fresh->schedule.trigger_revision, revision);
+    const int64_t fire = Now() + 1000 * (round + 1);
+    Result<AdvanceOutcome> initialised = a_->ApplyScheduleAdvance(MoveCursor(*fresh, fire));
+    ASSERT_TRUE(initialised.ok()) << initialised.status().ToString();
+    std::optional<DueSchedule> due = DueRow(trigger_id, far);
+    ASSERT_TRUE(due.has_value());
+    ScheduleAdvance admit = Admit(*due, task, fire + 60'000);
+    PublishTriggerCommand next = TriggerCommand(trigger_id, revision, task);
+
+    std::optional<Result<AdvanceOutcome>> advanced;
+    std::optional<Result<PublishTriggerResult>> published;
+    RunTogether([&] { advanced = a_->ApplyScheduleAdvance(admit); },
+                [&] { published = b_->PublishTriggerRevision(next); });
+    ASSERT_TRUE(advanced->ok()) << advanced->status().ToString();
+    ASSERT_TRUE(published->ok()) << published->status().ToString();
+    EXPECT_EQ((*published)->revision.revision, revision + 1);
+
+    Result<RunRecord> run = a_->GetRun(admit.run->run_id);
+    Result<ScheduleRecord> schedule = a_->GetSchedule(trigger_id);
+    ASSERT_TRUE(schedule.ok()) << schedule.status().ToString();
+    EXPECT_EQ(schedule->trigger_revision, revision + 1);
+    EXPECT_FALSE(schedule->next_fire_at_ms.has_value());
+    if (**advanced == AdvanceOutcome::kApplied) {
+      ++applied;
+      ASSERT_TRUE(run.ok()) << run.status().ToString();
+      EXPECT_EQ(run->trigger_revision, revision);
+      EXPECT_EQ(schedule->state_version, due->schedule.state_version + 2);
+    } else {
+      EXPECT_TRUE(HasError(run, StatusCode::kNotFound, "run_not_found"));
+      EXPECT_EQ(schedule->state_version, due->schedule.state_version + 1);
+    }
+  }
+  RunFilter by_trigger;
+  by_trigger.trigger_id = trigger_id;
+  PageRequest page;
+  page.limit = 1000;
+  Result<Page<RunRecord>> runs = a_->ListRuns(by_trigger, page);
+  ASSERT_TRUE(runs.ok()) << runs.status().ToString();
+  EXPECT_EQ(runs->items.size(), static_cast<size_t>(applied));
+}
+
+TEST_F(PgStoreTest, ConcurrentCreatesWithOneIdempotencyKeyCreateOneRun) {
+  TaskRevisionRecord task = PublishTask("job");
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    NewRun first = ManualRun(task);
+    NewRun second = ManualRun(task);
+    first.idempotency_key = second.idempotency_key = "client-key-" + std::to_string(round);
+
+    std::optional<Result<RunRecord>> from_a;
+    std::optional<Result<RunRecord>> from_b;
+    RunTogether([&] { from_a = a_->CreateRun(first); }, [&] { from_b = b_->CreateRun(second); });
+    ASSERT_NE(from_a->ok(), from_b->ok())
+        << from_a->status().ToString() << " / " << from_b->status().ToString();
+    const Result<RunRecord>& winner = from_a->ok() ? *from_a : *from_b;
+    const Result<RunRecord>& loser = from_a->ok() ? *from_b : *from_a;
+    EXPECT_TRUE(HasError(loser, StatusCode::kDuplicate, "idempotency_key_duplicate"));
+
+    Result<RunRecord> found = b_->FindRunByIdempotencyKey(project_.id, *first.idempotency_key);
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    EXPECT_EQ(found->id, winner->id);
+  }
+  Result<std::vector<std::pair<std::string, int64_t>>> counts = a_->CountRunsByStatus();
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  ASSERT_EQ(counts->size(), 1u);
+  EXPECT_EQ(counts->front(), std::make_pair(std::string("queued"), int64_t{kRounds}));
+}
+
+TEST_F(PgStoreTest, ConcurrentPublishesOfOneExpectedRevisionHaveExactlyOneWinner) {
+  const std::string task_id = NewId();
+  ASSERT_TRUE(a_->PublishTaskRevision(TaskCommand(task_id, std::nullopt, "v1")).ok());
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const int64_t expected = round + 1;
+    PublishTaskCommand first = TaskCommand(task_id, expected, "a" + std::to_string(round));
+    PublishTaskCommand second = TaskCommand(task_id, expected, "b" + std::to_string(round));
+
+    std::optional<Result<PublishTaskResult>> from_a;
+    std::optional<Result<PublishTaskResult>> from_b;
+    RunTogether([&] { from_a = a_->PublishTaskRevision(first); },
+                [&] { from_b = b_->PublishTaskRevision(second); });
+    ASSERT_NE(from_a->ok(), from_b->ok())
+        << from_a->status().ToString() << " / " << from_b->status().ToString();
+    const Result<PublishTaskResult>& winner = from_a->ok() ? *from_a : *from_b;
+    const Result<PublishTaskResult>& loser = from_a->ok() ? *from_b : *from_a;
+    EXPECT_TRUE(HasError(loser, StatusCode::kConflict, "revision_conflict"));
+    EXPECT_FALSE(winner->replayed);
+    EXPECT_EQ(winner->revision.revision, expected + 1);
+
+    Result<TaskHeadRecord> head = a_->GetTaskHead(task_id);
+    ASSERT_TRUE(head.ok()) << head.status().ToString();
+    EXPECT_EQ(head->current_revision, expected + 1);
+    Result<TaskRevisionRecord> stored = a_->GetTaskRevision(task_id, expected + 1);
+    ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+    EXPECT_EQ(stored->name, winner->revision.name);
+  }
+  Result<std::vector<TaskRevisionRecord>> history = a_->ListTaskRevisions(task_id);
+  ASSERT_TRUE(history.ok()) << history.status().ToString();
+  EXPECT_EQ(history->size(), static_cast<size_t>(kRounds + 1));
+}
+
+TEST_F(PgStoreTest, ConcurrentCreatesOfOneTaskAreOneRevisionAndAReplayOrADuplicate) {
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const std::string task_id = NewId();
+    PublishTaskCommand first = TaskCommand(task_id, std::nullopt, "same");
+    // Even rounds: one request sent twice (a client retry); odd rounds: two clients.
+    const bool same_request = round % 2 == 0;
+    PublishTaskCommand second = same_request ? first : TaskCommand(task_id, std::nullopt, "other");
+
+    std::optional<Result<PublishTaskResult>> from_a;
+    std::optional<Result<PublishTaskResult>> from_b;
+    RunTogether([&] { from_a = a_->PublishTaskRevision(first); },
+                [&] { from_b = b_->PublishTaskRevision(second); });
+    if (same_request) {
+      ASSERT_TRUE(from_a->ok()) << from_a->status().ToString();
+      ASSERT_TRUE(from_b->ok()) << from_b->status().ToString();
+      EXPECT_NE((*from_a)->replayed, (*from_b)->replayed);
+      EXPECT_EQ((*from_a)->revision.mutation_id, (*from_b)->revision.mutation_id);
+    } else {
+      ASSERT_NE(from_a->ok(), from_b->ok())
+          << from_a->status().ToString() << " / " << from_b->status().ToString();
+      const Result<PublishTaskResult>& loser = from_a->ok() ? *from_b : *from_a;
+      EXPECT_TRUE(HasError(loser, StatusCode::kDuplicate, "duplicate_id"));
+    }
+    Result<std::vector<TaskRevisionRecord>> history = a_->ListTaskRevisions(task_id);
+    ASSERT_TRUE(history.ok()) << history.status().ToString();
+    EXPECT_EQ(history->size(), 1u);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Roles
+
+TEST_F(PgStoreTest, WithoutTheAdminPoolManagementWritesAreUnavailable) {
+  std::unique_ptr<PostgresStore> runtime_only = OpenStore(database_, /*with_admin=*/false);
+  ASSERT_NE(runtime_only, nullptr);
+  EXPECT_EQ(runtime_only->admin_pool(), nullptr);
+  EXPECT_NE(a_->admin_pool(), nullptr);
+
+  PublishTaskCommand cmd = TaskCommand(NewId(), std::nullopt, "job");
+  Result<PublishTaskResult> refused = runtime_only->PublishTaskRevision(cmd);
+  EXPECT_TRUE(HasError(refused, StatusCode::kUnavailable, "admin_pool_missing"));
+  EXPECT_NE(refused.status().message().find("--admin-database-url"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(
+      HasError(runtime_only->GetTaskHead(cmd.task_id), StatusCode::kNotFound, "task_not_found"));
+
+  TaskRevisionRecord task = PublishTask("published by the admin");
+  EXPECT_TRUE(
+      HasError(runtime_only->PublishTriggerRevision(TriggerCommand(NewId(), std::nullopt, task)),
+               StatusCode::kUnavailable, "admin_pool_missing"));
+  // An existing project is found through the runtime role; a new one needs the admin role.
+  Result<ProjectRecord> existing =
+      runtime_only->EnsureProject(NewId(), kDefaultProjectSlug, "Default", Now());
+  ASSERT_TRUE(existing.ok()) << existing.status().ToString();
+  EXPECT_EQ(existing->id, project_.id);
+  EXPECT_TRUE(HasError(runtime_only->EnsureProject(NewId(), "second", "Second", Now()),
+                       StatusCode::kUnavailable, "admin_pool_missing"));
+  // Runs need only the runtime role.
+  Result<RunRecord> run = runtime_only->CreateRun(ManualRun(task));
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->status, "queued");
+}
+
+TEST_F(PgStoreTest, TheRuntimeRoleCannotWriteDefinitionsDeleteOrCreate) {
+  Result<std::unique_ptr<pg::Connection>> conn =
+      pg::Connection::Open(PgTestCluster::Get().Url(pg::kRuntimeRole, database_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  auto refused = [&](const std::string& sql) {
+    SCOPED_TRACE(sql);
+    Result<pg::Rows> rows = (*conn)->Exec(sql, {}, "probing a privilege");
+    EXPECT_TRUE(HasError(rows, StatusCode::kInternal, "insufficient_privilege"));
+  };
+  refused(
+      "INSERT INTO trigger_schedules (trigger_id, project_id, trigger_revision, enabled, "
+      "state_version, published_at_ms, exhausted, claim_version, updated_at_ms) "
+      "VALUES ('t', 'p', 1, true, 1, 0, false, 0, 0)");
+  refused("DELETE FROM runs");
+  refused("DELETE FROM run_events");
+  refused("UPDATE task_heads SET updated_at_ms = 0");
+  refused("INSERT INTO task_revisions (task_id) VALUES ('t')");
+  refused("CREATE TABLE ql3.x (a int)");
+  refused("CREATE TABLE x (a int)");
+  // Row locks need UPDATE: the runtime role cannot lock definitions, which is why admissions
+  // and run creation re-verify them without locks (see ApplyScheduleAdvance).
+  refused("SELECT id FROM projects FOR SHARE");
+  // What it may do.
+  Result<pg::Rows> runs = (*conn)->Exec("SELECT count(*) FROM runs", {}, "counting runs");
+  EXPECT_TRUE(runs.ok()) << runs.status().ToString();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schedule rows
+
+TEST_F(PgStoreTest, PublishResetsTheClaimAndAdvancesKeepOnlyALiveClaim) {
+  TaskRevisionRecord task = PublishTask("job");
+  const std::string trigger_id = NewId();
+  ASSERT_TRUE(a_->PublishTriggerRevision(TriggerCommand(trigger_id, std::nullopt, task)).ok());
+  const std::string where = " FROM ql3.trigger_schedules WHERE trigger_id = '" + trigger_id + "'";
+  EXPECT_EQ(Psql("SELECT enabled, state_version, claim_version, claim_owner IS NULL" + where),
+            "t|1|0|t\n");
+
+  // A live claim of the row-lease scheduler survives a local-style advance.
+  const int64_t claim_expiry = Now() + 30'000;
+  Psql(
+      "UPDATE ql3.trigger_schedules SET claim_owner = 'replica-1', claim_token = "
+      "gen_random_uuid(), claim_version = 7, claim_expires_at_ms = " +
+      std::to_string(claim_expiry) + " WHERE trigger_id = '" + trigger_id + "'");
+  std::optional<DueSchedule> due = DueRow(trigger_id, Now());
+  ASSERT_TRUE(due.has_value());
+  Result<AdvanceOutcome> moved = a_->ApplyScheduleAdvance(MoveCursor(*due, Now() + 60'000));
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ(*moved, AdvanceOutcome::kApplied);
+  EXPECT_EQ(Psql("SELECT claim_owner, claim_version, claim_expires_at_ms" + where),
+            "replica-1|7|" + std::to_string(claim_expiry) + "\n");
+
+  // An expired one is cleared and fenced (a claim must outlive updated_at_ms).
+  clock_.Advance(60'000);
+  due = DueRow(trigger_id, Now());
+  ASSERT_TRUE(due.has_value());
+  moved = a_->ApplyScheduleAdvance(MoveCursor(*due, Now() + 60'000));
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ(*moved, AdvanceOutcome::kApplied);
+  EXPECT_EQ(Psql("SELECT claim_owner IS NULL, claim_token IS NULL, claim_expires_at_ms IS NULL, "
+                 "claim_version, updated_at_ms" +
+                 where),
+            "t|t|t|8|" + std::to_string(Now()) + "\n");
+
+  // A new revision clears any claim, bumps both versions and copies `enabled`.
+  Psql(
+      "UPDATE ql3.trigger_schedules SET claim_owner = 'replica-2', claim_token = "
+      "gen_random_uuid(), claim_expires_at_ms = " +
+      std::to_string(Now() + 30'000) + " WHERE trigger_id = '" + trigger_id + "'");
+  PublishTriggerCommand off = TriggerCommand(trigger_id, 1, task);
+  off.revision.enabled = false;
+  off.now_ms = Now();
+  ASSERT_TRUE(a_->PublishTriggerRevision(off).ok());
+  EXPECT_EQ(Psql("SELECT enabled, trigger_revision, state_version, claim_version, "
+                 "claim_owner IS NULL, claim_token IS NULL, claim_expires_at_ms IS NULL, "
+                 "next_fire_at_ms IS NULL, published_at_ms, updated_at_ms" +
+                 where),
+            "f|2|4|9|t|t|t|t|" + std::to_string(Now()) + "|" + std::to_string(Now()) + "\n");
+  EXPECT_FALSE(DueRow(trigger_id, Now() + 3'600'000).has_value());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+TEST_F(PgStoreTest, AnIntegerBeyondTheSafeRangeFailsClosed) {
+  TaskRevisionRecord task = PublishTask("job");
+  Result<RunRecord> run = a_->CreateRun(ManualRun(task));
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  Psql("UPDATE ql3.runs SET version = 9007199254740993 WHERE id = '" + run->id + "'");
+  EXPECT_TRUE(HasError(a_->GetRun(run->id), StatusCode::kCorrupt, "integer_out_of_range"));
+  EXPECT_TRUE(HasError(a_->ListRuns(RunFilter{}, PageRequest{}), StatusCode::kCorrupt,
+                       "integer_out_of_range"));
+  RunTransitionCommand cancel;
+  cancel.run_id = run->id;
+  cancel.expected_version = run->version;
+  cancel.run_to = "cancelled";
+  cancel.now_ms = Now();
+  EXPECT_TRUE(HasError(a_->ApplyTransition(cancel), StatusCode::kCorrupt, "integer_out_of_range"));
+  // The largest safe value still reads back.
+  Psql("UPDATE ql3.runs SET version = 9007199254740991 WHERE id = '" + run->id + "'");
+  Result<RunRecord> safe = a_->GetRun(run->id);
+  ASSERT_TRUE(safe.ok()) << safe.status().ToString();
+  EXPECT_EQ(safe->version, 9007199254740991);
+}
+
+TEST_F(PgStoreTest, OpenRefusesAnInsecureUrlUnlessAllowed) {
+  PostgresStoreOptions options = StoreOptions(database_);
+  ::unsetenv(pg::kAllowInsecureEnv);
+  Result<std::unique_ptr<PostgresStore>> refused = PostgresStore::Open(options);
+  ::setenv(pg::kAllowInsecureEnv, "true", 1);
+  EXPECT_TRUE(HasError(refused, StatusCode::kInvalidArgument, "insecure_database_url"));
+  options.runtime.url = "postgresql://[broken";
+  EXPECT_TRUE(
+      HasError(PostgresStore::Open(options), StatusCode::kInvalidArgument, "invalid_database_url"));
+}
+
+}  // namespace
+}  // namespace ql
