@@ -150,6 +150,8 @@ int Main(int argc, char** argv) {
   serve->add_option("--recovery-interval-ms", serve_config.recovery_interval_ms,
                     "recovery cycle period, 1000..600000 ms (default 5000)");
   serve->add_option("--pool-max", serve_config.pool_max, "runtime pool size, 2..256 (default 8)");
+  serve->add_option("--admission-isolation", serve_config.admission_isolation,
+                    "read-committed (default: explicit row locks and fences) or serializable");
   serve->add_option("--shutdown-wait", serve_config.shutdown_wait_s,
                     "seconds to drain the scheduler on SIGTERM, 1..600 (default 10)");
 

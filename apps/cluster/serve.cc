@@ -124,6 +124,12 @@ int Serve(const ServeConfig& config) {
   if (config.pool_max < 2 || config.pool_max > 256) {
     return Fail(kExitUsage, InvalidArgument("invalid_pool_max", "--pool-max must be 2..256"));
   }
+  if (config.admission_isolation != "serializable" &&
+      config.admission_isolation != "read-committed") {
+    return Fail(kExitUsage,
+                InvalidArgument("invalid_admission_isolation",
+                                "--admission-isolation must be serializable or read-committed"));
+  }
   if (config.shutdown_wait_s < 1 || config.shutdown_wait_s > 600) {
     return Fail(kExitUsage,
                 InvalidArgument("invalid_shutdown_wait", "--shutdown-wait must be 1..600 s"));
@@ -188,7 +194,10 @@ int Serve(const ServeConfig& config) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
 
-  PostgresClusterSchedules schedules(store->runtime_pool());
+  PostgresClusterSchedules schedules(store->runtime_pool(),
+                                     config.admission_isolation == "serializable"
+                                         ? AdmissionIsolation::kSerializable
+                                         : AdmissionIsolation::kReadCommitted);
   ClusterScheduler scheduler(schedules, store->definitions(), random, metrics, scheduler_options);
   ConditionSleeper scheduler_sleeper;
   RoundLoop scheduler_loop(

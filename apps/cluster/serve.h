@@ -22,6 +22,7 @@ struct ServeConfig {
   int64_t recovery_interval_ms = 5000;
   int pool_max = 8;
   int shutdown_wait_s = 10;
+  std::string admission_isolation = "read-committed";  // or "serializable"
 };
 
 // Runs the replica until SIGTERM or SIGINT. Start order: configuration validated before any

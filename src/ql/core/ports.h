@@ -226,6 +226,12 @@ struct ClaimDecision {
   std::optional<NewRun> run;  // a remote_worker cron run; its timestamps come from the database
 };
 
+// What became of one decision of a committed batch.
+struct ClaimCommitResult {
+  AdvanceOutcome outcome = AdvanceOutcome::kRaced;
+  Status error;  // not ok: this decision was not written because of it (e.g. Corrupt)
+};
+
 class ClusterScheduleRepository {
  public:
   virtual ~ClusterScheduleRepository() = default;
@@ -244,6 +250,13 @@ class ClusterScheduleRepository {
   // advances the schedule under the full fence, clearing the claim. Any drift, a lost fence, an
   // expired claim or an admitted idempotency key → kRaced with nothing written.
   virtual Result<AdvanceOutcome> CommitClaimDecision(const ClaimDecision& decision) = 0;
+  // Commits several decisions of one claim batch in one transaction with exactly the checks of
+  // CommitClaimDecision, row by row: a decision that raced or whose definitions are corrupt is
+  // left out (nothing written for it) while the others commit. Returns one result per decision
+  // in order. A failure of the transaction itself (e.g. a key taken by another writer) is
+  // returned as a whole and nothing is written; the caller may then commit one by one.
+  virtual Result<std::vector<ClaimCommitResult>> CommitClaimDecisions(
+      const std::vector<ClaimDecision>& decisions) = 0;
   // Returns how long until the earliest eligible cursor by the database clock (0 when one is
   // due or needs initialisation; may be negative), or empty when no row is eligible.
   virtual Result<std::optional<int64_t>> MsUntilNextDue() = 0;

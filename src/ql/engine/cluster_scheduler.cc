@@ -67,20 +67,13 @@ Status ClusterScheduler::ValidateOptions(const ClusterSchedulerOptions& o) {
   return ValidateGraceMs(o.grace_ms);
 }
 
-Status ClusterScheduler::DecideAndCommit(const ScheduleClaim& claim, RoundReport& report) {
-  const int64_t now_ms = claim.acquired_at_ms;
-  QL_ASSIGN_OR_RETURN(DecidedRow row, decider_.Decide(claim.due, now_ms));
-  if (row.decision.kind == misfire::Decision::Kind::kNotDue) return Status::Ok();
-  ClaimDecision decision;
-  decision.claim = claim;
-  decision.new_next_fire_at_ms = row.new_next_fire_at_ms;
-  decision.exhausted = row.exhausted;
-  decision.run = std::move(row.run);
-  QL_ASSIGN_OR_RETURN(AdvanceOutcome outcome, schedules_.CommitClaimDecision(decision));
+void ClusterScheduler::Account(const ClaimDecision& decision, misfire::Decision::Kind kind,
+                               AdvanceOutcome outcome, RoundReport& report) {
+  const int64_t now_ms = decision.claim.acquired_at_ms;
   if (outcome == AdvanceOutcome::kRaced) {
     ++report.raced;
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="raced")");
-    return Status::Ok();
+    return;
   }
   if (decision.exhausted) ++report.exhausted;
   if (decision.run.has_value()) {
@@ -88,17 +81,22 @@ Status ClusterScheduler::DecideAndCommit(const ScheduleClaim& claim, RoundReport
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="admit")");
     metrics_.Observe("ql_scheduler_lag_seconds",
                      static_cast<double>(now_ms - *decision.run->scheduled_for_ms) / 1000.0);
-  } else if (row.decision.kind == misfire::Decision::Kind::kInitialize) {
+  } else if (kind == misfire::Decision::Kind::kInitialize) {
     ++report.initialized;
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="initialize")");
   } else {
     ++report.skipped;
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="skip")");
   }
-  if (row.new_next_fire_at_ms.has_value() && *row.new_next_fire_at_ms <= now_ms) {
+  if (decision.new_next_fire_at_ms.has_value() && *decision.new_next_fire_at_ms <= now_ms) {
     report.still_due = true;
   }
-  return Status::Ok();
+}
+
+void ClusterScheduler::Fail(const Status& status, RoundReport& report) {
+  if (report.first_error.ok()) report.first_error = status;
+  ++report.errors;
+  metrics_.Increment("ql_scheduler_errors_total");
 }
 
 Result<RoundReport> ClusterScheduler::RunRound() {
@@ -116,13 +114,45 @@ Result<RoundReport> ClusterScheduler::RunRound() {
   report.page_full = report.rows >= options_.claims_per_round;
   metrics_.Increment("ql_scheduler_claims_total", {}, report.rows);
   metrics_.Observe("ql_scheduler_round_rows", report.rows);
+  // Decide every claim with its own acquisition time, then commit the batch at once.
+  std::vector<ClaimDecision> decisions;
+  std::vector<misfire::Decision::Kind> kinds;
   for (const ScheduleClaim& claim : *claims) {
-    if (stopping_) break;
-    Status st = DecideAndCommit(claim, report);
-    if (!st.ok()) {
-      if (report.first_error.ok()) report.first_error = st;
-      ++report.errors;
-      metrics_.Increment("ql_scheduler_errors_total");
+    Result<DecidedRow> row = decider_.Decide(claim.due, claim.acquired_at_ms);
+    if (!row.ok()) {
+      Fail(row.status(), report);
+      continue;
+    }
+    if (row->decision.kind == misfire::Decision::Kind::kNotDue) continue;
+    ClaimDecision decision;
+    decision.claim = claim;
+    decision.new_next_fire_at_ms = row->new_next_fire_at_ms;
+    decision.exhausted = row->exhausted;
+    decision.run = std::move(row->run);
+    decisions.push_back(std::move(decision));
+    kinds.push_back(row->decision.kind);
+  }
+  if (!decisions.empty() && !stopping_) {
+    Result<std::vector<ClaimCommitResult>> batch = schedules_.CommitClaimDecisions(decisions);
+    if (batch.ok()) {
+      for (size_t k = 0; k < decisions.size(); ++k) {
+        if (!(*batch)[k].error.ok()) {
+          Fail((*batch)[k].error, report);
+        } else {
+          Account(decisions[k], kinds[k], (*batch)[k].outcome, report);
+        }
+      }
+    } else {
+      // The batch as a whole failed (nothing was written): commit one by one, so one bad
+      // decision cannot hold back the others.
+      for (size_t k = 0; k < decisions.size() && !stopping_; ++k) {
+        Result<AdvanceOutcome> one = schedules_.CommitClaimDecision(decisions[k]);
+        if (one.ok()) {
+          Account(decisions[k], kinds[k], *one, report);
+        } else {
+          Fail(one.status(), report);
+        }
+      }
     }
   }
   if (report.admitted > 0 && on_admitted_) on_admitted_();

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "ql/core/clock.h"
+#include "ql/core/misfire.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
 #include "ql/engine/metrics.h"
@@ -37,9 +38,11 @@ class ClusterScheduler {
   // InvalidArgument `invalid_scheduler_option` naming the bound that does not hold.
   static Status ValidateOptions(const ClusterSchedulerOptions& options);
 
-  // Claims one batch and commits every decision, each in its own transaction. A decision that
-  // fails (corrupt definition, storage error) is counted and its claim simply expires; the
-  // other claims of the round still commit. A failed claim statement is returned.
+  // Claims one batch, decides every row and commits the decisions together in one transaction
+  // (rows that raced are left out; if the transaction itself fails, each decision is committed
+  // on its own). A decision that fails (corrupt definition, storage error) is counted and its
+  // claim simply expires; the other claims of the round still commit. A failed claim statement
+  // is returned.
   Result<RoundReport> RunRound();
 
   // 0 when the batch came back full or a row is still due; otherwise the time until the
@@ -56,7 +59,9 @@ class ClusterScheduler {
   void RequestStop() { stopping_ = true; }
 
  private:
-  Status DecideAndCommit(const ScheduleClaim& claim, RoundReport& report);
+  void Account(const ClaimDecision& decision, misfire::Decision::Kind kind, AdvanceOutcome outcome,
+               RoundReport& report);
+  void Fail(const Status& status, RoundReport& report);
 
   ClusterScheduleRepository& schedules_;
   RandomSource& random_;

@@ -193,6 +193,25 @@ Param P(int64_t value) { return Param{std::to_string(value)}; }
 Param P(bool value) { return Param{std::string(value ? "t" : "f")}; }
 Param P(std::string_view value) { return Param{std::string(value)}; }
 
+Param PArray(const std::vector<std::optional<std::string>>& elements) {
+  std::string out = "{";
+  for (size_t i = 0; i < elements.size(); ++i) {
+    if (i > 0) out += ',';
+    if (!elements[i].has_value()) {
+      out += "NULL";
+      continue;
+    }
+    out += '"';
+    for (char c : *elements[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  out += '}';
+  return Param{std::move(out)};
+}
+
 Rows::Rows(pg_result* result, std::string operation)
     : result_(result), operation_(std::move(operation)) {}
 Rows::Rows(Rows&& other) noexcept

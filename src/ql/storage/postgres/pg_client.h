@@ -91,6 +91,10 @@ Param P(const std::optional<T>& value) {
   return value.has_value() ? P(*value) : Param{};
 }
 
+// A one-dimensional array parameter in PostgreSQL's text form ({"a","b",NULL}); cast it in SQL
+// ($1::text[], $2::bigint[], ...). Every element is quoted and escaped.
+Param PArray(const std::vector<std::optional<std::string>>& elements);
+
 // Largest magnitude an integer column may hold; larger values fail closed as Corrupt.
 inline constexpr int64_t kMaxSafeInteger = 9'007'199'254'740'991;  // 2^53 - 1
 

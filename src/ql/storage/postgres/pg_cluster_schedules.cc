@@ -1,7 +1,9 @@
 #include "ql/storage/postgres/pg_cluster_schedules.h"
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -68,22 +70,15 @@ bool Before(const ScheduleClaim& a, const ScheduleClaim& b) {
          std::tie(y.next_fire_at_ms, y.project_id, y.trigger_id);
 }
 
-// The admission's own check of the pinned execution revision: present, of this task revision
-// and executor type, its plan parses and hashes to its digest, and belongs to the task digest.
-Status VerifyExecution(Tx& tx, const NewRun& run) {
-  QL_ASSIGN_OR_RETURN(
-      Rows rows, tx.Exec("SELECT project_id, task_id, task_revision, task_digest, executor_type, "
-                         "plan_json, plan_digest FROM ql3.execution_revisions WHERE id = $1",
-                         {P(run.execution_revision_id)}));
-  if (rows.empty()) {
-    return Corrupt("execution_revision_invalid",
-                   "execution revision " + run.execution_revision_id + " does not exist");
-  }
-  const bool matches = rows.Text(0, 0) == run.project_id && rows.Text(0, 1) == run.task_id &&
-                       rows.Int(0, 2) == run.task_revision && rows.Text(0, 3) == run.task_digest &&
-                       rows.Text(0, 4) == run.executor_type;
-  std::string plan_text = rows.Text(0, 5);
-  std::string plan_digest = rows.Text(0, 6);
+// The admission's own check of a pinned execution revision (one row of execution_revisions
+// read in the admission transaction): of the run's project, task revision, digest and executor
+// type, its plan parses and hashes to its digest, and belongs to the task digest.
+Status VerifyExecution(const Rows& rows, int i, const NewRun& run) {
+  const bool matches = rows.Text(i, 1) == run.project_id && rows.Text(i, 2) == run.task_id &&
+                       rows.Int(i, 3) == run.task_revision && rows.Text(i, 4) == run.task_digest &&
+                       rows.Text(i, 5) == run.executor_type;
+  std::string plan_text = rows.Text(i, 6);
+  std::string plan_digest = rows.Text(i, 7);
   QL_RETURN_IF_ERROR(rows.status());
   Status plan_ok = [&]() -> Status {
     QL_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonStrict(plan_text));
@@ -194,104 +189,223 @@ Result<std::vector<ScheduleClaim>> PostgresClusterSchedules::ClaimDueSchedules(
 }
 
 Result<AdvanceOutcome> PostgresClusterSchedules::CommitClaimDecision(const ClaimDecision& d) {
-  QL_RETURN_IF_ERROR(ValidateDecision(d));
-  const ScheduleClaim& c = d.claim;
-  const ScheduleRecord& expected = c.due.schedule;
-  const TriggerRevisionRecord& t = c.due.trigger;
-  AdvanceOutcome outcome = AdvanceOutcome::kRaced;
-  bool duplicate_key = false;
-  Status st = pool_.Transact(
-      {pg::Isolation::kSerializable, false}, "admitting a claimed occurrence",
-      [&](Tx& tx) -> Status {
-        outcome = AdvanceOutcome::kRaced;
-        duplicate_key = false;
-        // Re-lock the schedule row; the same statement reads the database clock afresh.
+  Result<std::vector<ClaimCommitResult>> batch = CommitClaimDecisions({d});
+  if (!batch.ok()) {
+    // Another writer took the occurrence's key first: this decision raced.
+    if (batch.status().reason() == "idempotency_key_duplicate") return AdvanceOutcome::kRaced;
+    return batch.status();
+  }
+  std::vector<ClaimCommitResult> results = std::move(batch).value();
+  if (!results.front().error.ok()) return results.front().error;
+  return results.front().outcome;
+}
+
+Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDecisions(
+    const std::vector<ClaimDecision>& decisions) {
+  if (decisions.empty() || decisions.size() > 256) {
+    return InvalidArgument("invalid_claim", "a batch holds 1..256 decisions");
+  }
+  std::vector<std::optional<std::string>> ids;
+  for (const ClaimDecision& d : decisions) {
+    QL_RETURN_IF_ERROR(ValidateDecision(d));
+    ids.push_back(d.claim.due.schedule.trigger_id);
+  }
+  std::vector<ClaimCommitResult> results;
+  const pg::TxOptions options{isolation_ == AdmissionIsolation::kSerializable
+                                  ? pg::Isolation::kSerializable
+                                  : pg::Isolation::kReadCommitted,
+                              false};
+  QL_RETURN_IF_ERROR(
+      pool_.Transact(options, "admitting a claimed occurrence", [&](Tx& tx) -> Status {
+        results.assign(decisions.size(), ClaimCommitResult{});
+        std::vector<bool> go(decisions.size(), true);
+        // Re-lock the schedule rows in one order; the same statement reads the database clock once.
         QL_ASSIGN_OR_RETURN(
-            Rows row,
-            tx.Exec(std::string("SELECT project_id, trigger_revision, state_version, "
-                                "next_fire_at_ms, exhausted, claim_owner, claim_token::text, "
-                                "claim_version, claim_expires_at_ms, updated_at_ms, ") +
-                        kClockMs + " FROM ql3.trigger_schedules WHERE trigger_id = $1 FOR UPDATE",
-                    {P(expected.trigger_id)}));
-        if (row.empty()) {
-          return NotFound("schedule_not_found",
-                          "trigger " + expected.trigger_id + " has no schedule");
+            Rows rows,
+            tx.Exec("WITH clock AS MATERIALIZED (SELECT (extract(epoch FROM clock_timestamp()) * "
+                    "1000)::bigint AS now_ms) "
+                    "SELECT s.trigger_id, s.project_id, s.trigger_revision, s.state_version, "
+                    "s.next_fire_at_ms, s.exhausted, s.claim_owner, s.claim_token::text, "
+                    "s.claim_version, s.claim_expires_at_ms, s.updated_at_ms, clock.now_ms "
+                    "FROM ql3.trigger_schedules s CROSS JOIN clock "
+                    "WHERE s.trigger_id = ANY($1::text[]) ORDER BY s.trigger_id FOR UPDATE OF s",
+                    {pg::PArray(ids)}));
+        std::map<std::string, int> row_of;
+        for (int i = 0; i < rows.size(); ++i) row_of[rows.Text(i, 0)] = i;
+        const int64_t now_ms = rows.empty() ? 0 : rows.Int(0, 11);
+        QL_RETURN_IF_ERROR(rows.status());
+        for (size_t k = 0; k < decisions.size(); ++k) {
+          const ClaimDecision& d = decisions[k];
+          const ScheduleClaim& c = d.claim;
+          const ScheduleRecord& e = c.due.schedule;
+          auto it = row_of.find(e.trigger_id);
+          if (it == row_of.end()) {
+            results[k].error =
+                NotFound("schedule_not_found", "trigger " + e.trigger_id + " has no schedule");
+            go[k] = false;
+            continue;
+          }
+          const int i = it->second;
+          const bool fence_holds =
+              rows.Text(i, 1) == e.project_id && rows.Int(i, 2) == e.trigger_revision &&
+              rows.Int(i, 3) == e.state_version && rows.OptInt(i, 4) == e.next_fire_at_ms &&
+              !rows.Bool(i, 5) && rows.OptText(i, 6) == c.owner && rows.OptText(i, 7) == c.token &&
+              rows.Int(i, 8) == c.claim_version && rows.OptInt(i, 9).value_or(0) > now_ms;
+          if (now_ms < c.acquired_at_ms || (fence_holds && now_ms < rows.Int(i, 10))) {
+            // The clock went backwards: fail closed for the whole batch, write nothing.
+            return Corrupt("clock_regression",
+                           "the database clock reads earlier than the claim's acquisition time");
+          }
+          go[k] = fence_holds;
         }
-        const int64_t now_ms = row.Int(0, 10);
-        const int64_t row_updated = row.Int(0, 9);
-        const bool fence_holds =
-            row.Text(0, 0) == expected.project_id && row.Int(0, 1) == expected.trigger_revision &&
-            row.Int(0, 2) == expected.state_version &&
-            row.OptInt(0, 3) == expected.next_fire_at_ms && !row.Bool(0, 4) &&
-            row.OptText(0, 5) == c.owner && row.OptText(0, 6) == c.token &&
-            row.Int(0, 7) == c.claim_version && row.OptInt(0, 8).value_or(0) > now_ms;
-        QL_RETURN_IF_ERROR(row.status());
-        if (now_ms < c.acquired_at_ms || (fence_holds && now_ms < row_updated)) {
-          return Corrupt("clock_regression",
-                         "the database clock reads earlier than the claim's acquisition time");
-        }
-        if (!fence_holds) {
-          tx.RollbackOnly();
-          return Status::Ok();
-        }
-        // The definitions the decision followed, as this serializable snapshot sees them.
+        QL_RETURN_IF_ERROR(rows.status());
+
+        // The definitions each decision followed, read again after the locks.
         QL_ASSIGN_OR_RETURN(
             Rows defs,
-            tx.Exec(
-                "SELECT p.status, th.current_revision, g.enabled, g.task_id, "
-                "g.task_revision, g.task_digest, h.current_revision, tr.enabled, "
-                "tr.content_digest "
-                "FROM ql3.projects p, ql3.trigger_heads th, ql3.trigger_revisions g, "
-                "ql3.task_heads h, ql3.task_revisions tr "
-                "WHERE p.id = $1 AND th.trigger_id = $2 AND g.trigger_id = $2 AND "
-                "g.revision = $3 AND h.task_id = g.task_id AND tr.task_id = g.task_id AND "
-                "tr.revision = g.task_revision",
-                {P(expected.project_id), P(expected.trigger_id), P(expected.trigger_revision)}));
-        const bool current = defs.size() == 1 && defs.Text(0, 0) == "active" &&
-                             defs.Int(0, 1) == expected.trigger_revision && defs.Bool(0, 2) &&
-                             defs.Text(0, 3) == t.task_id && defs.Int(0, 4) == t.task_revision &&
-                             defs.Text(0, 5) == t.task_digest &&
-                             defs.Int(0, 6) == t.task_revision && defs.Bool(0, 7) &&
-                             defs.Text(0, 8) == t.task_digest;
-        QL_RETURN_IF_ERROR(defs.status());
-        if (!current) {
-          tx.RollbackOnly();
-          return Status::Ok();
-        }
-        std::optional<int64_t> last_scheduled;
-        if (d.run.has_value()) {
-          QL_RETURN_IF_ERROR(VerifyExecution(tx, *d.run));
-          Status inserted = pg::InsertQueuedRun(tx, *d.run, now_ms);
-          if (inserted.reason() == "idempotency_key_duplicate") {
-            duplicate_key = true;
-            return inserted;  // the transaction is aborted; report raced below
+            tx.Exec("SELECT th.trigger_id, p.id, p.status, th.current_revision, g.enabled, "
+                    "g.task_id, g.task_revision, g.task_digest, h.current_revision, tr.enabled, "
+                    "tr.content_digest "
+                    "FROM ql3.trigger_heads th "
+                    "JOIN ql3.projects p ON p.id = th.project_id "
+                    "JOIN ql3.trigger_revisions g ON g.trigger_id = th.trigger_id AND "
+                    "g.revision = th.current_revision "
+                    "JOIN ql3.task_heads h ON h.task_id = g.task_id "
+                    "JOIN ql3.task_revisions tr ON tr.task_id = g.task_id AND "
+                    "tr.revision = g.task_revision "
+                    "WHERE th.trigger_id = ANY($1::text[])",
+                    {pg::PArray(ids)}));
+        std::map<std::string, int> def_of;
+        for (int i = 0; i < defs.size(); ++i) def_of[defs.Text(i, 0)] = i;
+        std::vector<std::optional<std::string>> exec_ids;
+        for (size_t k = 0; k < decisions.size(); ++k) {
+          if (!go[k]) continue;
+          const ScheduleRecord& e = decisions[k].claim.due.schedule;
+          const TriggerRevisionRecord& t = decisions[k].claim.due.trigger;
+          auto it = def_of.find(e.trigger_id);
+          const int i = it == def_of.end() ? -1 : it->second;
+          go[k] = i >= 0 && defs.Text(i, 1) == e.project_id && defs.Text(i, 2) == "active" &&
+                  defs.Int(i, 3) == e.trigger_revision && defs.Bool(i, 4) &&
+                  defs.Text(i, 5) == t.task_id && defs.Int(i, 6) == t.task_revision &&
+                  defs.Text(i, 7) == t.task_digest && defs.Int(i, 8) == t.task_revision &&
+                  defs.Bool(i, 9) && defs.Text(i, 10) == t.task_digest;
+          if (go[k] && decisions[k].run.has_value()) {
+            exec_ids.push_back(decisions[k].run->execution_revision_id);
           }
-          QL_RETURN_IF_ERROR(inserted);
-          if (write_fault_) QL_RETURN_IF_ERROR(write_fault_("run"));
-          last_scheduled = d.run->scheduled_for_ms;
         }
-        QL_ASSIGN_OR_RETURN(
-            Rows advanced,
-            tx.Exec("UPDATE ql3.trigger_schedules SET next_fire_at_ms = $2, exhausted = $3, "
-                    "last_scheduled_at_ms = coalesce($4, last_scheduled_at_ms), "
-                    "state_version = state_version + 1, claim_owner = NULL, claim_token = NULL, "
-                    "claim_expires_at_ms = NULL, updated_at_ms = $5 "
-                    "WHERE trigger_id = $1 AND state_version = $6 AND claim_owner = $7 AND "
-                    "claim_token = $8::uuid AND claim_version = $9 AND claim_expires_at_ms > $5",
-                    {P(expected.trigger_id), P(d.new_next_fire_at_ms), P(d.exhausted),
-                     P(last_scheduled), P(now_ms), P(expected.state_version), P(c.owner),
-                     P(c.token), P(c.claim_version)}));
-        if (advanced.affected() != 1) {
-          tx.RollbackOnly();
-          return Status::Ok();
+        QL_RETURN_IF_ERROR(defs.status());
+
+        // Each pinned execution revision must be a digest-valid plan; read each once.
+        std::vector<const NewRun*> runs;
+        if (!exec_ids.empty()) {
+          QL_ASSIGN_OR_RETURN(
+              Rows execs,
+              tx.Exec("SELECT id, project_id, task_id, task_revision, task_digest, executor_type, "
+                      "plan_json, plan_digest FROM ql3.execution_revisions "
+                      "WHERE id = ANY($1::text[])",
+                      {pg::PArray(exec_ids)}));
+          std::map<std::string, int> exec_of;
+          for (int i = 0; i < execs.size(); ++i) exec_of[execs.Text(i, 0)] = i;
+          QL_RETURN_IF_ERROR(execs.status());
+          for (size_t k = 0; k < decisions.size(); ++k) {
+            if (!go[k] || !decisions[k].run.has_value()) continue;
+            const NewRun& run = *decisions[k].run;
+            auto it = exec_of.find(run.execution_revision_id);
+            Status valid =
+                it == exec_of.end()
+                    ? Corrupt("execution_revision_invalid",
+                              "execution revision " + run.execution_revision_id + " does not exist")
+                    : VerifyExecution(execs, it->second, run);
+            if (!valid.ok()) {
+              results[k].error = valid;
+              go[k] = false;
+              continue;
+            }
+            runs.push_back(&run);
+          }
         }
-        if (write_fault_) QL_RETURN_IF_ERROR(write_fault_("schedule"));
-        outcome = AdvanceOutcome::kApplied;
+        // An occurrence admitted already (its key is taken) raced; the unique key stays the last
+        // word.
+        if (!runs.empty()) {
+          std::vector<std::optional<std::string>> projects, keys;
+          for (const NewRun* run : runs) {
+            projects.push_back(run->project_id);
+            keys.push_back(run->idempotency_key);
+          }
+          QL_ASSIGN_OR_RETURN(
+              Rows taken,
+              tx.Exec(
+                  "SELECT r.idempotency_key FROM ql3.runs r JOIN unnest($1::text[], $2::text[]) "
+                  "AS k(project_id, idempotency_key) ON r.project_id = k.project_id AND "
+                  "r.idempotency_key = k.idempotency_key",
+                  {pg::PArray(projects), pg::PArray(keys)}));
+          std::set<std::string> admitted;
+          for (int i = 0; i < taken.size(); ++i) admitted.insert(taken.Text(i, 0));
+          QL_RETURN_IF_ERROR(taken.status());
+          if (!admitted.empty()) {
+            runs.clear();
+            for (size_t k = 0; k < decisions.size(); ++k) {
+              if (!go[k] || !decisions[k].run.has_value()) continue;
+              if (admitted.count(*decisions[k].run->idempotency_key)) {
+                go[k] = false;
+              } else if (results[k].error.ok()) {
+                runs.push_back(&*decisions[k].run);
+              }
+            }
+          }
+        }
+        QL_RETURN_IF_ERROR(pg::InsertQueuedRuns(tx, runs, now_ms));
+        if (write_fault_ && !runs.empty()) QL_RETURN_IF_ERROR(write_fault_("run"));
+
+        // Advance every schedule row under its full fence; the claim is cleared.
+        std::vector<std::optional<std::string>> tid, cursor, exhausted, last, state, owner, token,
+            version;
+        for (size_t k = 0; k < decisions.size(); ++k) {
+          if (!go[k]) continue;
+          const ClaimDecision& d = decisions[k];
+          tid.push_back(d.claim.due.schedule.trigger_id);
+          cursor.push_back(d.new_next_fire_at_ms.has_value()
+                               ? std::optional<std::string>(std::to_string(*d.new_next_fire_at_ms))
+                               : std::nullopt);
+          exhausted.push_back(d.exhausted ? "t" : "f");
+          last.push_back(d.run.has_value()
+                             ? std::optional<std::string>(std::to_string(*d.run->scheduled_for_ms))
+                             : std::nullopt);
+          state.push_back(std::to_string(d.claim.due.schedule.state_version));
+          owner.push_back(d.claim.owner);
+          token.push_back(d.claim.token);
+          version.push_back(std::to_string(d.claim.claim_version));
+        }
+        if (!tid.empty()) {
+          QL_ASSIGN_OR_RETURN(
+              Rows advanced,
+              tx.Exec(
+                  "UPDATE ql3.trigger_schedules s SET next_fire_at_ms = v.cursor, "
+                  "exhausted = v.exhausted, "
+                  "last_scheduled_at_ms = coalesce(v.last, s.last_scheduled_at_ms), "
+                  "state_version = s.state_version + 1, claim_owner = NULL, claim_token = NULL, "
+                  "claim_expires_at_ms = NULL, updated_at_ms = $9::bigint "
+                  "FROM unnest($1::text[], $2::bigint[], $3::boolean[], $4::bigint[], "
+                  "$5::bigint[], $6::text[], $7::uuid[], $8::bigint[]) "
+                  "AS v(trigger_id, cursor, exhausted, last, state, owner, token, version) "
+                  "WHERE s.trigger_id = v.trigger_id AND s.state_version = v.state AND "
+                  "s.claim_owner = v.owner AND s.claim_token = v.token AND "
+                  "s.claim_version = v.version AND s.claim_expires_at_ms > $9::bigint",
+                  {pg::PArray(tid), pg::PArray(cursor), pg::PArray(exhausted), pg::PArray(last),
+                   pg::PArray(state), pg::PArray(owner), pg::PArray(token), pg::PArray(version),
+                   P(now_ms)}));
+          if (advanced.affected() != static_cast<int64_t>(tid.size())) {
+            // Locked and checked above, so only a bug gets here; write nothing.
+            return Conflict("schedule_raced", "a locked schedule row moved during its admission");
+          }
+        }
+        if (write_fault_ && !tid.empty()) QL_RETURN_IF_ERROR(write_fault_("schedule"));
+        for (size_t k = 0; k < decisions.size(); ++k) {
+          if (go[k]) results[k].outcome = AdvanceOutcome::kApplied;
+        }
         return Status::Ok();
-      });
-  if (duplicate_key) return AdvanceOutcome::kRaced;
-  if (!st.ok()) return st;
-  return outcome;
+      }));
+  return results;
 }
 
 Result<std::optional<int64_t>> PostgresClusterSchedules::MsUntilNextDue() {

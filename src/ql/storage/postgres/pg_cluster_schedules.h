@@ -14,13 +14,27 @@
 
 namespace ql {
 
+// How an admission transaction is isolated. SERIALIZABLE is the default of the design: every
+// re-verification is also protected by serializable snapshot isolation. READ COMMITTED keeps
+// the same re-verifications, made explicit: the schedule row is locked FOR UPDATE (a trigger
+// republish rewrites that row, so it waits for the lock), the full fence is re-checked under the
+// lock, the definitions are re-read after it, and the final UPDATE is conditional on the whole
+// fence; a task republish or project archive that commits meanwhile only reads rows the
+// admission never writes, so the admission is ordered before it. It avoids the false conflicts
+// SERIALIZABLE raises between replicas whose schedule rows share index pages.
+enum class AdmissionIsolation { kSerializable, kReadCommitted };
+
 class PostgresClusterSchedules final : public ClusterScheduleRepository {
  public:
   // `pool` is the runtime role's pool; it must outlive this object.
-  explicit PostgresClusterSchedules(pg::Pool& pool) : pool_(pool) {}
+  explicit PostgresClusterSchedules(
+      pg::Pool& pool, AdmissionIsolation isolation = AdmissionIsolation::kSerializable)
+      : pool_(pool), isolation_(isolation) {}
 
   Result<std::vector<ScheduleClaim>> ClaimDueSchedules(const ClaimRequest& request) override;
   Result<AdvanceOutcome> CommitClaimDecision(const ClaimDecision& decision) override;
+  Result<std::vector<ClaimCommitResult>> CommitClaimDecisions(
+      const std::vector<ClaimDecision>& decisions) override;
   Result<std::optional<int64_t>> MsUntilNextDue() override;
 
   // Tests only: called inside the admission transaction after each write step ("run", then
@@ -30,6 +44,7 @@ class PostgresClusterSchedules final : public ClusterScheduleRepository {
 
  private:
   pg::Pool& pool_;
+  AdmissionIsolation isolation_;
   WriteFault write_fault_;
 };
 

@@ -25,10 +25,11 @@ namespace ql::pg::testing {
 
 class PgTestCluster {
  public:
-  // Starts the server on first use; aborts the test binary when that fails.
+  // Starts the server on first use; aborts the test binary when that fails. The server is
+  // stopped and its directory removed when the test binary exits.
   static PgTestCluster& Get() {
-    static PgTestCluster* cluster = new PgTestCluster();
-    return *cluster;
+    static PgTestCluster cluster;
+    return cluster;
   }
 
   ::ql::testing::PostgresServer& server() { return *server_; }
