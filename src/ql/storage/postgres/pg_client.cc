@@ -53,7 +53,7 @@ constexpr UniqueRule kUniqueRules[] = {
     {"trigger_revisions_pkey", StatusCode::kConflict, "revision_conflict"},
     {"run_events_pkey", StatusCode::kConflict, "fence_conflict"},
     {"run_attempts_run_attempt_key", StatusCode::kConflict, "fence_conflict"},
-    {"run_retry_policies_pkey", StatusCode::kConflict, "fence_conflict"},
+    {"run_retry_policies_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"trigger_schedules_pkey", StatusCode::kConflict, "fence_conflict"},
     {"worker_sessions_generation_key", StatusCode::kConflict, "fence_conflict"},
     {"run_dispatch_leases_pkey", StatusCode::kConflict, "fence_conflict"},
