@@ -56,7 +56,9 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
     created.push_back(std::move(created_payload));
     queued.push_back(std::move(queued_payload));
   }
-  // One round trip for every row of every run.
+  // One round trip for every row of every run. Every dependent insert reads the runs insert's
+  // RETURNING, so a reused run id always fails on runs_pkey first (duplicate_id) and never on
+  // a policy or event key, whichever order the executor runs the CTEs in.
   static constexpr char kSql[] =
       "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], "
       "$5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[], "
@@ -74,14 +76,15 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
       "priority, key, retry_of, $24::bigint, $24::bigint FROM v RETURNING id), "
       "p AS (INSERT INTO ql3.run_retry_policies (run_id, max_attempts, retry_on_lost, safety, "
       "backoff_base_ms, backoff_max_ms) SELECT id, max_attempts, retry_on_lost, safety, "
-      "backoff_base, backoff_max FROM v RETURNING run_id), "
+      "backoff_base, backoff_max FROM v JOIN r USING (id) RETURNING run_id), "
       "a AS (INSERT INTO ql3.run_attempts (id, run_id, attempt, status, executor_type, "
       "callback_sequence, created_at_ms) SELECT attempt_id, id, 1, 'claimed', executor, 0, "
-      "$24::bigint FROM v RETURNING id) "
+      "$24::bigint FROM v JOIN r USING (id) RETURNING id) "
       "INSERT INTO ql3.run_events (run_id, sequence, type, actor_type, attempt_id, dedupe_key, "
       "payload_json, created_at_ms) "
-      "SELECT id, 1, $25::text, actor, NULL, NULL, created, $24::bigint FROM v "
-      "UNION ALL SELECT id, 2, $26::text, actor, attempt_id, NULL, queued, $24::bigint FROM v";
+      "SELECT id, 1, $25::text, actor, NULL, NULL, created, $24::bigint FROM v JOIN r USING (id) "
+      "UNION ALL SELECT id, 2, $26::text, actor, attempt_id, NULL, queued, $24::bigint "
+      "FROM v JOIN r USING (id)";
   return tx
       .Exec(kSql, {PArray(id),
                    PArray(project),
