@@ -152,6 +152,21 @@ int Main(int argc, char** argv) {
   serve->add_option("--pool-max", serve_config.pool_max, "runtime pool size, 2..256 (default 8)");
   serve->add_option("--admission-isolation", serve_config.admission_isolation,
                     "read-committed (default: explicit row locks and fences) or serializable");
+  serve->add_option("--worker-database-url", serve_config.worker_url.flag_value,
+                    "the worker-ingress role's URL (or QL3_WORKER_DATABASE_URL); enables the "
+                    "worker listener");
+  serve->add_option("--worker-database-url-file", serve_config.worker_url.file_path,
+                    "a file holding the worker-ingress role's URL");
+  serve->add_option("--worker-listen", serve_config.worker_listen,
+                    "HOST:PORT of the worker listener (default 127.0.0.1:5801)");
+  serve->add_option("--worker-lease-ms", serve_config.worker_lease_ms,
+                    "run lease of a worker, 1000..600000 (default 30000)");
+  serve->add_option("--worker-session-ttl-ms", serve_config.worker_session_ttl_ms,
+                    "worker session lifetime without heartbeat, 1000..600000 (default 30000)");
+  serve->add_option("--worker-heartbeat-ms", serve_config.worker_heartbeat_ms,
+                    "heartbeat interval told to workers (default 5000)");
+  serve->add_option("--worker-log-cap-bytes", serve_config.worker_log_cap_bytes,
+                    "output kept per remote attempt (default 16777216)");
   serve->add_option("--shutdown-wait", serve_config.shutdown_wait_s,
                     "seconds to drain the scheduler on SIGTERM, 1..600 (default 10)");
 

@@ -21,14 +21,17 @@
 #include "ql/engine/control_service.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/round_loop.h"
+#include "ql/engine/worker_service.h"
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
+#include "ql/http/worker_api_server.h"
 #include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_cluster_recovery.h"
 #include "ql/storage/postgres/pg_cluster_schedules.h"
 #include "ql/storage/postgres/pg_credentials.h"
 #include "ql/storage/postgres/pg_log_source.h"
 #include "ql/storage/postgres/pg_store.h"
+#include "ql/storage/postgres/pg_worker.h"
 
 namespace ql::cluster {
 namespace {
@@ -108,6 +111,18 @@ int Serve(const ServeConfig& config) {
   if (!admin_url.ok()) return Fail(kExitUsage, admin_url.status());
   Result<std::pair<std::string, int>> listen = ParseListenAddress(config.listen);
   if (!listen.ok()) return Fail(kExitUsage, listen.status());
+  Result<std::string> worker_url = ResolveOptionalDatabaseUrl(config.worker_url);
+  if (!worker_url.ok()) return Fail(kExitUsage, worker_url.status());
+  Result<std::pair<std::string, int>> worker_listen = ParseListenAddress(config.worker_listen);
+  if (!worker_listen.ok()) return Fail(kExitUsage, worker_listen.status());
+  WorkerServiceOptions worker_options;
+  worker_options.lease_ttl_ms = config.worker_lease_ms;
+  worker_options.session_ttl_ms = config.worker_session_ttl_ms;
+  worker_options.heartbeat_interval_ms = config.worker_heartbeat_ms;
+  worker_options.log_cap_bytes = config.worker_log_cap_bytes;
+  if (Status st = ValidateWorkerServiceOptions(worker_options); !st.ok()) {
+    return Fail(kExitUsage, st);
+  }
   ClusterSchedulerOptions scheduler_options;
   scheduler_options.owner = config.owner.empty() ? DefaultOwner() : config.owner;
   scheduler_options.claims_per_round = config.claims_per_round;
@@ -177,9 +192,12 @@ int Serve(const ServeConfig& config) {
     return Fail(kExitFailure, project.status());
   }
 
-  // Startup recovery must converge before this replica admits anything.
+  // Startup recovery must converge before this replica admits anything. It also ends remote
+  // runs that outlived their timeout by more than a lease, whatever their worker says.
   PostgresClusterRecovery recovery_source(store->runtime_pool());
+  pg::PostgresRunLeases leases(store->runtime_pool());
   ClusterRecovery recovery(recovery_source, store->runs(), clock, random, metrics);
+  recovery.EnforceTimeouts(leases, worker_options.lease_ttl_ms);
   for (int attempt = 1;; ++attempt) {
     Result<RecoveryReport> report = recovery.RunOnce();
     if (report.ok() && report->errors == 0) {
@@ -246,6 +264,34 @@ int Serve(const ServeConfig& config) {
     }
   };
 
+  // The worker listener: authentication and sessions through the worker-ingress role, leases
+  // through the runtime role.
+  std::unique_ptr<pg::Pool> ingress_pool;
+  std::unique_ptr<pg::PostgresWorkerSessions> worker_sessions;
+  std::unique_ptr<WorkerService> workers;
+  std::unique_ptr<WorkerApiServer> worker_api;
+  if (!worker_url->empty()) {
+    Result<std::unique_ptr<pg::Pool>> pool =
+        pg::Pool::Create(PoolFor(*worker_url, "qinglong-worker-ingress", config.pool_max));
+    if (!pool.ok()) {
+      stop_lifecycles();
+      return Fail(kExitFailure, pool.status());
+    }
+    ingress_pool = std::move(pool).value();
+    worker_sessions = std::make_unique<pg::PostgresWorkerSessions>(*ingress_pool);
+    workers = std::make_unique<WorkerService>(*worker_sessions, leases, store->runs(), clock,
+                                              random, metrics, worker_options);
+    worker_api = std::make_unique<WorkerApiServer>(*workers, metrics);
+    if (Status st = worker_api->Start(worker_listen->first, worker_listen->second); !st.ok()) {
+      stop_lifecycles();
+      return Fail(kExitFailure, st);
+    }
+    std::cout << "workers: listening on http://" << worker_listen->first << ":"
+              << worker_api->port() << "\n";
+  } else {
+    std::cout << "workers: no --worker-database-url; the worker listener is off\n";
+  }
+
   CredentialCache credentials(store->runtime_pool());
   PostgresLogSource logs(store->runtime_pool());
   ApiServerOptions api_options;
@@ -269,8 +315,11 @@ int Serve(const ServeConfig& config) {
   sigwait(&signals, &received);
   std::cout << "stopping (signal " << received << ")\n" << std::flush;
   api.WithdrawAdmission();
+  if (worker_api) worker_api->WithdrawAdmission();
   stop_lifecycles();
   api.Stop();
+  if (worker_api) worker_api->Stop();
+  if (ingress_pool) ingress_pool->Close();
   store.reset();  // closes both pools
   return 0;
 }

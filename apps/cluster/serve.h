@@ -23,11 +23,18 @@ struct ServeConfig {
   int pool_max = 8;
   int shutdown_wait_s = 10;
   std::string admission_isolation = "read-committed";  // or "serializable"
+  // Remote workers: the listener runs when the worker-ingress role's URL is configured.
+  UrlSource worker_url{"", "", "QL3_WORKER_DATABASE_URL", "--worker-database-url"};
+  std::string worker_listen = "127.0.0.1:5801";
+  int64_t worker_lease_ms = 30'000;
+  int64_t worker_session_ttl_ms = 30'000;
+  int64_t worker_heartbeat_ms = 5'000;
+  int64_t worker_log_cap_bytes = 16 * 1024 * 1024;
 };
 
 // Runs the replica until SIGTERM or SIGINT. Start order: configuration validated before any
 // connection → readiness audit → startup recovery converged → scheduler and recovery
-// lifecycles → HTTP admission (/readyz 200). Stop order: withdraw admission → stop and drain
+// lifecycles → worker listener (when configured) → HTTP admission (/readyz 200). Stop order: withdraw admission → stop and drain
 // the scheduler (bounded) → stop HTTP → close the pools. Exit codes: 0 after a clean stop,
 // 1 failure, 2 invalid configuration, 3 the audit found the database not ready.
 int Serve(const ServeConfig& config);

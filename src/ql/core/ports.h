@@ -296,6 +296,20 @@ struct NewEvent {
   std::string payload_json = "{}";
 };
 
+// The full fence of a remote worker's run lease (DESIGN §6). A transition carrying one applies
+// only while the lease holds: it exists under this offer id for the transition's attempt, is
+// granted, belongs to this session and generation, the session is the worker's and not fenced, the
+// token digest is equal and the lease has not expired by the store's clock. Errors: NotFound
+// `lease_not_found`, Conflict `lease_fenced` (session, generation, token, attempt or a released
+// lease), Conflict `lease_expired`.
+struct LeaseFence {
+  std::string worker_id;  // the credential the caller authenticated with
+  std::string offer_id;
+  std::string session_id;
+  int64_t generation = 0;
+  std::string token_digest;  // SHA-256 hex of the worker's lease token
+};
+
 // One state transition of a run (and optionally of one of its attempts), applied as one
 // transaction: the move must be legal (core/states.h), the run CASes on expected_version
 // (version + 1), the attempt CASes on its expected status, events are appended with consecutive
@@ -328,6 +342,11 @@ struct RunTransitionCommand {
 
   // A new claimed attempt N+1 (automatic retry: retry_wait → queued).
   std::optional<std::string> new_attempt_id;
+
+  // Set by remote-worker calls: the transition holds only under this lease (needs attempt_id;
+  // stores without remote workers answer InvalidArgument `lease_unsupported`). Whenever an
+  // attempt moves to a terminal status its granted lease is released, fenced or not.
+  std::optional<LeaseFence> lease;
 
   std::vector<NewEvent> events;
   int64_t now_ms = 0;

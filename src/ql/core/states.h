@@ -150,6 +150,8 @@ inline constexpr std::string_view kEventRunDispatching = "run.dispatching";
 inline constexpr std::string_view kEventAttemptLateCallbackIgnored =
     "attempt.late_callback_ignored";
 inline constexpr std::string_view kEventLogTruncated = "attempt.log_truncated";
+// A remote worker was granted a lease on the attempt (payload: offer, session, generation).
+inline constexpr std::string_view kEventAttemptLeased = "attempt.leased";
 
 // Who runs an attempt.
 enum class ExecutorType { kLocalProcess, kRemoteWorker };

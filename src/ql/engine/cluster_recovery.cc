@@ -64,6 +64,11 @@ Status ClusterRecovery::Settle(const RecoveryCandidate& c, RecoveryReport& repor
   }
 }
 
+void ClusterRecovery::EnforceTimeouts(RunLeaseRepository& leases, int64_t grace_ms) {
+  leases_ = &leases;
+  timeout_grace_ms_ = grace_ms;
+}
+
 Result<RecoveryReport> ClusterRecovery::RunOnce(int page) {
   RecoveryReport report;
   std::string after;
@@ -82,6 +87,26 @@ Result<RecoveryReport> ClusterRecovery::RunOnce(int page) {
     if (static_cast<int>(batch.size()) < page) break;
     after = batch.back().run_id;
   }
+  if (leases_ != nullptr) {
+    Result<std::vector<OverdueRun>> overdue = leases_->ListOverdueRuns(timeout_grace_ms_, page);
+    if (!overdue.ok()) {
+      if (report.first_error.ok()) report.first_error = overdue.status();
+      ++report.errors;
+    } else {
+      for (const OverdueRun& run : *overdue) {
+        AttemptOutcome timed_out;
+        timed_out.kind = AttemptOutcome::Kind::kTimedOut;
+        timed_out.message = "the run outlived its timeout and its worker did not end it";
+        Status st = settlement_.Finish(run.run_id, run.attempt_id, timed_out);
+        if (st.ok()) {
+          ++report.timed_out;
+        } else {
+          if (report.first_error.ok()) report.first_error = st;
+          ++report.errors;
+        }
+      }
+    }
+  }
   Result<int> requeued = settlement_.PromoteRetries(page);
   if (requeued.ok()) {
     report.requeued = *requeued;
@@ -94,6 +119,7 @@ Result<RecoveryReport> ClusterRecovery::RunOnce(int page) {
   metrics_.SetGauge("ql_recovery_runs", R"(action="settled")", report.settled);
   metrics_.SetGauge("ql_recovery_runs", R"(action="redispatch")", report.redispatch);
   metrics_.SetGauge("ql_recovery_runs", R"(action="stuck")", report.stuck);
+  metrics_.SetGauge("ql_recovery_runs", R"(action="timed_out")", report.timed_out);
   return report;
 }
 

@@ -11,6 +11,7 @@
 #include "ql/core/clock.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
+#include "ql/core/worker_ports.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/run_settlement.h"
 
@@ -24,6 +25,7 @@ struct RecoveryReport {
   int redispatch = 0;  // queued, never started, lease expired: the next pull may grant it
   int stuck = 0;       // drifted in a way no rule settles: left alone, reported
   int requeued = 0;    // retry_wait → queued with attempt N+1
+  int timed_out = 0;   // remote runs ended by the control plane past timeout + grace
   int errors = 0;
   Status first_error;
 };
@@ -37,6 +39,11 @@ class ClusterRecovery {
   // run are counted and the cycle goes on; a failed listing is returned.
   Result<RecoveryReport> RunOnce(int page = 256);
 
+  // From now on each cycle also ends remote runs still running longer than their plan's
+  // timeout plus `grace_ms` (database clock) as timed_out, whatever their worker reports; the
+  // worker learns it on its next lease call. `leases` must outlive this object.
+  void EnforceTimeouts(RunLeaseRepository& leases, int64_t grace_ms);
+
  private:
   Status Settle(const RecoveryCandidate& c, RecoveryReport& report);
 
@@ -44,6 +51,8 @@ class ClusterRecovery {
   RunRepository& runs_;
   Metrics& metrics_;
   RunSettlement settlement_;
+  RunLeaseRepository* leases_ = nullptr;
+  int64_t timeout_grace_ms_ = 0;
 };
 
 }  // namespace ql

@@ -70,6 +70,12 @@ bool CancelWins(RunStatus to) {
 
 }  // namespace
 
+bool IsLeaseFenceError(const Status& status) {
+  const std::string& r = status.reason();
+  return r == "lease_not_found" || r == "lease_fenced" || r == "lease_expired" ||
+         r == "session_fenced" || r == "attempt_finished";
+}
+
 NewEvent MakeRunEvent(std::string type, const std::string& actor,
                       std::optional<std::string> attempt_id, const nlohmann::json& payload) {
   NewEvent e;
@@ -95,7 +101,7 @@ RunSettlement::RunSettlement(RunRepository& runs, Clock& clock, RandomSource& ra
 }
 
 Status RunSettlement::Finish(const std::string& run_id, const std::string& attempt_id,
-                             const AttemptOutcome& outcome) {
+                             const AttemptOutcome& outcome, const LeaseFence* lease) {
   // Two tries: a cancel intent may commit between our read and our write, and then it wins.
   for (int attempt_no = 0; attempt_no < 2; ++attempt_no) {
     QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(run_id));
@@ -149,9 +155,14 @@ Status RunSettlement::Finish(const std::string& run_id, const std::string& attem
         Event(RunEventType(run_to), "dispatcher", attempt_id,
               retry ? nlohmann::json{{"retry_at_ms", *t.retry_at_ms}} : nlohmann::json::object())};
     t.now_ms = now;
+    if (lease != nullptr) t.lease = *lease;
     Result<RunRecord> applied = runs_.ApplyTransition(t);
     if (!applied.ok()) {
-      if (applied.status().code() == StatusCode::kConflict && attempt_no == 0) continue;
+      // A lost race with a cancel intent is worth one more read; a broken lease fence is not.
+      if (applied.status().code() == StatusCode::kConflict && attempt_no == 0 &&
+          !IsLeaseFenceError(applied.status())) {
+        continue;
+      }
       return applied.status();
     }
     metrics_.Increment("ql_executor_exits_total",

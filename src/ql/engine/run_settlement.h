@@ -28,6 +28,9 @@ NewEvent MakeRunEvent(std::string type, const std::string& actor,
                       std::optional<std::string> attempt_id,
                       const nlohmann::json& payload = nlohmann::json::object());
 
+// Returns true for the errors of a broken lease fence (LeaseFence).
+bool IsLeaseFenceError(const Status& status);
+
 class RunSettlement {
  public:
   // `actor` names who reports outcomes in events ("executor" locally, "worker" remotely).
@@ -38,8 +41,9 @@ class RunSettlement {
   // terminal status, or to retry_wait when the outcome is retryable and attempts remain. A
   // cancel intent turns a completion into cancelled. A lost attempt makes the run lost, then
   // settles it (SettleLost). An attempt that is already terminal is left as it is (ok).
+  // With `lease`, the final transition holds only under that remote worker's lease.
   Status Finish(const std::string& run_id, const std::string& attempt_id,
-                const AttemptOutcome& outcome);
+                const AttemptOutcome& outcome, const LeaseFence* lease = nullptr);
 
   // Moves a lost run on: cancelled when a cancel intent exists, retry_wait when the policy
   // retries lost attempts and attempts remain, failed otherwise.

@@ -41,6 +41,18 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
   return *kPrivileges;
 }
 
+// The worker-ingress role's privileges: worker authentication and sessions, nothing else (no
+// definitions, schedules, runs, attempts or leases).
+const std::map<std::string, std::set<std::string>>& WorkerIngressPrivileges() {
+  static const auto* const kPrivileges = new std::map<std::string, std::set<std::string>>{
+      {"schema_migrations", {"SELECT"}},
+      {"schema_capabilities", {"SELECT"}},
+      {"worker_credentials", {"SELECT"}},
+      {"worker_sessions", {"SELECT", "INSERT", "UPDATE"}},
+  };
+  return *kPrivileges;
+}
+
 constexpr const char* kTablePrivileges[] = {"SELECT",   "INSERT",     "UPDATE", "DELETE",
                                             "TRUNCATE", "REFERENCES", "TRIGGER"};
 
@@ -52,6 +64,60 @@ std::string Join(const std::vector<std::string>& items, size_t max_items = 3) {
   if (items.size() > max_items)
     out += "; and " + std::to_string(items.size() - max_items) + " more";
   return out;
+}
+
+// Collects, for `role` (empty = the connected role), every table privilege on a ql3 relation
+// that differs from `expected` and every EXECUTE on a ql3 function.
+Status CollectPrivilegeFaults(Connection& conn, const std::string& role,
+                              const std::map<std::string, std::set<std::string>>& expected,
+                              std::vector<std::string>& faults) {
+  // Effective table privileges (grants to PUBLIC and column grants included).
+  // `role` empty = the connected role; else a role name passed as $1.
+  const std::string who = role.empty() ? "" : "$1::name, ";
+  std::string select = "SELECT c.relname::text";
+  for (const char* priv : kTablePrivileges) {
+    select += std::string(", has_table_privilege(") + who + "c.oid, '" + priv + "')";
+    std::string p(priv);
+    if (p == "SELECT" || p == "INSERT" || p == "UPDATE" || p == "REFERENCES") {
+      select += ", has_any_column_privilege(" + who + "c.oid, '" + p + "')";
+    } else {
+      select += ", false";
+    }
+  }
+  select +=
+      " FROM pg_catalog.pg_class c WHERE c.relnamespace = 'ql3'::regnamespace "
+      "AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') ORDER BY 1";
+  QL_ASSIGN_OR_RETURN(
+      Rows tables,
+      conn.Exec(select, role.empty() ? std::vector<Param>{} : std::vector<Param>{P(role)},
+                "audit table privileges"));
+  for (int i = 0; i < tables.size(); ++i) {
+    std::string table = tables.Text(i, 0);
+    auto it = expected.find(table);
+    std::set<std::string> want = it == expected.end() ? std::set<std::string>() : it->second;
+    for (size_t k = 0; k < std::size(kTablePrivileges); ++k) {
+      bool has = tables.Bool(i, 1 + 2 * static_cast<int>(k)) ||
+                 tables.Bool(i, 2 + 2 * static_cast<int>(k));
+      bool wanted = want.count(kTablePrivileges[k]) > 0;
+      if (has && !wanted)
+        faults.push_back(std::string("has ") + kTablePrivileges[k] + " on " + table);
+      if (!has && wanted)
+        faults.push_back(std::string("lacks ") + kTablePrivileges[k] + " on " + table);
+    }
+  }
+  QL_RETURN_IF_ERROR(tables.status());
+  QL_ASSIGN_OR_RETURN(Rows functions,
+                      conn.Exec("SELECT p.proname::text FROM pg_catalog.pg_proc p "
+                                "WHERE p.pronamespace = 'ql3'::regnamespace "
+                                "AND has_function_privilege(" +
+                                    who + "p.oid, 'EXECUTE') ORDER BY 1",
+                                role.empty() ? std::vector<Param>{} : std::vector<Param>{P(role)},
+                                "audit function privileges"));
+  for (int i = 0; i < functions.size(); ++i) {
+    faults.push_back("has EXECUTE on function " + functions.Text(i, 0));
+  }
+  QL_RETURN_IF_ERROR(functions.status());
+  return Status::Ok();
 }
 
 // Gate 1.
@@ -204,48 +270,24 @@ Status CheckRuntimeRole(Connection& conn) {
     return Fail(kRuntimeRoleInvalid, "role " + name + " lacks USAGE on schema ql3");
   }
 
-  // Effective table privileges (grants to PUBLIC and column grants included).
-  std::string select = "SELECT c.relname::text";
-  for (const char* priv : kTablePrivileges) {
-    select += std::string(", has_table_privilege(c.oid, '") + priv + "')";
-    std::string p(priv);
-    if (p == "SELECT" || p == "INSERT" || p == "UPDATE" || p == "REFERENCES") {
-      select += ", has_any_column_privilege(c.oid, '" + p + "')";
-    } else {
-      select += ", false";
-    }
-  }
-  select +=
-      " FROM pg_catalog.pg_class c WHERE c.relnamespace = 'ql3'::regnamespace "
-      "AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') ORDER BY 1";
-  QL_ASSIGN_OR_RETURN(Rows tables, conn.Exec(select, {}, "audit table privileges"));
   std::vector<std::string> faults;
-  const auto& expected = RuntimePrivileges();
-  for (int i = 0; i < tables.size(); ++i) {
-    std::string table = tables.Text(i, 0);
-    auto it = expected.find(table);
-    std::set<std::string> want = it == expected.end() ? std::set<std::string>() : it->second;
-    for (size_t k = 0; k < std::size(kTablePrivileges); ++k) {
-      bool has = tables.Bool(i, 1 + 2 * static_cast<int>(k)) ||
-                 tables.Bool(i, 2 + 2 * static_cast<int>(k));
-      bool wanted = want.count(kTablePrivileges[k]) > 0;
-      if (has && !wanted)
-        faults.push_back(std::string("has ") + kTablePrivileges[k] + " on " + table);
-      if (!has && wanted)
-        faults.push_back(std::string("lacks ") + kTablePrivileges[k] + " on " + table);
-    }
-  }
-  QL_RETURN_IF_ERROR(tables.status());
-  QL_ASSIGN_OR_RETURN(Rows functions,
-                      conn.Exec("SELECT p.proname::text FROM pg_catalog.pg_proc p "
-                                "WHERE p.pronamespace = 'ql3'::regnamespace "
-                                "AND has_function_privilege(p.oid, 'EXECUTE') ORDER BY 1",
-                                {}, "audit function privileges"));
-  for (int i = 0; i < functions.size(); ++i) {
-    faults.push_back("has EXECUTE on function " + functions.Text(i, 0));
-  }
-  QL_RETURN_IF_ERROR(functions.status());
+  QL_RETURN_IF_ERROR(CollectPrivilegeFaults(conn, "", RuntimePrivileges(), faults));
   if (!faults.empty()) return Fail(kRuntimeRoleInvalid, "role " + name + " " + Join(faults));
+
+  // The worker-ingress role faces the workers' network: it must hold exactly its own grants.
+  QL_ASSIGN_OR_RETURN(Rows ingress, conn.Exec("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles "
+                                              "WHERE rolname = $1)",
+                                              {P(kWorkerIngressRole)}, "audit roles"));
+  QL_RETURN_IF_ERROR(ingress.ExpectRows(1));
+  if (!ingress.Bool(0, 0)) {
+    return Fail(kRuntimeRoleInvalid, std::string("role ") + kWorkerIngressRole + " is missing");
+  }
+  QL_RETURN_IF_ERROR(
+      CollectPrivilegeFaults(conn, kWorkerIngressRole, WorkerIngressPrivileges(), faults));
+  if (!faults.empty()) {
+    return Fail(kRuntimeRoleInvalid,
+                std::string("role ") + kWorkerIngressRole + " " + Join(faults));
+  }
   return Status::Ok();
 }
 

@@ -163,6 +163,34 @@ TEST_F(AuditTest, OneExtraPrivilegeFails) {
   ExpectNotReady("runtime_role_invalid", "has DELETE on runs");
 }
 
+TEST_F(AuditTest, WorkerIngressRoleHoldsOnlyCredentialsAndSessions) {
+  // Freshly migrated: the ingress role may read credentials and keep sessions, nothing more.
+  Result<std::string> privileges = PgTestCluster::Get().server().Psql(
+      db_,
+      "SELECT string_agg(c.relname || ':' || p.priv, ',' ORDER BY c.relname, p.priv) "
+      "FROM pg_class c CROSS JOIN (VALUES ('SELECT'), ('INSERT'), ('UPDATE'), ('DELETE')) "
+      "AS p(priv) WHERE c.relnamespace = 'ql3'::regnamespace AND c.relkind = 'r' "
+      "AND has_table_privilege('ql3_worker_ingress', c.oid, p.priv)");
+  ASSERT_TRUE(privileges.ok()) << privileges.status().ToString();
+  EXPECT_NE(privileges->find("worker_sessions:UPDATE"), std::string::npos) << *privileges;
+  for (const char* table : {"runs", "run_attempts", "run_dispatch_leases", "trigger_schedules",
+                            "task_revisions", "execution_revisions", "trigger_revisions"}) {
+    EXPECT_EQ(privileges->find(std::string(table) + ":"), std::string::npos)
+        << table << " in " << *privileges;
+  }
+  EXPECT_TRUE(AuditAs(kRuntimeRole).ok());
+}
+
+TEST_F(AuditTest, AWorkerIngressPrivilegeOnLeasesFails) {
+  Tamper("GRANT UPDATE ON ql3.run_dispatch_leases TO ql3_worker_ingress");
+  ExpectNotReady("runtime_role_invalid", "ql3_worker_ingress has UPDATE on run_dispatch_leases");
+}
+
+TEST_F(AuditTest, AWorkerIngressPrivilegeOnSchedulesFails) {
+  Tamper("GRANT SELECT ON ql3.trigger_schedules TO ql3_worker_ingress");
+  ExpectNotReady("runtime_role_invalid", "ql3_worker_ingress has SELECT on trigger_schedules");
+}
+
 TEST_F(AuditTest, OneMissingPrivilegeFails) {
   Tamper("REVOKE INSERT ON ql3.run_events FROM ql3_runtime");
   ExpectNotReady("runtime_role_invalid", "lacks INSERT on run_events");

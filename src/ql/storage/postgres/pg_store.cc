@@ -16,6 +16,7 @@
 #include "ql/core/ids.h"
 #include "ql/core/states.h"
 #include "ql/storage/postgres/pg_run_rows.h"
+#include "ql/storage/postgres/pg_worker.h"
 
 namespace ql {
 namespace {
@@ -1754,7 +1755,8 @@ Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) 
                               t.attempt_finished_at_ms.has_value() ||
                               t.attempt_exit_code.has_value() || t.attempt_error_code.has_value() ||
                               t.attempt_error_summary.has_value();
-  if ((attempt_to.has_value() || expected_attempt.has_value() || attempt_fields) &&
+  if ((attempt_to.has_value() || expected_attempt.has_value() || attempt_fields ||
+       t.lease.has_value()) &&
       !t.attempt_id.has_value()) {
     return InvalidArgument("attempt_id_required",
                            "an attempt status or attempt field update needs attempt_id");
@@ -1781,6 +1783,13 @@ Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) 
     // The run row stays locked to the end: a competing transition of the same run waits here
     // and then reads the winner's version.
     QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(tx, t.run_id, Lock::kUpdate));
+    if (t.lease.has_value()) {
+      QL_ASSIGN_OR_RETURN(pg::VerifiedLease lease, pg::VerifyLease(tx, *t.lease));
+      if (lease.attempt_id != t.attempt_id || lease.run_id != run.id) {
+        return Conflict("lease_fenced",
+                        Cat({"lease ", t.lease->offer_id, " is not a lease of this attempt"}));
+      }
+    }
     const Status version_conflict = Conflict(
         "version_conflict", Cat({"run ", run.id, " is at version ", std::to_string(run.version),
                                  ", not the expected ", std::to_string(t.expected_version)}));
@@ -1837,6 +1846,7 @@ Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) 
              P(t.attempt_started_at_ms), P(finished), P(t.attempt_exit_code),
              P(t.attempt_error_code), P(t.attempt_error_summary), P(attempt->id), P(run.id),
              P(AttemptStatusName(current))}));
+        if (IsTerminal(next)) QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, attempt->id, t.now_ms));
       }
     }
 
@@ -1957,6 +1967,7 @@ Result<RunRecord> PostgresStore::RequestCancel(const std::string& run_id, const 
               "UPDATE run_attempts SET status = 'cancelled', "
               "finished_at_ms = coalesce(finished_at_ms, $1) WHERE id = $2 AND status = $3",
               {P(now_ms), P(latest->id), P(AttemptStatusName(current))}));
+          QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, latest->id, now_ms));
           const NewEvent cancelled{AttemptEventType(AttemptStatus::kCancelled), actor_type,
                                    latest->id, std::nullopt, "{}"};
           QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, cancelled, "{}", now_ms));

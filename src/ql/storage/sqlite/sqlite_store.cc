@@ -1866,6 +1866,10 @@ Result<std::vector<EventRecord>> SqliteStore::ListEvents(const std::string& run_
 
 Result<RunRecord> SqliteStore::ApplyTransition(const RunTransitionCommand& t) {
   QL_RETURN_IF_ERROR(ValidateId("run_id", t.run_id));
+  if (t.lease.has_value()) {
+    return InvalidArgument("lease_unsupported",
+                           "the embedded store runs attempts locally and has no worker leases");
+  }
   std::optional<RunStatus> run_to;
   if (t.run_to.has_value()) {
     run_to = ParseRunStatus(*t.run_to);

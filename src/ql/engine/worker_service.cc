@@ -1,0 +1,357 @@
+#include "ql/engine/worker_service.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/digest.h"
+#include "ql/core/ids.h"
+#include "ql/core/states.h"
+
+namespace ql {
+namespace {
+
+std::string Name(RunStatus s) { return std::string(RunStatusName(s)); }
+std::string Name(AttemptStatus s) { return std::string(AttemptStatusName(s)); }
+
+bool IsLowerHex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+Status ValidateLeaseToken(std::string_view token) {
+  if (token.size() < 64 || token.size() > 128 || !IsLowerHex(token)) {
+    return InvalidArgument("invalid_lease_token",
+                           "lease_token must be 64 to 128 lowercase hex digits (at least 256 "
+                           "random bits)");
+  }
+  return Status::Ok();
+}
+
+Status ValidateSession(const std::string& session_id, int64_t generation) {
+  QL_RETURN_IF_ERROR(ValidateId("session_id", session_id));
+  if (generation < 1) {
+    return InvalidArgument("invalid_argument", "generation must be a positive integer");
+  }
+  return Status::Ok();
+}
+
+Status ValidateSlots(int max_concurrent_runs, int available_slots) {
+  if (max_concurrent_runs < 1 || max_concurrent_runs > kMaxConcurrentRunsPerSession) {
+    return InvalidArgument("invalid_argument", "max_concurrent_runs must be 1.." +
+                                                   std::to_string(kMaxConcurrentRunsPerSession));
+  }
+  if (available_slots < 0 || available_slots > max_concurrent_runs) {
+    return InvalidArgument("invalid_argument", "available_slots must be 0..max_concurrent_runs (" +
+                                                   std::to_string(max_concurrent_runs) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateWorkerServiceOptions(const WorkerServiceOptions& o) {
+  auto bad = [](const std::string& what) {
+    return InvalidArgument("invalid_worker_options", what);
+  };
+  if (o.session_ttl_ms < 1000 || o.session_ttl_ms > 600'000) {
+    return bad("session ttl must be 1000..600000 ms");
+  }
+  if (o.lease_ttl_ms < 1000 || o.lease_ttl_ms > 600'000) {
+    return bad("lease ttl must be 1000..600000 ms");
+  }
+  if (o.heartbeat_interval_ms < 100 || o.heartbeat_interval_ms >= o.session_ttl_ms) {
+    return bad("heartbeat interval must be at least 100 ms and shorter than the session ttl");
+  }
+  if (o.log_cap_bytes < 1024 || o.log_cap_bytes > (int64_t{1} << 30)) {
+    return bad("worker log cap must be 1 KiB..1 GiB");
+  }
+  return Status::Ok();
+}
+
+WorkerService::WorkerService(WorkerSessionRepository& sessions, RunLeaseRepository& leases,
+                             RunRepository& runs, Clock& clock, RandomSource& random,
+                             Metrics& metrics, WorkerServiceOptions options)
+    : sessions_(sessions),
+      leases_(leases),
+      runs_(runs),
+      clock_(clock),
+      random_(random),
+      metrics_(metrics),
+      options_(options),
+      settlement_(runs, clock, random, metrics, "worker") {
+  metrics_.Describe("ql_worker_leases_granted_total", "counter", "Run leases granted to workers.");
+  metrics_.Describe("ql_worker_calls_refused_total", "counter",
+                    "Worker lease calls refused by the fence, by reason.");
+}
+
+Result<std::string> WorkerService::Authenticate(std::string_view token) {
+  if (token.empty() || token.size() > 512) {
+    return NotFound("unauthorized", "a worker token is required");
+  }
+  return sessions_.AuthenticateWorker(Sha256Hex(token));
+}
+
+Result<WorkerSessionRecord> WorkerService::Register(const std::string& worker_id,
+                                                    const nlohmann::json& capabilities,
+                                                    int max_concurrent_runs, int available_slots) {
+  if (!capabilities.is_object()) {
+    return InvalidArgument("invalid_argument", "capabilities must be a JSON object");
+  }
+  QL_RETURN_IF_ERROR(ValidateSlots(max_concurrent_runs, available_slots));
+  QL_ASSIGN_OR_RETURN(std::string canonical, CanonicalJson(capabilities));
+  if (canonical.size() > static_cast<size_t>(kMaxCapabilitiesBytes)) {
+    return InvalidArgument("invalid_argument", "capabilities exceed 16 KiB");
+  }
+  RegisterSessionCommand c;
+  c.worker_id = worker_id;
+  c.session_id = NewUuidV7(clock_.NowMs(), random_);
+  c.capabilities_json = std::move(canonical);
+  c.max_concurrent_runs = max_concurrent_runs;
+  c.available_slots = available_slots;
+  c.ttl_ms = options_.session_ttl_ms;
+  return sessions_.RegisterSession(c);
+}
+
+Result<HeartbeatAnswer> WorkerService::Heartbeat(const std::string& worker_id,
+                                                 const std::string& session_id, int64_t generation,
+                                                 int available_slots) {
+  QL_RETURN_IF_ERROR(ValidateSession(session_id, generation));
+  if (available_slots < 0 || available_slots > kMaxConcurrentRunsPerSession) {
+    return InvalidArgument("invalid_argument", "available_slots must be 0..1024");
+  }
+  HeartbeatAnswer out;
+  QL_ASSIGN_OR_RETURN(out.session, sessions_.Heartbeat(worker_id, session_id, generation,
+                                                       available_slots, options_.session_ttl_ms));
+  QL_ASSIGN_OR_RETURN(out.cancel, leases_.ListCancelledOffers(worker_id, session_id));
+  return out;
+}
+
+Result<WorkerSessionRecord> WorkerService::SetStatus(const std::string& worker_id,
+                                                     const std::string& session_id,
+                                                     int64_t generation,
+                                                     const std::string& status) {
+  QL_RETURN_IF_ERROR(ValidateSession(session_id, generation));
+  return sessions_.SetSessionStatus(worker_id, session_id, generation, status);
+}
+
+Result<PullAnswer> WorkerService::Pull(const std::string& worker_id, const std::string& session_id,
+                                       int64_t generation, int available_slots,
+                                       const std::vector<OfferToken>& offers) {
+  QL_RETURN_IF_ERROR(ValidateSession(session_id, generation));
+  if (offers.empty() || offers.size() > static_cast<size_t>(kMaxOffersPerPull)) {
+    return InvalidArgument(
+        "invalid_argument",
+        "offers must hold 1.." + std::to_string(kMaxOffersPerPull) + " proposals");
+  }
+  if (available_slots < 0 || available_slots > kMaxConcurrentRunsPerSession) {
+    return InvalidArgument("invalid_argument", "available_slots must be 0..1024");
+  }
+  PullCommand c;
+  c.worker_id = worker_id;
+  c.session_id = session_id;
+  c.generation = generation;
+  c.available_slots = available_slots;
+  c.lease_ttl_ms = options_.lease_ttl_ms;
+  for (const OfferToken& o : offers) {
+    QL_RETURN_IF_ERROR(ValidateId("offer_id", o.offer_id));
+    QL_RETURN_IF_ERROR(ValidateLeaseToken(o.lease_token));
+    for (const OfferProposal& seen : c.offers) {
+      if (seen.offer_id == o.offer_id) {
+        return InvalidArgument("invalid_argument", "offer id " + o.offer_id + " is repeated");
+      }
+    }
+    c.offers.push_back({o.offer_id, Sha256Hex(o.lease_token)});
+  }
+  QL_ASSIGN_OR_RETURN(std::vector<GrantedLease> granted, leases_.GrantLeases(c));
+  PullAnswer out;
+  for (GrantedLease& g : granted) {
+    // Only the pinned plan may run; it is re-verified against its digest before it leaves.
+    Result<ExecutionPlan> plan = [&]() -> Result<ExecutionPlan> {
+      QL_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonStrict(g.plan_json));
+      QL_ASSIGN_OR_RETURN(ExecutionPlan p, PlanFromJson(json));
+      QL_RETURN_IF_ERROR(VerifyPlanDigest(p, g.plan_digest));
+      if (p.task_digest != g.task_digest) {
+        return Corrupt("digest_mismatch", "execution plan does not belong to the run's task");
+      }
+      return p;
+    }();
+    const std::string token = std::find_if(offers.begin(), offers.end(), [&](const OfferToken& o) {
+                                return o.offer_id == g.offer_id;
+                              })->lease_token;
+    LeaseCall call{worker_id, g.offer_id, session_id, generation, token};
+    if (!plan.ok()) {
+      // The run cannot be executed by anyone: it fails here, under the lease just granted.
+      Result<std::string> started = Starting(call);
+      if (started.ok()) {
+        AttemptOutcome failed;
+        failed.kind = AttemptOutcome::Kind::kSpawnFailed;
+        failed.message = "execution revision is unusable: " + plan.status().message();
+        (void)Complete(call, failed);
+      }
+      continue;
+    }
+    if (!g.replay) metrics_.Increment("ql_worker_leases_granted_total");
+    out.offers.push_back({std::move(g), std::move(plan).value()});
+  }
+  QL_ASSIGN_OR_RETURN(out.cancel, leases_.ListCancelledOffers(worker_id, session_id));
+  return out;
+}
+
+Result<LeaseFence> WorkerService::Fence(const LeaseCall& call) const {
+  QL_RETURN_IF_ERROR(ValidateId("offer_id", call.offer_id));
+  QL_RETURN_IF_ERROR(ValidateSession(call.session_id, call.generation));
+  QL_RETURN_IF_ERROR(ValidateLeaseToken(call.lease_token));
+  return LeaseFence{call.worker_id, call.offer_id, call.session_id, call.generation,
+                    Sha256Hex(call.lease_token)};
+}
+
+Status WorkerService::Refused(const LeaseCall& call, std::string_view step, const Status& error) {
+  metrics_.Increment("ql_worker_calls_refused_total", "reason=\"" + error.reason() + "\"");
+  if (error.reason() == "attempt_finished") {
+    // Recorded once per lease and step; the call changes nothing else.
+    Result<LeaseState> state = leases_.GetLeaseState(call.offer_id);
+    if (state.ok()) {
+      NewEvent late =
+          MakeRunEvent(std::string(kEventAttemptLateCallbackIgnored), "worker", state->attempt_id,
+                       {{"offer_id", call.offer_id}, {"call", std::string(step)}});
+      late.dedupe_key = "late:" + call.offer_id + ":" + std::string(step);
+      (void)runs_.AppendEvent(state->run_id, late, clock_.NowMs());
+    }
+  }
+  return error;
+}
+
+Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, int64_t pid) {
+  QL_ASSIGN_OR_RETURN(LeaseFence fence, Fence(call));
+  const std::string_view step = to_running ? "running" : "starting";
+  for (int tries = 0; tries < 3; ++tries) {
+    Result<LeaseState> state = leases_.GetLeaseState(call.offer_id);
+    if (!state.ok()) return state.status();
+    if (state->worker_id != call.worker_id) {
+      return NotFound("lease_not_found", "no lease has offer id " + call.offer_id);
+    }
+    const std::optional<AttemptStatus> attempt = ParseAttemptStatus(state->attempt_status);
+    if (!attempt) return Corrupt("status_invalid", "attempt has an unknown status");
+    const bool same_holder = state->session_id == call.session_id &&
+                             state->generation == call.generation &&
+                             ConstantTimeEquals(state->token_digest, fence.token_digest);
+    if (same_holder && state->lease_status == "granted") {
+      if (*attempt == AttemptStatus::kRunning) return std::string("already_running");
+      if (*attempt == AttemptStatus::kStarting && !to_running) {
+        return std::string("already_starting");
+      }
+    }
+    QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(state->run_id));
+    const int64_t now = clock_.NowMs();
+    RunTransitionCommand t;
+    t.run_id = run.id;
+    t.expected_version = run.version;
+    t.attempt_id = state->attempt_id;
+    t.lease = fence;
+    t.now_ms = now;
+    if (!to_running) {
+      t.run_to = Name(RunStatus::kDispatching);
+      t.expected_attempt_status = Name(AttemptStatus::kClaimed);
+      t.attempt_to = Name(AttemptStatus::kStarting);
+      t.events = {
+          MakeRunEvent(std::string(kEventRunDispatching), "worker", state->attempt_id),
+          MakeRunEvent(AttemptEventType(AttemptStatus::kStarting), "worker", state->attempt_id)};
+    } else {
+      if (pid < 1) return InvalidArgument("invalid_argument", "pid must be a positive integer");
+      t.run_to = Name(RunStatus::kRunning);
+      t.expected_attempt_status = Name(AttemptStatus::kStarting);
+      t.attempt_to = Name(AttemptStatus::kRunning);
+      t.started_at_ms = now;
+      t.attempt_started_at_ms = now;
+      t.pid = pid;
+      t.events = {MakeRunEvent(AttemptEventType(AttemptStatus::kRunning), "worker",
+                               state->attempt_id, {{"pid", pid}}),
+                  MakeRunEvent(RunEventType(RunStatus::kRunning), "worker", state->attempt_id)};
+    }
+    Result<RunRecord> applied = runs_.ApplyTransition(t);
+    if (applied.ok()) {
+      metrics_.Increment("ql_run_transitions_total",
+                         to_running ? R"(to="running")" : R"(to="dispatching")");
+      return std::string(step);
+    }
+    const Status& st = applied.status();
+    if (IsLeaseFenceError(st)) return Refused(call, step, st);
+    if (st.reason() == "cancel_requested" || st.reason() == "run_terminal") {
+      return Refused(call, step,
+                     Conflict("attempt_finished", "run " + run.id + " was cancelled or ended"));
+    }
+    if (st.reason() == "version_conflict" || st.reason() == "attempt_status_conflict") {
+      continue;  // moved on meanwhile: read again (a replay is answered above)
+    }
+    if (st.reason() == kReasonIllegalTransition) {
+      return Refused(call, step,
+                     Conflict("attempt_finished",
+                              "attempt " + state->attempt_id + " is " + state->attempt_status));
+    }
+    return st;
+  }
+  return Conflict("lease_busy", "the run of lease " + call.offer_id + " kept changing");
+}
+
+Result<std::string> WorkerService::Starting(const LeaseCall& call) { return Step(call, false, 0); }
+
+Result<std::string> WorkerService::Running(const LeaseCall& call, int64_t pid) {
+  return Step(call, true, pid);
+}
+
+Result<LeaseRenewal> WorkerService::Renew(const LeaseCall& call) {
+  QL_ASSIGN_OR_RETURN(LeaseFence fence, Fence(call));
+  Result<LeaseRenewal> r = leases_.RenewLease(fence, options_.lease_ttl_ms);
+  if (!r.ok() && IsLeaseFenceError(r.status())) return Refused(call, "renew", r.status());
+  return r;
+}
+
+Result<LeaseLogAppend> WorkerService::AppendLog(const LeaseCall& call, int64_t offset,
+                                                std::string_view data) {
+  QL_ASSIGN_OR_RETURN(LeaseFence fence, Fence(call));
+  if (offset < 0) return InvalidArgument("invalid_argument", "offset must not be negative");
+  if (data.empty() || static_cast<int64_t>(data.size()) > kMaxWorkerLogChunkBytes) {
+    return InvalidArgument("invalid_argument", "a log chunk holds 1 to 262144 bytes");
+  }
+  Result<LeaseLogAppend> r =
+      leases_.AppendLeaseLog(fence, offset, data, options_.log_cap_bytes, clock_.NowMs());
+  if (!r.ok() && IsLeaseFenceError(r.status())) return Refused(call, "log", r.status());
+  return r;
+}
+
+Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
+                                               const AttemptOutcome& outcome) {
+  QL_ASSIGN_OR_RETURN(LeaseFence fence, Fence(call));
+  if (outcome.kind == AttemptOutcome::Kind::kLost) {
+    return InvalidArgument("invalid_argument", "a worker reports an outcome, never lost");
+  }
+  QL_ASSIGN_OR_RETURN(LeaseState state, leases_.GetLeaseState(call.offer_id));
+  if (state.worker_id != call.worker_id) {
+    return NotFound("lease_not_found", "no lease has offer id " + call.offer_id);
+  }
+  const bool same_holder = state.session_id == call.session_id &&
+                           state.generation == call.generation &&
+                           ConstantTimeEquals(state.token_digest, fence.token_digest);
+  if (!same_holder) {
+    return Refused(call, "complete",
+                   Conflict("lease_fenced",
+                            "lease " + call.offer_id + " is held by another session or token"));
+  }
+  // Finish leaves an attempt that already ended as it is; otherwise its transition holds only
+  // under the fence.
+  Status st = settlement_.Finish(state.run_id, state.attempt_id, outcome, &fence);
+  if (!st.ok()) {
+    if (IsLeaseFenceError(st)) return Refused(call, "complete", st);
+    return st;
+  }
+  // Finished now, or earlier by this very holder (a repeated complete): answer the record.
+  QL_ASSIGN_OR_RETURN(LeaseState after, leases_.GetLeaseState(call.offer_id));
+  const std::optional<AttemptStatus> attempt = ParseAttemptStatus(after.attempt_status);
+  if (!attempt || !IsTerminal(*attempt)) {
+    return Refused(call, "complete", Conflict("attempt_finished", "the attempt did not end"));
+  }
+  return CompleteAnswer{after.run_status, after.attempt_status};
+}
+
+}  // namespace ql

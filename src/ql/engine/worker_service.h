@@ -1,0 +1,122 @@
+#pragma once
+
+// The control plane's side of the worker protocol (docs/worker-protocol.md, DESIGN §6):
+// authentication, sessions, pulls that grant fenced run leases, and the lease calls that carry
+// an attempt from claimed to its end. Every state change goes through the run repository with
+// the lease fence attached, so a fenced session, a wrong token or an expired lease changes
+// nothing. Transport-neutral: the HTTP layer parses requests into these calls.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ql/core/clock.h"
+#include "ql/core/execution_plan.h"
+#include "ql/core/ports.h"
+#include "ql/core/status.h"
+#include "ql/core/worker_ports.h"
+#include "ql/engine/attempt_runner.h"
+#include "ql/engine/metrics.h"
+#include "ql/engine/run_settlement.h"
+
+namespace ql {
+
+struct WorkerServiceOptions {
+  int64_t session_ttl_ms = 30'000;
+  int64_t heartbeat_interval_ms = 5'000;
+  int64_t lease_ttl_ms = 30'000;
+  int64_t log_cap_bytes = 16 * 1024 * 1024;
+};
+
+// Returns ok when the options are within bounds (ttl 1..600 s, heartbeat < session ttl, log cap
+// 1 KiB..1 GiB); InvalidArgument `invalid_worker_options` naming the option otherwise.
+Status ValidateWorkerServiceOptions(const WorkerServiceOptions& options);
+
+// Which lease a call is about, as the worker presents it.
+struct LeaseCall {
+  std::string worker_id;  // from authentication
+  std::string offer_id;
+  std::string session_id;
+  int64_t generation = 0;
+  std::string lease_token;
+};
+
+struct OfferToken {
+  std::string offer_id;
+  std::string lease_token;
+};
+
+struct WorkerOffer {
+  GrantedLease lease;
+  ExecutionPlan plan;
+};
+
+struct PullAnswer {
+  std::vector<WorkerOffer> offers;
+  std::vector<std::string> cancel;  // offer ids whose runs have a cancel request
+};
+
+struct HeartbeatAnswer {
+  WorkerSessionRecord session;
+  std::vector<std::string> cancel;
+};
+
+struct CompleteAnswer {
+  std::string run_status;
+  std::string attempt_status;
+};
+
+// Longest decoded log chunk one call may carry.
+inline constexpr int64_t kMaxWorkerLogChunkBytes = 256 * 1024;
+
+class WorkerService {
+ public:
+  WorkerService(WorkerSessionRepository& sessions, RunLeaseRepository& leases, RunRepository& runs,
+                Clock& clock, RandomSource& random, Metrics& metrics,
+                WorkerServiceOptions options = {});
+
+  const WorkerServiceOptions& options() const { return options_; }
+
+  // Returns the worker id of a bearer token; Unauthenticated `unauthorized` otherwise.
+  Result<std::string> Authenticate(std::string_view token);
+
+  Result<WorkerSessionRecord> Register(const std::string& worker_id,
+                                       const nlohmann::json& capabilities, int max_concurrent_runs,
+                                       int available_slots);
+  Result<HeartbeatAnswer> Heartbeat(const std::string& worker_id, const std::string& session_id,
+                                    int64_t generation, int available_slots);
+  Result<WorkerSessionRecord> SetStatus(const std::string& worker_id, const std::string& session_id,
+                                        int64_t generation, const std::string& status);
+  Result<PullAnswer> Pull(const std::string& worker_id, const std::string& session_id,
+                          int64_t generation, int available_slots,
+                          const std::vector<OfferToken>& offers);
+
+  // Each returns "starting" / "running", or "already_starting" / "already_running" on a replay.
+  Result<std::string> Starting(const LeaseCall& call);
+  Result<std::string> Running(const LeaseCall& call, int64_t pid);
+  Result<LeaseRenewal> Renew(const LeaseCall& call);
+  Result<LeaseLogAppend> AppendLog(const LeaseCall& call, int64_t offset, std::string_view data);
+  // `outcome.kind` must not be kLost (a worker that lost its process says nothing).
+  Result<CompleteAnswer> Complete(const LeaseCall& call, const AttemptOutcome& outcome);
+
+ private:
+  Result<LeaseFence> Fence(const LeaseCall& call) const;
+  // Applies one lease-fenced step; on a broken fence records a late call when the attempt has
+  // ended, and returns the fence error.
+  Status Refused(const LeaseCall& call, std::string_view step, const Status& error);
+  Result<std::string> Step(const LeaseCall& call, bool to_running, int64_t pid);
+
+  WorkerSessionRepository& sessions_;
+  RunLeaseRepository& leases_;
+  RunRepository& runs_;
+  Clock& clock_;
+  RandomSource& random_;
+  Metrics& metrics_;
+  WorkerServiceOptions options_;
+  RunSettlement settlement_;
+};
+
+}  // namespace ql

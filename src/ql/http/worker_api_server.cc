@@ -1,0 +1,386 @@
+#include "ql/http/worker_api_server.h"
+
+#include <absl/strings/escaping.h>
+
+#include <atomic>
+#include <functional>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "ql/http/api_json.h"
+#include "ql/http/httplib_config.h"
+
+namespace ql {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxTokenBytes = 512;
+
+void SendJson(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void SendStatus(httplib::Response& res, const Status& st) {
+  const std::string code =
+      st.reason().empty() ? std::string(StatusCodeName(st.code())) : st.reason();
+  const int http = code == "unauthorized" ? 401 : api::HttpStatusFor(st.code());
+  SendJson(res, http, api::ErrorJson(code, st.message()));
+}
+
+Result<int64_t> RequiredInteger(const json& body, std::string_view name) {
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> v, api::OptionalInteger(body, name));
+  if (!v.has_value()) {
+    return InvalidArgument("missing_field", "field " + std::string(name) + " is required");
+  }
+  return *v;
+}
+
+Result<int> SmallInteger(const json& body, std::string_view name, int min, int max) {
+  QL_ASSIGN_OR_RETURN(int64_t v, RequiredInteger(body, name));
+  if (v < min || v > max) {
+    return InvalidArgument("invalid_argument", "field " + std::string(name) + " must be " +
+                                                   std::to_string(min) + ".." +
+                                                   std::to_string(max));
+  }
+  return static_cast<int>(v);
+}
+
+json SessionJson(const WorkerSessionRecord& s, const WorkerServiceOptions& o) {
+  return json{{"session_id", s.id},
+              {"generation", s.generation},
+              {"status", s.status},
+              {"available_slots", s.available_slots},
+              {"max_concurrent_runs", s.max_concurrent_runs},
+              {"expires_at_ms", s.expires_at_ms},
+              {"session_ttl_ms", o.session_ttl_ms},
+              {"heartbeat_interval_ms", o.heartbeat_interval_ms},
+              {"lease_ttl_ms", o.lease_ttl_ms}};
+}
+
+json OfferJson(const WorkerOffer& offer, const WorkerServiceOptions& o) {
+  const GrantedLease& g = offer.lease;
+  json env = json::object();
+  for (const auto& [k, v] : offer.plan.environment) env[k] = v;
+  return json{{"offer_id", g.offer_id},
+              {"run_id", g.run_id},
+              {"attempt_id", g.attempt_id},
+              {"attempt", g.attempt},
+              {"project_id", g.project_id},
+              {"task_id", g.task_id},
+              {"task_revision", g.task_revision},
+              {"execution_revision_id", g.execution_revision_id},
+              {"lease_version", g.lease_version},
+              {"lease_expires_at_ms", g.lease_expires_at_ms},
+              {"lease_ttl_ms", o.lease_ttl_ms},
+              {"plan",
+               {{"argv", offer.plan.argv},
+                {"environment", env},
+                {"working_directory", offer.plan.working_directory.has_value()
+                                          ? json(*offer.plan.working_directory)
+                                          : json(nullptr)},
+                {"timeout_ms", offer.plan.timeout_ms}}}};
+}
+
+Result<AttemptOutcome> ParseOutcome(const json& body) {
+  QL_ASSIGN_OR_RETURN(std::string kind, api::RequiredString(body, "outcome"));
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> exit_code, api::OptionalInteger(body, "exit_code"));
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> signal, api::OptionalInteger(body, "signal"));
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> message, api::OptionalString(body, "message"));
+  QL_ASSIGN_OR_RETURN(std::optional<bool> truncated, api::OptionalBool(body, "log_truncated"));
+  AttemptOutcome o;
+  using K = AttemptOutcome::Kind;
+  if (kind == "exited") {
+    if (!exit_code.has_value() || *exit_code < 0 || *exit_code > 255) {
+      return InvalidArgument("invalid_argument", "outcome exited needs exit_code 0..255");
+    }
+    o.kind = K::kExited;
+    o.exit_code = static_cast<int>(*exit_code);
+  } else if (kind == "signaled") {
+    if (!signal.has_value() || *signal < 1 || *signal > 128) {
+      return InvalidArgument("invalid_argument", "outcome signaled needs signal 1..128");
+    }
+    o.kind = K::kSignaled;
+    o.signal = static_cast<int>(*signal);
+  } else if (kind == "timed_out") {
+    o.kind = K::kTimedOut;
+  } else if (kind == "cancelled") {
+    o.kind = K::kCancelled;
+  } else if (kind == "spawn_failed") {
+    o.kind = K::kSpawnFailed;
+  } else {
+    return InvalidArgument("invalid_argument",
+                           "outcome must be exited, signaled, timed_out, cancelled or "
+                           "spawn_failed");
+  }
+  if (message.has_value()) {
+    if (message->size() > 1024) {
+      return InvalidArgument("invalid_argument", "message exceeds 1024 bytes");
+    }
+    o.message = *message;
+  }
+  o.log_truncated = truncated.value_or(false);
+  return o;
+}
+
+}  // namespace
+
+struct WorkerApiServer::Impl {
+  Impl(WorkerService& service, Metrics& metrics, WorkerApiServerOptions options)
+      : service(service), metrics(metrics), options(options) {}
+
+  WorkerService& service;
+  Metrics& metrics;
+  WorkerApiServerOptions options;
+  httplib::Server server;
+  std::thread listener;
+  std::atomic<bool> admitting{true};
+  int port = 0;
+
+  using Handler = std::function<Status(const std::string& worker, const std::string& id,
+                                       const json& body, httplib::Response& res)>;
+
+  // Authenticates, parses the body and runs `handler`; any error answers with its code.
+  void Serve(const httplib::Request& req, httplib::Response& res, std::string_view route,
+             const Handler& handler) {
+    metrics.Increment("ql_worker_requests_total", "route=\"" + std::string(route) + "\"");
+    if (!admitting.load()) {
+      return SendJson(res, 503,
+                      api::ErrorJson("shutting_down", "this replica is stopping; use another"));
+    }
+    const std::string auth = req.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 ||
+        auth.size() - kBearer.size() > kMaxTokenBytes) {
+      return SendJson(res, 401,
+                      api::ErrorJson("unauthorized", "a worker bearer token is required"));
+    }
+    Result<std::string> worker = service.Authenticate(auth.substr(kBearer.size()));
+    if (!worker.ok()) return SendStatus(res, worker.status());
+    if (req.body.size() > options.max_body_bytes) {
+      return SendJson(res, 413, api::ErrorJson("body_too_large", "request body exceeds 1 MiB"));
+    }
+    Result<json> body = api::ParseBody(req.body, true);
+    if (!body.ok()) return SendStatus(res, body.status());
+    const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+    Status st = handler(*worker, id, *body, res);
+    if (!st.ok()) SendStatus(res, st);
+  }
+
+  Result<LeaseCall> ParseLeaseCall(const std::string& worker, const std::string& offer,
+                                   const json& body,
+                                   std::initializer_list<std::string_view> fields) {
+    QL_RETURN_IF_ERROR(api::CheckFields(body, fields));
+    LeaseCall call;
+    call.worker_id = worker;
+    call.offer_id = offer;
+    QL_ASSIGN_OR_RETURN(call.session_id, api::RequiredString(body, "session_id"));
+    QL_ASSIGN_OR_RETURN(call.generation, RequiredInteger(body, "generation"));
+    QL_ASSIGN_OR_RETURN(call.lease_token, api::RequiredString(body, "lease_token"));
+    return call;
+  }
+
+  void Routes() {
+    const WorkerServiceOptions& o = service.options();
+    auto post = [this](const std::string& pattern, std::string_view route, Handler handler) {
+      server.Post(pattern,
+                  [this, route, handler](const httplib::Request& req, httplib::Response& res) {
+                    Serve(req, res, route, handler);
+                  });
+    };
+    post("/worker/v1/sessions", "sessions.register",
+         [this, &o](const std::string& worker, const std::string&, const json& body,
+                    httplib::Response& res) -> Status {
+           QL_RETURN_IF_ERROR(api::CheckFields(body, {"capabilities", "max_concurrent_runs",
+                                                      "available_slots", "software_version"}));
+           json capabilities =
+               body.contains("capabilities") ? body.at("capabilities") : json::object();
+           QL_ASSIGN_OR_RETURN(
+               int max, SmallInteger(body, "max_concurrent_runs", 1, kMaxConcurrentRunsPerSession));
+           QL_ASSIGN_OR_RETURN(
+               int slots, SmallInteger(body, "available_slots", 0, kMaxConcurrentRunsPerSession));
+           QL_ASSIGN_OR_RETURN(std::optional<std::string> version,
+                               api::OptionalString(body, "software_version"));
+           QL_ASSIGN_OR_RETURN(WorkerSessionRecord s,
+                               service.Register(worker, capabilities, max, slots));
+           SendJson(res, 201, SessionJson(s, o));
+           return Status::Ok();
+         });
+    post("/worker/v1/sessions/([^/]{1,128})/heartbeat", "sessions.heartbeat",
+         [this, &o](const std::string& worker, const std::string& id, const json& body,
+                    httplib::Response& res) -> Status {
+           QL_RETURN_IF_ERROR(api::CheckFields(body, {"generation", "available_slots"}));
+           QL_ASSIGN_OR_RETURN(int64_t generation, RequiredInteger(body, "generation"));
+           QL_ASSIGN_OR_RETURN(
+               int slots, SmallInteger(body, "available_slots", 0, kMaxConcurrentRunsPerSession));
+           QL_ASSIGN_OR_RETURN(HeartbeatAnswer a, service.Heartbeat(worker, id, generation, slots));
+           json out = SessionJson(a.session, o);
+           out["cancel"] = a.cancel;
+           SendJson(res, 200, out);
+           return Status::Ok();
+         });
+    for (std::string status : {"drain", "offline"}) {
+      post("/worker/v1/sessions/([^/]{1,128})/" + status,
+           status == "drain" ? "sessions.drain" : "sessions.offline",
+           [this, &o, status](const std::string& worker, const std::string& id, const json& body,
+                              httplib::Response& res) -> Status {
+             QL_RETURN_IF_ERROR(api::CheckFields(body, {"generation"}));
+             QL_ASSIGN_OR_RETURN(int64_t generation, RequiredInteger(body, "generation"));
+             QL_ASSIGN_OR_RETURN(WorkerSessionRecord s,
+                                 service.SetStatus(worker, id, generation,
+                                                   status == "drain" ? "draining" : "offline"));
+             SendJson(res, 200, SessionJson(s, o));
+             return Status::Ok();
+           });
+    }
+    post("/worker/v1/pull", "pull",
+         [this, &o](const std::string& worker, const std::string&, const json& body,
+                    httplib::Response& res) -> Status {
+           QL_RETURN_IF_ERROR(
+               api::CheckFields(body, {"session_id", "generation", "available_slots", "offers"}));
+           QL_ASSIGN_OR_RETURN(std::string session, api::RequiredString(body, "session_id"));
+           QL_ASSIGN_OR_RETURN(int64_t generation, RequiredInteger(body, "generation"));
+           QL_ASSIGN_OR_RETURN(
+               int slots, SmallInteger(body, "available_slots", 0, kMaxConcurrentRunsPerSession));
+           if (!body.contains("offers") || !body.at("offers").is_array()) {
+             return InvalidArgument("invalid_type", "offers must be an array");
+           }
+           std::vector<OfferToken> offers;
+           for (const json& item : body.at("offers")) {
+             if (!item.is_object()) {
+               return InvalidArgument("invalid_type", "each offer must be an object");
+             }
+             QL_RETURN_IF_ERROR(api::CheckFields(item, {"offer_id", "lease_token"}));
+             QL_ASSIGN_OR_RETURN(std::string offer, api::RequiredString(item, "offer_id"));
+             QL_ASSIGN_OR_RETURN(std::string token, api::RequiredString(item, "lease_token"));
+             offers.push_back({std::move(offer), std::move(token)});
+           }
+           QL_ASSIGN_OR_RETURN(PullAnswer a,
+                               service.Pull(worker, session, generation, slots, offers));
+           json out{{"offers", json::array()}, {"cancel", a.cancel}};
+           for (const WorkerOffer& offer : a.offers) out["offers"].push_back(OfferJson(offer, o));
+           SendJson(res, 200, out);
+           return Status::Ok();
+         });
+    post("/worker/v1/leases/([^/]{1,128})/starting", "leases.starting",
+         [this](const std::string& worker, const std::string& id, const json& body,
+                httplib::Response& res) -> Status {
+           QL_ASSIGN_OR_RETURN(
+               LeaseCall call,
+               ParseLeaseCall(worker, id, body, {"session_id", "generation", "lease_token"}));
+           QL_ASSIGN_OR_RETURN(std::string status, service.Starting(call));
+           SendJson(res, 200, json{{"status", status}});
+           return Status::Ok();
+         });
+    post("/worker/v1/leases/([^/]{1,128})/running", "leases.running",
+         [this](const std::string& worker, const std::string& id, const json& body,
+                httplib::Response& res) -> Status {
+           QL_ASSIGN_OR_RETURN(LeaseCall call,
+                               ParseLeaseCall(worker, id, body,
+                                              {"session_id", "generation", "lease_token", "pid"}));
+           QL_ASSIGN_OR_RETURN(int64_t pid, RequiredInteger(body, "pid"));
+           QL_ASSIGN_OR_RETURN(std::string status, service.Running(call, pid));
+           SendJson(res, 200, json{{"status", status}});
+           return Status::Ok();
+         });
+    post("/worker/v1/leases/([^/]{1,128})/renew", "leases.renew",
+         [this](const std::string& worker, const std::string& id, const json& body,
+                httplib::Response& res) -> Status {
+           QL_ASSIGN_OR_RETURN(
+               LeaseCall call,
+               ParseLeaseCall(worker, id, body, {"session_id", "generation", "lease_token"}));
+           QL_ASSIGN_OR_RETURN(LeaseRenewal r, service.Renew(call));
+           SendJson(res, 200,
+                    json{{"lease_version", r.lease_version},
+                         {"lease_expires_at_ms", r.lease_expires_at_ms},
+                         {"cancel_requested", r.cancel_requested}});
+           return Status::Ok();
+         });
+    post("/worker/v1/leases/([^/]{1,128})/log", "leases.log",
+         [this](const std::string& worker, const std::string& id, const json& body,
+                httplib::Response& res) -> Status {
+           QL_ASSIGN_OR_RETURN(LeaseCall call, ParseLeaseCall(worker, id, body,
+                                                              {"session_id", "generation",
+                                                               "lease_token", "offset", "data"}));
+           QL_ASSIGN_OR_RETURN(int64_t offset, RequiredInteger(body, "offset"));
+           QL_ASSIGN_OR_RETURN(std::string encoded, api::RequiredString(body, "data"));
+           std::string data;
+           if (!absl::Base64Unescape(encoded, &data)) {
+             return InvalidArgument("invalid_argument", "data is not valid base64");
+           }
+           QL_ASSIGN_OR_RETURN(LeaseLogAppend a, service.AppendLog(call, offset, data));
+           SendJson(res, 200, json{{"next_offset", a.next_offset}, {"truncated", a.truncated}});
+           return Status::Ok();
+         });
+    post("/worker/v1/leases/([^/]{1,128})/complete", "leases.complete",
+         [this](const std::string& worker, const std::string& id, const json& body,
+                httplib::Response& res) -> Status {
+           QL_ASSIGN_OR_RETURN(LeaseCall call,
+                               ParseLeaseCall(worker, id, body,
+                                              {"session_id", "generation", "lease_token", "outcome",
+                                               "exit_code", "signal", "message", "log_truncated"}));
+           QL_ASSIGN_OR_RETURN(AttemptOutcome outcome, ParseOutcome(body));
+           QL_ASSIGN_OR_RETURN(CompleteAnswer a, service.Complete(call, outcome));
+           SendJson(res, 200,
+                    json{{"run_status", a.run_status}, {"attempt_status", a.attempt_status}});
+           return Status::Ok();
+         });
+  }
+};
+
+WorkerApiServer::WorkerApiServer(WorkerService& service, Metrics& metrics,
+                                 WorkerApiServerOptions options)
+    : impl_(std::make_unique<Impl>(service, metrics, options)) {
+  metrics.Describe("ql_worker_requests_total", "counter", "Worker protocol calls, by route.");
+}
+
+WorkerApiServer::~WorkerApiServer() { Stop(); }
+
+Status WorkerApiServer::Start(const std::string& host, int port) {
+  Impl& s = *impl_;
+  s.server.new_task_queue = [&s]() -> httplib::TaskQueue* {
+    return new httplib::ThreadPool(static_cast<size_t>(s.options.threads));
+  };
+  s.server.set_read_timeout(s.options.read_timeout_ms / 1000,
+                            (s.options.read_timeout_ms % 1000) * 1000);
+  s.server.set_write_timeout(s.options.write_timeout_ms / 1000,
+                             (s.options.write_timeout_ms % 1000) * 1000);
+  s.server.set_payload_max_length(s.options.max_body_bytes);
+  s.server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  s.server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string code = res.status == 404   ? "route_not_found"
+                             : res.status == 413 ? "body_too_large"
+                                                 : "http_" + std::to_string(res.status);
+    SendJson(res, res.status, api::ErrorJson(code, httplib::detail::status_message(res.status)));
+  });
+  s.Routes();
+  if (port == 0) {
+    s.port = s.server.bind_to_any_port(host);
+  } else {
+    s.port = s.server.bind_to_port(host, port) ? port : -1;
+  }
+  if (s.port <= 0) {
+    return Unavailable("listen_failed",
+                       "cannot listen on " + host + ":" + std::to_string(port) + " for workers");
+  }
+  s.listener = std::thread([&s]() { s.server.listen_after_bind(); });
+  return Status::Ok();
+}
+
+int WorkerApiServer::port() const { return impl_->port; }
+
+void WorkerApiServer::WithdrawAdmission() { impl_->admitting.store(false); }
+
+void WorkerApiServer::Stop() {
+  impl_->admitting.store(false);
+  impl_->server.stop();
+  if (impl_->listener.joinable()) impl_->listener.join();
+}
+
+}  // namespace ql

@@ -1,0 +1,629 @@
+#include "ql/storage/postgres/pg_worker.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/digest.h"
+#include "ql/core/states.h"
+
+namespace ql::pg {
+namespace {
+
+constexpr char kNowSql[] = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+Result<int64_t> DatabaseNow(Tx& tx) {
+  QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(kNowSql));
+  QL_RETURN_IF_ERROR(rows.ExpectRows(1));
+  const int64_t now = rows.Int(0, 0);
+  QL_RETURN_IF_ERROR(rows.status());
+  return now;
+}
+
+std::string ByteaLiteral(std::string_view data) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\\x";
+  out.reserve(2 + data.size() * 2);
+  for (unsigned char c : data) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+constexpr char kSessionColumns[] =
+    "id, credential_id, generation, status, max_concurrent_runs, available_slots, version, "
+    "heartbeat_at_ms, expires_at_ms";
+
+WorkerSessionRecord ReadSession(const Rows& r, int i) {
+  WorkerSessionRecord s;
+  s.id = r.Text(i, 0);
+  s.worker_id = r.Text(i, 1);
+  s.generation = r.Int(i, 2);
+  s.status = r.Text(i, 3);
+  s.max_concurrent_runs = static_cast<int>(r.Int(i, 4));
+  s.available_slots = static_cast<int>(r.Int(i, 5));
+  s.version = r.Int(i, 6);
+  s.heartbeat_at_ms = r.Int(i, 7);
+  s.expires_at_ms = r.Int(i, 8);
+  return s;
+}
+
+// Locks the session row and checks that it is this worker's current one.
+Result<WorkerSessionRecord> LockOwnSession(Tx& tx, const std::string& worker_id,
+                                           const std::string& session_id, int64_t generation,
+                                           std::string_view lock) {
+  QL_ASSIGN_OR_RETURN(Rows rows,
+                      tx.Exec(std::string("SELECT ") + kSessionColumns +
+                                  " FROM ql3.worker_sessions WHERE id = $1 " + std::string(lock),
+                              {P(session_id)}));
+  if (rows.empty()) {
+    return NotFound("session_not_found", "no worker session " + session_id);
+  }
+  WorkerSessionRecord s = ReadSession(rows, 0);
+  QL_RETURN_IF_ERROR(rows.status());
+  if (s.worker_id != worker_id) {
+    return NotFound("session_not_found", "no worker session " + session_id + " of this worker");
+  }
+  if (s.status == "fenced" || s.generation != generation) {
+    return Conflict("session_fenced", "session " + session_id + " generation " +
+                                          std::to_string(generation) +
+                                          " is fenced by a newer session of this worker");
+  }
+  return s;
+}
+
+// Appends one event to a locked run, bumping its event sequence (and its version when asked).
+Status AppendRunEvent(Tx& tx, const std::string& run_id, bool bump_version, std::string_view type,
+                      std::string_view actor, const std::optional<std::string>& attempt_id,
+                      const std::optional<std::string>& dedupe, const nlohmann::json& payload,
+                      int64_t now_ms) {
+  QL_ASSIGN_OR_RETURN(std::string canonical, CanonicalJson(payload));
+  QL_ASSIGN_OR_RETURN(
+      Rows seq, tx.Exec(bump_version ? "UPDATE ql3.runs SET event_sequence = event_sequence + 1, "
+                                       "version = version + 1 WHERE id = $1 RETURNING "
+                                       "event_sequence"
+                                     : "UPDATE ql3.runs SET event_sequence = event_sequence + 1 "
+                                       "WHERE id = $1 RETURNING event_sequence",
+                        {P(run_id)}));
+  QL_RETURN_IF_ERROR(seq.ExpectRows(1));
+  const int64_t sequence = seq.Int(0, 0);
+  QL_RETURN_IF_ERROR(seq.status());
+  return tx
+      .Exec(
+          "INSERT INTO ql3.run_events (run_id, sequence, type, actor_type, attempt_id, "
+          "dedupe_key, payload_json, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+          {P(run_id), P(sequence), P(type), P(actor), P(attempt_id), P(dedupe), P(canonical),
+           P(now_ms)})
+      .status();
+}
+
+constexpr char kGrantedColumns[] =
+    "SELECT l.offer_id, r.id, a.id, a.attempt, r.project_id, r.task_id, r.task_revision, "
+    "r.task_digest, r.execution_revision_id, e.plan_json, e.plan_digest, l.lease_version, "
+    "l.expires_at_ms FROM ql3.run_dispatch_leases l "
+    "JOIN ql3.run_attempts a ON a.id = l.attempt_id JOIN ql3.runs r ON r.id = l.run_id "
+    "JOIN ql3.execution_revisions e ON e.id = r.execution_revision_id ";
+
+GrantedLease ReadGranted(const Rows& r, int i) {
+  GrantedLease g;
+  g.offer_id = r.Text(i, 0);
+  g.run_id = r.Text(i, 1);
+  g.attempt_id = r.Text(i, 2);
+  g.attempt = static_cast<int>(r.Int(i, 3));
+  g.project_id = r.Text(i, 4);
+  g.task_id = r.Text(i, 5);
+  g.task_revision = r.Int(i, 6);
+  g.task_digest = r.Text(i, 7);
+  g.execution_revision_id = r.Text(i, 8);
+  g.plan_json = r.Text(i, 9);
+  g.plan_digest = r.Text(i, 10);
+  g.lease_version = r.Int(i, 11);
+  g.lease_expires_at_ms = r.Int(i, 12);
+  return g;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Lease fence
+
+Result<VerifiedLease> VerifyLease(Tx& tx, const LeaseFence& fence) {
+  QL_ASSIGN_OR_RETURN(
+      Rows rows,
+      tx.Exec("SELECT l.attempt_id, l.run_id, l.worker_session_id, l.session_generation, "
+              "l.token_digest, l.status, l.expires_at_ms, l.lease_version, s.credential_id, "
+              "s.status FROM ql3.run_dispatch_leases l "
+              "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
+              "WHERE l.offer_id = $1 FOR UPDATE OF l FOR SHARE OF s",
+              {P(fence.offer_id)}));
+  if (rows.empty()) return NotFound("lease_not_found", "no lease has offer id " + fence.offer_id);
+  VerifiedLease out;
+  out.attempt_id = rows.Text(0, 0);
+  out.run_id = rows.Text(0, 1);
+  const std::string session_id = rows.Text(0, 2);
+  const int64_t generation = rows.Int(0, 3);
+  const std::string digest = rows.Text(0, 4);
+  const std::string status = rows.Text(0, 5);
+  const int64_t expires = rows.Int(0, 6);
+  out.lease_version = rows.Int(0, 7);
+  const std::string worker_id = rows.Text(0, 8);
+  const std::string session_status = rows.Text(0, 9);
+  QL_RETURN_IF_ERROR(rows.status());
+  const std::string lease = "lease " + fence.offer_id;
+  if (worker_id != fence.worker_id || session_id != fence.session_id ||
+      generation != fence.generation) {
+    return Conflict("lease_fenced", lease + " is held by another worker session");
+  }
+  if (session_status == "fenced") {
+    return Conflict("session_fenced",
+                    "session " + session_id + " is fenced by a newer session of this worker");
+  }
+  if (!ConstantTimeEquals(digest, fence.token_digest)) {
+    return Conflict("lease_fenced", lease + " was granted under another lease token");
+  }
+  if (status != "granted") {
+    return Conflict("attempt_finished", "the attempt of " + lease + " has ended");
+  }
+  QL_ASSIGN_OR_RETURN(out.now_ms, DatabaseNow(tx));
+  if (expires <= out.now_ms) {
+    return Conflict("lease_expired", lease + " expired by the database clock");
+  }
+  return out;
+}
+
+Status ReleaseLease(Tx& tx, const std::string& attempt_id, int64_t now_ms) {
+  return tx
+      .Exec(
+          "UPDATE ql3.run_dispatch_leases SET status = 'released', released_at_ms = $2 "
+          "WHERE attempt_id = $1 AND status = 'granted'",
+          {P(attempt_id), P(now_ms)})
+      .status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions (worker-ingress role)
+
+Result<std::string> PostgresWorkerSessions::AuthenticateWorker(const std::string& token_digest) {
+  std::optional<std::string> id;
+  QL_RETURN_IF_ERROR(pool_.Transact(
+      {Isolation::kReadCommitted, true}, "authenticating a worker", [&](Tx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(Rows rows,
+                            tx.Exec("SELECT id FROM ql3.worker_credentials WHERE token_digest = "
+                                    "$1 AND revoked_at_ms IS NULL",
+                                    {P(token_digest)}));
+        if (!rows.empty()) id = rows.Text(0, 0);
+        return rows.status();
+      }));
+  if (!id.has_value()) return NotFound("unauthorized", "the worker token is unknown or revoked");
+  return *id;
+}
+
+Result<WorkerSessionRecord> PostgresWorkerSessions::RegisterSession(
+    const RegisterSessionCommand& c) {
+  WorkerSessionRecord out;
+  QL_RETURN_IF_ERROR(pool_.Transact({}, "registering a worker session", [&](Tx& tx) -> Status {
+    // Registrations of one worker are serialised, so generations are consecutive.
+    QL_RETURN_IF_ERROR(
+        tx.Exec("SELECT pg_advisory_xact_lock(hashtextextended('ql3.worker:' || $1, 0))",
+                {P(c.worker_id)})
+            .status());
+    QL_ASSIGN_OR_RETURN(int64_t now, DatabaseNow(tx));
+    QL_ASSIGN_OR_RETURN(Rows last, tx.Exec("SELECT coalesce(max(generation), 0) FROM "
+                                           "ql3.worker_sessions WHERE credential_id = $1",
+                                           {P(c.worker_id)}));
+    QL_RETURN_IF_ERROR(last.ExpectRows(1));
+    const int64_t generation = last.Int(0, 0) + 1;
+    QL_RETURN_IF_ERROR(last.status());
+    QL_RETURN_IF_ERROR(tx.Exec("UPDATE ql3.worker_sessions SET status = 'fenced', "
+                               "available_slots = 0, version = version + 1, updated_at_ms = $2 "
+                               "WHERE credential_id = $1 AND status <> 'fenced'",
+                               {P(c.worker_id), P(now)})
+                           .status());
+    QL_ASSIGN_OR_RETURN(
+        Rows rows,
+        tx.Exec(std::string("INSERT INTO ql3.worker_sessions (id, credential_id, generation, "
+                            "status, capabilities_json, max_concurrent_runs, available_slots, "
+                            "version, heartbeat_at_ms, expires_at_ms, created_at_ms, "
+                            "updated_at_ms) VALUES ($1, $2, $3, 'active', $4, $5, $6, 1, $7, $8, "
+                            "$7, $7) RETURNING ") +
+                    kSessionColumns,
+                {P(c.session_id), P(c.worker_id), P(generation), P(c.capabilities_json),
+                 P(c.max_concurrent_runs), P(c.available_slots), P(now), P(now + c.ttl_ms)}));
+    QL_RETURN_IF_ERROR(rows.ExpectRows(1));
+    out = ReadSession(rows, 0);
+    return rows.status();
+  }));
+  return out;
+}
+
+Result<WorkerSessionRecord> PostgresWorkerSessions::Heartbeat(const std::string& worker_id,
+                                                              const std::string& session_id,
+                                                              int64_t generation,
+                                                              int available_slots, int64_t ttl_ms) {
+  WorkerSessionRecord out;
+  QL_RETURN_IF_ERROR(pool_.Transact({}, "recording a worker heartbeat", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(WorkerSessionRecord s,
+                        LockOwnSession(tx, worker_id, session_id, generation, "FOR NO KEY UPDATE"));
+    if (s.status == "offline") {
+      return Conflict("session_inactive", "session " + session_id + " is offline");
+    }
+    if (available_slots > s.max_concurrent_runs) {
+      return InvalidArgument("invalid_argument", "available_slots " +
+                                                     std::to_string(available_slots) +
+                                                     " exceeds max_concurrent_runs " +
+                                                     std::to_string(s.max_concurrent_runs));
+    }
+    QL_ASSIGN_OR_RETURN(int64_t now, DatabaseNow(tx));
+    QL_ASSIGN_OR_RETURN(
+        Rows rows,
+        tx.Exec(std::string("UPDATE ql3.worker_sessions SET heartbeat_at_ms = $2, "
+                            "expires_at_ms = $3, available_slots = CASE WHEN status = 'active' "
+                            "THEN $4 ELSE 0 END, version = version + 1, updated_at_ms = $2 "
+                            "WHERE id = $1 RETURNING ") +
+                    kSessionColumns,
+                {P(session_id), P(now), P(now + ttl_ms), P(available_slots)}));
+    QL_RETURN_IF_ERROR(rows.ExpectRows(1));
+    out = ReadSession(rows, 0);
+    return rows.status();
+  }));
+  return out;
+}
+
+Result<WorkerSessionRecord> PostgresWorkerSessions::SetSessionStatus(const std::string& worker_id,
+                                                                     const std::string& session_id,
+                                                                     int64_t generation,
+                                                                     const std::string& status) {
+  if (status != "draining" && status != "offline") {
+    return InvalidArgument("invalid_argument", "a session can only be set draining or offline");
+  }
+  WorkerSessionRecord out;
+  QL_RETURN_IF_ERROR(pool_.Transact({}, "changing a worker session", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(WorkerSessionRecord s,
+                        LockOwnSession(tx, worker_id, session_id, generation, "FOR NO KEY UPDATE"));
+    if (s.status == "offline" && status == "draining") {
+      return Conflict("session_inactive", "session " + session_id + " is offline");
+    }
+    if (s.status == status) {
+      out = s;
+      return Status::Ok();
+    }
+    QL_ASSIGN_OR_RETURN(int64_t now, DatabaseNow(tx));
+    QL_ASSIGN_OR_RETURN(
+        Rows rows,
+        tx.Exec(std::string("UPDATE ql3.worker_sessions SET status = $2, available_slots = 0, "
+                            "version = version + 1, updated_at_ms = $3 WHERE id = $1 "
+                            "RETURNING ") +
+                    kSessionColumns,
+                {P(session_id), P(status), P(now)}));
+    QL_RETURN_IF_ERROR(rows.ExpectRows(1));
+    out = ReadSession(rows, 0);
+    return rows.status();
+  }));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leases (runtime role)
+
+Result<std::vector<GrantedLease>> PostgresRunLeases::GrantLeases(const PullCommand& c) {
+  std::vector<GrantedLease> out;
+  QL_RETURN_IF_ERROR(pool_.Transact({}, "granting run leases", [&](Tx& tx) -> Status {
+    out.clear();
+    // The session row stays locked: grants of one session are serialised, so the live-lease
+    // count below cannot be overtaken.
+    QL_ASSIGN_OR_RETURN(
+        WorkerSessionRecord session,
+        LockOwnSession(tx, c.worker_id, c.session_id, c.generation, "FOR NO KEY UPDATE"));
+    QL_ASSIGN_OR_RETURN(int64_t now, DatabaseNow(tx));
+    if (session.status != "active") {
+      return Conflict("session_inactive",
+                      "session " + c.session_id + " is " + session.status + "; it takes no runs");
+    }
+    if (session.expires_at_ms <= now) {
+      return Conflict("session_inactive",
+                      "session " + c.session_id + " expired; it must heartbeat before pulling");
+    }
+
+    // Proposals naming an existing lease: a replay of a lost answer, or a fence violation.
+    std::vector<std::optional<std::string>> ids;
+    for (const OfferProposal& p : c.offers) ids.push_back(p.offer_id);
+    QL_ASSIGN_OR_RETURN(
+        Rows existing,
+        tx.Exec("SELECT l.offer_id, l.worker_session_id, l.session_generation, l.token_digest, "
+                "l.status, l.expires_at_ms, a.status FROM ql3.run_dispatch_leases l "
+                "JOIN ql3.run_attempts a ON a.id = l.attempt_id WHERE l.offer_id = ANY($1::text[])",
+                {PArray(ids)}));
+    std::vector<std::optional<std::string>> replayed;
+    for (int i = 0; i < existing.size(); ++i) {
+      const std::string offer = existing.Text(i, 0);
+      const auto proposal =
+          std::find_if(c.offers.begin(), c.offers.end(),
+                       [&](const OfferProposal& p) { return p.offer_id == offer; });
+      const bool same = existing.Text(i, 1) == c.session_id && existing.Int(i, 2) == c.generation &&
+                        ConstantTimeEquals(existing.Text(i, 3), proposal->token_digest);
+      if (!same) {
+        return Conflict("lease_fenced", "offer id " + offer + " is taken by another lease");
+      }
+      if (existing.Text(i, 4) == "granted" && existing.Int(i, 5) > now &&
+          existing.Text(i, 6) == "claimed") {
+        replayed.push_back(offer);
+      }
+      // Anything else (started, ended, expired) was answered before; the offer is not repeated.
+    }
+    QL_RETURN_IF_ERROR(existing.status());
+
+    QL_ASSIGN_OR_RETURN(
+        Rows live, tx.Exec("SELECT count(*) FROM ql3.run_dispatch_leases WHERE "
+                           "worker_session_id = $1 AND status = 'granted' AND expires_at_ms > $2",
+                           {P(c.session_id), P(now)}));
+    QL_RETURN_IF_ERROR(live.ExpectRows(1));
+    const int64_t live_count = live.Int(0, 0);
+    QL_RETURN_IF_ERROR(live.status());
+    std::vector<const OfferProposal*> fresh;  // proposals naming no lease yet
+    for (const OfferProposal& p : c.offers) {
+      bool taken = false;
+      for (int i = 0; i < existing.size(); ++i) taken = taken || existing.Text(i, 0) == p.offer_id;
+      if (!taken) fresh.push_back(&p);
+    }
+    const int64_t capacity = std::min<int64_t>(
+        {static_cast<int64_t>(fresh.size()), static_cast<int64_t>(c.available_slots),
+         static_cast<int64_t>(session.max_concurrent_runs) - live_count});
+
+    std::vector<std::optional<std::string>> granted = replayed;
+    if (capacity > 0) {
+      QL_ASSIGN_OR_RETURN(
+          Rows candidates,
+          tx.Exec("SELECT r.id, a.id FROM ql3.runs r "
+                  "JOIN LATERAL (SELECT x.id, x.status, x.executor_type, x.started_at_ms "
+                  "FROM ql3.run_attempts x WHERE x.run_id = r.id ORDER BY x.attempt DESC "
+                  "LIMIT 1) a ON true "
+                  "LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id "
+                  "WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL "
+                  "AND a.status = 'claimed' AND a.executor_type = 'remote_worker' "
+                  "AND (l.attempt_id IS NULL OR l.status <> 'granted' OR "
+                  "(l.expires_at_ms <= $2 AND a.started_at_ms IS NULL)) "
+                  "ORDER BY r.priority DESC, r.queued_at_ms, r.id "
+                  "LIMIT $1 FOR UPDATE OF r SKIP LOCKED",
+                  {P(capacity), P(now)}));
+      QL_RETURN_IF_ERROR(candidates.status());
+      size_t next = 0;
+      for (int i = 0; i < candidates.size() && next < fresh.size(); ++i) {
+        const std::string run_id = candidates.Text(i, 0);
+        const std::string attempt_id = candidates.Text(i, 1);
+        const OfferProposal& p = *fresh[next];
+        const int64_t expires = now + c.lease_ttl_ms;
+        QL_ASSIGN_OR_RETURN(
+            Rows lease,
+            tx.Exec("INSERT INTO ql3.run_dispatch_leases (attempt_id, run_id, worker_session_id, "
+                    "session_generation, offer_id, token_digest, lease_version, status, "
+                    "granted_at_ms, renewed_at_ms, expires_at_ms, released_at_ms) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, 1, 'granted', $7, $7, $8, NULL) "
+                    "ON CONFLICT (attempt_id) DO UPDATE SET "
+                    "worker_session_id = EXCLUDED.worker_session_id, "
+                    "session_generation = EXCLUDED.session_generation, "
+                    "offer_id = EXCLUDED.offer_id, token_digest = EXCLUDED.token_digest, "
+                    "lease_version = ql3.run_dispatch_leases.lease_version + 1, "
+                    "status = 'granted', granted_at_ms = EXCLUDED.granted_at_ms, "
+                    "renewed_at_ms = EXCLUDED.renewed_at_ms, "
+                    "expires_at_ms = EXCLUDED.expires_at_ms, released_at_ms = NULL "
+                    "WHERE ql3.run_dispatch_leases.status <> 'granted' "
+                    "OR ql3.run_dispatch_leases.expires_at_ms <= $7 "
+                    "RETURNING lease_version",
+                    {P(attempt_id), P(run_id), P(c.session_id), P(c.generation), P(p.offer_id),
+                     P(p.token_digest), P(now), P(expires)}));
+        if (lease.empty()) continue;  // renewed by its holder since the candidate was read
+        const int64_t version = lease.Int(0, 0);
+        QL_RETURN_IF_ERROR(lease.status());
+        QL_RETURN_IF_ERROR(
+            tx.Exec("UPDATE ql3.run_attempts SET worker_id = $2, worker_session_id = $3, "
+                    "session_generation = $4, lease_expires_at_ms = $5, offer_id = $6 "
+                    "WHERE id = $1 AND status = 'claimed'",
+                    {P(attempt_id), P(c.worker_id), P(c.session_id), P(c.generation), P(expires),
+                     P(p.offer_id)})
+                .status());
+        QL_RETURN_IF_ERROR(AppendRunEvent(tx, run_id, true, kEventAttemptLeased, "dispatcher",
+                                          attempt_id, std::nullopt,
+                                          {{"offer_id", p.offer_id},
+                                           {"session_id", c.session_id},
+                                           {"generation", c.generation},
+                                           {"lease_version", version}},
+                                          now));
+        granted.push_back(p.offer_id);
+        ++next;
+      }
+    }
+    if (granted.empty()) return Status::Ok();
+    QL_ASSIGN_OR_RETURN(Rows rows,
+                        tx.Exec(std::string(kGrantedColumns) +
+                                    "WHERE l.offer_id = ANY($1::text[]) ORDER BY r.priority "
+                                    "DESC, r.queued_at_ms, r.id",
+                                {PArray(granted)}));
+    for (int i = 0; i < rows.size(); ++i) {
+      GrantedLease g = ReadGranted(rows, i);
+      g.replay = std::find(replayed.begin(), replayed.end(), g.offer_id) != replayed.end();
+      out.push_back(std::move(g));
+    }
+    return rows.status();
+  }));
+  return out;
+}
+
+Result<LeaseRenewal> PostgresRunLeases::RenewLease(const LeaseFence& fence, int64_t ttl_ms) {
+  LeaseRenewal out;
+  QL_RETURN_IF_ERROR(pool_.Transact({}, "renewing a run lease", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(VerifiedLease lease, VerifyLease(tx, fence));
+    const int64_t expires = lease.now_ms + ttl_ms;
+    QL_ASSIGN_OR_RETURN(
+        Rows rows, tx.Exec("UPDATE ql3.run_dispatch_leases SET lease_version = lease_version + 1, "
+                           "renewed_at_ms = $2, expires_at_ms = $3 WHERE attempt_id = $1 "
+                           "RETURNING lease_version",
+                           {P(lease.attempt_id), P(lease.now_ms), P(expires)}));
+    QL_RETURN_IF_ERROR(rows.ExpectRows(1));
+    out.lease_version = rows.Int(0, 0);
+    out.lease_expires_at_ms = expires;
+    QL_RETURN_IF_ERROR(rows.status());
+    QL_RETURN_IF_ERROR(tx.Exec("UPDATE ql3.run_attempts SET lease_expires_at_ms = $2 WHERE id = $1",
+                               {P(lease.attempt_id), P(expires)})
+                           .status());
+    QL_ASSIGN_OR_RETURN(Rows run, tx.Exec("SELECT cancel_requested_at_ms IS NOT NULL FROM "
+                                          "ql3.runs WHERE id = $1",
+                                          {P(lease.run_id)}));
+    QL_RETURN_IF_ERROR(run.ExpectRows(1));
+    out.cancel_requested = run.Bool(0, 0);
+    return run.status();
+  }));
+  return out;
+}
+
+Result<LeaseLogAppend> PostgresRunLeases::AppendLeaseLog(const LeaseFence& fence, int64_t offset,
+                                                         std::string_view data, int64_t cap_bytes,
+                                                         int64_t now_ms) {
+  LeaseLogAppend out;
+  QL_RETURN_IF_ERROR(pool_.Transact({}, "appending a run log chunk", [&](Tx& tx) -> Status {
+    // Lock order: the run before the lease.
+    QL_ASSIGN_OR_RETURN(Rows owner, tx.Exec("SELECT run_id FROM ql3.run_dispatch_leases WHERE "
+                                            "offer_id = $1",
+                                            {P(fence.offer_id)}));
+    if (owner.empty())
+      return NotFound("lease_not_found", "no lease has offer id " + fence.offer_id);
+    const std::string run_id = owner.Text(0, 0);
+    QL_RETURN_IF_ERROR(owner.status());
+    QL_RETURN_IF_ERROR(
+        tx.Exec("SELECT 1 FROM ql3.runs WHERE id = $1 FOR NO KEY UPDATE", {P(run_id)}).status());
+    QL_ASSIGN_OR_RETURN(VerifiedLease lease, VerifyLease(tx, fence));
+    QL_ASSIGN_OR_RETURN(Rows truncated,
+                        tx.Exec("SELECT 1 FROM ql3.run_events WHERE run_id = $1 AND "
+                                "dedupe_key = $2",
+                                {P(run_id), P("log_truncated:" + lease.attempt_id)}));
+    QL_RETURN_IF_ERROR(truncated.status());
+    const int64_t end_of_data = offset + static_cast<int64_t>(data.size());
+    if (!truncated.empty()) {
+      out = {end_of_data, true};
+      return Status::Ok();
+    }
+    QL_ASSIGN_OR_RETURN(Rows last, tx.Exec("SELECT byte_offset, octet_length(data) FROM "
+                                           "ql3.run_log_chunks WHERE attempt_id = $1 ORDER BY "
+                                           "byte_offset DESC LIMIT 1",
+                                           {P(lease.attempt_id)}));
+    int64_t held = 0;
+    if (!last.empty()) held = last.Int(0, 0) + last.Int(0, 1);
+    QL_RETURN_IF_ERROR(last.status());
+    if (offset < held) {
+      // Only the very chunk stored at this offset, sent again after a lost answer, is accepted.
+      QL_ASSIGN_OR_RETURN(Rows same, tx.Exec("SELECT data FROM ql3.run_log_chunks WHERE "
+                                             "attempt_id = $1 AND byte_offset = $2",
+                                             {P(lease.attempt_id), P(offset)}));
+      if (!same.empty() && same.Bytes(0, 0) == data) {
+        out = {end_of_data, false};
+        return same.status();
+      }
+    }
+    if (offset != held) {
+      return Conflict("log_offset_mismatch", "the log of lease " + fence.offer_id + " holds " +
+                                                 std::to_string(held) + " bytes, not " +
+                                                 std::to_string(offset));
+    }
+    const int64_t room = std::max<int64_t>(0, cap_bytes - held);
+    const int64_t keep = std::min<int64_t>(room, static_cast<int64_t>(data.size()));
+    if (keep > 0) {
+      QL_RETURN_IF_ERROR(
+          tx.Exec("INSERT INTO ql3.run_log_chunks (attempt_id, byte_offset, run_id, data, "
+                  "created_at_ms) VALUES ($1, $2, $3, $4::bytea, $5)",
+                  {P(lease.attempt_id), P(held), P(run_id),
+                   P(ByteaLiteral(data.substr(0, static_cast<size_t>(keep)))), P(now_ms)})
+              .status());
+    }
+    out = {end_of_data, false};
+    if (keep < static_cast<int64_t>(data.size())) {
+      out.truncated = true;
+      QL_RETURN_IF_ERROR(AppendRunEvent(tx, run_id, false, kEventLogTruncated, "worker",
+                                        lease.attempt_id, "log_truncated:" + lease.attempt_id,
+                                        {{"cap_bytes", cap_bytes}}, now_ms));
+    }
+    return Status::Ok();
+  }));
+  return out;
+}
+
+Result<LeaseState> PostgresRunLeases::GetLeaseState(const std::string& offer_id) {
+  std::optional<LeaseState> out;
+  QL_RETURN_IF_ERROR(pool_.Transact(
+      {Isolation::kReadCommitted, true}, "reading a run lease", [&](Tx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(
+            Rows r, tx.Exec("SELECT l.offer_id, l.run_id, l.attempt_id, s.credential_id, "
+                            "l.worker_session_id, l.session_generation, l.token_digest, l.status, "
+                            "a.status, r.status, a.exit_code, r.cancel_requested_at_ms IS NOT NULL "
+                            "FROM ql3.run_dispatch_leases l "
+                            "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
+                            "JOIN ql3.run_attempts a ON a.id = l.attempt_id "
+                            "JOIN ql3.runs r ON r.id = l.run_id WHERE l.offer_id = $1",
+                            {P(offer_id)}));
+        if (r.empty()) return r.status();
+        LeaseState s;
+        s.offer_id = r.Text(0, 0);
+        s.run_id = r.Text(0, 1);
+        s.attempt_id = r.Text(0, 2);
+        s.worker_id = r.Text(0, 3);
+        s.session_id = r.Text(0, 4);
+        s.generation = r.Int(0, 5);
+        s.token_digest = r.Text(0, 6);
+        s.lease_status = r.Text(0, 7);
+        s.attempt_status = r.Text(0, 8);
+        s.run_status = r.Text(0, 9);
+        if (std::optional<int64_t> code = r.OptInt(0, 10)) s.exit_code = static_cast<int>(*code);
+        s.cancel_requested = r.Bool(0, 11);
+        out = std::move(s);
+        return r.status();
+      }));
+  if (!out.has_value()) return NotFound("lease_not_found", "no lease has offer id " + offer_id);
+  return *out;
+}
+
+Result<std::vector<std::string>> PostgresRunLeases::ListCancelledOffers(
+    const std::string& worker_id, const std::string& session_id) {
+  std::vector<std::string> out;
+  QL_RETURN_IF_ERROR(pool_.Transact(
+      {Isolation::kReadCommitted, true}, "listing cancelled leases", [&](Tx& tx) -> Status {
+        out.clear();
+        QL_ASSIGN_OR_RETURN(
+            Rows r, tx.Exec("SELECT l.offer_id FROM ql3.run_dispatch_leases l "
+                            "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
+                            "JOIN ql3.runs r ON r.id = l.run_id WHERE l.worker_session_id = $1 "
+                            "AND s.credential_id = $2 AND l.status = 'granted' "
+                            "AND r.cancel_requested_at_ms IS NOT NULL ORDER BY l.offer_id",
+                            {P(session_id), P(worker_id)}));
+        for (int i = 0; i < r.size(); ++i) out.push_back(r.Text(i, 0));
+        return r.status();
+      }));
+  return out;
+}
+
+Result<std::vector<OverdueRun>> PostgresRunLeases::ListOverdueRuns(int64_t grace_ms, int limit) {
+  std::vector<OverdueRun> out;
+  QL_RETURN_IF_ERROR(pool_.Transact(
+      {Isolation::kReadCommitted, true}, "listing overdue runs", [&](Tx& tx) -> Status {
+        out.clear();
+        QL_ASSIGN_OR_RETURN(
+            Rows r,
+            tx.Exec("SELECT r.id, a.id FROM ql3.runs r "
+                    "JOIN LATERAL (SELECT x.id, x.status, x.executor_type, x.started_at_ms "
+                    "FROM ql3.run_attempts x WHERE x.run_id = r.id ORDER BY x.attempt DESC "
+                    "LIMIT 1) a ON true "
+                    "JOIN ql3.execution_revisions e ON e.id = r.execution_revision_id "
+                    "WHERE r.status IN ('dispatching', 'running') "
+                    "AND a.executor_type = 'remote_worker' AND a.status = 'running' "
+                    "AND a.started_at_ms + (e.plan_json::jsonb ->> 'timeoutMs')::bigint + $1 < "
+                    "(extract(epoch FROM clock_timestamp()) * 1000)::bigint "
+                    "ORDER BY r.id LIMIT $2",
+                    {P(grace_ms), P(limit)}));
+        for (int i = 0; i < r.size(); ++i) out.push_back({r.Text(i, 0), r.Text(i, 1)});
+        return r.status();
+      }));
+  return out;
+}
+
+}  // namespace ql::pg

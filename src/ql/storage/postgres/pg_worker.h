@@ -1,0 +1,70 @@
+#pragma once
+
+// Remote workers on PostgreSQL (DESIGN §6, docs/worker-protocol.md): sessions through the
+// worker-ingress role, run leases through the runtime role. Lease times come from
+// clock_timestamp() read after the rows are locked. Lock order everywhere: run, lease, session.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ql/core/ports.h"
+#include "ql/core/status.h"
+#include "ql/core/worker_ports.h"
+#include "ql/storage/postgres/pg_client.h"
+
+namespace ql::pg {
+
+// The lease row a fence was verified against.
+struct VerifiedLease {
+  std::string attempt_id;
+  std::string run_id;
+  int64_t lease_version = 0;
+  int64_t now_ms = 0;  // the database clock, read after the lease and session were locked
+};
+
+// Locks the lease of `fence.offer_id` (FOR UPDATE) and its session (FOR SHARE, so a concurrent
+// registration cannot fence it before this transaction ends) and checks the full fence (see
+// LeaseFence). The caller locks the run first when it will change it.
+Result<VerifiedLease> VerifyLease(Tx& tx, const LeaseFence& fence);
+
+// Releases the granted lease of `attempt_id`, if any (the attempt ended).
+Status ReleaseLease(Tx& tx, const std::string& attempt_id, int64_t now_ms);
+
+// Worker credentials and sessions; `ingress` connects as ql3_worker_ingress.
+class PostgresWorkerSessions final : public WorkerSessionRepository {
+ public:
+  explicit PostgresWorkerSessions(Pool& ingress) : pool_(ingress) {}
+  Result<std::string> AuthenticateWorker(const std::string& token_digest) override;
+  Result<WorkerSessionRecord> RegisterSession(const RegisterSessionCommand& command) override;
+  Result<WorkerSessionRecord> Heartbeat(const std::string& worker_id, const std::string& session_id,
+                                        int64_t generation, int available_slots,
+                                        int64_t ttl_ms) override;
+  Result<WorkerSessionRecord> SetSessionStatus(const std::string& worker_id,
+                                               const std::string& session_id, int64_t generation,
+                                               const std::string& status) override;
+
+ private:
+  Pool& pool_;
+};
+
+// Run leases; `runtime` connects as ql3_runtime.
+class PostgresRunLeases final : public RunLeaseRepository {
+ public:
+  explicit PostgresRunLeases(Pool& runtime) : pool_(runtime) {}
+  Result<std::vector<GrantedLease>> GrantLeases(const PullCommand& command) override;
+  Result<LeaseRenewal> RenewLease(const LeaseFence& fence, int64_t ttl_ms) override;
+  Result<LeaseLogAppend> AppendLeaseLog(const LeaseFence& fence, int64_t offset,
+                                        std::string_view data, int64_t cap_bytes,
+                                        int64_t now_ms) override;
+  Result<LeaseState> GetLeaseState(const std::string& offer_id) override;
+  Result<std::vector<std::string>> ListCancelledOffers(const std::string& worker_id,
+                                                       const std::string& session_id) override;
+  Result<std::vector<OverdueRun>> ListOverdueRuns(int64_t grace_ms, int limit) override;
+
+ private:
+  Pool& pool_;
+};
+
+}  // namespace ql::pg

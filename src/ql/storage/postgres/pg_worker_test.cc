@@ -1,0 +1,527 @@
+#include "ql/storage/postgres/pg_worker.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ql/core/digest.h"
+#include "ql/core/ids.h"
+#include "ql/core/states.h"
+#include "ql/engine/cluster_recovery.h"
+#include "ql/engine/control_service.h"
+#include "ql/engine/metrics.h"
+#include "ql/engine/worker_service.h"
+#include "ql/storage/postgres/pg_client.h"
+#include "ql/storage/postgres/pg_cluster_recovery.h"
+#include "ql/storage/postgres/pg_credentials.h"
+#include "ql/storage/postgres/pg_log_source.h"
+#include "ql/storage/postgres/pg_migrations.h"
+#include "ql/storage/postgres/pg_store.h"
+#include "ql/storage/postgres/pg_test_support.h"
+#include "ql/testing/fake_clock.h"
+
+namespace ql {
+namespace {
+
+using nlohmann::json;
+using pg::testing::PgTestCluster;
+
+::testing::AssertionResult Fails(const Status& status, std::string_view reason) {
+  if (!status.ok() && status.reason() == reason) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "expected " << reason << ", got " << status.ToString();
+}
+
+template <typename T>
+::testing::AssertionResult Fails(const Result<T>& result, std::string_view reason) {
+  return Fails(result.status(), reason);
+}
+
+std::string Token(RandomSource& random) { return RandomHex(random, 32); }
+
+// One worker process as the control plane sees it: its credential, session and offers.
+struct Worker {
+  std::string id;     // credential id
+  std::string token;  // bearer token
+  std::string session;
+  int64_t generation = 0;
+};
+
+class PgWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(WorkerServiceOptions{}); }
+
+  void Open(WorkerServiceOptions options) {
+    service_.reset();
+    db_ = PgTestCluster::Get().NewDatabase();
+    PostgresStoreOptions store_options;
+    store_options.runtime.url = PgTestCluster::Get().Url(pg::kRuntimeRole, db_);
+    store_options.runtime.max_connections = 8;
+    pg::PoolOptions admin;
+    admin.url = PgTestCluster::Get().Url(pg::kAdminRole, db_);
+    admin.max_connections = 2;
+    store_options.admin = admin;
+    store_ = std::move(PostgresStore::Open(store_options)).value();
+    pg::PoolOptions ingress;
+    ingress.url = PgTestCluster::Get().Url(pg::kWorkerIngressRole, db_);
+    ingress.max_connections = 8;
+    ingress_ = std::move(pg::Pool::Create(ingress)).value();
+    sessions_ = std::make_unique<pg::PostgresWorkerSessions>(*ingress_);
+    leases_ = std::make_unique<pg::PostgresRunLeases>(store_->runtime_pool());
+    ControlOptions control_options;
+    control_options.executor_type = "remote_worker";
+    control_ = std::make_unique<ControlService>(*store_, SystemClock(), random_, control_options);
+    ASSERT_TRUE(control_->EnsureDefaultProject().ok());
+    service_ = std::make_unique<WorkerService>(*sessions_, *leases_, store_->runs(), SystemClock(),
+                                               random_, metrics_, options);
+  }
+
+  Worker NewWorker(const std::string& name, int slots = 4) {
+    Result<pg::MintedCredential> minted = pg::MintCredential(
+        *store_->admin_pool(), pg::CredentialKind::kWorker, name, SystemClock(), random_);
+    EXPECT_TRUE(minted.ok()) << minted.status().ToString();
+    Worker w;
+    w.token = minted->token;
+    w.id = service_->Authenticate(w.token).value();
+    Register(w, slots);
+    return w;
+  }
+
+  void Register(Worker& w, int slots = 4) {
+    Result<WorkerSessionRecord> s = service_->Register(w.id, json::object(), slots, slots);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    w.session = s->id;
+    w.generation = s->generation;
+  }
+
+  std::string PublishTask(const std::string& command, json retry = json(), int64_t timeout_ms = 0) {
+    json body{{"name", "t-" + RandomHex(random_, 4)},
+              {"spec", {{"command", {{"kind", "shell"}, {"command", command}}}}}};
+    if (timeout_ms > 0) body["spec"]["timeoutMs"] = timeout_ms;
+    if (!retry.is_null()) body["retry"] = retry;
+    Result<PublishedTask> task = control_->PublishTask(TaskWrite{body, std::nullopt});
+    EXPECT_TRUE(task.ok()) << task.status().ToString();
+    return task->task.head.task_id;
+  }
+
+  std::string StartRun(const std::string& task_id, int priority = 0) {
+    StartRunRequest request;
+    request.task_id = task_id;
+    request.priority = priority;
+    Result<StartedRun> run = control_->StartRun(request);
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    return run->run.id;
+  }
+
+  Result<PullAnswer> Pull(const Worker& w, std::vector<OfferToken> offers, int slots = 4) {
+    return service_->Pull(w.id, w.session, w.generation, slots, offers);
+  }
+
+  OfferToken NewOffer() { return {NewUuidV7(SystemClock().NowMs(), random_), Token(random_)}; }
+
+  LeaseCall Call(const Worker& w, const OfferToken& offer) {
+    return LeaseCall{w.id, offer.offer_id, w.session, w.generation, offer.lease_token};
+  }
+
+  // Pulls one run and brings it to running.
+  OfferToken Take(const Worker& w) {
+    OfferToken offer = NewOffer();
+    Result<PullAnswer> pulled = Pull(w, {offer});
+    EXPECT_TRUE(pulled.ok()) << pulled.status().ToString();
+    EXPECT_EQ(pulled->offers.size(), 1u);
+    Result<std::string> starting = service_->Starting(Call(w, offer));
+    EXPECT_TRUE(starting.ok() && *starting == "starting") << starting.status().ToString();
+    Result<std::string> running = service_->Running(Call(w, offer), 4242);
+    EXPECT_TRUE(running.ok() && *running == "running") << running.status().ToString();
+    return offer;
+  }
+
+  RunRecord Run(const std::string& run_id) { return store_->runs().GetRun(run_id).value(); }
+
+  std::vector<std::string> EventTypes(const std::string& run_id) {
+    std::vector<std::string> out;
+    for (const EventRecord& e : store_->runs().ListEvents(run_id, 0, 1000).value()) {
+      out.push_back(e.type);
+    }
+    return out;
+  }
+
+  int64_t Count(const std::string& sql) {
+    Result<std::string> r = PgTestCluster::Get().server().Psql(db_, sql);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::stoll(*r) : -1;
+  }
+
+  RandomSource& random_ = SecureRandom();
+  Metrics metrics_;
+  std::string db_;
+  std::unique_ptr<PostgresStore> store_;
+  std::unique_ptr<pg::Pool> ingress_;
+  std::unique_ptr<pg::PostgresWorkerSessions> sessions_;
+  std::unique_ptr<pg::PostgresRunLeases> leases_;
+  std::unique_ptr<ControlService> control_;
+  std::unique_ptr<WorkerService> service_;
+};
+
+TEST_F(PgWorkerTest, APulledRunGoesFromLeaseToSuccessWithItsLog) {
+  const std::string task = PublishTask("echo hello");
+  const std::string run_id = StartRun(task);
+  Worker w = NewWorker("w1");
+  OfferToken offer = NewOffer();
+  Result<PullAnswer> pulled = Pull(w, {offer});
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  ASSERT_EQ(pulled->offers.size(), 1u);
+  const WorkerOffer& o = pulled->offers[0];
+  EXPECT_EQ(o.lease.run_id, run_id);
+  EXPECT_EQ(o.lease.offer_id, offer.offer_id);
+  EXPECT_EQ(o.lease.lease_version, 1);
+  EXPECT_EQ(o.plan.argv.back(), "echo hello");
+  EXPECT_EQ(Run(run_id).status, "queued");  // leased, not started
+
+  EXPECT_EQ(service_->Starting(Call(w, offer)).value(), "starting");
+  EXPECT_EQ(service_->Starting(Call(w, offer)).value(), "already_starting");
+  EXPECT_EQ(Run(run_id).status, "dispatching");
+  EXPECT_EQ(service_->Running(Call(w, offer), 777).value(), "running");
+  EXPECT_EQ(service_->Running(Call(w, offer), 777).value(), "already_running");
+  EXPECT_EQ(service_->Starting(Call(w, offer)).value(), "already_running");
+  EXPECT_EQ(Run(run_id).status, "running");
+
+  Result<LeaseLogAppend> log = service_->AppendLog(Call(w, offer), 0, "hello\n");
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  EXPECT_EQ(log->next_offset, 6);
+  EXPECT_EQ(service_->AppendLog(Call(w, offer), 0, "hello\n").value().next_offset, 6);
+  Result<LeaseRenewal> renewed = service_->Renew(Call(w, offer));
+  ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+  EXPECT_EQ(renewed->lease_version, 2);
+  EXPECT_FALSE(renewed->cancel_requested);
+
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  exited.exit_code = 0;
+  Result<CompleteAnswer> done = service_->Complete(Call(w, offer), exited);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->run_status, "succeeded");
+  EXPECT_EQ(done->attempt_status, "succeeded");
+  // A repeated complete (its answer was lost) answers the record again.
+  EXPECT_EQ(service_->Complete(Call(w, offer), exited).value().run_status, "succeeded");
+
+  const std::vector<std::string> types = EventTypes(run_id);
+  for (const char* want :
+       {"attempt.leased", "run.dispatching", "attempt.starting", "attempt.running", "run.running",
+        "attempt.succeeded", "run.succeeded"}) {
+    EXPECT_NE(std::find(types.begin(), types.end(), want), types.end()) << want;
+  }
+  PostgresLogSource logs(store_->runtime_pool());
+  AttemptRecord attempt = store_->runs().ListAttempts(run_id).value().back();
+  EXPECT_EQ(logs.ReadLog(attempt, 0, 1024).value().data, "hello\n");
+  // The token never reaches the database.
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_events WHERE payload_json LIKE '%" +
+                  offer.lease_token + "%'"),
+            0);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE status = 'granted'"), 0);
+}
+
+TEST_F(PgWorkerTest, ALostPullAnswerIsReplayedAndNeverGrantsASecondLease) {
+  const std::string task = PublishTask("true");
+  const std::string first = StartRun(task);
+  StartRun(task);
+  Worker w = NewWorker("w1");
+  OfferToken offer = NewOffer();
+  Result<PullAnswer> a = Pull(w, {offer}, 1);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->offers.size(), 1u);
+  Result<PullAnswer> b = Pull(w, {offer}, 1);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_EQ(b->offers.size(), 1u);
+  EXPECT_TRUE(b->offers[0].lease.replay);
+  EXPECT_EQ(b->offers[0].lease.run_id, first);
+  EXPECT_EQ(b->offers[0].lease.lease_version, 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases"), 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_events WHERE type = 'attempt.leased'"), 1);
+  // The same offer id under another token is someone else's.
+  EXPECT_TRUE(Fails(Pull(w, {{offer.offer_id, Token(random_)}}), "lease_fenced"));
+  // Bad proposals change nothing.
+  EXPECT_TRUE(Fails(Pull(w, {{offer.offer_id, "short"}}), "invalid_lease_token"));
+  EXPECT_TRUE(Fails(Pull(w, {{"not-a-uuid", Token(random_)}}), "invalid_id"));
+  EXPECT_TRUE(Fails(Pull(w, {}), "invalid_argument"));
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases"), 1);
+}
+
+TEST_F(PgWorkerTest, GrantsFollowPriorityThenFifoWithinTheSessionsCapacity) {
+  const std::string task = PublishTask("true");
+  const std::string low1 = StartRun(task);
+  const std::string high = StartRun(task, 5);
+  StartRun(task);
+  Worker w = NewWorker("w1", 2);
+  Result<PullAnswer> pulled = Pull(w, {NewOffer(), NewOffer(), NewOffer()}, 2);
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  ASSERT_EQ(pulled->offers.size(), 2u);
+  EXPECT_EQ(pulled->offers[0].lease.run_id, high);
+  EXPECT_EQ(pulled->offers[1].lease.run_id, low1);
+  // Both slots are taken by live leases: nothing more until one ends.
+  EXPECT_EQ(Pull(w, {NewOffer()}, 2).value().offers.size(), 0u);
+}
+
+TEST_F(PgWorkerTest, ConcurrentPullsNeverGrantOneRunTwice) {
+  const std::string task = PublishTask("true");
+  constexpr int kRuns = 40;
+  for (int i = 0; i < kRuns; ++i) StartRun(task);
+  std::vector<Worker> workers;
+  for (int i = 0; i < 4; ++i) workers.push_back(NewWorker("w" + std::to_string(i), 16));
+  std::vector<std::vector<std::string>> granted(workers.size());
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (size_t i = 0; i < workers.size(); ++i) {
+    threads.emplace_back([&, i] {
+      ::ql::testing::SeededRandom random(100 + i);
+      for (int round = 0; round < 6; ++round) {
+        std::vector<OfferToken> offers;
+        for (int k = 0; k < 3; ++k) {
+          offers.push_back({NewUuidV7(SystemClock().NowMs(), random), Token(random)});
+        }
+        Result<PullAnswer> a =
+            service_->Pull(workers[i].id, workers[i].session, workers[i].generation, 16, offers);
+        if (!a.ok()) {
+          ++errors;
+          continue;
+        }
+        for (const WorkerOffer& o : a->offers) granted[i].push_back(o.lease.run_id);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  std::set<std::string> all;
+  size_t total = 0;
+  for (const auto& g : granted) {
+    total += g.size();
+    all.insert(g.begin(), g.end());
+  }
+  EXPECT_EQ(total, all.size()) << "a run was granted twice";
+  EXPECT_EQ(total, static_cast<size_t>(kRuns));
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE status = 'granted'"), kRuns);
+}
+
+TEST_F(PgWorkerTest, ANewSessionFencesTheOldOneAndItsLeases) {
+  const std::string run_id = StartRun(PublishTask("sleep 5"));
+  Worker old_session = NewWorker("w1");
+  OfferToken offer = Take(old_session);
+  Worker fresh = old_session;
+  Register(fresh);
+  EXPECT_EQ(fresh.generation, old_session.generation + 1);
+
+  const RunRecord before = Run(run_id);
+  EXPECT_TRUE(Fails(service_->Renew(Call(old_session, offer)), "session_fenced"));
+  EXPECT_TRUE(Fails(service_->AppendLog(Call(old_session, offer), 0, "x"), "session_fenced"));
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  EXPECT_TRUE(Fails(service_->Complete(Call(old_session, offer), exited), "session_fenced"));
+  EXPECT_TRUE(
+      Fails(service_->Heartbeat(old_session.id, old_session.session, old_session.generation, 1),
+            "session_fenced"));
+  EXPECT_TRUE(Fails(Pull(old_session, {NewOffer()}), "session_fenced"));
+  // The new session cannot use the old session's lease either.
+  EXPECT_TRUE(Fails(service_->Renew(Call(fresh, offer)), "lease_fenced"));
+  const RunRecord after = Run(run_id);
+  EXPECT_EQ(after.status, "running");
+  EXPECT_EQ(after.version, before.version);
+  EXPECT_EQ(after.event_sequence, before.event_sequence);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_log_chunks"), 0);
+}
+
+TEST_F(PgWorkerTest, AWrongTokenAnotherWorkerOrARevokedCredentialChangesNothing) {
+  StartRun(PublishTask("sleep 5"));
+  Worker w = NewWorker("w1");
+  Worker other = NewWorker("w2");
+  OfferToken offer = Take(w);
+  EXPECT_TRUE(Fails(
+      service_->Renew(LeaseCall{w.id, offer.offer_id, w.session, w.generation, Token(random_)}),
+      "lease_fenced"));
+  EXPECT_TRUE(Fails(service_->Renew(LeaseCall{other.id, offer.offer_id, other.session,
+                                              other.generation, offer.lease_token}),
+                    "lease_fenced"));
+  EXPECT_TRUE(
+      Fails(service_->Heartbeat(other.id, w.session, w.generation, 1), "session_not_found"));
+  EXPECT_TRUE(Fails(service_->Authenticate("ql3_" + RandomHex(random_, 32)), "unauthorized"));
+  ASSERT_TRUE(
+      pg::RevokeCredential(*store_->admin_pool(), pg::CredentialKind::kWorker, "w1", SystemClock())
+          .ok());
+  EXPECT_TRUE(Fails(service_->Authenticate(w.token), "unauthorized"));
+  EXPECT_EQ(service_->Authenticate(other.token).value(), other.id);
+}
+
+TEST_F(PgWorkerTest, AnExpiredLeaseRefusesEveryCallAndRecoveryRetriesTheRun) {
+  WorkerServiceOptions options;
+  options.lease_ttl_ms = 1000;
+  options.heartbeat_interval_ms = 500;
+  Open(options);
+  const std::string task = PublishTask("sleep 5", json{{"max_attempts", 2},
+                                                       {"retry_on_lost", true},
+                                                       {"safety", "idempotent"},
+                                                       {"backoff_base_ms", 0},
+                                                       {"backoff_max_ms", 0}});
+  const std::string run_id = StartRun(task);
+  Worker dead = NewWorker("w1");
+  OfferToken offer = Take(dead);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  EXPECT_TRUE(Fails(service_->Renew(Call(dead, offer)), "lease_expired"));
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  EXPECT_TRUE(Fails(service_->Complete(Call(dead, offer), exited), "lease_expired"));
+  EXPECT_EQ(Run(run_id).status, "running");
+
+  PostgresClusterRecovery candidates(store_->runtime_pool());
+  ClusterRecovery recovery(candidates, store_->runs(), SystemClock(), random_, metrics_);
+  Result<RecoveryReport> report = recovery.RunOnce();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->lost, 1);
+  EXPECT_EQ(report->requeued, 1);
+  EXPECT_EQ(Run(run_id).status, "queued");
+  std::vector<AttemptRecord> attempts = store_->runs().ListAttempts(run_id).value();
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].status, "lost");
+  EXPECT_EQ(attempts[1].status, "claimed");
+
+  // The late worker's calls stay refused; another worker runs attempt 2 to the end.
+  EXPECT_TRUE(Fails(service_->Renew(Call(dead, offer)), "attempt_finished"));
+  Worker alive = NewWorker("w2");
+  OfferToken second = Take(alive);
+  exited.exit_code = 0;
+  Result<CompleteAnswer> done = service_->Complete(Call(alive, second), exited);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->run_status, "succeeded");
+  EXPECT_EQ(store_->runs().ListAttempts(run_id).value().back().attempt, 2);
+  const std::vector<std::string> types = EventTypes(run_id);
+  EXPECT_NE(std::find(types.begin(), types.end(), "attempt.late_callback_ignored"), types.end());
+}
+
+TEST_F(PgWorkerTest, AnExpiredLeaseWithoutRetryPolicyFailsTheRun) {
+  WorkerServiceOptions options;
+  options.lease_ttl_ms = 1000;
+  options.heartbeat_interval_ms = 500;
+  Open(options);
+  const std::string run_id = StartRun(PublishTask("sleep 5"));
+  Worker dead = NewWorker("w1");
+  Take(dead);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  PostgresClusterRecovery candidates(store_->runtime_pool());
+  ClusterRecovery recovery(candidates, store_->runs(), SystemClock(), random_, metrics_);
+  ASSERT_TRUE(recovery.RunOnce().ok());
+  EXPECT_EQ(Run(run_id).status, "failed");
+  EXPECT_EQ(store_->runs().ListAttempts(run_id).value().size(), 1u);
+}
+
+TEST_F(PgWorkerTest, AnExpiredUnstartedLeaseIsGrantedAgainAndTheOldOfferIsGone) {
+  WorkerServiceOptions options;
+  options.lease_ttl_ms = 1000;
+  options.heartbeat_interval_ms = 500;
+  Open(options);
+  const std::string run_id = StartRun(PublishTask("true"));
+  Worker slow = NewWorker("w1");
+  OfferToken offer = NewOffer();
+  ASSERT_EQ(Pull(slow, {offer}).value().offers.size(), 1u);
+  Worker other = NewWorker("w2");
+  EXPECT_EQ(Pull(other, {NewOffer()}).value().offers.size(), 0u);  // still leased
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  Result<PullAnswer> again = Pull(other, {NewOffer()});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(again->offers.size(), 1u);
+  EXPECT_EQ(again->offers[0].lease.run_id, run_id);
+  EXPECT_EQ(again->offers[0].lease.lease_version, 2);
+  EXPECT_TRUE(Fails(service_->Starting(Call(slow, offer)), "lease_not_found"));
+  EXPECT_EQ(Run(run_id).status, "queued");
+}
+
+TEST_F(PgWorkerTest, CancelReachesTheWorkerAndTheRunEndsCancelled) {
+  const std::string run_id = StartRun(PublishTask("sleep 30"));
+  Worker w = NewWorker("w1");
+  OfferToken offer = Take(w);
+  ASSERT_TRUE(control_->CancelRun(run_id, std::string("stop")).ok());
+  EXPECT_TRUE(service_->Renew(Call(w, offer)).value().cancel_requested);
+  Result<HeartbeatAnswer> beat = service_->Heartbeat(w.id, w.session, w.generation, 3);
+  ASSERT_TRUE(beat.ok()) << beat.status().ToString();
+  EXPECT_EQ(beat->cancel, std::vector<std::string>{offer.offer_id});
+  // Whatever the command did, a cancel request ends the run cancelled.
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  exited.exit_code = 0;
+  Result<CompleteAnswer> done = service_->Complete(Call(w, offer), exited);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->run_status, "cancelled");
+}
+
+TEST_F(PgWorkerTest, CancellingALeasedUnstartedRunEndsItAndRefusesItsStart) {
+  const std::string run_id = StartRun(PublishTask("true"));
+  Worker w = NewWorker("w1");
+  OfferToken offer = NewOffer();
+  ASSERT_EQ(Pull(w, {offer}).value().offers.size(), 1u);
+  ASSERT_TRUE(control_->CancelRun(run_id, std::nullopt).ok());
+  EXPECT_EQ(Run(run_id).status, "cancelled");
+  EXPECT_TRUE(Fails(service_->Starting(Call(w, offer)), "attempt_finished"));
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE status = 'granted'"), 0);
+  const std::vector<std::string> types = EventTypes(run_id);
+  EXPECT_NE(std::find(types.begin(), types.end(), "attempt.late_callback_ignored"), types.end());
+}
+
+TEST_F(PgWorkerTest, LogsAreAppendedInOrderAndCappedWithOneTruncationEvent) {
+  WorkerServiceOptions options;
+  options.log_cap_bytes = 1024;
+  Open(options);
+  const std::string run_id = StartRun(PublishTask("true"));
+  Worker w = NewWorker("w1");
+  OfferToken offer = Take(w);
+  const std::string first(1000, 'a');
+  EXPECT_EQ(service_->AppendLog(Call(w, offer), 0, first).value().next_offset, 1000);
+  EXPECT_TRUE(Fails(service_->AppendLog(Call(w, offer), 5, "gap"), "log_offset_mismatch"));
+  EXPECT_TRUE(Fails(service_->AppendLog(Call(w, offer), 1001, "gap"), "log_offset_mismatch"));
+  Result<LeaseLogAppend> over = service_->AppendLog(Call(w, offer), 1000, std::string(100, 'b'));
+  ASSERT_TRUE(over.ok()) << over.status().ToString();
+  EXPECT_TRUE(over->truncated);
+  EXPECT_TRUE(service_->AppendLog(Call(w, offer), 1100, "more").value().truncated);
+  EXPECT_EQ(Count("SELECT coalesce(sum(octet_length(data)), 0) FROM ql3.run_log_chunks"), 1024);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_events WHERE type = 'attempt.log_truncated'"), 1);
+  EXPECT_TRUE(Fails(service_->AppendLog(Call(w, offer), 0, ""), "invalid_argument"));
+  EXPECT_EQ(Run(run_id).status, "running");
+}
+
+TEST_F(PgWorkerTest, TheControlPlaneEndsARunThatOutlivesItsTimeout) {
+  const std::string run_id = StartRun(PublishTask("sleep 30", json(), 50));
+  Worker w = NewWorker("w1");
+  OfferToken offer = Take(w);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  PostgresClusterRecovery candidates(store_->runtime_pool());
+  ClusterRecovery recovery(candidates, store_->runs(), SystemClock(), random_, metrics_);
+  recovery.EnforceTimeouts(*leases_, 100);
+  Result<RecoveryReport> report = recovery.RunOnce();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->timed_out, 1);
+  EXPECT_EQ(Run(run_id).status, "timed_out");
+  EXPECT_TRUE(Fails(service_->Renew(Call(w, offer)), "attempt_finished"));
+}
+
+TEST_F(PgWorkerTest, SessionsDrainAndGoOfflineAndTakeNoRunsThen) {
+  StartRun(PublishTask("true"));
+  Worker w = NewWorker("w1");
+  Result<WorkerSessionRecord> drained =
+      service_->SetStatus(w.id, w.session, w.generation, "draining");
+  ASSERT_TRUE(drained.ok()) << drained.status().ToString();
+  EXPECT_EQ(drained->available_slots, 0);
+  EXPECT_TRUE(Fails(Pull(w, {NewOffer()}), "session_inactive"));
+  ASSERT_TRUE(service_->SetStatus(w.id, w.session, w.generation, "offline").ok());
+  EXPECT_TRUE(
+      Fails(service_->SetStatus(w.id, w.session, w.generation, "draining"), "session_inactive"));
+  EXPECT_TRUE(Fails(service_->Heartbeat(w.id, w.session, w.generation, 1), "session_inactive"));
+  EXPECT_TRUE(Fails(service_->Register(w.id, json::array(), 1, 1), "invalid_argument"));
+  EXPECT_TRUE(Fails(service_->Register(w.id, json::object(), 0, 0), "invalid_argument"));
+  EXPECT_TRUE(Fails(service_->Register(w.id, json::object(), 2, 3), "invalid_argument"));
+}
+
+}  // namespace
+}  // namespace ql
