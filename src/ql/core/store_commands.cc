@@ -1,0 +1,318 @@
+#include "ql/core/store_commands.h"
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/digest.h"
+#include "ql/core/execution_plan.h"
+#include "ql/core/ids.h"
+
+namespace ql {
+
+std::string Cat(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view part : parts) out.append(part);
+  return out;
+}
+
+std::string Quote(std::string_view value) { return QuoteForMessage(value); }
+
+// ---------------------------------------------------------------------------------------------
+// Validation of commands
+
+Status RequireText(std::string_view field, std::string_view value) {
+  if (value.empty()) return InvalidArgument("missing_field", Cat({field, " is empty"}));
+  return Status();
+}
+
+Status RequireDigest(std::string_view field, std::string_view value) {
+  if (!IsSha256Hex(value)) {
+    return InvalidArgument("invalid_digest",
+                           Cat({field, " must be 64 lowercase hex digits, got ", Quote(value)}));
+  }
+  return Status();
+}
+
+Status RequireRevision(std::string_view field, int64_t revision) {
+  if (revision < 1 || revision > kMaxTaskRevision) {
+    return InvalidArgument("invalid_revision", Cat({field, " must be 1 .. 2147483647, got ",
+                                                    std::to_string(revision)}));
+  }
+  return Status();
+}
+
+Status RequireLimit(std::string_view field, int limit) {
+  if (limit < 1 || limit > kMaxListLimit) {
+    return InvalidArgument("invalid_limit",
+                           Cat({field, " must be 1 .. ", std::to_string(kMaxListLimit), ", got ",
+                                std::to_string(limit)}));
+  }
+  return Status();
+}
+
+Status RequireCanonicalJson(std::string_view field, std::string_view text, bool object) {
+  Result<nlohmann::json> parsed = ParseJsonStrict(text);
+  if (!parsed.ok()) {
+    return InvalidArgument("invalid_json", Cat({field, ": ", parsed.status().message()}));
+  }
+  if (object && !parsed->is_object()) {
+    return InvalidArgument(
+        "invalid_json", Cat({field, " must be a JSON object, got ", DescribeJsonValue(*parsed)}));
+  }
+  Result<std::string> canonical = CanonicalJson(*parsed);
+  if (!canonical.ok()) {
+    return InvalidArgument("invalid_json", Cat({field, ": ", canonical.status().message()}));
+  }
+  if (*canonical != text) {
+    return InvalidArgument("json_not_canonical",
+                           Cat({field,
+                                " is not in canonical JSON form (sorted keys, no "
+                                "insignificant whitespace)"}));
+  }
+  return Status();
+}
+
+Result<std::string> CanonicalEventPayload(std::string_view type, std::string_view payload) {
+  Result<nlohmann::json> parsed = ParseJsonStrict(payload);
+  if (!parsed.ok()) {
+    return InvalidArgument("event_payload_invalid", Cat({"payload of event ", Quote(type), ": ",
+                                                         parsed.status().message()}));
+  }
+  if (!parsed->is_object()) {
+    return InvalidArgument("event_payload_invalid",
+                           Cat({"payload of event ", Quote(type), " must be a JSON object, got ",
+                                DescribeJsonValue(*parsed)}));
+  }
+  Result<std::string> canonical = CanonicalJson(*parsed);
+  if (!canonical.ok()) {
+    return InvalidArgument("event_payload_invalid", Cat({"payload of event ", Quote(type), ": ",
+                                                         canonical.status().message()}));
+  }
+  if (canonical->size() > kMaxEventPayloadBytes) {
+    return InvalidArgument(
+        "event_payload_too_large",
+        Cat({"payload of event ", Quote(type), " is ", std::to_string(canonical->size()),
+             " bytes in canonical form; at most ", std::to_string(kMaxEventPayloadBytes),
+             " are allowed"}));
+  }
+  return std::move(canonical).value();
+}
+
+Status RequireExecutorType(std::string_view value) {
+  if (!ParseExecutorType(value).has_value()) {
+    return InvalidArgument(
+        "invalid_executor_type",
+        Cat({"executor type must be local_process or remote_worker, got ", Quote(value)}));
+  }
+  return Status();
+}
+
+Status RequireActorType(std::string_view value) {
+  if (!ParseActorType(value).has_value()) {
+    return InvalidArgument("invalid_actor_type",
+                           Cat({"actor type must be scheduler, dispatcher, executor, user, worker "
+                                "or recovery, got ",
+                                Quote(value)}));
+  }
+  return Status();
+}
+
+Status RequireRetryPolicy(const RetryPolicy& policy) {
+  constexpr int64_t kDayMs = 24LL * 3600 * 1000;
+  if (policy.max_attempts < 1 || policy.max_attempts > 16) {
+    return InvalidArgument("invalid_retry_policy",
+                           Cat({"retry policy max_attempts must be 1 .. 16, got ",
+                                std::to_string(policy.max_attempts)}));
+  }
+  if (policy.safety != "unknown" && policy.safety != "idempotent" &&
+      policy.safety != "deduplicated") {
+    return InvalidArgument("invalid_retry_policy",
+                           Cat({"retry policy safety must be unknown, idempotent or deduplicated, "
+                                "got ",
+                                Quote(policy.safety)}));
+  }
+  if (policy.backoff_base_ms < 0 || policy.backoff_base_ms > kDayMs ||
+      policy.backoff_max_ms < policy.backoff_base_ms || policy.backoff_max_ms > kDayMs) {
+    return InvalidArgument("invalid_retry_policy",
+                           "retry policy backoff must satisfy 0 <= base <= max <= 24 h");
+  }
+  return Status();
+}
+
+Result<std::vector<PreparedEvent>> PrepareEvents(const std::vector<NewEvent>& events) {
+  std::vector<PreparedEvent> out;
+  std::set<std::string> dedupe_keys;
+  for (const NewEvent& event : events) {
+    QL_RETURN_IF_ERROR(RequireText("event type", event.type));
+    QL_RETURN_IF_ERROR(RequireActorType(event.actor_type));
+    if (event.attempt_id.has_value()) {
+      QL_RETURN_IF_ERROR(ValidateId("attempt_id", *event.attempt_id));
+    }
+    if (event.dedupe_key.has_value()) {
+      QL_RETURN_IF_ERROR(RequireText("event dedupe_key", *event.dedupe_key));
+      if (!dedupe_keys.insert(*event.dedupe_key).second) {
+        return Duplicate("dedupe_key_duplicate", Cat({"dedupe key ", Quote(*event.dedupe_key),
+                                                      " appears twice in one transition"}));
+      }
+    }
+    QL_ASSIGN_OR_RETURN(std::string payload, CanonicalEventPayload(event.type, event.payload_json));
+    out.push_back(PreparedEvent{&event, std::move(payload)});
+  }
+  return out;
+}
+
+Status ValidateNewRun(const NewRun& run) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run.run_id));
+  QL_RETURN_IF_ERROR(ValidateId("attempt_id", run.attempt_id));
+  QL_RETURN_IF_ERROR(ValidateId("project_id", run.project_id));
+  QL_RETURN_IF_ERROR(ValidateId("task_id", run.task_id));
+  QL_RETURN_IF_ERROR(RequireRevision("task_revision", run.task_revision));
+  QL_RETURN_IF_ERROR(RequireDigest("task_digest", run.task_digest));
+  QL_RETURN_IF_ERROR(RequireText("execution_revision_id", run.execution_revision_id));
+  QL_RETURN_IF_ERROR(RequireExecutorType(run.executor_type));
+  if (!ParseTriggerType(run.trigger_type).has_value()) {
+    return InvalidArgument(
+        "invalid_trigger_type",
+        Cat({"trigger type must be cron, manual or api, got ", Quote(run.trigger_type)}));
+  }
+  if (run.trigger_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("trigger_id", *run.trigger_id));
+  if (run.trigger_revision.has_value()) {
+    QL_RETURN_IF_ERROR(RequireRevision("trigger_revision", *run.trigger_revision));
+  }
+  if (run.idempotency_key.has_value()) {
+    QL_RETURN_IF_ERROR(RequireText("idempotency_key", *run.idempotency_key));
+  }
+  if (run.retry_of_run_id.has_value()) {
+    QL_RETURN_IF_ERROR(ValidateId("retry_of_run_id", *run.retry_of_run_id));
+  }
+  QL_RETURN_IF_ERROR(RequireRetryPolicy(run.retry_policy));
+  QL_RETURN_IF_ERROR(RequireActorType(run.actor_type));
+  if (run.run_id == run.attempt_id) {
+    return InvalidArgument("invalid_id", "run_id and attempt_id must differ");
+  }
+  return Status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stored state
+
+Result<RunStatus> StoredRunStatus(const RunRecord& run) {
+  std::optional<RunStatus> status = ParseRunStatus(run.status);
+  if (!status.has_value()) {
+    return Corrupt("stored_status_invalid",
+                   Cat({"run ", run.id, " holds unknown status ", Quote(run.status)}));
+  }
+  return *status;
+}
+
+Result<AttemptStatus> StoredAttemptStatus(const AttemptRecord& attempt) {
+  std::optional<AttemptStatus> status = ParseAttemptStatus(attempt.status);
+  if (!status.has_value()) {
+    return Corrupt("stored_status_invalid",
+                   Cat({"attempt ", attempt.id, " holds unknown status ", Quote(attempt.status)}));
+  }
+  return *status;
+}
+
+bool IsCancelBlocked(RunStatus to) {
+  return to == RunStatus::kSucceeded || to == RunStatus::kFailed || to == RunStatus::kTimedOut ||
+         to == RunStatus::kRetryWait || to == RunStatus::kQueued;
+}
+
+bool IsCancelBlocked(AttemptStatus to) {
+  return to == AttemptStatus::kSucceeded || to == AttemptStatus::kFailed ||
+         to == AttemptStatus::kTimedOut;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Page keys
+
+namespace {
+
+constexpr char kBase64Url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+}  // namespace
+
+std::string Base64UrlEncode(std::string_view in) {
+  std::string out;
+  uint32_t buffer = 0;
+  int bits = 0;
+  for (unsigned char c : in) {
+    buffer = (buffer << 8) | c;
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      out.push_back(kBase64Url[(buffer >> bits) & 0x3f]);
+    }
+  }
+  if (bits > 0) out.push_back(kBase64Url[(buffer << (6 - bits)) & 0x3f]);
+  return out;
+}
+
+std::optional<std::string> Base64UrlDecode(std::string_view in) {
+  std::string out;
+  uint32_t buffer = 0;
+  int bits = 0;
+  for (char c : in) {
+    const char* pos = std::char_traits<char>::find(kBase64Url, 64, c);
+    if (pos == nullptr) return std::nullopt;
+    buffer = (buffer << 6) | static_cast<uint32_t>(pos - kBase64Url);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((buffer >> bits) & 0xff));
+    }
+  }
+  // Leftover bits must be zero padding of the last character, never a whole character.
+  if (bits >= 6 || (buffer & ((1u << bits) - 1)) != 0) return std::nullopt;
+  return out;
+}
+
+Status InvalidPageKey(std::string_view listing) {
+  return InvalidArgument("invalid_page_key",
+                         Cat({"page key was not issued by this ", listing,
+                              " listing; pass next_key from the previous page unchanged"}));
+}
+
+std::string EncodeIdKey(std::string_view listing, std::string_view id) {
+  return Base64UrlEncode(Cat({listing, ":", id}));
+}
+
+Result<std::string> DecodeIdKey(std::string_view listing, std::string_view key) {
+  std::optional<std::string> raw = Base64UrlDecode(key);
+  const std::string prefix = Cat({listing, ":"});
+  if (!raw.has_value() || raw->rfind(prefix, 0) != 0) return InvalidPageKey(listing);
+  std::string id = raw->substr(prefix.size());
+  if (!IsCanonicalUuid(id)) return InvalidPageKey(listing);
+  return id;
+}
+
+std::string EncodeRunKey(const RunRecord& run) {
+  return Base64UrlEncode(Cat({"runs:", std::to_string(run.created_at_ms), ":", run.id}));
+}
+
+Result<RunPosition> DecodeRunKey(std::string_view key) {
+  std::optional<std::string> raw = Base64UrlDecode(key);
+  if (!raw.has_value() || raw->rfind("runs:", 0) != 0) return InvalidPageKey("runs");
+  const std::string rest = raw->substr(5);
+  const size_t colon = rest.find(':');
+  if (colon == std::string::npos || colon == 0 || colon > 19) return InvalidPageKey("runs");
+  RunPosition position;
+  for (size_t i = 0; i < colon; ++i) {
+    if (rest[i] < '0' || rest[i] > '9') return InvalidPageKey("runs");
+    if (position.created_at_ms > (INT64_MAX - (rest[i] - '0')) / 10) return InvalidPageKey("runs");
+    position.created_at_ms = position.created_at_ms * 10 + (rest[i] - '0');
+  }
+  position.id = rest.substr(colon + 1);
+  if (!IsCanonicalUuid(position.id)) return InvalidPageKey("runs");
+  return position;
+}
+
+}  // namespace ql

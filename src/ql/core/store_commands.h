@@ -1,0 +1,145 @@
+#pragma once
+
+// The rules every store applies to a command before it opens a transaction, the reading of the
+// run and attempt statuses it has stored, and the opaque page keys of its listings. SqliteStore
+// and PostgresStore both call these, so the two profiles accept and refuse the same commands with
+// the same reasons and messages, and issue byte-identical page keys. Every error is
+// InvalidArgument unless a declaration says otherwise.
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ql/core/ports.h"
+#include "ql/core/records.h"
+#include "ql/core/states.h"
+#include "ql/core/status.h"
+
+namespace ql {
+
+// Largest page or batch any listing returns at once.
+inline constexpr int kMaxListLimit = 1000;
+// The stored status of a project that accepts new definitions and runs.
+inline constexpr std::string_view kProjectActive = "active";
+
+// Returns the concatenation of `parts`, in order.
+std::string Cat(std::initializer_list<std::string_view> parts);
+
+// Returns `value` quoted and shortened for an error message (QuoteForMessage with its default
+// length).
+std::string Quote(std::string_view value);
+
+// ---------------------------------------------------------------------------------------------
+// Validation of commands
+
+// Returns ok unless `value` is empty: `missing_field`, naming `field`.
+Status RequireText(std::string_view field, std::string_view value);
+
+// Returns ok when `value` is 64 lowercase hex digits; otherwise `invalid_digest`.
+Status RequireDigest(std::string_view field, std::string_view value);
+
+// Returns ok when `revision` is 1 .. kMaxTaskRevision; otherwise `invalid_revision`.
+Status RequireRevision(std::string_view field, int64_t revision);
+
+// Returns ok when `limit` is 1 .. kMaxListLimit; otherwise `invalid_limit`.
+Status RequireLimit(std::string_view field, int limit);
+
+// Returns ok when `text` is exactly the canonical encoding of a JSON document (of an object when
+// `object` is set), so every store returns the bytes the digests were computed over. Errors:
+// `invalid_json` (not strict JSON, not an object when one is required, or not encodable),
+// `json_not_canonical` (valid but not byte-identical to its canonical form).
+Status RequireCanonicalJson(std::string_view field, std::string_view text, bool object);
+
+// Returns the canonical encoding of the payload of an event of type `type`, which must be a JSON
+// object of at most kMaxEventPayloadBytes bytes once canonical. Unlike RequireCanonicalJson the
+// input need not be canonical already. Errors: `event_payload_invalid` (not strict JSON or not an
+// object), `event_payload_too_large`.
+Result<std::string> CanonicalEventPayload(std::string_view type, std::string_view payload);
+
+// Returns ok when `value` is local_process or remote_worker; otherwise `invalid_executor_type`.
+Status RequireExecutorType(std::string_view value);
+
+// Returns ok when `value` is scheduler, dispatcher, executor, user, worker or recovery;
+// otherwise `invalid_actor_type`.
+Status RequireActorType(std::string_view value);
+
+// Returns ok when `policy` has 1 .. 16 attempts, a known safety (unknown, idempotent,
+// deduplicated) and 0 <= backoff base <= backoff max <= 24 h; otherwise `invalid_retry_policy`.
+Status RequireRetryPolicy(const RetryPolicy& policy);
+
+// An event of a command, checked, with its payload in canonical form.
+struct PreparedEvent {
+  const NewEvent* event;  // points into the vector given to PrepareEvents
+  std::string payload;    // canonical
+};
+
+// Checks the events of one transition, in order, and returns them with canonical payloads. Each
+// needs a type (`missing_field`), a known actor type, a canonical attempt id when it names one
+// (`invalid_id`), a non-empty dedupe key when it has one, and a payload CanonicalEventPayload
+// accepts. Returns Duplicate `dedupe_key_duplicate` when two events carry the same dedupe key.
+// The result points into `events`, which must outlive it.
+Result<std::vector<PreparedEvent>> PrepareEvents(const std::vector<NewEvent>& events);
+
+// Checks a new run before it is stored: canonical ids (`invalid_id`), revisions, the task
+// digest, a non-empty execution revision id, executor, trigger (`invalid_trigger_type`) and
+// actor types, a non-empty idempotency key when there is one, the retry policy, and
+// `invalid_id` when run_id equals attempt_id.
+Status ValidateNewRun(const NewRun& run);
+
+// ---------------------------------------------------------------------------------------------
+// Stored state
+
+// Returns the status a stored run holds, or Corrupt `stored_status_invalid` for an unknown name.
+Result<RunStatus> StoredRunStatus(const RunRecord& run);
+
+// Returns the status a stored attempt holds, or Corrupt `stored_status_invalid` for an unknown
+// name.
+Result<AttemptStatus> StoredAttemptStatus(const AttemptRecord& attempt);
+
+// Returns true when a run with a cancel request may not move to `to`: it may still be
+// dispatched, run or be lost, but it stops only as cancelled, so it neither succeeds, fails nor
+// times out and is never queued again (queued, retry_wait).
+bool IsCancelBlocked(RunStatus to);
+
+// Returns true when an attempt of a run with a cancel request may not move to `to`: succeeded,
+// failed or timed_out.
+bool IsCancelBlocked(AttemptStatus to);
+
+// ---------------------------------------------------------------------------------------------
+// Page keys: opaque keyset positions, unpadded base64url of "<listing>:<position>". A key is
+// accepted only by the listing that issued it.
+
+// Returns `in` in unpadded base64url (RFC 4648 §5).
+std::string Base64UrlEncode(std::string_view in);
+
+// Returns the bytes of unpadded base64url `in`, or nullopt when it holds a character outside the
+// alphabet, padding, a dangling character or non-zero trailing bits.
+std::optional<std::string> Base64UrlDecode(std::string_view in);
+
+// Returns the InvalidArgument `invalid_page_key` for a key that `listing` did not issue.
+Status InvalidPageKey(std::string_view listing);
+
+// Returns the page key of listing `listing` positioned after the row with id `id`.
+std::string EncodeIdKey(std::string_view listing, std::string_view id);
+
+// Returns the id a key from EncodeIdKey(`listing`, id) holds; `invalid_page_key` for any other
+// key, including one of another listing or one whose id is not a canonical UUID.
+Result<std::string> DecodeIdKey(std::string_view listing, std::string_view key);
+
+// A position in the run listing, which is ordered by (created_at_ms, id).
+struct RunPosition {
+  int64_t created_at_ms = 0;
+  std::string id;
+};
+
+// Returns the key of the run listing positioned after `run`.
+std::string EncodeRunKey(const RunRecord& run);
+
+// Returns the position an EncodeRunKey key holds; `invalid_page_key` ("runs") for any other key,
+// including a time that is not a decimal int64 or an id that is not a canonical UUID.
+Result<RunPosition> DecodeRunKey(std::string_view key);
+
+}  // namespace ql
