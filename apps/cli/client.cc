@@ -11,6 +11,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "ql/core/http_endpoint.h"
+
 namespace ql::cli {
 namespace {
 
@@ -83,73 +85,13 @@ EnvLookup ProcessEnvironment() {
 }
 
 CliResult<ServerAddress> ParseServerUrl(std::string_view url) {
-  const auto invalid = [&](const std::string& why) {
-    return CliError::Usage("invalid_server_url",
-                           "server address '" + std::string(url) + "' is not valid: " + why);
-  };
-  if (url.empty()) return invalid("it is empty");
-  std::string_view rest = url;
-  const size_t scheme_end = rest.find("://");
-  if (scheme_end != std::string_view::npos) {
-    const std::string scheme = Lower(rest.substr(0, scheme_end));
-    if (scheme == "https") {
-      return invalid(
-          "ql speaks plain http only (it is built without TLS); reach a remote server through "
-          "a TLS-terminating proxy or an SSH tunnel on loopback");
-    }
-    if (scheme != "http") return invalid("the scheme must be http");
-    rest.remove_prefix(scheme_end + 3);
+  Result<HttpEndpoint> parsed = ParseHttpEndpoint(url, "ql", "--token");
+  if (!parsed.ok()) {
+    return CliError::Usage(
+        "invalid_server_url",
+        "server address '" + std::string(url) + "' is not valid: " + parsed.status().message());
   }
-  ServerAddress address;
-  const size_t slash = rest.find('/');
-  std::string_view authority = rest.substr(0, slash);
-  if (slash != std::string_view::npos) {
-    std::string_view path = rest.substr(slash);
-    while (!path.empty() && path.back() == '/') path.remove_suffix(1);
-    if (path.find_first_of("?#") != std::string_view::npos) {
-      return invalid("it must not contain a query or fragment");
-    }
-    address.base_path = std::string(path);
-  }
-  if (authority.find('@') != std::string_view::npos) {
-    return invalid("credentials in the URL are not supported; use --token");
-  }
-  std::string_view port_text;
-  if (!authority.empty() && authority.front() == '[') {
-    const size_t close = authority.find(']');
-    if (close == std::string_view::npos) return invalid("unclosed '[' in the IPv6 address");
-    address.host = std::string(authority.substr(1, close - 1));
-    std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return invalid("unexpected text after the IPv6 address");
-      port_text = after.substr(1);
-      if (port_text.empty()) return invalid("the port is empty");
-    }
-  } else {
-    const size_t colon = authority.rfind(':');
-    address.host = std::string(authority.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port_text = authority.substr(colon + 1);
-      if (port_text.empty()) return invalid("the port is empty");
-    }
-  }
-  if (address.host.empty()) return invalid("the host is empty");
-  if (address.host.find_first_of(" \t\r\n") != std::string::npos) {
-    return invalid("the host contains whitespace");
-  }
-  if (!port_text.empty()) {
-    if (port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos) {
-      return invalid("port '" + std::string(port_text) + "' is not a number in 1..65535");
-    }
-    address.port = std::stoi(std::string(port_text));
-    if (address.port < 1 || address.port > 65535) {
-      return invalid("port '" + std::string(port_text) + "' is not a number in 1..65535");
-    }
-  }
-  const bool ipv6 = address.host.find(':') != std::string::npos;
-  address.url = "http://" + (ipv6 ? "[" + address.host + "]" : address.host) + ":" +
-                std::to_string(address.port) + address.base_path;
-  return address;
+  return std::move(parsed).value();
 }
 
 CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvLookup& env) {

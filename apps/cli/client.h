@@ -15,6 +15,8 @@
 #include <variant>
 #include <vector>
 
+#include "ql/core/http_endpoint.h"
+
 namespace CLI {
 class App;
 }  // namespace CLI
@@ -98,12 +100,7 @@ struct GlobalOptions {
 };
 
 // A server address taken apart. Only plain http is supported: ql is built without TLS.
-struct ServerAddress {
-  std::string url;   // normalised "http://host:port" plus base path, for messages
-  std::string host;  // without IPv6 brackets
-  int port = 80;
-  std::string base_path;  // "" or "/prefix" (no trailing slash), prepended to API paths
-};
+using ServerAddress = HttpEndpoint;
 
 // Parses "http://host[:port][/prefix]" or "host:port". Errors (usage): invalid_server_url for
 // an empty or malformed URL, a bad port, or any scheme other than http (https names the lack of

@@ -26,10 +26,10 @@
 #include "ql/engine/metrics.h"
 #include "ql/engine/round_loop.h"
 #include "ql/exec/executor.h"
+#include "ql/exec/supervision_runner.h"
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
 #include "ql/storage/sqlite/sqlite_store.h"
-#include "supervision_runner.h"
 
 namespace fs = std::filesystem;
 
@@ -149,7 +149,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   }
 
   // Reconcile what an earlier incarnation left running before anything new is scheduled.
-  SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(), data.string());
+  exec::SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(), data.string());
   LocalDispatcherOptions dopts = *dispatcher_options;
   dopts.log_root = (data / "log").string();
   LocalDispatcher dispatcher((*store)->runs(), (*store)->definitions(), runner, clock, random,

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "cluster_harness.h"
 #include "harness.h"
 #include "ql/testing/postgres_server.h"
 
@@ -27,79 +28,11 @@ namespace {
 using nlohmann::json;
 using ::ql::testing::PostgresServer;
 
-int FreePort() {
-  static int next = 31000 + (::getpid() % 500) * 20;
-  return next++;
-}
-
-// One replica process.
-class Replica {
- public:
-  Replica(std::string name, std::string log) : name_(std::move(name)), log_(std::move(log)) {}
-  ~Replica() { Kill(); }
-
-  bool Start(const std::vector<std::string>& args) {
-    port_ = FreePort();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::setenv("QL3_POSTGRES_ALLOW_INSECURE", "true", 1);
-      std::vector<std::string> argv = {BinDir() + "/ql-cluster",
-                                       "serve",
-                                       "--listen",
-                                       "127.0.0.1:" + std::to_string(port_),
-                                       "--owner",
-                                       name_};
-      argv.insert(argv.end(), args.begin(), args.end());
-      std::vector<char*> raw;
-      for (auto& a : argv) raw.push_back(a.data());
-      raw.push_back(nullptr);
-      ::execv(raw[0], raw.data());
-      ::_exit(127);
-    }
-    return WaitFor([&] { return HttpGetStatus(url() + "/readyz") == 200; },
-                   std::chrono::seconds(30));
-  }
-  void Kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  int Stop() {
-    if (pid_ <= 0) return -1;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  const std::string& name() const { return name_; }
-  int port() const { return port_; }
-
- private:
-  std::string name_;
-  std::string log_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
-
 class ClusterReplicasTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = PostgresServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status().ToString();
-    server_ = std::move(server).value();
-    ASSERT_TRUE(
-        server_->PsqlFile("postgres", std::string(QL_SOURCE_DIR) + "/deploy/postgres/roles.sql")
-            .ok());
-    CommandResult migrated = RunCommand({BinDir() + "/ql-cluster", "migrate", "--database-url",
-                                         server_->Url("ql3_migration", "qinglong")},
-                                        {"QL3_POSTGRES_ALLOW_INSECURE=true"}, 60'000);
-    ASSERT_EQ(migrated.exit_code, 0) << migrated.err;
+    server_ = StartMigratedPostgres();
+    ASSERT_NE(server_, nullptr);
     CommandResult token = RunCommand({BinDir() + "/ql-cluster", "token", "create", "itest",
                                       "--database-url", server_->Url("ql3_admin", "qinglong")},
                                      {"QL3_POSTGRES_ALLOW_INSECURE=true"}, 60'000);

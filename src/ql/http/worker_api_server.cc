@@ -359,6 +359,15 @@ Status WorkerApiServer::Start(const std::string& host, int port) {
                                                  : "http_" + std::to_string(res.status);
     SendJson(res, res.status, api::ErrorJson(code, httplib::detail::status_message(res.status)));
   });
+  // httplib bounds declared lengths but not chunked bodies: workers always send a length.
+  s.server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.has_header("Transfer-Encoding")) {
+      SendJson(res, 411,
+               api::ErrorJson("length_required", "worker calls carry a Content-Length body"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   s.Routes();
   if (port == 0) {
     s.port = s.server.bind_to_any_port(host);

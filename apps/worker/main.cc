@@ -1,0 +1,231 @@
+// ql-worker: the composition root of the worker profile. It picks the adapters (the POSIX
+// supervisor, the HTTP control client), reads the real clock and owns the threads; it links no
+// storage library.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control_client.h"
+#include "ql/core/clock.h"
+#include "ql/core/rfc3339.h"
+#include "ql/core/status.h"
+#include "ql/exec/executor.h"
+#include "ql/exec/supervision_runner.h"
+#include "worker.h"
+
+namespace fs = std::filesystem;
+
+namespace ql::worker {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitUnauthorized = 3;
+constexpr int kExitFenced = 4;
+constexpr char kSoftwareVersion[] = "0.1.0";
+
+struct Flags {
+  std::string control;
+  std::string token_file;
+  int slots = 1;
+  std::string work_dir = "./worker-data";
+  int64_t log_cap_bytes = 16LL * 1024 * 1024;
+  int64_t drain_timeout_ms = 60'000;
+  std::vector<std::string> labels;
+};
+
+void Say(const std::string& line) {
+  std::cerr << FormatRfc3339Utc(SystemClock().NowMs()) << " ql-worker: " << line << std::endl;
+}
+
+int Fail(int code, const Status& status) {
+  std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
+  return code;
+}
+
+// Returns the first line of `path` without surrounding whitespace. Errors (InvalidArgument):
+// token_file_unreadable, token_invalid (empty, or whitespace/control bytes inside).
+Result<std::string> ReadToken(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return InvalidArgument("token_file_unreadable",
+                           "cannot read the token file " + path + ": " + std::strerror(errno));
+  }
+  std::string line;
+  std::getline(in, line);
+  const size_t begin = line.find_first_not_of(" \t\r\n");
+  const size_t end = line.find_last_not_of(" \t\r\n");
+  const std::string token = begin == std::string::npos ? "" : line.substr(begin, end - begin + 1);
+  if (token.empty()) {
+    return InvalidArgument("token_invalid", "the first line of " + path + " is empty");
+  }
+  for (unsigned char c : token) {
+    if (c <= 0x20 || c == 0x7F) {
+      return InvalidArgument("token_invalid",
+                             "the token in " + path + " contains whitespace or control bytes");
+    }
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    Say("warning: the token file " + path +
+        " is accessible by group or others; restrict it with chmod 600");
+  }
+  return token;
+}
+
+// Holds an exclusive lock on `<work_dir>/worker.lock` for the life of the process, so that two
+// workers never share (and stop each other's commands in) one work directory.
+Status LockWorkDir(const std::string& work_dir) {
+  std::error_code ec;
+  fs::create_directories(work_dir, ec);
+  if (ec) return Internal("worker_dir_io", "cannot create " + work_dir + ": " + ec.message());
+  const std::string path = work_dir + "/worker.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Internal("worker_dir_io", "cannot open " + path + ": " + std::strerror(errno));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return Conflict("work_dir_in_use", "another ql-worker uses the work directory " + work_dir);
+    }
+    return Internal("worker_dir_io", "cannot lock " + path + ": " + std::strerror(err));
+  }
+  return Status::Ok();  // the descriptor stays open (and locked) until the process exits
+}
+
+int Serve(const Flags& flags, const std::string& self_exe) {
+  if (flags.slots < 1 || flags.slots > 1024) {
+    return Fail(kExitUsage, InvalidArgument("invalid_slots", "--slots must be 1..1024, got " +
+                                                                 std::to_string(flags.slots)));
+  }
+  if (flags.log_cap_bytes < 1 || flags.log_cap_bytes > (int64_t{1} << 40)) {
+    return Fail(kExitUsage,
+                InvalidArgument("invalid_log_cap", "--log-cap-bytes must be 1..2^40, got " +
+                                                       std::to_string(flags.log_cap_bytes)));
+  }
+  if (flags.drain_timeout_ms < 0 || flags.drain_timeout_ms > 24LL * 3600 * 1000) {
+    return Fail(kExitUsage, InvalidArgument("invalid_drain_timeout",
+                                            "--drain-timeout-ms must be 0..86400000, got " +
+                                                std::to_string(flags.drain_timeout_ms)));
+  }
+  if (flags.work_dir.empty()) {
+    return Fail(kExitUsage, InvalidArgument("invalid_work_dir", "--work-dir is empty"));
+  }
+  Result<ControlEndpoint> endpoint = ParseControlUrl(flags.control);
+  if (!endpoint.ok()) return Fail(kExitUsage, endpoint.status());
+  Result<std::string> token = ReadToken(flags.token_file);
+  if (!token.ok()) return Fail(kExitUsage, token.status());
+
+  const std::string work_dir = fs::absolute(flags.work_dir).lexically_normal().string();
+  if (Status st = LockWorkDir(work_dir); !st.ok()) return Fail(kExitFailure, st);
+
+  // Signals are taken synchronously by one thread; every other thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  WorkerOptions options;
+  options.slots = flags.slots;
+  options.work_dir = work_dir;
+  options.log_cap_bytes = flags.log_cap_bytes;
+  options.drain_timeout_ms = flags.drain_timeout_ms;
+  options.software_version = kSoftwareVersion;
+  options.capabilities = {{"labels", flags.labels}};
+
+  exec::SupervisionRunner runner({self_exe, "supervise"}, RunRootOf(work_dir), work_dir);
+  ControlClientOptions client_options;
+  client_options.user_agent = std::string("ql-worker/") + kSoftwareVersion;
+  ControlClient control(*endpoint, *token, client_options);
+  Worker worker(options, control, runner, SystemClock(), SecureRandom());
+
+  std::atomic<bool> finished{false};
+  std::thread signal_thread([&] {
+    bool draining = false;
+    const timespec tick{0, 200'000'000};
+    while (!finished) {
+      const int received = sigtimedwait(&signals, nullptr, &tick);
+      if (received < 0) continue;
+      if (draining) {
+        Say(std::string("received ") + strsignal(received) + " again; still draining");
+        continue;
+      }
+      draining = true;
+      Say(std::string("received ") + strsignal(received) + "; draining");
+      worker.RequestDrain();
+    }
+  });
+
+  Say("starting: control plane " + endpoint->url + ", " + std::to_string(flags.slots) +
+      " slot(s), work directory " + work_dir);
+  const Status st = worker.Run();
+  finished = true;
+  signal_thread.join();
+  if (st.ok()) return kExitOk;
+  if (IsUnauthorized(st)) return Fail(kExitUnauthorized, st);
+  if (IsSessionLost(st)) return Fail(kExitFenced, st);
+  return Fail(kExitFailure, st);
+}
+
+}  // namespace
+}  // namespace ql::worker
+
+int main(int argc, char** argv) {
+  // The supervisor subcommand runs before any other setup: no threads, no network.
+  if (argc == 3 && std::string(argv[1]) == "supervise") {
+    return ql::exec::SupervisorMain(argv[2]);
+  }
+  CLI::App app{
+      "ql-worker: runs commands leased from a QingLong control plane (cluster profile). "
+      "SIGTERM or SIGINT drains it."};
+  ql::worker::Flags flags;
+  app.add_option("--control", flags.control,
+                 "Worker listener of the control plane, http://HOST:PORT")
+      ->required();
+  app.add_option("--token-file", flags.token_file,
+                 "File whose first line is the worker token (from `ql-cluster worker-token "
+                 "create`)")
+      ->required();
+  app.add_option("--slots", flags.slots, "Commands run at once, 1..1024 (default 1)");
+  app.add_option("--work-dir", flags.work_dir,
+                 "Directory for attempt records and output (default ./worker-data)");
+  app.add_option("--log-cap-bytes", flags.log_cap_bytes,
+                 "Output kept and shipped per attempt (default 16777216)");
+  app.add_option("--drain-timeout-ms", flags.drain_timeout_ms,
+                 "How long running commands may finish after SIGTERM before they are cancelled "
+                 "(default 60000)");
+  app.add_option("--label", flags.labels,
+                 "A capability label announced to the control plane (repeatable)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: invalid_arguments: " << e.what() << "\n";
+    return ql::worker::kExitUsage;
+  }
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) self = argv[0];
+  return ql::worker::Serve(flags, self);
+}

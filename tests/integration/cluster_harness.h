@@ -1,0 +1,153 @@
+#pragma once
+
+// Processes of the cluster profile for integration tests: `ql-cluster serve` replicas and
+// `ql-worker`s, each started with fork/exec, its output appended to a log file, killed at the
+// end of the test at the latest.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "harness.h"
+#include "ql/testing/postgres_server.h"
+
+namespace ql::itest {
+
+inline int FreePort() {
+  static int next = 31000 + (::getpid() % 500) * 20;
+  return next++;
+}
+
+// One child process running a QingLong binary.
+class ChildProcess {
+ public:
+  explicit ChildProcess(std::string log) : log_(std::move(log)) {}
+  ~ChildProcess() { Kill(); }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  void Spawn(std::vector<std::string> argv) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::setenv("QL3_POSTGRES_ALLOW_INSECURE", "true", 1);
+      std::vector<char*> raw;
+      for (auto& a : argv) raw.push_back(a.data());
+      raw.push_back(nullptr);
+      ::execv(raw[0], raw.data());
+      ::_exit(127);
+    }
+  }
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  // SIGTERM, then waits; returns the exit status (128 + signal when killed by one).
+  int Stop() {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  // Waits up to `timeout` for the process to exit on its own; returns its exit status, or -1
+  // when it is still running.
+  int WaitExit(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (pid_ > 0) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (std::chrono::steady_clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  bool running() const { return pid_ > 0; }
+  const std::string& log() const { return log_; }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+};
+
+// One `ql-cluster serve` replica on free ports (API and worker listener).
+class Replica {
+ public:
+  Replica(std::string name, std::string log) : name_(std::move(name)), process_(std::move(log)) {}
+
+  // Starts the replica and waits (at most 30 s) until /readyz answers 200.
+  bool Start(const std::vector<std::string>& args) {
+    port_ = FreePort();
+    worker_port_ = FreePort();
+    std::vector<std::string> argv = {BinDir() + "/ql-cluster",
+                                     "serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port_),
+                                     "--worker-listen",
+                                     "127.0.0.1:" + std::to_string(worker_port_),
+                                     "--owner",
+                                     name_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    process_.Spawn(argv);
+    return WaitFor([&] { return HttpGetStatus(url() + "/readyz") == 200; },
+                   std::chrono::seconds(30));
+  }
+  void Kill() { process_.Kill(); }
+  int Stop() { return process_.Stop(); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string worker_url() const { return "http://127.0.0.1:" + std::to_string(worker_port_); }
+  const std::string& name() const { return name_; }
+  int port() const { return port_; }
+  int worker_port() const { return worker_port_; }
+
+ private:
+  std::string name_;
+  ChildProcess process_;
+  int port_ = 0;
+  int worker_port_ = 0;
+};
+
+// Starts a throwaway PostgreSQL with the roles of deploy/postgres/roles.sql and database
+// qinglong migrated by `ql-cluster migrate`; nullptr (with a test failure) when that fails.
+inline std::unique_ptr<::ql::testing::PostgresServer> StartMigratedPostgres() {
+  auto server = ::ql::testing::PostgresServer::Start();
+  if (!server.ok()) {
+    ADD_FAILURE() << server.status().ToString();
+    return nullptr;
+  }
+  auto roles =
+      (*server)->PsqlFile("postgres", std::string(QL_SOURCE_DIR) + "/deploy/postgres/roles.sql");
+  if (!roles.ok()) {
+    ADD_FAILURE() << roles.status().ToString();
+    return nullptr;
+  }
+  CommandResult migrated = RunCommand({BinDir() + "/ql-cluster", "migrate", "--database-url",
+                                       (*server)->Url("ql3_migration", "qinglong")},
+                                      {"QL3_POSTGRES_ALLOW_INSECURE=true"}, 60'000);
+  if (migrated.exit_code != 0) {
+    ADD_FAILURE() << migrated.err;
+    return nullptr;
+  }
+  return std::move(server).value();
+}
+
+}  // namespace ql::itest

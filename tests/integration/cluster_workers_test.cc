@@ -1,0 +1,282 @@
+// Remote execution end to end: real `ql-cluster serve` replicas and real `ql-worker`s against a
+// PostgreSQL the test starts. Runs succeed with their output in `ql run log`, fail with their
+// exit code, time out, are cancelled on the worker, and survive a worker killed mid-run.
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster_harness.h"
+#include "harness.h"
+#include "ql/testing/postgres_server.h"
+
+namespace ql::itest {
+namespace {
+
+using nlohmann::json;
+using ::ql::testing::PostgresServer;
+
+const char kInsecure[] = "QL3_POSTGRES_ALLOW_INSECURE=true";
+
+class ClusterWorkersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartMigratedPostgres();
+    ASSERT_NE(server_, nullptr);
+    api_token_ = Mint("token", "itest");
+  }
+
+  // On failure, shows what the processes printed and what the runs recorded.
+  void TearDown() override {
+    if (!HasFailure()) return;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
+      if (entry.path().extension() != ".log") continue;
+      std::ifstream in(entry.path());
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (text.size() > 4000) text = "..." + text.substr(text.size() - 4000);
+      std::cout << "---- " << entry.path().filename().string() << "\n" << text << "\n";
+    }
+    Result<std::string> events = server_->Psql(
+        "qinglong",
+        "SELECT e.run_id || ' ' || e.sequence || ' ' || e.type || ' ' || e.payload_json FROM "
+        "ql3.run_events e ORDER BY e.run_id, e.sequence");
+    if (events.ok()) std::cout << "---- events\n" << *events << "\n";
+  }
+
+  std::string Url(const std::string& role) const { return server_->Url(role, "qinglong"); }
+
+  // Mints a credential with `ql-cluster token|worker-token create` and returns the token.
+  std::string Mint(const std::string& kind, const std::string& name) {
+    CommandResult r = RunCommand(
+        {BinDir() + "/ql-cluster", kind, "create", name, "--database-url", Url("ql3_admin")},
+        {kInsecure}, 60'000);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::string out = r.out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out.substr(out.rfind('\n') + 1);
+  }
+
+  std::string TokenFile(const std::string& name, const std::string& token) {
+    const std::string path = dir_.path() + "/" + name + ".token";
+    std::ofstream(path) << token << "\n";
+    ::chmod(path.c_str(), 0600);
+    return path;
+  }
+
+  std::vector<std::string> ReplicaArgs(bool admin) const {
+    std::vector<std::string> args = {"--database-url",          Url("ql3_runtime"),
+                                     "--worker-database-url",   Url("ql3_worker_ingress"),
+                                     "--worker-lease-ms",       "3000",
+                                     "--worker-session-ttl-ms", "6000",
+                                     "--worker-heartbeat-ms",   "1000",
+                                     "--recovery-interval-ms",  "1000"};
+    if (admin) {
+      args.push_back("--admin-database-url");
+      args.push_back(Url("ql3_admin"));
+    }
+    return args;
+  }
+
+  std::unique_ptr<ChildProcess> StartWorker(const std::string& name, const Replica& replica,
+                                            int slots = 2) {
+    auto worker = std::make_unique<ChildProcess>(dir_.path() + "/" + name + ".log");
+    worker->Spawn({BinDir() + "/ql-worker", "--control", replica.worker_url(), "--token-file",
+                   TokenFile(name, Mint("worker-token", name)), "--slots", std::to_string(slots),
+                   "--work-dir", dir_.path() + "/" + name});
+    return worker;
+  }
+
+  json Api(const Replica& r, const std::string& method, const std::string& path,
+           const json& body = json()) {
+    httplib::Client client("127.0.0.1", r.port());
+    client.set_bearer_token_auth(api_token_.c_str());
+    client.set_keep_alive(false);
+    client.set_read_timeout(30, 0);
+    auto res = method == "GET" ? client.Get(path.c_str())
+                               : client.Post(path.c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(res && res->status < 300) << path << " " << (res ? res->body : "no response");
+    return res ? json::parse(res->body, nullptr, false) : json();
+  }
+
+  std::string Task(const Replica& r, const std::string& name, const std::string& command,
+                   json extra_spec = json::object(), json retry = json()) {
+    json spec{{"command", {{"kind", "shell"}, {"command", command}}}};
+    spec.update(extra_spec);
+    json body{{"name", name}, {"spec", spec}};
+    if (!retry.is_null()) body["retry"] = retry;
+    json task = Api(r, "POST", "/api/v1/tasks", body);
+    return task.value("id", "");
+  }
+
+  std::string Start(const Replica& r, const std::string& task_id) {
+    return Api(r, "POST", "/api/v1/runs", {{"task_id", task_id}}).value("id", "");
+  }
+
+  std::string Status(const Replica& r, const std::string& run_id) {
+    return Api(r, "GET", "/api/v1/runs/" + run_id).value("status", "");
+  }
+
+  // Waits until the run reaches `status` (at most `seconds`).
+  bool WaitStatus(const Replica& r, const std::string& run_id, const std::string& status,
+                  int seconds) {
+    return WaitFor([&] { return Status(r, run_id) == status; }, std::chrono::seconds(seconds));
+  }
+
+  CommandResult Ql(const Replica& r, std::vector<std::string> args) {
+    args.insert(args.begin(), BinDir() + "/ql");
+    return RunCommand(args, {"QL_SERVER=" + r.url(), "QL_TOKEN=" + api_token_}, 30'000);
+  }
+
+  int64_t Count(const std::string& sql) {
+    Result<std::string> out = server_->Psql("qinglong", sql);
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() && !out->empty() ? std::stoll(*out) : -1;
+  }
+
+  std::string Log(const std::string& name) const { return dir_.path() + "/" + name + ".log"; }
+
+  TempDir dir_;
+  std::unique_ptr<PostgresServer> server_;
+  std::string api_token_;
+};
+
+TEST_F(ClusterWorkersTest, TwoReplicasAndTwoWorkersRunScheduledAndManualRunsToTheirEnds) {
+  Replica a("replica-a", Log("a")), b("replica-b", Log("b"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  ASSERT_TRUE(b.Start(ReplicaArgs(false)));
+  std::unique_ptr<ChildProcess> w1 = StartWorker("w1", a);
+  std::unique_ptr<ChildProcess> w2 = StartWorker("w2", b);
+
+  const std::string hello = Task(a, "hello", "echo hello from $QL_RUN_ID");
+  ASSERT_FALSE(hello.empty());
+  json trigger = Api(a, "POST", "/api/v1/triggers",
+                     {{"task_id", hello}, {"expression", "* * * * * *"}, {"timezone", "UTC"}});
+  const std::string fail = Task(a, "fail", "echo oops; exit 3");
+  const std::string slow = Task(a, "slow", "sleep 30", {{"timeoutMs", 1500}});
+  const std::string endless = Task(a, "endless", "sleep 60");
+
+  const std::string failed_run = Start(b, fail);
+  const std::string slow_run = Start(a, slow);
+  const std::string cancel_run = Start(b, endless);
+  ASSERT_TRUE(WaitStatus(a, cancel_run, "running", 30)) << Status(a, cancel_run);
+  CommandResult cancel = Ql(b, {"run", "cancel", cancel_run});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.out << cancel.err;
+
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  Api(a, "POST", "/api/v1/triggers/" + trigger.value("id", "") + "/disable", json::object());
+
+  EXPECT_TRUE(WaitStatus(a, failed_run, "failed", 30)) << Status(a, failed_run);
+  EXPECT_EQ(Api(a, "GET", "/api/v1/runs/" + failed_run).value("exit_code", json()), json(3));
+  EXPECT_TRUE(WaitStatus(a, slow_run, "timed_out", 30)) << Status(a, slow_run);
+  EXPECT_TRUE(WaitStatus(b, cancel_run, "cancelled", 30)) << Status(b, cancel_run);
+
+  // Every admitted occurrence ran once and succeeded, with its output in `ql run log`.
+  const std::string trigger_runs =
+      "FROM ql3.runs WHERE trigger_id = '" + trigger.value("id", "") + "'";
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Count("SELECT count(*) " + trigger_runs + " AND status NOT IN ('succeeded')") == 0;
+      },
+      std::chrono::seconds(30)))
+      << Count("SELECT count(*) " + trigger_runs + " AND status NOT IN ('succeeded')");
+  EXPECT_GE(Count("SELECT count(*) " + trigger_runs), 3);
+  Result<std::string> one = server_->Psql("qinglong", "SELECT id " + trigger_runs + " LIMIT 1");
+  ASSERT_TRUE(one.ok());
+  while (!one->empty() && (one->back() == '\n' || one->back() == ' ')) one->pop_back();
+  CommandResult log = Ql(a, {"run", "log", *one});
+  EXPECT_EQ(log.exit_code, 0) << log.err;
+  EXPECT_EQ(log.out, "hello from " + *one + "\n");
+  CommandResult failed_log = Ql(b, {"run", "log", failed_run});
+  EXPECT_EQ(failed_log.out, "oops\n");
+
+  // Both workers took part, every run had one attempt, and no lease is left granted.
+  EXPECT_EQ(Count("SELECT count(DISTINCT s.credential_id) FROM ql3.run_dispatch_leases l JOIN "
+                  "ql3.worker_sessions s ON s.id = l.worker_session_id"),
+            2);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_attempts WHERE attempt > 1"), 0);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE status = 'granted'"), 0);
+  EXPECT_EQ(w1->Stop(), 0);
+  EXPECT_EQ(w2->Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
+}
+
+TEST_F(ClusterWorkersTest, AWorkerKilledMidRunLosesItsAttemptAndTheRetryRunsElsewhere) {
+  Replica a("replica-a", Log("a"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  const std::string retried =
+      Task(a, "retried", "sleep 4; echo attempt $QL_ATTEMPT_ID done", json::object(),
+           {{"max_attempts", 2},
+            {"retry_on_lost", true},
+            {"safety", "idempotent"},
+            {"backoff_base_ms", 0},
+            {"backoff_max_ms", 0}});
+  const std::string once = Task(a, "once", "sleep 4");
+  std::unique_ptr<ChildProcess> victim = StartWorker("victim", a, 2);
+  const std::string retried_run = Start(a, retried);
+  const std::string once_run = Start(a, once);
+  ASSERT_TRUE(WaitStatus(a, retried_run, "running", 30));
+  ASSERT_TRUE(WaitStatus(a, once_run, "running", 30));
+  victim->Kill();
+  std::unique_ptr<ChildProcess> survivor = StartWorker("survivor", a, 2);
+
+  // Lease (3 s) + recovery cycle (1 s) + the command (4 s), with room for a loaded machine.
+  EXPECT_TRUE(WaitStatus(a, retried_run, "succeeded", 60)) << Status(a, retried_run);
+  EXPECT_TRUE(WaitStatus(a, once_run, "failed", 60)) << Status(a, once_run);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_attempts WHERE run_id = '" + retried_run + "'"), 2);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_attempts WHERE run_id = '" + retried_run +
+                  "' AND attempt = 1 AND status = 'lost'"),
+            1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_attempts WHERE run_id = '" + once_run +
+                  "' AND status = 'lost'"),
+            1);
+  EXPECT_EQ(Api(a, "GET", "/api/v1/runs/" + once_run).value("error_code", ""), "attempt_lost");
+  // Never two live leases on one run.
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE status = 'granted'"), 0);
+  EXPECT_EQ(survivor->Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+}
+
+TEST_F(ClusterWorkersTest, WrongOrRevokedWorkerTokensAreRefusedAndChangeNothing) {
+  Replica a("replica-a", Log("a"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  const std::string token = Mint("worker-token", "revoked-one");
+  httplib::Client client("127.0.0.1", a.worker_port());
+  client.set_keep_alive(false);
+  const std::string body = R"({"max_concurrent_runs": 1, "available_slots": 1})";
+  client.set_bearer_token_auth(
+      "ql3_0000000000000000000000000000000000000000000000000000000000000000");
+  auto wrong = client.Post("/worker/v1/sessions", body, "application/json");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_NE(wrong->body.find("unauthorized"), std::string::npos);
+  CommandResult revoke = RunCommand({BinDir() + "/ql-cluster", "worker-token", "revoke",
+                                     "revoked-one", "--database-url", Url("ql3_admin")},
+                                    {kInsecure}, 60'000);
+  ASSERT_EQ(revoke.exit_code, 0) << revoke.err;
+  client.set_bearer_token_auth(token.c_str());
+  auto revoked = client.Post("/worker/v1/sessions", body, "application/json");
+  ASSERT_TRUE(revoked);
+  EXPECT_EQ(revoked->status, 401);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.worker_sessions"), 0);
+
+  // A worker with a revoked token exits with a clear error and takes nothing.
+  ChildProcess worker(dir_.path() + "/revoked.log");
+  worker.Spawn({BinDir() + "/ql-worker", "--control", a.worker_url(), "--token-file",
+                TokenFile("revoked", token), "--work-dir", dir_.path() + "/revoked"});
+  EXPECT_EQ(worker.WaitExit(std::chrono::seconds(20)), 3);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.worker_sessions"), 0);
+  EXPECT_EQ(a.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace ql::itest
