@@ -1,15 +1,24 @@
-// Measures the cluster scheduler as an operator would see it: N schedule rows fall due in the
-// same second and R `ql-cluster serve` replicas turn them into runs. It starts its own
-// PostgreSQL 15 on loopback (durable defaults), migrates it, seeds the triggers, runs the
-// replicas as real processes and reads every figure back from the database:
-//   rate      occurrences admitted per second (N / (last admission − due time))
-//   lag       p50 / p99 / max of run.created_at − scheduled_for (database clock)
-//   raced     decisions that lost their fence (sum of the replicas' metrics)
-//   dups      occurrences with more than one run (must be 0)
-// Each cell is the median of --repeat runs. Prints one table and name=value lines.
+// Measures the cluster profile as an operator would see it, against its own PostgreSQL 15 on
+// loopback (durable defaults), in one run so the figures can be compared:
 //
-//   cluster_bench --bin build/bin [--replicas 1,3] [--triggers 10000] [--repeat 3]
-//                 [--durable on|off]
+//   ceiling    what PostgreSQL itself can do: pgbench runs the admission's writes (one schedule
+//              UPDATE; run, retry policy, attempt and two events INSERTed, exactly the rows an
+//              admission writes) one occurrence per transaction and 16 per transaction, at
+//              SERIALIZABLE and READ COMMITTED, with 4 and 16 clients; occurrences per second.
+//   admission  N schedule rows fall due in the same second and R real `ql-cluster serve`
+//              replicas turn them into runs: occurrences per second, lag from scheduled time to
+//              admission (p50 / p99 / max, database clock), raced decisions, retried
+//              transactions, duplicates (checked in the database, must be 0), dead tuples.
+//   claim      the claim statement's latency (p50 / p99) with 1,000,000 schedule rows of which
+//              100,000 are due, and its plan (EXPLAIN ANALYZE).
+//   takeover   a replica holding claims is SIGKILLed: seconds from the kill to the first
+//              admission of one of its rows by another replica (the lease, plus a round).
+//
+// Every cell is the median of --repeat runs (default 3). Prints tables, then name=value lines.
+//
+//   cluster_bench --bin build/bin [--phases ceiling,admission,claim,takeover]
+//                 [--replicas 1,2,3] [--triggers 10000,100000] [--repeat 3] [--durable on|off]
+//                 [--claim-rows 1000000] [--ceiling-seconds 6]
 
 #include <httplib.h>
 #include <signal.h>
@@ -17,19 +26,26 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "ql/core/clock.h"
+#include "ql/core/ids.h"
 #include "ql/engine/control_service.h"
 #include "ql/storage/postgres/pg_client.h"
+#include "ql/storage/postgres/pg_cluster_schedules.h"
 #include "ql/storage/postgres/pg_migrations.h"
 #include "ql/storage/postgres/pg_store.h"
 #include "ql/testing/postgres_server.h"
@@ -66,6 +82,19 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
 // A superuser session on one database.
 class Sql {
  public:
@@ -77,24 +106,29 @@ class Sql {
     Status st = conn_->ExecScript(sql, "bench");
     if (!st.ok()) Die("SQL failed", st);
   }
-  // Returns the first column of every row as double (NULL = 0).
-  std::vector<double> Numbers(const std::string& sql) {
+  // Returns the first column of every row as text (NULL = "").
+  std::vector<std::string> Texts(const std::string& sql) {
     ql::pg::Rows rows =
-        Must(conn_->Exec("SELECT x::float8::text FROM (" + sql + ") q(x)", {}, "bench"), "query");
-    std::vector<double> out;
-    for (int i = 0; i < rows.size(); ++i) {
-      out.push_back(rows.IsNull(i, 0) ? 0 : std::stod(*rows.OptText(i, 0)));
-    }
+        Must(conn_->Exec("SELECT x::text FROM (" + sql + ") q(x)", {}, "bench"), "query");
+    std::vector<std::string> out;
+    for (int i = 0; i < rows.size(); ++i) out.push_back(rows.OptText(i, 0).value_or(""));
     return out;
   }
   double Number(const std::string& sql) {
-    std::vector<double> v = Numbers(sql);
-    return v.empty() ? 0 : v[0];
+    std::vector<std::string> v = Texts(sql);
+    return v.empty() || v[0].empty() ? 0 : std::stod(v[0]);
+  }
+  std::string Text(const std::string& sql) {
+    std::vector<std::string> v = Texts(sql);
+    return v.empty() ? "" : v[0];
   }
 
  private:
   std::unique_ptr<ql::pg::Connection> conn_;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Replicas
 
 struct Replica {
   pid_t pid = -1;
@@ -106,7 +140,8 @@ int FreePort() {
   return next++;
 }
 
-Replica StartReplica(const std::string& bin, const std::string& url, const std::string& log) {
+Replica SpawnReplica(const std::string& bin, const std::string& url, const std::string& log,
+                     const std::vector<std::string>& extra) {
   Replica r;
   r.port = FreePort();
   r.pid = fork();
@@ -114,48 +149,55 @@ Replica StartReplica(const std::string& bin, const std::string& url, const std::
     FILE* out = std::fopen(log.c_str(), "a");
     dup2(fileno(out), 1);
     dup2(fileno(out), 2);
-    std::string listen = "127.0.0.1:" + std::to_string(r.port);
-    execl((bin + "/ql-cluster").c_str(), "ql-cluster", "serve", "--database-url", url.c_str(),
-          "--listen", listen.c_str(), nullptr);
+    std::vector<std::string> argv = {bin + "/ql-cluster", "serve",
+                                     "--database-url",    url,
+                                     "--listen",          "127.0.0.1:" + std::to_string(r.port)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    std::vector<char*> raw;
+    for (auto& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    execv(raw[0], raw.data());
     _exit(127);
   }
+  return r;
+}
+
+void WaitReady(const Replica& r, const std::string& log) {
   const auto t0 = Steady::now();
   while (true) {
     httplib::Client c("127.0.0.1", r.port);
     c.set_connection_timeout(0, 200'000);
     auto res = c.Get("/readyz");
-    if (res && res->status == 200) break;
-    if (Steady::now() - t0 > std::chrono::seconds(60))
+    if (res && res->status == 200) return;
+    if (Steady::now() - t0 > std::chrono::seconds(60)) {
       Die("replica did not become ready; see " + log);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return r;
 }
 
-double ScrapeRaced(const Replica& r) {
+double Scrape(const Replica& r, const std::string& series) {
   httplib::Client c("127.0.0.1", r.port);
   auto res = c.Get("/metrics");
   if (!res) return 0;
   std::stringstream ss(res->body);
   std::string line;
-  const std::string key = "ql_scheduler_occurrences_total{outcome=\"raced\"} ";
   while (std::getline(ss, line)) {
-    if (line.rfind(key, 0) == 0) return std::stod(line.substr(key.size()));
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
   }
   return 0;
 }
 
-void StopReplica(Replica& r) {
+void StopReplica(Replica& r, int sig = SIGTERM) {
   if (r.pid <= 0) return;
-  kill(r.pid, SIGTERM);
+  kill(r.pid, sig);
   int st = 0;
   waitpid(r.pid, &st, 0);
   r.pid = -1;
 }
 
-struct Figures {
-  double rate = 0, p50 = 0, p99 = 0, max = 0, raced = 0, dups = 0, seconds = 0;
-};
+// ---------------------------------------------------------------------------------------------
+// Databases
 
 // Builds database `tmpl` with `n` triggers whose cursors sit far in the future.
 void BuildTemplate(PostgresServer& server, const std::string& tmpl, int n) {
@@ -206,30 +248,133 @@ void BuildTemplate(PostgresServer& server, const std::string& tmpl, int n) {
   if (sql.Number("SELECT count(*) FROM ql3.trigger_schedules") != n) Die("seeding failed");
 }
 
-Figures RunOnce(PostgresServer& server, const std::string& bin, const std::string& tmpl,
-                const std::string& db, int replicas, int n) {
+void CopyDatabase(PostgresServer& server, const std::string& tmpl, const std::string& db) {
   Sql postgres(server, "postgres");
   postgres.Run("CREATE DATABASE " + db + " TEMPLATE " + tmpl + " OWNER ql3_migration");
   postgres.Run("REVOKE ALL ON DATABASE " + db + " FROM PUBLIC; GRANT CONNECT ON DATABASE " + db +
                " TO ql3_runtime, ql3_admin, ql3_worker_ingress");
-  std::vector<Replica> running;
-  for (int i = 0; i < replicas; ++i) {
-    running.push_back(
-        StartReplica(bin, server.Url("ql3_runtime", db), "/tmp/ql-cluster-bench-" + db + ".log"));
+}
+
+void DropDatabase(PostgresServer& server, const std::string& db) {
+  Sql postgres(server, "postgres");
+  postgres.Run("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ceiling (pgbench)
+
+// The admission's writes for `batch` occurrences in one transaction at `isolation`; each client
+// works on its own slice of the schedule rows, as claimed rows are disjoint.
+std::string AdmissionScript(Sql& sql, int batch, const std::string& isolation, int slice) {
+  const std::string project = sql.Text("SELECT project_id FROM ql3.trigger_schedules LIMIT 1");
+  const std::string task = sql.Text("SELECT task_id FROM ql3.execution_revisions LIMIT 1");
+  const std::string digest = sql.Text("SELECT task_digest FROM ql3.execution_revisions LIMIT 1");
+  const std::string exec = sql.Text("SELECT id FROM ql3.execution_revisions LIMIT 1");
+  const std::string ids = "b.n BETWEEN :base AND :base + " + std::to_string(batch - 1);
+  std::ostringstream s;
+  s << "\\set base :client_id * " << slice << " + random(0, " << slice - batch << ")\n"
+    << "BEGIN ISOLATION LEVEL " << isolation << ";\n"
+    << "UPDATE ql3.trigger_schedules s SET next_fire_at_ms = s.next_fire_at_ms + 1000, "
+       "last_scheduled_at_ms = s.next_fire_at_ms, state_version = s.state_version + 1, "
+       "claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL, "
+       "updated_at_ms = s.updated_at_ms + 1 FROM bench_ids b WHERE "
+    << ids << " AND s.trigger_id = b.trigger_id;\n"
+    << "WITH v AS (SELECT gen_random_uuid()::text AS id, gen_random_uuid()::text AS attempt_id, "
+       "b.trigger_id FROM bench_ids b WHERE "
+    << ids
+    << "), r AS (INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
+       "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
+       "status, version, event_sequence, priority, idempotency_key, retry_of_run_id, "
+       "created_at_ms, queued_at_ms) SELECT id, '"
+    << project << "', '" << task << "', 1, '" << digest << "', '" << exec
+    << "', trigger_id, 1, 0, 'cron', 'queued', 1, 2, 0, 'bench:' || id, NULL, 0, 0 FROM v "
+       "RETURNING id), p AS (INSERT INTO ql3.run_retry_policies (run_id, max_attempts, "
+       "retry_on_lost, safety, backoff_base_ms, backoff_max_ms) SELECT id, 1, false, 'unknown', "
+       "0, 0 FROM v JOIN r USING (id) RETURNING run_id), a AS (INSERT INTO ql3.run_attempts (id, "
+       "run_id, attempt, status, executor_type, callback_sequence, created_at_ms) SELECT "
+       "attempt_id, id, 1, 'claimed', 'remote_worker', 0, 0 FROM v JOIN r USING (id) RETURNING "
+       "id) INSERT INTO ql3.run_events (run_id, sequence, type, actor_type, attempt_id, "
+       "dedupe_key, payload_json, created_at_ms) SELECT id, 1, 'run.created', 'scheduler', NULL, "
+       "NULL, '{}', 0 FROM v JOIN r USING (id) UNION ALL SELECT id, 2, 'run.queued', "
+       "'scheduler', attempt_id, NULL, '{}', 0 FROM v JOIN r USING (id);\n"
+    << "COMMIT;\n";
+  return s.str();
+}
+
+struct CeilingCell {
+  int batch;
+  std::string isolation;
+  int clients;
+  std::vector<double> rates;  // occurrences per second, one per repetition
+  std::vector<double> failed;
+};
+
+// Runs pgbench once; returns {occurrences per second, failed transactions}.
+std::pair<double, double> Pgbench(const PostgresServer& server, const std::string& db,
+                                  const std::string& script, int batch, int clients, int seconds) {
+  const std::string path = "/tmp/ql-bench-admission-" + std::to_string(getpid()) + ".sql";
+  std::ofstream(path) << script;
+  const std::string out_path = path + ".out";
+  const std::string cmd = ql::testing::FindPostgresBinDir() + "/pgbench -n -h 127.0.0.1 -p " +
+                          std::to_string(server.port()) + " -U " + PostgresServer::kSuperuser +
+                          " -c " + std::to_string(clients) + " -j 2 -T " + std::to_string(seconds) +
+                          " --max-tries=1000 -f " + path + " " + db + " > " + out_path + " 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    std::ifstream in(out_path);
+    std::cerr << in.rdbuf();
+    Die("pgbench failed");
   }
+  std::ifstream in(out_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::smatch m;
+  double tps = 0, failed = 0;
+  if (std::regex_search(text, m, std::regex(R"(tps = ([0-9.]+) \(without initial)"))) {
+    tps = std::stod(m[1]);
+  } else {
+    std::cerr << text;
+    Die("pgbench printed no tps");
+  }
+  if (std::regex_search(text, m, std::regex(R"(number of failed transactions: ([0-9]+))"))) {
+    failed = std::stod(m[1]);
+  }
+  std::remove(path.c_str());
+  std::remove(out_path.c_str());
+  return {tps * batch, failed};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admission burst
+
+struct Burst {
+  double rate = 0, p50 = 0, p99 = 0, max = 0, raced = 0, retried = 0, dups = 0, seconds = 0;
+  std::map<std::string, double> dead;  // table → dead tuples after the burst
+};
+
+Burst RunBurst(PostgresServer& server, const std::string& bin, const std::string& tmpl,
+               const std::string& db, int replicas, int n) {
+  CopyDatabase(server, tmpl, db);
+  std::vector<Replica> running;
+  const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
+  for (int i = 0; i < replicas; ++i) {
+    running.push_back(SpawnReplica(bin, server.Url("ql3_runtime", db), log, {}));
+  }
+  for (const Replica& r : running) WaitReady(r, log);
   Sql sql(server, db);
   // Every row falls due at the same instant, two seconds from now by the database clock.
   const double due =
       sql.Number("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 2000");
   sql.Run("UPDATE ql3.trigger_schedules SET next_fire_at_ms = " +
           std::to_string(static_cast<int64_t>(due)));
-  const auto deadline = Steady::now() + std::chrono::seconds(300);
+  const auto deadline = Steady::now() + std::chrono::seconds(600);
   while (sql.Number("SELECT count(*) FROM ql3.runs") < n) {
-    if (Steady::now() > deadline) Die("not every occurrence was admitted in 300 s");
+    if (Steady::now() > deadline) Die("not every occurrence was admitted in 600 s; see " + log);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  Figures f;
-  for (Replica& r : running) f.raced += ScrapeRaced(r);
+  Burst f;
+  for (Replica& r : running) {
+    f.raced += Scrape(r, "ql_scheduler_occurrences_total{outcome=\"raced\"}");
+    f.retried += Scrape(r, "ql_db_transaction_retries");
+  }
   for (Replica& r : running) StopReplica(r);
   const double last = sql.Number("SELECT max(created_at_ms) FROM ql3.runs");
   f.seconds = (last - due) / 1000.0;
@@ -251,31 +396,159 @@ Figures RunOnce(PostgresServer& server, const std::string& bin, const std::strin
                  "WHERE a.run_id = r.id) <> 1") != 0) {
     Die("a run without exactly one attempt and two events");
   }
+  // The replicas flushed their statistics when they exited.
+  for (const char* table :
+       {"trigger_schedules", "runs", "run_attempts", "run_events", "run_retry_policies"}) {
+    f.dead[table] = sql.Number(std::string("SELECT n_dead_tup FROM pg_stat_user_tables WHERE "
+                                           "schemaname = 'ql3' AND relname = '") +
+                               table + "'");
+  }
+  DropDatabase(server, db);
   return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claim latency with many rows
+
+struct ClaimFigures {
+  double p50_ms = 0, p99_ms = 0;
+  std::vector<std::string> plan;
+  bool uses_index = false;
+};
+
+ClaimFigures MeasureClaims(PostgresServer& server, const std::string& db, int rows, int due) {
+  Sql sql(server, db);
+  const double now = sql.Number("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint");
+  sql.Run("UPDATE ql3.trigger_schedules SET next_fire_at_ms = " +
+          std::to_string(static_cast<int64_t>(now - 1000)) +
+          " WHERE trigger_id IN (SELECT trigger_id FROM ql3.trigger_schedules ORDER BY "
+          "trigger_id LIMIT " +
+          std::to_string(due) + ")");
+  sql.Run("VACUUM ANALYZE");
+  ClaimFigures f;
+  // The plan, executed and rolled back.
+  std::string statement(ql::PostgresClusterSchedules::ClaimStatement());
+  sql.Run("BEGIN; PREPARE claim(text, uuid, int, bigint, text) AS " + statement + ";");
+  for (const std::string& line :
+       sql.Texts("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE claim('explain', "
+                 "gen_random_uuid(), 16, 30000, 'remote_worker')")) {
+    f.plan.push_back(line);
+    if (line.find("Index Scan using trigger_schedules_due") != std::string::npos ||
+        line.find("Index Only Scan using trigger_schedules_due") != std::string::npos) {
+      f.uses_index = true;
+    }
+  }
+  sql.Run("ROLLBACK;");
+  if (sql.Number("SELECT count(*) FROM ql3.trigger_schedules") != rows) Die("claim rows drifted");
+
+  ql::pg::PoolOptions pool_options;
+  pool_options.url = server.Url("ql3_runtime", db);
+  pool_options.max_connections = 2;
+  auto pool = Must(ql::pg::Pool::Create(pool_options), "runtime pool");
+  ql::PostgresClusterSchedules schedules(*pool);
+  std::vector<double> latencies;
+  for (int i = 0; i < 300; ++i) {
+    ql::ClaimRequest request;
+    request.owner = "bench";
+    request.token = ql::NewUuidV7(ql::SystemClock().NowMs(), ql::SecureRandom());
+    request.limit = 16;
+    const auto t0 = Steady::now();
+    auto claims = Must(schedules.ClaimDueSchedules(request), "claim");
+    latencies.push_back(std::chrono::duration<double, std::milli>(Steady::now() - t0).count());
+    if (claims.size() != 16) Die("a claim came back short");
+  }
+  f.p50_ms = Percentile(latencies, 0.5);
+  f.p99_ms = Percentile(latencies, 0.99);
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Takeover
+
+struct Takeover {
+  double seconds = 0;  // kill → first admission of a victim's row by the survivor
+  int held = 0;
+};
+
+Takeover MeasureTakeover(PostgresServer& server, const std::string& bin, const std::string& tmpl,
+                         const std::string& db, int64_t lease_ms) {
+  CopyDatabase(server, tmpl, db);
+  const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
+  const std::vector<std::string> args = {"--lease-ms", std::to_string(lease_ms),
+                                         "--claims-per-round", "256"};
+  Sql sql(server, db);
+  Replica victim = SpawnReplica(bin, server.Url("ql3_runtime", db), log, args);
+  WaitReady(victim, log);
+  sql.Run(
+      "UPDATE ql3.trigger_schedules SET next_fire_at_ms = "
+      "(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 500");
+  Takeover t;
+  double killed_at = 0;
+  const auto deadline = Steady::now() + std::chrono::seconds(60);
+  while (Steady::now() < deadline) {
+    if (sql.Number("SELECT count(*) FROM ql3.trigger_schedules WHERE claim_owner IS NOT NULL") >
+        0) {
+      StopReplica(victim, SIGKILL);
+      killed_at = sql.Number("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (killed_at == 0) Die("the victim never held a claim");
+  sql.Run(
+      "CREATE TABLE bench_held AS SELECT trigger_id, next_fire_at_ms FROM "
+      "ql3.trigger_schedules WHERE claim_owner IS NOT NULL");
+  t.held = static_cast<int>(sql.Number("SELECT count(*) FROM bench_held"));
+  Replica survivor = SpawnReplica(bin, server.Url("ql3_runtime", db), log, args);
+  WaitReady(survivor, log);
+  const std::string first_admission =
+      "SELECT min(r.created_at_ms) FROM ql3.runs r JOIN bench_held h ON h.trigger_id = "
+      "r.trigger_id AND h.next_fire_at_ms = r.scheduled_for_ms";
+  while (sql.Number(first_admission) == 0) {
+    if (Steady::now() > deadline + std::chrono::seconds(60)) Die("no takeover; see " + log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  t.seconds = (sql.Number(first_admission) - killed_at) / 1000.0;
+  StopReplica(survivor);
+  DropDatabase(server, db);
+  return t;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string bin = "build/bin";
-  std::vector<int> replicas = {1, 3};
-  std::vector<int> triggers = {10000};
+  std::set<std::string> phases = {"ceiling", "admission", "claim", "takeover"};
+  std::vector<int> replicas = {1, 2, 3};
+  std::vector<int> triggers = {10000, 100000};
   int repeat = 3;
   bool durable = true;
+  int claim_rows = 1'000'000;
+  int ceiling_seconds = 6;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--bin")
-      bin = argv[i + 1];
-    else if (flag == "--replicas")
-      replicas = ParseList(argv[i + 1]);
-    else if (flag == "--triggers")
-      triggers = ParseList(argv[i + 1]);
-    else if (flag == "--repeat")
-      repeat = std::stoi(argv[i + 1]);
-    else if (flag == "--durable")
-      durable = std::string(argv[i + 1]) != "off";
-    else
+    std::string value = argv[i + 1];
+    if (flag == "--bin") {
+      bin = value;
+    } else if (flag == "--phases") {
+      phases.clear();
+      std::stringstream ss(value);
+      for (std::string p; std::getline(ss, p, ',');) phases.insert(p);
+    } else if (flag == "--replicas") {
+      replicas = ParseList(value);
+    } else if (flag == "--triggers") {
+      triggers = ParseList(value);
+    } else if (flag == "--repeat") {
+      repeat = std::stoi(value);
+    } else if (flag == "--durable") {
+      durable = value != "off";
+    } else if (flag == "--claim-rows") {
+      claim_rows = std::stoi(value);
+    } else if (flag == "--ceiling-seconds") {
+      ceiling_seconds = std::stoi(value);
+    } else {
       Die("unknown flag " + flag);
+    }
   }
   setenv("QL3_POSTGRES_ALLOW_INSECURE", "true", 1);
   ql::testing::PostgresServerOptions options;
@@ -283,37 +556,157 @@ int main(int argc, char** argv) {
   auto server = Must(PostgresServer::Start(options), "start PostgreSQL");
   Must(server->PsqlFile("postgres", std::string(QL_SOURCE_DIR) + "/deploy/postgres/roles.sql"),
        "create roles");
-
-  std::printf("%-9s %-9s %12s %9s %9s %9s %7s %5s\n", "triggers", "replicas", "admitted/s",
-              "p50 lag", "p99 lag", "max lag", "raced", "dups");
   std::vector<std::string> machine;
-  int db_serial = 0;
-  for (int n : triggers) {
-    const std::string tmpl = "bench_tmpl_" + std::to_string(n);
-    BuildTemplate(*server, tmpl, n);
-    for (int r : replicas) {
-      std::vector<double> rate, p50, p99, max, raced, dups;
-      for (int k = 0; k < repeat; ++k) {
-        Figures f = RunOnce(*server, bin, tmpl, "bench_run_" + std::to_string(++db_serial), r, n);
-        rate.push_back(f.rate);
-        p50.push_back(f.p50);
-        p99.push_back(f.p99);
-        max.push_back(f.max);
-        raced.push_back(f.raced);
-        dups.push_back(f.dups);
-      }
-      std::printf("%-9d %-9d %12.0f %8.3fs %8.3fs %8.3fs %7.0f %5.0f\n", n, r, Median(rate),
-                  Median(p50), Median(p99), Median(max), Median(raced),
-                  *std::max_element(dups.begin(), dups.end()));
-      const std::string key = "cluster_" + std::to_string(r) + "_replicas_" + std::to_string(n);
-      machine.push_back(key + "_admitted_per_s=" + std::to_string(static_cast<int>(Median(rate))));
-      machine.push_back(key + "_lag_p50_s=" + std::to_string(Median(p50)));
-      machine.push_back(key + "_lag_p99_s=" + std::to_string(Median(p99)));
-      machine.push_back(
-          key + "_duplicates=" +
-          std::to_string(static_cast<int>(*std::max_element(dups.begin(), dups.end()))));
+  auto emit = [&](const std::string& name, const std::string& value) {
+    machine.push_back(name + "=" + value);
+  };
+  std::map<int, std::string> templates;
+  auto template_for = [&](int n) {
+    if (!templates.count(n)) {
+      templates[n] = "bench_tmpl_" + std::to_string(n);
+      BuildTemplate(*server, templates[n], n);
     }
+    return templates[n];
+  };
+  int serial = 0;
+
+  // Ceiling first, on the largest burst's schedule rows.
+  double best_batched = 0;
+  if (phases.count("ceiling")) {
+    const int rows = *std::max_element(triggers.begin(), triggers.end());
+    const std::string db = "bench_ceiling";
+    CopyDatabase(*server, template_for(std::max(rows, 16 * 64)), db);
+    Sql sql(*server, db);
+    sql.Run(
+        "CREATE TABLE bench_ids AS SELECT (row_number() OVER (ORDER BY trigger_id) - 1)::int "
+        "AS n, trigger_id FROM ql3.trigger_schedules; CREATE UNIQUE INDEX ON bench_ids (n); "
+        "ANALYZE bench_ids");
+    std::vector<CeilingCell> cells;
+    for (int batch : {1, 16}) {
+      for (const std::string iso : {"SERIALIZABLE", "READ COMMITTED"}) {
+        for (int clients : {4, 16}) cells.push_back({batch, iso, clients, {}, {}});
+      }
+    }
+    for (int k = 0; k < repeat; ++k) {
+      for (CeilingCell& c : cells) {
+        const int slice = std::max(rows, 16 * 64) / 16;
+        auto [rate, failed] =
+            Pgbench(*server, db, AdmissionScript(sql, c.batch, c.isolation, slice), c.batch,
+                    c.clients, ceiling_seconds);
+        c.rates.push_back(rate);
+        c.failed.push_back(failed);
+      }
+    }
+    std::printf("== raw ceiling: the admission's writes through pgbench (median of %d) ==\n",
+                repeat);
+    std::printf("%-16s %-15s %8s %14s %16s\n", "per transaction", "isolation", "clients",
+                "occurrences/s", "failed tx (max)");
+    for (const CeilingCell& c : cells) {
+      const double rate = Median(c.rates);
+      std::printf("%-16d %-15s %8d %14.0f %16.0f\n", c.batch, c.isolation.c_str(), c.clients, rate,
+                  *std::max_element(c.failed.begin(), c.failed.end()));
+      const std::string iso = c.isolation == "SERIALIZABLE" ? "serializable" : "read_committed";
+      emit("ceiling_" + std::to_string(c.batch) + "_per_tx_" + iso + "_" +
+               std::to_string(c.clients) + "_clients_per_s",
+           Fixed(rate, 0));
+      if (c.batch == 16) best_batched = std::max(best_batched, rate);
+    }
+    emit("ceiling_best_batched_per_s", Fixed(best_batched, 0));
+    DropDatabase(*server, db);
   }
+
+  if (phases.count("admission")) {
+    std::printf("== cluster admission: N due in the same second, R replicas (median of %d) ==\n",
+                repeat);
+    std::printf("%-9s %-9s %12s %9s %9s %9s %7s %8s %5s %9s\n", "triggers", "replicas",
+                "admitted/s", "p50 lag", "p99 lag", "max lag", "raced", "retried", "dups",
+                "/ceiling");
+    std::map<std::string, double> dead_after;
+    for (int n : triggers) {
+      const std::string tmpl = template_for(n);
+      for (int r : replicas) {
+        std::vector<double> rate, p50, p99, max, raced, retried;
+        double dups = 0;
+        for (int k = 0; k < repeat; ++k) {
+          Burst f = RunBurst(*server, bin, tmpl, "bench_run_" + std::to_string(++serial), r, n);
+          rate.push_back(f.rate);
+          p50.push_back(f.p50);
+          p99.push_back(f.p99);
+          max.push_back(f.max);
+          raced.push_back(f.raced);
+          retried.push_back(f.retried);
+          dups = std::max(dups, f.dups);
+          if (n == triggers.front() && r == replicas.back()) dead_after = f.dead;
+        }
+        const double ratio = best_batched > 0 ? Median(rate) / best_batched : 0;
+        std::printf("%-9d %-9d %12.0f %8.3fs %8.3fs %8.3fs %7.0f %8.0f %5.0f %9s\n", n, r,
+                    Median(rate), Median(p50), Median(p99), Median(max), Median(raced),
+                    Median(retried), dups, best_batched > 0 ? Fixed(ratio, 2).c_str() : "-");
+        const std::string key = "cluster_" + std::to_string(r) + "_replicas_" + std::to_string(n);
+        emit(key + "_admitted_per_s", Fixed(Median(rate), 0));
+        emit(key + "_lag_p50_s", Fixed(Median(p50), 3));
+        emit(key + "_lag_p99_s", Fixed(Median(p99), 3));
+        emit(key + "_lag_max_s", Fixed(Median(max), 3));
+        emit(key + "_raced", Fixed(Median(raced), 0));
+        emit(key + "_retried", Fixed(Median(retried), 0));
+        emit(key + "_duplicates", Fixed(dups, 0));
+        if (best_batched > 0) emit(key + "_ratio_to_batched_ceiling", Fixed(ratio, 3));
+        if (n == triggers.front() && r == 3 && best_batched > 0) {
+          emit("cluster_3_replicas_ratio_to_batched_ceiling", Fixed(ratio, 3));
+        }
+      }
+    }
+    std::printf("dead tuples after a %d-trigger burst with %d replicas:", triggers.front(),
+                replicas.back());
+    for (const auto& [table, dead] : dead_after) {
+      std::printf(" %s=%.0f", table.c_str(), dead);
+      emit("dead_tuples_" + table, Fixed(dead, 0));
+    }
+    std::printf("\n");
+  }
+
+  if (phases.count("claim")) {
+    const int due = std::min(claim_rows, 100'000);
+    std::printf("== claim latency: %d schedule rows, %d due (300 claims of 16) ==\n", claim_rows,
+                due);
+    const std::string tmpl = template_for(claim_rows);
+    std::vector<double> p50, p99;
+    ClaimFigures last;
+    for (int k = 0; k < repeat; ++k) {
+      const std::string db = "bench_claim_" + std::to_string(++serial);
+      CopyDatabase(*server, tmpl, db);
+      last = MeasureClaims(*server, db, claim_rows, due);
+      p50.push_back(last.p50_ms);
+      p99.push_back(last.p99_ms);
+      DropDatabase(*server, db);
+    }
+    std::printf("claim p50 %.2f ms, p99 %.2f ms; plan%s:\n", Median(p50), Median(p99),
+                last.uses_index ? " (uses trigger_schedules_due)" : " (NO due index)");
+    for (const std::string& line : last.plan) std::printf("    %s\n", line.c_str());
+    emit("claim_rows", std::to_string(claim_rows));
+    emit("claim_p50_ms", Fixed(Median(p50), 2));
+    emit("claim_p99_ms", Fixed(Median(p99), 2));
+    emit("claim_uses_due_index", last.uses_index ? "1" : "0");
+  }
+
+  if (phases.count("takeover")) {
+    constexpr int64_t kLeaseMs = 5000;
+    std::printf("== takeover: SIGKILL of a replica holding claims (lease %.1f s) ==\n",
+                kLeaseMs / 1000.0);
+    std::vector<double> seconds;
+    int held = 0;
+    for (int k = 0; k < repeat; ++k) {
+      Takeover t = MeasureTakeover(*server, bin, template_for(triggers.front()),
+                                   "bench_takeover_" + std::to_string(++serial), kLeaseMs);
+      seconds.push_back(t.seconds);
+      held = t.held;
+    }
+    std::printf("takeover %.2f s after the kill (victim held %d claims; target <= %.1f s)\n",
+                Median(seconds), held, kLeaseMs / 1000.0 + 2);
+    emit("takeover_lease_s", Fixed(kLeaseMs / 1000.0, 1));
+    emit("takeover_s", Fixed(Median(seconds), 2));
+  }
+
   for (const std::string& line : machine) std::printf("%s\n", line.c_str());
   return 0;
 }

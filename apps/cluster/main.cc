@@ -141,6 +141,9 @@ int Main(int argc, char** argv) {
                     "claim owner name (default host:pid:random; must be unique per process)");
   serve->add_option("--claims-per-round", serve_config.claims_per_round,
                     "schedule rows claimed per round, 1..256 (default 16)");
+  serve->add_option("--max-claims-per-round", serve_config.max_claims_per_round,
+                    "while rounds come back full the batch doubles up to this, "
+                    "--claims-per-round..256 (default 256)");
   serve->add_option("--lease-ms", serve_config.lease_ms,
                     "claim lease, 1000..60000 ms (default 30000)");
   serve->add_option("--cadence-ms", serve_config.cadence_ms,

@@ -126,6 +126,7 @@ int Serve(const ServeConfig& config) {
   ClusterSchedulerOptions scheduler_options;
   scheduler_options.owner = config.owner.empty() ? DefaultOwner() : config.owner;
   scheduler_options.claims_per_round = config.claims_per_round;
+  scheduler_options.max_claims_per_round = config.max_claims_per_round;
   scheduler_options.lease_ms = config.lease_ms;
   scheduler_options.cadence_ms = config.cadence_ms;
   scheduler_options.grace_ms = config.grace_ms;
@@ -217,10 +218,15 @@ int Serve(const ServeConfig& config) {
                                          ? AdmissionIsolation::kSerializable
                                          : AdmissionIsolation::kReadCommitted);
   ClusterScheduler scheduler(schedules, store->definitions(), random, metrics, scheduler_options);
+  metrics.Describe("ql_db_transaction_retries", "gauge",
+                   "Whole transactions of the runtime pool rerun after a serialization failure "
+                   "or deadlock, since start.");
   ConditionSleeper scheduler_sleeper;
   RoundLoop scheduler_loop(
       [&]() -> int64_t {
         Result<RoundReport> round = scheduler.RunRound();
+        metrics.SetGauge("ql_db_transaction_retries", "",
+                         static_cast<double>(store->runtime_pool().retries()));
         if (!round.ok()) {
           Diagnose("scheduler", round.status());
           return scheduler_options.cadence_ms;

@@ -16,6 +16,7 @@ struct ServeConfig {
   std::string listen = "127.0.0.1:5800";
   std::string owner;  // claim owner; default host:pid:random
   int claims_per_round = 16;
+  int max_claims_per_round = 256;  // a burst grows the batch up to this
   int64_t lease_ms = 30'000;
   int64_t cadence_ms = 1000;
   int64_t grace_ms = 30'000;
@@ -34,9 +35,10 @@ struct ServeConfig {
 
 // Runs the replica until SIGTERM or SIGINT. Start order: configuration validated before any
 // connection → readiness audit → startup recovery converged → scheduler and recovery
-// lifecycles → worker listener (when configured) → HTTP admission (/readyz 200). Stop order: withdraw admission → stop and drain
-// the scheduler (bounded) → stop HTTP → close the pools. Exit codes: 0 after a clean stop,
-// 1 failure, 2 invalid configuration, 3 the audit found the database not ready.
+// lifecycles → worker listener (when configured) → HTTP admission (/readyz 200). Stop order:
+// withdraw admission → stop and drain the scheduler (bounded) → stop HTTP → close the pools. Exit
+// codes: 0 after a clean stop, 1 failure, 2 invalid configuration, 3 the audit found the database
+// not ready.
 int Serve(const ServeConfig& config);
 
 }  // namespace ql::cluster

@@ -31,7 +31,8 @@ ClusterScheduler::ClusterScheduler(ClusterScheduleRepository& schedules,
       random_(random),
       metrics_(metrics),
       options_(std::move(options)),
-      decider_(definitions, random, options_.executor_type, options_.grace_ms) {
+      decider_(definitions, random, options_.executor_type, options_.grace_ms),
+      batch_(options_.claims_per_round) {
   metrics_.Describe("ql_scheduler_occurrences_total", "counter",
                     "Schedule decisions, by outcome (initialize, admit, skip, raced).");
   metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
@@ -51,6 +52,12 @@ Status ClusterScheduler::ValidateOptions(const ClusterSchedulerOptions& o) {
     return InvalidArgument("invalid_scheduler_option",
                            "claims per round " + std::to_string(o.claims_per_round) +
                                " is outside 1.." + std::to_string(kHardClaimCap));
+  }
+  if (o.max_claims_per_round != 0 &&
+      (o.max_claims_per_round < o.claims_per_round || o.max_claims_per_round > kHardClaimCap)) {
+    return InvalidArgument("invalid_scheduler_option",
+                           "max claims per round " + std::to_string(o.max_claims_per_round) +
+                               " is outside claims per round.." + std::to_string(kHardClaimCap));
   }
   if (o.lease_ms < 1000 || o.lease_ms > 60'000) {
     return InvalidArgument("invalid_scheduler_option",
@@ -103,15 +110,14 @@ Result<RoundReport> ClusterScheduler::RunRound() {
   RoundReport report;
   if (stopping_) return report;
   metrics_.Increment("ql_scheduler_rounds_total");
-  ClaimRequest request{options_.owner, RandomUuid(random_), options_.claims_per_round,
-                       options_.lease_ms};
+  ClaimRequest request{options_.owner, RandomUuid(random_), batch_, options_.lease_ms};
   Result<std::vector<ScheduleClaim>> claims = schedules_.ClaimDueSchedules(request);
   if (!claims.ok()) {
     metrics_.Increment("ql_scheduler_errors_total");
     return claims.status();
   }
   report.rows = static_cast<int>(claims->size());
-  report.page_full = report.rows >= options_.claims_per_round;
+  report.page_full = report.rows >= batch_;
   metrics_.Increment("ql_scheduler_claims_total", {}, report.rows);
   metrics_.Observe("ql_scheduler_round_rows", report.rows);
   // Decide every claim with its own acquisition time, then commit the batch at once.
@@ -143,8 +149,10 @@ Result<RoundReport> ClusterScheduler::RunRound() {
         }
       }
     } else {
-      // The batch as a whole failed (nothing was written): commit one by one, so one bad
-      // decision cannot hold back the others.
+      // The batch as a whole failed: commit one by one, so one bad decision cannot hold back
+      // the others. When the failure was a lost COMMIT reply the batch may have been written;
+      // each single commit re-verifies the full fence, so what the batch wrote comes back
+      // raced and nothing is admitted twice.
       for (size_t k = 0; k < decisions.size() && !stopping_; ++k) {
         Result<AdvanceOutcome> one = schedules_.CommitClaimDecision(decisions[k]);
         if (one.ok()) {
@@ -156,6 +164,10 @@ Result<RoundReport> ClusterScheduler::RunRound() {
     }
   }
   if (report.admitted > 0 && on_admitted_) on_admitted_();
+  // A burst: grow the next batch while rounds come back full and make progress.
+  const int cap = std::max(options_.max_claims_per_round, options_.claims_per_round);
+  batch_ = report.page_full && report.rows > report.errors ? std::min(batch_ * 2, cap)
+                                                           : options_.claims_per_round;
   return report;
 }
 

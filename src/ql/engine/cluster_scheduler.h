@@ -24,6 +24,10 @@ namespace ql {
 struct ClusterSchedulerOptions {
   std::string owner;          // unique per process, 1..128 bytes
   int claims_per_round = 16;  // 1..256
+  // While rounds come back full (a burst), each next round claims twice as many rows, up to
+  // this many (claims_per_round..256); the first round that is not full goes back to
+  // claims_per_round. 0 = no growth.
+  int max_claims_per_round = 0;
   int64_t lease_ms = 30'000;  // 1 s .. 60 s
   int64_t cadence_ms = 1000;  // longest idle sleep, 100 ms .. 60 s
   int64_t grace_ms = 30'000;  // misfire grace, at most 5 min
@@ -70,6 +74,7 @@ class ClusterScheduler {
   ScheduleDecider decider_;
   std::function<void()> on_admitted_;
   std::atomic<bool> stopping_{false};
+  int batch_;  // rows the next round claims
 };
 
 }  // namespace ql

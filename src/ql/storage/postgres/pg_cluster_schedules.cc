@@ -188,6 +188,8 @@ Result<std::vector<ScheduleClaim>> PostgresClusterSchedules::ClaimDueSchedules(
   return claims;
 }
 
+std::string_view PostgresClusterSchedules::ClaimStatement() { return kClaimSql; }
+
 Result<AdvanceOutcome> PostgresClusterSchedules::CommitClaimDecision(const ClaimDecision& d) {
   Result<std::vector<ClaimCommitResult>> batch = CommitClaimDecisions({d});
   if (!batch.ok()) {

@@ -874,6 +874,32 @@ TEST_F(ClusterScheduleTest, AnAdmittedOccurrenceCannotBeAdmittedAgain) {
 // ---------------------------------------------------------------------------------------------
 // Coordinators
 
+TEST_F(ClusterScheduleTest, ABurstDoublesTheBatchWhileRoundsComeBackFullThenShrinksIt) {
+  constexpr int kTriggers = 40;
+  TaskView task = NewTask("burst");
+  for (int i = 0; i < kTriggers; ++i) ASSERT_FALSE(NewTrigger(task, kYearly).empty());
+  testing::SeededRandom random(3);
+  Metrics metrics;
+  ClusterSchedulerOptions options = SchedulerOptions("burst");
+  options.claims_per_round = 4;
+  options.max_claims_per_round = 16;
+  ASSERT_TRUE(ClusterScheduler::ValidateOptions(options).ok());
+  ClusterScheduler scheduler(*a_, store_a_->definitions(), random, metrics, options);
+  // Every row needs its first decision (initialisation) now: 4, 8, 16, then 12 left.
+  std::vector<int> rows;
+  for (int round = 0; round < 5; ++round) {
+    Result<RoundReport> report = scheduler.RunRound();
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    rows.push_back(report->rows);
+  }
+  EXPECT_EQ(rows, (std::vector<int>{4, 8, 16, 12, 0}));
+  // A bad bound is refused with its name.
+  options.max_claims_per_round = 2;
+  EXPECT_EQ(ClusterScheduler::ValidateOptions(options).reason(), "invalid_scheduler_option");
+  options.max_claims_per_round = 257;
+  EXPECT_EQ(ClusterScheduler::ValidateOptions(options).reason(), "invalid_scheduler_option");
+}
+
 TEST_F(ClusterScheduleTest, TwoCoordinatorsAdmitEverySecondOfEveryTriggerExactlyOnce) {
   constexpr int kTriggers = 10;
   TaskView task = NewTask("every second");
