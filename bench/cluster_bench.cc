@@ -18,7 +18,7 @@
 //
 //   cluster_bench --bin build/bin [--phases ceiling,admission,claim,takeover]
 //                 [--replicas 1,2,3] [--triggers 10000,100000] [--repeat 3] [--durable on|off]
-//                 [--claim-rows 1000000] [--ceiling-seconds 6]
+//                 [--claim-rows 1000000] [--ceiling-seconds 6] [--pg-setting name=value]...
 
 #include <httplib.h>
 #include <signal.h>
@@ -110,6 +110,13 @@ class Sql {
   std::vector<std::string> Texts(const std::string& sql) {
     ql::pg::Rows rows =
         Must(conn_->Exec("SELECT x::text FROM (" + sql + ") q(x)", {}, "bench"), "query");
+    std::vector<std::string> out;
+    for (int i = 0; i < rows.size(); ++i) out.push_back(rows.OptText(i, 0).value_or(""));
+    return out;
+  }
+  // Runs a statement that returns text rows as it is (EXPLAIN) and returns the first column.
+  std::vector<std::string> Lines(const std::string& sql) {
+    ql::pg::Rows rows = Must(conn_->Exec(sql, {}, "bench"), "statement");
     std::vector<std::string> out;
     for (int i = 0; i < rows.size(); ++i) out.push_back(rows.OptText(i, 0).value_or(""));
     return out;
@@ -244,7 +251,13 @@ void BuildTemplate(PostgresServer& server, const std::string& tmpl, int n) {
       "FROM clone c, ql3.trigger_schedules s WHERE s.trigger_id <> c.id;"
       "UPDATE ql3.trigger_schedules SET next_fire_at_ms = 4102444800000;"  // 2100-01-01
       "COMMIT;");
-  sql.Run("VACUUM ANALYZE");
+  // Only the tables seeded here: the run tables stay as a fresh migration leaves them (never
+  // analyzed). Statistics of an empty, analyzed `runs` would make PostgreSQL plan its foreign
+  // key checks as sequential scans for as long as a connection lives, which no deployment with
+  // history sees.
+  sql.Run(
+      "VACUUM ANALYZE ql3.trigger_schedules, ql3.trigger_heads, ql3.trigger_revisions, "
+      "ql3.projects, ql3.task_heads, ql3.task_revisions, ql3.execution_revisions");
   if (sql.Number("SELECT count(*) FROM ql3.trigger_schedules") != n) Die("seeding failed");
 }
 
@@ -277,10 +290,10 @@ std::string AdmissionScript(Sql& sql, int batch, const std::string& isolation, i
     << "UPDATE ql3.trigger_schedules s SET next_fire_at_ms = s.next_fire_at_ms + 1000, "
        "last_scheduled_at_ms = s.next_fire_at_ms, state_version = s.state_version + 1, "
        "claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL, "
-       "updated_at_ms = s.updated_at_ms + 1 FROM bench_ids b WHERE "
+       "updated_at_ms = s.updated_at_ms + 1 FROM public.bench_ids b WHERE "
     << ids << " AND s.trigger_id = b.trigger_id;\n"
     << "WITH v AS (SELECT gen_random_uuid()::text AS id, gen_random_uuid()::text AS attempt_id, "
-       "b.trigger_id FROM bench_ids b WHERE "
+       "b.trigger_id FROM public.bench_ids b WHERE "
     << ids
     << "), r AS (INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
        "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
@@ -366,9 +379,39 @@ Burst RunBurst(PostgresServer& server, const std::string& bin, const std::string
   sql.Run("UPDATE ql3.trigger_schedules SET next_fire_at_ms = " +
           std::to_string(static_cast<int64_t>(due)));
   const auto deadline = Steady::now() + std::chrono::seconds(600);
-  while (sql.Number("SELECT count(*) FROM ql3.runs") < n) {
+  const bool trace = std::getenv("QL_BENCH_TRACE") != nullptr;
+  // With pg_stat_statements preloaded (--pg-setting shared_preload_libraries=pg_stat_statements)
+  // the trace ends with the statements that took the most time.
+  const bool statements = trace &&
+                          sql.Number(
+                              "SELECT count(*) FROM pg_available_extensions WHERE name = "
+                              "'pg_stat_statements'") > 0 &&
+                          sql.Texts("SELECT current_setting('shared_preload_libraries')")
+                                  .front()
+                                  .find("pg_stat_statements") != std::string::npos;
+  if (statements)
+    sql.Run("CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()");
+  for (double admitted = 0; admitted < n;) {
     if (Steady::now() > deadline) Die("not every occurrence was admitted in 600 s; see " + log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(trace ? 250 : 100));
+    admitted = sql.Number("SELECT count(*) FROM ql3.runs");
+    if (trace) {
+      std::cerr << "t="
+                << Fixed(sql.Number("SELECT (extract(epoch FROM clock_timestamp()) * "
+                                    "1000)::bigint") -
+                             due,
+                         0)
+                << "ms admitted=" << admitted << "\n";
+    }
+  }
+  if (statements) {
+    for (const std::string& line : sql.Texts(
+             "SELECT lpad(calls::text, 7) || ' calls ' || lpad(round(total_exec_time)::text, 7) || "
+             "' ms ' || lpad(round(mean_exec_time::numeric, 3)::text, 9) || ' ms/call  ' || "
+             "left(regexp_replace(query, '\\s+', ' ', 'g'), 150) FROM pg_stat_statements "
+             "ORDER BY total_exec_time DESC LIMIT 12")) {
+      std::cerr << line << "\n";
+    }
   }
   Burst f;
   for (Replica& r : running) {
@@ -430,7 +473,7 @@ ClaimFigures MeasureClaims(PostgresServer& server, const std::string& db, int ro
   std::string statement(ql::PostgresClusterSchedules::ClaimStatement());
   sql.Run("BEGIN; PREPARE claim(text, uuid, int, bigint, text) AS " + statement + ";");
   for (const std::string& line :
-       sql.Texts("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE claim('explain', "
+       sql.Lines("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE claim('explain', "
                  "gen_random_uuid(), 16, 30000, 'remote_worker')")) {
     f.plan.push_back(line);
     if (line.find("Index Scan using trigger_schedules_due") != std::string::npos ||
@@ -496,13 +539,13 @@ Takeover MeasureTakeover(PostgresServer& server, const std::string& bin, const s
   }
   if (killed_at == 0) Die("the victim never held a claim");
   sql.Run(
-      "CREATE TABLE bench_held AS SELECT trigger_id, next_fire_at_ms FROM "
+      "CREATE TABLE public.bench_held AS SELECT trigger_id, next_fire_at_ms FROM "
       "ql3.trigger_schedules WHERE claim_owner IS NOT NULL");
-  t.held = static_cast<int>(sql.Number("SELECT count(*) FROM bench_held"));
+  t.held = static_cast<int>(sql.Number("SELECT count(*) FROM public.bench_held"));
   Replica survivor = SpawnReplica(bin, server.Url("ql3_runtime", db), log, args);
   WaitReady(survivor, log);
   const std::string first_admission =
-      "SELECT min(r.created_at_ms) FROM ql3.runs r JOIN bench_held h ON h.trigger_id = "
+      "SELECT min(r.created_at_ms) FROM ql3.runs r JOIN public.bench_held h ON h.trigger_id = "
       "r.trigger_id AND h.next_fire_at_ms = r.scheduled_for_ms";
   while (sql.Number(first_admission) == 0) {
     if (Steady::now() > deadline + std::chrono::seconds(60)) Die("no takeover; see " + log);
@@ -525,6 +568,7 @@ int main(int argc, char** argv) {
   bool durable = true;
   int claim_rows = 1'000'000;
   int ceiling_seconds = 6;
+  std::vector<std::string> pg_settings;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     std::string value = argv[i + 1];
@@ -546,13 +590,17 @@ int main(int argc, char** argv) {
       claim_rows = std::stoi(value);
     } else if (flag == "--ceiling-seconds") {
       ceiling_seconds = std::stoi(value);
+    } else if (flag == "--pg-setting") {
+      pg_settings.push_back(value);
     } else {
       Die("unknown flag " + flag);
     }
   }
   setenv("QL3_POSTGRES_ALLOW_INSECURE", "true", 1);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // tables appear as they are measured
   ql::testing::PostgresServerOptions options;
   options.fast = !durable;  // durable commits (fsync) unless --durable off
+  options.settings = pg_settings;
   auto server = Must(PostgresServer::Start(options), "start PostgreSQL");
   Must(server->PsqlFile("postgres", std::string(QL_SOURCE_DIR) + "/deploy/postgres/roles.sql"),
        "create roles");
@@ -578,9 +626,10 @@ int main(int argc, char** argv) {
     CopyDatabase(*server, template_for(std::max(rows, 16 * 64)), db);
     Sql sql(*server, db);
     sql.Run(
-        "CREATE TABLE bench_ids AS SELECT (row_number() OVER (ORDER BY trigger_id) - 1)::int "
-        "AS n, trigger_id FROM ql3.trigger_schedules; CREATE UNIQUE INDEX ON bench_ids (n); "
-        "ANALYZE bench_ids");
+        "CREATE TABLE public.bench_ids AS SELECT (row_number() OVER (ORDER BY trigger_id) - "
+        "1)::int "
+        "AS n, trigger_id FROM ql3.trigger_schedules; CREATE UNIQUE INDEX ON public.bench_ids (n); "
+        "ANALYZE public.bench_ids");
     std::vector<CeilingCell> cells;
     for (int batch : {1, 16}) {
       for (const std::string iso : {"SERIALIZABLE", "READ COMMITTED"}) {

@@ -239,7 +239,8 @@ int Serve(const ServeConfig& config) {
   ConditionSleeper recovery_sleeper;
   RoundLoop recovery_loop(
       [&]() -> int64_t {
-        Result<RecoveryReport> report = recovery.RunOnce();
+        // Startup looked at every run; later cycles settle what went beyond the queue.
+        Result<RecoveryReport> report = recovery.RunOnce(256, RecoveryScope::kBeyondQueue);
         if (!report.ok()) {
           Diagnose("recovery", report.status());
         } else if (!report->first_error.ok()) {

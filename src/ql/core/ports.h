@@ -272,6 +272,14 @@ struct RecoveryCandidate {
   bool never_started = false;  // the attempt never reported starting (no start, no callback)
 };
 
+// Which runs a recovery cycle inspects.
+enum class RecoveryScope {
+  kAll,          // every non-terminal run (startup: any drift is found before admission)
+  kBeyondQueue,  // created, dispatching, running, lost: the runs a cycle may have to settle.
+                 // Queued runs are the pull's business (for them a cycle only counts), so a
+                 // deep queue does not make every periodic cycle walk it.
+};
+
 class ClusterRecoveryRepository {
  public:
   virtual ~ClusterRecoveryRepository() = default;
@@ -280,9 +288,9 @@ class ClusterRecoveryRepository {
   // pristine admission: a queued run without cancel intent, with queued_at, whose latest attempt
   // is a claimed remote_worker attempt with every worker, session, lease, offer, callback,
   // start, result and error field still at its admission value and no lease row. Any drift
-  // makes a run a candidate (fail closed).
+  // makes a run a candidate (fail closed). kBeyondQueue leaves queued runs out.
   virtual Result<std::vector<RecoveryCandidate>> ListRecoveryCandidates(
-      const std::string& after_run_id, int limit) = 0;
+      const std::string& after_run_id, int limit, RecoveryScope scope = RecoveryScope::kAll) = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -69,12 +69,12 @@ void ClusterRecovery::EnforceTimeouts(RunLeaseRepository& leases, int64_t grace_
   timeout_grace_ms_ = grace_ms;
 }
 
-Result<RecoveryReport> ClusterRecovery::RunOnce(int page) {
+Result<RecoveryReport> ClusterRecovery::RunOnce(int page, RecoveryScope scope) {
   RecoveryReport report;
   std::string after;
   while (true) {
     QL_ASSIGN_OR_RETURN(std::vector<RecoveryCandidate> batch,
-                        candidates_.ListRecoveryCandidates(after, page));
+                        candidates_.ListRecoveryCandidates(after, page, scope));
     for (const RecoveryCandidate& c : batch) {
       ++report.candidates;
       Status st = Settle(c, report);

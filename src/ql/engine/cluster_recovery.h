@@ -37,7 +37,8 @@ class ClusterRecovery {
 
   // Examines every candidate (in pages of `page`) once and requeues due retries. Errors on one
   // run are counted and the cycle goes on; a failed listing is returned.
-  Result<RecoveryReport> RunOnce(int page = 256);
+  // `scope` says which runs the cycle lists (startup: kAll; periodic cycles: kBeyondQueue).
+  Result<RecoveryReport> RunOnce(int page = 256, RecoveryScope scope = RecoveryScope::kAll);
 
   // From now on each cycle also ends remote runs still running longer than their plan's
   // timeout plus `grace_ms` (database clock) as timed_out, whatever their worker reports; the

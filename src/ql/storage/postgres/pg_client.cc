@@ -531,7 +531,8 @@ Status Pool::RunOnce(Connection& conn, const TxOptions& options, std::string_vie
                       "; SET LOCAL statement_timeout = " + std::to_string(s.statement_timeout_ms) +
                       "; SET LOCAL lock_timeout = " + std::to_string(s.lock_timeout_ms) +
                       "; SET LOCAL idle_in_transaction_session_timeout = " +
-                      std::to_string(s.idle_in_transaction_timeout_ms);
+                      std::to_string(s.idle_in_transaction_timeout_ms) +
+                      (options.durable_commit ? "" : "; SET LOCAL synchronous_commit = off");
   QL_RETURN_IF_ERROR(conn.ExecScript(begin, operation));
   Tx tx(conn, operation);
   Status status = body(tx);

@@ -191,6 +191,9 @@ enum class Isolation { kReadCommitted, kRepeatableRead, kSerializable };
 struct TxOptions {
   Isolation isolation = Isolation::kReadCommitted;
   bool read_only = false;
+  // false: COMMIT returns before the WAL is flushed (`synchronous_commit = off` for this
+  // transaction only). Only for writes whose loss in a crash is harmless by design.
+  bool durable_commit = true;
 };
 
 // Handed to a transaction body: runs statements on the transaction's connection.

@@ -14,8 +14,9 @@ class PostgresClusterRecovery final : public ClusterRecoveryRepository {
  public:
   explicit PostgresClusterRecovery(pg::Pool& pool) : pool_(pool) {}
 
-  Result<std::vector<RecoveryCandidate>> ListRecoveryCandidates(const std::string& after_run_id,
-                                                                int limit) override;
+  Result<std::vector<RecoveryCandidate>> ListRecoveryCandidates(
+      const std::string& after_run_id, int limit,
+      RecoveryScope scope = RecoveryScope::kAll) override;
 
  private:
   pg::Pool& pool_;

@@ -70,25 +70,29 @@ bool Before(const ScheduleClaim& a, const ScheduleClaim& b) {
          std::tie(y.next_fire_at_ms, y.project_id, y.trigger_id);
 }
 
-// The admission's own check of a pinned execution revision (one row of execution_revisions
-// read in the admission transaction): of the run's project, task revision, digest and executor
-// type, its plan parses and hashes to its digest, and belongs to the task digest.
-Status VerifyExecution(const Rows& rows, int i, const NewRun& run) {
-  const bool matches = rows.Text(i, 1) == run.project_id && rows.Text(i, 2) == run.task_id &&
-                       rows.Int(i, 3) == run.task_revision && rows.Text(i, 4) == run.task_digest &&
-                       rows.Text(i, 5) == run.executor_type;
+// The plan of one row of execution_revisions read in the admission transaction parses, hashes
+// to its digest and belongs to the row's task digest. Checked once per row and batch.
+Status VerifyPlanRow(const Rows& rows, int i) {
+  std::string task_digest = rows.Text(i, 4);
   std::string plan_text = rows.Text(i, 6);
   std::string plan_digest = rows.Text(i, 7);
   QL_RETURN_IF_ERROR(rows.status());
-  Status plan_ok = [&]() -> Status {
-    QL_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonStrict(plan_text));
-    QL_ASSIGN_OR_RETURN(ExecutionPlan plan, PlanFromJson(json));
-    QL_RETURN_IF_ERROR(VerifyPlanDigest(plan, plan_digest));
-    if (plan.task_digest != run.task_digest) {
-      return Corrupt("digest_mismatch", "plan of another task digest");
-    }
-    return Status::Ok();
-  }();
+  QL_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonStrict(plan_text));
+  QL_ASSIGN_OR_RETURN(ExecutionPlan plan, PlanFromJson(json));
+  QL_RETURN_IF_ERROR(VerifyPlanDigest(plan, plan_digest));
+  if (plan.task_digest != task_digest) {
+    return Corrupt("digest_mismatch", "plan of another task digest");
+  }
+  return Status::Ok();
+}
+
+// The admission's own check of a pinned execution revision: row `i` is of the run's project,
+// task revision, digest and executor type, and its plan passed VerifyPlanRow (`plan_ok`).
+Status VerifyExecution(const Rows& rows, int i, const Status& plan_ok, const NewRun& run) {
+  const bool matches = rows.Text(i, 1) == run.project_id && rows.Text(i, 2) == run.task_id &&
+                       rows.Int(i, 3) == run.task_revision && rows.Text(i, 4) == run.task_digest &&
+                       rows.Text(i, 5) == run.executor_type;
+  QL_RETURN_IF_ERROR(rows.status());
   if (!matches || !plan_ok.ok()) {
     return Corrupt("execution_revision_invalid",
                    "execution revision " + run.execution_revision_id +
@@ -143,7 +147,11 @@ Result<std::vector<ScheduleClaim>> PostgresClusterSchedules::ClaimDueSchedules(
                            "limit of 1..256 and a lease of 1000..60000 ms");
   }
   std::vector<ScheduleClaim> claims;
-  QL_RETURN_IF_ERROR(pool_.Transact({}, "claiming schedules", [&](Tx& tx) -> Status {
+  // The claim commits without waiting for its WAL flush. A claim lost in a crash or failover
+  // never existed: its random token matches no row, so the admission's full fence refuses it,
+  // and the row is free to claim again. Admissions always commit durably.
+  const pg::TxOptions options{pg::Isolation::kReadCommitted, false, false};
+  QL_RETURN_IF_ERROR(pool_.Transact(options, "claiming schedules", [&](Tx& tx) -> Status {
     claims.clear();
     QL_ASSIGN_OR_RETURN(Rows rows,
                         tx.Exec(kClaimSql, {P(request.owner), P(request.token), P(request.limit),
@@ -307,7 +315,11 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
                       "WHERE id = ANY($1::text[])",
                       {pg::PArray(exec_ids)}));
           std::map<std::string, int> exec_of;
-          for (int i = 0; i < execs.size(); ++i) exec_of[execs.Text(i, 0)] = i;
+          std::vector<Status> plan_ok;
+          for (int i = 0; i < execs.size(); ++i) {
+            exec_of[execs.Text(i, 0)] = i;
+            plan_ok.push_back(VerifyPlanRow(execs, i));
+          }
           QL_RETURN_IF_ERROR(execs.status());
           for (size_t k = 0; k < decisions.size(); ++k) {
             if (!go[k] || !decisions[k].run.has_value()) continue;
@@ -317,7 +329,7 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
                 it == exec_of.end()
                     ? Corrupt("execution_revision_invalid",
                               "execution revision " + run.execution_revision_id + " does not exist")
-                    : VerifyExecution(execs, it->second, run);
+                    : VerifyExecution(execs, it->second, plan_ok[it->second], run);
             if (!valid.ok()) {
               results[k].error = valid;
               go[k] = false;
@@ -334,13 +346,15 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
             projects.push_back(run->project_id);
             keys.push_back(run->idempotency_key);
           }
+          // One probe of the unique key per occurrence (LATERAL ... LIMIT 1 keeps it an index
+          // lookup whatever the statistics of `runs` say).
           QL_ASSIGN_OR_RETURN(
               Rows taken,
-              tx.Exec(
-                  "SELECT r.idempotency_key FROM ql3.runs r JOIN unnest($1::text[], $2::text[]) "
-                  "AS k(project_id, idempotency_key) ON r.project_id = k.project_id AND "
-                  "r.idempotency_key = k.idempotency_key",
-                  {pg::PArray(projects), pg::PArray(keys)}));
+              tx.Exec("SELECT k.idempotency_key FROM unnest($1::text[], $2::text[]) "
+                      "AS k(project_id, idempotency_key) CROSS JOIN LATERAL (SELECT 1 FROM "
+                      "ql3.runs r WHERE r.project_id = k.project_id AND "
+                      "r.idempotency_key = k.idempotency_key LIMIT 1) hit",
+                      {pg::PArray(projects), pg::PArray(keys)}));
           std::set<std::string> admitted;
           for (int i = 0; i < taken.size(); ++i) admitted.insert(taken.Text(i, 0));
           QL_RETURN_IF_ERROR(taken.status());

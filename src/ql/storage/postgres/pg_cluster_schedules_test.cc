@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -1161,6 +1162,37 @@ TEST_F(ClusterRecoveryTest, APristineAdmissionIsNoCandidateAndAnyDriftMakesItOne
   EXPECT_EQ(RunRow(run), drifted);
   EXPECT_EQ(EventTypes(run), "run.created,run.queued");
   EXPECT_EQ(Sample(metrics_, R"(ql_recovery_runs{action="redispatch"})"), 1);
+}
+
+TEST_F(ClusterRecoveryTest, PeriodicCyclesLeaveTheQueueToThePullAndStillSettleStartedWork) {
+  TaskView task = NewTask("scoped");
+  const std::string queued = AdmitRun(NewTrigger(task, kYearly, "fire_once"), 2020);
+  const std::string started = AdmitRun(NewTrigger(task, kYearly, "fire_once"), 2020);
+  ASSERT_FALSE(queued.empty());
+  ASSERT_FALSE(started.empty());
+  // A drifted queued run: a candidate at startup only.
+  Sql("UPDATE ql3.run_attempts SET offer_id = 'offer-1' WHERE run_id = '" + queued + "'");
+  StartDispatching(started);
+  auto ids = [&](RecoveryScope scope) {
+    Result<std::vector<RecoveryCandidate>> listed =
+        candidates_->ListRecoveryCandidates("", 1000, scope);
+    EXPECT_TRUE(listed.ok()) << listed.status().ToString();
+    std::set<std::string> out;
+    if (listed.ok()) {
+      for (const RecoveryCandidate& c : *listed) out.insert(c.run_id);
+    }
+    return out;
+  };
+  EXPECT_EQ(ids(RecoveryScope::kAll), (std::set<std::string>{queued, started}));
+  EXPECT_EQ(ids(RecoveryScope::kBeyondQueue), (std::set<std::string>{started}));
+
+  Result<RecoveryReport> report = recovery_->RunOnce(256, RecoveryScope::kBeyondQueue);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->candidates, 1);
+  EXPECT_EQ(report->lost, 1);
+  EXPECT_EQ(report->redispatch, 0);
+  EXPECT_EQ(Sql("SELECT status FROM ql3.runs WHERE id = '" + started + "'"), "failed");
+  EXPECT_EQ(Sql("SELECT status FROM ql3.runs WHERE id = '" + queued + "'"), "queued");
 }
 
 TEST_F(ClusterRecoveryTest, StartedWorkWithoutALeaseIsLostAndFailsWithoutARetryPolicy) {
