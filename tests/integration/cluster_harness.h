@@ -5,28 +5,45 @@
 // end of the test at the latest.
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include <memory>
 
 #include "harness.h"
 #include "ql/testing/postgres_server.h"
 
 namespace ql::itest {
 
+// A port for a listener: below Linux's ephemeral range (32768..60999), so no outgoing
+// connection (libpq, HTTP clients) can be holding it, and free to bind right now. Successive
+// calls never return the same port.
 inline int FreePort() {
-  static int next = 31000 + (::getpid() % 500) * 20;
-  return next++;
+  static int next = 20000 + (::getpid() % 600) * 20;
+  for (int tries = 0; tries < 12000; ++tries) {
+    const int port = next++;
+    if (next >= 32000) next = 20000;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  return 0;
 }
 
 // One child process running a QingLong binary.

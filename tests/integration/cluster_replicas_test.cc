@@ -20,6 +20,7 @@
 
 #include "cluster_harness.h"
 #include "harness.h"
+#include "ql/storage/postgres/pg_client.h"
 #include "ql/testing/postgres_server.h"
 
 namespace ql::itest {
@@ -139,15 +140,23 @@ TEST_F(ClusterReplicasTest, KilledReplicasClaimsAreTakenOverOnlyAfterExpiry) {
   const int64_t from = (DbNowMs() / 1000 + 2) * 1000;
   std::this_thread::sleep_for(std::chrono::seconds(5));
 
-  // Kill the victim at a moment it holds claims (retry a few times: rounds are short).
+  // Kill the victim at a moment it holds claims. Rounds are short (a claim lives a few
+  // milliseconds before its admission clears it), so watch through one open connection.
+  Result<std::unique_ptr<pg::Connection>> watch =
+      pg::Connection::Open(server_->Url(PostgresServer::kSuperuser, "qinglong"), {});
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
   struct Held {
     std::string trigger;
     int64_t cursor;
     int64_t expires;
   };
   std::vector<Held> held;
-  for (int tries = 0; tries < 200 && held.empty(); ++tries) {
-    if (Count("SELECT count(*) FROM ql3.trigger_schedules WHERE claim_owner = 'victim'") > 0) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (held.empty() && std::chrono::steady_clock::now() < give_up) {
+    Result<pg::Rows> claimed = (*watch)->Exec(
+        "SELECT count(*) FROM ql3.trigger_schedules WHERE claim_owner = 'victim'", {}, "watch");
+    ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
+    if (claimed->Int(0, 0) > 0) {
       victim.Kill();
       Result<std::string> rows = server_->Psql(
           "qinglong",
@@ -159,7 +168,7 @@ TEST_F(ClusterReplicasTest, KilledReplicasClaimsAreTakenOverOnlyAfterExpiry) {
       while (in >> h.trigger >> h.cursor >> h.expires) held.push_back(h);
       break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
   if (held.empty()) victim.Kill();
   ASSERT_FALSE(held.empty()) << "the victim never held a claim while watched";

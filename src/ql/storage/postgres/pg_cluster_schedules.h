@@ -37,9 +37,9 @@ class PostgresClusterSchedules final : public ClusterScheduleRepository {
       const std::vector<ClaimDecision>& decisions) override;
   Result<std::optional<int64_t>> MsUntilNextDue() override;
 
-  // The claim statement ($1 owner, $2 token, $3 limit, $4 lease ms, $5 executor type), for
-  // benchmarks that show its plan.
-  static std::string_view ClaimStatement();
+  // The claim statement for `limit` rows ($1 owner, $2 token, $3 lease ms, $4 executor type),
+  // for benchmarks that show its plan.
+  static std::string ClaimStatement(int limit);
 
   // Tests only: called inside the admission transaction after each write step ("run", then
   // "schedule"); a non-ok return aborts the transaction there, as a failed write would.

@@ -168,6 +168,11 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("projects":1,"retry_policies":1,"run_logs":1,"runs":1,"schedule_claims":1,)"
        R"("schedules":1,"worker_credentials":1,"worker_sessions":1})",
        "pg-0008-worker-leases"},
+      {kControlCore, 7,
+       R"({"api_credentials":1,"attempts":1,"definitions":1,"dispatch_leases":2,"events":1,)"
+       R"("projects":1,"retry_policies":1,"run_logs":1,"runs":1,"schedule_claims":2,)"
+       R"("schedules":1,"worker_credentials":1,"worker_sessions":1})",
+       "pg-0009-heap-only-claims"},
   };
   return kSteps;
 }

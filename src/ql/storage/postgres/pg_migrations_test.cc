@@ -32,8 +32,9 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0006-api-credentials",
        "95e06af363812c7b1ce4c7f8fcc20dbde29106cfa0a97ca9fed97ff033f82e06"},
       {"pg-0007-run-logs", "b9099079d5a443373d0c10deaff1dd92334bb9b54ecbe6ee4661eb85cf7f2143"},
-      {"pg-0008-worker-leases",
-       "cf8e6bde5b8db6ebc9e96dbcbbfc5a34d1a7309b38d3606b511f85d519ba3fed"},
+      {"pg-0008-worker-leases", "cf8e6bde5b8db6ebc9e96dbcbbfc5a34d1a7309b38d3606b511f85d519ba3fed"},
+      {"pg-0009-heap-only-claims",
+       "a0b71534bc2e9cc21c944edb5a14d299125e436b2c549cb7213a6cff6cdce566"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();
