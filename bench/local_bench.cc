@@ -1,7 +1,10 @@
 // Measures ql-local as an operator would see it: idle memory, start-up time, admission
 // throughput of a burst and scheduling lag. Prints one table and name=value lines.
 //
-//   local_bench [--bin DIR] [--triggers N] [--lag-triggers N] [--lag-seconds S]
+//   local_bench [--bin DIR] [--triggers N] [--lag-triggers N] [--lag-seconds S] [--repeat 3]
+//
+// Memory, start-up and the burst are the median of --repeat runs on fresh data directories;
+// the lag is one minute of 1,000 triggers (every occurrence in it counts).
 
 #include <signal.h>
 #include <sqlite3.h>
@@ -153,6 +156,12 @@ int64_t Scalar(const std::string& db, const std::string& sql) {
   return rows.empty() || rows[0].empty() ? 0 : rows[0][0];
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 double Percentile(std::vector<int64_t> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -167,75 +176,87 @@ int main(int argc, char** argv) {
   int triggers = 10'000;
   int lag_triggers = 1'000;
   int lag_seconds = 60;
+  int repeat = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--bin") bin = argv[i + 1];
     else if (a == "--triggers") triggers = std::stoi(argv[i + 1]);
     else if (a == "--lag-triggers") lag_triggers = std::stoi(argv[i + 1]);
     else if (a == "--lag-seconds") lag_seconds = std::stoi(argv[i + 1]);
+    else if (a == "--repeat") repeat = std::max(1, std::stoi(argv[i + 1]));
   }
   char tmpl[] = "/tmp/ql-bench-XXXXXX";
   const std::string root = mkdtemp(tmpl);
 
-  // 1. Edge: idle RSS with 0 and N triggers, and start-up time with N triggers. The triggers
-  // are published through a standalone start of the same data directory (WAL: no fsync per
-  // publish), then the edge daemon starts on it.
-  const std::string edge = root + "/edge";
-  Daemon d = Start(bin, edge, "edge");
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  const double rss_idle_0 = RssMiB(d.pid);
-  Stop(d);
-  d = Start(bin, edge, "standalone");
-  {
-    auto c = Client(d);
-    const std::string task = AddTask(*c, "true");
-    AddTriggers(*c, task, triggers, [](int) { return "0 0 0 1 1 *"; });
-  }
-  Stop(d);
-  d = Start(bin, edge, "edge");
-  const int64_t ready_ms = d.ready_ms;
-  const std::string edge_db = edge + "/db/qinglong.db";
-  while (Scalar(edge_db, "SELECT COUNT(*) FROM trigger_schedules WHERE next_fire_at_ms IS NULL") > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  std::this_thread::sleep_for(std::chrono::seconds(6));  // one idle edge cadence
-  const double rss_idle_n = RssMiB(d.pid);
-  Stop(d);
+  // Sections 1 and 2 run --repeat times (fresh data directories); each figure is the median.
+  std::vector<double> rss_idle_0s, rss_idle_ns, ready_mss, rates, firsts, lasts, admitteds;
+  int64_t duplicates = 0;  // summed over the repeats: must stay 0
+  for (int k = 0; k < repeat; ++k) {
+    // 1. Edge: idle RSS with 0 and N triggers, and start-up time with N triggers. The triggers
+    // are published through a standalone start of the same data directory (WAL: no fsync per
+    // publish), then the edge daemon starts on it.
+    const std::string edge = root + "/edge" + std::to_string(k);
+    Daemon d = Start(bin, edge, "edge");
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    rss_idle_0s.push_back(RssMiB(d.pid));
+    Stop(d);
+    d = Start(bin, edge, "standalone");
+    {
+      auto c = Client(d);
+      const std::string task = AddTask(*c, "true");
+      AddTriggers(*c, task, triggers, [](int) { return "0 0 0 1 1 *"; });
+    }
+    Stop(d);
+    d = Start(bin, edge, "edge");
+    ready_mss.push_back(static_cast<double>(d.ready_ms));
+    const std::string edge_db = edge + "/db/qinglong.db";
+    while (Scalar(edge_db, "SELECT COUNT(*) FROM trigger_schedules WHERE next_fire_at_ms IS NULL") > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(6));  // one idle edge cadence
+    rss_idle_ns.push_back(RssMiB(d.pid));
+    Stop(d);
 
-  // 2. Standalone: N triggers due in the same second.
-  const std::string sa = root + "/standalone";
-  d = Start(bin, sa, "standalone");
-  const std::string sa_db = sa + "/db/qinglong.db";
-  int64_t due_ms = 0;
-  {
-    // Every trigger fires at second 0 of every minute; the first minute boundary after all of
-    // them exist is the burst that is measured.
-    auto c = Client(d);
-    const std::string task = AddTask(*c, "true");
-    const int64_t t0 = NowMs();
-    AddTriggers(*c, task, triggers, [](int) { return "0 * * * * *"; });
-    std::cerr << "created " << triggers << " triggers in " << NowMs() - t0 << " ms\n";
-    due_ms = ((NowMs() + 2000) / 60'000 + 1) * 60'000;
+    // 2. Standalone: N triggers due in the same second.
+    const std::string sa = root + "/standalone" + std::to_string(k);
+    d = Start(bin, sa, "standalone");
+    const std::string sa_db = sa + "/db/qinglong.db";
+    int64_t due_ms = 0;
+    {
+      // Every trigger fires at second 0 of every minute; the first minute boundary after all of
+      // them exist is the burst that is measured.
+      auto c = Client(d);
+      const std::string task = AddTask(*c, "true");
+      const int64_t t0 = NowMs();
+      AddTriggers(*c, task, triggers, [](int) { return "0 * * * * *"; });
+      std::cerr << "created " << triggers << " triggers in " << NowMs() - t0 << " ms\n";
+      due_ms = ((NowMs() + 2000) / 60'000 + 1) * 60'000;
+    }
+    while (Scalar(sa_db, "SELECT COUNT(*) FROM runs WHERE scheduled_for_ms = " +
+                             std::to_string(due_ms)) < triggers &&
+           NowMs() < due_ms + 120'000) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    auto burst = Query(sa_db, "SELECT COUNT(*), MIN(created_at_ms), MAX(created_at_ms) FROM runs "
+                              "WHERE scheduled_for_ms = " + std::to_string(due_ms));
+    const int64_t admitted = burst[0][0];
+    const int64_t first = burst[0][1], last = burst[0][2];
+    const double burst_s = std::max<int64_t>(last - due_ms, 1) / 1000.0;
+    admitteds.push_back(static_cast<double>(admitted));
+    firsts.push_back(static_cast<double>(first - due_ms));
+    lasts.push_back(static_cast<double>(last - due_ms));
+    rates.push_back(admitted / burst_s);
+    duplicates += Scalar(
+        sa_db, "SELECT COUNT(*) FROM (SELECT idempotency_key FROM runs WHERE idempotency_key IS NOT "
+               "NULL GROUP BY idempotency_key HAVING COUNT(*) > 1)");
+    Stop(d);
   }
-  while (Scalar(sa_db, "SELECT COUNT(*) FROM runs WHERE scheduled_for_ms = " +
-                           std::to_string(due_ms)) < triggers &&
-         NowMs() < due_ms + 120'000) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  auto burst = Query(sa_db, "SELECT COUNT(*), MIN(created_at_ms), MAX(created_at_ms) FROM runs "
-                            "WHERE scheduled_for_ms = " + std::to_string(due_ms));
-  const int64_t admitted = burst[0][0];
-  const int64_t first = burst[0][1], last = burst[0][2];
-  const double burst_s = std::max<int64_t>(last - due_ms, 1) / 1000.0;
-  const double admission_rate = admitted / burst_s;
-  const int64_t duplicates = Scalar(
-      sa_db, "SELECT COUNT(*) FROM (SELECT idempotency_key FROM runs WHERE idempotency_key IS NOT "
-             "NULL GROUP BY idempotency_key HAVING COUNT(*) > 1)");
-  Stop(d);
+  const double rss_idle_0 = Median(rss_idle_0s), rss_idle_n = Median(rss_idle_ns);
+  const double ready_ms = Median(ready_mss), admission_rate = Median(rates);
 
   // 3. Standalone: lag with triggers spread over the minute.
   const std::string lag = root + "/lag";
-  d = Start(bin, lag, "standalone");
+  Daemon d = Start(bin, lag, "standalone");
   const std::string lag_db = lag + "/db/qinglong.db";
   int64_t measure_from = 0;
   {
@@ -255,11 +276,11 @@ int main(int argc, char** argv) {
   std::printf("%-58s %12s\n", "figure", "value");
   std::printf("%-58s %9.2f MiB\n", "edge idle RSS, 0 triggers", rss_idle_0);
   std::printf("%-58s %9.2f MiB\n", ("edge idle RSS, " + std::to_string(triggers) + " triggers").c_str(), rss_idle_n);
-  std::printf("%-58s %9lld ms\n", ("edge start to /readyz 200, " + std::to_string(triggers) + " triggers").c_str(), (long long)ready_ms);
+  std::printf("%-58s %9.0f ms\n", ("edge start to /readyz 200, " + std::to_string(triggers) + " triggers").c_str(), ready_ms);
   std::printf("%-58s %9.0f /s\n", ("standalone admission, " + std::to_string(triggers) + " due at once").c_str(), admission_rate);
-  std::printf("%-58s %9lld ms\n", "  scheduled time to last admission", (long long)(last - due_ms));
-  std::printf("%-58s %9lld ms\n", "  scheduled time to first admission", (long long)(first - due_ms));
-  std::printf("%-58s %9lld\n", "  occurrences admitted", (long long)admitted);
+  std::printf("%-58s %9.0f ms\n", "  scheduled time to last admission", Median(lasts));
+  std::printf("%-58s %9.0f ms\n", "  scheduled time to first admission", Median(firsts));
+  std::printf("%-58s %9.0f\n", "  occurrences admitted", Median(admitteds));
   std::printf("%-58s %9lld\n", "  duplicate idempotency keys", (long long)duplicates);
   std::printf("%-58s %9.0f ms\n", ("lag p50, " + std::to_string(lag_triggers) + " triggers over the minute").c_str(), Percentile(lags, 0.5));
   std::printf("%-58s %9.0f ms\n", "lag p99", Percentile(lags, 0.99));
@@ -267,7 +288,7 @@ int main(int argc, char** argv) {
   std::printf("%-58s %9zu\n", "  occurrences measured", lags.size());
   std::printf("edge_idle_rss_0_mib=%.2f\n", rss_idle_0);
   std::printf("edge_idle_rss_%d_mib=%.2f\n", triggers, rss_idle_n);
-  std::printf("edge_ready_ms_%d=%lld\n", triggers, (long long)ready_ms);
+  std::printf("edge_ready_ms_%d=%.0f\n", triggers, ready_ms);
   std::printf("standalone_admission_per_s=%.0f\n", admission_rate);
   std::printf("standalone_burst_duplicates=%lld\n", (long long)duplicates);
   std::printf("lag_p50_ms=%.0f\nlag_p99_ms=%.0f\n", Percentile(lags, 0.5), Percentile(lags, 0.99));
