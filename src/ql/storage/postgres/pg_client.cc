@@ -526,13 +526,15 @@ Status Pool::RunOnce(Connection& conn, const TxOptions& options, std::string_vie
                       : options.isolation == Isolation::kRepeatableRead ? "REPEATABLE READ"
                                                                         : "READ COMMITTED";
   const SessionOptions& s = options_.session;
-  std::string begin = std::string("BEGIN ISOLATION LEVEL ") + level +
-                      (options.read_only ? " READ ONLY" : " READ WRITE") +
-                      "; SET LOCAL statement_timeout = " + std::to_string(s.statement_timeout_ms) +
-                      "; SET LOCAL lock_timeout = " + std::to_string(s.lock_timeout_ms) +
-                      "; SET LOCAL idle_in_transaction_session_timeout = " +
-                      std::to_string(s.idle_in_transaction_timeout_ms) +
-                      (options.durable_commit ? "" : "; SET LOCAL synchronous_commit = off");
+  std::string begin =
+      std::string("BEGIN ISOLATION LEVEL ") + level +
+      (options.read_only ? " READ ONLY" : " READ WRITE") +
+      "; SET LOCAL statement_timeout = " + std::to_string(s.statement_timeout_ms) +
+      "; SET LOCAL lock_timeout = " + std::to_string(s.lock_timeout_ms) +
+      "; SET LOCAL idle_in_transaction_session_timeout = " +
+      std::to_string(s.idle_in_transaction_timeout_ms) +
+      (options.durable_commit ? "" : "; SET LOCAL synchronous_commit = off") +
+      (options.generic_plans ? "; SET LOCAL plan_cache_mode = force_generic_plan" : "");
   QL_RETURN_IF_ERROR(conn.ExecScript(begin, operation));
   Tx tx(conn, operation);
   Status status = body(tx);

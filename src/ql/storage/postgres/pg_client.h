@@ -194,6 +194,10 @@ struct TxOptions {
   // false: COMMIT returns before the WAL is flushed (`synchronous_commit = off` for this
   // transaction only). Only for writes whose loss in a crash is harmless by design.
   bool durable_commit = true;
+  // true: prepared statements run as generic plans (`plan_cache_mode = force_generic_plan` for
+  // this transaction), planned once per connection. For statements whose plan does not depend
+  // on their parameters and costs more to make than to run.
+  bool generic_plans = false;
 };
 
 // Handed to a transaction body: runs statements on the transaction's connection.

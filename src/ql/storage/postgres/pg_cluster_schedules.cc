@@ -153,13 +153,12 @@ Result<std::vector<ScheduleClaim>> PostgresClusterSchedules::ClaimDueSchedules(
   std::vector<ScheduleClaim> claims;
   // The claim commits without waiting for its WAL flush. A claim lost in a crash or failover
   // never existed: its random token matches no row, so the admission's full fence refuses it,
-  // and the row is free to claim again. Admissions always commit durably.
-  const pg::TxOptions options{pg::Isolation::kReadCommitted, false, false};
+  // and the row is free to claim again. Admissions always commit durably. The statement runs
+  // as a generic plan, made once per connection and batch size: it walks the due index in
+  // claim order whatever the parameters, and planning its joins costs more than running them.
+  const pg::TxOptions options{pg::Isolation::kReadCommitted, false, false, true};
   QL_RETURN_IF_ERROR(pool_.Transact(options, "claiming schedules", [&](Tx& tx) -> Status {
     claims.clear();
-    // Planned once per connection: the plan does not depend on the parameters (it walks the
-    // due index in claim order), and planning the joins costs more than running them.
-    QL_RETURN_IF_ERROR(tx.Exec("SET LOCAL plan_cache_mode = force_generic_plan").status());
     QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(ClaimStatement(request.limit),
                                            {P(request.owner), P(request.token), P(request.lease_ms),
                                             P("remote_worker")}));
