@@ -179,6 +179,11 @@ CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvL
   if (std::optional<CliError> bad = CheckToken(connection.token, connection.token_source)) {
     return *bad;
   }
+  if (options.project) {
+    connection.project = *options.project;
+  } else if (std::optional<std::string> project = non_empty_env("QL_PROJECT")) {
+    connection.project = *project;
+  }
   return connection;
 }
 
@@ -254,7 +259,12 @@ ApiClient::ApiClient(Connection connection)
 ApiClient::~ApiClient() = default;
 
 std::string ApiClient::FullPath(const std::string& path) const {
-  return connection_.server.base_path + path;
+  if (connection_.project.empty() || path.rfind("/api/v1/", 0) != 0) {
+    return connection_.server.base_path + path;
+  }
+  const char separator = path.find('?') == std::string::npos ? '?' : '&';
+  return connection_.server.base_path + path + separator + "project=" +
+         UrlEncode(connection_.project);
 }
 
 CliError ApiClient::TransportError(int error) const {
@@ -439,6 +449,10 @@ void AddGlobalOptions(CLI::App& root) {
                   "ql-local data directory to find server.json and owner.token in "
                   "(default: $QL_DATA_DIR, else ./data)")
       ->type_name("DIR");
+  root.add_option("--project",
+                  "the project to work in, by name or id (default: $QL_PROJECT, else the "
+                  "server's default project)")
+      ->type_name("NAME");
   root.add_flag("--json")->description("Print JSON for scripts instead of tables");
 }
 
@@ -454,6 +468,7 @@ GlobalOptions GlobalOptionsOf(const CLI::App& app) {
   options.server = string_option("--server");
   options.token = string_option("--token");
   options.data_dir = string_option("--data");
+  options.project = string_option("--project");
   const CLI::Option* json = root->get_option_no_throw("--json");
   options.json = json != nullptr && json->count() > 0;
   return options;

@@ -96,6 +96,7 @@ struct GlobalOptions {
   std::optional<std::string> server;    // --server URL
   std::optional<std::string> token;     // --token TOKEN
   std::optional<std::string> data_dir;  // --data DIR
+  std::optional<std::string> project;   // --project NAME (else $QL_PROJECT; else the default)
   bool json = false;                    // --json
 };
 
@@ -115,6 +116,8 @@ struct Connection {
   std::string server_source;
   std::string token;
   std::string token_source;
+  // The project every /api/v1 request names (?project=); empty: the server's default project.
+  std::string project;
 };
 
 // Resolves the server and the token, each independently: the flag, else the environment

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cron_command.h"
+#include "governance_command.h"
 #include "run_command.h"
 #include "status_command.h"
 #include "task_command.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   ql::cli::RegisterTriggerCommands(app);
   ql::cli::RegisterRunCommands(app);
   ql::cli::RegisterStatusCommand(app);
+  ql::cli::RegisterGovernanceCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -98,6 +98,25 @@ int Credential(pg::CredentialKind kind, const CredentialCommand& command, bool r
   Result<std::unique_ptr<pg::Pool>> pool = pg::Pool::Create(options);
   if (!pool.ok()) return Fail(pool.status());
   const char* what = kind == pg::CredentialKind::kApi ? "API" : "worker";
+  if (kind == pg::CredentialKind::kApi) {
+    if (revoke) {
+      if (Status st = pg::RevokeApiTokens(**pool, command.name, SystemClock()); !st.ok()) {
+        return Fail(st);
+      }
+      std::cout << "revoked every API token of principal " << command.name << "\n";
+      return 0;
+    }
+    Result<pg::MintedApiToken> minted =
+        pg::MintApiToken(**pool, command.name, SystemClock(), SecureRandom());
+    if (!minted.ok()) return Fail(minted.status());
+    std::cout << "principal " << minted->name << " (id " << minted->principal_id << ") "
+              << (minted->owner ? "is the installation owner"
+                                : "has no role yet (grant one with ql role grant)")
+              << "; token " << minted->token_id
+              << " is shown once and stored only as its SHA-256 digest:\n"
+              << minted->token << "\n";
+    return 0;
+  }
   if (revoke) {
     if (Status st = pg::RevokeCredential(**pool, kind, command.name, SystemClock()); !st.ok()) {
       return Fail(st);

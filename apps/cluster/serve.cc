@@ -21,6 +21,7 @@
 #include "ql/engine/control_service.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/round_loop.h"
+#include "ql/engine/token_authenticator.h"
 #include "ql/engine/worker_service.h"
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
@@ -41,8 +42,6 @@ constexpr int kExitUsage = 2;
 constexpr int kExitNotReady = 3;
 // A verified API credential is trusted this long before it is looked up again, so a
 // revocation takes effect within this bound.
-constexpr auto kCredentialCacheTtl = std::chrono::seconds(10);
-constexpr size_t kCredentialCacheEntries = 1024;
 constexpr int kRecoveryStartAttempts = 10;
 
 int Fail(int code, const Status& status) {
@@ -72,31 +71,6 @@ pg::PoolOptions PoolFor(const std::string& url, const std::string& app, int max)
   return options;
 }
 
-// Remembers credentials that verified, for kCredentialCacheTtl.
-class CredentialCache {
- public:
-  explicit CredentialCache(pg::Pool& runtime) : runtime_(runtime) {}
-  Result<bool> Verify(const std::string& digest) {
-    const auto now = std::chrono::steady_clock::now();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = verified_.find(digest);
-      if (it != verified_.end() && it->second > now) return true;
-    }
-    QL_ASSIGN_OR_RETURN(bool live, pg::VerifyApiCredential(runtime_, digest));
-    if (live) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (verified_.size() >= kCredentialCacheEntries) verified_.clear();
-      verified_[digest] = now + kCredentialCacheTtl;
-    }
-    return live;
-  }
-
- private:
-  pg::Pool& runtime_;
-  std::mutex mu_;
-  std::map<std::string, std::chrono::steady_clock::time_point> verified_;
-};
 
 }  // namespace
 
@@ -299,11 +273,11 @@ int Serve(const ServeConfig& config) {
     std::cout << "workers: no --worker-database-url; the worker listener is off\n";
   }
 
-  CredentialCache credentials(store->runtime_pool());
+  TokenAuthenticator authenticator(store->governance(), SystemClock());
   PostgresLogSource logs(store->runtime_pool());
   ApiServerOptions api_options;
-  api_options.credential_verifier = [&](const std::string& digest) {
-    return credentials.Verify(digest);
+  api_options.authenticate = [&](const std::string& digest) {
+    return authenticator.Authenticate(digest);
   };
   api_options.log_reader = &logs;
   ApiServer api(control, metrics, api_options);

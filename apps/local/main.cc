@@ -18,6 +18,8 @@
 #include <thread>
 
 #include "ql/core/clock.h"
+#include "ql/core/digest.h"
+#include "ql/core/governance_ports.h"
 #include "ql/core/ids.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/local_dispatcher.h"
@@ -25,6 +27,7 @@
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/round_loop.h"
+#include "ql/engine/token_authenticator.h"
 #include "ql/exec/executor.h"
 #include "ql/exec/supervision_runner.h"
 #include "ql/http/api_server.h"
@@ -147,6 +150,21 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   if (Result<ProjectRecord> project = control.EnsureDefaultProject(); !project.ok()) {
     return Fail(kExitFailure, project.status());
   }
+  // The owner token belongs to the installation owner, bootstrapped on first start.
+  {
+    const int64_t now = clock.NowMs();
+    BootstrapCommand bootstrap;
+    bootstrap.principal_id = NewUuidV7(now, random);
+    bootstrap.token_id = NewUuidV7(now, random);
+    bootstrap.token_digest = Sha256Hex(*token);
+    bootstrap.mutation_id = "bootstrap:" + bootstrap.principal_id;
+    bootstrap.now_ms = now;
+    Result<BootstrapResult> booted = (*store)->governance().Bootstrap(bootstrap);
+    if (!booted.ok() && booted.status().reason() != "already_bootstrapped") {
+      return Fail(kExitFailure, booted.status());
+    }
+  }
+  TokenAuthenticator authenticator((*store)->governance(), clock);
 
   // Reconcile what an earlier incarnation left running before anything new is scheduled.
   exec::SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(), data.string());
@@ -185,7 +203,9 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
 
   LogReader log_reader((data / "log").string());
   ApiServerOptions api_options;
-  api_options.owner_token = *token;
+  api_options.authenticate = [&](const std::string& digest) {
+    return authenticator.Authenticate(digest);
+  };
   api_options.log_reader = &log_reader;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {

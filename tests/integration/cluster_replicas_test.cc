@@ -194,5 +194,55 @@ TEST_F(ClusterReplicasTest, KilledReplicasClaimsAreTakenOverOnlyAfterExpiry) {
   ExpectExactlyOncePerOccurrence(kTriggers, from, to);
 }
 
+TEST_F(ClusterReplicasTest, ARevocationOnOneReplicaIsEnforcedByAnotherWithinTheBound) {
+  Replica a("replica-a", Log("a")), b("replica-b", Log("b"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  ASSERT_TRUE(b.Start(ReplicaArgs(/*admin=*/true)));
+  // The owner adds dana as an admin of the default project, with a token, through replica a.
+  Post(a, "/api/v1/principals", {{"name", "dana"}});
+  json minted = Post(a, "/api/v1/tokens", {{"principal", "dana"}});
+  ASSERT_TRUE(minted.contains("token")) << minted.dump();
+  const std::string dana = minted["token"];
+  Post(a, "/api/v1/projects/default/bindings", {{"principal", "dana"}, {"role", "admin"}});
+  const auto publish_on_b = [&](const std::string& name) {
+    httplib::Client client("127.0.0.1", b.port());
+    client.set_bearer_token_auth(dana.c_str());
+    client.set_keep_alive(false);
+    auto res = client.Post(
+        "/api/v1/tasks",
+        json{{"name", name}, {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}}
+            .dump(),
+        "application/json");
+    return res ? res->status : -1;
+  };
+  ASSERT_EQ(publish_on_b("before"), 201);
+
+  // Revoked on a: b refuses at once (the fence reads the binding in the write's transaction).
+  Post(a, "/api/v1/projects/default/bindings", {{"principal", "dana"}, {"role", "none"}});
+  EXPECT_EQ(publish_on_b("after-revoke"), 403);
+
+  // Disabled on a: b stops authenticating the token within the 2 s cache bound.
+  Post(a, "/api/v1/projects/default/bindings", {{"principal", "dana"}, {"role", "admin"}});
+  ASSERT_EQ(publish_on_b("granted-again"), 201);
+  const auto disabled_at = std::chrono::steady_clock::now();
+  Post(a, "/api/v1/principals/dana/disable", json::object());
+  int status = 0;
+  while (std::chrono::steady_clock::now() - disabled_at < std::chrono::seconds(5)) {
+    status = publish_on_b("while-disabled");
+    if (status == 401) break;
+    // Until the cache expires the token authenticates, and the write's own fence refuses it.
+    EXPECT_EQ(status, 403);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto bound = std::chrono::steady_clock::now() - disabled_at;
+  EXPECT_EQ(status, 401);
+  EXPECT_LE(bound, std::chrono::milliseconds(2'500));
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.task_revisions WHERE name IN ('after-revoke', "
+                  "'while-disabled')"),
+            0);
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
+}
+
 }  // namespace
 }  // namespace ql::itest

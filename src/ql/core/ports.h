@@ -21,10 +21,23 @@
 #include <string>
 #include <vector>
 
+#include "ql/core/governance.h"
 #include "ql/core/records.h"
 #include "ql/core/status.h"
 
 namespace ql {
+
+class GovernanceRepository;
+
+// The policy fence of one store command (DESIGN §9): inside the transaction that writes, the
+// store re-reads the principal (it must be active), the command's project (active) and the
+// principal's current bindings, and refuses with PermissionDenied (`permission_denied`,
+// `principal_disabled`, `principal_not_found`) or Conflict `project_archived`, writing
+// nothing. A command without a fence is the system's own (scheduler, recovery, bootstrap).
+struct PolicyFence {
+  std::string principal_id;
+  Role required = Role::kOwner;  // the least effective role in the command's project
+};
 
 // ---------------------------------------------------------------------------------------------
 // Projects
@@ -52,6 +65,7 @@ struct PublishTaskCommand {
   TaskRevisionRecord revision;  // content fields + digest; ids/revision filled by store
   // The plans to materialise with the revision (one per executor type); empty when disabled.
   std::vector<ExecutionRevisionRecord> executions;
+  std::optional<PolicyFence> fence;
   int64_t now_ms = 0;
 };
 
@@ -66,6 +80,7 @@ struct PublishTriggerCommand {
   std::optional<int64_t> expected_revision;
   std::string mutation_id;
   TriggerRevisionRecord revision;  // content fields (pinned task revision + digest, cron spec)
+  std::optional<PolicyFence> fence;
   int64_t now_ms = 0;
 };
 
@@ -150,6 +165,8 @@ struct NewRun {
   std::optional<std::string> retry_of_run_id;
   RetryPolicy retry_policy;
   std::string actor_type = "scheduler";
+  // Manual runs: the principal starting it (CreateRun checks it in its transaction).
+  std::optional<PolicyFence> fence;
   int64_t now_ms = 0;
 };
 
@@ -404,8 +421,11 @@ class RunRepository {
   // Records a cancel intent (first one wins; later ones are no-ops returning the run) and
   // appends run.cancel_requested. Runs that have not started (created, queued, retry_wait) move
   // to cancelled in the same transaction with their claimed attempt. Terminal runs → Conflict.
+  // With a fence, the principal is checked in the run's project first (a user's cancel);
+  // without one it is the system's (e.g. cancelling the queue of an archived project).
   virtual Result<RunRecord> RequestCancel(const std::string& run_id, const std::string& reason,
-                                          std::string actor_type, int64_t now_ms) = 0;
+                                          std::string actor_type, int64_t now_ms,
+                                          const std::optional<PolicyFence>& fence = {}) = 0;
 
   // Lists queued runs whose latest attempt is a claimed attempt of `executor_type` and that
   // carry no cancel intent, by priority (high first) then queued time, at most `limit`.
@@ -427,6 +447,7 @@ class Store {
   virtual DefinitionRepository& definitions() = 0;
   virtual ScheduleRepository& schedules() = 0;
   virtual RunRepository& runs() = 0;
+  virtual GovernanceRepository& governance() = 0;
 };
 
 }  // namespace ql

@@ -14,6 +14,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kOutcomeUnknown: return "outcome_unknown";
     case StatusCode::kCorrupt: return "corrupt";
     case StatusCode::kInternal: return "internal";
+    case StatusCode::kPermissionDenied: return "permission_denied";
   }
   return "internal";
 }
@@ -49,6 +50,9 @@ Status Corrupt(std::string r, std::string m) {
 }
 Status Internal(std::string r, std::string m) {
   return Status(StatusCode::kInternal, std::move(r), std::move(m));
+}
+Status PermissionDenied(std::string r, std::string m) {
+  return Status(StatusCode::kPermissionDenied, std::move(r), std::move(m));
 }
 
 }  // namespace ql

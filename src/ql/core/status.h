@@ -21,6 +21,7 @@ enum class StatusCode {
   kOutcomeUnknown,   // a commit may or may not have happened; reconcile, never blindly retry
   kCorrupt,          // stored data or a contract check does not hold; fail closed
   kInternal,         // a bug or an unexpected environment failure
+  kPermissionDenied, // the acting principal's role does not allow it (or it is disabled)
 };
 
 // Returns the lowercase snake_case name of `code` ("invalid_argument", "conflict", ...).
@@ -62,6 +63,7 @@ Status Unavailable(std::string reason, std::string message);
 Status OutcomeUnknown(std::string reason, std::string message);
 Status Corrupt(std::string reason, std::string message);
 Status Internal(std::string reason, std::string message);
+Status PermissionDenied(std::string reason, std::string message);
 
 // Either a value or a non-ok Status.
 template <typename T>

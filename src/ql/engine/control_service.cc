@@ -186,7 +186,12 @@ Status ValidateCancelReason(const std::string& reason) {
 
 ControlService::ControlService(Store& store, Clock& clock, RandomSource& random,
                                ControlOptions options)
-    : store_(store), clock_(clock), random_(random), options_(std::move(options)) {}
+    : store_(store),
+      clock_(clock),
+      random_(random),
+      options_(std::move(options)),
+      // Ids of governance writes need no determinism; their own source keeps random_ to us.
+      governance_(store, clock, SecureRandom(), kDefaultProjectSlug) {}
 
 Status ControlService::ValidateOptions(const ControlOptions& options) {
   if (!ParseExecutorType(options.executor_type).has_value()) {
@@ -252,9 +257,27 @@ Result<std::string> ControlService::ProjectId() {
   return project.id;
 }
 
-Result<std::vector<ProjectRecord>> ControlService::ListProjects() {
+Result<std::string> ControlService::ProjectIdFor(const Caller& caller) {
+  if (caller.project.empty()) return ProjectId();
+  QL_ASSIGN_OR_RETURN(ProjectRecord project, governance_.ResolveProject(caller.project));
+  return project.id;
+}
+
+Status ControlService::Allow(const Caller& caller, const std::string& project_id, Action action,
+                             std::string_view target, const Status& not_found) {
+  Status st = governance_.Authorize(caller, project_id, action, target);
+  if (st.reason() == "hidden") return not_found;
+  return st;
+}
+
+std::optional<PolicyFence> ControlService::FenceOf(const Caller& caller, Action action) {
+  if (caller.principal_id.empty()) return std::nullopt;
+  return PolicyFence{caller.principal_id, RequiredRole(action)};
+}
+
+Result<std::vector<ProjectRecord>> ControlService::ListProjects(const Caller& caller) {
   QL_RETURN_IF_ERROR(EnsureDefaultProject().status());
-  return store_.projects().ListProjects();
+  return governance_.ListProjects(caller);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -284,7 +307,9 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
                                               const std::string& task_id,
                                               std::optional<int64_t> expected_revision,
                                               const std::string& mutation_id,
-                                              const TaskContent& content) {
+                                              const TaskContent& content, const Caller& caller) {
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kPublish, "tasks.publish",
+                           NotFound("task_not_found", "task " + task_id + " does not exist")));
   const int64_t revision = expected_revision.value_or(0) + 1;
   if (revision > kMaxTaskRevision) {
     return InvalidArgument("invalid_expected_revision", "expected_revision " +
@@ -299,6 +324,7 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   cmd.task_id = task_id;
   cmd.expected_revision = expected_revision;
   cmd.mutation_id = mutation_id;
+  cmd.fence = FenceOf(caller, Action::kPublish);
   cmd.now_ms = now;
   TaskRevisionRecord& rec = cmd.revision;
   rec.project_id = project_id;
@@ -334,18 +360,19 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   return PublishedTask{std::move(view), result.replayed};
 }
 
-Result<PublishedTask> ControlService::PublishTask(const TaskWrite& write) {
+Result<PublishedTask> ControlService::PublishTask(const TaskWrite& write, const Caller& caller) {
   QL_ASSIGN_OR_RETURN(std::string mutation_id, MutationIdOrNew(write.mutation_id));
   QL_ASSIGN_OR_RETURN(TaskContent content, ParseTaskContent(write.body));
-  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
   const std::string task_id =
       write.mutation_id.has_value() ? DerivedId("task", project_id, mutation_id) : NewId();
-  return Publish(project_id, task_id, std::nullopt, mutation_id, content);
+  return Publish(project_id, task_id, std::nullopt, mutation_id, content, caller);
 }
 
 Result<PublishedTask> ControlService::PublishTaskRevision(const std::string& task_id,
                                                           int64_t expected_revision,
-                                                          const TaskWrite& write) {
+                                                          const TaskWrite& write,
+                                                          const Caller& caller) {
   QL_RETURN_IF_ERROR(ValidateId("task_id", task_id));
   if (expected_revision < 1 || expected_revision > kMaxTaskRevision) {
     return InvalidArgument("invalid_expected_revision",
@@ -358,7 +385,7 @@ Result<PublishedTask> ControlService::PublishTaskRevision(const std::string& tas
   if (!head.ok()) {
     return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
   }
-  return Publish(head->project_id, task_id, expected_revision, mutation_id, content);
+  return Publish(head->project_id, task_id, expected_revision, mutation_id, content, caller);
 }
 
 Result<TaskView> ControlService::ViewOf(const TaskRevisionRecord& revision) {
@@ -373,12 +400,14 @@ Result<TaskView> ControlService::ViewOf(const TaskRevisionRecord& revision) {
   return view;
 }
 
-Result<TaskView> ControlService::GetTask(const std::string& task_id) {
+Result<TaskView> ControlService::GetTask(const std::string& task_id, const Caller& caller) {
   QL_RETURN_IF_ERROR(ValidateId("task_id", task_id));
   auto head = store_.definitions().GetTaskHead(task_id);
   if (!head.ok()) {
     return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
   }
+  QL_RETURN_IF_ERROR(Allow(caller, head->project_id, Action::kRead, "tasks.get",
+                           NotFound("task_not_found", "task " + task_id + " does not exist")));
   QL_ASSIGN_OR_RETURN(TaskRevisionRecord revision,
                       store_.definitions().GetTaskRevision(task_id, head->current_revision));
   QL_ASSIGN_OR_RETURN(std::optional<PinnedPlan> plan, PlanOf(revision));
@@ -387,9 +416,12 @@ Result<TaskView> ControlService::GetTask(const std::string& task_id) {
   return view;
 }
 
-Result<PageResult<TaskView>> ControlService::ListTasks(const PageQuery& page) {
+Result<PageResult<TaskView>> ControlService::ListTasks(const PageQuery& page,
+                                                       const Caller& caller) {
   QL_ASSIGN_OR_RETURN(PageRequest request, ToPageRequest(kTasksCursor, page));
-  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kRead, "tasks.list",
+                           RoleDenied(Role::kViewer, "tasks.list", project_id)));
   QL_ASSIGN_OR_RETURN(Page<TaskRevisionRecord> listed,
                       store_.definitions().ListTasks(project_id, request));
   PageResult<TaskView> out;
@@ -402,12 +434,15 @@ Result<PageResult<TaskView>> ControlService::ListTasks(const PageQuery& page) {
   return out;
 }
 
-Result<std::vector<TaskRevisionRecord>> ControlService::TaskHistory(const std::string& task_id) {
+Result<std::vector<TaskRevisionRecord>> ControlService::TaskHistory(const std::string& task_id,
+                                                                    const Caller& caller) {
   QL_RETURN_IF_ERROR(ValidateId("task_id", task_id));
   auto head = store_.definitions().GetTaskHead(task_id);
   if (!head.ok()) {
     return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
   }
+  QL_RETURN_IF_ERROR(Allow(caller, head->project_id, Action::kRead, "tasks.history",
+                           NotFound("task_not_found", "task " + task_id + " does not exist")));
   return store_.definitions().ListTaskRevisions(task_id);
 }
 
@@ -496,14 +531,18 @@ Result<std::vector<int64_t>> ControlService::AdmissionPreview(const TriggerView&
   return out;
 }
 
-Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write) {
+Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
+                                                    const Caller& caller) {
   QL_RETURN_IF_ERROR(ValidateId("task_id", write.task_id));
   QL_ASSIGN_OR_RETURN(CronSchedule cron, CronSchedule::Create(write.expression, write.timezone));
   QL_ASSIGN_OR_RETURN(MisfirePolicy misfire, ParseMisfirePolicy(write.misfire));
   QL_ASSIGN_OR_RETURN(std::string mutation_id, MutationIdOrNew(write.mutation_id));
-  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
-  auto task = GetTask(write.task_id);
+  auto task = GetTask(write.task_id, caller);
   if (!task.ok()) return task.status();
+  // A trigger lives in its task's project.
+  const std::string project_id = task->head.project_id;
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kPublish, "triggers.create",
+                           NotFound("task_not_found", "task " + write.task_id + " does not exist")));
   if (!task->revision.enabled) {
     return Conflict("task_disabled", "task " + write.task_id + " revision " +
                                          std::to_string(task->revision.revision) +
@@ -515,6 +554,7 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write) {
   cmd.trigger_id =
       write.mutation_id.has_value() ? DerivedId("trigger", project_id, mutation_id) : NewId();
   cmd.mutation_id = mutation_id;
+  cmd.fence = FenceOf(caller, Action::kPublish);
   cmd.now_ms = now;
   TriggerRevisionRecord& r = cmd.revision;
   r.project_id = project_id;
@@ -539,8 +579,14 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write) {
 }
 
 Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(const TriggerView& current,
-                                                                  TriggerRevisionRecord next) {
+                                                                  TriggerRevisionRecord next,
+                                                                  const Caller& caller,
+                                                                  Action action) {
+  QL_RETURN_IF_ERROR(Allow(caller, current.head.project_id, action, "triggers.publish",
+                           NotFound("trigger_not_found",
+                                    "trigger " + current.head.trigger_id + " does not exist")));
   PublishTriggerCommand cmd;
+  cmd.fence = FenceOf(caller, action);
   cmd.project_id = current.head.project_id;
   cmd.trigger_id = current.head.trigger_id;
   cmd.expected_revision = current.head.current_revision;
@@ -559,21 +605,28 @@ Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(const TriggerV
   return PublishedTrigger{std::move(view), result.replayed};
 }
 
-Result<TriggerView> ControlService::GetTrigger(const std::string& trigger_id) {
+Result<TriggerView> ControlService::GetTrigger(const std::string& trigger_id,
+                                               const Caller& caller) {
   QL_RETURN_IF_ERROR(ValidateId("trigger_id", trigger_id));
   auto head = store_.definitions().GetTriggerHead(trigger_id);
   if (!head.ok()) {
     return NotFoundAs(head.status(), "trigger_not_found",
                       "trigger " + trigger_id + " does not exist");
   }
+  QL_RETURN_IF_ERROR(
+      Allow(caller, head->project_id, Action::kRead, "triggers.get",
+            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
   QL_ASSIGN_OR_RETURN(TriggerRevisionRecord revision,
                       store_.definitions().GetTriggerRevision(trigger_id, head->current_revision));
   return ViewOf(*head, revision);
 }
 
 Result<PublishedTrigger> ControlService::SetTriggerEnabled(const std::string& trigger_id,
-                                                           bool enabled) {
-  QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id));
+                                                           bool enabled, const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id, caller));
+  QL_RETURN_IF_ERROR(
+      Allow(caller, current.head.project_id, Action::kToggleTriggers, "triggers.toggle",
+            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
   if (current.revision.enabled == enabled) return PublishedTrigger{std::move(current), true};
   if (enabled && current.pin_stale) {
     return Conflict("trigger_pin_stale",
@@ -584,12 +637,16 @@ Result<PublishedTrigger> ControlService::SetTriggerEnabled(const std::string& tr
   }
   TriggerRevisionRecord next = current.revision;
   next.enabled = enabled;
-  return PublishTriggerRevisionOf(current, std::move(next));
+  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kToggleTriggers);
 }
 
-Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger_id) {
-  QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id));
-  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(current.revision.task_id));
+Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger_id,
+                                                      const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id, caller));
+  QL_RETURN_IF_ERROR(
+      Allow(caller, current.head.project_id, Action::kPublish, "triggers.repin",
+            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
+  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(current.revision.task_id, caller));
   if (task.revision.revision == current.revision.task_revision &&
       task.revision.content_digest == current.revision.task_digest) {
     if (current.revision.enabled && !task.revision.enabled) {
@@ -608,14 +665,16 @@ Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger
   TriggerRevisionRecord next = current.revision;
   next.task_revision = task.revision.revision;
   next.task_digest = task.revision.content_digest;
-  return PublishTriggerRevisionOf(current, std::move(next));
+  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish);
 }
 
 Result<PageResult<TriggerView>> ControlService::ListTriggers(
-    const std::optional<std::string>& task_id, const PageQuery& page) {
+    const std::optional<std::string>& task_id, const PageQuery& page, const Caller& caller) {
   if (task_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("task_id", *task_id));
   QL_ASSIGN_OR_RETURN(PageRequest request, ToPageRequest(kTriggersCursor, page));
-  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kRead, "triggers.list",
+                           RoleDenied(Role::kViewer, "triggers.list", project_id)));
   QL_ASSIGN_OR_RETURN(Page<TriggerRevisionRecord> listed,
                       store_.definitions().ListTriggers(project_id, task_id, request));
   PageResult<TriggerView> out;
@@ -632,12 +691,13 @@ Result<PageResult<TriggerView>> ControlService::ListTriggers(
   return out;
 }
 
-Result<TriggerPreview> ControlService::PreviewTrigger(const std::string& trigger_id, int count) {
+Result<TriggerPreview> ControlService::PreviewTrigger(const std::string& trigger_id, int count,
+                                                      const Caller& caller) {
   if (count < 1 || count > kMaxPreviewCount) {
     return InvalidArgument("invalid_count", "count must be 1.." + std::to_string(kMaxPreviewCount) +
                                                 ", got " + std::to_string(count));
   }
-  QL_ASSIGN_OR_RETURN(TriggerView view, GetTrigger(trigger_id));
+  QL_ASSIGN_OR_RETURN(TriggerView view, GetTrigger(trigger_id, caller));
   QL_ASSIGN_OR_RETURN(std::vector<int64_t> times, AdmissionPreview(view, count));
   return TriggerPreview{std::move(view), std::move(times)};
 }
@@ -668,8 +728,14 @@ Result<CronPreview> ControlService::PreviewCron(const std::string& expression,
 
 Result<StartedRun> ControlService::CreateManualRun(
     const std::string& task_id, const std::optional<std::string>& idempotency_key, int priority,
-    const std::optional<std::string>& retry_of) {
-  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+    const std::optional<std::string>& retry_of, const Caller& caller) {
+  auto head = store_.definitions().GetTaskHead(task_id);
+  if (!head.ok()) {
+    return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
+  }
+  const std::string project_id = head->project_id;
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kOperateRuns, "runs.create",
+                           NotFound("task_not_found", "task " + task_id + " does not exist")));
   auto replay = [&]() -> Result<std::optional<StartedRun>> {
     auto existing = store_.runs().FindRunByIdempotencyKey(project_id, *idempotency_key);
     if (!existing.ok()) {
@@ -689,7 +755,7 @@ Result<StartedRun> ControlService::CreateManualRun(
     QL_ASSIGN_OR_RETURN(std::optional<StartedRun> replayed, replay());
     if (replayed.has_value()) return std::move(*replayed);
   }
-  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(task_id));
+  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(task_id, caller));
   if (!task.revision.enabled) {
     return Conflict("task_disabled", "task " + task_id + " revision " +
                                          std::to_string(task.revision.revision) +
@@ -716,6 +782,7 @@ Result<StartedRun> ControlService::CreateManualRun(
   run.retry_of_run_id = retry_of;
   run.retry_policy = plan->plan.retry_policy;
   run.actor_type = std::string(ActorTypeName(ActorType::kUser));
+  run.fence = FenceOf(caller, Action::kOperateRuns);
   run.now_ms = clock_.NowMs();
   auto created = store_.runs().CreateRun(run);
   if (created.ok()) return StartedRun{std::move(created).value(), false};
@@ -727,7 +794,8 @@ Result<StartedRun> ControlService::CreateManualRun(
   return created.status();
 }
 
-Result<StartedRun> ControlService::StartRun(const StartRunRequest& request) {
+Result<StartedRun> ControlService::StartRun(const StartRunRequest& request,
+                                            const Caller& caller) {
   QL_RETURN_IF_ERROR(ValidateId("task_id", request.task_id));
   if (request.idempotency_key.has_value()) {
     QL_RETURN_IF_ERROR(ValidateToken("idempotency_key", "invalid_idempotency_key",
@@ -745,54 +813,55 @@ Result<StartedRun> ControlService::StartRun(const StartRunRequest& request) {
                                                    std::to_string(kMaxRunPriority) + ", got " +
                                                    std::to_string(priority));
   }
-  return CreateManualRun(request.task_id, request.idempotency_key, priority, std::nullopt);
+  return CreateManualRun(request.task_id, request.idempotency_key, priority, std::nullopt, caller);
 }
 
-Result<StartedRun> ControlService::RetryRun(const std::string& run_id) {
-  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
-  auto run = store_.runs().GetRun(run_id);
-  if (!run.ok()) {
-    return NotFoundAs(run.status(), "run_not_found", "run " + run_id + " does not exist");
-  }
+Result<StartedRun> ControlService::RetryRun(const std::string& run_id, const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(RunView view, GetRun(run_id, caller));
+  const RunRecord* run = &view.run;
   const std::optional<RunStatus> status = ParseRunStatus(run->status);
   if (!status.has_value() || !IsTerminal(*status)) {
     return Conflict("run_not_terminal", "run " + run_id + " is " + run->status +
                                             "; only succeeded, failed, cancelled or timed_out "
                                             "runs can be retried");
   }
-  return CreateManualRun(run->task_id, std::nullopt, run->priority, run_id);
+  return CreateManualRun(run->task_id, std::nullopt, run->priority, run_id, caller);
 }
 
 Result<RunRecord> ControlService::CancelRun(const std::string& run_id,
-                                            const std::optional<std::string>& reason) {
+                                            const std::optional<std::string>& reason,
+                                            const Caller& caller) {
   QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
   const std::string why = reason.value_or("user");
   QL_RETURN_IF_ERROR(ValidateCancelReason(why));
-  auto run = store_.runs().GetRun(run_id);
-  if (!run.ok()) {
-    return NotFoundAs(run.status(), "run_not_found", "run " + run_id + " does not exist");
-  }
+  QL_ASSIGN_OR_RETURN(RunView view, GetRun(run_id, caller));
+  const RunRecord* run = &view.run;
+  QL_RETURN_IF_ERROR(Allow(caller, run->project_id, Action::kOperateRuns, "runs.cancel",
+                           NotFound("run_not_found", "run " + run_id + " does not exist")));
   const std::optional<RunStatus> status = ParseRunStatus(run->status);
   if (status.has_value() && IsTerminal(*status)) {
     return Conflict("run_already_terminal",
                     "run " + run_id + " already finished as " + run->status);
   }
   return store_.runs().RequestCancel(run_id, why, std::string(ActorTypeName(ActorType::kUser)),
-                                     clock_.NowMs());
+                                     clock_.NowMs(), FenceOf(caller, Action::kOperateRuns));
 }
 
-Result<RunView> ControlService::GetRun(const std::string& run_id) {
+Result<RunView> ControlService::GetRun(const std::string& run_id, const Caller& caller) {
   QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
   auto run = store_.runs().GetRun(run_id);
   if (!run.ok()) {
     return NotFoundAs(run.status(), "run_not_found", "run " + run_id + " does not exist");
   }
+  QL_RETURN_IF_ERROR(Allow(caller, run->project_id, Action::kRead, "runs.get",
+                           NotFound("run_not_found", "run " + run_id + " does not exist")));
   QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, store_.runs().ListAttempts(run_id));
   return RunView{std::move(run).value(), std::move(attempts)};
 }
 
-Result<AttemptRecord> ControlService::LatestAttempt(const std::string& run_id) {
-  QL_ASSIGN_OR_RETURN(RunView view, GetRun(run_id));
+Result<AttemptRecord> ControlService::LatestAttempt(const std::string& run_id,
+                                                    const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(RunView view, GetRun(run_id, caller));
   if (view.attempts.empty()) {
     return NotFound("attempt_not_found", "run " + run_id + " has no attempt");
   }
@@ -800,7 +869,8 @@ Result<AttemptRecord> ControlService::LatestAttempt(const std::string& run_id) {
 }
 
 Result<PageResult<RunRecord>> ControlService::ListRuns(const RunQuery& query,
-                                                       const PageQuery& page) {
+                                                       const PageQuery& page,
+                                                       const Caller& caller) {
   if (query.task_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("task_id", *query.task_id));
   if (query.trigger_id.has_value()) {
     QL_RETURN_IF_ERROR(ValidateId("trigger_id", *query.trigger_id));
@@ -815,7 +885,9 @@ Result<PageResult<RunRecord>> ControlService::ListRuns(const RunQuery& query,
                                                  " is not a run status (" + names + ")");
   }
   QL_ASSIGN_OR_RETURN(PageRequest request, ToPageRequest(kRunsCursor, page));
-  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectId());
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kRead, "runs.list",
+                           RoleDenied(Role::kViewer, "runs.list", project_id)));
   RunFilter filter;
   filter.project_id = project_id;
   filter.task_id = query.task_id;
@@ -829,23 +901,25 @@ Result<PageResult<RunRecord>> ControlService::ListRuns(const RunQuery& query,
 }
 
 Result<std::vector<EventRecord>> ControlService::ListRunEvents(const std::string& run_id,
-                                                               int64_t after_sequence, int limit) {
+                                                               int64_t after_sequence, int limit,
+                                                               const Caller& caller) {
   QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
   if (after_sequence < 0) {
     return InvalidArgument("invalid_after",
                            "after must be >= 0, got " + std::to_string(after_sequence));
   }
   QL_RETURN_IF_ERROR(ValidateLimit(limit));
-  auto run = store_.runs().GetRun(run_id);
-  if (!run.ok()) {
-    return NotFoundAs(run.status(), "run_not_found", "run " + run_id + " does not exist");
-  }
+  QL_RETURN_IF_ERROR(GetRun(run_id, caller).status());
   return store_.runs().ListEvents(run_id, after_sequence, limit);
 }
 
-Result<StatusSummary> ControlService::GetStatus() {
+Result<StatusSummary> ControlService::GetStatus(const Caller& caller) {
   StatusSummary out;
-  QL_ASSIGN_OR_RETURN(out.project, EnsureDefaultProject());
+  QL_RETURN_IF_ERROR(EnsureDefaultProject().status());
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kRead, "status",
+                           RoleDenied(Role::kViewer, "status", project_id)));
+  QL_ASSIGN_OR_RETURN(out.project, store_.projects().GetProject(project_id));
   out.executor_type = options_.executor_type;
   out.now_ms = clock_.NowMs();
   QL_ASSIGN_OR_RETURN(auto counts, store_.runs().CountRunsByStatus());

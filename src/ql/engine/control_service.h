@@ -32,6 +32,7 @@
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
 #include "ql/core/status.h"
+#include "ql/engine/governance_service.h"
 
 namespace ql {
 
@@ -183,64 +184,73 @@ class ControlService {
 
   // Returns the default project, creating it on first call. Idempotent.
   Result<ProjectRecord> EnsureDefaultProject();
-  Result<std::vector<ProjectRecord>> ListProjects();
+  // Lists the projects the caller holds a role in (all of them for the system or an
+  // installation admin).
+  Result<std::vector<ProjectRecord>> ListProjects(const Caller& caller = {});
 
   // Creates a task (revision 1) in the default project. When the body is enabled, the
   // execution revision for the configured executor type is published in the same transaction.
-  Result<PublishedTask> PublishTask(const TaskWrite& write);
+  Result<PublishedTask> PublishTask(const TaskWrite& write, const Caller& caller = {});
   // Appends revision expected_revision + 1 to `task_id`; Conflict revision_conflict when the
   // task's current revision is not `expected_revision`.
   Result<PublishedTask> PublishTaskRevision(const std::string& task_id, int64_t expected_revision,
-                                            const TaskWrite& write);
-  Result<TaskView> GetTask(const std::string& task_id);
-  Result<PageResult<TaskView>> ListTasks(const PageQuery& page);
+                                            const TaskWrite& write, const Caller& caller = {});
+  Result<TaskView> GetTask(const std::string& task_id, const Caller& caller = {});
+  Result<PageResult<TaskView>> ListTasks(const PageQuery& page, const Caller& caller = {});
   // Returns every revision of the task, newest first.
-  Result<std::vector<TaskRevisionRecord>> TaskHistory(const std::string& task_id);
+  Result<std::vector<TaskRevisionRecord>> TaskHistory(const std::string& task_id,
+                                                      const Caller& caller = {});
 
   // Creates a trigger on the task's current revision. The expression and zone are validated
   // with the scheduler's own cron code and the zone is stored under its canonical name.
   // Conflict task_disabled when the task's current revision is disabled.
-  Result<PublishedTrigger> AddTrigger(const TriggerWrite& write);
+  Result<PublishedTrigger> AddTrigger(const TriggerWrite& write, const Caller& caller = {});
   // Publishes a revision with `enabled` changed; a no-op (returned as replayed) when the
   // trigger already is in that state. Enabling a trigger whose pin is stale is Conflict
   // trigger_pin_stale: repin it first.
-  Result<PublishedTrigger> SetTriggerEnabled(const std::string& trigger_id, bool enabled);
+  Result<PublishedTrigger> SetTriggerEnabled(const std::string& trigger_id, bool enabled,
+                                             const Caller& caller = {});
   // Publishes a revision pinning the task's current revision and digest (enabled state kept);
   // a no-op (replayed) when the pin is already current. Conflict task_disabled when the trigger
   // is enabled and the task's current revision is disabled.
-  Result<PublishedTrigger> RepinTrigger(const std::string& trigger_id);
-  Result<TriggerView> GetTrigger(const std::string& trigger_id);
+  Result<PublishedTrigger> RepinTrigger(const std::string& trigger_id, const Caller& caller = {});
+  Result<TriggerView> GetTrigger(const std::string& trigger_id, const Caller& caller = {});
   Result<PageResult<TriggerView>> ListTriggers(const std::optional<std::string>& task_id,
-                                               const PageQuery& page);
+                                               const PageQuery& page, const Caller& caller = {});
   // Returns the next `count` (1 .. kMaxPreviewCount) occurrences the scheduler will admit,
   // starting from the durable cursor (or, before initialisation, from the revision's
   // publication time) and applying the misfire policy at the current time.
-  Result<TriggerPreview> PreviewTrigger(const std::string& trigger_id, int count);
+  Result<TriggerPreview> PreviewTrigger(const std::string& trigger_id, int count,
+                                        const Caller& caller = {});
   // Returns the first `count` fire times of `expression` in `timezone` strictly after
   // `from_ms` (default: now), fewer when the expression runs out.
   Result<CronPreview> PreviewCron(const std::string& expression, const std::string& timezone,
                                   std::optional<int64_t> from_ms, int count);
 
   // Starts a manual run of the task's current enabled revision with its execution revision.
-  Result<StartedRun> StartRun(const StartRunRequest& request);
+  Result<StartedRun> StartRun(const StartRunRequest& request, const Caller& caller = {});
   // Creates a new manual run of the task's current enabled revision with retry_of_run_id set;
   // only for runs in a terminal state (Conflict run_not_terminal otherwise).
-  Result<StartedRun> RetryRun(const std::string& run_id);
+  Result<StartedRun> RetryRun(const std::string& run_id, const Caller& caller = {});
   // Records a cancel intent (the first one wins). Conflict run_already_terminal for terminal
   // runs. `reason` defaults to "user"; at most kMaxCancelReasonChars characters.
-  Result<RunRecord> CancelRun(const std::string& run_id, const std::optional<std::string>& reason);
-  Result<RunView> GetRun(const std::string& run_id);
-  Result<PageResult<RunRecord>> ListRuns(const RunQuery& query, const PageQuery& page);
+  Result<RunRecord> CancelRun(const std::string& run_id, const std::optional<std::string>& reason,
+                              const Caller& caller = {});
+  Result<RunView> GetRun(const std::string& run_id, const Caller& caller = {});
+  Result<PageResult<RunRecord>> ListRuns(const RunQuery& query, const PageQuery& page,
+                                         const Caller& caller = {});
   // Returns events with sequence > after_sequence (>= 0), at most `limit` (1 .. kMaxPageLimit).
   Result<std::vector<EventRecord>> ListRunEvents(const std::string& run_id, int64_t after_sequence,
-                                                 int limit);
+                                                 int limit, const Caller& caller = {});
   // Returns the run's latest attempt; NotFound attempt_not_found when it has none.
-  Result<AttemptRecord> LatestAttempt(const std::string& run_id);
+  Result<AttemptRecord> LatestAttempt(const std::string& run_id, const Caller& caller = {});
 
   // Returns run counts by status and the number of enabled triggers.
-  Result<StatusSummary> GetStatus();
+  Result<StatusSummary> GetStatus(const Caller& caller = {});
 
   const ControlOptions& options() const { return options_; }
+  // Governance use-cases and the authorization every method here asks.
+  GovernanceService& governance() { return governance_; }
 
  private:
   // An execution revision with its verified plan.
@@ -252,21 +262,32 @@ class ControlService {
   // configured executor type; empty for a disabled revision or when none exists.
   Result<std::optional<PinnedPlan>> PlanOf(const TaskRevisionRecord& revision);
   Result<std::string> ProjectId();
+  // The project the caller names (the default one when it names none).
+  Result<std::string> ProjectIdFor(const Caller& caller);
+  // Authorizes `action` in `project_id`; a caller that may not even see the project gets
+  // `not_found` (reads of one object) instead of a refusal.
+  Status Allow(const Caller& caller, const std::string& project_id, Action action,
+               std::string_view target, const Status& not_found);
+  // The policy fence a store command carries for the caller (none for the system).
+  static std::optional<PolicyFence> FenceOf(const Caller& caller, Action action);
   std::string NewId();
   std::string DerivedId(std::string_view kind, const std::string& project_id,
                         const std::string& mutation_id);
   Result<std::string> MutationIdOrNew(const std::optional<std::string>& mutation_id);
   Result<PublishedTask> Publish(const std::string& project_id, const std::string& task_id,
                                 std::optional<int64_t> expected_revision,
-                                const std::string& mutation_id, const TaskContent& content);
+                                const std::string& mutation_id, const TaskContent& content,
+                                const Caller& caller);
   Result<TaskView> ViewOf(const TaskRevisionRecord& revision);
   Result<TriggerView> ViewOf(const TriggerHeadRecord& head, const TriggerRevisionRecord& revision);
   Result<PublishedTrigger> PublishTriggerRevisionOf(const TriggerView& current,
-                                                    TriggerRevisionRecord next);
+                                                    TriggerRevisionRecord next,
+                                                    const Caller& caller, Action action);
   Result<std::vector<int64_t>> AdmissionPreview(const TriggerView& view, int count);
   Result<StartedRun> CreateManualRun(const std::string& task_id,
                                      const std::optional<std::string>& idempotency_key,
-                                     int priority, const std::optional<std::string>& retry_of);
+                                     int priority, const std::optional<std::string>& retry_of,
+                                     const Caller& caller);
 
   Store& store_;
   Clock& clock_;
@@ -275,6 +296,7 @@ class ControlService {
   std::mutex random_mu_;  // random sources need not be thread-safe
   std::mutex project_mu_;
   std::optional<ProjectRecord> project_;  // guarded by project_mu_
+  GovernanceService governance_;
 };
 
 }  // namespace ql

@@ -44,6 +44,8 @@ int HttpStatusFor(StatusCode code) {
       return 400;
     case StatusCode::kNotFound:
       return 404;
+    case StatusCode::kPermissionDenied:
+      return 403;
     case StatusCode::kConflict:
     case StatusCode::kDuplicate:
       return 409;
@@ -74,6 +76,63 @@ json ProjectJson(const ProjectRecord& p) {
               {"version", p.version},
               {"created_at", TimeJson(p.created_at_ms)},
               {"updated_at", TimeJson(p.updated_at_ms)}};
+}
+
+json PrincipalJson(const PrincipalRecord& p) {
+  return json{{"id", p.id},
+              {"kind", p.kind},
+              {"name", p.name},
+              {"status", p.status},
+              {"version", p.version},
+              {"created_at", TimeJson(p.created_at_ms)},
+              {"updated_at", TimeJson(p.updated_at_ms)}};
+}
+
+json TokenJson(const TokenRecord& t) {
+  return json{{"id", t.id},
+              {"principal_id", t.principal_id},
+              {"created_at", TimeJson(t.created_at_ms)},
+              {"expires_at", TimeJson(t.expires_at_ms)},
+              {"revoked_at", TimeJson(t.revoked_at_ms)},
+              {"last_used_at", TimeJson(t.last_used_at_ms)}};
+}
+
+json BindingJson(const RoleBindingRecord& b) {
+  return json{{"scope", b.scope},         {"principal_id", b.subject_id},
+              {"version", b.version},     {"role", b.role},
+              {"mutation_id", b.mutation_id}, {"changed_by", b.changed_by},
+              {"created_at", TimeJson(b.created_at_ms)}};
+}
+
+json BindingJson(const BindingView& b) {
+  json out = BindingJson(b.binding);
+  out["principal"] = b.subject_name;
+  return out;
+}
+
+json AuditJson(const AuditRecord& a) {
+  return json{{"id", a.id},
+              {"at", TimeJson(a.at_ms)},
+              {"actor_id", a.actor_id.has_value() ? json(*a.actor_id) : json(nullptr)},
+              {"action", a.action},
+              {"target_kind", a.target_kind},
+              {"target_id", a.target_id},
+              {"project_id", a.project_id.has_value() ? json(*a.project_id) : json(nullptr)},
+              {"outcome", a.outcome},
+              {"code", a.code},
+              {"request_id", a.request_id}};
+}
+
+json WhoAmIJson(const WhoAmI& who) {
+  json projects = json::array();
+  for (size_t i = 0; i < who.roles.projects.size() && i < who.projects.size(); ++i) {
+    projects.push_back(json{{"id", who.projects[i].id},
+                            {"slug", who.projects[i].slug},
+                            {"role", RoleName(who.roles.projects[i].second)}});
+  }
+  return json{{"principal", PrincipalJson(who.principal)},
+              {"installation_role", RoleName(who.roles.installation)},
+              {"projects", std::move(projects)}};
 }
 
 json TaskRevisionJson(const TaskRevisionRecord& r) {

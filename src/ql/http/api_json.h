@@ -16,6 +16,7 @@
 #include "ql/core/status.h"
 #include "ql/core/timezone.h"
 #include "ql/engine/control_service.h"
+#include "ql/engine/governance_service.h"
 
 namespace ql::api {
 
@@ -31,6 +32,13 @@ nlohmann::json ErrorJson(std::string_view code, std::string_view message);
 nlohmann::json TimeJson(std::optional<int64_t> ms);
 
 nlohmann::json ProjectJson(const ProjectRecord& project);
+nlohmann::json PrincipalJson(const PrincipalRecord& principal);
+// A token's record: never its secret nor its digest.
+nlohmann::json TokenJson(const TokenRecord& token);
+nlohmann::json BindingJson(const BindingView& binding);
+nlohmann::json BindingJson(const RoleBindingRecord& binding);
+nlohmann::json AuditJson(const AuditRecord& fact);
+nlohmann::json WhoAmIJson(const WhoAmI& who);
 // A task with its current revision: id, project_id, revision, name, kind, spec, labels,
 // enabled, retry (null for a disabled revision), content_digest, mutation_id, created_at,
 // updated_at, revision_created_at.

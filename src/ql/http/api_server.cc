@@ -24,7 +24,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kMinOwnerTokenBytes = 16;
 // Longer bearer tokens are refused without hashing them.
 constexpr size_t kMaxBearerTokenBytes = 512;
 // An oversized body up to this many times the limit is read and thrown away so the client,
@@ -64,6 +63,23 @@ enum class RouteId {
   kRunCancel,
   kRunRetry,
   kStatus,
+  kWhoami,
+  kPrincipalsList,
+  kPrincipalsCreate,
+  kPrincipalGet,
+  kPrincipalDisable,
+  kPrincipalEnable,
+  kTokensList,
+  kTokensCreate,
+  kTokenRevoke,
+  kProjectsCreate,
+  kProjectGet,
+  kProjectArchive,
+  kProjectBindingsList,
+  kProjectBindingsWrite,
+  kInstallationBindingsList,
+  kInstallationBindingsWrite,
+  kAuditList,
 };
 
 struct RouteSpec {
@@ -71,35 +87,69 @@ struct RouteSpec {
   std::string_view pattern;  // "{id}" matches one non-empty path segment
   RouteId id;
   std::string_view name;  // metric label: bounded, never an id
+  // Who may call it (docs/api.md): public | authenticated | viewer | operator | admin | owner
+  // (in the request's project, or the addressed object's) | installation_admin | self (the
+  // principal itself, or an installation admin).
+  std::string_view permission;
 };
 
 constexpr RouteSpec kRoutes[] = {
-    {"GET", "/livez", RouteId::kLivez, "livez"},
-    {"GET", "/readyz", RouteId::kReadyz, "readyz"},
-    {"GET", "/metrics", RouteId::kMetrics, "metrics"},
-    {"GET", "/api/v1/projects", RouteId::kProjectsList, "projects.list"},
-    {"POST", "/api/v1/tasks", RouteId::kTasksCreate, "tasks.create"},
-    {"GET", "/api/v1/tasks", RouteId::kTasksList, "tasks.list"},
-    {"GET", "/api/v1/tasks/{id}", RouteId::kTaskGet, "tasks.get"},
+    {"GET", "/livez", RouteId::kLivez, "livez", "public"},
+    {"GET", "/readyz", RouteId::kReadyz, "readyz", "public"},
+    {"GET", "/metrics", RouteId::kMetrics, "metrics", "public"},
+    {"GET", "/api/v1/whoami", RouteId::kWhoami, "whoami", "authenticated"},
+    {"GET", "/api/v1/projects", RouteId::kProjectsList, "projects.list", "authenticated"},
+    {"POST", "/api/v1/projects", RouteId::kProjectsCreate, "projects.create",
+     "installation_admin"},
+    {"GET", "/api/v1/projects/{id}", RouteId::kProjectGet, "projects.get", "viewer"},
+    {"POST", "/api/v1/projects/{id}/archive", RouteId::kProjectArchive, "projects.archive",
+     "owner"},
+    {"GET", "/api/v1/projects/{id}/bindings", RouteId::kProjectBindingsList,
+     "projects.bindings.list", "viewer"},
+    {"POST", "/api/v1/projects/{id}/bindings", RouteId::kProjectBindingsWrite,
+     "projects.bindings.write", "admin"},
+    {"GET", "/api/v1/installation/bindings", RouteId::kInstallationBindingsList,
+     "installation.bindings.list", "installation_admin"},
+    {"POST", "/api/v1/installation/bindings", RouteId::kInstallationBindingsWrite,
+     "installation.bindings.write", "installation_admin"},
+    {"GET", "/api/v1/principals", RouteId::kPrincipalsList, "principals.list",
+     "installation_admin"},
+    {"POST", "/api/v1/principals", RouteId::kPrincipalsCreate, "principals.create",
+     "installation_admin"},
+    {"GET", "/api/v1/principals/{id}", RouteId::kPrincipalGet, "principals.get", "self"},
+    {"POST", "/api/v1/principals/{id}/disable", RouteId::kPrincipalDisable, "principals.disable",
+     "installation_admin"},
+    {"POST", "/api/v1/principals/{id}/enable", RouteId::kPrincipalEnable, "principals.enable",
+     "installation_admin"},
+    {"GET", "/api/v1/tokens", RouteId::kTokensList, "tokens.list", "self"},
+    {"POST", "/api/v1/tokens", RouteId::kTokensCreate, "tokens.create", "self"},
+    {"POST", "/api/v1/tokens/{id}/revoke", RouteId::kTokenRevoke, "tokens.revoke", "self"},
+    {"GET", "/api/v1/audit", RouteId::kAuditList, "audit.list", "installation_admin"},
+    {"POST", "/api/v1/tasks", RouteId::kTasksCreate, "tasks.create", "admin"},
+    {"GET", "/api/v1/tasks", RouteId::kTasksList, "tasks.list", "viewer"},
+    {"GET", "/api/v1/tasks/{id}", RouteId::kTaskGet, "tasks.get", "viewer"},
     {"POST", "/api/v1/tasks/{id}/revisions", RouteId::kTaskRevisionsCreate,
-     "tasks.revisions.create"},
-    {"GET", "/api/v1/tasks/{id}/revisions", RouteId::kTaskRevisionsList, "tasks.revisions.list"},
-    {"POST", "/api/v1/triggers", RouteId::kTriggersCreate, "triggers.create"},
-    {"GET", "/api/v1/triggers", RouteId::kTriggersList, "triggers.list"},
-    {"GET", "/api/v1/triggers/{id}", RouteId::kTriggerGet, "triggers.get"},
-    {"POST", "/api/v1/triggers/{id}/enable", RouteId::kTriggerEnable, "triggers.enable"},
-    {"POST", "/api/v1/triggers/{id}/disable", RouteId::kTriggerDisable, "triggers.disable"},
-    {"POST", "/api/v1/triggers/{id}/repin", RouteId::kTriggerRepin, "triggers.repin"},
-    {"GET", "/api/v1/triggers/{id}/next", RouteId::kTriggerNext, "triggers.next"},
-    {"GET", "/api/v1/cron/next", RouteId::kCronNext, "cron.next"},
-    {"GET", "/api/v1/runs", RouteId::kRunsList, "runs.list"},
-    {"POST", "/api/v1/runs", RouteId::kRunsCreate, "runs.create"},
-    {"GET", "/api/v1/runs/{id}", RouteId::kRunGet, "runs.get"},
-    {"GET", "/api/v1/runs/{id}/events", RouteId::kRunEvents, "runs.events"},
-    {"GET", "/api/v1/runs/{id}/log", RouteId::kRunLog, "runs.log"},
-    {"POST", "/api/v1/runs/{id}/cancel", RouteId::kRunCancel, "runs.cancel"},
-    {"POST", "/api/v1/runs/{id}/retry", RouteId::kRunRetry, "runs.retry"},
-    {"GET", "/api/v1/status", RouteId::kStatus, "status"},
+     "tasks.revisions.create", "admin"},
+    {"GET", "/api/v1/tasks/{id}/revisions", RouteId::kTaskRevisionsList, "tasks.revisions.list",
+     "viewer"},
+    {"POST", "/api/v1/triggers", RouteId::kTriggersCreate, "triggers.create", "admin"},
+    {"GET", "/api/v1/triggers", RouteId::kTriggersList, "triggers.list", "viewer"},
+    {"GET", "/api/v1/triggers/{id}", RouteId::kTriggerGet, "triggers.get", "viewer"},
+    {"POST", "/api/v1/triggers/{id}/enable", RouteId::kTriggerEnable, "triggers.enable",
+     "operator"},
+    {"POST", "/api/v1/triggers/{id}/disable", RouteId::kTriggerDisable, "triggers.disable",
+     "operator"},
+    {"POST", "/api/v1/triggers/{id}/repin", RouteId::kTriggerRepin, "triggers.repin", "admin"},
+    {"GET", "/api/v1/triggers/{id}/next", RouteId::kTriggerNext, "triggers.next", "viewer"},
+    {"GET", "/api/v1/cron/next", RouteId::kCronNext, "cron.next", "authenticated"},
+    {"GET", "/api/v1/runs", RouteId::kRunsList, "runs.list", "viewer"},
+    {"POST", "/api/v1/runs", RouteId::kRunsCreate, "runs.create", "operator"},
+    {"GET", "/api/v1/runs/{id}", RouteId::kRunGet, "runs.get", "viewer"},
+    {"GET", "/api/v1/runs/{id}/events", RouteId::kRunEvents, "runs.events", "viewer"},
+    {"GET", "/api/v1/runs/{id}/log", RouteId::kRunLog, "runs.log", "viewer"},
+    {"POST", "/api/v1/runs/{id}/cancel", RouteId::kRunCancel, "runs.cancel", "operator"},
+    {"POST", "/api/v1/runs/{id}/retry", RouteId::kRunRetry, "runs.retry", "operator"},
+    {"GET", "/api/v1/status", RouteId::kStatus, "status", "viewer"},
 };
 
 struct RouteMatch {
@@ -192,7 +242,8 @@ class Query {
 
   Status Check(std::initializer_list<std::string_view> allowed) const {
     for (auto it = req_.params.begin(); it != req_.params.end(); ++it) {
-      bool known = false;
+      // Every /api/v1 route takes the project it works in.
+      bool known = it->first == "project";
       for (std::string_view name : allowed) known = known || it->first == name;
       if (!known) {
         std::string list;
@@ -294,8 +345,6 @@ struct ApiServer::Impl {
   ControlService& service;
   Metrics& metrics;
   ApiServerOptions options;
-  std::string token_digest;
-  size_t token_bytes = 0;
   httplib::Server server;
   std::thread listener;
   int port = 0;
@@ -314,7 +363,11 @@ struct ApiServer::Impl {
   void Handle(const RouteMatch& match, const httplib::Request& req, httplib::Response& res,
               const std::string& body);
   enum class Auth { kOk, kDenied, kUnavailable };
-  Auth Authorized(const httplib::Request& req) const;
+  // Authenticates the bearer token of `req`; on kOk fills `who`, on kDenied `why` (a code).
+  Auth Authenticate(const httplib::Request& req, Authentication* who, std::string* why) const;
+  // The caller of an authenticated /api/v1 request: its principal, the `project` query
+  // parameter and the request id.
+  Caller CallerOf(const httplib::Request& req) const;
   void ServeLog(const std::string& run_id, const httplib::Request& req, httplib::Response& res);
   void StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
                    httplib::Response& res);
@@ -322,11 +375,6 @@ struct ApiServer::Impl {
 
 ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions options)
     : impl_(std::make_unique<Impl>(service, metrics, std::move(options))) {
-  impl_->token_digest = Sha256Hex(impl_->options.owner_token);
-  impl_->token_bytes = impl_->options.owner_token.size();
-  // Keep the plaintext token no longer than needed.
-  std::fill(impl_->options.owner_token.begin(), impl_->options.owner_token.end(), '\0');
-  impl_->options.owner_token.clear();
   metrics.Describe("ql_http_requests_total", "counter",
                    "HTTP requests answered, by route and status code.");
   metrics.Describe("ql_http_in_flight", "gauge",
@@ -336,23 +384,38 @@ ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions
 
 ApiServer::~ApiServer() { Stop(); }
 
-ApiServer::Impl::Auth ApiServer::Impl::Authorized(const httplib::Request& req) const {
+ApiServer::Impl::Auth ApiServer::Impl::Authenticate(const httplib::Request& req,
+                                                    Authentication* who,
+                                                    std::string* why) const {
+  *why = "unauthorized";
   const std::string header = req.get_header_value("Authorization");
   constexpr std::string_view kScheme = "bearer ";
   if (header.size() <= kScheme.size() ||
       !EqualsIgnoreCase(std::string_view(header).substr(0, kScheme.size()), kScheme)) {
+    *why = "token_missing";
     return Auth::kDenied;
   }
   std::string_view token = std::string_view(header).substr(kScheme.size());
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
   if (token.empty() || token.size() > kMaxBearerTokenBytes) return Auth::kDenied;
-  const std::string digest = Sha256Hex(token);
-  if (token_bytes > 0 && ConstantTimeEquals(digest, token_digest)) return Auth::kOk;
-  if (!options.credential_verifier) return Auth::kDenied;
-  Result<bool> verified = options.credential_verifier(digest);
-  if (!verified.ok()) return Auth::kUnavailable;
-  return *verified ? Auth::kOk : Auth::kDenied;
+  Result<Authentication> found = options.authenticate(Sha256Hex(token));
+  if (found.ok()) {
+    *who = std::move(found).value();
+    return Auth::kOk;
+  }
+  if (found.status().code() == StatusCode::kPermissionDenied) return Auth::kDenied;
+  return Auth::kUnavailable;
+}
+
+Caller ApiServer::Impl::CallerOf(const httplib::Request& req) const {
+  Caller caller;
+  Authentication who;
+  std::string why;
+  if (Authenticate(req, &who, &why) == Auth::kOk) caller.principal_id = who.principal.id;
+  if (req.params.count("project") == 1) caller.project = req.get_param_value("project");
+  caller.request_id = req.get_header_value("X-Request-Id").substr(0, 64);
+  return caller;
 }
 
 httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Request& req,
@@ -384,13 +447,17 @@ httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Reques
                     "more than " + std::to_string(options.max_in_flight) +
                         " requests are in flight; retry shortly");
     }
-    const Auth auth = Authorized(req);
+    Authentication who;
+    std::string why;
+    const Auth auth = Authenticate(req, &who, &why);
     if (auth == Auth::kUnavailable) {
       res.set_header("Retry-After", "1");
       return reject(503, "credentials_unavailable",
                     "the credential store cannot be read right now; retry shortly");
     }
     if (auth != Auth::kOk) {
+      service.governance().RecordAuthFailure(req.get_header_value("X-Request-Id").substr(0, 64),
+                                             why);
       res.set_header("WWW-Authenticate", "Bearer");
       return reject(401, "unauthorized",
                     "missing or wrong bearer token in the Authorization header");
@@ -621,13 +688,19 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
   const bool body_required = match.route->id == RouteId::kTasksCreate ||
                              match.route->id == RouteId::kTaskRevisionsCreate ||
                              match.route->id == RouteId::kTriggersCreate ||
-                             match.route->id == RouteId::kRunsCreate;
+                             match.route->id == RouteId::kRunsCreate ||
+                             match.route->id == RouteId::kPrincipalsCreate ||
+                             match.route->id == RouteId::kProjectsCreate ||
+                             match.route->id == RouteId::kProjectBindingsWrite ||
+                             match.route->id == RouteId::kInstallationBindingsWrite;
   json body = json::object();
   if (post) {
     QL_HTTP_TRY(res, query.Check({}));
     QL_HTTP_ASSIGN(res, body, api::ParseBody(body_text, body_required));
   }
   const std::string& id = match.id;
+  const Caller caller = IsApiPath(req.path) ? CallerOf(req) : Caller{};
+  GovernanceService& governance = service.governance();
 
   switch (match.route->id) {
     case RouteId::kLivez:
@@ -654,7 +727,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
 
     case RouteId::kProjectsList: {
       QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, std::vector<ProjectRecord> projects, service.ListProjects());
+      QL_HTTP_ASSIGN(res, std::vector<ProjectRecord> projects, service.ListProjects(caller));
       json items = json::array();
       for (const ProjectRecord& p : projects) items.push_back(api::ProjectJson(p));
       SendJson(res, 200, json{{"items", std::move(items)}});
@@ -665,7 +738,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       TaskWrite write;
       QL_HTTP_ASSIGN(res, write.mutation_id, TakeString(body, "mutation_id"));
       write.body = std::move(body);
-      QL_HTTP_ASSIGN(res, PublishedTask published, service.PublishTask(write));
+      QL_HTTP_ASSIGN(res, PublishedTask published, service.PublishTask(write, caller));
       res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
       SendJson(res, published.replayed ? 200 : 201, api::TaskJson(published.task));
       return;
@@ -676,7 +749,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, page.limit,
                      query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
       page.cursor = query.Get("cursor");
-      QL_HTTP_ASSIGN(res, PageResult<TaskView> listed, service.ListTasks(page));
+      QL_HTTP_ASSIGN(res, PageResult<TaskView> listed, service.ListTasks(page, caller));
       json items = json::array();
       for (const TaskView& t : listed.items) items.push_back(api::TaskJson(t));
       SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
@@ -684,7 +757,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     }
     case RouteId::kTaskGet: {
       QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, TaskView task, service.GetTask(id));
+      QL_HTTP_ASSIGN(res, TaskView task, service.GetTask(id, caller));
       SendJson(res, 200, api::TaskJson(task));
       return;
     }
@@ -701,14 +774,14 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, write.mutation_id, TakeString(body, "mutation_id"));
       write.body = std::move(body);
       QL_HTTP_ASSIGN(res, PublishedTask published,
-                     service.PublishTaskRevision(id, *expected, write));
+                     service.PublishTaskRevision(id, *expected, write, caller));
       res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
       SendJson(res, published.replayed ? 200 : 201, api::TaskJson(published.task));
       return;
     }
     case RouteId::kTaskRevisionsList: {
       QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, std::vector<TaskRevisionRecord> revisions, service.TaskHistory(id));
+      QL_HTTP_ASSIGN(res, std::vector<TaskRevisionRecord> revisions, service.TaskHistory(id, caller));
       json items = json::array();
       for (const TaskRevisionRecord& r : revisions) items.push_back(api::TaskRevisionJson(r));
       SendJson(res, 200, json{{"items", std::move(items)}});
@@ -727,7 +800,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, std::optional<bool> enabled, api::OptionalBool(body, "enabled"));
       write.enabled = enabled.value_or(true);
       QL_HTTP_ASSIGN(res, write.mutation_id, api::OptionalString(body, "mutation_id"));
-      QL_HTTP_ASSIGN(res, PublishedTrigger published, service.AddTrigger(write));
+      QL_HTTP_ASSIGN(res, PublishedTrigger published, service.AddTrigger(write, caller));
       res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
       SendJson(res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
       return;
@@ -739,7 +812,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
                      query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
       page.cursor = query.Get("cursor");
       QL_HTTP_ASSIGN(res, PageResult<TriggerView> listed,
-                     service.ListTriggers(query.Get("task_id"), page));
+                     service.ListTriggers(query.Get("task_id"), page, caller));
       json items = json::array();
       for (const TriggerView& t : listed.items) items.push_back(api::TriggerJson(t));
       SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
@@ -747,7 +820,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     }
     case RouteId::kTriggerGet: {
       QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, TriggerView trigger, service.GetTrigger(id));
+      QL_HTTP_ASSIGN(res, TriggerView trigger, service.GetTrigger(id, caller));
       SendJson(res, 200, api::TriggerJson(trigger));
       return;
     }
@@ -757,8 +830,8 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_TRY(res, api::CheckFields(body, {}));
       Result<PublishedTrigger> published =
           match.route->id == RouteId::kTriggerRepin
-              ? service.RepinTrigger(id)
-              : service.SetTriggerEnabled(id, match.route->id == RouteId::kTriggerEnable);
+              ? service.RepinTrigger(id, caller)
+              : service.SetTriggerEnabled(id, match.route->id == RouteId::kTriggerEnable, caller);
       QL_HTTP_TRY(res, published.status());
       res.set_header("X-QL-Replayed", BoolHeader(published->replayed));
       SendJson(res, 200, api::TriggerJson(published->trigger));
@@ -770,7 +843,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
           res, int64_t count,
           query.Integer("count", "invalid_count", 1, kMaxPreviewCount, kDefaultPreviewCount));
       QL_HTTP_ASSIGN(res, TriggerPreview preview,
-                     service.PreviewTrigger(id, static_cast<int>(count)));
+                     service.PreviewTrigger(id, static_cast<int>(count), caller));
       QL_HTTP_ASSIGN(res, TimeZone zone, TimeZone::Load(preview.trigger.revision.timezone));
       SendJson(res, 200,
                json{{"trigger_id", preview.trigger.head.trigger_id},
@@ -813,7 +886,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, page.limit,
                      query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
       page.cursor = query.Get("cursor");
-      QL_HTTP_ASSIGN(res, PageResult<RunRecord> listed, service.ListRuns(filter, page));
+      QL_HTTP_ASSIGN(res, PageResult<RunRecord> listed, service.ListRuns(filter, page, caller));
       json items = json::array();
       for (const RunRecord& r : listed.items) items.push_back(api::RunJson(r));
       SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
@@ -834,14 +907,14 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
         }
         request.priority = static_cast<int>(*priority);
       }
-      QL_HTTP_ASSIGN(res, StartedRun started, service.StartRun(request));
+      QL_HTTP_ASSIGN(res, StartedRun started, service.StartRun(request, caller));
       res.set_header("X-QL-Replayed", BoolHeader(started.replayed));
       SendJson(res, started.replayed ? 200 : 201, api::RunJson(started.run));
       return;
     }
     case RouteId::kRunGet: {
       QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, RunView run, service.GetRun(id));
+      QL_HTTP_ASSIGN(res, RunView run, service.GetRun(id, caller));
       SendJson(res, 200, api::RunJson(run));
       return;
     }
@@ -851,7 +924,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, int64_t limit,
                      query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultEventLimit));
       QL_HTTP_ASSIGN(res, std::vector<EventRecord> events,
-                     service.ListRunEvents(id, after, static_cast<int>(limit)));
+                     service.ListRunEvents(id, after, static_cast<int>(limit), caller));
       json items = json::array();
       int64_t next_after = after;
       for (const EventRecord& e : events) {
@@ -867,19 +940,148 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     case RouteId::kRunCancel: {
       QL_HTTP_TRY(res, api::CheckFields(body, {"reason"}));
       QL_HTTP_ASSIGN(res, std::optional<std::string> reason, api::OptionalString(body, "reason"));
-      QL_HTTP_ASSIGN(res, RunRecord run, service.CancelRun(id, reason));
+      QL_HTTP_ASSIGN(res, RunRecord run, service.CancelRun(id, reason, caller));
       SendJson(res, 200, api::RunJson(run));
       return;
     }
     case RouteId::kRunRetry: {
       QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, StartedRun started, service.RetryRun(id));
+      QL_HTTP_ASSIGN(res, StartedRun started, service.RetryRun(id, caller));
       SendJson(res, 201, api::RunJson(started.run));
+      return;
+    }
+    case RouteId::kWhoami: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, WhoAmI who, governance.Whoami(caller));
+      SendJson(res, 200, api::WhoAmIJson(who));
+      return;
+    }
+    case RouteId::kPrincipalsList: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, std::vector<PrincipalRecord> principals,
+                     governance.ListPrincipals(caller));
+      json items = json::array();
+      for (const PrincipalRecord& p : principals) items.push_back(api::PrincipalJson(p));
+      SendJson(res, 200, ItemsJson(std::move(items), std::nullopt));
+      return;
+    }
+    case RouteId::kPrincipalsCreate: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"name", "kind"}));
+      QL_HTTP_ASSIGN(res, std::string name, api::RequiredString(body, "name"));
+      QL_HTTP_ASSIGN(res, std::optional<std::string> kind, api::OptionalString(body, "kind"));
+      QL_HTTP_ASSIGN(res, PrincipalRecord principal,
+                     governance.AddPrincipal(caller, name, kind.value_or("user")));
+      SendJson(res, 201, api::PrincipalJson(principal));
+      return;
+    }
+    case RouteId::kPrincipalGet: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, PrincipalRecord principal, governance.GetPrincipal(caller, id));
+      SendJson(res, 200, api::PrincipalJson(principal));
+      return;
+    }
+    case RouteId::kPrincipalDisable:
+    case RouteId::kPrincipalEnable: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_ASSIGN(res, PrincipalRecord principal,
+                     governance.SetPrincipalStatus(
+                         caller, id,
+                         match.route->id == RouteId::kPrincipalDisable ? "disabled" : "active"));
+      SendJson(res, 200, api::PrincipalJson(principal));
+      return;
+    }
+    case RouteId::kTokensList: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, std::vector<TokenRecord> tokens, governance.ListTokens(caller));
+      json items = json::array();
+      for (const TokenRecord& t : tokens) items.push_back(api::TokenJson(t));
+      SendJson(res, 200, ItemsJson(std::move(items), std::nullopt));
+      return;
+    }
+    case RouteId::kTokensCreate: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"principal", "expires_in_ms"}));
+      QL_HTTP_ASSIGN(res, std::optional<std::string> principal,
+                     api::OptionalString(body, "principal"));
+      QL_HTTP_ASSIGN(res, std::optional<int64_t> ttl, api::OptionalInteger(body, "expires_in_ms"));
+      QL_HTTP_ASSIGN(res, MintedToken minted,
+                     governance.CreateToken(caller, principal.value_or(""), ttl));
+      json out = api::TokenJson(minted.record);
+      out["token"] = minted.token;
+      SendJson(res, 201, out);
+      return;
+    }
+    case RouteId::kTokenRevoke: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_ASSIGN(res, TokenRecord token, governance.RevokeToken(caller, id));
+      SendJson(res, 200, api::TokenJson(token));
+      return;
+    }
+    case RouteId::kProjectsCreate: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"slug", "name"}));
+      QL_HTTP_ASSIGN(res, std::string slug, api::RequiredString(body, "slug"));
+      QL_HTTP_ASSIGN(res, std::optional<std::string> name, api::OptionalString(body, "name"));
+      QL_HTTP_ASSIGN(res, ProjectRecord project,
+                     governance.CreateProject(caller, slug, name.value_or("")));
+      SendJson(res, 201, api::ProjectJson(project));
+      return;
+    }
+    case RouteId::kProjectGet: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, ProjectRecord project, governance.GetProject(caller, id));
+      SendJson(res, 200, api::ProjectJson(project));
+      return;
+    }
+    case RouteId::kProjectArchive: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_ASSIGN(res, ProjectRecord project, governance.ArchiveProject(caller, id));
+      SendJson(res, 200, api::ProjectJson(project));
+      return;
+    }
+    case RouteId::kProjectBindingsList:
+    case RouteId::kInstallationBindingsList: {
+      QL_HTTP_TRY(res, query.Check({}));
+      const std::string scope = match.route->id == RouteId::kProjectBindingsList
+                                    ? id
+                                    : std::string(kInstallationScope);
+      QL_HTTP_ASSIGN(res, std::vector<BindingView> bindings,
+                     governance.ListBindings(caller, scope));
+      json items = json::array();
+      for (const BindingView& b : bindings) items.push_back(api::BindingJson(b));
+      SendJson(res, 200, ItemsJson(std::move(items), std::nullopt));
+      return;
+    }
+    case RouteId::kProjectBindingsWrite:
+    case RouteId::kInstallationBindingsWrite: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"principal", "role", "mutation_id"}));
+      QL_HTTP_ASSIGN(res, std::string principal, api::RequiredString(body, "principal"));
+      QL_HTTP_ASSIGN(res, std::string role, api::RequiredString(body, "role"));
+      QL_HTTP_ASSIGN(res, std::optional<std::string> mutation_id,
+                     api::OptionalString(body, "mutation_id"));
+      const std::string scope = match.route->id == RouteId::kProjectBindingsWrite
+                                    ? id
+                                    : std::string(kInstallationScope);
+      QL_HTTP_ASSIGN(res, WriteBindingResult written,
+                     governance.WriteBinding(caller, scope, principal, role, mutation_id));
+      res.set_header("X-QL-Replayed", BoolHeader(written.replayed));
+      SendJson(res, written.replayed ? 200 : 201, api::BindingJson(written.binding));
+      return;
+    }
+    case RouteId::kAuditList: {
+      QL_HTTP_TRY(res, query.Check({"limit", "cursor"}));
+      PageRequest page;
+      QL_HTTP_ASSIGN(res, int64_t limit,
+                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+      page.limit = static_cast<int>(limit);
+      page.after_key = query.Get("cursor");
+      QL_HTTP_ASSIGN(res, Page<AuditRecord> facts, governance.ListAudit(caller, page));
+      json items = json::array();
+      for (const AuditRecord& a : facts.items) items.push_back(api::AuditJson(a));
+      SendJson(res, 200, ItemsJson(std::move(items), facts.next_key));
       return;
     }
     case RouteId::kStatus: {
       QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, StatusSummary summary, service.GetStatus());
+      QL_HTTP_ASSIGN(res, StatusSummary summary, service.GetStatus(caller));
       json out = api::StatusJson(summary);
       out["ready"] = ready.load() && !withdrawn.load();
       SendJson(res, 200, out);
@@ -900,7 +1102,7 @@ void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request
   QL_HTTP_ASSIGN(res, int64_t attempt_number,
                  query.Integer("attempt", "invalid_attempt", 1, 1'000'000, 0));
   QL_HTTP_ASSIGN(res, bool follow, query.Bool("follow", "invalid_follow", false));
-  QL_HTTP_ASSIGN(res, RunView view, service.GetRun(run_id));
+  QL_HTTP_ASSIGN(res, RunView view, service.GetRun(run_id, CallerOf(req)));
   const AttemptRecord* attempt = nullptr;
   for (const AttemptRecord& a : view.attempts) {
     if (attempt_number == 0 || a.attempt == attempt_number) attempt = &a;
@@ -1001,6 +1203,15 @@ void ApiServer::Impl::StartFollow(const std::string& run_id, int attempt_number,
       [this](bool) { followers.fetch_sub(1); });
 }
 
+std::vector<ApiRoute> ApiRoutes() {
+  std::vector<ApiRoute> out;
+  for (const RouteSpec& r : kRoutes) {
+    out.push_back(ApiRoute{std::string(r.method), std::string(r.pattern), std::string(r.name),
+                           std::string(r.permission)});
+  }
+  return out;
+}
+
 Status ApiServer::Start(const std::string& host, int port) {
   Impl& s = *impl_;
   if (s.started.exchange(true)) return Conflict("already_started", "the server was started");
@@ -1009,12 +1220,7 @@ Status ApiServer::Start(const std::string& host, int port) {
     s.started = false;
     return InvalidArgument("invalid_server_options", message);
   };
-  if (s.token_bytes < kMinOwnerTokenBytes && !(s.token_bytes == 0 && o.credential_verifier)) {
-    s.started = false;
-    return InvalidArgument(
-        "owner_token_too_short",
-        "the owner token must be at least " + std::to_string(kMinOwnerTokenBytes) + " bytes");
-  }
+  if (!o.authenticate) return invalid("authenticate is required");
   if (o.max_body_bytes < 1024 || o.max_body_bytes > (size_t{16} << 20)) {
     return invalid("max_body_bytes must be 1 KiB .. 16 MiB");
   }

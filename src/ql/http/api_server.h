@@ -10,7 +10,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "ql/core/governance_ports.h"
 #include "ql/core/status.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/log_reader.h"
@@ -19,15 +21,11 @@
 namespace ql {
 
 struct ApiServerOptions {
-  // The owner's bearer token (at least 16 bytes). Only its SHA-256 digest is kept; requests
-  // are compared against the digest in constant time.
-  std::string owner_token;
-  // Verifies a bearer token that is not the owner's, by the lowercase hex SHA-256 digest of the
-  // token (the only form a credential store keeps; ql-cluster reads its api_credentials table).
-  // true = a live credential, false = unknown or revoked; an error answers 503
-  // credentials_unavailable. Called from worker threads. With a verifier, owner_token may be
-  // empty (no owner token then).
-  std::function<Result<bool>(const std::string& token_digest)> credential_verifier;
+  // Finds the principal of a bearer token by the token's lowercase hex SHA-256 digest (the only
+  // form a store keeps; see TokenAuthenticator): PermissionDenied for an unknown, revoked or
+  // expired token or a disabled principal (401 unauthorized), any other error 503
+  // credentials_unavailable. Called from worker threads; required.
+  std::function<Result<Authentication>(const std::string& token_digest)> authenticate;
   // Largest request body accepted; larger ones get 413 body_too_large.
   size_t max_body_bytes = size_t{1} << 20;
   // Requests accepted (queued or being served) at once; beyond it /api/v1 answers 503
@@ -47,6 +45,17 @@ struct ApiServerOptions {
   const LogSource* log_reader = nullptr;
 };
 
+// One route of the API as the route table declares it, for documentation and tests.
+struct ApiRoute {
+  std::string method;
+  std::string pattern;
+  std::string name;
+  std::string permission;  // see docs/api.md: public, authenticated, viewer, operator, ...
+};
+
+// Returns every route the API serves, in table order.
+std::vector<ApiRoute> ApiRoutes();
+
 class ApiServer {
  public:
   // `service` and `metrics` must outlive the server.
@@ -57,7 +66,7 @@ class ApiServer {
 
   // Validates the options, binds `host`:`port` (0 picks a free port) and starts serving on a
   // listener thread of its own. /readyz answers 503 until SetReady(true). Errors:
-  // InvalidArgument (owner_token_too_short, invalid_server_options), Unavailable listen_failed
+  // InvalidArgument invalid_server_options, Unavailable listen_failed
   // when the address cannot be bound, Conflict already_started.
   Status Start(const std::string& host, int port);
   // Returns the bound port (after Start).

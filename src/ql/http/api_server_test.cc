@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "ql/core/digest.h"
+#include "ql/core/ids.h"
 #include "ql/core/rfc3339.h"
+#include "ql/engine/token_authenticator.h"
 #include "ql/http/httplib_config.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
@@ -104,10 +106,26 @@ class ApiServerTest : public ::testing::Test {
     service_ = std::make_unique<ControlService>(*store_, clock_, random_, ControlOptions{});
     ASSERT_TRUE(service_->EnsureDefaultProject().ok());
     log_reader_ = std::make_unique<LogReader>((dir_ / "log").string());
+    owner_ = Bootstrap(kToken);
+    authenticator_ = std::make_unique<TokenAuthenticator>(store_->governance(), clock_);
+  }
+
+  // Bootstraps the installation owner with `token`; returns its principal.
+  PrincipalRecord Bootstrap(const std::string& token) {
+    BootstrapCommand cmd;
+    cmd.principal_id = NewUuidV7(clock_.NowMs(), random_);
+    cmd.token_id = NewUuidV7(clock_.NowMs(), random_);
+    cmd.token_digest = Sha256Hex(token);
+    cmd.mutation_id = "bootstrap:" + cmd.principal_id;
+    cmd.now_ms = clock_.NowMs();
+    Result<BootstrapResult> booted = store_->governance().Bootstrap(cmd);
+    EXPECT_TRUE(booted.ok()) << booted.status().ToString();
+    return booted.ok() ? booted->principal : PrincipalRecord{};
   }
 
   void TearDown() override {
     server_.reset();
+    authenticator_.reset();
     service_.reset();
     store_.reset();
     fs::remove_all(dir_);
@@ -115,7 +133,9 @@ class ApiServerTest : public ::testing::Test {
 
   ApiServerOptions DefaultOptions() {
     ApiServerOptions options;
-    options.owner_token = kToken;
+    options.authenticate = [this](const std::string& digest) {
+      return authenticator_->Authenticate(digest);
+    };
     options.log_reader = log_reader_.get();
     options.max_follow_ms = 20'000;
     options.follow_poll_ms = 20;
@@ -236,6 +256,8 @@ class ApiServerTest : public ::testing::Test {
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<LogReader> log_reader_;
+  PrincipalRecord owner_;
+  std::unique_ptr<TokenAuthenticator> authenticator_;
   Metrics metrics_;
   std::unique_ptr<ApiServer> server_;
 };
@@ -297,11 +319,11 @@ TEST_F(ApiServerTest, StoredCredentialsAreCheckedByDigest) {
   const std::string revoked = "revoked-credential-0123456789abcdef";
   std::atomic<bool> store_down{false};
   ApiServerOptions options = DefaultOptions();
-  options.owner_token.clear();
-  options.credential_verifier = [&](const std::string& digest) -> Result<bool> {
+  options.authenticate = [&](const std::string& digest) -> Result<Authentication> {
     EXPECT_TRUE(IsSha256Hex(digest));
     if (store_down) return Unavailable("database_unavailable", "down");
-    return digest == Sha256Hex(minted);
+    if (digest != Sha256Hex(minted)) return PermissionDenied("unauthorized", "unknown token");
+    return Authentication{owner_, TokenRecord{}};
   };
   StartServer(std::move(options));
   auto with = [&](const std::string& token) {
@@ -311,7 +333,7 @@ TEST_F(ApiServerTest, StoredCredentialsAreCheckedByDigest) {
   };
   EXPECT_EQ(with(minted).status, 200);
   EXPECT_EQ(with(revoked).status, 401);
-  EXPECT_EQ(with(kToken).status, 401);  // no owner token configured
+  EXPECT_EQ(with(kToken).status, 401);  // this store knows only `minted`
   EXPECT_EQ(with(std::string(600, 'a')).status, 401);
   store_down = true;
   Reply unavailable = with(minted);
@@ -931,10 +953,10 @@ TEST_F(ApiServerTest, InFlightBoundAnswersOverloaded) {
 }
 
 TEST_F(ApiServerTest, StartValidatesOptions) {
-  ApiServerOptions short_token = DefaultOptions();
-  short_token.owner_token = "short";
-  ApiServer a(*service_, metrics_, short_token);
-  EXPECT_EQ(a.Start("127.0.0.1", 0).reason(), "owner_token_too_short");
+  ApiServerOptions no_authentication = DefaultOptions();
+  no_authentication.authenticate = nullptr;
+  ApiServer a(*service_, metrics_, no_authentication);
+  EXPECT_EQ(a.Start("127.0.0.1", 0).reason(), "invalid_server_options");
 
   ApiServerOptions no_reader = DefaultOptions();
   no_reader.log_reader = nullptr;

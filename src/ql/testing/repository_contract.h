@@ -18,6 +18,7 @@
 #include <ostream>
 #include <string>
 
+#include "ql/core/governance_ports.h"
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
 #include "ql/testing/fake_clock.h"
@@ -90,10 +91,28 @@ class RepositoryContractTest : public ::testing::TestWithParam<StoreFactory> {
   SeededRandom random_{20260101};
 };
 
+// The governance part of the contract (governance_contract.cc): principals, tokens, projects,
+// role bindings, the policy fence and the audit, on the same stores.
+class GovernanceContract : public RepositoryContractTest {
+ protected:
+  GovernanceRepository& gov() { return store().governance(); }
+  // Bootstraps `name` as installation owner with the token "token-of-<name>".
+  PrincipalRecord Owner(const std::string& name = "owner");
+  // Creates principal `name` as `actor`.
+  Result<PrincipalRecord> AddPrincipal(const PrincipalRecord& actor, const std::string& name);
+  // Writes a binding of `subject` in `scope` as `actor` (a fresh mutation id when empty).
+  Result<WriteBindingResult> Grant(const PrincipalRecord& actor, const std::string& scope,
+                                   const PrincipalRecord& subject, Role role,
+                                   std::string mutation_id = "");
+  // Publishes a new enabled task `name` fenced as `actor` with the admin role.
+  Result<TaskRevisionRecord> PublishAs(const PrincipalRecord& actor, const std::string& name);
+};
+
 namespace internal {
-// Returns true; referenced by the instantiation macro so the suite's object file, which holds
-// the test registrations, is always linked from the static library.
+// Return true; referenced by the instantiation macro so the suites' object files, which hold
+// the test registrations, are always linked from the static library.
 bool LinkRepositoryContract();
+bool LinkGovernanceContract();
 }  // namespace internal
 
 }  // namespace ql::testing
@@ -103,8 +122,10 @@ bool LinkRepositoryContract();
 #define QL_INSTANTIATE_REPOSITORY_CONTRACT(prefix, ...)                                    \
   namespace ql::testing {                                                                  \
   [[maybe_unused]] static const bool ql_repository_contract_linked_##prefix =              \
-      internal::LinkRepositoryContract();                                                  \
+      internal::LinkRepositoryContract() && internal::LinkGovernanceContract();           \
   INSTANTIATE_TEST_SUITE_P(prefix, RepositoryContractTest, ::testing::Values(__VA_ARGS__), \
+                           StoreFactoryName);                                              \
+  INSTANTIATE_TEST_SUITE_P(prefix, GovernanceContract, ::testing::Values(__VA_ARGS__),     \
                            StoreFactoryName);                                              \
   }                                                                                        \
   static_assert(true, "require a semicolon")

@@ -17,13 +17,22 @@ GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities, ql3.projects, ql
 GRANT SELECT, INSERT, UPDATE ON ql3.runs, ql3.run_attempts, ql3.run_retry_policies,
   ql3.worker_sessions, ql3.run_dispatch_leases TO ql3_runtime;
 GRANT SELECT, INSERT ON ql3.run_events, ql3.run_log_chunks TO ql3_runtime;
-GRANT SELECT ON ql3.api_credentials TO ql3_runtime;
+-- Governance: authentication and the policy fence read; audit facts are written, never read.
+GRANT SELECT ON ql3.installation, ql3.principals, ql3.api_tokens, ql3.role_bindings
+  TO ql3_runtime;
+GRANT SELECT, INSERT, UPDATE ON ql3.api_token_usage TO ql3_runtime;
+GRANT INSERT ON ql3.security_audit TO ql3_runtime;
 GRANT SELECT, UPDATE ON ql3.trigger_schedules TO ql3_runtime;
 
 -- ql3_admin: publishes definitions, creates and resets schedule rows, mints credentials.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_admin;
 GRANT SELECT, INSERT, UPDATE ON ql3.projects, ql3.task_heads, ql3.trigger_heads,
-  ql3.trigger_schedules, ql3.worker_credentials, ql3.api_credentials TO ql3_admin;
+  ql3.trigger_schedules, ql3.worker_credentials TO ql3_admin;
+-- ql3_admin: governance writes (principals, tokens, bindings under the scope's row lock) and
+-- the audit, which it alone reads.
+GRANT SELECT, INSERT, UPDATE ON ql3.installation, ql3.principals, ql3.api_tokens TO ql3_admin;
+GRANT SELECT ON ql3.api_token_usage TO ql3_admin;
+GRANT SELECT, INSERT ON ql3.role_bindings, ql3.security_audit TO ql3_admin;
 GRANT SELECT, INSERT ON ql3.task_revisions, ql3.execution_revisions, ql3.trigger_revisions
   TO ql3_admin;
 

@@ -35,7 +35,12 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"worker_credentials", {}},
       {"worker_sessions", {"SELECT", "INSERT", "UPDATE"}},
       {"run_dispatch_leases", {"SELECT", "INSERT", "UPDATE"}},
-      {"api_credentials", {"SELECT"}},
+      {"installation", {"SELECT"}},
+      {"principals", {"SELECT"}},
+      {"api_tokens", {"SELECT"}},
+      {"api_token_usage", {"SELECT", "INSERT", "UPDATE"}},
+      {"role_bindings", {"SELECT"}},
+      {"security_audit", {"INSERT"}},
       {"run_log_chunks", {"SELECT", "INSERT"}},
   };
   return *kPrivileges;

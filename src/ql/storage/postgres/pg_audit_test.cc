@@ -215,7 +215,7 @@ TEST_F(AuditTest, SuperuserAsRuntimeFails) {
 }
 
 TEST_F(AuditTest, AdminRoleAsRuntimeFails) {
-  ExpectNotReady("runtime_role_invalid", "has INSERT on api_credentials", kAdminRole);
+  ExpectNotReady("runtime_role_invalid", "has INSERT on api_tokens", kAdminRole);
 }
 
 TEST_F(AuditTest, MembershipInAnotherRoleFails) {

@@ -71,6 +71,15 @@ constexpr UniqueRule kUniqueRules[] = {
     {"worker_sessions_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"schema_migrations_pkey", StatusCode::kConflict, "migration_conflict"},
     {"schema_capabilities_pkey", StatusCode::kConflict, "migration_conflict"},
+    {"installation_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"principals_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"principals_name_key", StatusCode::kDuplicate, "principal_name_duplicate"},
+    {"api_tokens_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"api_tokens_token_digest_key", StatusCode::kDuplicate, "duplicate_id"},
+    {"api_token_usage_pkey", StatusCode::kConflict, "fence_conflict"},
+    {"role_bindings_pkey", StatusCode::kConflict, "binding_version_conflict"},
+    {"role_bindings_mutation_id_key", StatusCode::kConflict, "mutation_id_reused"},
+    {"security_audit_pkey", StatusCode::kDuplicate, "duplicate_id"},
 };
 
 }  // namespace

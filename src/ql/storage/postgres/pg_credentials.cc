@@ -3,7 +3,9 @@
 #include <regex>
 
 #include "ql/core/digest.h"
+#include "ql/core/governance_store.h"
 #include "ql/core/ids.h"
+#include "ql/storage/postgres/pg_governance.h"
 
 namespace ql::pg {
 namespace {
@@ -54,17 +56,71 @@ Status RevokeCredential(Pool& admin, CredentialKind kind, const std::string& nam
   });
 }
 
-Result<bool> VerifyApiCredential(Pool& runtime, const std::string& token_digest) {
-  bool live = false;
-  QL_RETURN_IF_ERROR(runtime.Transact(
-      {Isolation::kReadCommitted, true}, "verifying a credential", [&](Tx& tx) -> Status {
-        QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec("SELECT 1 FROM ql3.api_credentials WHERE "
-                                               "token_digest = $1 AND revoked_at_ms IS NULL",
-                                               {P(token_digest)}));
-        live = rows.size() == 1;
-        return Status::Ok();
-      }));
-  return live;
+Result<MintedApiToken> MintApiToken(Pool& admin, const std::string& name, Clock& clock,
+                                    RandomSource& random) {
+  QL_RETURN_IF_ERROR(ValidateCredentialName(name));
+  QL_RETURN_IF_ERROR(ValidatePrincipalName(name));
+  PgGovernanceRunner runner(admin, &admin);
+  GovernanceStore governance(runner, random);
+  const int64_t now = clock.NowMs();
+  MintedApiToken out;
+  out.name = name;
+  out.token = "ql3_" + RandomHex(random, 32);
+  out.token_id = NewUuidV7(now, random);
+  const std::string digest = Sha256Hex(out.token);
+  if (governance.FindPrincipalByName(name).ok()) {
+    return Duplicate("name_duplicate", "a principal named " + name +
+                                           " exists already; mint its tokens with ql token "
+                                           "create --principal " + name);
+  }
+  BootstrapCommand bootstrap;
+  bootstrap.principal_id = NewUuidV7(now, random);
+  bootstrap.name = name;
+  bootstrap.token_id = out.token_id;
+  bootstrap.token_digest = digest;
+  bootstrap.mutation_id = "bootstrap:" + bootstrap.principal_id;
+  bootstrap.now_ms = now;
+  Result<BootstrapResult> booted = governance.Bootstrap(bootstrap);
+  if (booted.ok()) {
+    out.principal_id = booted->principal.id;
+    out.owner = true;
+    return out;
+  }
+  if (booted.status().reason() != "already_bootstrapped") return booted.status();
+  // The admin role's direct access to the database is trusted: it acts as the system.
+  CreatePrincipalCommand create;
+  create.id = bootstrap.principal_id;
+  create.kind = std::string(kPrincipalService);
+  create.name = name;
+  create.now_ms = now;
+  Result<PrincipalRecord> principal = governance.CreatePrincipal(create);
+  if (!principal.ok()) {
+    if (principal.status().reason() == "principal_name_duplicate") {
+      return Duplicate("name_duplicate", "a principal named " + name + " exists already");
+    }
+    return principal.status();
+  }
+  CreateTokenCommand token;
+  token.id = out.token_id;
+  token.principal_id = principal->id;
+  token.token_digest = digest;
+  token.now_ms = now;
+  QL_RETURN_IF_ERROR(governance.CreateToken(token).status());
+  out.principal_id = principal->id;
+  return out;
+}
+
+Status RevokeApiTokens(Pool& admin, const std::string& name, Clock& clock) {
+  QL_RETURN_IF_ERROR(ValidatePrincipalName(name));
+  PgGovernanceRunner runner(admin, &admin);
+  GovernanceStore governance(runner, SecureRandom());
+  QL_ASSIGN_OR_RETURN(PrincipalRecord principal, governance.FindPrincipalByName(name));
+  QL_ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens, governance.ListTokens(principal.id));
+  for (const TokenRecord& token : tokens) {
+    if (token.revoked_at_ms.has_value()) continue;
+    QL_RETURN_IF_ERROR(governance.RevokeToken(Actor{}, token.id, clock.NowMs()).status());
+  }
+  return Status::Ok();
 }
 
 }  // namespace ql::pg

@@ -31,7 +31,24 @@ Result<MintedCredential> MintCredential(Pool& admin, CredentialKind kind, const 
 // Revokes the named credential (admin pool); NotFound `credential_not_found`.
 Status RevokeCredential(Pool& admin, CredentialKind kind, const std::string& name, Clock& clock);
 
-// Returns whether a live (not revoked) API credential has this token digest (runtime pool).
-Result<bool> VerifyApiCredential(Pool& runtime, const std::string& token_digest);
+struct MintedApiToken {
+  std::string principal_id;
+  std::string token_id;
+  std::string name;
+  std::string token;  // shown once; never stored
+  bool owner = false;  // the principal was bootstrapped as installation owner
+};
+
+// Mints an API token for a new principal `name` through the admin pool (`ql-cluster token
+// create`): on an installation without an owner the principal (kind user) becomes its owner;
+// otherwise it is created as a service principal with no role (grant one with `ql role grant`).
+// Duplicate `name_duplicate` when a principal of that name exists (mint further tokens for it
+// with `ql token create --principal NAME`).
+Result<MintedApiToken> MintApiToken(Pool& admin, const std::string& name, Clock& clock,
+                                    RandomSource& random);
+
+// Revokes every live token of the principal `name` (admin pool); NotFound
+// `principal_not_found`.
+Status RevokeApiTokens(Pool& admin, const std::string& name, Clock& clock);
 
 }  // namespace ql::pg

@@ -35,6 +35,7 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0008-worker-leases", "cf8e6bde5b8db6ebc9e96dbcbbfc5a34d1a7309b38d3606b511f85d519ba3fed"},
       {"pg-0009-heap-only-claims",
        "a0b71534bc2e9cc21c944edb5a14d299125e436b2c549cb7213a6cff6cdce566"},
+      {"pg-0010-governance", "e4974702f84a0b10f57f6ef1830afb8548571dfb2fbea68665fa0fa95f9bfed0"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

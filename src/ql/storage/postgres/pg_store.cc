@@ -14,6 +14,8 @@
 #include "ql/core/ids.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
+#include "ql/core/governance_store.h"
+#include "ql/storage/postgres/pg_governance.h"
 #include "ql/storage/postgres/pg_run_rows.h"
 #include "ql/storage/postgres/pg_worker.h"
 
@@ -433,7 +435,17 @@ const pg::TxOptions kReadWrite{pg::Isolation::kReadCommitted, /*read_only=*/fals
 // Opening
 
 PostgresStore::PostgresStore(std::unique_ptr<pg::Pool> runtime, std::unique_ptr<pg::Pool> admin)
-    : runtime_(std::move(runtime)), admin_(std::move(admin)) {}
+    : runtime_(std::move(runtime)),
+      admin_(std::move(admin)),
+      governance_runner_(std::make_unique<pg::PgGovernanceRunner>(*runtime_, admin_.get())),
+      governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())) {}
+
+Status PostgresStore::Fence(pg::Tx& tx, const std::optional<PolicyFence>& fence,
+                            const std::string& project_id) {
+  if (!fence.has_value()) return Status();
+  std::unique_ptr<GovernanceTx> governance = pg::NewGovernanceTx(tx);
+  return CheckPolicyFence(*governance, *fence, project_id);
+}
 
 PostgresStore::~PostgresStore() {
   if (admin_ != nullptr) admin_->Close();
@@ -598,6 +610,7 @@ Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCo
   PublishTaskResult out;
   QL_RETURN_IF_ERROR(AdminWrite("publishing a task revision", [&](Tx& tx) -> Status {
     out = PublishTaskResult{};
+    QL_RETURN_IF_ERROR(Fence(tx, cmd.fence, cmd.project_id));
     // Locks first (project, then head), so everything read below is what this transaction
     // commits against: a concurrent publish of the same task waits here and then sees the
     // winner's revision, or its mutation id when it was the same request.
@@ -726,6 +739,7 @@ Result<PublishTriggerResult> PostgresStore::PublishTriggerRevision(
   PublishTriggerResult out;
   QL_RETURN_IF_ERROR(AdminWrite("publishing a trigger revision", [&](Tx& tx) -> Status {
     out = PublishTriggerResult{};
+    QL_RETURN_IF_ERROR(Fence(tx, cmd.fence, cmd.project_id));
     // Lock order: project, task head (shared: a task publish must not move the pinned revision
     // under this check), trigger head, and at the end the schedule row.
     QL_ASSIGN_OR_RETURN(std::optional<ProjectRecord> project,
@@ -1273,6 +1287,7 @@ Result<RunRecord> PostgresStore::CreateRun(const NewRun& run) {
   }
   RunRecord out;
   QL_RETURN_IF_ERROR(Write("creating a run", [&](Tx& tx) -> Status {
+    QL_RETURN_IF_ERROR(Fence(tx, run.fence, run.project_id));
     // Read without row locks (the runtime role may not lock definitions); a publish that
     // commits after this snapshot reads nothing written here, so the run is ordered before it.
     // Concurrent creators of the same run id or idempotency key meet in the unique keys.
@@ -1617,7 +1632,8 @@ Result<EventRecord> PostgresStore::AppendEvent(const std::string& run_id, const 
 }
 
 Result<RunRecord> PostgresStore::RequestCancel(const std::string& run_id, const std::string& reason,
-                                               std::string actor_type, int64_t now_ms) {
+                                               std::string actor_type, int64_t now_ms,
+                                               const std::optional<PolicyFence>& fence) {
   QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
   QL_RETURN_IF_ERROR(RequireActorType(actor_type));
   QL_ASSIGN_OR_RETURN(std::string reason_json, CanonicalJson(nlohmann::json{{"reason", reason}}));
@@ -1625,6 +1641,13 @@ Result<RunRecord> PostgresStore::RequestCancel(const std::string& run_id, const 
                       CanonicalEventPayload(kEventRunCancelRequested, reason_json));
   RunRecord out;
   QL_RETURN_IF_ERROR(Write("requesting a cancel", [&](Tx& tx) -> Status {
+    if (fence.has_value()) {
+      // The fence's shared lock comes before the run's row lock (the governance lock order).
+      QL_ASSIGN_OR_RETURN(RunRecord before, RequireRun(tx, run_id));
+      Status st = Fence(tx, fence, before.project_id);
+      // Cancelling stays possible in an archived project: it only stops work.
+      if (!st.ok() && st.reason() != "project_archived") return st;
+    }
     QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(tx, run_id, Lock::kUpdate));
     if (run.cancel_requested_at_ms.has_value()) {  // the first intent wins
       out = std::move(run);
@@ -1702,6 +1725,9 @@ Result<std::vector<RunRecord>> PostgresStore::ListDispatchable(const std::string
         Cat({"SELECT ", kRunColumns, " FROM runs r", kWithPolicyAndLatestAttempt,
              " WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL"
              " AND a.status = 'claimed' AND a.executor_type = $1"
+             // An archived project's queue is cancelled, never dispatched.
+             " AND EXISTS (SELECT 1 FROM projects p WHERE p.id = r.project_id"
+             " AND p.status = 'active')"
              " ORDER BY r.priority DESC, r.queued_at_ms, r.id LIMIT $2"});
     QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(tx, kSql, {P(executor_type), P(limit)}, ReadRun));
     return Status();

@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "ql/core/governance_ports.h"
+#include "ql/core/governance_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
 #include "ql/storage/postgres/pg_client.h"
@@ -58,6 +60,9 @@ class PostgresStore final : public Store,
   DefinitionRepository& definitions() override { return *this; }
   ScheduleRepository& schedules() override { return *this; }
   RunRepository& runs() override { return *this; }
+  // Governance (pg_governance.h): reads and audit appends as the runtime role, writes and audit
+  // reads as the admin role.
+  GovernanceRepository& governance() override { return *governance_; }
 
   // ProjectRepository. EnsureProject returns an existing project through the runtime pool;
   // creating one needs the admin pool, else Unavailable `admin_pool_missing`.
@@ -107,7 +112,8 @@ class PostgresStore final : public Store,
   Result<EventRecord> AppendEvent(const std::string& run_id, const NewEvent& event,
                                   int64_t now_ms) override;
   Result<RunRecord> RequestCancel(const std::string& run_id, const std::string& reason,
-                                  std::string actor_type, int64_t now_ms) override;
+                                  std::string actor_type, int64_t now_ms,
+                                  const std::optional<PolicyFence>& fence = {}) override;
   Result<std::vector<RunRecord>> ListDispatchable(const std::string& executor_type,
                                                   int limit) override;
   Result<std::vector<RunRecord>> ListActive() override;
@@ -125,8 +131,13 @@ class PostgresStore final : public Store,
   // `admin_pool_missing` without one.
   Status AdminWrite(std::string_view operation, const std::function<Status(pg::Tx&)>& body);
 
+  // The policy fence of a command (no-op without one), inside `tx`.
+  Status Fence(pg::Tx& tx, const std::optional<PolicyFence>& fence, const std::string& project_id);
+
   std::unique_ptr<pg::Pool> runtime_;
   std::unique_ptr<pg::Pool> admin_;
+  std::unique_ptr<GovernanceTxRunner> governance_runner_;
+  std::unique_ptr<GovernanceRepository> governance_;
 };
 
 }  // namespace ql

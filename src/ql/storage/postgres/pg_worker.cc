@@ -384,6 +384,8 @@ Result<std::vector<GrantedLease>> PostgresRunLeases::GrantLeases(const PullComma
                   "LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id "
                   "WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL "
                   "AND a.status = 'claimed' AND a.executor_type = 'remote_worker' "
+                  "AND EXISTS (SELECT 1 FROM ql3.projects p WHERE p.id = r.project_id "
+                  "AND p.status = 'active') "
                   "AND (l.attempt_id IS NULL OR l.status <> 'granted' OR "
                   "(l.expires_at_ms <= $2 AND a.started_at_ms IS NULL)) "
                   "ORDER BY r.priority DESC, r.queued_at_ms, r.id "

@@ -32,6 +32,13 @@ constexpr UniqueIndexReason kUniqueIndexReasons[] = {
      "the mutation id was used by another write"},
     {"trigger_revisions.mutation_id", StatusCode::kConflict, "mutation_id_reused",
      "the mutation id was used by another write"},
+    {"role_bindings.mutation_id", StatusCode::kConflict, "mutation_id_reused",
+     "the mutation id was used by another write"},
+    {"principals.name", StatusCode::kDuplicate, "principal_name_duplicate",
+     "a principal with this name exists already"},
+    {"role_bindings.scope, role_bindings.subject_id, role_bindings.version",
+     StatusCode::kConflict, "binding_version_conflict",
+     "another binding of the subject was written at the same time"},
 };
 
 Status DuplicateFromDetail(std::string_view detail, std::string_view operation) {

@@ -26,6 +26,10 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"({"attempts":1,"definitions":1,"events":1,"projects":1,"retry_policies":1,"runs":1,)"
        R"("schedules":1})",
        "0004-runs"},
+      {kLocalControlCore, 2,
+       R"({"attempts":1,"definitions":1,"events":1,"governance":1,"projects":1,)"
+       R"("retry_policies":1,"runs":1,"schedules":1})",
+       "0005-governance"},
   };
   return kSteps;
 }

@@ -17,7 +17,9 @@
 #include "ql/core/run_payloads.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
+#include "ql/core/governance_store.h"
 #include "ql/storage/sqlite/sqlite_db.h"
+#include "ql/storage/sqlite/sqlite_governance.h"
 #include "ql/storage/sqlite/sqlite_migrations.h"
 
 namespace ql {
@@ -574,7 +576,24 @@ Status CheckCapability(const std::vector<SqliteCapabilityRow>& rows,
 // ---------------------------------------------------------------------------------------------
 // Opening and migrating
 
-SqliteStore::SqliteStore(std::unique_ptr<sqlite::Db> db) : db_(std::move(db)) {}
+SqliteStore::SqliteStore(std::unique_ptr<sqlite::Db> db)
+    : db_(std::move(db)),
+      governance_runner_(std::make_unique<sqlite::SqliteGovernanceRunner>(*db_)),
+      governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())) {}
+
+Status SqliteStore::Fence(const std::optional<PolicyFence>& fence, const std::string& project_id) {
+  if (!fence.has_value()) return Status();
+  std::unique_ptr<GovernanceTx> tx = sqlite::NewGovernanceTx(*db_);
+  return CheckPolicyFence(*tx, *fence, project_id);
+}
+
+Status SqliteStore::FenceAnyStatus(const std::optional<PolicyFence>& fence,
+                                   const std::string& project_id) {
+  Status st = Fence(fence, project_id);
+  // Cancelling stays possible in an archived project: it only stops work.
+  if (st.code() == StatusCode::kConflict && st.reason() == "project_archived") return Status();
+  return st;
+}
 
 SqliteStore::~SqliteStore() = default;
 
@@ -821,6 +840,7 @@ Result<PublishTaskResult> SqliteStore::PublishTaskRevision(const PublishTaskComm
   PublishTaskResult out;
   QL_RETURN_IF_ERROR(
       db_->Transact(TxMode::kWrite, "publishing a task revision", [&](Tx&) -> Status {
+        QL_RETURN_IF_ERROR(Fence(cmd.fence, cmd.project_id));
         QL_ASSIGN_OR_RETURN(std::optional<TaskRevisionRecord> replay,
                             LoadTaskRevisionByMutation(*db_, cmd.mutation_id));
         if (replay.has_value()) {
@@ -928,6 +948,7 @@ Result<PublishTriggerResult> SqliteStore::PublishTriggerRevision(const PublishTr
   PublishTriggerResult out;
   QL_RETURN_IF_ERROR(
       db_->Transact(TxMode::kWrite, "publishing a trigger revision", [&](Tx&) -> Status {
+        QL_RETURN_IF_ERROR(Fence(cmd.fence, cmd.project_id));
         QL_ASSIGN_OR_RETURN(std::optional<TriggerRevisionRecord> replay,
                             LoadTriggerRevisionByMutation(*db_, cmd.mutation_id));
         if (replay.has_value()) {
@@ -1416,6 +1437,7 @@ Result<RunRecord> SqliteStore::CreateRun(const NewRun& run) {
   }
   RunRecord out;
   QL_RETURN_IF_ERROR(db_->Transact(TxMode::kWrite, "creating a run", [&](Tx&) -> Status {
+    QL_RETURN_IF_ERROR(Fence(run.fence, run.project_id));
     QL_RETURN_IF_ERROR(RequireActiveProject(*db_, run.project_id));
     QL_ASSIGN_OR_RETURN(std::optional<TaskHeadRecord> head, LoadTaskHead(*db_, run.task_id));
     if (!head.has_value() || head->project_id != run.project_id) {
@@ -1752,7 +1774,8 @@ Result<EventRecord> SqliteStore::AppendEvent(const std::string& run_id, const Ne
 }
 
 Result<RunRecord> SqliteStore::RequestCancel(const std::string& run_id, const std::string& reason,
-                                             std::string actor_type, int64_t now_ms) {
+                                             std::string actor_type, int64_t now_ms,
+                                             const std::optional<PolicyFence>& fence) {
   QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
   QL_RETURN_IF_ERROR(RequireActorType(actor_type));
   QL_ASSIGN_OR_RETURN(std::string reason_json, CanonicalOf(nlohmann::json{{"reason", reason}}));
@@ -1761,6 +1784,7 @@ Result<RunRecord> SqliteStore::RequestCancel(const std::string& run_id, const st
   RunRecord out;
   QL_RETURN_IF_ERROR(db_->Transact(TxMode::kWrite, "requesting a cancel", [&](Tx&) -> Status {
     QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(*db_, run_id));
+    QL_RETURN_IF_ERROR(FenceAnyStatus(fence, run.project_id));
     if (run.cancel_requested_at_ms.has_value()) {  // the first intent wins
       out = std::move(run);
       return Status();
@@ -1836,6 +1860,9 @@ Result<std::vector<RunRecord>> SqliteStore::ListDispatchable(const std::string& 
              kWithPolicyAndLatestAttempt,
              " WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL"
              " AND a.status = 'claimed' AND a.executor_type = ?"
+             // An archived project's queue is cancelled, never dispatched.
+             " AND EXISTS (SELECT 1 FROM projects p WHERE p.id = r.project_id"
+             " AND p.status = 'active')"
              " ORDER BY r.priority DESC, r.queued_at_ms, r.id LIMIT ?"});
     QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(*db_, kSql, ReadRun, executor_type, limit));
     return Status();

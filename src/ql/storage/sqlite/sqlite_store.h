@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "ql/core/clock.h"
+#include "ql/core/governance_ports.h"
+#include "ql/core/governance_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
 
@@ -96,6 +98,7 @@ class SqliteStore final : public Store,
   DefinitionRepository& definitions() override { return *this; }
   ScheduleRepository& schedules() override { return *this; }
   RunRepository& runs() override { return *this; }
+  GovernanceRepository& governance() override { return *governance_; }
 
   // ProjectRepository
   Result<ProjectRecord> EnsureProject(const std::string& id_if_new, const std::string& slug,
@@ -143,7 +146,8 @@ class SqliteStore final : public Store,
   Result<EventRecord> AppendEvent(const std::string& run_id, const NewEvent& event,
                                   int64_t now_ms) override;
   Result<RunRecord> RequestCancel(const std::string& run_id, const std::string& reason,
-                                  std::string actor_type, int64_t now_ms) override;
+                                  std::string actor_type, int64_t now_ms,
+                                  const std::optional<PolicyFence>& fence = {}) override;
   Result<std::vector<RunRecord>> ListDispatchable(const std::string& executor_type,
                                                   int limit) override;
   Result<std::vector<RunRecord>> ListActive() override;
@@ -153,7 +157,14 @@ class SqliteStore final : public Store,
  private:
   explicit SqliteStore(std::unique_ptr<sqlite::Db> db);
 
+  // The policy fence of a command (no-op without one), inside the caller's transaction.
+  Status Fence(const std::optional<PolicyFence>& fence, const std::string& project_id);
+  // As Fence, but an archived project does not refuse (cancels stop work, so they stay allowed).
+  Status FenceAnyStatus(const std::optional<PolicyFence>& fence, const std::string& project_id);
+
   std::unique_ptr<sqlite::Db> db_;
+  std::unique_ptr<GovernanceTxRunner> governance_runner_;
+  std::unique_ptr<GovernanceRepository> governance_;
 };
 
 }  // namespace ql

@@ -1,0 +1,587 @@
+#include "ql/core/governance_store.h"
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+
+#include "ql/core/ids.h"
+#include "ql/core/store_commands.h"
+
+namespace ql {
+namespace {
+
+constexpr std::string_view kAuditListing = "audit";
+
+Role RoleOf(const std::optional<RoleBindingRecord>& binding) {
+  if (!binding.has_value()) return Role::kNone;
+  Result<Role> role = ParseRole(binding->role);
+  return role.ok() ? *role : Role::kNone;
+}
+
+// Reads what a decision in `scope` needs: the principal and its installation and scope roles.
+Result<PolicyInputs> ReadPolicyInputs(GovernanceTx& tx, const std::string& principal_id,
+                                      const std::string& scope) {
+  PolicyInputs in;
+  QL_ASSIGN_OR_RETURN(in.principal, tx.LoadPrincipal(principal_id));
+  if (!in.principal.has_value()) return in;
+  QL_ASSIGN_OR_RETURN(std::optional<RoleBindingRecord> installation,
+                      tx.LoadCurrentBinding(std::string(kInstallationScope), principal_id));
+  in.installation_role = RoleOf(installation);
+  if (scope != kInstallationScope) {
+    QL_ASSIGN_OR_RETURN(std::optional<RoleBindingRecord> project,
+                        tx.LoadCurrentBinding(scope, principal_id));
+    in.project_role = RoleOf(project);
+  }
+  return in;
+}
+
+// Decides for a governance write by `actor` in `scope` (the system actor always may).
+Status Authorize(GovernanceTx& tx, const Actor& actor, const std::string& scope, Role required) {
+  if (actor.principal_id.empty()) return Status();
+  QL_ASSIGN_OR_RETURN(PolicyInputs in, ReadPolicyInputs(tx, actor.principal_id, scope));
+  return DecidePolicy(in, required, scope != kInstallationScope);
+}
+
+Result<Role> HeldRole(GovernanceTx& tx, const Actor& actor, const std::string& scope) {
+  if (actor.principal_id.empty()) return Role::kOwner;
+  QL_ASSIGN_OR_RETURN(PolicyInputs in, ReadPolicyInputs(tx, actor.principal_id, scope));
+  return scope == kInstallationScope
+             ? in.installation_role
+             : EffectiveProjectRole(in.installation_role, in.project_role);
+}
+
+Result<ProjectRecord> RequireProject(GovernanceTx& tx, const std::string& project_id) {
+  QL_ASSIGN_OR_RETURN(std::optional<ProjectRecord> project, tx.LoadProject(project_id));
+  if (!project.has_value()) {
+    return NotFound("project_not_found", "project " + project_id + " does not exist");
+  }
+  return *project;
+}
+
+Result<PrincipalRecord> RequirePrincipal(GovernanceTx& tx, const std::string& id) {
+  QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> principal, tx.LoadPrincipal(id));
+  if (!principal.has_value()) {
+    return NotFound("principal_not_found", "principal " + id + " does not exist");
+  }
+  return *principal;
+}
+
+// Counts the current owners of a scope that are active principals.
+Result<int> CountActiveOwners(GovernanceTx& tx, const std::string& scope) {
+  QL_ASSIGN_OR_RETURN(std::vector<RoleBindingRecord> bindings, tx.ListCurrentBindings(scope));
+  int owners = 0;
+  for (const RoleBindingRecord& b : bindings) {
+    if (b.role != RoleName(Role::kOwner)) continue;
+    QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> p, tx.LoadPrincipal(b.subject_id));
+    if (p.has_value() && p->status == kPrincipalActive) ++owners;
+  }
+  return owners;
+}
+
+Status ValidateAudit(const AuditRecord& fact) {
+  QL_RETURN_IF_ERROR(ValidateId("audit id", fact.id));
+  if (fact.action.empty() || fact.action.size() > 64) {
+    return InvalidArgument("invalid_audit_fact", "an audit action must be 1-64 characters");
+  }
+  if (fact.outcome != kAuditOk && fact.outcome != kAuditDenied && fact.outcome != kAuditFailed) {
+    return InvalidArgument("invalid_audit_fact",
+                           "audit outcome " + Quote(fact.outcome) + " is not ok, denied or failed");
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status CheckPolicyFence(GovernanceTx& tx, const PolicyFence& fence, const std::string& project_id) {
+  QL_RETURN_IF_ERROR(tx.EnterFence());
+  QL_ASSIGN_OR_RETURN(PolicyInputs in, ReadPolicyInputs(tx, fence.principal_id, project_id));
+  QL_RETURN_IF_ERROR(DecidePolicy(in, fence.required, /*project_scope=*/true));
+  QL_ASSIGN_OR_RETURN(ProjectRecord project, RequireProject(tx, project_id));
+  if (project.status != kProjectActive) {
+    return Conflict("project_archived", "project " + project.slug + " is archived");
+  }
+  return Status();
+}
+
+GovernanceStore::GovernanceStore(GovernanceTxRunner& runner, RandomSource& random)
+    : runner_(runner), random_(random) {}
+
+std::string GovernanceStore::NewAuditId(int64_t now_ms) {
+  std::lock_guard<std::mutex> lock(random_mu_);
+  return NewUuidV7(now_ms, random_);
+}
+
+AuditRecord GovernanceStore::Fact(const Actor& actor, std::string_view action,
+                                  std::string_view target_kind, const std::string& target_id,
+                                  const std::optional<std::string>& project_id, int64_t now_ms) {
+  AuditRecord fact;
+  fact.id = NewAuditId(now_ms);
+  fact.at_ms = now_ms;
+  if (!actor.principal_id.empty()) fact.actor_id = actor.principal_id;
+  fact.action = std::string(action);
+  fact.target_kind = std::string(target_kind);
+  fact.target_id = target_id;
+  fact.project_id = project_id;
+  fact.outcome = std::string(kAuditOk);
+  fact.code = std::string(kAuditOk);
+  fact.request_id = actor.request_id;
+  return fact;
+}
+
+Result<PrincipalRecord> GovernanceStore::CreatePrincipal(const CreatePrincipalCommand& cmd) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", cmd.id));
+  QL_RETURN_IF_ERROR(ValidatePrincipalName(cmd.name));
+  QL_RETURN_IF_ERROR(ValidatePrincipalKind(cmd.kind));
+  PrincipalRecord out{cmd.id, cmd.kind, cmd.name, std::string(kPrincipalActive), 1, cmd.now_ms,
+                      cmd.now_ms};
+  AuditRecord fact = Fact(cmd.actor, "principal.create", "principal", cmd.id, {}, cmd.now_ms);
+  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kWrite, "creating a principal",
+                                 [&](GovernanceTx& tx) -> Status {
+                                   QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope))
+                                                          .status());
+                                   QL_RETURN_IF_ERROR(Authorize(
+                                       tx, cmd.actor, std::string(kInstallationScope),
+                                       RequiredRole(Action::kManageIdentity)));
+                                   QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> same,
+                                                       tx.LoadPrincipalByName(cmd.name));
+                                   if (same.has_value()) {
+                                     return Duplicate("principal_name_duplicate",
+                                                      "a principal named " + cmd.name +
+                                                          " exists already");
+                                   }
+                                   QL_RETURN_IF_ERROR(tx.InsertPrincipal(out));
+                                   return tx.InsertAudit(fact);
+                                 }));
+  return out;
+}
+
+Result<PrincipalRecord> GovernanceStore::GetPrincipal(const std::string& principal_id) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", principal_id));
+  PrincipalRecord out;
+  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kRead, "reading a principal",
+                                 [&](GovernanceTx& tx) -> Status {
+                                   QL_ASSIGN_OR_RETURN(out, RequirePrincipal(tx, principal_id));
+                                   return Status();
+                                 }));
+  return out;
+}
+
+Result<PrincipalRecord> GovernanceStore::FindPrincipalByName(const std::string& name) {
+  QL_RETURN_IF_ERROR(ValidatePrincipalName(name));
+  PrincipalRecord out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kRead, "finding a principal", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> found, tx.LoadPrincipalByName(name));
+        if (!found.has_value()) {
+          return NotFound("principal_not_found", "no principal is named " + name);
+        }
+        out = std::move(*found);
+        return Status();
+      }));
+  return out;
+}
+
+Result<std::vector<PrincipalRecord>> GovernanceStore::ListPrincipals() {
+  std::vector<PrincipalRecord> out;
+  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kRead, "listing principals",
+                                 [&](GovernanceTx& tx) -> Status {
+                                   QL_ASSIGN_OR_RETURN(out, tx.ListPrincipals());
+                                   return Status();
+                                 }));
+  return out;
+}
+
+Result<PrincipalRecord> GovernanceStore::SetPrincipalStatus(const Actor& actor,
+                                                            const std::string& principal_id,
+                                                            const std::string& status,
+                                                            int64_t now_ms) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", principal_id));
+  if (status != kPrincipalActive && status != kPrincipalDisabled) {
+    return InvalidArgument("invalid_principal_status",
+                           "principal status " + Quote(status) + " is not active or disabled");
+  }
+  const std::string installation(kInstallationScope);
+  PrincipalRecord out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "changing a principal's status", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(installation).status());
+        QL_RETURN_IF_ERROR(
+            Authorize(tx, actor, installation, RequiredRole(Action::kManageIdentity)));
+        QL_ASSIGN_OR_RETURN(PrincipalRecord current, RequirePrincipal(tx, principal_id));
+        if (current.status == status) {
+          out = std::move(current);
+          return Status();
+        }
+        QL_ASSIGN_OR_RETURN(std::optional<RoleBindingRecord> binding,
+                            tx.LoadCurrentBinding(installation, principal_id));
+        if (RoleOf(binding) == Role::kOwner && status == kPrincipalDisabled) {
+          QL_ASSIGN_OR_RETURN(Role held, HeldRole(tx, actor, installation));
+          if (held < Role::kOwner) {
+            return RoleDenied(Role::kOwner, "disabling an installation owner", installation);
+          }
+          QL_ASSIGN_OR_RETURN(int owners, CountActiveOwners(tx, installation));
+          if (owners <= 1) {
+            return Conflict("last_owner", "principal " + current.name +
+                                              " is the last active owner of the installation");
+          }
+        }
+        QL_RETURN_IF_ERROR(
+            tx.UpdatePrincipalStatus(principal_id, status, current.version, now_ms));
+        QL_RETURN_IF_ERROR(tx.InsertAudit(Fact(
+            actor, status == kPrincipalDisabled ? "principal.disable" : "principal.enable",
+            "principal", principal_id, {}, now_ms)));
+        QL_ASSIGN_OR_RETURN(out, RequirePrincipal(tx, principal_id));
+        return Status();
+      }));
+  return out;
+}
+
+Result<TokenRecord> GovernanceStore::CreateToken(const CreateTokenCommand& cmd) {
+  QL_RETURN_IF_ERROR(ValidateId("token id", cmd.id));
+  QL_RETURN_IF_ERROR(ValidateId("principal id", cmd.principal_id));
+  QL_RETURN_IF_ERROR(RequireDigest("token digest", cmd.token_digest));
+  if (cmd.expires_at_ms.has_value() && *cmd.expires_at_ms <= cmd.now_ms) {
+    return InvalidArgument("invalid_expiry", "a token must expire in the future");
+  }
+  TokenRecord out{cmd.id, cmd.principal_id, cmd.now_ms, cmd.expires_at_ms, {}, {}};
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "creating a token", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
+        if (cmd.actor.principal_id != cmd.principal_id) {
+          QL_RETURN_IF_ERROR(Authorize(tx, cmd.actor, std::string(kInstallationScope),
+                                       RequiredRole(Action::kManageIdentity)));
+        } else {
+          QL_RETURN_IF_ERROR(
+              Authorize(tx, cmd.actor, std::string(kInstallationScope), Role::kNone));
+        }
+        QL_ASSIGN_OR_RETURN(PrincipalRecord principal, RequirePrincipal(tx, cmd.principal_id));
+        if (principal.status != kPrincipalActive) {
+          return Conflict("principal_disabled",
+                          "principal " + principal.name + " is disabled; it gets no new token");
+        }
+        QL_RETURN_IF_ERROR(tx.InsertToken(out, cmd.token_digest));
+        return tx.InsertAudit(
+            Fact(cmd.actor, "token.create", "token", cmd.id, {}, cmd.now_ms));
+      }));
+  return out;
+}
+
+Result<std::vector<TokenRecord>> GovernanceStore::ListTokens(
+    const std::optional<std::string>& principal_id) {
+  if (principal_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("principal id", *principal_id));
+  std::vector<TokenRecord> out;
+  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kRead, "listing tokens",
+                                 [&](GovernanceTx& tx) -> Status {
+                                   QL_ASSIGN_OR_RETURN(out, tx.ListTokens(principal_id));
+                                   return Status();
+                                 }));
+  return out;
+}
+
+Result<TokenRecord> GovernanceStore::RevokeToken(const Actor& actor, const std::string& token_id,
+                                                 int64_t now_ms) {
+  QL_RETURN_IF_ERROR(ValidateId("token id", token_id));
+  TokenRecord out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "revoking a token", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
+        QL_ASSIGN_OR_RETURN(std::optional<TokenRecord> token, tx.LoadToken(token_id));
+        if (!token.has_value()) {
+          return NotFound("token_not_found", "token " + token_id + " does not exist");
+        }
+        const Role required = actor.principal_id == token->principal_id
+                                  ? Role::kNone
+                                  : RequiredRole(Action::kManageIdentity);
+        QL_RETURN_IF_ERROR(Authorize(tx, actor, std::string(kInstallationScope), required));
+        if (!token->revoked_at_ms.has_value()) {
+          QL_RETURN_IF_ERROR(tx.SetTokenRevoked(token_id, now_ms));
+          QL_RETURN_IF_ERROR(tx.InsertAudit(Fact(actor, "token.revoke", "token", token_id, {},
+                                                 now_ms)));
+        }
+        QL_ASSIGN_OR_RETURN(token, tx.LoadToken(token_id));
+        out = std::move(*token);
+        return Status();
+      }));
+  return out;
+}
+
+Result<Authentication> GovernanceStore::Authenticate(const std::string& token_digest,
+                                                     int64_t now_ms) {
+  QL_RETURN_IF_ERROR(RequireDigest("token digest", token_digest));
+  Authentication out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kRead, "authenticating a token", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(std::optional<TokenRecord> token, tx.LoadTokenByDigest(token_digest));
+        if (!token.has_value()) return NotFound("token_unknown", "the token is not known");
+        if (token->revoked_at_ms.has_value()) {
+          return Conflict("token_revoked", "token " + token->id + " was revoked");
+        }
+        if (token->expires_at_ms.has_value() && *token->expires_at_ms <= now_ms) {
+          return Conflict("token_expired", "token " + token->id + " has expired");
+        }
+        QL_ASSIGN_OR_RETURN(PrincipalRecord principal, RequirePrincipal(tx, token->principal_id));
+        if (principal.status != kPrincipalActive) {
+          return Conflict("principal_disabled", "principal " + principal.name + " is disabled");
+        }
+        out = Authentication{std::move(principal), std::move(*token)};
+        return Status();
+      }));
+  return out;
+}
+
+Status GovernanceStore::TouchToken(const std::string& token_id, int64_t now_ms) {
+  QL_RETURN_IF_ERROR(ValidateId("token id", token_id));
+  return runner_.Run(GovernanceTxKind::kTouch, "recording a token's use",
+                     [&](GovernanceTx& tx) { return tx.SetTokenUsed(token_id, now_ms); });
+}
+
+Result<ProjectRecord> GovernanceStore::CreateProject(const CreateProjectCommand& cmd) {
+  QL_RETURN_IF_ERROR(ValidateId("project id", cmd.id));
+  QL_RETURN_IF_ERROR(ValidateProjectSlug(cmd.slug));
+  if (cmd.name.empty() || cmd.name.size() > 256) {
+    return InvalidArgument("invalid_project_name", "a project's display name must be 1-256 bytes");
+  }
+  ProjectRecord out{cmd.id, cmd.slug, cmd.name, std::string(kProjectActive), 1, cmd.now_ms,
+                    cmd.now_ms};
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "creating a project", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
+        QL_RETURN_IF_ERROR(Authorize(tx, cmd.actor, std::string(kInstallationScope),
+                                     RequiredRole(Action::kManageIdentity)));
+        QL_RETURN_IF_ERROR(tx.InsertProject(out));
+        if (!cmd.actor.principal_id.empty()) {
+          QL_RETURN_IF_ERROR(tx.InsertBinding(RoleBindingRecord{
+              cmd.id, cmd.actor.principal_id, 1, std::string(RoleName(Role::kOwner)),
+              "project-create:" + cmd.id, cmd.actor.principal_id, cmd.now_ms}));
+        }
+        return tx.InsertAudit(
+            Fact(cmd.actor, "project.create", "project", cmd.id, cmd.id, cmd.now_ms));
+      }));
+  return out;
+}
+
+Result<ProjectRecord> GovernanceStore::ArchiveProject(const Actor& actor,
+                                                      const std::string& project_id,
+                                                      int64_t now_ms) {
+  QL_RETURN_IF_ERROR(ValidateId("project id", project_id));
+  ProjectRecord out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "archiving a project", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(bool exists, tx.LockScope(project_id));
+        if (!exists) {
+          return NotFound("project_not_found", "project " + project_id + " does not exist");
+        }
+        QL_RETURN_IF_ERROR(Authorize(tx, actor, project_id, RequiredRole(Action::kArchiveProject)));
+        QL_ASSIGN_OR_RETURN(ProjectRecord project, RequireProject(tx, project_id));
+        if (project.status != kProjectArchived) {
+          QL_RETURN_IF_ERROR(tx.UpdateProjectStatus(project_id, std::string(kProjectArchived),
+                                                    project.version, now_ms));
+          QL_RETURN_IF_ERROR(tx.InsertAudit(
+              Fact(actor, "project.archive", "project", project_id, project_id, now_ms)));
+        }
+        QL_ASSIGN_OR_RETURN(out, RequireProject(tx, project_id));
+        return Status();
+      }));
+  return out;
+}
+
+Result<WriteBindingResult> GovernanceStore::WriteBinding(const WriteBindingCommand& cmd) {
+  if (cmd.scope != kInstallationScope) QL_RETURN_IF_ERROR(ValidateId("scope", cmd.scope));
+  QL_RETURN_IF_ERROR(ValidateId("subject id", cmd.subject_id));
+  QL_ASSIGN_OR_RETURN(Role new_role, ParseRole(cmd.role));
+  if (cmd.scope == kInstallationScope && new_role != Role::kNone && new_role < Role::kAdmin) {
+    // Lower installation roles would carry no permission anywhere; refuse rather than mislead.
+    return InvalidArgument("invalid_role",
+                           "the installation scope knows only the roles owner and admin");
+  }
+  QL_RETURN_IF_ERROR(RequireText("mutation_id", cmd.mutation_id));
+  if (cmd.mutation_id.size() > 128) {
+    return InvalidArgument("invalid_mutation_id", "a mutation id is at most 128 bytes");
+  }
+  WriteBindingResult out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "writing a role binding", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(bool exists, tx.LockScope(cmd.scope));
+        if (!exists) {
+          return NotFound("project_not_found", "project " + cmd.scope + " does not exist");
+        }
+        QL_ASSIGN_OR_RETURN(std::optional<RoleBindingRecord> replay,
+                            tx.LoadBindingByMutation(cmd.mutation_id));
+        if (replay.has_value()) {
+          if (replay->scope == cmd.scope && replay->subject_id == cmd.subject_id &&
+              replay->role == cmd.role) {
+            out = WriteBindingResult{std::move(*replay), true};
+            return Status();
+          }
+          return Conflict("mutation_id_reused",
+                          "mutation id " + Quote(cmd.mutation_id) +
+                              " was used for another binding write");
+        }
+        QL_ASSIGN_OR_RETURN(Role held, HeldRole(tx, cmd.actor, cmd.scope));
+        QL_RETURN_IF_ERROR(Authorize(tx, cmd.actor, cmd.scope, RequiredRole(Action::kGrantRole)));
+        if (cmd.scope != kInstallationScope) {
+          QL_ASSIGN_OR_RETURN(ProjectRecord project, RequireProject(tx, cmd.scope));
+          if (project.status != kProjectActive) {
+            return Conflict("project_archived", "project " + project.slug + " is archived");
+          }
+        }
+        QL_RETURN_IF_ERROR(RequirePrincipal(tx, cmd.subject_id).status());
+        QL_ASSIGN_OR_RETURN(std::optional<RoleBindingRecord> current,
+                            tx.LoadCurrentBinding(cmd.scope, cmd.subject_id));
+        const Role current_role = RoleOf(current);
+        QL_RETURN_IF_ERROR(CheckGrant(held, current_role, new_role, cmd.scope));
+        if (current_role == Role::kOwner && new_role != Role::kOwner) {
+          QL_ASSIGN_OR_RETURN(int owners, CountActiveOwners(tx, cmd.scope));
+          if (owners <= 1) {
+            return Conflict("last_owner", "the last owner of " + ScopeLabel(cmd.scope) +
+                                              " cannot be removed");
+          }
+        }
+        RoleBindingRecord next{cmd.scope,
+                               cmd.subject_id,
+                               current.has_value() ? current->version + 1 : 1,
+                               cmd.role,
+                               cmd.mutation_id,
+                               cmd.actor.principal_id,
+                               cmd.now_ms};
+        QL_RETURN_IF_ERROR(tx.InsertBinding(next));
+        QL_RETURN_IF_ERROR(tx.BumpScope(cmd.scope, cmd.now_ms));
+        std::optional<std::string> project;
+        if (cmd.scope != kInstallationScope) project = cmd.scope;
+        QL_RETURN_IF_ERROR(tx.InsertAudit(
+            Fact(cmd.actor, new_role == Role::kNone ? "binding.revoke" : "binding.grant",
+                 "principal", cmd.subject_id, project, cmd.now_ms)));
+        out = WriteBindingResult{std::move(next), false};
+        return Status();
+      }));
+  return out;
+}
+
+Result<std::vector<RoleBindingRecord>> GovernanceStore::ListBindings(const std::string& scope) {
+  if (scope != kInstallationScope) QL_RETURN_IF_ERROR(ValidateId("scope", scope));
+  std::vector<RoleBindingRecord> out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kRead, "listing role bindings", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(std::vector<RoleBindingRecord> all, tx.ListCurrentBindings(scope));
+        for (RoleBindingRecord& b : all) {
+          if (b.role != RoleName(Role::kNone)) out.push_back(std::move(b));
+        }
+        return Status();
+      }));
+  return out;
+}
+
+Result<PrincipalRoles> GovernanceStore::RolesOf(const std::string& principal_id) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", principal_id));
+  PrincipalRoles out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kRead, "reading a principal's roles", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(std::vector<RoleBindingRecord> all, tx.CurrentBindingsOf(principal_id));
+        for (const RoleBindingRecord& b : all) {
+          QL_ASSIGN_OR_RETURN(Role role, ParseRole(b.role));
+          if (role == Role::kNone) continue;
+          if (b.scope == kInstallationScope) {
+            out.installation = role;
+          } else {
+            out.projects.emplace_back(b.scope, role);
+          }
+        }
+        return Status();
+      }));
+  return out;
+}
+
+Status GovernanceStore::AppendAudit(const AuditRecord& fact) {
+  QL_RETURN_IF_ERROR(ValidateAudit(fact));
+  return runner_.Run(GovernanceTxKind::kAuditAppend, "appending an audit fact",
+                     [&](GovernanceTx& tx) { return tx.InsertAudit(fact); });
+}
+
+Result<Page<AuditRecord>> GovernanceStore::ListAudit(const PageRequest& page) {
+  QL_RETURN_IF_ERROR(RequireLimit("limit", page.limit));
+  std::optional<std::string> before;
+  if (page.after_key.has_value()) {
+    QL_ASSIGN_OR_RETURN(before, DecodeIdKey(kAuditListing, *page.after_key));
+  }
+  Page<AuditRecord> out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kAuditRead, "listing the audit", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(out.items, tx.ListAudit(before, page.limit + 1));
+        return Status();
+      }));
+  if (static_cast<int>(out.items.size()) > page.limit) {
+    out.items.resize(page.limit);
+    out.next_key = EncodeIdKey(kAuditListing, out.items.back().id);
+  }
+  return out;
+}
+
+Result<BootstrapResult> GovernanceStore::Bootstrap(const BootstrapCommand& cmd) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", cmd.principal_id));
+  QL_RETURN_IF_ERROR(ValidatePrincipalName(cmd.name));
+  QL_RETURN_IF_ERROR(ValidatePrincipalKind(cmd.kind));
+  QL_RETURN_IF_ERROR(ValidateId("token id", cmd.token_id));
+  QL_RETURN_IF_ERROR(RequireDigest("token digest", cmd.token_digest));
+  QL_RETURN_IF_ERROR(RequireText("mutation_id", cmd.mutation_id));
+  const std::string installation(kInstallationScope);
+  BootstrapResult out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "bootstrapping the installation", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(installation).status());
+        QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> principal,
+                            tx.LoadPrincipalByName(cmd.name));
+        QL_ASSIGN_OR_RETURN(int owners, CountActiveOwners(tx, installation));
+        const Actor system;
+        if (owners > 0) {
+          std::optional<RoleBindingRecord> binding;
+          if (principal.has_value()) {
+            QL_ASSIGN_OR_RETURN(binding, tx.LoadCurrentBinding(installation, principal->id));
+          }
+          if (!principal.has_value() || RoleOf(binding) != Role::kOwner ||
+              principal->status != kPrincipalActive) {
+            return Conflict("already_bootstrapped",
+                            "the installation has an owner already; grant roles with ql role "
+                            "grant");
+          }
+        } else {
+          if (!principal.has_value()) {
+            principal = PrincipalRecord{cmd.principal_id, cmd.kind, cmd.name,
+                                        std::string(kPrincipalActive), 1, cmd.now_ms, cmd.now_ms};
+            QL_RETURN_IF_ERROR(tx.InsertPrincipal(*principal));
+            QL_RETURN_IF_ERROR(tx.InsertAudit(
+                Fact(system, "principal.create", "principal", principal->id, {}, cmd.now_ms)));
+          } else if (principal->status != kPrincipalActive) {
+            QL_RETURN_IF_ERROR(tx.UpdatePrincipalStatus(principal->id,
+                                                        std::string(kPrincipalActive),
+                                                        principal->version, cmd.now_ms));
+          }
+          QL_ASSIGN_OR_RETURN(std::optional<RoleBindingRecord> current,
+                              tx.LoadCurrentBinding(installation, principal->id));
+          QL_RETURN_IF_ERROR(tx.InsertBinding(RoleBindingRecord{
+              installation, principal->id, current.has_value() ? current->version + 1 : 1,
+              std::string(RoleName(Role::kOwner)), cmd.mutation_id, principal->id, cmd.now_ms}));
+          QL_RETURN_IF_ERROR(tx.BumpScope(installation, cmd.now_ms));
+          QL_RETURN_IF_ERROR(tx.InsertAudit(
+              Fact(system, "binding.grant", "principal", principal->id, {}, cmd.now_ms)));
+          out.bootstrapped = true;
+        }
+        QL_ASSIGN_OR_RETURN(std::optional<TokenRecord> token,
+                            tx.LoadTokenByDigest(cmd.token_digest));
+        if (token.has_value() && token->principal_id != principal->id) {
+          return Conflict("token_taken", "the token belongs to another principal");
+        }
+        if (!token.has_value()) {
+          QL_RETURN_IF_ERROR(tx.InsertToken(
+              TokenRecord{cmd.token_id, principal->id, cmd.now_ms, {}, {}, {}}, cmd.token_digest));
+          QL_RETURN_IF_ERROR(
+              tx.InsertAudit(Fact(system, "token.create", "token", cmd.token_id, {}, cmd.now_ms)));
+          out.token_added = true;
+        }
+        QL_ASSIGN_OR_RETURN(principal, tx.LoadPrincipal(principal->id));
+        out.principal = std::move(*principal);
+        return Status();
+      }));
+  return out;
+}
+
+}  // namespace ql

@@ -1,0 +1,421 @@
+// Every API route against every role (DESIGN §9): a table of sample requests, one per route, is
+// sent with the token of a principal holding no role, viewer, operator, admin and owner of the
+// project, and installation owner. A route missing from the table fails the test, so a new
+// route cannot ship without its permission being checked.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "httplib_config.h"
+#include "ql/core/digest.h"
+#include "ql/core/governance.h"
+#include "ql/core/ids.h"
+#include "ql/engine/control_service.h"
+#include "ql/engine/log_reader.h"
+#include "ql/engine/metrics.h"
+#include "ql/engine/token_authenticator.h"
+#include "ql/http/api_server.h"
+#include "ql/storage/sqlite/sqlite_store.h"
+#include "ql/testing/fake_clock.h"
+
+namespace ql {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Reply {
+  int status = 0;
+  json body;
+  std::string raw;
+  std::string code() const { return body.is_object() ? body.value("code", "") : ""; }
+};
+
+// One principal with a token and the role it holds.
+struct Member {
+  std::string name;
+  PrincipalRecord principal;
+  std::string token;
+  int level = 0;  // 0 none, 1 viewer, 2 operator, 3 admin, 4 project owner, 5 installation owner
+};
+
+// A request to send: method, path, body.
+struct Sample {
+  std::string method;
+  std::string path;
+  std::string body;
+};
+
+class ApiPermissionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "ql-perm-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    fs::create_directories(dir_ / "log");
+    SqliteOptions sqlite;
+    sqlite.path = (dir_ / "ql.db").string();
+    auto store = SqliteStore::Open(sqlite, clock_);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store).value();
+    service_ = std::make_unique<ControlService>(*store_, clock_, random_, ControlOptions{});
+    auto project = service_->EnsureDefaultProject();
+    ASSERT_TRUE(project.ok());
+    project_id_ = project->id;
+    log_reader_ = std::make_unique<LogReader>((dir_ / "log").string());
+    authenticator_ = std::make_unique<TokenAuthenticator>(store_->governance(), clock_);
+
+    BootstrapCommand boot;
+    boot.principal_id = Id();
+    boot.name = "root";
+    boot.token_id = Id();
+    boot.token_digest = Sha256Hex("root-token-0123456789");
+    boot.mutation_id = "bootstrap";
+    boot.now_ms = clock_.NowMs();
+    auto booted = store_->governance().Bootstrap(boot);
+    ASSERT_TRUE(booted.ok()) << booted.status().ToString();
+    members_.push_back({"root", booted->principal, "root-token-0123456789", 5});
+    const std::vector<std::pair<std::string, Role>> roles = {{"nobody", Role::kNone},
+                                                             {"viewer", Role::kViewer},
+                                                             {"operator", Role::kOperator},
+                                                             {"admin", Role::kAdmin},
+                                                             {"powner", Role::kOwner}};
+    for (const auto& [name, role] : roles) {
+      Member m{name, AddPrincipal(name), "", static_cast<int>(role)};
+      m.token = AddToken(m.principal.id);
+      if (role != Role::kNone) Grant(project_id_, m.principal.id, role);
+      members_.push_back(m);
+    }
+
+    ApiServerOptions options;
+    options.authenticate = [this](const std::string& digest) {
+      return authenticator_->Authenticate(digest);
+    };
+    options.log_reader = log_reader_.get();
+    server_ = std::make_unique<ApiServer>(*service_, metrics_, options);
+    ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
+    server_->SetReady(true);
+  }
+
+  void TearDown() override {
+    server_.reset();
+    authenticator_.reset();
+    service_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  std::string Id() { return NewUuidV7(clock_.NowMs(), random_); }
+
+  PrincipalRecord AddPrincipal(const std::string& name) {
+    CreatePrincipalCommand cmd;
+    cmd.id = Id();
+    cmd.name = name;
+    cmd.now_ms = clock_.NowMs();
+    auto created = store_->governance().CreatePrincipal(cmd);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    return created.ok() ? *created : PrincipalRecord{};
+  }
+
+  std::string AddToken(const std::string& principal_id) {
+    const std::string token = "tok-" + Id();
+    CreateTokenCommand cmd;
+    cmd.id = Id();
+    cmd.principal_id = principal_id;
+    cmd.token_digest = Sha256Hex(token);
+    cmd.now_ms = clock_.NowMs();
+    EXPECT_TRUE(store_->governance().CreateToken(cmd).ok());
+    last_token_id_ = cmd.id;
+    return token;
+  }
+
+  void Grant(const std::string& scope, const std::string& principal_id, Role role) {
+    WriteBindingCommand cmd;
+    cmd.scope = scope;
+    cmd.subject_id = principal_id;
+    cmd.role = std::string(RoleName(role));
+    cmd.mutation_id = Id();
+    cmd.now_ms = clock_.NowMs();
+    auto written = store_->governance().WriteBinding(cmd);
+    EXPECT_TRUE(written.ok()) << written.status().ToString();
+  }
+
+  Reply Send(const std::string& token, const Sample& sample) {
+    httplib::Client client("127.0.0.1", server_->port());
+    client.set_read_timeout(15, 0);
+    client.set_default_headers({{"Authorization", "Bearer " + token}});
+    httplib::Result result = sample.method == "GET"
+                                 ? client.Get(sample.path.c_str())
+                                 : client.Post(sample.path.c_str(), sample.body, "application/json");
+    Reply reply;
+    if (!result) return reply;
+    reply.status = result->status;
+    reply.raw = result->body;
+    reply.body = json::parse(result->body, nullptr, false);
+    return reply;
+  }
+
+  Reply AsRoot(const Sample& sample) { return Send(members_.front().token, sample); }
+
+  fs::path dir_;
+  testing::FakeClock clock_{1'780'000'000'000};
+  testing::SeededRandom random_{11};
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<ControlService> service_;
+  std::unique_ptr<LogReader> log_reader_;
+  std::unique_ptr<TokenAuthenticator> authenticator_;
+  Metrics metrics_;
+  std::unique_ptr<ApiServer> server_;
+  std::string project_id_;
+  std::vector<Member> members_;
+  std::string last_token_id_;
+};
+
+std::string TaskBody(const std::string& name) {
+  return json{{"name", name}, {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}}
+      .dump();
+}
+
+// Whether `member` may call a route of `permission`.
+bool Allowed(const std::string& permission, const Member& member) {
+  if (permission == "public" || permission == "authenticated" || permission == "self") {
+    return true;
+  }
+  if (permission == "installation_admin") return member.level == 5;
+  static const std::map<std::string, int> kLevels = {
+      {"viewer", 1}, {"operator", 2}, {"admin", 3}, {"owner", 4}};
+  auto it = kLevels.find(permission);
+  EXPECT_NE(it, kLevels.end()) << "unknown permission " << permission;
+  return it != kLevels.end() && member.level >= it->second;
+}
+
+TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
+  // Objects the samples address, created by the installation owner.
+  Reply task = AsRoot({"POST", "/api/v1/tasks", TaskBody("subject")});
+  ASSERT_EQ(task.status, 201) << task.raw;
+  const std::string task_id = task.body["id"];
+  Reply trigger = AsRoot({"POST", "/api/v1/triggers",
+                          json{{"task_id", task_id},
+                               {"expression", "0 0 * * *"},
+                               {"timezone", "UTC"}}
+                              .dump()});
+  ASSERT_EQ(trigger.status, 201) << trigger.raw;
+  const std::string trigger_id = trigger.body["id"];
+  Reply run = AsRoot({"POST", "/api/v1/runs", json{{"task_id", task_id}}.dump()});
+  ASSERT_EQ(run.status, 201) << run.raw;
+  const std::string run_id = run.body["id"];
+
+  int counter = 0;
+  const auto fresh = [&] { return "p" + std::to_string(++counter); };
+  // One sample per route name; a lambda because some need fresh state per call.
+  const std::map<std::string, std::function<Sample(const Member&)>> samples = {
+      {"livez", [](const Member&) { return Sample{"GET", "/livez", ""}; }},
+      {"readyz", [](const Member&) { return Sample{"GET", "/readyz", ""}; }},
+      {"metrics", [](const Member&) { return Sample{"GET", "/metrics", ""}; }},
+      {"whoami", [](const Member&) { return Sample{"GET", "/api/v1/whoami", ""}; }},
+      {"projects.list", [](const Member&) { return Sample{"GET", "/api/v1/projects", ""}; }},
+      {"projects.create",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/projects", json{{"slug", fresh()}}.dump()};
+       }},
+      {"projects.get", [](const Member&) { return Sample{"GET", "/api/v1/projects/default", ""}; }},
+      {"projects.archive",
+       [](const Member&) { return Sample{"POST", "/api/v1/projects/default/archive", "{}"}; }},
+      {"projects.bindings.list",
+       [](const Member&) { return Sample{"GET", "/api/v1/projects/default/bindings", ""}; }},
+      {"projects.bindings.write",
+       [&](const Member&) {
+         const PrincipalRecord p = AddPrincipal(fresh());
+         return Sample{"POST", "/api/v1/projects/default/bindings",
+                       json{{"principal", p.name}, {"role", "viewer"}}.dump()};
+       }},
+      {"installation.bindings.list",
+       [](const Member&) { return Sample{"GET", "/api/v1/installation/bindings", ""}; }},
+      {"installation.bindings.write",
+       [&](const Member&) {
+         const PrincipalRecord p = AddPrincipal(fresh());
+         return Sample{"POST", "/api/v1/installation/bindings",
+                       json{{"principal", p.name}, {"role", "admin"}}.dump()};
+       }},
+      {"principals.list", [](const Member&) { return Sample{"GET", "/api/v1/principals", ""}; }},
+      {"principals.create",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/principals", json{{"name", fresh()}}.dump()};
+       }},
+      {"principals.get",
+       [](const Member& m) { return Sample{"GET", "/api/v1/principals/" + m.name, ""}; }},
+      {"principals.disable",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/principals/" + AddPrincipal(fresh()).name + "/disable",
+                       "{}"};
+       }},
+      {"principals.enable",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/principals/" + AddPrincipal(fresh()).name + "/enable",
+                       "{}"};
+       }},
+      {"tokens.list", [](const Member&) { return Sample{"GET", "/api/v1/tokens", ""}; }},
+      {"tokens.create", [](const Member&) { return Sample{"POST", "/api/v1/tokens", "{}"}; }},
+      {"tokens.revoke",
+       [&](const Member& m) {
+         AddToken(m.principal.id);
+         return Sample{"POST", "/api/v1/tokens/" + last_token_id_ + "/revoke", "{}"};
+       }},
+      {"audit.list", [](const Member&) { return Sample{"GET", "/api/v1/audit", ""}; }},
+      {"tasks.create",
+       [&](const Member&) { return Sample{"POST", "/api/v1/tasks", TaskBody(fresh())}; }},
+      {"tasks.list", [](const Member&) { return Sample{"GET", "/api/v1/tasks", ""}; }},
+      {"tasks.get", [&](const Member&) { return Sample{"GET", "/api/v1/tasks/" + task_id, ""}; }},
+      {"tasks.revisions.create",
+       [&](const Member&) {
+         auto head = store_->definitions().GetTaskHead(task_id);
+         json body = json::parse(TaskBody("subject"));
+         body["expected_revision"] = head.ok() ? head->current_revision : 1;
+         return Sample{"POST", "/api/v1/tasks/" + task_id + "/revisions", body.dump()};
+       }},
+      {"tasks.revisions.list",
+       [&](const Member&) { return Sample{"GET", "/api/v1/tasks/" + task_id + "/revisions", ""}; }},
+      {"triggers.create",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/triggers",
+                       json{{"task_id", task_id}, {"expression", "0 1 * * *"}, {"timezone", "UTC"}}
+                           .dump()};
+       }},
+      {"triggers.list", [](const Member&) { return Sample{"GET", "/api/v1/triggers", ""}; }},
+      {"triggers.get",
+       [&](const Member&) { return Sample{"GET", "/api/v1/triggers/" + trigger_id, ""}; }},
+      {"triggers.enable",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/triggers/" + trigger_id + "/enable", "{}"};
+       }},
+      {"triggers.disable",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/triggers/" + trigger_id + "/disable", "{}"};
+       }},
+      {"triggers.repin",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/triggers/" + trigger_id + "/repin", "{}"};
+       }},
+      {"triggers.next",
+       [&](const Member&) { return Sample{"GET", "/api/v1/triggers/" + trigger_id + "/next", ""}; }},
+      {"cron.next",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/cron/next?expression=0+0+*+*+*&timezone=UTC", ""};
+       }},
+      {"runs.list", [](const Member&) { return Sample{"GET", "/api/v1/runs", ""}; }},
+      {"runs.create",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/runs", json{{"task_id", task_id}}.dump()};
+       }},
+      {"runs.get", [&](const Member&) { return Sample{"GET", "/api/v1/runs/" + run_id, ""}; }},
+      {"runs.events",
+       [&](const Member&) { return Sample{"GET", "/api/v1/runs/" + run_id + "/events", ""}; }},
+      {"runs.log",
+       [&](const Member&) { return Sample{"GET", "/api/v1/runs/" + run_id + "/log", ""}; }},
+      {"runs.cancel",
+       [&](const Member&) { return Sample{"POST", "/api/v1/runs/" + run_id + "/cancel", "{}"}; }},
+      {"runs.retry",
+       [&](const Member&) { return Sample{"POST", "/api/v1/runs/" + run_id + "/retry", "{}"}; }},
+      {"status", [](const Member&) { return Sample{"GET", "/api/v1/status", ""}; }},
+  };
+
+  std::vector<ApiRoute> routes = ApiRoutes();
+  // Archiving the project ends every other write there: check it last.
+  std::stable_partition(routes.begin(), routes.end(),
+                        [](const ApiRoute& r) { return r.name != "projects.archive"; });
+  for (const ApiRoute& route : routes) {
+    SCOPED_TRACE(route.method + " " + route.pattern + " (" + route.permission + ")");
+    auto sample = samples.find(route.name);
+    if (sample == samples.end()) {
+      ADD_FAILURE() << "route " << route.name << " has no permission sample in this test";
+      continue;
+    }
+    for (const Member& member : members_) {
+      SCOPED_TRACE("as " + member.name);
+      const Sample request = sample->second(member);
+      const Reply reply = Send(member.token, request);
+      ASSERT_GT(reply.status, 0) << "no answer";
+      if (Allowed(route.permission, member)) {
+        EXPECT_NE(reply.status, 401) << reply.raw;
+        EXPECT_NE(reply.status, 403) << reply.raw;
+        if (member.level > 0) EXPECT_NE(reply.code(), "hidden") << reply.raw;
+      } else {
+        // A principal with no role in the project does not learn that an object exists.
+        EXPECT_TRUE(reply.status == 403 || (reply.status == 404 && member.level == 0))
+            << reply.status << " " << reply.raw;
+        if (reply.status == 403) {
+          EXPECT_EQ(reply.code(), "permission_denied") << reply.raw;
+          EXPECT_NE(reply.body.value("message", "").find("role"), std::string::npos) << reply.raw;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ApiPermissionsTest, AViewerCannotReadAnotherProjectsRunsOrLogs) {
+  Reply other = AsRoot({"POST", "/api/v1/projects", json{{"slug", "other"}}.dump()});
+  ASSERT_EQ(other.status, 201) << other.raw;
+  Reply task = AsRoot({"POST", "/api/v1/tasks?project=other", TaskBody("secret-job")});
+  ASSERT_EQ(task.status, 201) << task.raw;
+  EXPECT_EQ(task.body["project_id"], other.body["id"]);
+  Reply run = AsRoot({"POST", "/api/v1/runs?project=other",
+                      json{{"task_id", task.body["id"]}}.dump()});
+  ASSERT_EQ(run.status, 201) << run.raw;
+  const std::string run_id = run.body["id"];
+
+  const Member& viewer = members_[2];
+  ASSERT_EQ(viewer.name, "viewer");
+  EXPECT_EQ(Send(viewer.token, {"GET", "/api/v1/runs/" + run_id, ""}).status, 404);
+  EXPECT_EQ(Send(viewer.token, {"GET", "/api/v1/runs/" + run_id + "/log", ""}).status, 404);
+  EXPECT_EQ(Send(viewer.token, {"GET", "/api/v1/runs/" + run_id + "/events", ""}).status, 404);
+  Reply listed = Send(viewer.token, {"GET", "/api/v1/runs?project=other", ""});
+  EXPECT_EQ(listed.status, 403) << listed.raw;
+  EXPECT_EQ(listed.code(), "permission_denied");
+  // Its own project's listing does not show the other project's run either.
+  Reply own = Send(viewer.token, {"GET", "/api/v1/runs", ""});
+  ASSERT_EQ(own.status, 200) << own.raw;
+  for (const json& r : own.body["items"]) EXPECT_NE(r["id"], run_id);
+  // And the project list shows only its own project.
+  Reply projects = Send(viewer.token, {"GET", "/api/v1/projects", ""});
+  ASSERT_EQ(projects.status, 200);
+  ASSERT_EQ(projects.body["items"].size(), 1u);
+  EXPECT_EQ(projects.body["items"][0]["slug"], "default");
+}
+
+TEST_F(ApiPermissionsTest, DenialsAndFailedAuthenticationsAreAudited) {
+  const Member& viewer = members_[2];
+  // Audit ids are ordered by their millisecond: make these two the newest.
+  clock_.Advance(1000);
+  EXPECT_EQ(Send(viewer.token, {"POST", "/api/v1/tasks", TaskBody("nope")}).status, 403);
+  EXPECT_EQ(Send("wrong-token-000000", {"GET", "/api/v1/tasks", ""}).status, 401);
+  Reply audit = AsRoot({"GET", "/api/v1/audit?limit=10", ""});
+  ASSERT_EQ(audit.status, 200) << audit.raw;
+  bool denied = false;
+  bool failed = false;
+  for (const json& fact : audit.body["items"]) {
+    if (fact["action"] == "permission.denied" && fact["actor_id"] == viewer.principal.id) {
+      denied = true;
+      EXPECT_EQ(fact["code"], "permission_denied");
+    }
+    if (fact["action"] == "auth.failed") {
+      failed = true;
+      EXPECT_TRUE(fact["actor_id"].is_null());
+    }
+    // No fact ever carries a token.
+    EXPECT_EQ(fact.dump().find("wrong-token"), std::string::npos);
+    EXPECT_EQ(fact.dump().find(viewer.token), std::string::npos);
+  }
+  EXPECT_TRUE(denied) << audit.raw;
+  EXPECT_TRUE(failed) << audit.raw;
+}
+
+}  // namespace
+}  // namespace ql

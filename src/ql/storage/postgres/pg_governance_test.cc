@@ -1,0 +1,244 @@
+// Races of governance on PostgreSQL (DESIGN §9), each with exactly one serial outcome. Every
+// race is forced into its contended interleaving: a barrier transaction holds the governance
+// lock while the racers start, the test sees them queue on it in pg_locks, and only then lets
+// them go, in the order they queued.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "ql/core/digest.h"
+#include "ql/core/governance.h"
+#include "ql/core/ids.h"
+#include "ql/engine/control_service.h"
+#include "ql/storage/postgres/pg_client.h"
+#include "ql/storage/postgres/pg_governance.h"
+#include "ql/storage/postgres/pg_migrations.h"
+#include "ql/storage/postgres/pg_store.h"
+#include "ql/storage/postgres/pg_test_support.h"
+#include "ql/testing/fake_clock.h"
+
+namespace ql {
+namespace {
+
+using pg::testing::PgTestCluster;
+using nlohmann::json;
+
+class PgGovernanceRaceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PgTestCluster& cluster = PgTestCluster::Get();
+    database_ = cluster.NewDatabase();
+    PostgresStoreOptions options;
+    options.runtime.url = cluster.Url(pg::kRuntimeRole, database_);
+    options.runtime.max_connections = 4;
+    pg::PoolOptions admin;
+    admin.url = cluster.Url(pg::kAdminRole, database_);
+    admin.max_connections = 4;
+    options.admin = admin;
+    auto store = PostgresStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store).value();
+    ControlOptions control;
+    control.executor_type = "remote_worker";
+    control_ = std::make_unique<ControlService>(*store_, clock_, random_, control);
+    auto project = control_->EnsureDefaultProject();
+    ASSERT_TRUE(project.ok()) << project.status().ToString();
+    project_id_ = project->id;
+
+    BootstrapCommand boot;
+    boot.principal_id = Id();
+    boot.name = "root";
+    boot.token_id = Id();
+    boot.token_digest = Sha256Hex("root");
+    boot.mutation_id = "bootstrap";
+    boot.now_ms = clock_.NowMs();
+    auto booted = gov().Bootstrap(boot);
+    ASSERT_TRUE(booted.ok()) << booted.status().ToString();
+    root_ = booted->principal;
+  }
+
+  GovernanceRepository& gov() { return store_->governance(); }
+  std::string Id() { return NewUuidV7(clock_.NowMs(), random_); }
+  Caller As(const PrincipalRecord& p) { return Caller{p.id, "", "race"}; }
+
+  PrincipalRecord Add(const std::string& name, Role role, const std::string& scope) {
+    CreatePrincipalCommand cmd;
+    cmd.id = Id();
+    cmd.name = name;
+    cmd.now_ms = clock_.NowMs();
+    auto created = gov().CreatePrincipal(cmd);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (role != Role::kNone) EXPECT_TRUE(Bind(root_, scope, *created, role).ok());
+    return created.ok() ? *created : PrincipalRecord{};
+  }
+
+  Result<WriteBindingResult> Bind(const PrincipalRecord& actor, const std::string& scope,
+                                  const PrincipalRecord& subject, Role role) {
+    WriteBindingCommand cmd;
+    cmd.actor = Actor{actor.id, "race"};
+    cmd.scope = scope;
+    cmd.subject_id = subject.id;
+    cmd.role = std::string(RoleName(role));
+    cmd.mutation_id = Id();
+    cmd.now_ms = clock_.NowMs();
+    return gov().WriteBinding(cmd);
+  }
+
+  TaskWrite Task(const std::string& name) {
+    TaskWrite write;
+    write.body = {{"name", name}, {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}};
+    return write;
+  }
+
+  // Opens a barrier: a transaction holding the exclusive governance lock.
+  std::unique_ptr<pg::Connection> HoldGovernanceLock() {
+    auto conn = pg::Connection::Open(PgTestCluster::Get().Url(pg::kAdminRole, database_), {});
+    EXPECT_TRUE(conn.ok()) << conn.status().ToString();
+    if (!conn.ok()) return nullptr;
+    EXPECT_TRUE((*conn)->Exec("BEGIN", {}, "barrier").ok());
+    EXPECT_TRUE((*conn)
+                    ->Exec("SELECT pg_advisory_xact_lock($1)", {pg::P(pg::kGovernanceLockKey)},
+                           "barrier")
+                    .ok());
+    return std::move(conn).value();
+  }
+  void Release(pg::Connection& barrier) {
+    EXPECT_TRUE(barrier.Exec("COMMIT", {}, "barrier").ok());
+  }
+
+  // Waits until `n` sessions wait for the governance lock of this database.
+  bool Queued(int n) {
+    const std::string sql =
+        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+        "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = '" +
+        database_ + "'";
+    for (int i = 0; i < 500; ++i) {
+      auto out = PgTestCluster::Get().server().Psql("postgres", sql);
+      if (out.ok() && !out->empty() && std::stoll(*out) == n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  int64_t Count(const std::string& sql) {
+    auto out = PgTestCluster::Get().server().Psql(database_, sql);
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() ? std::stoll(*out) : -1;
+  }
+
+  testing::FakeClock clock_{1'780'000'000'000};
+  testing::SeededRandom random_{99};
+  std::string database_;
+  std::unique_ptr<PostgresStore> store_;
+  std::unique_ptr<ControlService> control_;
+  std::string project_id_;
+  PrincipalRecord root_;
+};
+
+TEST_F(PgGovernanceRaceTest, ARevokeThatCommitsFirstWinsOverAPublishOfTheRevokedAdmin) {
+  const PrincipalRecord eve = Add("eve", Role::kAdmin, project_id_);
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto revoke = std::async(std::launch::async, [&] { return Bind(root_, project_id_, eve, Role::kNone); });
+  ASSERT_TRUE(Queued(1)) << "the revoke did not queue on the governance lock";
+  auto publish = std::async(std::launch::async,
+                            [&] { return control_->PublishTask(Task("late"), As(eve)); });
+  ASSERT_TRUE(Queued(2)) << "the publish did not queue behind the revoke";
+  Release(*barrier);
+  ASSERT_TRUE(revoke.get().ok());
+  Result<PublishedTask> published = publish.get();
+  EXPECT_EQ(published.status().code(), StatusCode::kPermissionDenied)
+      << published.status().ToString();
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.task_revisions WHERE name = 'late'"), 0);
+}
+
+TEST_F(PgGovernanceRaceTest, APublishThatCommitsFirstStandsAndTheRevokeFollowsIt) {
+  const PrincipalRecord eve = Add("eve", Role::kAdmin, project_id_);
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto publish = std::async(std::launch::async,
+                            [&] { return control_->PublishTask(Task("early"), As(eve)); });
+  ASSERT_TRUE(Queued(1)) << "the publish did not queue on the governance lock";
+  auto revoke = std::async(std::launch::async, [&] { return Bind(root_, project_id_, eve, Role::kNone); });
+  ASSERT_TRUE(Queued(2)) << "the revoke did not queue behind the publish";
+  Release(*barrier);
+  Result<PublishedTask> published = publish.get();
+  EXPECT_TRUE(published.ok()) << published.status().ToString();
+  ASSERT_TRUE(revoke.get().ok());
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.task_revisions WHERE name = 'early'"), 1);
+  // Now the revoke stands.
+  EXPECT_EQ(control_->PublishTask(Task("after"), As(eve)).status().code(),
+            StatusCode::kPermissionDenied);
+}
+
+TEST_F(PgGovernanceRaceTest, AnArchiveThatCommitsFirstRefusesAManualRunInFlight) {
+  const PrincipalRecord ops = Add("ops", Role::kOperator, project_id_);
+  auto task = control_->PublishTask(Task("job"));
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto archive = std::async(std::launch::async, [&] {
+    return gov().ArchiveProject(Actor{root_.id, "race"}, project_id_, clock_.NowMs());
+  });
+  ASSERT_TRUE(Queued(1));
+  StartRunRequest request;
+  request.task_id = task->task.head.task_id;
+  auto run = std::async(std::launch::async, [&] { return control_->StartRun(request, As(ops)); });
+  ASSERT_TRUE(Queued(2)) << "the run did not queue behind the archive";
+  Release(*barrier);
+  ASSERT_TRUE(archive.get().ok());
+  Result<StartedRun> started = run.get();
+  EXPECT_EQ(started.status().reason(), "project_archived") << started.status().ToString();
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.runs"), 0);
+}
+
+TEST_F(PgGovernanceRaceTest, TwoGrantsOfOneSubjectGetConsecutiveVersions) {
+  const PrincipalRecord fay = Add("fay", Role::kNone, project_id_);
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto first = std::async(std::launch::async, [&] { return Bind(root_, project_id_, fay, Role::kViewer); });
+  auto second = std::async(std::launch::async, [&] { return Bind(root_, project_id_, fay, Role::kAdmin); });
+  ASSERT_TRUE(Queued(2)) << "the grants did not both queue";
+  Release(*barrier);
+  Result<WriteBindingResult> a = first.get();
+  Result<WriteBindingResult> b = second.get();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NE(a->binding.version, b->binding.version);
+  EXPECT_EQ(a->binding.version + b->binding.version, 3);  // 1 and 2
+  EXPECT_EQ(Count("SELECT count(DISTINCT version) FROM ql3.role_bindings WHERE subject_id = '" +
+                  fay.id + "'"),
+            2);
+}
+
+TEST_F(PgGovernanceRaceTest, TwoOwnersRemovingEachOtherLeaveExactlyOneOwner) {
+  const std::string installation(kInstallationScope);
+  const PrincipalRecord gus = Add("gus", Role::kOwner, installation);
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto root_removes_gus =
+      std::async(std::launch::async, [&] { return Bind(root_, installation, gus, Role::kNone); });
+  auto gus_removes_root =
+      std::async(std::launch::async, [&] { return Bind(gus, installation, root_, Role::kNone); });
+  ASSERT_TRUE(Queued(2)) << "the removals did not both queue";
+  Release(*barrier);
+  Result<WriteBindingResult> a = root_removes_gus.get();
+  Result<WriteBindingResult> b = gus_removes_root.get();
+  EXPECT_NE(a.ok(), b.ok()) << a.status().ToString() << " / " << b.status().ToString();
+  // The loser is refused because it is now the last owner, or because it is no owner any more.
+  const Status& lost = a.ok() ? b.status() : a.status();
+  EXPECT_TRUE(lost.reason() == "last_owner" || lost.reason() == "permission_denied")
+      << lost.ToString();
+  auto owners = gov().ListBindings(installation);
+  ASSERT_TRUE(owners.ok());
+  ASSERT_EQ(owners->size(), 1u);
+  EXPECT_EQ(owners->front().role, "owner");
+}
+
+}  // namespace
+}  // namespace ql

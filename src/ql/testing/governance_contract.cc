@@ -1,0 +1,404 @@
+// The governance part of the repository contract (DESIGN §9): principals, tokens, projects,
+// role bindings, the policy fence of the stores' own writes, and the security audit. Runs on
+// every store through RepositoryContractTest.
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "ql/core/digest.h"
+#include "ql/core/governance.h"
+#include "ql/core/governance_ports.h"
+#include "ql/testing/repository_contract.h"
+
+namespace ql::testing {
+
+namespace internal {
+bool LinkGovernanceContract() { return true; }
+}  // namespace internal
+
+namespace {
+
+#define QL_EXPECT_ERROR(expr, want_code, want_reason)                              \
+  do {                                                                             \
+    const ::ql::Status ql_st_ = StatusOfAny(expr);                                 \
+    EXPECT_EQ(ql_st_.code(), want_code) << ql_st_.ToString();                      \
+    EXPECT_EQ(ql_st_.reason(), want_reason) << ql_st_.ToString();                  \
+  } while (0)
+
+Status StatusOfAny(const Status& status) { return status; }
+template <typename T>
+Status StatusOfAny(const Result<T>& result) {
+  return result.status();
+}
+
+
+}  // namespace
+
+PrincipalRecord GovernanceContract::Owner(const std::string& name) {
+  BootstrapCommand cmd;
+  cmd.principal_id = NewId();
+  cmd.name = name;
+  cmd.token_id = NewId();
+  cmd.token_digest = Sha256Hex("token-of-" + name);
+  cmd.mutation_id = "bootstrap:" + cmd.principal_id;
+  cmd.now_ms = Now();
+  Result<BootstrapResult> booted = gov().Bootstrap(cmd);
+  EXPECT_TRUE(booted.ok()) << booted.status().ToString();
+  clock().Advance(1);
+  return booted.ok() ? booted->principal : PrincipalRecord{};
+}
+
+Result<PrincipalRecord> GovernanceContract::AddPrincipal(const PrincipalRecord& actor,
+                                                         const std::string& name) {
+  CreatePrincipalCommand cmd;
+  cmd.actor = Actor{actor.id, "req-" + name};
+  cmd.id = NewId();
+  cmd.name = name;
+  cmd.now_ms = Now();
+  clock().Advance(1);
+  return gov().CreatePrincipal(cmd);
+}
+
+Result<WriteBindingResult> GovernanceContract::Grant(const PrincipalRecord& actor,
+                                                     const std::string& scope,
+                                                     const PrincipalRecord& subject, Role role,
+                                                     std::string mutation_id) {
+  WriteBindingCommand cmd;
+  cmd.actor = Actor{actor.id, "req"};
+  cmd.scope = scope;
+  cmd.subject_id = subject.id;
+  cmd.role = std::string(RoleName(role));
+  cmd.mutation_id = mutation_id.empty() ? NewId() : mutation_id;
+  cmd.now_ms = Now();
+  clock().Advance(1);
+  return gov().WriteBinding(cmd);
+}
+
+Result<TaskRevisionRecord> GovernanceContract::PublishAs(const PrincipalRecord& actor,
+                                                         const std::string& name) {
+  PublishTaskCommand cmd = TaskCommand(NewId(), std::nullopt, name);
+  cmd.fence = PolicyFence{actor.id, Role::kAdmin};
+  QL_ASSIGN_OR_RETURN(PublishTaskResult result, store().definitions().PublishTaskRevision(cmd));
+  return result.revision;
+}
+
+TEST_P(GovernanceContract, BootstrapBindsTheOwnerOnceAndAddsOnlyNewTokens) {
+  const PrincipalRecord owner = Owner();
+  EXPECT_EQ(owner.name, "owner");
+  EXPECT_EQ(owner.status, "active");
+  Result<PrincipalRoles> roles = gov().RolesOf(owner.id);
+  ASSERT_TRUE(roles.ok()) << roles.status().ToString();
+  EXPECT_EQ(roles->installation, Role::kOwner);
+
+  // The same owner again (a restart) with the same token: nothing new.
+  BootstrapCommand again;
+  again.principal_id = NewId();
+  again.token_id = NewId();
+  again.token_digest = Sha256Hex("token-of-owner");
+  again.mutation_id = "bootstrap:again";
+  again.now_ms = Now();
+  Result<BootstrapResult> replay = gov().Bootstrap(again);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_FALSE(replay->bootstrapped);
+  EXPECT_FALSE(replay->token_added);
+  EXPECT_EQ(replay->principal.id, owner.id);
+
+  // Another name cannot take over an installation that has an owner.
+  again.name = "intruder";
+  again.token_digest = Sha256Hex("intruder");
+  QL_EXPECT_ERROR(gov().Bootstrap(again), StatusCode::kConflict, "already_bootstrapped");
+  QL_EXPECT_ERROR(gov().FindPrincipalByName("intruder"), StatusCode::kNotFound,
+                  "principal_not_found");
+}
+
+TEST_P(GovernanceContract, AuthenticationFindsOnlyLiveTokensOfActivePrincipals) {
+  const PrincipalRecord owner = Owner();
+  Result<Authentication> auth = gov().Authenticate(Sha256Hex("token-of-owner"), Now());
+  ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+  EXPECT_EQ(auth->principal.id, owner.id);
+  QL_EXPECT_ERROR(gov().Authenticate(Sha256Hex("nobody"), Now()), StatusCode::kNotFound,
+                  "token_unknown");
+
+  Result<PrincipalRecord> bot = AddPrincipal(owner, "bot");
+  ASSERT_TRUE(bot.ok()) << bot.status().ToString();
+  CreateTokenCommand token;
+  token.actor = Actor{owner.id, "r"};
+  token.id = NewId();
+  token.principal_id = bot->id;
+  token.token_digest = Sha256Hex("bot-token");
+  token.expires_at_ms = Now() + 60'000;
+  token.now_ms = Now();
+  ASSERT_TRUE(gov().CreateToken(token).ok());
+  EXPECT_TRUE(gov().Authenticate(Sha256Hex("bot-token"), Now()).ok());
+  QL_EXPECT_ERROR(gov().Authenticate(Sha256Hex("bot-token"), Now() + 60'000),
+                  StatusCode::kConflict, "token_expired");
+
+  Result<PrincipalRecord> disabled =
+      gov().SetPrincipalStatus(Actor{owner.id, "r"}, bot->id, "disabled", Now());
+  ASSERT_TRUE(disabled.ok()) << disabled.status().ToString();
+  EXPECT_EQ(disabled->version, 2);
+  QL_EXPECT_ERROR(gov().Authenticate(Sha256Hex("bot-token"), Now()), StatusCode::kConflict,
+                  "principal_disabled");
+  ASSERT_TRUE(gov().SetPrincipalStatus(Actor{owner.id, "r"}, bot->id, "active", Now()).ok());
+  Result<TokenRecord> revoked = gov().RevokeToken(Actor{owner.id, "r"}, token.id, Now());
+  ASSERT_TRUE(revoked.ok()) << revoked.status().ToString();
+  EXPECT_TRUE(revoked->revoked_at_ms.has_value());
+  QL_EXPECT_ERROR(gov().Authenticate(Sha256Hex("bot-token"), Now()), StatusCode::kConflict,
+                  "token_revoked");
+  // The token list never carries a digest, and shows the revocation.
+  Result<std::vector<TokenRecord>> tokens = gov().ListTokens(bot->id);
+  ASSERT_TRUE(tokens.ok());
+  ASSERT_EQ(tokens->size(), 1u);
+  EXPECT_TRUE(tokens->front().revoked_at_ms.has_value());
+}
+
+TEST_P(GovernanceContract, PrincipalsNeedAnInstallationAdminAndAUniqueName) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> alice = AddPrincipal(owner, "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status().ToString();
+  QL_EXPECT_ERROR(AddPrincipal(owner, "alice"), StatusCode::kDuplicate,
+                  "principal_name_duplicate");
+  QL_EXPECT_ERROR(AddPrincipal(owner, "bad name!"), StatusCode::kInvalidArgument,
+                  "invalid_principal_name");
+  // alice holds no installation role: she may not add principals.
+  QL_EXPECT_ERROR(AddPrincipal(*alice, "mallory"), StatusCode::kPermissionDenied,
+                  "permission_denied");
+  QL_EXPECT_ERROR(gov().FindPrincipalByName("mallory"), StatusCode::kNotFound,
+                  "principal_not_found");
+  Result<std::vector<PrincipalRecord>> all = gov().ListPrincipals();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].name, "alice");
+  EXPECT_EQ((*all)[1].name, "owner");
+}
+
+TEST_P(GovernanceContract, BindingsAreAppendOnlyVersionsWithExactReplay) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> alice = AddPrincipal(owner, "alice");
+  ASSERT_TRUE(alice.ok());
+  Result<WriteBindingResult> v1 = Grant(owner, project().id, *alice, Role::kViewer, "m-1");
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_EQ(v1->binding.version, 1);
+  EXPECT_FALSE(v1->replayed);
+  EXPECT_EQ(v1->binding.changed_by, owner.id);
+
+  Result<WriteBindingResult> replay = Grant(owner, project().id, *alice, Role::kViewer, "m-1");
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_TRUE(replay->replayed);
+  EXPECT_EQ(replay->binding.version, 1);
+  QL_EXPECT_ERROR(Grant(owner, project().id, *alice, Role::kAdmin, "m-1"), StatusCode::kConflict,
+                  "mutation_id_reused");
+
+  Result<WriteBindingResult> v2 = Grant(owner, project().id, *alice, Role::kOperator, "m-2");
+  ASSERT_TRUE(v2.ok());
+  EXPECT_EQ(v2->binding.version, 2);
+  Result<WriteBindingResult> v3 = Grant(owner, project().id, *alice, Role::kNone, "m-3");
+  ASSERT_TRUE(v3.ok());
+  EXPECT_EQ(v3->binding.version, 3);
+  Result<std::vector<RoleBindingRecord>> current = gov().ListBindings(project().id);
+  ASSERT_TRUE(current.ok());
+  for (const RoleBindingRecord& b : *current) EXPECT_NE(b.subject_id, alice->id);
+  // Each binding change bumps the project's version.
+  Result<ProjectRecord> project = store().projects().GetProject(this->project().id);
+  ASSERT_TRUE(project.ok());
+  EXPECT_EQ(project->version, this->project().version + 3);
+}
+
+TEST_P(GovernanceContract, AdminsGrantUpToAdminAndOnlyOwnersTouchOwners) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> admin = AddPrincipal(owner, "admin1");
+  Result<PrincipalRecord> bob = AddPrincipal(owner, "bob");
+  Result<PrincipalRecord> viewer = AddPrincipal(owner, "viewer1");
+  ASSERT_TRUE(admin.ok() && bob.ok() && viewer.ok());
+  ASSERT_TRUE(Grant(owner, project().id, *admin, Role::kAdmin).ok());
+  ASSERT_TRUE(Grant(owner, project().id, *viewer, Role::kViewer).ok());
+
+  EXPECT_TRUE(Grant(*admin, project().id, *bob, Role::kAdmin).ok());
+  QL_EXPECT_ERROR(Grant(*admin, project().id, *bob, Role::kOwner), StatusCode::kPermissionDenied,
+                  "permission_denied");
+  QL_EXPECT_ERROR(Grant(*viewer, project().id, *bob, Role::kViewer),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  // An admin in a project is nothing at the installation.
+  QL_EXPECT_ERROR(Grant(*admin, std::string(kInstallationScope), *bob, Role::kAdmin),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  QL_EXPECT_ERROR(Grant(owner, std::string(kInstallationScope), *bob, Role::kViewer),
+                  StatusCode::kInvalidArgument, "invalid_role");
+}
+
+TEST_P(GovernanceContract, TheLastOwnerOfAScopeCannotBeRemoved) {
+  const PrincipalRecord owner = Owner();
+  QL_EXPECT_ERROR(Grant(owner, std::string(kInstallationScope), owner, Role::kAdmin),
+                  StatusCode::kConflict, "last_owner");
+  QL_EXPECT_ERROR(gov().SetPrincipalStatus(Actor{owner.id, "r"}, owner.id, "disabled", Now()),
+                  StatusCode::kConflict, "last_owner");
+  Result<PrincipalRecord> second = AddPrincipal(owner, "second");
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(Grant(owner, std::string(kInstallationScope), *second, Role::kOwner).ok());
+  EXPECT_TRUE(Grant(*second, std::string(kInstallationScope), owner, Role::kNone).ok());
+  Result<PrincipalRoles> roles = gov().RolesOf(owner.id);
+  ASSERT_TRUE(roles.ok());
+  EXPECT_EQ(roles->installation, Role::kNone);
+  QL_EXPECT_ERROR(Grant(*second, std::string(kInstallationScope), *second, Role::kNone),
+                  StatusCode::kConflict, "last_owner");
+}
+
+TEST_P(GovernanceContract, ThePolicyFenceDecidesInsideTheWrite) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> carol = AddPrincipal(owner, "carol");
+  ASSERT_TRUE(carol.ok());
+
+  // No binding: refused, nothing written.
+  QL_EXPECT_ERROR(PublishAs(*carol, "denied-task"), StatusCode::kPermissionDenied,
+                  "permission_denied");
+  ASSERT_TRUE(Grant(owner, project().id, *carol, Role::kViewer).ok());
+  QL_EXPECT_ERROR(PublishAs(*carol, "viewer-task"), StatusCode::kPermissionDenied,
+                  "permission_denied");
+  Result<Page<TaskRevisionRecord>> tasks = store().definitions().ListTasks(project().id, {});
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_TRUE(tasks->items.empty());
+
+  ASSERT_TRUE(Grant(owner, project().id, *carol, Role::kAdmin).ok());
+  Result<TaskRevisionRecord> task = PublishAs(*carol, "admin-task");
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+
+  // An operator may start runs but not publish; a disabled principal may do nothing.
+  ASSERT_TRUE(Grant(owner, project().id, *carol, Role::kOperator).ok());
+  QL_EXPECT_ERROR(PublishAs(*carol, "operator-task"), StatusCode::kPermissionDenied,
+                  "permission_denied");
+  Result<NewRun> run = ManualRun(*task);
+  ASSERT_TRUE(run.ok());
+  run->fence = PolicyFence{carol->id, Role::kOperator};
+  Result<RunRecord> created = store().runs().CreateRun(*run);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_TRUE(store()
+                  .runs()
+                  .RequestCancel(created->id, "stop", "user", Now(),
+                                 PolicyFence{carol->id, Role::kOperator})
+                  .ok());
+
+  ASSERT_TRUE(gov().SetPrincipalStatus(Actor{owner.id, "r"}, carol->id, "disabled", Now()).ok());
+  Result<NewRun> second = ManualRun(*task);
+  ASSERT_TRUE(second.ok());
+  second->fence = PolicyFence{carol->id, Role::kOperator};
+  QL_EXPECT_ERROR(store().runs().CreateRun(*second), StatusCode::kPermissionDenied,
+                  "principal_disabled");
+  QL_EXPECT_ERROR(store().runs().GetRun(second->run_id), StatusCode::kNotFound, "run_not_found");
+
+  // An installation admin holds admin in every project.
+  Result<PrincipalRecord> ops = AddPrincipal(owner, "ops");
+  ASSERT_TRUE(ops.ok());
+  ASSERT_TRUE(Grant(owner, std::string(kInstallationScope), *ops, Role::kAdmin).ok());
+  EXPECT_TRUE(PublishAs(*ops, "installation-admin-task").ok());
+}
+
+TEST_P(GovernanceContract, AnArchivedProjectAdmitsNothingAndTakesNoWrites) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> admin = AddPrincipal(owner, "admin1");
+  ASSERT_TRUE(admin.ok());
+  ASSERT_TRUE(Grant(owner, project().id, *admin, Role::kAdmin).ok());
+  Result<TaskRevisionRecord> task = PublishAs(*admin, "nightly");
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  ASSERT_TRUE(PublishTrigger(NewId(), std::nullopt, *task).ok());
+  Result<NewRun> queued = ManualRun(*task);
+  ASSERT_TRUE(queued.ok());
+  ASSERT_TRUE(store().runs().CreateRun(*queued).ok());
+
+  // Archiving needs the project's owner.
+  QL_EXPECT_ERROR(gov().ArchiveProject(Actor{admin->id, "r"}, project().id, Now()),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  Result<ProjectRecord> archived = gov().ArchiveProject(Actor{owner.id, "r"}, project().id, Now());
+  ASSERT_TRUE(archived.ok()) << archived.status().ToString();
+  EXPECT_EQ(archived->status, "archived");
+  EXPECT_EQ(archived->version, project().version + 2);  // the grant, then the archive
+
+  QL_EXPECT_ERROR(PublishAs(*admin, "after-archive"), StatusCode::kConflict, "project_archived");
+  Result<NewRun> late = ManualRun(*task);
+  ASSERT_TRUE(late.ok());
+  late->fence = PolicyFence{admin->id, Role::kOperator};
+  QL_EXPECT_ERROR(store().runs().CreateRun(*late), StatusCode::kConflict, "project_archived");
+  Result<std::vector<DueSchedule>> due = store().schedules().ListDueSchedules(Now() + 86'400'000, 10);
+  ASSERT_TRUE(due.ok());
+  EXPECT_TRUE(due->empty());
+  Result<std::vector<RunRecord>> dispatchable =
+      store().runs().ListDispatchable("local_process", 10);
+  ASSERT_TRUE(dispatchable.ok());
+  EXPECT_TRUE(dispatchable->empty());
+  // Its queued run can still be cancelled.
+  Result<RunRecord> cancelled = store().runs().RequestCancel(
+      queued->run_id, "project_archived", "user", Now(), PolicyFence{owner.id, Role::kOperator});
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_EQ(cancelled->status, "cancelled");
+}
+
+TEST_P(GovernanceContract, ProjectsAreCreatedByInstallationAdminsWithTheCreatorAsOwner) {
+  const PrincipalRecord owner = Owner();
+  CreateProjectCommand cmd;
+  cmd.actor = Actor{owner.id, "r"};
+  cmd.id = NewId();
+  cmd.slug = "payments";
+  cmd.name = "Payments";
+  cmd.now_ms = Now();
+  Result<ProjectRecord> created = gov().CreateProject(cmd);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->status, "active");
+  Result<std::vector<RoleBindingRecord>> bindings = gov().ListBindings(cmd.id);
+  ASSERT_TRUE(bindings.ok());
+  ASSERT_EQ(bindings->size(), 1u);
+  EXPECT_EQ(bindings->front().role, "owner");
+  EXPECT_EQ(bindings->front().subject_id, owner.id);
+
+  cmd.id = NewId();
+  QL_EXPECT_ERROR(gov().CreateProject(cmd), StatusCode::kDuplicate, "slug_duplicate");
+  cmd.slug = "Bad Slug";
+  QL_EXPECT_ERROR(gov().CreateProject(cmd), StatusCode::kInvalidArgument, "invalid_project_slug");
+}
+
+TEST_P(GovernanceContract, EveryGovernanceWriteLeavesOneAuditFactNewestFirst) {
+  const PrincipalRecord owner = Owner();  // principal.create, binding.grant, token.create
+  Result<PrincipalRecord> alice = AddPrincipal(owner, "alice");
+  ASSERT_TRUE(alice.ok());
+  ASSERT_TRUE(Grant(owner, project().id, *alice, Role::kViewer).ok());
+  // A refused write leaves no fact of its own (the API records denials).
+  EXPECT_FALSE(AddPrincipal(*alice, "mallory").ok());
+  AuditRecord denial;
+  denial.id = NewId();
+  denial.at_ms = Now();
+  denial.actor_id = alice->id;
+  denial.action = "permission.denied";
+  denial.target_kind = "route";
+  denial.target_id = "principals.create";
+  denial.outcome = "denied";
+  denial.code = "permission_denied";
+  denial.request_id = "req-9";
+  ASSERT_TRUE(gov().AppendAudit(denial).ok());
+
+  std::vector<AuditRecord> all;
+  PageRequest page;
+  page.limit = 2;
+  for (;;) {
+    Result<Page<AuditRecord>> listed = gov().ListAudit(page);
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    all.insert(all.end(), listed->items.begin(), listed->items.end());
+    if (!listed->next_key.has_value()) break;
+    page.after_key = listed->next_key;
+  }
+  std::vector<std::string> actions;
+  for (const AuditRecord& a : all) actions.push_back(a.action);
+  ASSERT_EQ(actions.size(), 6u);
+  // The bootstrap's three facts share one millisecond, so only the later ones are ordered.
+  EXPECT_EQ(std::vector<std::string>(actions.begin(), actions.begin() + 3),
+            (std::vector<std::string>{"permission.denied", "binding.grant", "principal.create"}));
+  std::vector<std::string> bootstrap(actions.begin() + 3, actions.end());
+  std::sort(bootstrap.begin(), bootstrap.end());
+  EXPECT_EQ(bootstrap,
+            (std::vector<std::string>{"binding.grant", "principal.create", "token.create"}));
+  EXPECT_EQ(all.front().request_id, "req-9");
+  EXPECT_EQ(all[1].project_id, project().id);
+  AuditRecord bad = denial;
+  bad.id = NewId();
+  bad.outcome = "maybe";
+  QL_EXPECT_ERROR(gov().AppendAudit(bad), StatusCode::kInvalidArgument, "invalid_audit_fact");
+}
+
+}  // namespace ql::testing
