@@ -486,4 +486,37 @@ Status AuditReadiness(Connection& conn) {
   return status;
 }
 
+ReadinessProbe::ReadinessProbe(ReadinessUrls urls, std::string application_name)
+    : urls_(std::move(urls)) {
+  session_.application_name = std::move(application_name);
+}
+
+ReadinessProbe::~ReadinessProbe() = default;
+
+Status ReadinessProbe::On(std::unique_ptr<Connection>& conn, const std::string& url,
+                          Status (*check)(Connection&)) {
+  if (conn == nullptr || !conn->Reusable()) {
+    conn.reset();
+    QL_ASSIGN_OR_RETURN(conn, Connection::Open(url, session_));
+  }
+  Status status = check(*conn);
+  if (!status.ok() && status.code() != StatusCode::kCorrupt) conn.reset();
+  return status;
+}
+
+Status ReadinessProbe::Check() {
+  QL_RETURN_IF_ERROR(On(runtime_, urls_.runtime, &AuditReadiness));
+  if (!urls_.admin.empty()) {
+    QL_RETURN_IF_ERROR(On(admin_, urls_.admin, [](Connection& conn) {
+      return CheckConnectedRole(conn, kAdminRole, kAdminRoleInvalid);
+    }));
+  }
+  if (!urls_.worker.empty()) {
+    QL_RETURN_IF_ERROR(On(worker_, urls_.worker, [](Connection& conn) {
+      return CheckConnectedRole(conn, kWorkerIngressRole, kWorkerRoleInvalid);
+    }));
+  }
+  return Status::Ok();
+}
+
 }  // namespace ql::pg

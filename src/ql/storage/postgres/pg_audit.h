@@ -23,6 +23,7 @@
 // password or parameter.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,5 +68,40 @@ std::vector<std::string> ExpectedSchemaCatalog();
 
 // The exact table privileges of the runtime role: "table: PRIV,PRIV" in table order.
 std::vector<std::string> ExpectedRuntimePrivileges();
+
+// The URLs a replica is configured with; admin and worker may be empty (not configured).
+struct ReadinessUrls {
+  std::string runtime;
+  std::string admin;
+  std::string worker;
+};
+
+// Readiness as a living signal: each Check() runs the whole audit as the runtime role and checks
+// that the admin and worker-ingress URLs (when configured) log in as ql3_admin and
+// ql3_worker_ingress. It keeps one connection per URL of its own (outside any pool, so a busy
+// pool cannot make it fail) and opens a fresh one whenever the last check lost it, so a check
+// after a reconnect always audits the database it reconnected to. Not thread-safe.
+class ReadinessProbe {
+ public:
+  ReadinessProbe(ReadinessUrls urls, std::string application_name);
+  ~ReadinessProbe();
+
+  // Returns Ok when ready; Corrupt with an audit code (server_in_recovery, server_read_only,
+  // schema_contract_invalid, admin_role_invalid, worker_role_invalid, ...) when the database is
+  // reachable but not ready; Unavailable `database_unavailable` when a URL cannot be reached.
+  Status Check();
+
+ private:
+  // Runs `check` on `conn`, opening it first when needed; drops it after any failure that is
+  // not an audit verdict.
+  Status On(std::unique_ptr<Connection>& conn, const std::string& url,
+            Status (*check)(Connection&));
+
+  ReadinessUrls urls_;
+  SessionOptions session_;
+  std::unique_ptr<Connection> runtime_;
+  std::unique_ptr<Connection> admin_;
+  std::unique_ptr<Connection> worker_;
+};
 
 }  // namespace ql::pg
