@@ -231,8 +231,8 @@ int Serve(const ServeConfig& config) {
                                          : AdmissionIsolation::kReadCommitted);
   ClusterScheduler scheduler(schedules, store->definitions(), random, metrics, scheduler_options);
   metrics.Describe("ql_db_transaction_retries", "gauge",
-                   "Whole transactions of the runtime pool rerun after a serialization failure "
-                   "or deadlock, since start.");
+                   "Whole transactions of the runtime pool rerun after a serialization failure, "
+                   "a deadlock or a lost COMMIT reply of a read-only transaction, since start.");
   ConditionSleeper scheduler_sleeper;
   RoundLoop scheduler_loop(
       [&]() -> int64_t {

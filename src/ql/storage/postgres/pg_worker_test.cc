@@ -228,6 +228,20 @@ TEST_F(PgWorkerTest, APulledRunGoesFromLeaseToSuccessWithItsLog) {
   EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE status = 'granted'"), 0);
 }
 
+TEST_F(PgWorkerTest, ALostCommitReplyOfAReadOnlyWorkerCallIsRetriedTransparently) {
+  Worker w = NewWorker("w1");
+  std::atomic<int> commits{0};
+  ingress_->SetCommitFaultForTesting([&](std::string_view operation) -> Status {
+    if (operation != "authenticating a worker" || commits.fetch_add(1) > 0) return Status::Ok();
+    return pg::StatusFromPg("", "", true, operation, pg::PgPhase::kCommit);
+  });
+  Result<std::string> id = service_->Authenticate(w.token);
+  ingress_->SetCommitFaultForTesting(nullptr);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();  // not commit_outcome_unknown
+  EXPECT_EQ(*id, w.id);
+  EXPECT_EQ(commits.load(), 2);  // the lost reply, then the transparent rerun
+}
+
 TEST_F(PgWorkerTest, ALostPullAnswerIsReplayedAndNeverGrantsASecondLease) {
   const std::string task = PublishTask("true");
   const std::string first = StartRun(task);
