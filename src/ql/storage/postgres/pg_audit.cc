@@ -495,12 +495,18 @@ ReadinessProbe::~ReadinessProbe() = default;
 
 Status ReadinessProbe::On(std::unique_ptr<Connection>& conn, const std::string& url,
                           Status (*check)(Connection&)) {
-  if (conn == nullptr || !conn->Reusable()) {
+  const bool reused = conn != nullptr && conn->Reusable();
+  if (!reused) {
     conn.reset();
     QL_ASSIGN_OR_RETURN(conn, Connection::Open(url, session_));
   }
   Status status = check(*conn);
-  if (!status.ok() && status.code() != StatusCode::kCorrupt) conn.reset();
+  if (!status.ok() && status.code() != StatusCode::kCorrupt) {
+    conn.reset();
+    // A kept connection may have been ended meanwhile (a terminated backend, a restart): the
+    // verdict is the one of a fresh connection.
+    if (reused) return On(conn, url, check);
+  }
   return status;
 }
 

@@ -272,6 +272,31 @@ TEST_F(AuditTest, AnAdminPrivilegeOnRunsFails) {
   ExpectNotReady("admin_role_invalid", "role ql3_admin has SELECT on runs");
 }
 
+TEST_F(AuditTest, TheProbeAuditsEveryUrlAndReconnectsAfterALostConnection) {
+  ReadinessUrls urls{PgTestCluster::Get().Url(kRuntimeRole, db_),
+                     PgTestCluster::Get().Url(kAdminRole, db_),
+                     PgTestCluster::Get().Url(kWorkerIngressRole, db_)};
+  ReadinessProbe probe(urls, "ql-probe-" + db_);
+  ASSERT_TRUE(probe.Check().ok());
+  // Its kept connections are ended: the next check reconnects instead of reporting an outage.
+  Tamper("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+         "'ql-probe-" + db_ + "'");
+  Status after = probe.Check();
+  EXPECT_TRUE(after.ok()) << after.ToString();
+  Tamper("GRANT SELECT ON ql3.runs TO ql3_admin");
+  EXPECT_EQ(probe.Check().reason(), "admin_role_invalid");
+  Tamper("REVOKE SELECT ON ql3.runs FROM ql3_admin");
+  EXPECT_TRUE(probe.Check().ok());
+
+  urls.admin = PgTestCluster::Get().Url(kMigrationRole, db_);
+  EXPECT_EQ(ReadinessProbe(urls, "ql-probe").Check().reason(), "admin_role_invalid");
+  urls.admin = "";
+  urls.worker = PgTestCluster::Get().Url(kRuntimeRole, db_);
+  EXPECT_EQ(ReadinessProbe(urls, "ql-probe").Check().reason(), "worker_role_invalid");
+  urls.runtime = "postgresql://ql3_runtime@127.0.0.1:1/x?sslmode=disable";
+  EXPECT_EQ(ReadinessProbe(urls, "ql-probe").Check().reason(), "database_unavailable");
+}
+
 TEST_F(AuditTest, ConnectedRoleMustBeTheConfiguredOne) {
   Result<std::unique_ptr<Connection>> migration =
       Connection::Open(PgTestCluster::Get().Url(kMigrationRole, db_), {});
