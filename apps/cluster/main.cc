@@ -52,14 +52,22 @@ int Migrate(const UrlSource& source) {
   return 0;
 }
 
-int Audit(const UrlSource& source) {
-  Result<std::string> url = ResolveDatabaseUrl(source);
+// The runtime URL is required; the admin and worker-ingress URLs are checked when given.
+struct AuditCommand {
+  UrlSource runtime{"", "", "QL3_DATABASE_URL", "--database-url"};
+  UrlSource admin{"", "", "", "--admin-database-url"};
+  UrlSource worker{"", "", "", "--worker-database-url"};
+};
+
+int Audit(const AuditCommand& command) {
+  Result<std::string> url = ResolveDatabaseUrl(command.runtime);
   if (!url.ok()) return Fail(url.status());
-  pg::SessionOptions session;
-  session.application_name = "qinglong-audit";
-  Result<std::unique_ptr<pg::Connection>> conn = pg::Connection::Open(*url, session);
-  if (!conn.ok()) return Fail(conn.status());
-  Status status = pg::AuditReadiness(**conn);
+  Result<std::string> admin = ResolveOptionalDatabaseUrl(command.admin);
+  if (!admin.ok()) return Fail(admin.status());
+  Result<std::string> worker = ResolveOptionalDatabaseUrl(command.worker);
+  if (!worker.ok()) return Fail(worker.status());
+  pg::ReadinessProbe probe(pg::ReadinessUrls{*url, *admin, *worker}, "qinglong-audit");
+  Status status = probe.Check();
   if (status.ok()) {
     std::cout << "ready\n";
     return 0;
@@ -197,12 +205,16 @@ int Main(int argc, char** argv) {
       "migrate", "apply the postgresql-main migrations and grants (as ql3_migration)");
   AddUrlOptions(migrate, migrate_url, "the migration role's URL (or QL3_MIGRATION_DATABASE_URL)");
 
-  UrlSource audit_url{"", "", "QL3_DATABASE_URL", "--database-url"};
+  AuditCommand audit_command;
   CLI::App* audit =
       app.add_subcommand("audit",
                          "check readiness read-only, as the runtime role (exit 3 when "
                          "not ready)");
-  AddUrlOptions(audit, audit_url, "the runtime role's URL (or QL3_DATABASE_URL)");
+  AddUrlOptions(audit, audit_command.runtime, "the runtime role's URL (or QL3_DATABASE_URL)");
+  audit->add_option("--admin-database-url", audit_command.admin.flag_value,
+                    "also check that this URL logs in as ql3_admin");
+  audit->add_option("--worker-database-url", audit_command.worker.flag_value,
+                    "also check that this URL logs in as ql3_worker_ingress");
 
   UrlSource catalog_url{"", "", "QL3_DATABASE_URL", "--database-url"};
   CLI::App* catalog = app.add_subcommand(
@@ -226,7 +238,7 @@ int Main(int argc, char** argv) {
   if (*token) return Credential(pg::CredentialKind::kApi, api_token, api_revoke);
   if (*worker) return Credential(pg::CredentialKind::kWorker, worker_token, worker_revoke);
   if (*migrate) return Migrate(migrate_url);
-  if (*audit) return Audit(audit_url);
+  if (*audit) return Audit(audit_command);
   if (*catalog) return Catalog(catalog_url);
   return kExitUsage;
 }

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -43,6 +44,14 @@ constexpr int kExitNotReady = 3;
 // A verified API credential is trusted this long before it is looked up again, so a
 // revocation takes effect within this bound.
 constexpr int kRecoveryStartAttempts = 10;
+// The readiness audit reruns this often while the replica is ready, and this often while it is
+// not (so /readyz returns to 200 about a second after the database does).
+constexpr int64_t kReadinessIntervalMs = 5000;
+constexpr int64_t kNotReadyIntervalMs = 1000;
+// A runtime transaction idle this long is ended by the server, so a replica frozen inside its
+// admission releases the schedule rows it locked about when its claims expire: the bound is the
+// claim lease, capped at this.
+constexpr int64_t kMaxIdleInTransactionMs = 10'000;
 
 int Fail(int code, const Status& status) {
   std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
@@ -134,6 +143,8 @@ int Serve(const ServeConfig& config) {
 
   PostgresStoreOptions store_options;
   store_options.runtime = PoolFor(*runtime_url, "qinglong-runtime", config.pool_max);
+  store_options.runtime.session.idle_in_transaction_timeout_ms =
+      static_cast<int>(std::min(scheduler_options.lease_ms, kMaxIdleInTransactionMs));
   if (!admin_url->empty()) {
     store_options.admin = PoolFor(*admin_url, "qinglong-admin", std::max(2, config.pool_max / 4));
   }
@@ -141,10 +152,11 @@ int Serve(const ServeConfig& config) {
   if (!opened.ok()) return Fail(kExitFailure, opened.status());
   std::unique_ptr<PostgresStore> store = std::move(opened).value();
 
-  // The readiness audit, as the runtime role, before anything else touches the schema.
-  Status audit = store->runtime_pool().WithConnection(
-      "readiness audit", [](pg::Connection& conn) { return pg::AuditReadiness(conn); });
-  if (!audit.ok()) {
+  // The readiness audit, as the runtime role, and the roles of the other URLs, before anything
+  // else touches the schema.
+  pg::ReadinessProbe readiness(pg::ReadinessUrls{*runtime_url, *admin_url, *worker_url},
+                               "qinglong-readiness");
+  if (Status audit = readiness.Check(); !audit.ok()) {
     if (audit.code() == StatusCode::kCorrupt) {
       std::cout << "not ready: " << audit.reason() << ": " << audit.message() << "\n";
       return kExitNotReady;
@@ -193,8 +205,8 @@ int Serve(const ServeConfig& config) {
                                          : AdmissionIsolation::kReadCommitted);
   ClusterScheduler scheduler(schedules, store->definitions(), random, metrics, scheduler_options);
   metrics.Describe("ql_db_transaction_retries", "gauge",
-                   "Whole transactions of the runtime pool rerun after a serialization failure "
-                   "or deadlock, since start.");
+                   "Whole transactions of the runtime pool rerun after a serialization failure, "
+                   "a deadlock or a lost COMMIT reply of a read-only transaction, since start.");
   ConditionSleeper scheduler_sleeper;
   RoundLoop scheduler_loop(
       [&]() -> int64_t {
@@ -228,14 +240,18 @@ int Serve(const ServeConfig& config) {
     recovery_sleeper.SleepFor(config.recovery_interval_ms);
     recovery_loop.Run();
   });
+  ConditionSleeper readiness_sleeper;
+  std::thread readiness_thread;  // started once admission opens
   auto stop_lifecycles = [&] {
     scheduler.RequestStop();
     scheduler_loop.Stop();
     recovery_loop.Stop();
+    readiness_sleeper.Stop();
     // Bounded: a round stops before its next commit; the wait covers the one in flight.
     auto joined = std::async(std::launch::async, [&] {
       scheduler_thread.join();
       recovery_thread.join();
+      if (readiness_thread.joinable()) readiness_thread.join();
     });
     if (joined.wait_for(std::chrono::seconds(config.shutdown_wait_s)) !=
         std::future_status::ready) {
@@ -286,6 +302,30 @@ int Serve(const ServeConfig& config) {
     return Fail(kExitFailure, st);
   }
   api.SetReady(true);
+  metrics.Describe("ql_ready", "gauge",
+                   "1 while the last readiness audit passed (/readyz 200), else 0.");
+  metrics.SetGauge("ql_ready", "", 1);
+  Status last_verdict;
+  RoundLoop readiness_loop(
+      [&]() -> int64_t {
+        Status verdict = readiness.Check();
+        if (verdict.ok() != last_verdict.ok() || verdict.reason() != last_verdict.reason()) {
+          if (verdict.ok()) {
+            std::cerr << "readiness: ready\n";
+          } else {
+            Diagnose("readiness: not ready", verdict);
+          }
+        }
+        last_verdict = verdict;
+        api.SetReadiness(verdict);
+        metrics.SetGauge("ql_ready", "", verdict.ok() ? 1 : 0);
+        return verdict.ok() ? kReadinessIntervalMs : kNotReadyIntervalMs;
+      },
+      readiness_sleeper);
+  readiness_thread = std::thread([&] {
+    readiness_sleeper.SleepFor(kReadinessIntervalMs);
+    readiness_loop.Run();
+  });
   std::cout << "ql-cluster replica " << scheduler_options.owner << " listening on http://"
             << listen->first << ":" << api.port()
             << (admin_url->empty() ? " (read-only management: no --admin-database-url)" : "")

@@ -34,8 +34,11 @@ struct ServeConfig {
 };
 
 // Runs the replica until SIGTERM or SIGINT. Start order: configuration validated before any
-// connection → readiness audit → startup recovery converged → scheduler and recovery
-// lifecycles → worker listener (when configured) → HTTP admission (/readyz 200). Stop order:
+// connection → readiness audit (and the admin and worker-ingress URLs log in as their roles) →
+// startup recovery converged → scheduler and recovery lifecycles → worker listener (when
+// configured) → HTTP admission (/readyz 200). While serving, the audit reruns every 5 s (every
+// second while it fails) and /readyz answers 503 with its code until it passes again. The
+// runtime pool's idle_in_transaction_session_timeout is lease_ms capped at 10 s. Stop order:
 // withdraw admission → stop and drain the scheduler (bounded) → stop HTTP → close the pools. Exit
 // codes: 0 after a clean stop, 1 failure, 2 invalid configuration, 3 the audit found the database
 // not ready.

@@ -337,6 +337,8 @@ bool IsSessionLost(const Status& status) {
   return status.reason() == "session_fenced" || status.reason() == "session_not_found";
 }
 
+bool IsSessionExpired(const Status& status) { return status.reason() == "session_expired"; }
+
 bool IsLeaseLost(const Status& status) {
   return status.reason() == "lease_fenced" || status.reason() == "lease_expired" ||
          status.reason() == "lease_not_found" || status.reason() == "attempt_finished";

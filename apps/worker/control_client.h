@@ -194,6 +194,9 @@ class ControlClient {
 bool IsUnauthorized(const Status& status);
 // Returns true when the session can no longer act: `session_fenced` or `session_not_found`.
 bool IsSessionLost(const Status& status);
+// Returns true for `session_expired`: the session expired or is offline; the worker extends it
+// by a heartbeat or registers a new one, and keeps working.
+bool IsSessionExpired(const Status& status);
 // Returns true when a lease call says the lease is gone for this worker: `lease_fenced`,
 // `lease_expired`, `lease_not_found` or `attempt_finished`.
 bool IsLeaseLost(const Status& status);

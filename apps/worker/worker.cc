@@ -293,23 +293,34 @@ Result<std::optional<SessionGrant>> Worker::RegisterSession() {
 }
 
 void Worker::HeartbeatLoop() {
+  std::string expired_session;  // the session last reported expired, logged once
   while (true) {
+    SessionRef session;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(heartbeat_interval_ms_),
                    [&] { return stop_heartbeat_ || fatal_.has_value(); });
       if (stop_heartbeat_ || fatal_) return;
+      session = session_;
     }
     int available = std::max(FreeSlots(), 0);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (drain_requested_) available = 0;  // a draining worker takes nothing new
     }
-    Result<HeartbeatAnswer> answer = control_.Heartbeat(session_, available);
+    Result<HeartbeatAnswer> answer = control_.Heartbeat(session, available);
     if (!answer.ok()) {
       if (IsFatal(answer.status())) {
         SetFatal(answer.status());
         return;
+      }
+      if (IsSessionExpired(answer.status())) {
+        // The main thread replaces the session on its next pull.
+        if (expired_session != session.session_id) {
+          expired_session = session.session_id;
+          Log("heartbeat: " + answer.status().ToString());
+        }
+        continue;
       }
       Log("heartbeat failed: " + answer.status().ToString());
       continue;
@@ -358,6 +369,15 @@ int64_t Worker::PullOnce() {
     }
     pending_.clear();
     pull_backoff_ms_ = 0;
+    if (IsSessionExpired(st)) {
+      bool awaiting = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        awaiting = awaiting_new_session_;
+      }
+      if (!awaiting) Log("the control plane gives this session no new leases: " + st.message());
+      return RenewSession();
+    }
     if (st.reason() == "session_inactive") {
       Log("the control plane gives this session no new leases (" + st.message() + "); draining");
       RequestDrain();
@@ -393,6 +413,60 @@ int64_t Worker::PullOnce() {
   // Every proposal granted: more work may be waiting, so ask again at once.
   if (started == offers.size() && FreeSlots() > 0) return 0;
   return options_.pull_interval_ms;
+}
+
+int64_t Worker::RenewSession() {
+  // A session that merely expired (no heartbeat reached the database for a TTL, e.g. during an
+  // outage) is extended by a heartbeat and keeps its runs.
+  int available = std::max(FreeSlots(), 0);
+  Result<HeartbeatAnswer> beat = control_.Heartbeat(session_, available);
+  if (beat.ok()) {
+    MarkCancel(beat->cancel, "heartbeat");
+    if (beat->status == "active") {
+      Log("session " + session_.session_id + " extended by a heartbeat; pulling again");
+      return 0;
+    }
+    Log("the control plane reports this session " + beat->status + "; draining");
+    RequestDrain();
+    return 0;
+  }
+  const Status& st = beat.status();
+  if (IsFatal(st)) {
+    SetFatal(st);
+    return 0;
+  }
+  if (!IsSessionExpired(st)) {
+    Log("cannot extend the session, retrying: " + st.ToString());
+    return options_.pull_interval_ms;
+  }
+  // Offline: a new session replaces it once the runs leased under it have ended (they can still
+  // be renewed and reported; registering would fence them).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!runs_.empty()) {
+      if (!awaiting_new_session_) {
+        Log("session " + session_.session_id + " is offline; registering a new session once " +
+            std::to_string(runs_.size()) + " run(s) leased under it have ended");
+      }
+      awaiting_new_session_ = true;
+      return options_.pull_interval_ms;
+    }
+  }
+  Result<std::optional<SessionGrant>> grant = RegisterSession();
+  if (!grant.ok()) {
+    SetFatal(grant.status());
+    return 0;
+  }
+  if (!grant->has_value()) return 0;  // a drain was requested meanwhile
+  const std::string replaced = session_.session_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_ = SessionRef{(*grant)->session_id, (*grant)->generation};
+    awaiting_new_session_ = false;
+  }
+  Log("registered session " + session_.session_id + " generation " +
+      std::to_string(session_.generation) + " in place of offline session " + replaced);
+  return 0;
 }
 
 void Worker::StartRun(const LeaseOffer& offer, const Proposal& proposal) {

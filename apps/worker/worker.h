@@ -68,8 +68,10 @@ class Worker {
 
   // Stops commands left running by an earlier incarnation in work_dir, registers a session
   // (retrying while the control plane is unreachable), then heartbeats, pulls and runs leased
-  // commands until drained. Returns Ok after a drain (every command finished or was cancelled
-  // and reported, the session set offline). Errors: the control plane's `unauthorized`
+  // commands until drained; a session the control plane reports expired is extended by a
+  // heartbeat, an offline one replaced by a new registration — only a drain ends Run(). Returns
+  // Ok after a drain (every command finished or was cancelled and reported, the session set
+  // offline). Errors: the control plane's `unauthorized`
   // (InvalidArgument) or `session_fenced` / `session_not_found` (Conflict / NotFound) after every
   // command was stopped without further reports; any other error of `register` that retrying
   // cannot fix; Internal `worker_dir_io` when work_dir cannot be prepared.
@@ -95,6 +97,10 @@ class Worker {
   // Proposes offers for the free slots and starts the granted runs; returns the delay before
   // the next pull.
   int64_t PullOnce();
+  // After a pull answered `session_expired`: extends the session by a heartbeat, or (offline)
+  // registers a new one once no run leased under the old one is left. Returns the delay before
+  // the next pull. Main thread only.
+  int64_t RenewSession();
   void StartRun(const LeaseOffer& offer, const Proposal& proposal);
   void ReapFinishedRuns();
   void MarkCancel(const std::vector<std::string>& offer_ids, const char* source);
@@ -130,7 +136,7 @@ class Worker {
   Clock& clock_;
   RandomSource& random_;
 
-  SessionRef session_;                    // set once before any thread starts
+  SessionRef session_;  // written by the main thread under mu_; the main thread reads it freely
   int64_t session_lease_ttl_ms_ = 0;      // likewise
   int64_t heartbeat_interval_ms_ = 1000;  // likewise
   std::vector<Proposal> pending_;         // main thread only
@@ -142,6 +148,7 @@ class Worker {
   bool wake_ = false;                                        // guarded by mu_
   bool drain_requested_ = false;                             // guarded by mu_
   bool stop_heartbeat_ = false;                              // guarded by mu_
+  bool awaiting_new_session_ = false;                        // guarded by mu_
   std::optional<Status> fatal_;                              // guarded by mu_
   std::map<std::string, std::shared_ptr<RunContext>> runs_;  // by offer id; guarded by mu_
 };

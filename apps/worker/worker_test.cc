@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -105,6 +106,14 @@ class FakeControlPlane {
     return TestUuid(1, runs_);
   }
 
+  // The current session's state as the database has it: "active", "expired" (a pull answers
+  // session_expired until a heartbeat extends it) or "offline" (pulls and heartbeats answer
+  // session_expired until the worker registers a new session).
+  void SetSessionState(const std::string& state) {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_state_ = state;
+  }
+
   void SetOverride(const std::string& step, Override fn) {
     std::lock_guard<std::mutex> lock(mu_);
     overrides_[step] = std::move(fn);
@@ -160,6 +169,7 @@ class FakeControlPlane {
   struct Grant {
     std::string lease_token;
     json offer;
+    std::string session_id;  // the session that pulled it
   };
 
   void Handle(const httplib::Request& req, httplib::Response& res) {
@@ -204,8 +214,11 @@ class FakeControlPlane {
   Reply Default(const Call& call) {
     const json& b = call.body;
     if (call.step == "register") {
-      return {201, json{{"session_id", kSessionId},
-                        {"generation", 1},
+      ++generation_;
+      session_id_ = generation_ == 1 ? kSessionId : TestUuid(6, generation_);
+      session_state_ = "active";
+      return {201, json{{"session_id", session_id_},
+                        {"generation", generation_},
                         {"status", "active"},
                         {"expires_at_ms", 1790000030000},
                         {"session_ttl_ms", 30000},
@@ -213,11 +226,14 @@ class FakeControlPlane {
                         {"lease_ttl_ms", lease_ttl_ms_}}};
     }
     if (call.step == "heartbeat") {
+      if (session_state_ == "offline") return {409, Error("session_expired")};
+      session_state_ = "active";
       return {200, json{{"status", "active"}, {"expires_at_ms", 1790000030000}, {"cancel", {}}}};
     }
     if (call.step == "drain") return {200, json{{"status", "draining"}}};
     if (call.step == "offline") return {200, json{{"status", "offline"}}};
     if (call.step == "pull") {
+      if (session_state_ != "active") return {409, Error("session_expired")};
       json offers = json::array();
       const int64_t slots = b.value("available_slots", 0);
       for (const json& proposal : b.at("offers")) {
@@ -244,7 +260,7 @@ class FakeControlPlane {
                    {"lease_expires_at_ms", 1790000030000},
                    {"lease_ttl_ms", lease_ttl_ms_},
                    {"plan", run.plan}};
-        grants_[offer_id] = Grant{token, offer};
+        grants_[offer_id] = Grant{token, offer, b.value("session_id", "")};
         offers.push_back(offer);
       }
       return {200, json{{"offers", offers}, {"cancel", json::array()}}};
@@ -253,7 +269,7 @@ class FakeControlPlane {
     auto granted = grants_.find(call.offer_id);
     if (granted == grants_.end()) return {404, Error("lease_not_found")};
     if (b.value("lease_token", "") != granted->second.lease_token ||
-        b.value("session_id", "") != kSessionId) {
+        b.value("session_id", "") != granted->second.session_id) {
       return {409, Error("lease_fenced")};
     }
     if (call.step == "starting") return {200, json{{"status", "starting"}}};
@@ -294,6 +310,9 @@ class FakeControlPlane {
   int runs_ = 0;
   std::map<std::string, Grant> grants_;
   std::map<std::string, std::string> output_;
+  int generation_ = 0;
+  std::string session_id_;
+  std::string session_state_ = "active";
 };
 
 // A Worker with short intervals over a temporary work directory, run on its own thread.
@@ -603,6 +622,59 @@ TEST(WorkerTest, FencedSessionStopsEveryCommandWithoutReports) {
   EXPECT_TRUE(fake.CallsOf("offline").empty());
   std::error_code ec;
   fs::remove_all(pid_dir, ec);
+}
+
+// The chaos finding: after an outage the session had expired, and a pull that reached the
+// control plane before any heartbeat made the whole fleet drain and exit. Heartbeats here are
+// too rare to help; the worker itself must extend the session and keep running runs.
+TEST(WorkerTest, AnExpiredSessionIsExtendedByAHeartbeatAndTheWorkerKeepsRunning) {
+  FakeControlPlane fake(/*lease_ttl_ms=*/3000, /*heartbeat_interval_ms=*/60'000);
+  WorkerUnderTest worker(fake);
+  ASSERT_TRUE(fake.WaitForStep("pull", 10000));
+  fake.SetSessionState("expired");
+  fake.AddRun({"/bin/sh", "-c", "echo after the outage"});
+  ASSERT_TRUE(fake.WaitForStep("complete", 10000));
+  EXPECT_FALSE(worker.WaitReturned(300)) << "the worker stopped on an expired session";
+  const Call complete = fake.CallsOf("complete").at(0);
+  EXPECT_EQ(complete.body["outcome"], "exited");
+  EXPECT_EQ(fake.OutputOf(complete.offer_id), "after the outage\n");
+  EXPECT_EQ(fake.CallsOf("register").size(), 1u);  // the same session, extended
+  EXPECT_FALSE(fake.CallsOf("heartbeat").empty());
+  EXPECT_TRUE(fake.CallsOf("drain").empty());
+  // Runs keep coming.
+  fake.AddRun({"/bin/sh", "-c", "echo next"});
+  ASSERT_TRUE(fake.WaitFor([](const std::vector<Call>& calls) {
+    return std::count_if(calls.begin(), calls.end(),
+                         [](const Call& c) { return c.step == "complete"; }) == 2;
+  }, 10000));
+  EXPECT_TRUE(worker.Drain().ok());
+}
+
+TEST(WorkerTest, AnOfflineSessionIsReplacedOnceItsRunsEndedAndTheWorkerKeepsRunning) {
+  FakeControlPlane fake(/*lease_ttl_ms=*/3000, /*heartbeat_interval_ms=*/200);
+  fake.AddRun({"/bin/sh", "-c", "sleep 1; echo first"});
+  WorkerUnderTest worker(fake, [](WorkerOptions& o) { o.slots = 2; });
+  ASSERT_TRUE(fake.WaitForStep("running", 10000));
+  fake.SetSessionState("offline");
+  fake.AddRun({"/bin/sh", "-c", "echo second"});
+  ASSERT_TRUE(fake.WaitFor([](const std::vector<Call>& calls) {
+    return std::count_if(calls.begin(), calls.end(),
+                         [](const Call& c) { return c.step == "complete"; }) == 2;
+  }, 15000));
+  EXPECT_FALSE(worker.WaitReturned(300)) << "the worker stopped on an offline session";
+  const std::vector<Call> registers = fake.CallsOf("register");
+  const std::vector<Call> completes = fake.CallsOf("complete");
+  ASSERT_EQ(registers.size(), 2u);
+  // The run leased under the offline session was reported under it before the new session
+  // (which fences the old one) was registered; the next run went to the new session.
+  EXPECT_EQ(completes[0].body["session_id"], kSessionId);
+  EXPECT_EQ(completes[0].body["outcome"], "exited");
+  EXPECT_LE(completes[0].at_ms, registers[1].at_ms);
+  EXPECT_EQ(completes[1].body["session_id"], TestUuid(6, 2));
+  EXPECT_EQ(fake.OutputOf(completes[1].offer_id), "second\n");
+  EXPECT_TRUE(fake.CallsOf("drain").empty());
+  EXPECT_TRUE(worker.Drain().ok());
+  EXPECT_EQ(fake.CallsOf("offline").back().body["generation"], 2);
 }
 
 TEST(WorkerTest, DrainCancelsCommandsStillRunningAtTheTimeoutAndGoesOffline) {

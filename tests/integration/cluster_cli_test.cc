@@ -122,6 +122,118 @@ TEST_F(ClusterCliTest, WrongRolesAreRefused) {
   EXPECT_NE(runtime_migrates.err.find("migration_role_invalid"), std::string::npos);
 }
 
+// One drift class: what is changed (as the superuser, in a freshly migrated database of its own)
+// and the stable code and detail `ql-cluster audit` must print with exit code 3.
+struct DriftCase {
+  const char* name;
+  const char* tamper;  // "%DB%" stands for the database's name
+  const char* code;
+  const char* detail;
+};
+
+const DriftCase kDriftCases[] = {
+    {"history_gap", "DELETE FROM ql3.schema_migrations WHERE id = 'pg-0002-projects-and-definitions'",
+     "migration_history_invalid", "migration_gap"},
+    {"history_ahead",
+     "INSERT INTO ql3.schema_migrations VALUES ('pg-0099-from-the-future', 'postgresql-main', "
+     "'postgresql', repeat('a', 64), 0)",
+     "migration_history_invalid", "pg-0099-from-the-future"},
+    {"history_checksum",
+     "UPDATE ql3.schema_migrations SET checksum = repeat('b', 64) WHERE id = 'pg-0003-run-core'",
+     "migration_history_invalid", "migration_checksum_mismatch"},
+    {"capability", "UPDATE ql3.schema_capabilities SET capability_map = '{\"runs\":1}'",
+     "capability_invalid", "control-core"},
+    {"extra_table", "CREATE TABLE ql3.shadow_runs (id text)", "schema_contract_invalid",
+     "relation shadow_runs"},
+    {"extra_column", "ALTER TABLE ql3.runs ADD COLUMN note text", "schema_contract_invalid",
+     "column runs.note"},
+    {"missing_index", "DROP INDEX ql3.runs_by_status", "schema_contract_invalid",
+     "index runs_by_status"},
+    {"missing_constraint", "ALTER TABLE ql3.runs DROP CONSTRAINT runs_status_check",
+     "schema_contract_invalid", "constraint runs.runs_status_check"},
+    {"missing_trigger", "DROP TRIGGER run_events_append_only ON ql3.run_events",
+     "schema_contract_invalid", "run_events_append_only"},
+    {"extra_rule", "CREATE RULE runs_keep AS ON DELETE TO ql3.runs DO INSTEAD NOTHING",
+     "schema_contract_invalid", "rule runs.runs_keep"},
+    {"row_security", "ALTER TABLE ql3.runs ENABLE ROW LEVEL SECURITY", "schema_contract_invalid",
+     "row-security runs enabled=true"},
+    {"extra_policy", "CREATE POLICY runs_all ON ql3.runs USING (true)", "schema_contract_invalid",
+     "policy runs.runs_all"},
+    {"reloptions", "ALTER TABLE ql3.trigger_schedules RESET (fillfactor)",
+     "schema_contract_invalid", "reloptions trigger_schedules fillfactor=70"},
+    {"runtime_extra_privilege", "GRANT DELETE ON ql3.runs TO ql3_runtime", "runtime_role_invalid",
+     "has DELETE on runs"},
+    {"runtime_missing_privilege", "REVOKE INSERT ON ql3.run_events FROM ql3_runtime",
+     "runtime_role_invalid", "lacks INSERT on run_events"},
+    {"ingress_extra_privilege", "GRANT SELECT ON ql3.runs TO ql3_worker_ingress",
+     "runtime_role_invalid", "ql3_worker_ingress has SELECT on runs"},
+    {"admin_extra_privilege", "GRANT UPDATE ON ql3.runs TO ql3_admin", "admin_role_invalid",
+     "ql3_admin has UPDATE on runs"},
+    {"admin_missing_privilege", "REVOKE INSERT ON ql3.trigger_revisions FROM ql3_admin",
+     "admin_role_invalid", "ql3_admin lacks INSERT on trigger_revisions"},
+    {"read_only_target", "ALTER DATABASE %DB% SET default_transaction_read_only = on",
+     "server_read_only", "read-only"},
+};
+
+class ClusterCliDriftTest : public ClusterCliTest,
+                            public ::testing::WithParamInterface<DriftCase> {};
+
+TEST_P(ClusterCliDriftTest, EachDriftClassIsNotReadyWithItsStableCode) {
+  const DriftCase& drift = GetParam();
+  const std::string db = std::string("drift_") + drift.name;
+  ASSERT_TRUE(server_->Psql("postgres", "CREATE DATABASE " + db +
+                                            " OWNER ql3_migration;\nREVOKE ALL ON DATABASE " + db +
+                                            " FROM PUBLIC;\nGRANT CONNECT ON DATABASE " + db +
+                                            " TO ql3_runtime, ql3_admin, ql3_worker_ingress")
+                  .ok());
+  const auto url = [&](const std::string& role) {
+    return "postgresql://" + role + ":s3cret@127.0.0.1:" + std::to_string(server_->port()) + "/" +
+           db + "?sslmode=disable";
+  };
+  ASSERT_EQ(Cluster({"migrate", "--database-url", url("ql3_migration")}).exit_code, 0);
+  CommandResult ready = Cluster({"audit", "--database-url", url("ql3_runtime")});
+  ASSERT_EQ(ready.exit_code, 0) << ready.out << ready.err;
+
+  std::string tamper = drift.tamper;
+  if (size_t at = tamper.find("%DB%"); at != std::string::npos) tamper.replace(at, 4, db);
+  ASSERT_TRUE(server_->Psql(db, tamper).ok()) << tamper;
+  CommandResult r = Cluster({"audit", "--database-url", url("ql3_runtime")});
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind(std::string("not ready: ") + drift.code + ": ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(drift.detail), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(DriftClasses, ClusterCliDriftTest, ::testing::ValuesIn(kDriftCases),
+                         [](const ::testing::TestParamInfo<DriftCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST_F(ClusterCliTest, EveryConfiguredUrlMustLogInAsItsRole) {
+  Migrated();
+  CommandResult all = Cluster({"audit", "--database-url", Url("ql3_runtime"),
+                               "--admin-database-url", Url("ql3_admin"), "--worker-database-url",
+                               Url("ql3_worker_ingress")});
+  EXPECT_EQ(all.exit_code, 0) << all.out << all.err;
+  CommandResult migration_as_admin = Cluster({"audit", "--database-url", Url("ql3_runtime"),
+                                              "--admin-database-url", Url("ql3_migration")});
+  EXPECT_EQ(migration_as_admin.exit_code, 3);
+  EXPECT_EQ(migration_as_admin.out,
+            "not ready: admin_role_invalid: the URL connects as role ql3_migration, not "
+            "ql3_admin\n");
+  CommandResult runtime_as_worker = Cluster({"audit", "--database-url", Url("ql3_runtime"),
+                                             "--worker-database-url", Url("ql3_runtime")});
+  EXPECT_EQ(runtime_as_worker.exit_code, 3);
+  EXPECT_NE(runtime_as_worker.out.find("worker_role_invalid"), std::string::npos)
+      << runtime_as_worker.out;
+
+  // serve refuses the same configuration before it opens anything.
+  CommandResult serve = Cluster({"serve", "--database-url", Url("ql3_runtime"),
+                                 "--admin-database-url", Url("ql3_migration"), "--listen",
+                                 "127.0.0.1:0"});
+  EXPECT_EQ(serve.exit_code, 3) << serve.out << serve.err;
+  EXPECT_NE(serve.out.find("not ready: admin_role_invalid"), std::string::npos) << serve.out;
+}
+
 TEST_F(ClusterCliTest, BadUrlsAreRejectedWithoutBeingPrinted) {
   CommandResult insecure = Cluster({"audit", "--database-url", Url("ql3_runtime")}, {});
   EXPECT_EQ(insecure.exit_code, 2);

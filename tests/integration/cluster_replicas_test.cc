@@ -244,5 +244,80 @@ TEST_F(ClusterReplicasTest, ARevocationOnOneReplicaIsEnforcedByAnotherWithinTheB
   EXPECT_EQ(b.Stop(), 0);
 }
 
+// /readyz is a living signal: it answers 503 with the stable code within the readiness period
+// (the audit reruns every 5 s while ready) once PostgreSQL is stopped, turns read-only or drifts,
+// and 200 again soon after it is healthy (every second while not ready).
+TEST_F(ClusterReplicasTest, ReadinessFollowsTheDatabase) {
+  constexpr int64_t kReadinessPeriodMs = 5000;
+  constexpr int64_t kNotReadyPeriodMs = 1000;
+  constexpr int64_t kSlackMs = 2000;  // one audit, a reconnect and a loaded machine
+  Replica a("replica-a", Log("a"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  httplib::Client client("127.0.0.1", a.port());
+  client.set_keep_alive(false);
+  client.set_read_timeout(5, 0);
+  // Waits until /readyz answers `status` with `code` (any code for 200); returns the
+  // milliseconds it took, or -1 after `timeout_ms`.
+  const auto wait_readyz = [&](int status, const std::string& code, int64_t timeout_ms) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto elapsed = [&] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::steady_clock::now() - start)
+          .count();
+    };
+    while (elapsed() <= timeout_ms) {
+      auto res = client.Get("/readyz");
+      if (res && res->status == status) {
+        json body = json::parse(res->body, nullptr, false);
+        if (status == 200 || (body.is_object() && body.value("code", "") == code)) {
+          return static_cast<int64_t>(elapsed());
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return int64_t{-1};
+  };
+  ASSERT_EQ(HttpGetStatus(a.url() + "/readyz"), 200);
+
+  ASSERT_TRUE(server_->Stop().ok());
+  const int64_t down_ms =
+      wait_readyz(503, "database_unavailable", kReadinessPeriodMs + kSlackMs);
+  ASSERT_TRUE(server_->Restart().ok());
+  const int64_t up_ms = wait_readyz(200, "", kNotReadyPeriodMs + kSlackMs);
+  EXPECT_GE(down_ms, 0) << "/readyz did not leave 200 while the database was down";
+  EXPECT_GE(up_ms, 0) << "/readyz did not return to 200 after the database came back";
+
+  ASSERT_TRUE(server_
+                  ->Psql("postgres",
+                         "ALTER SYSTEM SET default_transaction_read_only = on;\n"
+                         "SELECT pg_reload_conf();")
+                  .ok());
+  const int64_t read_only_ms =
+      wait_readyz(503, "server_read_only", kReadinessPeriodMs + kSlackMs);
+  ASSERT_TRUE(server_
+                  ->Psql("postgres",
+                         "ALTER SYSTEM RESET default_transaction_read_only;\n"
+                         "SELECT pg_reload_conf();")
+                  .ok());
+  const int64_t writable_ms = wait_readyz(200, "", kNotReadyPeriodMs + kSlackMs);
+  EXPECT_GE(read_only_ms, 0) << "/readyz stayed 200 on a read-only primary";
+  EXPECT_GE(writable_ms, 0);
+
+  ASSERT_TRUE(server_->Psql("qinglong", "GRANT DELETE ON ql3.runs TO ql3_runtime").ok());
+  const int64_t drift_ms =
+      wait_readyz(503, "runtime_role_invalid", kReadinessPeriodMs + kSlackMs);
+  ASSERT_TRUE(server_->Psql("qinglong", "REVOKE DELETE ON ql3.runs FROM ql3_runtime").ok());
+  const int64_t healed_ms = wait_readyz(200, "", kNotReadyPeriodMs + kSlackMs);
+  EXPECT_GE(drift_ms, 0) << "/readyz stayed 200 under drift";
+  EXPECT_GE(healed_ms, 0);
+
+  std::cout << "[readiness] database stopped -> 503 in " << down_ms << " ms, back -> 200 in "
+            << up_ms << " ms; read-only -> 503 in " << read_only_ms << " ms, writable -> 200 in "
+            << writable_ms << " ms; drift -> 503 in " << drift_ms << " ms, healed -> 200 in "
+            << healed_ms << " ms\n";
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(client.Get("/readyz"), nullptr);  // the replica is gone
+}
+
 }  // namespace
 }  // namespace ql::itest

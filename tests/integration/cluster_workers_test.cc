@@ -246,6 +246,41 @@ TEST_F(ClusterWorkersTest, AWorkerKilledMidRunLosesItsAttemptAndTheRetryRunsElse
   EXPECT_EQ(a.Stop(), 0);
 }
 
+// Only a drain stops a worker: a session that expired during a database outage is extended,
+// one marked offline is replaced by a new registration, and runs keep running either way.
+TEST_F(ClusterWorkersTest, AWorkerWhoseSessionExpiredOrWentOfflineKeepsRunningRuns) {
+  Replica a("replica-a", Log("a"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  std::unique_ptr<ChildProcess> worker = StartWorker("w1", a);
+  const std::string echo = Task(a, "echo", "echo ok");
+  const std::string before = Start(a, echo);
+  ASSERT_TRUE(WaitStatus(a, before, "succeeded", 30)) << Status(a, before);
+
+  // An outage longer than the session TTL (6 s): the session expires by the database clock.
+  ASSERT_TRUE(server_->Stop().ok());
+  std::this_thread::sleep_for(std::chrono::seconds(8));
+  ASSERT_TRUE(server_->Restart().ok());
+  ASSERT_TRUE(WaitFor([&] { return HttpGetStatus(a.url() + "/readyz") == 200; },
+                      std::chrono::seconds(30)));
+  const std::string after_outage = Start(a, echo);
+  EXPECT_TRUE(WaitStatus(a, after_outage, "succeeded", 60)) << Status(a, after_outage);
+  EXPECT_EQ(worker->WaitExit(std::chrono::milliseconds(0)), -1) << "the worker exited";
+
+  // The session is set offline behind the worker's back: it registers a new one.
+  ASSERT_TRUE(
+      server_->Psql("qinglong", "UPDATE ql3.worker_sessions SET status = 'offline' WHERE "
+                                "status = 'active'")
+          .ok());
+  const std::string after_offline = Start(a, echo);
+  EXPECT_TRUE(WaitStatus(a, after_offline, "succeeded", 60)) << Status(a, after_offline);
+  EXPECT_EQ(worker->WaitExit(std::chrono::milliseconds(0)), -1) << "the worker exited";
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'active' AND "
+                  "generation = 2"),
+            1);
+  EXPECT_EQ(worker->Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+}
+
 TEST_F(ClusterWorkersTest, WrongOrRevokedWorkerTokensAreRefusedAndChangeNothing) {
   Replica a("replica-a", Log("a"));
   ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));

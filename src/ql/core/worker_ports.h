@@ -51,12 +51,13 @@ class WorkerSessionRepository {
   virtual Result<WorkerSessionRecord> RegisterSession(const RegisterSessionCommand& command) = 0;
   // Extends a session: expiry = store clock + ttl_ms; records the free slots. NotFound
   // `session_not_found` (unknown, or another worker's), Conflict `session_fenced` (an older
-  // generation or a fenced session), Conflict `session_inactive` (offline).
+  // generation or a fenced session), Conflict `session_expired` (offline: the worker must
+  // register a new session). A session whose expiry passed but is not offline is extended.
   virtual Result<WorkerSessionRecord> Heartbeat(const std::string& worker_id,
                                                 const std::string& session_id, int64_t generation,
                                                 int available_slots, int64_t ttl_ms) = 0;
   // Moves a session to draining or offline (capacity 0); idempotent; same errors as Heartbeat
-  // (offline → draining is session_inactive).
+  // (offline → draining is session_expired).
   virtual Result<WorkerSessionRecord> SetSessionStatus(const std::string& worker_id,
                                                        const std::string& session_id,
                                                        int64_t generation,
@@ -137,8 +138,10 @@ class RunLeaseRepository {
   // transactions hold. A proposal whose offer id already names this session's granted, unstarted
   // lease with the same token digest is returned again (replay) and takes no new run. Errors:
   // session errors as in WorkerSessionRepository::Heartbeat plus Conflict `session_inactive`
-  // (draining, offline or expired session), Conflict `lease_fenced` (an offer id taken by another
-  // lease or token).
+  // (a draining session: the worker is stopping), Conflict `session_expired` (an offline
+  // session, or one whose expiry passed by the database clock: the worker heartbeats or
+  // registers a new session and keeps working), Conflict `lease_fenced` (an offer id taken by
+  // another lease or token).
   virtual Result<std::vector<GrantedLease>> GrantLeases(const PullCommand& command) = 0;
   // Extends a lease (expiry = store clock + ttl_ms, version + 1) while its attempt has not ended.
   virtual Result<LeaseRenewal> RenewLease(const LeaseFence& fence, int64_t ttl_ms) = 0;

@@ -352,6 +352,8 @@ struct ApiServer::Impl {
   std::atomic<bool> stopped{false};
   std::atomic<bool> ready{false};
   std::atomic<bool> withdrawn{false};
+  std::mutex readiness_mu;
+  Status not_ready{Unavailable("not_ready", "the server is starting and not ready yet")};
   std::atomic<int> in_flight{0};
   std::atomic<int> followers{0};
   std::mutex wake_mu;
@@ -712,7 +714,12 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       if (withdrawn.load()) {
         SendError(res, 503, "shutting_down", "the server is shutting down");
       } else if (!ready.load()) {
-        SendError(res, 503, "not_ready", "the server is starting and not ready yet");
+        Status why;
+        {
+          std::lock_guard<std::mutex> lock(readiness_mu);
+          why = not_ready;
+        }
+        SendError(res, 503, why.reason(), why.message());
       } else {
         SendJson(res, 200, json{{"status", "ready"}});
       }
@@ -1261,7 +1268,16 @@ Status ApiServer::Start(const std::string& host, int port) {
 
 int ApiServer::port() const { return impl_->port; }
 
-void ApiServer::SetReady(bool ready) { impl_->ready = ready; }
+void ApiServer::SetReady(bool ready) {
+  SetReadiness(ready ? Status::Ok()
+                     : Unavailable("not_ready", "the server is starting and not ready yet"));
+}
+
+void ApiServer::SetReadiness(const Status& readiness) {
+  std::lock_guard<std::mutex> lock(impl_->readiness_mu);
+  if (!readiness.ok()) impl_->not_ready = readiness;
+  impl_->ready = readiness.ok();
+}
 
 void ApiServer::WithdrawAdmission() {
   {

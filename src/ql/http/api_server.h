@@ -71,8 +71,13 @@ class ApiServer {
   Status Start(const std::string& host, int port);
   // Returns the bound port (after Start).
   int port() const;
-  // Marks the process ready (or not); /readyz reflects it until admission is withdrawn.
+  // Marks the process ready (or not ready, code `not_ready`); /readyz reflects it until
+  // admission is withdrawn.
   void SetReady(bool ready);
+  // Ok marks the process ready; any other status makes /readyz answer 503 with the status's
+  // reason as code and its message, e.g. `database_unavailable` or an audit code. Callable from
+  // any thread at any time; after WithdrawAdmission /readyz stays `shutting_down` whatever is set.
+  void SetReadiness(const Status& readiness);
   // Withdraws admission for good: /readyz answers 503 and every /api/v1 call 503
   // shutting_down; running log follow streams end. /livez and /metrics keep answering.
   void WithdrawAdmission();

@@ -274,10 +274,25 @@ TEST_F(ApiServerTest, ReadinessFollowsSetReadyAndWithdrawal) {
   EXPECT_EQ(Get("/readyz").status, 200);
   EXPECT_EQ(Get("/api/v1/status").status, 200);
 
+  // Readiness is a living signal: a later verdict with its own code, and back.
+  server_->SetReadiness(Unavailable("database_unavailable", "the database cannot be reached"));
+  Reply lost = Get("/readyz");
+  EXPECT_EQ(lost.status, 503);
+  EXPECT_EQ(lost.code(), "database_unavailable");
+  EXPECT_EQ(Get("/api/v1/status").body.value("ready", true), false);
+  server_->SetReadiness(Corrupt("server_read_only", "the server is read-only"));
+  EXPECT_EQ(Get("/readyz").code(), "server_read_only");
+  server_->SetReadiness(Status::Ok());
+  EXPECT_EQ(Get("/readyz").status, 200);
+
   server_->WithdrawAdmission();
   Reply withdrawn = Get("/readyz");
   EXPECT_EQ(withdrawn.status, 503);
   EXPECT_EQ(withdrawn.code(), "shutting_down");
+  // Withdrawal is for good: a later verdict does not reopen admission.
+  server_->SetReadiness(Status::Ok());
+  server_->SetReady(true);
+  EXPECT_EQ(Get("/readyz").code(), "shutting_down");
   Reply api = Get("/api/v1/tasks");
   EXPECT_EQ(api.status, 503);
   EXPECT_EQ(api.code(), "shutting_down");

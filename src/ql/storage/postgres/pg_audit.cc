@@ -58,6 +58,30 @@ const std::map<std::string, std::set<std::string>>& WorkerIngressPrivileges() {
   return *kPrivileges;
 }
 
+// The admin role's privileges: publishing definitions, creating and resetting schedule rows,
+// minting credentials; no run, attempt, event, session or lease.
+const std::map<std::string, std::set<std::string>>& AdminPrivileges() {
+  static const auto* const kPrivileges = new std::map<std::string, std::set<std::string>>{
+      {"schema_migrations", {"SELECT"}},
+      {"schema_capabilities", {"SELECT"}},
+      {"projects", {"SELECT", "INSERT", "UPDATE"}},
+      {"task_heads", {"SELECT", "INSERT", "UPDATE"}},
+      {"trigger_heads", {"SELECT", "INSERT", "UPDATE"}},
+      {"trigger_schedules", {"SELECT", "INSERT", "UPDATE"}},
+      {"worker_credentials", {"SELECT", "INSERT", "UPDATE"}},
+      {"installation", {"SELECT", "INSERT", "UPDATE"}},
+      {"principals", {"SELECT", "INSERT", "UPDATE"}},
+      {"api_tokens", {"SELECT", "INSERT", "UPDATE"}},
+      {"api_token_usage", {"SELECT"}},
+      {"role_bindings", {"SELECT", "INSERT"}},
+      {"security_audit", {"SELECT", "INSERT"}},
+      {"task_revisions", {"SELECT", "INSERT"}},
+      {"execution_revisions", {"SELECT", "INSERT"}},
+      {"trigger_revisions", {"SELECT", "INSERT"}},
+  };
+  return *kPrivileges;
+}
+
 constexpr const char* kTablePrivileges[] = {"SELECT",   "INSERT",     "UPDATE", "DELETE",
                                             "TRUNCATE", "REFERENCES", "TRIGGER"};
 
@@ -138,11 +162,10 @@ Status CheckServer(Connection& conn) {
   std::string read_only = rows.Text(0, 3);
   QL_RETURN_IF_ERROR(rows.status());
   if (recovery) {
-    return Fail(kServerVersionUnsupported,
-                "the server is in recovery (a standby), not a writable primary");
+    return Fail(kServerInRecovery, "the server is in recovery (a standby), not a writable primary");
   }
   if (default_read_only != "off" || read_only != "off") {
-    return Fail(kServerVersionUnsupported,
+    return Fail(kServerReadOnly,
                 "the server is read-only (default_transaction_read_only or "
                 "transaction_read_only is on)");
   }
@@ -198,43 +221,43 @@ Status CheckCatalog(Connection& conn) {
   return Fail(kSchemaContractInvalid, message);
 }
 
-// Gate 5.
-Status CheckRuntimeRole(Connection& conn) {
+// Checks role `name` as gate 5 checks the runtime role: no superuser or migration role, no
+// CREATEDB/CREATEROLE/REPLICATION/BYPASSRLS, no membership, owns nothing, may create nothing,
+// USAGE on ql3 and exactly `privileges`. A fault is Corrupt `code`.
+Status CheckRole(Connection& conn, const std::string& name,
+                 const std::map<std::string, std::set<std::string>>& privileges,
+                 std::string_view code) {
   QL_ASSIGN_OR_RETURN(
       Rows role,
-      conn.Exec("SELECT r.rolname::text, r.rolsuper, r.rolcreatedb, r.rolcreaterole, "
+      conn.Exec("SELECT r.rolsuper, r.rolcreatedb, r.rolcreaterole, "
                 "r.rolreplication, r.rolbypassrls, "
                 "(SELECT count(*) FROM pg_catalog.pg_auth_members m WHERE m.member = r.oid), "
                 "(SELECT d.datdba = r.oid FROM pg_catalog.pg_database d "
                 " WHERE d.datname = current_database()), "
-                "has_database_privilege(current_database(), 'CREATE'), "
-                "has_database_privilege(current_database(), 'TEMPORARY') "
-                "FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
-                {}, "audit runtime role"));
+                "has_database_privilege(r.oid, current_database(), 'CREATE'), "
+                "has_database_privilege(r.oid, current_database(), 'TEMPORARY') "
+                "FROM pg_catalog.pg_roles r WHERE r.rolname = $1",
+                {P(name)}, "audit role"));
+  if (role.size() == 0) return Fail(code, "role " + name + " is missing");
   QL_RETURN_IF_ERROR(role.ExpectRows(1));
-  std::string name = role.Text(0, 0);
-  bool super = role.Bool(0, 1);
-  bool createdb = role.Bool(0, 2), createrole = role.Bool(0, 3);
-  bool replication = role.Bool(0, 4), bypassrls = role.Bool(0, 5);
-  int64_t memberships = role.Int(0, 6);
-  bool owns_database = role.Bool(0, 7);
-  bool db_create = role.Bool(0, 8), db_temp = role.Bool(0, 9);
+  bool super = role.Bool(0, 0);
+  bool createdb = role.Bool(0, 1), createrole = role.Bool(0, 2);
+  bool replication = role.Bool(0, 3), bypassrls = role.Bool(0, 4);
+  int64_t memberships = role.Int(0, 5);
+  bool owns_database = role.Bool(0, 6);
+  bool db_create = role.Bool(0, 7), db_temp = role.Bool(0, 8);
   QL_RETURN_IF_ERROR(role.status());
-  if (super) return Fail(kRuntimeRoleInvalid, "role " + name + " is a superuser");
+  if (super) return Fail(code, "role " + name + " is a superuser");
   if (name == kMigrationRole) {
-    return Fail(kRuntimeRoleInvalid, "the migration role " + name + " is used as runtime role");
+    return Fail(code, "the migration role " + name + " is used in place of a runtime role");
   }
   if (createdb || createrole || replication || bypassrls) {
-    return Fail(kRuntimeRoleInvalid,
-                "role " + name + " has CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS");
+    return Fail(code, "role " + name + " has CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS");
   }
-  if (memberships != 0) {
-    return Fail(kRuntimeRoleInvalid, "role " + name + " is a member of another role");
-  }
-  if (owns_database) return Fail(kRuntimeRoleInvalid, "role " + name + " owns the database");
+  if (memberships != 0) return Fail(code, "role " + name + " is a member of another role");
+  if (owns_database) return Fail(code, "role " + name + " owns the database");
   if (db_create || db_temp) {
-    return Fail(kRuntimeRoleInvalid,
-                "role " + name + " may create schemas or temporary tables in the database");
+    return Fail(code, "role " + name + " may create schemas or temporary tables in the database");
   }
 
   QL_ASSIGN_OR_RETURN(
@@ -248,12 +271,12 @@ Status CheckRuntimeRole(Connection& conn) {
                 " FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'ql3'::regnamespace "
                 " UNION ALL SELECT 'type', t.typname::text, t.typowner "
                 " FROM pg_catalog.pg_type t WHERE t.typnamespace = 'ql3'::regnamespace) o "
-                "WHERE pg_has_role(current_user, o.owner, 'MEMBER') ORDER BY 1 LIMIT 3",
-                {}, "audit ownership"));
+                "WHERE pg_has_role($1::name, o.owner, 'MEMBER') ORDER BY 1 LIMIT 3",
+                {P(name)}, "audit ownership"));
   if (owned.size() > 0) {
     std::string what = owned.Text(0, 0);
     QL_RETURN_IF_ERROR(owned.status());
-    return Fail(kRuntimeRoleInvalid, "role " + name + " owns " + what);
+    return Fail(code, "role " + name + " owns " + what);
   }
 
   QL_ASSIGN_OR_RETURN(
@@ -261,23 +284,33 @@ Status CheckRuntimeRole(Connection& conn) {
       conn.Exec("SELECT n.nspname::text FROM pg_catalog.pg_namespace n "
                 "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') "
                 "AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%' "
-                "AND has_schema_privilege(n.oid, 'CREATE') ORDER BY 1",
-                {}, "audit schema privileges"));
+                "AND has_schema_privilege($1::name, n.oid, 'CREATE') ORDER BY 1",
+                {P(name)}, "audit schema privileges"));
   if (schemas.size() > 0) {
     std::string schema = schemas.Text(0, 0);
     QL_RETURN_IF_ERROR(schemas.status());
-    return Fail(kRuntimeRoleInvalid, "role " + name + " may create objects in schema " + schema);
+    return Fail(code, "role " + name + " may create objects in schema " + schema);
   }
-  QL_ASSIGN_OR_RETURN(Rows usage, conn.Exec("SELECT has_schema_privilege('ql3', 'USAGE')", {},
-                                            "audit schema privileges"));
+  QL_ASSIGN_OR_RETURN(Rows usage, conn.Exec("SELECT has_schema_privilege($1::name, 'ql3', 'USAGE')",
+                                            {P(name)}, "audit schema privileges"));
   if (!usage.Bool(0, 0)) {
     QL_RETURN_IF_ERROR(usage.status());
-    return Fail(kRuntimeRoleInvalid, "role " + name + " lacks USAGE on schema ql3");
+    return Fail(code, "role " + name + " lacks USAGE on schema ql3");
   }
 
   std::vector<std::string> faults;
-  QL_RETURN_IF_ERROR(CollectPrivilegeFaults(conn, "", RuntimePrivileges(), faults));
-  if (!faults.empty()) return Fail(kRuntimeRoleInvalid, "role " + name + " " + Join(faults));
+  QL_RETURN_IF_ERROR(CollectPrivilegeFaults(conn, name, privileges, faults));
+  if (!faults.empty()) return Fail(code, "role " + name + " " + Join(faults));
+  return Status::Ok();
+}
+
+// Gate 5.
+Status CheckRuntimeRole(Connection& conn) {
+  QL_ASSIGN_OR_RETURN(Rows who, conn.Exec("SELECT current_user::text", {}, "audit runtime role"));
+  QL_RETURN_IF_ERROR(who.ExpectRows(1));
+  const std::string name = who.Text(0, 0);
+  QL_RETURN_IF_ERROR(who.status());
+  QL_RETURN_IF_ERROR(CheckRole(conn, name, RuntimePrivileges(), kRuntimeRoleInvalid));
 
   // The worker-ingress role faces the workers' network: it must hold exactly its own grants.
   QL_ASSIGN_OR_RETURN(Rows ingress, conn.Exec("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles "
@@ -287,6 +320,7 @@ Status CheckRuntimeRole(Connection& conn) {
   if (!ingress.Bool(0, 0)) {
     return Fail(kRuntimeRoleInvalid, std::string("role ") + kWorkerIngressRole + " is missing");
   }
+  std::vector<std::string> faults;
   QL_RETURN_IF_ERROR(
       CollectPrivilegeFaults(conn, kWorkerIngressRole, WorkerIngressPrivileges(), faults));
   if (!faults.empty()) {
@@ -294,6 +328,11 @@ Status CheckRuntimeRole(Connection& conn) {
                 std::string("role ") + kWorkerIngressRole + " " + Join(faults));
   }
   return Status::Ok();
+}
+
+// Gate 6.
+Status CheckAdminRole(Connection& conn) {
+  return CheckRole(conn, kAdminRole, AdminPrivileges(), kAdminRoleInvalid);
 }
 
 }  // namespace
@@ -350,6 +389,33 @@ SELECT line FROM (
   FROM pg_catalog.pg_proc p
   WHERE p.pronamespace = 'ql3'::regnamespace
   UNION ALL
+  SELECT 'reloptions ' || c.relname || ' ' || array_to_string(c.reloptions, ',')
+  FROM pg_catalog.pg_class c
+  WHERE c.relnamespace = 'ql3'::regnamespace AND c.relkind <> 'i' AND c.reloptions IS NOT NULL
+  UNION ALL
+  SELECT 'row-security ' || c.relname || ' enabled=' || c.relrowsecurity::text
+         || ' forced=' || c.relforcerowsecurity::text
+  FROM pg_catalog.pg_class c
+  WHERE c.relnamespace = 'ql3'::regnamespace AND (c.relrowsecurity OR c.relforcerowsecurity)
+  UNION ALL
+  SELECT 'policy ' || c.relname || '.' || p.polname
+         || CASE WHEN p.polpermissive THEN ' permissive' ELSE ' restrictive' END
+         || ' cmd=' || p.polcmd::text || ' roles='
+         || (SELECT string_agg(CASE WHEN r.oid = 0 THEN 'public'
+                                    ELSE pg_catalog.pg_get_userbyid(r.oid)::text END,
+                               ',' ORDER BY 1)
+             FROM unnest(p.polroles) AS r(oid))
+         || coalesce(' using ' || pg_catalog.pg_get_expr(p.polqual, p.polrelid), '')
+         || coalesce(' check ' || pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid), '')
+  FROM pg_catalog.pg_policy p
+  JOIN pg_catalog.pg_class c ON c.oid = p.polrelid
+  WHERE c.relnamespace = 'ql3'::regnamespace
+  UNION ALL
+  SELECT 'rule ' || c.relname || '.' || r.rulename || ' ' || pg_catalog.pg_get_ruledef(r.oid)
+  FROM pg_catalog.pg_rewrite r
+  JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
+  WHERE c.relnamespace = 'ql3'::regnamespace
+  UNION ALL
   SELECT 'type ' || t.typname || ' kind=' || t.typtype::text
   FROM pg_catalog.pg_type t
   WHERE t.typnamespace = 'ql3'::regnamespace AND t.typrelid = 0 AND t.typelem = 0
@@ -399,6 +465,19 @@ std::vector<std::string> ExpectedRuntimePrivileges() {
   return out;
 }
 
+Status CheckConnectedRole(Connection& conn, std::string_view role, std::string_view code) {
+  QL_ASSIGN_OR_RETURN(Rows who, conn.Exec("SELECT current_user::text, session_user::text", {},
+                                          "audit connected role"));
+  QL_RETURN_IF_ERROR(who.ExpectRows(1));
+  const std::string current = who.Text(0, 0);
+  const std::string session = who.Text(0, 1);
+  QL_RETURN_IF_ERROR(who.status());
+  if (current != role || session != role) {
+    return Fail(code, "the URL connects as role " + current + ", not " + std::string(role));
+  }
+  return Status::Ok();
+}
+
 Status AuditReadiness(Connection& conn) {
   QL_RETURN_IF_ERROR(CheckServer(conn));
   QL_RETURN_IF_ERROR(conn.ExecScript(
@@ -409,11 +488,51 @@ Status AuditReadiness(Connection& conn) {
     QL_RETURN_IF_ERROR(CheckHistory(conn));
     QL_RETURN_IF_ERROR(CheckCapabilityGate(conn));
     QL_RETURN_IF_ERROR(CheckCatalog(conn));
-    return CheckRuntimeRole(conn);
+    QL_RETURN_IF_ERROR(CheckRuntimeRole(conn));
+    return CheckAdminRole(conn);
   };
   Status status = gates();
   if (conn.InTransaction()) (void)conn.ExecScript("ROLLBACK", "readiness audit");
   return status;
+}
+
+ReadinessProbe::ReadinessProbe(ReadinessUrls urls, std::string application_name)
+    : urls_(std::move(urls)) {
+  session_.application_name = std::move(application_name);
+}
+
+ReadinessProbe::~ReadinessProbe() = default;
+
+Status ReadinessProbe::On(std::unique_ptr<Connection>& conn, const std::string& url,
+                          Status (*check)(Connection&)) {
+  const bool reused = conn != nullptr && conn->Reusable();
+  if (!reused) {
+    conn.reset();
+    QL_ASSIGN_OR_RETURN(conn, Connection::Open(url, session_));
+  }
+  Status status = check(*conn);
+  if (!status.ok() && status.code() != StatusCode::kCorrupt) {
+    conn.reset();
+    // A kept connection may have been ended meanwhile (a terminated backend, a restart): the
+    // verdict is the one of a fresh connection.
+    if (reused) return On(conn, url, check);
+  }
+  return status;
+}
+
+Status ReadinessProbe::Check() {
+  QL_RETURN_IF_ERROR(On(runtime_, urls_.runtime, &AuditReadiness));
+  if (!urls_.admin.empty()) {
+    QL_RETURN_IF_ERROR(On(admin_, urls_.admin, [](Connection& conn) {
+      return CheckConnectedRole(conn, kAdminRole, kAdminRoleInvalid);
+    }));
+  }
+  if (!urls_.worker.empty()) {
+    QL_RETURN_IF_ERROR(On(worker_, urls_.worker, [](Connection& conn) {
+      return CheckConnectedRole(conn, kWorkerIngressRole, kWorkerRoleInvalid);
+    }));
+  }
+  return Status::Ok();
 }
 
 }  // namespace ql::pg

@@ -1,21 +1,29 @@
 #pragma once
 
-// The readiness auditor: before a replica opens any repository, timer or HTTP admission, it
-// proves — read-only, as the runtime role — that the database is exactly what the code
-// expects. Five gates in order, the first failure wins:
-//   1. server_version_unsupported  not a writable primary (in recovery, or read-only by
-//                                  default), or a major version outside 15..18;
+// The readiness auditor: before a replica opens any repository, timer or HTTP admission, and
+// again periodically while it serves, it proves — read-only, as the runtime role — that the
+// database is exactly what the code expects. Six gates in order, the first failure wins:
+//   1. server_in_recovery          the server is a standby (pg_is_in_recovery());
+//      server_read_only            default_transaction_read_only or transaction_read_only is on;
+//      server_version_unsupported  a major version outside 15..18;
 //   2. migration_history_invalid   the history is not exactly the code's postgresql-main stream;
 //   3. capability_invalid          the control-core capability row is not exactly the code's;
 //   4. schema_contract_invalid     the catalog of schema ql3 (relations, columns and types,
-//                                  indexes, constraints, triggers, functions) differs from
-//                                  schema_contract.txt: a missing or an extra object is drift;
+//                                  indexes, constraints, triggers, functions, rules, row-level
+//                                  security and its policies, relation storage options) differs
+//                                  from schema_contract.txt: a missing or an extra object is drift;
 //   5. runtime_role_invalid        the role is a superuser, the migration role, an owner, a
 //                                  member of another role, may create objects anywhere, or holds
-//                                  one privilege too many or too few on a ql3 object.
-// Messages name the object or privilege at fault and never a URL, password or parameter.
+//                                  one privilege too many or too few on a ql3 object (and so for
+//                                  ql3_worker_ingress's privileges);
+//   6. admin_role_invalid          ql3_admin fails the same checks against its own grants
+//                                  (grants.sql).
+// CheckConnectedRole adds admin_role_invalid / worker_role_invalid for a configured URL that
+// does not log in as its role. Messages name the object or privilege at fault and never a URL,
+// password or parameter.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,11 +33,15 @@
 
 namespace ql::pg {
 
+inline constexpr std::string_view kServerInRecovery = "server_in_recovery";
+inline constexpr std::string_view kServerReadOnly = "server_read_only";
 inline constexpr std::string_view kServerVersionUnsupported = "server_version_unsupported";
 inline constexpr std::string_view kMigrationHistoryInvalid = "migration_history_invalid";
 inline constexpr std::string_view kCapabilityInvalid = "capability_invalid";
 inline constexpr std::string_view kSchemaContractInvalid = "schema_contract_invalid";
 inline constexpr std::string_view kRuntimeRoleInvalid = "runtime_role_invalid";
+inline constexpr std::string_view kAdminRoleInvalid = "admin_role_invalid";
+inline constexpr std::string_view kWorkerRoleInvalid = "worker_role_invalid";
 
 // Supported server majors (server_version_num 150000 .. 189999).
 inline constexpr int64_t kMinServerVersionNum = 150000;
@@ -38,11 +50,15 @@ inline constexpr int64_t kMaxServerVersionNum = 189999;
 // Gate 1's version part: Corrupt `server_version_unsupported` outside the supported majors.
 Status CheckServerVersion(int64_t server_version_num);
 
-// Runs the five gates on `conn` (the runtime role's connection). Ok means ready. A failed gate
+// Runs the six gates on `conn` (the runtime role's connection). Ok means ready. A failed gate
 // is Corrupt with the gate's code as reason; a database error is returned as mapped (e.g.
 // Unavailable). Nothing is written: the gates after the first run in one READ ONLY transaction
 // that is rolled back.
 Status AuditReadiness(Connection& conn);
+
+// Checks that `conn` is logged in (current and session user) as `role`; Corrupt `code` naming
+// both roles otherwise, a database error as mapped.
+Status CheckConnectedRole(Connection& conn, std::string_view role, std::string_view code);
 
 // Returns the catalog of schema ql3 as sorted lines (what gate 4 compares).
 Result<std::vector<std::string>> ReadSchemaCatalog(Connection& conn);
@@ -52,5 +68,40 @@ std::vector<std::string> ExpectedSchemaCatalog();
 
 // The exact table privileges of the runtime role: "table: PRIV,PRIV" in table order.
 std::vector<std::string> ExpectedRuntimePrivileges();
+
+// The URLs a replica is configured with; admin and worker may be empty (not configured).
+struct ReadinessUrls {
+  std::string runtime;
+  std::string admin;
+  std::string worker;
+};
+
+// Readiness as a living signal: each Check() runs the whole audit as the runtime role and checks
+// that the admin and worker-ingress URLs (when configured) log in as ql3_admin and
+// ql3_worker_ingress. It keeps one connection per URL of its own (outside any pool, so a busy
+// pool cannot make it fail) and opens a fresh one whenever the last check lost it, so a check
+// after a reconnect always audits the database it reconnected to. Not thread-safe.
+class ReadinessProbe {
+ public:
+  ReadinessProbe(ReadinessUrls urls, std::string application_name);
+  ~ReadinessProbe();
+
+  // Returns Ok when ready; Corrupt with an audit code (server_in_recovery, server_read_only,
+  // schema_contract_invalid, admin_role_invalid, worker_role_invalid, ...) when the database is
+  // reachable but not ready; Unavailable `database_unavailable` when a URL cannot be reached.
+  Status Check();
+
+ private:
+  // Runs `check` on `conn`, opening it first when needed; drops it after any failure that is
+  // not an audit verdict.
+  Status On(std::unique_ptr<Connection>& conn, const std::string& url,
+            Status (*check)(Connection&));
+
+  ReadinessUrls urls_;
+  SessionOptions session_;
+  std::unique_ptr<Connection> runtime_;
+  std::unique_ptr<Connection> admin_;
+  std::unique_ptr<Connection> worker_;
+};
 
 }  // namespace ql::pg

@@ -233,7 +233,86 @@ TEST_F(AuditTest, CreateOnTheDatabaseFails) {
 
 TEST_F(AuditTest, ReadOnlyTargetIsNotReady) {
   Tamper("ALTER DATABASE " + db_ + " SET default_transaction_read_only = on");
-  ExpectNotReady("server_version_unsupported", "read-only");
+  ExpectNotReady("server_read_only", "read-only");
+}
+
+TEST_F(AuditTest, ExtraRuleIsDrift) {
+  Tamper("CREATE RULE runs_keep AS ON DELETE TO ql3.runs DO INSTEAD NOTHING");
+  ExpectNotReady("schema_contract_invalid", "rule runs.runs_keep");
+}
+
+TEST_F(AuditTest, RowLevelSecurityIsDrift) {
+  Tamper("ALTER TABLE ql3.runs ENABLE ROW LEVEL SECURITY");
+  ExpectNotReady("schema_contract_invalid", "row-security runs enabled=true");
+}
+
+TEST_F(AuditTest, ExtraPolicyIsDrift) {
+  Tamper("CREATE POLICY runs_mine ON ql3.runs FOR SELECT TO ql3_runtime USING (priority > 0)");
+  ExpectNotReady("schema_contract_invalid",
+                 "policy runs.runs_mine permissive cmd=r roles=ql3_runtime using (priority > 0)");
+}
+
+TEST_F(AuditTest, ChangedFillfactorIsDrift) {
+  Tamper("ALTER TABLE ql3.trigger_schedules SET (fillfactor = 100)");
+  ExpectNotReady("schema_contract_invalid", "reloptions trigger_schedules fillfactor=70");
+}
+
+TEST_F(AuditTest, OneExtraAdminPrivilegeFails) {
+  Tamper("GRANT DELETE ON ql3.projects TO ql3_admin");
+  ExpectNotReady("admin_role_invalid", "role ql3_admin has DELETE on projects");
+}
+
+TEST_F(AuditTest, OneMissingAdminPrivilegeFails) {
+  Tamper("REVOKE INSERT ON ql3.role_bindings FROM ql3_admin");
+  ExpectNotReady("admin_role_invalid", "role ql3_admin lacks INSERT on role_bindings");
+}
+
+TEST_F(AuditTest, AnAdminPrivilegeOnRunsFails) {
+  Tamper("GRANT SELECT ON ql3.runs TO ql3_admin");
+  ExpectNotReady("admin_role_invalid", "role ql3_admin has SELECT on runs");
+}
+
+TEST_F(AuditTest, TheProbeAuditsEveryUrlAndReconnectsAfterALostConnection) {
+  ReadinessUrls urls{PgTestCluster::Get().Url(kRuntimeRole, db_),
+                     PgTestCluster::Get().Url(kAdminRole, db_),
+                     PgTestCluster::Get().Url(kWorkerIngressRole, db_)};
+  ReadinessProbe probe(urls, "ql-probe-" + db_);
+  ASSERT_TRUE(probe.Check().ok());
+  // Its kept connections are ended: the next check reconnects instead of reporting an outage.
+  Tamper("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+         "'ql-probe-" + db_ + "'");
+  Status after = probe.Check();
+  EXPECT_TRUE(after.ok()) << after.ToString();
+  Tamper("GRANT SELECT ON ql3.runs TO ql3_admin");
+  EXPECT_EQ(probe.Check().reason(), "admin_role_invalid");
+  Tamper("REVOKE SELECT ON ql3.runs FROM ql3_admin");
+  EXPECT_TRUE(probe.Check().ok());
+
+  urls.admin = PgTestCluster::Get().Url(kMigrationRole, db_);
+  EXPECT_EQ(ReadinessProbe(urls, "ql-probe").Check().reason(), "admin_role_invalid");
+  urls.admin = "";
+  urls.worker = PgTestCluster::Get().Url(kRuntimeRole, db_);
+  EXPECT_EQ(ReadinessProbe(urls, "ql-probe").Check().reason(), "worker_role_invalid");
+  urls.runtime = "postgresql://ql3_runtime@127.0.0.1:1/x?sslmode=disable";
+  EXPECT_EQ(ReadinessProbe(urls, "ql-probe").Check().reason(), "database_unavailable");
+}
+
+TEST_F(AuditTest, ConnectedRoleMustBeTheConfiguredOne) {
+  Result<std::unique_ptr<Connection>> migration =
+      Connection::Open(PgTestCluster::Get().Url(kMigrationRole, db_), {});
+  ASSERT_TRUE(migration.ok()) << migration.status().ToString();
+  Status as_admin = CheckConnectedRole(**migration, kAdminRole, kAdminRoleInvalid);
+  EXPECT_EQ(as_admin.code(), StatusCode::kCorrupt);
+  EXPECT_EQ(as_admin.reason(), "admin_role_invalid");
+  EXPECT_NE(as_admin.message().find("connects as role ql3_migration, not ql3_admin"),
+            std::string::npos)
+      << as_admin.ToString();
+  Result<std::unique_ptr<Connection>> admin =
+      Connection::Open(PgTestCluster::Get().Url(kAdminRole, db_), {});
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+  EXPECT_TRUE(CheckConnectedRole(**admin, kAdminRole, kAdminRoleInvalid).ok());
+  EXPECT_EQ(CheckConnectedRole(**admin, kWorkerIngressRole, kWorkerRoleInvalid).reason(),
+            "worker_role_invalid");
 }
 
 TEST_F(AuditTest, RuntimeRoleCannotRunDdlWhileItsAuditSucceeds) {

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <thread>
 #include <utility>
 
@@ -34,6 +35,41 @@ std::string FirstLine(const char* text) {
   size_t nl = s.find('\n');
   if (nl != std::string::npos) s.resize(nl);
   return s;
+}
+
+std::mutex& NoticeMutex() {
+  static auto* const mu = new std::mutex();
+  return *mu;
+}
+
+NoticeSink& NoticeSinkSlot() {
+  static auto* const sink = new NoticeSink();
+  return *sink;
+}
+
+// libpq's notice receiver: one diagnostic line per notice, never libpq's own stderr output.
+void ReceiveNotice(void* /*arg*/, const PGresult* notice) {
+  const auto field = [&](int code) {
+    const char* value = PQresultErrorField(notice, code);
+    return value == nullptr ? std::string() : FirstLine(value);
+  };
+  std::string severity = field(PG_DIAG_SEVERITY_NONLOCALIZED);
+  if (severity.empty()) severity = field(PG_DIAG_SEVERITY);
+  std::string line = "postgres: " + (severity.empty() ? std::string("NOTICE") : severity);
+  if (std::string state = field(PG_DIAG_SQLSTATE); !state.empty()) line += " " + state;
+  std::string message = field(PG_DIAG_MESSAGE_PRIMARY);
+  if (message.empty()) message = FirstLine(PQresultErrorMessage(notice));
+  line += ": " + message;
+  NoticeSink sink;
+  {
+    std::lock_guard<std::mutex> lock(NoticeMutex());
+    sink = NoticeSinkSlot();
+  }
+  if (sink) {
+    sink(line);
+  } else {
+    std::cerr << line << std::endl;
+  }
 }
 
 struct UniqueRule {
@@ -193,6 +229,14 @@ Status StatusFromPg(std::string_view sqlstate, std::string_view constraint, bool
                     op + ": the database role lacks a privilege this operation needs");
   }
   return Internal("database_error", op + ": database error SQLSTATE " + Str(sqlstate));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Diagnostics
+
+void SetNoticeSink(NoticeSink sink) {
+  std::lock_guard<std::mutex> lock(NoticeMutex());
+  NoticeSinkSlot() = std::move(sink);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,6 +425,7 @@ Result<std::unique_ptr<Connection>> Connection::Open(const std::string& url,
     PQfinish(conn);
     return Unavailable("database_unavailable", "cannot connect to the database: " + why);
   }
+  PQsetNoticeReceiver(conn, &ReceiveNotice, nullptr);
   return std::unique_ptr<Connection>(new Connection(conn));
 }
 
@@ -572,13 +617,23 @@ Status Pool::Transact(const TxOptions& options, std::string_view operation,
     QL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Acquire(operation));
     Status status = RunOnce(*conn, options, operation, body);
     Release(std::move(conn));
+    // A READ ONLY transaction wrote nothing, so a lost COMMIT reply leaves nothing unknown.
+    const bool lost_read_only_commit =
+        options.read_only && status.code() == StatusCode::kOutcomeUnknown;
     bool retryable =
-        status.code() == StatusCode::kBusy &&
-        (status.reason() == "serialization_failure" || status.reason() == "deadlock_detected");
+        lost_read_only_commit ||
+        (status.code() == StatusCode::kBusy &&
+         (status.reason() == "serialization_failure" || status.reason() == "deadlock_detected"));
     if (!retryable) return status;
     auto elapsed = std::chrono::steady_clock::now() - start;
     if (attempt >= options_.max_tx_attempts ||
         elapsed >= std::chrono::milliseconds(options_.max_tx_retry_ms)) {
+      if (lost_read_only_commit) {
+        return Unavailable("database_unavailable",
+                           Str(operation) + ": the connection was lost after COMMIT of a "
+                                            "read-only transaction, " +
+                               std::to_string(attempt) + " time(s)");
+      }
       return Unavailable("retry_exhausted", Str(operation) + ": " + status.reason() +
                                                 " persisted after " + std::to_string(attempt) +
                                                 " attempt(s)");

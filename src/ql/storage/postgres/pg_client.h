@@ -73,6 +73,19 @@ Status StatusFromPg(std::string_view sqlstate, std::string_view constraint, bool
                     std::string_view operation, PgPhase phase);
 
 // ---------------------------------------------------------------------------------------------
+// Diagnostics
+
+// Receives one line per notice the server or libpq reports outside a statement's result (a
+// NOTICE or WARNING raised by a statement, the FATAL a server sends before it ends a session):
+// "postgres: SEVERITY SQLSTATE: primary message", never a DETAIL line, a URL or a parameter.
+// Called on the thread that is using the connection.
+using NoticeSink = std::function<void(const std::string& line)>;
+
+// Installs the process-wide sink for every connection opened afterwards; nullptr restores the
+// default, which writes each line to stderr. libpq never prints to stderr itself.
+void SetNoticeSink(NoticeSink sink);
+
+// ---------------------------------------------------------------------------------------------
 // Parameters and rows
 
 // One query parameter in text form; empty = NULL. Never logged.
@@ -244,8 +257,11 @@ class Pool {
   // Runs `body` in one transaction on one pooled connection and commits when it returns ok
   // (rolls back otherwise, or when it asked to). Serialization failures and deadlocks (in the
   // body or at COMMIT) roll back and rerun the whole body, up to max_tx_attempts in all and
-  // within max_tx_retry_ms, then Unavailable `retry_exhausted`. Nothing else is retried; a
-  // connection lost after COMMIT was sent is OutcomeUnknown. Acquire timeout → Unavailable
+  // within max_tx_retry_ms, then Unavailable `retry_exhausted`. A READ ONLY transaction
+  // (options.read_only) whose COMMIT reply was lost wrote nothing, so it is rerun the same way
+  // instead of reported; once the bounds are spent it is Unavailable `database_unavailable`.
+  // Nothing else is retried; a connection lost after COMMIT of a read-write transaction was
+  // sent is OutcomeUnknown. Acquire timeout → Unavailable
   // `pool_acquire_timeout`; a closed pool → Unavailable `pool_closed`.
   Status Transact(const TxOptions& options, std::string_view operation,
                   const std::function<Status(Tx&)>& body);
@@ -257,7 +273,8 @@ class Pool {
   // at most `wait_ms`.
   void Close(int wait_ms = 10'000);
 
-  // How many whole-transaction retries happened (serialization failures, deadlocks).
+  // How many whole-transaction retries happened (serialization failures, deadlocks, lost COMMIT
+  // replies of read-only transactions).
   int64_t retries() const;
   int open_connections() const;
   const PoolOptions& options() const { return options_; }

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <latch>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ql/storage/postgres/pg_test_support.h"
 #include "ql/testing/postgres_server.h"
@@ -288,6 +291,99 @@ TEST_F(PgClientTest, LostCommitReplyIsOutcomeUnknownAndNotRetried) {
       PgTestCluster::Get().server().Psql(db_, "SELECT v FROM public.kv WHERE k = 2");
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, "42\n");
+}
+
+TEST_F(PgClientTest, LostCommitReplyOfAReadOnlyTransactionIsRetriedTransparently) {
+  auto pool = MakePool(1);
+  int commits = 0;
+  pool->SetCommitFaultForTesting([&](std::string_view op) -> Status {
+    if (++commits > 2) return Status::Ok();
+    return StatusFromPg("", "", true, op, PgPhase::kCommit);
+  });
+  int runs = 0;
+  int64_t value = 0;
+  Status st = pool->Transact({Isolation::kReadCommitted, /*read_only=*/true}, "read",
+                             [&](Tx& tx) -> Status {
+                               ++runs;
+                               QL_ASSIGN_OR_RETURN(
+                                   Rows rows, tx.Exec("SELECT v FROM public.kv WHERE k = 1"));
+                               value = rows.Int(0, 0);
+                               return rows.status();
+                             });
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(runs, 3);  // two replies lost, the third arrived
+  EXPECT_EQ(value, 0);
+
+  // Bounded like any retry: every reply lost ends as Unavailable, never OutcomeUnknown.
+  pool->SetCommitFaultForTesting(
+      [](std::string_view op) { return StatusFromPg("", "", true, op, PgPhase::kCommit); });
+  runs = 0;
+  Status lost = pool->Transact({Isolation::kReadCommitted, true}, "read", [&](Tx& tx) {
+    ++runs;
+    return tx.Exec("SELECT 1").status();
+  });
+  EXPECT_EQ(lost.code(), StatusCode::kUnavailable) << lost.ToString();
+  EXPECT_EQ(lost.reason(), "database_unavailable");
+  EXPECT_EQ(runs, pool->options().max_tx_attempts);
+}
+
+TEST_F(PgClientTest, NoticesGoToTheSinkAsOneLineAndNeverToStderr) {
+  std::vector<std::string> lines;
+  std::mutex mu;
+  SetNoticeSink([&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  });
+  auto pool = MakePool(1);
+  ::testing::internal::CaptureStderr();
+  Status raised = pool->WithConnection("notice", [&](Connection& c) {
+    QL_RETURN_IF_ERROR(c.ExecScript(
+        "DO $$ BEGIN RAISE NOTICE 'hello %', 42 USING DETAIL = 'not logged'; END $$", "notice"));
+    return c.ExecScript("SET LOCAL lock_timeout = 1000", "warning");
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  SetNoticeSink(nullptr);
+  EXPECT_TRUE(raised.ok()) << raised.ToString();
+  EXPECT_EQ(err, "");
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "postgres: NOTICE 00000: hello 42");
+  EXPECT_EQ(lines[1], "postgres: WARNING 25P01: SET LOCAL can only be used in transaction blocks");
+}
+
+TEST_F(PgClientTest, AFrozenHolderReleasesItsRowLocksAfterTheIdleInTransactionBound) {
+  PoolOptions options;
+  options.url = url_;
+  options.max_connections = 1;
+  options.session.idle_in_transaction_timeout_ms = 1000;
+  Result<std::unique_ptr<Pool>> frozen = Pool::Create(options);
+  ASSERT_TRUE(frozen.ok()) << frozen.status().ToString();
+  std::latch locked(1);
+  auto holder = std::async(std::launch::async, [&] {
+    return (*frozen)->Transact({}, "frozen", [&](Tx& tx) -> Status {
+      QL_RETURN_IF_ERROR(tx.Exec("SELECT v FROM public.kv WHERE k = 1 FOR UPDATE").status());
+      locked.count_down();
+      std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // frozen, idle in tx
+      return tx.Exec("UPDATE public.kv SET v = v + 1 WHERE k = 1").status();
+    });
+  });
+  locked.wait();
+  const auto start = std::chrono::steady_clock::now();
+  auto other = MakePool(1, /*lock_timeout_ms=*/2500);
+  Status taken = other->Transact({}, "takeover", [](Tx& tx) {
+    return tx.Exec("SELECT v FROM public.kv WHERE k = 1 FOR UPDATE").status();
+  });
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+  EXPECT_TRUE(taken.ok()) << taken.ToString();
+  EXPECT_GE(waited, 700);
+  EXPECT_LT(waited, 2000);
+  // The frozen holder's transaction was ended by the server: nothing it did is kept.
+  EXPECT_EQ(holder.get().code(), StatusCode::kUnavailable);
+  Result<std::string> v = PgTestCluster::Get().server().Psql(db_, "SELECT v FROM public.kv WHERE k = 1");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, "0\n");
 }
 
 TEST_F(PgClientTest, TerminatedBackendIsUnavailableAndThePoolRecovers) {

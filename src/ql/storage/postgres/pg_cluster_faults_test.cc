@@ -32,6 +32,7 @@
 #include "ql/engine/control_service.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/round_loop.h"
+#include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_client.h"
 #include "ql/storage/postgres/pg_cluster_schedules.h"
 #include "ql/storage/postgres/pg_migrations.h"
@@ -858,6 +859,14 @@ TEST(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAdmi
   ASSERT_TRUE(standby_started.ok()) << standby_started.status().ToString();
   std::unique_ptr<PostgresServer> standby = std::move(standby_started).value();
   phases.Mark("standby");
+  // A standby is not ready for a replica: the audit names it as such.
+  const auto audit_standby = [&]() -> Status {
+    Result<std::unique_ptr<pg::Connection>> conn =
+        pg::Connection::Open(standby->Url(pg::kRuntimeRole, db), {});
+    if (!conn.ok()) return conn.status();
+    return pg::AuditReadiness(**conn);
+  };
+  EXPECT_EQ(audit_standby().reason(), "server_in_recovery");
 
   std::vector<std::string> triggers;
   {
@@ -962,6 +971,7 @@ TEST(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAdmi
   Report("failover", replicas);
   std::cout << "[failover] " << p->Summary() << "\n";
 
+  EXPECT_TRUE(audit_standby().ok()) << "the promoted standby is not ready";
   const int64_t takeover_ms = ExpectTakenOverAfterExpiry(*probe, held);
   const int64_t runs = ExpectExactlyOncePerOccurrence(*probe, triggers.size(), through);
   // Every run created on the new primary is an admission its replicas saw committed.

@@ -249,7 +249,8 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::Heartbeat(const std::string&
     QL_ASSIGN_OR_RETURN(WorkerSessionRecord s,
                         LockOwnSession(tx, worker_id, session_id, generation, "FOR NO KEY UPDATE"));
     if (s.status == "offline") {
-      return Conflict("session_inactive", "session " + session_id + " is offline");
+      return Conflict("session_expired",
+                      "session " + session_id + " is offline; register a new session");
     }
     if (available_slots > s.max_concurrent_runs) {
       return InvalidArgument("invalid_argument", "available_slots " +
@@ -285,7 +286,8 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::SetSessionStatus(const std::
     QL_ASSIGN_OR_RETURN(WorkerSessionRecord s,
                         LockOwnSession(tx, worker_id, session_id, generation, "FOR NO KEY UPDATE"));
     if (s.status == "offline" && status == "draining") {
-      return Conflict("session_inactive", "session " + session_id + " is offline");
+      return Conflict("session_expired",
+                      "session " + session_id + " is offline; register a new session");
     }
     if (s.status == status) {
       out = s;
@@ -319,13 +321,19 @@ Result<std::vector<GrantedLease>> PostgresRunLeases::GrantLeases(const PullComma
         WorkerSessionRecord session,
         LockOwnSession(tx, c.worker_id, c.session_id, c.generation, "FOR NO KEY UPDATE"));
     QL_ASSIGN_OR_RETURN(int64_t now, DatabaseNow(tx));
-    if (session.status != "active") {
+    // Only a drain stops a worker; an offline or expired session is replaced or extended.
+    if (session.status == "draining") {
       return Conflict("session_inactive",
-                      "session " + c.session_id + " is " + session.status + "; it takes no runs");
+                      "session " + c.session_id + " is draining; it takes no runs");
+    }
+    if (session.status != "active") {
+      return Conflict("session_expired", "session " + c.session_id + " is " + session.status +
+                                             "; register a new session");
     }
     if (session.expires_at_ms <= now) {
-      return Conflict("session_inactive",
-                      "session " + c.session_id + " expired; it must heartbeat before pulling");
+      return Conflict("session_expired", "session " + c.session_id +
+                                             " expired by the database clock; a heartbeat "
+                                             "extends it");
     }
 
     // Proposals naming an existing lease: a replay of a lost answer, or a fence violation.

@@ -228,6 +228,20 @@ TEST_F(PgWorkerTest, APulledRunGoesFromLeaseToSuccessWithItsLog) {
   EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE status = 'granted'"), 0);
 }
 
+TEST_F(PgWorkerTest, ALostCommitReplyOfAReadOnlyWorkerCallIsRetriedTransparently) {
+  Worker w = NewWorker("w1");
+  std::atomic<int> commits{0};
+  ingress_->SetCommitFaultForTesting([&](std::string_view operation) -> Status {
+    if (operation != "authenticating a worker" || commits.fetch_add(1) > 0) return Status::Ok();
+    return pg::StatusFromPg("", "", true, operation, pg::PgPhase::kCommit);
+  });
+  Result<std::string> id = service_->Authenticate(w.token);
+  ingress_->SetCommitFaultForTesting(nullptr);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();  // not commit_outcome_unknown
+  EXPECT_EQ(*id, w.id);
+  EXPECT_EQ(commits.load(), 2);  // the lost reply, then the transparent rerun
+}
+
 TEST_F(PgWorkerTest, ALostPullAnswerIsReplayedAndNeverGrantsASecondLease) {
   const std::string task = PublishTask("true");
   const std::string first = StartRun(task);
@@ -515,12 +529,47 @@ TEST_F(PgWorkerTest, SessionsDrainAndGoOfflineAndTakeNoRunsThen) {
   EXPECT_EQ(drained->available_slots, 0);
   EXPECT_TRUE(Fails(Pull(w, {NewOffer()}), "session_inactive"));
   ASSERT_TRUE(service_->SetStatus(w.id, w.session, w.generation, "offline").ok());
+  // Offline is final for the session, not for the worker: it registers a new one.
+  EXPECT_TRUE(Fails(Pull(w, {NewOffer()}), "session_expired"));
   EXPECT_TRUE(
-      Fails(service_->SetStatus(w.id, w.session, w.generation, "draining"), "session_inactive"));
-  EXPECT_TRUE(Fails(service_->Heartbeat(w.id, w.session, w.generation, 1), "session_inactive"));
+      Fails(service_->SetStatus(w.id, w.session, w.generation, "draining"), "session_expired"));
+  EXPECT_TRUE(Fails(service_->Heartbeat(w.id, w.session, w.generation, 1), "session_expired"));
   EXPECT_TRUE(Fails(service_->Register(w.id, json::array(), 1, 1), "invalid_argument"));
   EXPECT_TRUE(Fails(service_->Register(w.id, json::object(), 0, 0), "invalid_argument"));
   EXPECT_TRUE(Fails(service_->Register(w.id, json::object(), 2, 3), "invalid_argument"));
+}
+
+TEST_F(PgWorkerTest, AnExpiredSessionIsNotADrainAHeartbeatExtendsItAndOfflineIsReplaced) {
+  const std::string task = PublishTask("true");
+  StartRun(task);
+  Worker w = NewWorker("w1");
+  OfferToken running = Take(w);
+  StartRun(task);
+  // The session expired by the database clock (its heartbeats were lost in an outage).
+  ASSERT_TRUE(PgTestCluster::Get()
+                  .server()
+                  .Psql(db_, "UPDATE ql3.worker_sessions SET expires_at_ms = 1 WHERE id = '" +
+                                 w.session + "'")
+                  .ok());
+  Result<PullAnswer> expired = Pull(w, {NewOffer()});
+  EXPECT_TRUE(Fails(expired, "session_expired"));
+  EXPECT_NE(expired.status().message().find("heartbeat"), std::string::npos);
+  Result<HeartbeatAnswer> extended = service_->Heartbeat(w.id, w.session, w.generation, 4);
+  ASSERT_TRUE(extended.ok()) << extended.status().ToString();
+  EXPECT_EQ(extended->session.status, "active");
+  Result<PullAnswer> again = Pull(w, {NewOffer()});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->offers.size(), 1u);
+
+  // Offline: the leases it holds can still be renewed and reported, and a new session of the
+  // same worker takes runs.
+  ASSERT_TRUE(service_->SetStatus(w.id, w.session, w.generation, "offline").ok());
+  EXPECT_TRUE(service_->Renew(Call(w, running)).ok());
+  StartRun(task);
+  Register(w);
+  Result<PullAnswer> fresh = Pull(w, {NewOffer()});
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(fresh->offers.size(), 1u);
 }
 
 }  // namespace
