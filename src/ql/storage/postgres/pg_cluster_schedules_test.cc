@@ -1095,6 +1095,102 @@ TEST_P(ClusterScheduleTest, ABurstDoublesTheBatchWhileRoundsComeBackFullThenShri
   EXPECT_EQ(ClusterScheduler::ValidateOptions(options).reason(), "invalid_scheduler_option");
 }
 
+// Delegates to a repository; runs `before_commit` before each batch commit.
+class PausingSchedules final : public ClusterScheduleRepository {
+ public:
+  PausingSchedules(ClusterScheduleRepository& inner, std::function<void()> before_commit)
+      : inner_(inner), before_commit_(std::move(before_commit)) {}
+  Result<std::vector<ScheduleClaim>> ClaimDueSchedules(const ClaimRequest& request) override {
+    return inner_.ClaimDueSchedules(request);
+  }
+  Result<AdvanceOutcome> CommitClaimDecision(const ClaimDecision& decision) override {
+    return inner_.CommitClaimDecision(decision);
+  }
+  Result<std::vector<ClaimCommitResult>> CommitClaimDecisions(
+      const std::vector<ClaimDecision>& decisions) override {
+    if (before_commit_) before_commit_();
+    return inner_.CommitClaimDecisions(decisions);
+  }
+  Result<std::optional<int64_t>> MsUntilNextDue() override { return inner_.MsUntilNextDue(); }
+
+ private:
+  ClusterScheduleRepository& inner_;
+  std::function<void()> before_commit_;
+};
+
+TEST_P(ClusterScheduleTest, ACoordinatorWhoseClaimsWereTakenOverCountsThemRaced) {
+  constexpr int kTriggers = 3;
+  TaskView task = NewTask("raced");
+  const int64_t cursor = SecondAgo(2'000);
+  for (int i = 0; i < kTriggers; ++i) SetCursor(NewTrigger(task, kEverySecond), cursor);
+  Metrics metrics_a, metrics_b;
+  testing::SeededRandom random_a(21), random_b(22);
+  ClusterSchedulerOptions options_b = SchedulerOptions("replica-b");
+  ClusterScheduler b(*b_, store_b_->definitions(), random_b, metrics_b, options_b);
+  // Replica A decides, then stalls past its 1 s lease before committing; meanwhile replica B
+  // claims the expired rows and admits them.
+  Result<RoundReport> round_b = Internal("not_run", "");
+  int64_t a_expiry = 0;
+  PausingSchedules paused(*a_, [&] {
+    a_expiry = SqlInt("SELECT max(claim_expires_at_ms) FROM ql3.trigger_schedules");
+    WaitForDbClockPast(a_expiry);
+    round_b = b.RunRound();
+  });
+  ClusterSchedulerOptions options_a = SchedulerOptions("replica-a");
+  options_a.lease_ms = 1'000;
+  ClusterScheduler a(paused, store_a_->definitions(), random_a, metrics_a, options_a);
+  Result<RoundReport> round_a = a.RunRound();
+  ASSERT_TRUE(round_a.ok()) << round_a.status().ToString();
+  ASSERT_TRUE(round_b.ok()) << round_b.status().ToString();
+  // The interleaving the test claims: B claimed after A's claims expired and admitted all.
+  EXPECT_EQ(round_b->rows, kTriggers);
+  EXPECT_EQ(round_b->admitted, kTriggers) << round_b->first_error.ToString();
+  EXPECT_GT(a_expiry, 0);
+  EXPECT_EQ(round_a->rows, kTriggers);
+  EXPECT_EQ(round_a->raced, kTriggers);
+  EXPECT_EQ(round_a->admitted, 0);
+  EXPECT_EQ(round_a->errors, 0) << round_a->first_error.ToString();
+  EXPECT_EQ(Sample(metrics_a, R"(ql_scheduler_occurrences_total{outcome="raced"})"), kTriggers);
+  EXPECT_EQ(Sample(metrics_b, R"(ql_scheduler_occurrences_total{outcome="admit"})"), kTriggers);
+  EXPECT_EQ(Sql("SELECT count(*), count(DISTINCT trigger_id), min(scheduled_for_ms), "
+                "max(scheduled_for_ms) FROM ql3.runs"),
+            std::to_string(kTriggers) + "|" + std::to_string(kTriggers) + "|" +
+                std::to_string(cursor) + "|" + std::to_string(cursor));
+}
+
+TEST_P(ClusterScheduleTest, WholeTransactionRerunsOfAdmissionsAreCounted) {
+  TaskView task = NewTask("rerun");
+  const std::string trigger = NewTrigger(task, kEverySecond);
+  SetCursor(trigger, SecondAgo(2'000));
+  std::optional<ScheduleClaim> claim = ClaimOnly(*a_, trigger, "replica-a");
+  ASSERT_TRUE(claim.has_value());
+  const ClaimDecision decision = Decide(*claim);
+  // Two serialization failures, then the admission goes through.
+  int failures = 0;
+  a_->SetWriteFaultForTesting([&](std::string_view step, pg::Tx&) -> Status {
+    if (step != "run" || failures >= 2) return Status::Ok();
+    ++failures;
+    return Busy("serialization_failure", "injected");
+  });
+  EXPECT_TRUE(Outcome(a_->CommitClaimDecision(decision), AdvanceOutcome::kApplied));
+  AdmissionRetryStats stats = a_->TakeAdmissionRetryStats();
+  EXPECT_EQ(stats.retries, 2);
+  EXPECT_EQ(stats.exhausted, 0);
+  EXPECT_EQ(a_->TakeAdmissionRetryStats().retries, 0);  // taken means reset
+  // Failures that never stop exhaust the reruns (the next second is due already).
+  std::optional<ScheduleClaim> again = ClaimOnly(*a_, trigger, "replica-a");
+  ASSERT_TRUE(again.has_value());
+  a_->SetWriteFaultForTesting([](std::string_view step, pg::Tx&) -> Status {
+    return step == "run" ? Busy("serialization_failure", "injected") : Status::Ok();
+  });
+  EXPECT_TRUE(HasError(a_->CommitClaimDecision(Decide(*again)), StatusCode::kUnavailable,
+                       "retry_exhausted"));
+  stats = a_->TakeAdmissionRetryStats();
+  EXPECT_GE(stats.retries, 1);
+  EXPECT_EQ(stats.exhausted, 1);
+  a_->SetWriteFaultForTesting(nullptr);
+}
+
 TEST_P(ClusterScheduleTest, TwoCoordinatorsAdmitEverySecondOfEveryTriggerExactlyOnce) {
   constexpr int kTriggers = 10;
   TaskView task = NewTask("every second");
