@@ -361,6 +361,30 @@ class ClusterScheduleTest : public ::testing::TestWithParam<AdmissionIsolation> 
     return decision;
   }
 
+  // A due every-second trigger of a new task `name` (cursor two whole seconds back or more),
+  // claimed by replica A with `lease_ms` and decided: an admission.
+  struct Claimed {
+    std::string trigger;
+    int64_t cursor = 0;
+    ScheduleClaim claim;
+    ClaimDecision decision;
+  };
+  std::optional<Claimed> ClaimedAdmission(const std::string& name, int64_t lease_ms = 30'000) {
+    Claimed out;
+    out.trigger = NewTrigger(NewTask(name), kEverySecond);
+    out.cursor = SecondAgo(2'000);
+    SetCursor(out.trigger, out.cursor);
+    std::optional<ScheduleClaim> claim = ClaimOnly(*a_, out.trigger, "replica-a", lease_ms);
+    if (!claim.has_value()) return std::nullopt;
+    out.claim = *claim;
+    out.decision = Decide(*claim);
+    if (!out.decision.run.has_value()) {
+      ADD_FAILURE() << "the claim of " << out.trigger << " decided no admission";
+      return std::nullopt;
+    }
+    return out;
+  }
+
   std::string database_;
   std::unique_ptr<PostgresStore> store_a_;
   std::unique_ptr<PostgresStore> store_b_;
@@ -750,14 +774,11 @@ TEST_P(ClusterScheduleTest, AWriteFaultInsideTheAdmissionRollsEverythingBack) {
 }
 
 TEST_P(ClusterScheduleTest, ACursorThatDoesNotMoveForwardIsRefused) {
-  TaskView task = NewTask("backwards");
-  const std::string trigger = NewTrigger(task, kEverySecond);
-  const int64_t cursor = SecondAgo(2'000);
-  SetCursor(trigger, cursor);
-  std::optional<ScheduleClaim> claim = ClaimOnly(*a_, trigger, "replica-a");
-  ASSERT_TRUE(claim.has_value());
-  const ClaimDecision valid = Decide(*claim);
-  ASSERT_TRUE(valid.run.has_value());
+  std::optional<Claimed> claimed = ClaimedAdmission("backwards");
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const int64_t cursor = claimed->cursor;
+  const ClaimDecision& valid = claimed->decision;
   const std::string claimed_row = ScheduleRow(trigger);
   for (int64_t to : {cursor, cursor - 1'000}) {
     SCOPED_TRACE("new cursor " + std::to_string(to));
@@ -772,13 +793,11 @@ TEST_P(ClusterScheduleTest, ACursorThatDoesNotMoveForwardIsRefused) {
 }
 
 TEST_P(ClusterScheduleTest, ATriggerRevisionThatNoLongerHashesToItsDigestAdmitsNothing) {
-  TaskView task = NewTask("retimed");
-  const std::string trigger = NewTrigger(task, kEverySecond);
-  SetCursor(trigger, SecondAgo(2'000));
-  std::optional<ScheduleClaim> claim = ClaimOnly(*a_, trigger, "replica-a", 60'000);
-  ASSERT_TRUE(claim.has_value());
-  const ClaimDecision decision = Decide(*claim);
-  ASSERT_TRUE(decision.run.has_value());
+  std::optional<Claimed> claimed = ClaimedAdmission("retimed", 60'000);
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const ScheduleClaim* claim = &claimed->claim;
+  const ClaimDecision& decision = claimed->decision;
   const std::string claimed_row = ScheduleRow(trigger);
   auto rewrite = [&](const std::string& set) {
     Sql("ALTER TABLE ql3.trigger_revisions DISABLE TRIGGER trigger_revisions_immutable;\n"
@@ -809,13 +828,11 @@ TEST_P(ClusterScheduleTest, ATriggerRevisionThatNoLongerHashesToItsDigestAdmitsN
 }
 
 TEST_P(ClusterScheduleTest, AHolderStalledInsideItsAdmissionPastItsExpiryAdmitsNothing) {
-  TaskView task = NewTask("stalled holder");
-  const std::string trigger = NewTrigger(task, kEverySecond);
-  SetCursor(trigger, SecondAgo(2'000));
-  std::optional<ScheduleClaim> claim = ClaimOnly(*a_, trigger, "replica-a", 1'000);
-  ASSERT_TRUE(claim.has_value());
-  const ClaimDecision decision = Decide(*claim);
-  ASSERT_TRUE(decision.run.has_value());
+  std::optional<Claimed> claimed = ClaimedAdmission("stalled holder", 1'000);
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const ScheduleClaim* claim = &claimed->claim;
+  const ClaimDecision& decision = claimed->decision;
   const std::string claimed_row = ScheduleRow(trigger);
   // Everything is written and every lock-time check held; then the holder stalls inside the
   // transaction (busy, so no idle bound ends it) until the database clock passes the expiry.
@@ -845,14 +862,12 @@ TEST_P(ClusterScheduleTest, AHolderStalledInsideItsAdmissionPastItsExpiryAdmitsN
 
 TEST_P(ClusterScheduleTest, AFrozenHolderLosesItsRowsToAnotherReplicaWithinTheLeasePlusTwoSeconds) {
   constexpr int64_t kLeaseMs = 2'000;
-  TaskView task = NewTask("frozen holder");
-  const std::string trigger = NewTrigger(task, kEverySecond);
-  const int64_t cursor = SecondAgo(2'000);
-  SetCursor(trigger, cursor);
-  std::optional<ScheduleClaim> claim = ClaimOnly(*a_, trigger, "replica-a", kLeaseMs);
-  ASSERT_TRUE(claim.has_value());
-  const ClaimDecision decision = Decide(*claim);
-  ASSERT_TRUE(decision.run.has_value());
+  std::optional<Claimed> claimed = ClaimedAdmission("frozen holder", kLeaseMs);
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const int64_t cursor = claimed->cursor;
+  const ScheduleClaim* claim = &claimed->claim;
+  const ClaimDecision& decision = claimed->decision;
   // The holder freezes with its rows locked and its transaction open, idle, until well past
   // the expiry (as a SIGSTOPped process would).
   std::atomic<bool> frozen{false};
@@ -1159,12 +1174,10 @@ TEST_P(ClusterScheduleTest, ACoordinatorWhoseClaimsWereTakenOverCountsThemRaced)
 }
 
 TEST_P(ClusterScheduleTest, WholeTransactionRerunsOfAdmissionsAreCounted) {
-  TaskView task = NewTask("rerun");
-  const std::string trigger = NewTrigger(task, kEverySecond);
-  SetCursor(trigger, SecondAgo(2'000));
-  std::optional<ScheduleClaim> claim = ClaimOnly(*a_, trigger, "replica-a");
-  ASSERT_TRUE(claim.has_value());
-  const ClaimDecision decision = Decide(*claim);
+  std::optional<Claimed> claimed = ClaimedAdmission("rerun");
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const ClaimDecision& decision = claimed->decision;
   // Two serialization failures, then the admission goes through.
   int failures = 0;
   a_->SetWriteFaultForTesting([&](std::string_view step, pg::Tx&) -> Status {

@@ -64,6 +64,20 @@ Status ApplyCapabilityStep(Connection& conn, const SchemaCapability& step) {
   return Status::Ok();
 }
 
+// Takes the migration advisory lock with `try_lock_sql` (its transaction or session form);
+// Busy `migration_lock_held` when another migrator holds it.
+Status TryMigrationLock(Connection& conn, const char* try_lock_sql) {
+  QL_ASSIGN_OR_RETURN(Rows lock,
+                      conn.Exec(try_lock_sql, {P(kMigrationLockKey)}, "take the migration lock"));
+  if (!lock.Bool(0, 0)) {
+    QL_RETURN_IF_ERROR(lock.status());
+    return Busy("migration_lock_held",
+                "another migrator holds the migration lock; nothing was changed (retry when it "
+                "has finished)");
+  }
+  return lock.status();
+}
+
 // The statements of a prepare migration, each sent on its own (a non-transactional statement
 // cannot share a query string with another): each ends with ';' at the end of a line; blank
 // lines and lines that start with "--" are dropped.
@@ -94,14 +108,7 @@ std::vector<std::string> PrepareStatements(std::string_view sql) {
 // another migrator completed the pair meanwhile.
 Status RunPrepared(Connection& conn, const MigrationStream& stream, const Migration& prepare,
                    const SessionOptions& session, const MigrationFault& fault) {
-  QL_ASSIGN_OR_RETURN(Rows lock, conn.Exec("SELECT pg_try_advisory_lock($1)",
-                                           {P(kMigrationLockKey)}, "take the migration lock"));
-  if (!lock.Bool(0, 0)) {
-    QL_RETURN_IF_ERROR(lock.status());
-    return Busy("migration_lock_held",
-                "another migrator holds the migration lock; nothing was changed (retry when it "
-                "has finished)");
-  }
+  QL_RETURN_IF_ERROR(TryMigrationLock(conn, "SELECT pg_try_advisory_lock($1)"));
   auto body = [&]() -> Status {
     QL_ASSIGN_OR_RETURN(std::vector<HistoryRow> history, ReadHistory(conn));
     QL_ASSIGN_OR_RETURN(std::vector<const Migration*> pending, PendingMigrations(stream, history));
@@ -135,14 +142,7 @@ Status MigrateStep(Connection& conn, const MigrationStream& stream,
                    const Migration*& run_prepare) {
   QL_RETURN_IF_ERROR(conn.ExecScript(BeginSql(session), "begin migration"));
   auto body = [&]() -> Status {
-    QL_ASSIGN_OR_RETURN(Rows lock, conn.Exec("SELECT pg_try_advisory_xact_lock($1)",
-                                             {P(kMigrationLockKey)}, "take the migration lock"));
-    if (!lock.Bool(0, 0)) {
-      QL_RETURN_IF_ERROR(lock.status());
-      return Busy("migration_lock_held",
-                  "another migrator holds the migration lock; nothing was changed (retry when "
-                  "it has finished)");
-    }
+    QL_RETURN_IF_ERROR(TryMigrationLock(conn, "SELECT pg_try_advisory_xact_lock($1)"));
     QL_ASSIGN_OR_RETURN(std::vector<HistoryRow> history, ReadHistory(conn));
     QL_ASSIGN_OR_RETURN(std::vector<const Migration*> pending, PendingMigrations(stream, history));
     std::vector<std::string> applied;
