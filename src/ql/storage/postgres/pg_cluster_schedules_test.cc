@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -893,6 +894,8 @@ TEST_P(ClusterScheduleTest, AFrozenHolderLosesItsRowsToAnotherReplicaWithinTheLe
   ASSERT_TRUE(taken.has_value()) << "nobody took the frozen holder's row over";
   EXPECT_EQ(taken->due.schedule.trigger_id, trigger);
   EXPECT_GE(taken->acquired_at_ms, claim->expires_at_ms);
+  std::cout << "[frozen-holder] lease " << kLeaseMs << " ms; taken over "
+            << taken->acquired_at_ms - claim->expires_at_ms << " ms after the expiry\n";
   EXPECT_LE(taken->acquired_at_ms, claim->expires_at_ms + 2'000)
       << "taken over " << taken->acquired_at_ms - claim->expires_at_ms
       << " ms after the expiry";
