@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "ql/core/clock.h"
@@ -59,8 +60,17 @@ int Fail(int code, const Status& status) {
 }
 
 // Low-sensitivity diagnostics: a component, a reason and a message; never a URL or a token.
-void Diagnose(const char* component, const Status& status) {
+void Diagnose(std::string_view component, const Status& status) {
   std::cerr << component << ": " << status.reason() << ": " << status.message() << "\n";
+}
+
+// The options of one of the replica's loops: exceptions counted and logged, the loop goes on.
+RoundLoopOptions LoopOptions(const char* name, Metrics& metrics) {
+  RoundLoopOptions options;
+  options.name = name;
+  options.metrics = &metrics;
+  options.diagnostics = Diagnose;
+  return options;
 }
 
 std::string DefaultOwner() {
@@ -204,6 +214,7 @@ int Serve(const ServeConfig& config) {
                                          ? AdmissionIsolation::kSerializable
                                          : AdmissionIsolation::kReadCommitted);
   ClusterScheduler scheduler(schedules, store->definitions(), random, metrics, scheduler_options);
+  scheduler.SetDiagnostics(Diagnose);
   metrics.Describe("ql_db_transaction_retries", "gauge",
                    "Whole transactions of the runtime pool rerun after a serialization failure, "
                    "a deadlock or a lost COMMIT reply of a read-only transaction, since start.");
@@ -221,7 +232,7 @@ int Serve(const ServeConfig& config) {
         Result<int64_t> next = scheduler.NextDelayMs(*round);
         return next.ok() ? *next : scheduler_options.cadence_ms;
       },
-      scheduler_sleeper);
+      scheduler_sleeper, LoopOptions("scheduler", metrics));
   ConditionSleeper recovery_sleeper;
   RoundLoop recovery_loop(
       [&]() -> int64_t {
@@ -234,7 +245,7 @@ int Serve(const ServeConfig& config) {
         }
         return config.recovery_interval_ms;
       },
-      recovery_sleeper);
+      recovery_sleeper, LoopOptions("recovery", metrics));
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
   std::thread recovery_thread([&] {
     recovery_sleeper.SleepFor(config.recovery_interval_ms);

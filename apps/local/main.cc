@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "ql/core/clock.h"
@@ -53,6 +54,18 @@ struct ServeConfig {
 int Fail(int code, const Status& status) {
   std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
   return code;
+}
+
+// One of the daemon's loops: a round that throws is counted, written to stderr (the diagnostic
+// log) and the loop goes on.
+RoundLoopOptions LoopOptions(const char* name, Metrics& metrics) {
+  RoundLoopOptions options;
+  options.name = name;
+  options.metrics = &metrics;
+  options.diagnostics = [](std::string_view component, const Status& status) {
+    std::cerr << component << ": " << status.reason() << ": " << status.message() << "\n";
+  };
+  return options;
 }
 
 // Reads the owner token, creating it (0600, 256 random bits) on first start.
@@ -189,7 +202,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
         Result<int64_t> next = scheduler.NextDelayMs(*round);
         return next.ok() ? *next : scheduler_options->cadence_ms;
       },
-      scheduler_sleeper);
+      scheduler_sleeper, LoopOptions("scheduler", metrics));
   std::atomic<bool> launching{true};
   RoundLoop dispatcher_loop(
       [&]() -> int64_t {
@@ -197,7 +210,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
         if (!tick.ok()) std::cerr << "dispatcher: " << tick.status().ToString() << "\n";
         return kDispatcherTickMs;
       },
-      dispatcher_sleeper);
+      dispatcher_sleeper, LoopOptions("dispatcher", metrics));
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
   std::thread dispatcher_thread([&] { dispatcher_loop.Run(); });
 

@@ -234,6 +234,26 @@ TEST_F(ClusterCliTest, EveryConfiguredUrlMustLogInAsItsRole) {
   EXPECT_NE(serve.out.find("not ready: admin_role_invalid"), std::string::npos) << serve.out;
 }
 
+TEST_F(ClusterCliTest, ACredentialNameTakenTwiceIsADuplicateAndChangesNothing) {
+  Migrated();
+  for (const char* kind : {"token", "worker-token"}) {
+    SCOPED_TRACE(kind);
+    CommandResult first = Cluster({kind, "create", "ops-twice", "--database-url", Url("ql3_admin")});
+    ASSERT_EQ(first.exit_code, 0) << first.err;
+    CommandResult second =
+        Cluster({kind, "create", "ops-twice", "--database-url", Url("ql3_admin")});
+    EXPECT_EQ(second.exit_code, 1);
+    EXPECT_EQ(second.err.rfind("error: name_duplicate: ", 0), 0u) << second.err;
+    EXPECT_EQ(second.out, "");
+  }
+  Result<std::string> rows = server_->Psql(
+      "qinglong",
+      "SELECT (SELECT count(*) FROM ql3.principals WHERE name = 'ops-twice') || '|' || "
+      "(SELECT count(*) FROM ql3.worker_credentials WHERE name = 'ops-twice')");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(*rows, "1|1\n");
+}
+
 TEST_F(ClusterCliTest, BadUrlsAreRejectedWithoutBeingPrinted) {
   CommandResult insecure = Cluster({"audit", "--database-url", Url("ql3_runtime")}, {});
   EXPECT_EQ(insecure.exit_code, 2);

@@ -94,7 +94,20 @@ Status HistoryFault(std::string_view reason, std::string message) {
   return Corrupt(std::string(reason), std::move(message));
 }
 
+constexpr std::string_view kPrepareSuffix = "-prepare";
+constexpr std::string_view kCommitSuffix = "-commit";
+
+// The migration's name without its number and its prepare/commit suffix.
+std::string_view PairStem(std::string_view id, std::string_view suffix) {
+  id.remove_suffix(suffix.size());
+  const std::size_t dash = id.find('-', id.find_first_of("0123456789"));
+  return dash == std::string_view::npos ? id : id.substr(dash + 1);
+}
+
 }  // namespace
+
+bool IsPrepareMigration(std::string_view id) { return id.ends_with(kPrepareSuffix); }
+bool IsCommitMigration(std::string_view id) { return id.ends_with(kCommitSuffix); }
 
 std::string MigrationChecksum(std::string_view sql) { return Sha256Hex(sql); }
 
@@ -141,6 +154,29 @@ Status ValidateStream(const MigrationStream& stream) {
       return StreamError(kReasonMigrationChecksumMismatch,
                          "migration " + Quote(m.id) + " has checksum " + m.checksum +
                              " but its SQL hashes to " + MigrationChecksum(m.sql));
+    }
+  }
+  for (std::size_t i = 0; i < stream.migrations.size(); ++i) {
+    const std::string& id = stream.migrations[i].id;
+    if (IsPrepareMigration(id)) {
+      const bool paired = i + 1 < stream.migrations.size() &&
+                          IsCommitMigration(stream.migrations[i + 1].id) &&
+                          PairStem(stream.migrations[i + 1].id, kCommitSuffix) ==
+                              PairStem(id, kPrepareSuffix);
+      if (!paired) {
+        return StreamError(kReasonMigrationPrepareUnpaired,
+                           "prepare migration " + Quote(id) +
+                               " is not followed directly by its commit migration");
+      }
+    } else if (IsCommitMigration(id)) {
+      const bool paired = i > 0 && IsPrepareMigration(stream.migrations[i - 1].id) &&
+                          PairStem(stream.migrations[i - 1].id, kPrepareSuffix) ==
+                              PairStem(id, kCommitSuffix);
+      if (!paired) {
+        return StreamError(kReasonMigrationPrepareUnpaired,
+                           "commit migration " + Quote(id) +
+                               " does not follow its prepare migration");
+      }
     }
   }
   return Status::Ok();

@@ -59,6 +59,7 @@ inline constexpr std::string_view kReasonMigrationStreamUnknown = "migration_str
 inline constexpr std::string_view kReasonMigrationDialectMismatch = "migration_dialect_mismatch";
 inline constexpr std::string_view kReasonMigrationChecksumMalformed =
     "migration_checksum_malformed";
+inline constexpr std::string_view kReasonMigrationPrepareUnpaired = "migration_prepare_unpaired";
 
 // Longest migration id accepted; longer ids are malformed (this also bounds error messages).
 inline constexpr std::size_t kMaxMigrationIdLength = 128;
@@ -78,9 +79,24 @@ std::string MigrationChecksum(std::string_view sql);
 //   migration_duplicate           a number appears twice;
 //   migration_gap                 numbers are not 0001, 0002, ... in list order;
 //   migration_checksum_malformed  a checksum is not 64 lowercase hex digits;
-//   migration_checksum_mismatch   a checksum is not the SHA-256 of its SQL.
+//   migration_checksum_mismatch   a checksum is not the SHA-256 of its SQL;
+//   migration_prepare_unpaired    a prepare migration ("...-NAME-prepare") is not followed
+//                                 directly by its commit migration ("...-NAME-commit"), or a
+//                                 commit migration does not follow its prepare migration.
 // The message names the offending migration id.
 Status ValidateStream(const MigrationStream& stream);
+
+// A step that cannot run inside a transaction (CREATE INDEX CONCURRENTLY) is split into two
+// migrations: "NNNN-NAME-prepare" holds the non-transactional statements, written so that running
+// them again completes or repeats them; "NNNN+1-NAME-commit" runs in one transaction, checks what
+// they built and carries the history row that completes the pair. The runner records the
+// prepare migration's history row before running its statements: that row without its commit
+// is the marker of a pair in progress, and a runner that finds it runs the statements again
+// before the commit migration.
+// Returns true when `id` names a prepare migration.
+bool IsPrepareMigration(std::string_view id);
+// Returns true when `id` names a commit migration.
+bool IsCommitMigration(std::string_view id);
 
 // Returns the code's migrations the database still needs, in apply order, as pointers into
 // `code.migrations` (valid while `code` lives). `history` is the database's whole history in

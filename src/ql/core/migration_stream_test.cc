@@ -144,6 +144,29 @@ TEST(MigrationStreamTest, RejectsDuplicateAndNonContiguousNumbers) {
   EXPECT_EQ(ValidateStream(Postgres({"pg-0002-b", "pg-0001-a"})).reason(), "migration_gap");
 }
 
+TEST(MigrationStreamTest, APrepareMigrationIsFollowedDirectlyByItsCommit) {
+  EXPECT_TRUE(ValidateStream(Postgres({"pg-0001-a", "pg-0002-runs-index-prepare",
+                                       "pg-0003-runs-index-commit", "pg-0004-b"}))
+                  .ok());
+  EXPECT_TRUE(IsPrepareMigration("pg-0002-runs-index-prepare"));
+  EXPECT_FALSE(IsPrepareMigration("pg-0003-runs-index-commit"));
+  EXPECT_TRUE(IsCommitMigration("pg-0003-runs-index-commit"));
+
+  Status st = ValidateStream(Postgres({"pg-0001-runs-index-prepare", "pg-0002-b"}));
+  EXPECT_EQ(st.reason(), "migration_prepare_unpaired");
+  EXPECT_EQ(st.message(), "prepare migration 'pg-0001-runs-index-prepare' is not followed "
+                          "directly by its commit migration");
+  EXPECT_EQ(ValidateStream(Postgres({"pg-0001-runs-index-prepare"})).reason(),
+            "migration_prepare_unpaired");
+  EXPECT_EQ(ValidateStream(Postgres({"pg-0001-runs-index-prepare", "pg-0002-other-commit"}))
+                .reason(),
+            "migration_prepare_unpaired");
+  st = ValidateStream(Postgres({"pg-0001-a", "pg-0002-runs-index-commit"}));
+  EXPECT_EQ(st.reason(), "migration_prepare_unpaired");
+  EXPECT_EQ(st.message(),
+            "commit migration 'pg-0002-runs-index-commit' does not follow its prepare migration");
+}
+
 TEST(MigrationStreamTest, RejectsMalformedOrWrongChecksums) {
   for (std::string bad : std::vector<std::string>{
            std::string(""), std::string(63, 'a'), std::string(65, 'a'), std::string(64, 'A'),

@@ -186,7 +186,11 @@ struct ScheduleAdvance {
   int64_t now_ms = 0;
 };
 
-enum class AdvanceOutcome { kApplied, kRaced };
+// What one schedule decision became. kApplied: written. kRaced: nothing written (the fence or a
+// definition moved). kAlreadyAdmitted (cluster admissions only): the occurrence's idempotency
+// key was taken already, so no run was written, but the cursor moved past the occurrence under
+// the full fence and the claim was cleared; without it such a cursor would stall its trigger.
+enum class AdvanceOutcome { kApplied, kRaced, kAlreadyAdmitted };
 
 class ScheduleRepository {
  public:
@@ -243,6 +247,12 @@ struct ClaimDecision {
   std::optional<NewRun> run;  // a remote_worker cron run; its timestamps come from the database
 };
 
+// Whole-transaction reruns of admission transactions (serialization failures, deadlocks).
+struct AdmissionRetryStats {
+  int64_t retries = 0;    // reruns
+  int64_t exhausted = 0;  // admissions that failed because their reruns ran out
+};
+
 // What became of one decision of a committed batch.
 struct ClaimCommitResult {
   AdvanceOutcome outcome = AdvanceOutcome::kRaced;
@@ -264,19 +274,27 @@ class ClusterScheduleRepository {
   // against a fresh database-clock reading (a reading before the acquisition time is Corrupt
   // `clock_regression`), and the digest of the pinned execution revision; then writes the
   // queued run, its claimed attempt, retry policy and events run.created + run.queued, and
-  // advances the schedule under the full fence, clearing the claim. Any drift, a lost fence, an
-  // expired claim or an admitted idempotency key → kRaced with nothing written.
+  // advances the schedule under the full fence, clearing the claim. Any drift, a lost fence, a
+  // claim that expired (by a database-clock reading at lock time, and again by one taken right
+  // before COMMIT) → kRaced with nothing written. A new cursor that does not move forward is
+  // InvalidArgument `cursor_not_advancing`. A trigger revision whose stored content does not
+  // hash to its digest is Corrupt `trigger_digest_mismatch`. An occurrence whose idempotency
+  // key is taken already → kAlreadyAdmitted: the cursor moves on, the claim is cleared, no run.
   virtual Result<AdvanceOutcome> CommitClaimDecision(const ClaimDecision& decision) = 0;
   // Commits several decisions of one claim batch in one transaction with exactly the checks of
   // CommitClaimDecision, row by row: a decision that raced or whose definitions are corrupt is
   // left out (nothing written for it) while the others commit. Returns one result per decision
-  // in order. A failure of the transaction itself (e.g. a key taken by another writer) is
-  // returned as a whole and nothing is written; the caller may then commit one by one.
+  // in order. A claim found expired by the reading right before COMMIT rolls the whole batch
+  // back: every decision that would have been written comes back kRaced. A failure of the
+  // transaction itself (e.g. a key taken by another writer) is returned as a whole and nothing
+  // is written; the caller may then commit one by one.
   virtual Result<std::vector<ClaimCommitResult>> CommitClaimDecisions(
       const std::vector<ClaimDecision>& decisions) = 0;
   // Returns how long until the earliest eligible cursor by the database clock (0 when one is
   // due or needs initialisation; may be negative), or empty when no row is eligible.
   virtual Result<std::optional<int64_t>> MsUntilNextDue() = 0;
+  // Returns the whole-transaction reruns of admissions since the last call and resets them.
+  virtual AdmissionRetryStats TakeAdmissionRetryStats() { return {}; }
 };
 
 // Recovery of the cluster (DESIGN §5.2): what a replica inspects at startup and periodically.

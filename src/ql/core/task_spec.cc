@@ -454,4 +454,12 @@ std::string TaskContentDigest(const TaskContent& content) {
   return DomainDigest(kCommandTaskKind, TaskContentCanonical(content));
 }
 
+std::string TriggerContentDigest(const TriggerRevisionRecord& r) {
+  const nlohmann::json content = {
+      {"enabled", r.enabled},       {"expression", r.expression}, {"misfire", r.misfire},
+      {"task_digest", r.task_digest}, {"task_id", r.task_id},     {"task_revision", r.task_revision},
+      {"timezone", r.timezone}};
+  return DomainDigest(kCronTriggerKind, internal::CanonicalJsonLossy(content));
+}
+
 }  // namespace ql

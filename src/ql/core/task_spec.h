@@ -137,4 +137,12 @@ std::string TaskContentCanonical(const TaskContent& content);
 // revision's content digest, recomputed and compared on every read.
 std::string TaskContentDigest(const TaskContent& content);
 
+// The digest domain of cron trigger revision content.
+inline constexpr std::string_view kCronTriggerKind = "qinglong/cron@v1";
+
+// Returns the content digest of a cron trigger revision: DomainDigest("qinglong/cron@v1") of
+// the canonical JSON of its enabled flag, expression, misfire policy, pinned task id, revision
+// and digest, and time zone. Written at publish and recomputed by the cluster admission.
+std::string TriggerContentDigest(const TriggerRevisionRecord& revision);
+
 }  // namespace ql

@@ -34,7 +34,8 @@ ClusterScheduler::ClusterScheduler(ClusterScheduleRepository& schedules,
       decider_(definitions, random, options_.executor_type, options_.grace_ms),
       batch_(options_.claims_per_round) {
   metrics_.Describe("ql_scheduler_occurrences_total", "counter",
-                    "Schedule decisions, by outcome (initialize, admit, skip, raced).");
+                    "Schedule decisions, by outcome (initialize, admit, skip, raced, "
+                    "already_admitted).");
   metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
   metrics_.Describe("ql_scheduler_claims_total", "counter", "Schedule rows claimed.");
   metrics_.Describe("ql_scheduler_round_rows", "histogram", "Rows claimed per round.");
@@ -42,6 +43,12 @@ ClusterScheduler::ClusterScheduler(ClusterScheduleRepository& schedules,
                     "Claim statements and decisions that failed.");
   metrics_.Describe("ql_scheduler_lag_seconds", "histogram",
                     "Claim time minus scheduled time of admitted occurrences (database clock).");
+  metrics_.Describe("ql_scheduler_admission_retries_total", "counter",
+                    "Admission transactions rerun whole after a serialization failure or deadlock.");
+  metrics_.Describe("ql_scheduler_admission_retries_exhausted_total", "counter",
+                    "Admission transactions that failed because their reruns ran out.");
+  metrics_.Describe("ql_scheduler_batch_fallbacks_total", "counter",
+                    "Admission batches whose transaction failed, then committed one by one.");
 }
 
 Status ClusterScheduler::ValidateOptions(const ClusterSchedulerOptions& o) {
@@ -83,7 +90,10 @@ void ClusterScheduler::Account(const ClaimDecision& decision, misfire::Decision:
     return;
   }
   if (decision.exhausted) ++report.exhausted;
-  if (decision.run.has_value()) {
+  if (outcome == AdvanceOutcome::kAlreadyAdmitted) {
+    ++report.already_admitted;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="already_admitted")");
+  } else if (decision.run.has_value()) {
     ++report.admitted;
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="admit")");
     metrics_.Observe("ql_scheduler_lag_seconds",
@@ -106,7 +116,44 @@ void ClusterScheduler::Fail(const Status& status, RoundReport& report) {
   metrics_.Increment("ql_scheduler_errors_total");
 }
 
+void ClusterScheduler::ReportSlowPath(size_t decisions, const Status& batch_failure,
+                                      RoundReport& report) {
+  const AdmissionRetryStats stats = schedules_.TakeAdmissionRetryStats();
+  report.admission_retries += stats.retries;
+  report.admission_retries_exhausted += stats.exhausted;
+  report.committed_one_by_one = !batch_failure.ok();
+  if (stats.retries > 0) {
+    metrics_.Increment("ql_scheduler_admission_retries_total", {}, stats.retries);
+  }
+  if (stats.exhausted > 0) {
+    metrics_.Increment("ql_scheduler_admission_retries_exhausted_total", {}, stats.exhausted);
+  }
+  if (report.committed_one_by_one) metrics_.Increment("ql_scheduler_batch_fallbacks_total");
+  if ((stats.retries == 0 && stats.exhausted == 0 && batch_failure.ok()) || !diagnostics_) return;
+  std::string line = "a batch of " + std::to_string(decisions) + " decision(s): " +
+                     std::to_string(stats.retries) + " whole-transaction rerun(s), " +
+                     std::to_string(stats.exhausted) + " transaction(s) out of reruns";
+  if (!batch_failure.ok()) {
+    line += "; committed one by one after " + batch_failure.reason() + ": " +
+            batch_failure.message();
+  }
+  diagnostics_("scheduler", Busy("admission_slow_path", line));
+}
+
 Result<RoundReport> ClusterScheduler::RunRound() {
+  if (in_round_.exchange(true)) {
+    return Busy("round_in_progress",
+                "a round of scheduler " + options_.owner + " is running; rounds never overlap");
+  }
+  // Cleared however the round ends, an exception included.
+  struct Leave {
+    std::atomic<bool>& flag;
+    ~Leave() { flag = false; }
+  } leave{in_round_};
+  return Round();
+}
+
+Result<RoundReport> ClusterScheduler::Round() {
   RoundReport report;
   if (stopping_) return report;
   metrics_.Increment("ql_scheduler_rounds_total");
@@ -140,6 +187,7 @@ Result<RoundReport> ClusterScheduler::RunRound() {
   }
   if (!decisions.empty() && !stopping_) {
     Result<std::vector<ClaimCommitResult>> batch = schedules_.CommitClaimDecisions(decisions);
+    const Status batch_failure = batch.status();
     if (batch.ok()) {
       for (size_t k = 0; k < decisions.size(); ++k) {
         if (!(*batch)[k].error.ok()) {
@@ -162,6 +210,7 @@ Result<RoundReport> ClusterScheduler::RunRound() {
         }
       }
     }
+    ReportSlowPath(decisions.size(), batch_failure, report);
   }
   if (report.admitted > 0 && on_admitted_) on_admitted_();
   // A burst: grow the next batch while rounds come back full and make progress.

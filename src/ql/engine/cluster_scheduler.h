@@ -16,6 +16,7 @@
 #include "ql/core/misfire.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
+#include "ql/engine/diagnostics.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/schedule_decider.h"
 
@@ -45,8 +46,10 @@ class ClusterScheduler {
   // Claims one batch, decides every row and commits the decisions together in one transaction
   // (rows that raced are left out; if the transaction itself fails, each decision is committed
   // on its own). A decision that fails (corrupt definition, storage error) is counted and its
-  // claim simply expires; the other claims of the round still commit. A failed claim statement
-  // is returned.
+  // claim simply expires; the other claims of the round still commit. Whole-transaction
+  // reruns, reruns that ran out and batches committed one by one are counted and reported as
+  // one diagnostic line. A failed claim statement is returned. Rounds never overlap: a call
+  // while another round of this scheduler runs is Busy `round_in_progress` and does nothing.
   Result<RoundReport> RunRound();
 
   // 0 when the batch came back full or a row is still due; otherwise the time until the
@@ -55,6 +58,9 @@ class ClusterScheduler {
 
   // Called after each round that admitted runs (to nudge a dispatcher).
   void SetOnAdmitted(std::function<void()> on_admitted) { on_admitted_ = std::move(on_admitted); }
+
+  // Receives the slow-path line of a round (component "scheduler").
+  void SetDiagnostics(DiagnosticLog diagnostics) { diagnostics_ = std::move(diagnostics); }
 
   const ClusterSchedulerOptions& options() const { return options_; }
 
@@ -66,6 +72,9 @@ class ClusterScheduler {
   void Account(const ClaimDecision& decision, misfire::Decision::Kind kind, AdvanceOutcome outcome,
                RoundReport& report);
   void Fail(const Status& status, RoundReport& report);
+  Result<RoundReport> Round();
+  // Counts and reports the round's whole-transaction reruns and one-by-one fallback.
+  void ReportSlowPath(size_t decisions, const Status& batch_failure, RoundReport& report);
 
   ClusterScheduleRepository& schedules_;
   RandomSource& random_;
@@ -73,7 +82,9 @@ class ClusterScheduler {
   ClusterSchedulerOptions options_;
   ScheduleDecider decider_;
   std::function<void()> on_admitted_;
+  DiagnosticLog diagnostics_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> in_round_{false};
   int batch_;  // rows the next round claims
 };
 

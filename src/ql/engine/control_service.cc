@@ -18,8 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-// The digest domain of trigger revision content.
-constexpr std::string_view kCronTriggerKind = "qinglong/cron@v1";
 // Cursors are bound to the listing that issued them, so one listing's cursor is rejected by
 // another instead of silently paging from an unrelated key.
 constexpr std::string_view kTasksCursor = "tasks";
@@ -150,14 +148,6 @@ Status ValidateToken(std::string_view field, std::string_view reason, std::strin
 Status NotFoundAs(const Status& status, std::string_view reason, const std::string& message) {
   if (status.code() == StatusCode::kNotFound) return NotFound(std::string(reason), message);
   return status;
-}
-
-std::string TriggerContentDigest(const TriggerRevisionRecord& r) {
-  const json content = {{"enabled", r.enabled},  {"expression", r.expression},
-                        {"misfire", r.misfire},  {"task_digest", r.task_digest},
-                        {"task_id", r.task_id},  {"task_revision", r.task_revision},
-                        {"timezone", r.timezone}};
-  return DomainDigest(kCronTriggerKind, internal::CanonicalJsonLossy(content));
 }
 
 Status ValidateCancelReason(const std::string& reason) {

@@ -29,7 +29,13 @@ struct RoundReport {
   int skipped = 0;
   int raced = 0;
   int exhausted = 0;
+  int already_admitted = 0;  // cluster: the occurrence had its run; the cursor moved past it
   int errors = 0;
+  // Cluster admissions: whole-transaction reruns, admissions whose reruns ran out, and whether
+  // the batch's transaction failed so that its decisions were committed one by one.
+  int64_t admission_retries = 0;
+  int64_t admission_retries_exhausted = 0;
+  bool committed_one_by_one = false;
   bool page_full = false;  // the page came back full: more rows may be waiting
   bool still_due = false;  // a row is still due after this round (catching up inside grace)
   Status first_error;      // the first decision that failed (reason and message only)

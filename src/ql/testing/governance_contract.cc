@@ -299,7 +299,16 @@ TEST_P(GovernanceContract, AnArchivedProjectAdmitsNothingAndTakesNoWrites) {
   ASSERT_TRUE(Grant(owner, project().id, *admin, Role::kAdmin).ok());
   Result<TaskRevisionRecord> task = PublishAs(*admin, "nightly");
   ASSERT_TRUE(task.ok()) << task.status().ToString();
-  ASSERT_TRUE(PublishTrigger(NewId(), std::nullopt, *task).ok());
+  const std::string trigger_id = NewId();
+  ASSERT_TRUE(PublishTrigger(trigger_id, std::nullopt, *task).ok());
+  // A decision taken before the archive: the cursor is initialised, the next occurrence is due.
+  Result<DueSchedule> uninitialised = DueRow(trigger_id, Now());
+  ASSERT_TRUE(uninitialised.ok()) << uninitialised.status().ToString();
+  ASSERT_TRUE(store().schedules().ApplyScheduleAdvance(MoveCursor(*uninitialised, Now())).ok());
+  Result<DueSchedule> due = DueRow(trigger_id, Now());
+  ASSERT_TRUE(due.ok()) << due.status().ToString();
+  Result<ScheduleAdvance> decided = Admit(*due, Now() + 60'000);
+  ASSERT_TRUE(decided.ok()) << decided.status().ToString();
   Result<NewRun> queued = ManualRun(*task);
   ASSERT_TRUE(queued.ok());
   ASSERT_TRUE(store().runs().CreateRun(*queued).ok());
@@ -313,13 +322,24 @@ TEST_P(GovernanceContract, AnArchivedProjectAdmitsNothingAndTakesNoWrites) {
   EXPECT_EQ(archived->version, project().version + 2);  // the grant, then the archive
 
   QL_EXPECT_ERROR(PublishAs(*admin, "after-archive"), StatusCode::kConflict, "project_archived");
+  // The admission decided before the archive commits after it: it re-checks the project in its
+  // transaction and writes nothing.
+  Result<AdvanceOutcome> admitted = store().schedules().ApplyScheduleAdvance(*decided);
+  ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
+  EXPECT_EQ(*admitted, AdvanceOutcome::kRaced);
+  RunFilter cron_runs;
+  cron_runs.trigger_id = trigger_id;
+  Result<Page<RunRecord>> admitted_runs = store().runs().ListRuns(cron_runs, {});
+  ASSERT_TRUE(admitted_runs.ok());
+  EXPECT_TRUE(admitted_runs->items.empty());
   Result<NewRun> late = ManualRun(*task);
   ASSERT_TRUE(late.ok());
   late->fence = PolicyFence{admin->id, Role::kOperator};
   QL_EXPECT_ERROR(store().runs().CreateRun(*late), StatusCode::kConflict, "project_archived");
-  Result<std::vector<DueSchedule>> due = store().schedules().ListDueSchedules(Now() + 86'400'000, 10);
-  ASSERT_TRUE(due.ok());
-  EXPECT_TRUE(due->empty());
+  Result<std::vector<DueSchedule>> due_rows =
+      store().schedules().ListDueSchedules(Now() + 86'400'000, 10);
+  ASSERT_TRUE(due_rows.ok());
+  EXPECT_TRUE(due_rows->empty());
   Result<std::vector<RunRecord>> dispatchable =
       store().runs().ListDispatchable("local_process", 10);
   ASSERT_TRUE(dispatchable.ok());

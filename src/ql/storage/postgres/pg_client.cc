@@ -72,14 +72,17 @@ void ReceiveNotice(void* /*arg*/, const PGresult* notice) {
   }
 }
 
-struct UniqueRule {
+// What violating one named constraint means to a caller. Every unique, foreign-key and CHECK
+// constraint of schema_contract.txt has exactly one rule (a test parses the contract); a
+// violation of a constraint without one is Corrupt `unknown_constraint`.
+struct ConstraintRule {
   std::string_view constraint;
   StatusCode code;
   std::string_view reason;
 };
 
-// Every unique constraint of the schema and what losing it means to a caller.
-constexpr UniqueRule kUniqueRules[] = {
+// Every unique constraint (primary keys included) and what losing it means to a caller.
+constexpr ConstraintRule kUniqueRules[] = {
     {"runs_idempotency_key_key", StatusCode::kDuplicate, "idempotency_key_duplicate"},
     {"run_events_dedupe_key_key", StatusCode::kDuplicate, "dedupe_key_duplicate"},
     {"projects_slug_key", StatusCode::kDuplicate, "slug_duplicate"},
@@ -105,6 +108,7 @@ constexpr UniqueRule kUniqueRules[] = {
     {"worker_credentials_name_key", StatusCode::kDuplicate, "name_duplicate"},
     {"worker_credentials_token_digest_key", StatusCode::kDuplicate, "duplicate_id"},
     {"worker_sessions_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"run_log_chunks_pkey", StatusCode::kConflict, "log_offset_mismatch"},
     {"schema_migrations_pkey", StatusCode::kConflict, "migration_conflict"},
     {"schema_capabilities_pkey", StatusCode::kConflict, "migration_conflict"},
     {"installation_pkey", StatusCode::kDuplicate, "duplicate_id"},
@@ -117,6 +121,145 @@ constexpr UniqueRule kUniqueRules[] = {
     {"role_bindings_mutation_id_key", StatusCode::kConflict, "mutation_id_reused"},
     {"security_audit_pkey", StatusCode::kDuplicate, "duplicate_id"},
 };
+
+// Every foreign key of the schema: a write that names a row that does not exist.
+constexpr ConstraintRule kForeignKeyRules[] = {
+    {"api_token_usage_token_fkey", StatusCode::kNotFound, "token_not_found"},
+    {"api_tokens_principal_fkey", StatusCode::kNotFound, "principal_not_found"},
+    {"role_bindings_subject_fkey", StatusCode::kNotFound, "principal_not_found"},
+    {"execution_revisions_project_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"execution_revisions_task_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"run_attempts_run_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"run_dispatch_leases_attempt_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"run_dispatch_leases_run_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"run_dispatch_leases_session_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"run_events_attempt_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"run_events_run_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"run_log_chunks_attempt_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"run_log_chunks_run_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"run_retry_policies_run_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"runs_execution_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"runs_project_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"runs_retry_of_run_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"runs_task_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"runs_trigger_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"schema_capabilities_migration_fkey", StatusCode::kCorrupt, "capability_invalid"},
+    {"task_heads_current_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"task_heads_project_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"task_revisions_head_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"task_revisions_project_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"trigger_heads_current_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"trigger_heads_project_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"trigger_heads_task_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"trigger_revisions_head_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"trigger_revisions_project_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"trigger_revisions_task_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"trigger_schedules_head_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"trigger_schedules_project_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"trigger_schedules_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"worker_sessions_credential_fkey", StatusCode::kNotFound, "reference_not_found"},
+};
+
+// Every CHECK constraint of the schema: a value the schema refuses.
+constexpr ConstraintRule kCheckRules[] = {
+    {"api_tokens_token_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"installation_id_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"installation_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"principals_kind_check", StatusCode::kInvalidArgument, "invalid_principal_kind"},
+    {"principals_name_check", StatusCode::kInvalidArgument, "invalid_principal_name"},
+    {"principals_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"principals_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"role_bindings_mutation_id_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"role_bindings_role_check", StatusCode::kInvalidArgument, "invalid_role"},
+    {"role_bindings_scope_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"role_bindings_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"security_audit_action_check", StatusCode::kInvalidArgument, "invalid_audit_fact"},
+    {"security_audit_outcome_check", StatusCode::kInvalidArgument, "invalid_audit_fact"},
+    {"execution_revisions_executor_type_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"execution_revisions_plan_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"execution_revisions_task_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"projects_slug_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"projects_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"projects_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_attempts_attempt_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_attempts_callback_sequence_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_attempts_executor_type_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_attempts_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_dispatch_leases_expiry_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_dispatch_leases_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_dispatch_leases_token_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_dispatch_leases_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_events_actor_type_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_events_dedupe_key_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_events_payload_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_events_sequence_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_events_type_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_log_chunks_data_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_log_chunks_offset_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_retry_policies_backoff_base_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_retry_policies_backoff_max_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_retry_policies_max_attempts_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_retry_policies_safety_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"runs_cron_occurrence_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"runs_event_sequence_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"runs_idempotency_key_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"runs_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"runs_task_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"runs_trigger_type_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"runs_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"schema_capabilities_name_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"schema_capabilities_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"schema_migrations_checksum_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"schema_migrations_dialect_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"schema_migrations_stream_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"task_heads_current_revision_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"task_revisions_content_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"task_revisions_kind_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"task_revisions_mutation_id_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"task_revisions_revision_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_heads_current_revision_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_revisions_content_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_revisions_expression_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_revisions_misfire_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_revisions_mutation_id_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_revisions_revision_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_revisions_task_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_revisions_timezone_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_schedules_claim_complete_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_schedules_claim_expiry_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_schedules_claim_owner_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_schedules_claim_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_schedules_state_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"worker_credentials_name_check", StatusCode::kInvalidArgument, "invalid_credential_name"},
+    {"worker_credentials_token_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"worker_sessions_capabilities_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"worker_sessions_generation_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"worker_sessions_slots_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"worker_sessions_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"worker_sessions_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+};
+
+// The rule of `constraint` in `rules`, or nullptr.
+template <size_t N>
+const ConstraintRule* FindRule(const ConstraintRule (&rules)[N], std::string_view constraint) {
+  for (const ConstraintRule& rule : rules) {
+    if (rule.constraint == constraint) return &rule;
+  }
+  return nullptr;
+}
+
+// The Status of violating `constraint` under `rules`, naming the constraint.
+template <size_t N>
+Status ConstraintStatus(const ConstraintRule (&rules)[N], std::string_view constraint,
+                        const std::string& op) {
+  const ConstraintRule* rule = FindRule(rules, constraint);
+  if (rule == nullptr) {
+    return Corrupt("unknown_constraint",
+                   op + ": constraint '" + Str(constraint) + "' is one the code does not know");
+  }
+  return Status(rule->code, Str(rule->reason),
+                op + ": " + Str(rule->reason) + " (" + Str(constraint) + ")");
+}
 
 }  // namespace
 
@@ -206,19 +349,11 @@ Status StatusFromPg(std::string_view sqlstate, std::string_view constraint, bool
   if (sqlstate == "25006") {
     return Unavailable("database_read_only", op + ": the database is read-only (not a primary)");
   }
-  if (sqlstate == "23505") {
-    for (const UniqueRule& rule : kUniqueRules) {
-      if (rule.constraint == constraint) {
-        return Status(rule.code, Str(rule.reason), op + ": " + Str(rule.reason));
-      }
-    }
-    return Corrupt("unknown_constraint", op + ": a unique constraint the code does not know");
-  }
-  if (sqlstate == "23503") {
-    return NotFound("reference_not_found", op + ": a referenced row does not exist");
-  }
-  if (sqlstate == "23514" || sqlstate == "23502") {
-    return InvalidArgument("constraint_violated", op + ": a value breaks a schema constraint");
+  if (sqlstate == "23505") return ConstraintStatus(kUniqueRules, constraint, op);
+  if (sqlstate == "23503") return ConstraintStatus(kForeignKeyRules, constraint, op);
+  if (sqlstate == "23514") return ConstraintStatus(kCheckRules, constraint, op);
+  if (sqlstate == "23502") {
+    return InvalidArgument("constraint_violated", op + ": a required value is missing");
   }
   if (sqlstate.substr(0, 2) == "22") {
     return InvalidArgument("value_too_large", op + ": a value does not fit its column");

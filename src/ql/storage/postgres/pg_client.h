@@ -55,12 +55,15 @@ enum class PgPhase { kConnect, kStatement, kCommit };
 //   40001 serialization_failure, 40P01 deadlock   → Busy `serialization_failure` /
 //                                                   `deadlock_detected` (Transact retries these)
 //   55P03 lock_not_available, 57014 query_canceled → Busy `lock_timeout` / `statement_timeout`
-//   23505 unique_violation by constraint name     → Duplicate (`idempotency_key_duplicate`,
-//         `dedupe_key_duplicate`, `slug_duplicate`, `duplicate_id`) or Conflict
-//         (`mutation_id_reused`, `revision_conflict`, `fence_conflict`); an unknown constraint →
-//         Corrupt `unknown_constraint`
-//   23503 foreign_key_violation                   → NotFound `reference_not_found`
-//   23514 check, 23502 not_null, 22xxx data       → InvalidArgument `constraint_violated` /
+//   23505 unique_violation, 23503 foreign_key_violation, 23514 check_violation: by constraint
+//         name, one rule per constraint of schema_contract.txt — Duplicate
+//         (`idempotency_key_duplicate`, `dedupe_key_duplicate`, `slug_duplicate`,
+//         `name_duplicate`, `duplicate_id`), Conflict (`mutation_id_reused`,
+//         `revision_conflict`, `fence_conflict`, `log_offset_mismatch`, `migration_conflict`),
+//         NotFound `reference_not_found`, InvalidArgument `constraint_violated` /
+//         `invalid_credential_name`, Corrupt `capability_invalid`; a constraint without a rule
+//         → Corrupt `unknown_constraint`. The message names the constraint.
+//   23502 not_null, 22xxx data                    → InvalidArgument `constraint_violated` /
 //                                                   `value_too_large`
 //   QL001 (immutable row trigger)                 → Conflict `row_immutable`
 //   class 08, 57P01..57P03, no SQLSTATE with the connection gone → Unavailable

@@ -6,12 +6,15 @@
 #include <chrono>
 #include <future>
 #include <latch>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "ql/storage/postgres/pg_migrations.h"
 #include "ql/storage/postgres/pg_test_support.h"
 #include "ql/testing/postgres_server.h"
 
@@ -79,8 +82,19 @@ TEST(StatusFromPgTest, MapsEveryClassInOnePlace) {
   EXPECT_EQ(map("23505", "run_events_pkey").reason(), "fence_conflict");
   EXPECT_EQ(map("23505", "made_up_key").code(), StatusCode::kCorrupt);
   EXPECT_EQ(map("23505", "made_up_key").reason(), "unknown_constraint");
-  EXPECT_EQ(map("23503").code(), StatusCode::kNotFound);
-  EXPECT_EQ(map("23514").reason(), "constraint_violated");
+  EXPECT_EQ(map("23505", "api_credentials_name_key").code(), StatusCode::kDuplicate);
+  EXPECT_EQ(map("23505", "api_credentials_name_key").reason(), "name_duplicate");
+  EXPECT_EQ(map("23505", "run_log_chunks_pkey").reason(), "log_offset_mismatch");
+  EXPECT_EQ(map("23503", "runs_project_fkey").code(), StatusCode::kNotFound);
+  EXPECT_EQ(map("23503", "runs_project_fkey").reason(), "reference_not_found");
+  EXPECT_EQ(map("23503", "schema_capabilities_migration_fkey").reason(), "capability_invalid");
+  EXPECT_EQ(map("23503", "made_up_fkey").reason(), "unknown_constraint");
+  EXPECT_EQ(map("23514", "runs_status_check").reason(), "constraint_violated");
+  EXPECT_NE(map("23514", "runs_status_check").message().find("runs_status_check"),
+            std::string::npos);
+  EXPECT_EQ(map("23514", "api_credentials_name_check").reason(), "invalid_credential_name");
+  EXPECT_EQ(map("23514", "made_up_check").code(), StatusCode::kCorrupt);
+  EXPECT_EQ(map("23502").reason(), "constraint_violated");
   EXPECT_EQ(map("22003").reason(), "value_too_large");
   EXPECT_EQ(map("QL001").reason(), "row_immutable");
   EXPECT_EQ(map("08006").code(), StatusCode::kUnavailable);
@@ -93,6 +107,39 @@ TEST(StatusFromPgTest, MapsEveryClassInOnePlace) {
   EXPECT_EQ(map("XX000").reason(), "database_error");
   // A serialization failure at COMMIT is still a serialization failure (retried).
   EXPECT_EQ(map("40001", "", false, PgPhase::kCommit).reason(), "serialization_failure");
+}
+
+// Every unique, foreign-key and CHECK constraint the schema contract names maps to a stable
+// code of its own; one the mapping does not know would surface as Corrupt.
+TEST(StatusFromPgTest, EveryConstraintOfTheSchemaContractHasARule) {
+  std::string_view contract;
+  for (const EmbeddedSql& file : EmbeddedMigrationFiles()) {
+    if (file.id == "schema_contract") contract = file.sql;
+  }
+  ASSERT_FALSE(contract.empty());
+  const std::map<std::string, std::string> sqlstate_of = {
+      {"UNIQUE", "23505"}, {"PRIMARY", "23505"}, {"FOREIGN", "23503"}, {"CHECK", "23514"}};
+  std::istringstream lines{std::string(contract)};
+  int checked = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("constraint ", 0) != 0) continue;
+    std::istringstream fields(line);
+    std::string word, qualified, kind;
+    fields >> word >> qualified >> kind;
+    const std::string name = qualified.substr(qualified.find('.') + 1);
+    SCOPED_TRACE(line);
+    auto sqlstate = sqlstate_of.find(kind);
+    if (sqlstate == sqlstate_of.end()) {
+      ADD_FAILURE() << "a constraint of kind " << kind << " that StatusFromPg does not map";
+      continue;
+    }
+    Status status = StatusFromPg(sqlstate->second, name, false, "op", PgPhase::kStatement);
+    EXPECT_NE(status.reason(), "unknown_constraint") << name << " has no rule";
+    EXPECT_FALSE(status.ok());
+    EXPECT_NE(status.message().find(name), std::string::npos) << status.ToString();
+    ++checked;
+  }
+  EXPECT_GT(checked, 100);
 }
 
 // Live tests run as the superuser on a scratch database of their own.

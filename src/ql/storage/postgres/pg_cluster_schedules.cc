@@ -11,6 +11,8 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/task_spec.h"
+#include "ql/storage/postgres/pg_governance.h"
 #include "ql/storage/postgres/pg_run_rows.h"
 
 namespace ql {
@@ -22,6 +24,40 @@ using pg::Tx;
 
 // The database clock in UTC milliseconds. Each statement that uses it reads it once.
 constexpr char kClockMs[] = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+// How long before its claim's expiry an admission still commits. The reading right before
+// COMMIT must leave at least this much of the lease: the transaction then lets its session sit
+// idle only until the expiry, so a COMMIT that arrives later (a holder frozen between the two)
+// finds its session ended and its transaction rolled back.
+constexpr int64_t kCommitMarginMs = 250;
+// The shortest idle-in-transaction bound an admission sets after locking its rows.
+constexpr int64_t kMinIdleBoundMs = 1000;
+
+// Locks the decisions' schedule rows in one order with one database-clock reading ($1 trigger
+// ids). It also bounds how long this transaction may sit idle to the time left until the
+// earliest claim expiry ($2), at least kMinIdleBoundMs and at most the session's bound ($3): a
+// holder frozen while it holds the locks loses its session, and so the rows, by about the
+// expiry, and other replicas take them over.
+// The governance lock is taken shared first (pg_governance.h): an archive of the project either
+// committed before and the definitions read next see it, or waits for this admission.
+constexpr char kLockSchedules[] =
+    "WITH fence AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared($5::bigint) AS locked), "
+    "clock AS MATERIALIZED (SELECT c.now_ms, set_config("
+    "'idle_in_transaction_session_timeout', least(greatest($2::bigint - c.now_ms, $4::bigint), "
+    "$3::bigint)::text, true) AS idle_bound FROM fence, (SELECT (extract(epoch FROM "
+    "clock_timestamp()) * 1000)::bigint AS now_ms) c) "
+    "SELECT s.trigger_id, s.project_id, s.trigger_revision, s.state_version, "
+    "s.next_fire_at_ms, s.exhausted, s.claim_owner, s.claim_token::text, "
+    "s.claim_version, s.claim_expires_at_ms, s.updated_at_ms, clock.now_ms "
+    "FROM ql3.trigger_schedules s CROSS JOIN clock "
+    "WHERE s.trigger_id = ANY($1::text[]) ORDER BY s.trigger_id FOR UPDATE OF s";
+
+// The fresh database-clock reading right before COMMIT; it lets the session sit idle only until
+// the earliest claim expiry ($1) of the rows written.
+constexpr char kCommitClock[] =
+    "SELECT c.now_ms, set_config('idle_in_transaction_session_timeout', "
+    "greatest($1::bigint - c.now_ms, 1)::text, true) FROM (SELECT "
+    "(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) c";
 
 // A schedule row is eligible when its project is active and its current, enabled trigger
 // revision pins the task's current enabled revision and digest.
@@ -117,6 +153,13 @@ Status ValidateDecision(const ClaimDecision& d) {
   if (!d.exhausted && !d.new_next_fire_at_ms.has_value()) {
     return InvalidArgument("invalid_schedule_advance",
                            "a decision must set the new cursor unless the schedule is exhausted");
+  }
+  if (d.new_next_fire_at_ms.has_value() && s.next_fire_at_ms.has_value() &&
+      *d.new_next_fire_at_ms <= *s.next_fire_at_ms) {
+    return InvalidArgument("cursor_not_advancing",
+                           "the new cursor " + std::to_string(*d.new_next_fire_at_ms) +
+                               " of trigger " + s.trigger_id + " is not after its cursor " +
+                               std::to_string(*s.next_fire_at_ms));
   }
   if (d.run.has_value()) {
     const NewRun& run = *d.run;
@@ -224,212 +267,261 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
     return InvalidArgument("invalid_claim", "a batch holds 1..256 decisions");
   }
   std::vector<std::optional<std::string>> ids;
+  int64_t earliest_claimed_expiry = INT64_MAX;
   for (const ClaimDecision& d : decisions) {
     QL_RETURN_IF_ERROR(ValidateDecision(d));
     ids.push_back(d.claim.due.schedule.trigger_id);
+    earliest_claimed_expiry = std::min(earliest_claimed_expiry, d.claim.expires_at_ms);
   }
+  const int64_t session_idle_bound = pool_.options().session.idle_in_transaction_timeout_ms;
   std::vector<ClaimCommitResult> results;
+  int attempts = 0;
   const pg::TxOptions options{isolation_ == AdmissionIsolation::kSerializable
                                   ? pg::Isolation::kSerializable
                                   : pg::Isolation::kReadCommitted,
                               false};
-  QL_RETURN_IF_ERROR(
-      pool_.Transact(options, "admitting a claimed occurrence", [&](Tx& tx) -> Status {
-        results.assign(decisions.size(), ClaimCommitResult{});
-        std::vector<bool> go(decisions.size(), true);
-        // Re-lock the schedule rows in one order; the same statement reads the database clock once.
-        QL_ASSIGN_OR_RETURN(
-            Rows rows,
-            tx.Exec("WITH clock AS MATERIALIZED (SELECT (extract(epoch FROM clock_timestamp()) * "
-                    "1000)::bigint AS now_ms) "
-                    "SELECT s.trigger_id, s.project_id, s.trigger_revision, s.state_version, "
-                    "s.next_fire_at_ms, s.exhausted, s.claim_owner, s.claim_token::text, "
-                    "s.claim_version, s.claim_expires_at_ms, s.updated_at_ms, clock.now_ms "
-                    "FROM ql3.trigger_schedules s CROSS JOIN clock "
-                    "WHERE s.trigger_id = ANY($1::text[]) ORDER BY s.trigger_id FOR UPDATE OF s",
-                    {pg::PArray(ids)}));
-        std::map<std::string, int> row_of;
-        for (int i = 0; i < rows.size(); ++i) row_of[rows.Text(i, 0)] = i;
-        const int64_t now_ms = rows.empty() ? 0 : rows.Int(0, 11);
-        QL_RETURN_IF_ERROR(rows.status());
-        for (size_t k = 0; k < decisions.size(); ++k) {
-          const ClaimDecision& d = decisions[k];
-          const ScheduleClaim& c = d.claim;
-          const ScheduleRecord& e = c.due.schedule;
-          auto it = row_of.find(e.trigger_id);
-          if (it == row_of.end()) {
-            results[k].error =
-                NotFound("schedule_not_found", "trigger " + e.trigger_id + " has no schedule");
-            go[k] = false;
-            continue;
-          }
-          const int i = it->second;
-          const bool fence_holds =
-              rows.Text(i, 1) == e.project_id && rows.Int(i, 2) == e.trigger_revision &&
-              rows.Int(i, 3) == e.state_version && rows.OptInt(i, 4) == e.next_fire_at_ms &&
-              !rows.Bool(i, 5) && rows.OptText(i, 6) == c.owner && rows.OptText(i, 7) == c.token &&
-              rows.Int(i, 8) == c.claim_version && rows.OptInt(i, 9).value_or(0) > now_ms;
-          if (now_ms < c.acquired_at_ms || (fence_holds && now_ms < rows.Int(i, 10))) {
-            // The clock went backwards: fail closed for the whole batch, write nothing.
-            return Corrupt("clock_regression",
-                           "the database clock reads earlier than the claim's acquisition time");
-          }
-          go[k] = fence_holds;
-        }
-        QL_RETURN_IF_ERROR(rows.status());
+  Status status = pool_.Transact(options, "admitting a claimed occurrence", [&](Tx& tx) -> Status {
+    ++attempts;
+    results.assign(decisions.size(), ClaimCommitResult{});
+    std::vector<bool> go(decisions.size(), true);
+    // The occurrence's key is taken already: advance past it without a run.
+    std::vector<bool> already(decisions.size(), false);
+    QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(kLockSchedules, {pg::PArray(ids),
+                                                            P(earliest_claimed_expiry),
+                                                            P(std::max<int64_t>(
+                                                                session_idle_bound, 1)),
+                                                            P(kMinIdleBoundMs),
+                                                            P(pg::kGovernanceLockKey)}));
+    std::map<std::string, int> row_of;
+    for (int i = 0; i < rows.size(); ++i) row_of[rows.Text(i, 0)] = i;
+    const int64_t now_ms = rows.empty() ? 0 : rows.Int(0, 11);
+    QL_RETURN_IF_ERROR(rows.status());
+    // The earliest stored claim expiry among the rows still to write.
+    std::vector<int64_t> expiry(decisions.size(), 0);
+    for (size_t k = 0; k < decisions.size(); ++k) {
+      const ClaimDecision& d = decisions[k];
+      const ScheduleClaim& c = d.claim;
+      const ScheduleRecord& e = c.due.schedule;
+      auto it = row_of.find(e.trigger_id);
+      if (it == row_of.end()) {
+        results[k].error =
+            NotFound("schedule_not_found", "trigger " + e.trigger_id + " has no schedule");
+        go[k] = false;
+        continue;
+      }
+      const int i = it->second;
+      const bool fence_holds =
+          rows.Text(i, 1) == e.project_id && rows.Int(i, 2) == e.trigger_revision &&
+          rows.Int(i, 3) == e.state_version && rows.OptInt(i, 4) == e.next_fire_at_ms &&
+          !rows.Bool(i, 5) && rows.OptText(i, 6) == c.owner && rows.OptText(i, 7) == c.token &&
+          rows.Int(i, 8) == c.claim_version && rows.OptInt(i, 9).value_or(0) > now_ms;
+      if (now_ms < c.acquired_at_ms || (fence_holds && now_ms < rows.Int(i, 10))) {
+        // The clock went backwards: fail closed for the whole batch, write nothing.
+        return Corrupt("clock_regression",
+                       "the database clock reads earlier than the claim's acquisition time");
+      }
+      go[k] = fence_holds;
+      expiry[k] = rows.OptInt(i, 9).value_or(0);
+    }
+    QL_RETURN_IF_ERROR(rows.status());
 
-        // The definitions each decision followed, read again after the locks.
-        QL_ASSIGN_OR_RETURN(
-            Rows defs,
-            tx.Exec("SELECT th.trigger_id, p.id, p.status, th.current_revision, g.enabled, "
-                    "g.task_id, g.task_revision, g.task_digest, h.current_revision, tr.enabled, "
-                    "tr.content_digest "
-                    "FROM ql3.trigger_heads th "
-                    "JOIN ql3.projects p ON p.id = th.project_id "
-                    "JOIN ql3.trigger_revisions g ON g.trigger_id = th.trigger_id AND "
-                    "g.revision = th.current_revision "
-                    "JOIN ql3.task_heads h ON h.task_id = g.task_id "
-                    "JOIN ql3.task_revisions tr ON tr.task_id = g.task_id AND "
-                    "tr.revision = g.task_revision "
-                    "WHERE th.trigger_id = ANY($1::text[])",
-                    {pg::PArray(ids)}));
-        std::map<std::string, int> def_of;
-        for (int i = 0; i < defs.size(); ++i) def_of[defs.Text(i, 0)] = i;
-        std::vector<std::optional<std::string>> exec_ids;
-        for (size_t k = 0; k < decisions.size(); ++k) {
-          if (!go[k]) continue;
-          const ScheduleRecord& e = decisions[k].claim.due.schedule;
-          const TriggerRevisionRecord& t = decisions[k].claim.due.trigger;
-          auto it = def_of.find(e.trigger_id);
-          const int i = it == def_of.end() ? -1 : it->second;
-          go[k] = i >= 0 && defs.Text(i, 1) == e.project_id && defs.Text(i, 2) == "active" &&
-                  defs.Int(i, 3) == e.trigger_revision && defs.Bool(i, 4) &&
-                  defs.Text(i, 5) == t.task_id && defs.Int(i, 6) == t.task_revision &&
-                  defs.Text(i, 7) == t.task_digest && defs.Int(i, 8) == t.task_revision &&
-                  defs.Bool(i, 9) && defs.Text(i, 10) == t.task_digest;
-          if (go[k] && decisions[k].run.has_value()) {
-            exec_ids.push_back(decisions[k].run->execution_revision_id);
-          }
-        }
-        QL_RETURN_IF_ERROR(defs.status());
+    // The definitions each decision followed, read again after the locks; the trigger
+    // revision's content is hashed again and must give its stored digest.
+    QL_ASSIGN_OR_RETURN(
+        Rows defs,
+        tx.Exec("SELECT th.trigger_id, p.id, p.status, th.current_revision, g.enabled, "
+                "g.task_id, g.task_revision, g.task_digest, h.current_revision, tr.enabled, "
+                "tr.content_digest, g.expression, g.timezone, g.misfire, g.content_digest "
+                "FROM ql3.trigger_heads th "
+                "JOIN ql3.projects p ON p.id = th.project_id "
+                "JOIN ql3.trigger_revisions g ON g.trigger_id = th.trigger_id AND "
+                "g.revision = th.current_revision "
+                "JOIN ql3.task_heads h ON h.task_id = g.task_id "
+                "JOIN ql3.task_revisions tr ON tr.task_id = g.task_id AND "
+                "tr.revision = g.task_revision "
+                "WHERE th.trigger_id = ANY($1::text[])",
+                {pg::PArray(ids)}));
+    std::map<std::string, int> def_of;
+    for (int i = 0; i < defs.size(); ++i) def_of[defs.Text(i, 0)] = i;
+    std::vector<std::optional<std::string>> exec_ids;
+    for (size_t k = 0; k < decisions.size(); ++k) {
+      if (!go[k]) continue;
+      const ScheduleRecord& e = decisions[k].claim.due.schedule;
+      const TriggerRevisionRecord& t = decisions[k].claim.due.trigger;
+      auto it = def_of.find(e.trigger_id);
+      const int i = it == def_of.end() ? -1 : it->second;
+      go[k] = i >= 0 && defs.Text(i, 1) == e.project_id && defs.Text(i, 2) == "active" &&
+              defs.Int(i, 3) == e.trigger_revision && defs.Bool(i, 4) &&
+              defs.Text(i, 5) == t.task_id && defs.Int(i, 6) == t.task_revision &&
+              defs.Text(i, 7) == t.task_digest && defs.Int(i, 8) == t.task_revision &&
+              defs.Bool(i, 9) && defs.Text(i, 10) == t.task_digest;
+      if (!go[k]) continue;
+      TriggerRevisionRecord stored = t;
+      stored.enabled = defs.Bool(i, 4);
+      stored.task_id = defs.Text(i, 5);
+      stored.task_revision = defs.Int(i, 6);
+      stored.task_digest = defs.Text(i, 7);
+      stored.expression = defs.Text(i, 11);
+      stored.timezone = defs.Text(i, 12);
+      stored.misfire = defs.Text(i, 13);
+      stored.content_digest = defs.Text(i, 14);
+      if (TriggerContentDigest(stored) != stored.content_digest ||
+          TriggerContentDigest(t) != t.content_digest) {
+        results[k].error = Corrupt("trigger_digest_mismatch",
+                                   "trigger " + e.trigger_id + " revision " +
+                                       std::to_string(e.trigger_revision) +
+                                       " does not hash to its content digest");
+        go[k] = false;
+        continue;
+      }
+      // Another content under the same revision (the decision followed other content).
+      go[k] = stored.content_digest == t.content_digest;
+      if (go[k] && decisions[k].run.has_value()) {
+        exec_ids.push_back(decisions[k].run->execution_revision_id);
+      }
+    }
+    QL_RETURN_IF_ERROR(defs.status());
 
-        // Each pinned execution revision must be a digest-valid plan; read each once.
-        std::vector<const NewRun*> runs;
-        if (!exec_ids.empty()) {
-          QL_ASSIGN_OR_RETURN(
-              Rows execs,
-              tx.Exec("SELECT id, project_id, task_id, task_revision, task_digest, executor_type, "
-                      "plan_json, plan_digest FROM ql3.execution_revisions "
-                      "WHERE id = ANY($1::text[])",
-                      {pg::PArray(exec_ids)}));
-          std::map<std::string, int> exec_of;
-          std::vector<Status> plan_ok;
-          for (int i = 0; i < execs.size(); ++i) {
-            exec_of[execs.Text(i, 0)] = i;
-            plan_ok.push_back(VerifyPlanRow(execs, i));
-          }
-          QL_RETURN_IF_ERROR(execs.status());
-          for (size_t k = 0; k < decisions.size(); ++k) {
-            if (!go[k] || !decisions[k].run.has_value()) continue;
-            const NewRun& run = *decisions[k].run;
-            auto it = exec_of.find(run.execution_revision_id);
-            Status valid =
-                it == exec_of.end()
-                    ? Corrupt("execution_revision_invalid",
-                              "execution revision " + run.execution_revision_id + " does not exist")
-                    : VerifyExecution(execs, it->second, plan_ok[it->second], run);
-            if (!valid.ok()) {
-              results[k].error = valid;
-              go[k] = false;
-              continue;
-            }
-            runs.push_back(&run);
+    // Each pinned execution revision must be a digest-valid plan; read each once.
+    std::vector<const NewRun*> runs;
+    if (!exec_ids.empty()) {
+      QL_ASSIGN_OR_RETURN(
+          Rows execs,
+          tx.Exec("SELECT id, project_id, task_id, task_revision, task_digest, executor_type, "
+                  "plan_json, plan_digest FROM ql3.execution_revisions "
+                  "WHERE id = ANY($1::text[])",
+                  {pg::PArray(exec_ids)}));
+      std::map<std::string, int> exec_of;
+      std::vector<Status> plan_ok;
+      for (int i = 0; i < execs.size(); ++i) {
+        exec_of[execs.Text(i, 0)] = i;
+        plan_ok.push_back(VerifyPlanRow(execs, i));
+      }
+      QL_RETURN_IF_ERROR(execs.status());
+      for (size_t k = 0; k < decisions.size(); ++k) {
+        if (!go[k] || !decisions[k].run.has_value()) continue;
+        const NewRun& run = *decisions[k].run;
+        auto it = exec_of.find(run.execution_revision_id);
+        Status valid =
+            it == exec_of.end()
+                ? Corrupt("execution_revision_invalid",
+                          "execution revision " + run.execution_revision_id + " does not exist")
+                : VerifyExecution(execs, it->second, plan_ok[it->second], run);
+        if (!valid.ok()) {
+          results[k].error = valid;
+          go[k] = false;
+          continue;
+        }
+        runs.push_back(&run);
+      }
+    }
+    // An occurrence admitted already (its key is taken) gets no second run; its cursor moves on
+    // like an admission's, so the trigger does not stall on it. The unique key stays the last
+    // word against a writer that has not committed yet.
+    if (!runs.empty()) {
+      std::vector<std::optional<std::string>> projects, keys;
+      for (const NewRun* run : runs) {
+        projects.push_back(run->project_id);
+        keys.push_back(run->idempotency_key);
+      }
+      // One probe of the unique key per occurrence (LATERAL ... LIMIT 1 keeps it an index
+      // lookup whatever the statistics of `runs` say).
+      QL_ASSIGN_OR_RETURN(
+          Rows taken,
+          tx.Exec("SELECT k.idempotency_key FROM unnest($1::text[], $2::text[]) "
+                  "AS k(project_id, idempotency_key) CROSS JOIN LATERAL (SELECT 1 FROM "
+                  "ql3.runs r WHERE r.project_id = k.project_id AND "
+                  "r.idempotency_key = k.idempotency_key LIMIT 1) hit",
+                  {pg::PArray(projects), pg::PArray(keys)}));
+      std::set<std::string> admitted;
+      for (int i = 0; i < taken.size(); ++i) admitted.insert(taken.Text(i, 0));
+      QL_RETURN_IF_ERROR(taken.status());
+      if (!admitted.empty()) {
+        runs.clear();
+        for (size_t k = 0; k < decisions.size(); ++k) {
+          if (!go[k] || !decisions[k].run.has_value()) continue;
+          if (admitted.count(*decisions[k].run->idempotency_key)) {
+            already[k] = true;
+          } else if (results[k].error.ok()) {
+            runs.push_back(&*decisions[k].run);
           }
         }
-        // An occurrence admitted already (its key is taken) raced; the unique key stays the last
-        // word.
-        if (!runs.empty()) {
-          std::vector<std::optional<std::string>> projects, keys;
-          for (const NewRun* run : runs) {
-            projects.push_back(run->project_id);
-            keys.push_back(run->idempotency_key);
-          }
-          // One probe of the unique key per occurrence (LATERAL ... LIMIT 1 keeps it an index
-          // lookup whatever the statistics of `runs` say).
-          QL_ASSIGN_OR_RETURN(
-              Rows taken,
-              tx.Exec("SELECT k.idempotency_key FROM unnest($1::text[], $2::text[]) "
-                      "AS k(project_id, idempotency_key) CROSS JOIN LATERAL (SELECT 1 FROM "
-                      "ql3.runs r WHERE r.project_id = k.project_id AND "
-                      "r.idempotency_key = k.idempotency_key LIMIT 1) hit",
-                      {pg::PArray(projects), pg::PArray(keys)}));
-          std::set<std::string> admitted;
-          for (int i = 0; i < taken.size(); ++i) admitted.insert(taken.Text(i, 0));
-          QL_RETURN_IF_ERROR(taken.status());
-          if (!admitted.empty()) {
-            runs.clear();
-            for (size_t k = 0; k < decisions.size(); ++k) {
-              if (!go[k] || !decisions[k].run.has_value()) continue;
-              if (admitted.count(*decisions[k].run->idempotency_key)) {
-                go[k] = false;
-              } else if (results[k].error.ok()) {
-                runs.push_back(&*decisions[k].run);
-              }
-            }
-          }
-        }
-        QL_RETURN_IF_ERROR(pg::InsertQueuedRuns(tx, runs, now_ms));
-        if (write_fault_ && !runs.empty()) QL_RETURN_IF_ERROR(write_fault_("run"));
+      }
+    }
+    QL_RETURN_IF_ERROR(pg::InsertQueuedRuns(tx, runs, now_ms));
+    if (write_fault_ && !runs.empty()) QL_RETURN_IF_ERROR(write_fault_("run", tx));
 
-        // Advance every schedule row under its full fence; the claim is cleared.
-        std::vector<std::optional<std::string>> tid, cursor, exhausted, last, state, owner, token,
-            version;
-        for (size_t k = 0; k < decisions.size(); ++k) {
-          if (!go[k]) continue;
-          const ClaimDecision& d = decisions[k];
-          tid.push_back(d.claim.due.schedule.trigger_id);
-          cursor.push_back(d.new_next_fire_at_ms.has_value()
-                               ? std::optional<std::string>(std::to_string(*d.new_next_fire_at_ms))
-                               : std::nullopt);
-          exhausted.push_back(d.exhausted ? "t" : "f");
-          last.push_back(d.run.has_value()
-                             ? std::optional<std::string>(std::to_string(*d.run->scheduled_for_ms))
-                             : std::nullopt);
-          state.push_back(std::to_string(d.claim.due.schedule.state_version));
-          owner.push_back(d.claim.owner);
-          token.push_back(d.claim.token);
-          version.push_back(std::to_string(d.claim.claim_version));
-        }
-        if (!tid.empty()) {
-          QL_ASSIGN_OR_RETURN(
-              Rows advanced,
-              tx.Exec(
-                  "UPDATE ql3.trigger_schedules s SET next_fire_at_ms = v.cursor, "
-                  "exhausted = v.exhausted, "
-                  "last_scheduled_at_ms = coalesce(v.last, s.last_scheduled_at_ms), "
-                  "state_version = s.state_version + 1, claim_owner = NULL, claim_token = NULL, "
-                  "claim_expires_at_ms = NULL, updated_at_ms = $9::bigint "
-                  "FROM unnest($1::text[], $2::bigint[], $3::boolean[], $4::bigint[], "
-                  "$5::bigint[], $6::text[], $7::uuid[], $8::bigint[]) "
-                  "AS v(trigger_id, cursor, exhausted, last, state, owner, token, version) "
-                  "WHERE s.trigger_id = v.trigger_id AND s.state_version = v.state AND "
-                  "s.claim_owner = v.owner AND s.claim_token = v.token AND "
-                  "s.claim_version = v.version AND s.claim_expires_at_ms > $9::bigint",
-                  {pg::PArray(tid), pg::PArray(cursor), pg::PArray(exhausted), pg::PArray(last),
-                   pg::PArray(state), pg::PArray(owner), pg::PArray(token), pg::PArray(version),
-                   P(now_ms)}));
-          if (advanced.affected() != static_cast<int64_t>(tid.size())) {
-            // Locked and checked above, so only a bug gets here; write nothing.
-            return Conflict("schedule_raced", "a locked schedule row moved during its admission");
-          }
-        }
-        if (write_fault_ && !tid.empty()) QL_RETURN_IF_ERROR(write_fault_("schedule"));
-        for (size_t k = 0; k < decisions.size(); ++k) {
-          if (go[k]) results[k].outcome = AdvanceOutcome::kApplied;
-        }
-        return Status::Ok();
-      }));
+    // Advance every schedule row under its full fence, forward only; the claim is cleared.
+    std::vector<std::optional<std::string>> tid, cursor, exhausted, last, state, owner, token,
+        version;
+    int64_t earliest_expiry = INT64_MAX;
+    for (size_t k = 0; k < decisions.size(); ++k) {
+      if (!go[k]) continue;
+      const ClaimDecision& d = decisions[k];
+      tid.push_back(d.claim.due.schedule.trigger_id);
+      cursor.push_back(d.new_next_fire_at_ms.has_value()
+                           ? std::optional<std::string>(std::to_string(*d.new_next_fire_at_ms))
+                           : std::nullopt);
+      exhausted.push_back(d.exhausted ? "t" : "f");
+      last.push_back(d.run.has_value() && !already[k]
+                         ? std::optional<std::string>(std::to_string(*d.run->scheduled_for_ms))
+                         : std::nullopt);
+      state.push_back(std::to_string(d.claim.due.schedule.state_version));
+      owner.push_back(d.claim.owner);
+      token.push_back(d.claim.token);
+      version.push_back(std::to_string(d.claim.claim_version));
+      earliest_expiry = std::min(earliest_expiry, expiry[k]);
+    }
+    if (tid.empty()) return Status::Ok();
+    QL_ASSIGN_OR_RETURN(
+        Rows advanced,
+        tx.Exec("UPDATE ql3.trigger_schedules s SET next_fire_at_ms = v.cursor, "
+                "exhausted = v.exhausted, "
+                "last_scheduled_at_ms = coalesce(v.last, s.last_scheduled_at_ms), "
+                "state_version = s.state_version + 1, claim_owner = NULL, claim_token = NULL, "
+                "claim_expires_at_ms = NULL, updated_at_ms = $9::bigint "
+                "FROM unnest($1::text[], $2::bigint[], $3::boolean[], $4::bigint[], "
+                "$5::bigint[], $6::text[], $7::uuid[], $8::bigint[]) "
+                "AS v(trigger_id, cursor, exhausted, last, state, owner, token, version) "
+                "WHERE s.trigger_id = v.trigger_id AND s.state_version = v.state AND "
+                "s.claim_owner = v.owner AND s.claim_token = v.token AND "
+                "s.claim_version = v.version AND s.claim_expires_at_ms > $9::bigint AND "
+                "(s.next_fire_at_ms IS NULL OR v.cursor IS NULL OR "
+                "v.cursor > s.next_fire_at_ms)",
+                {pg::PArray(tid), pg::PArray(cursor), pg::PArray(exhausted), pg::PArray(last),
+                 pg::PArray(state), pg::PArray(owner), pg::PArray(token), pg::PArray(version),
+                 P(now_ms)}));
+    if (advanced.affected() != static_cast<int64_t>(tid.size())) {
+      // Locked and checked above, so only a bug gets here; write nothing.
+      return Conflict("schedule_raced", "a locked schedule row moved during its admission");
+    }
+    if (write_fault_) QL_RETURN_IF_ERROR(write_fault_("schedule", tx));
+
+    // The fence is decided at COMMIT, not only at lock time: a holder that stalled inside this
+    // transaction until its claim expired writes nothing, because another replica may take the
+    // rows over from then on.
+    QL_ASSIGN_OR_RETURN(Rows clock, tx.Exec(kCommitClock, {P(earliest_expiry)}));
+    const int64_t commit_ms = clock.Int(0, 0);
+    QL_RETURN_IF_ERROR(clock.status());
+    if (commit_ms + kCommitMarginMs > earliest_expiry) {
+      tx.RollbackOnly();
+      return Status::Ok();  // every result stays kRaced
+    }
+    for (size_t k = 0; k < decisions.size(); ++k) {
+      if (go[k]) {
+        results[k].outcome = already[k] ? AdvanceOutcome::kAlreadyAdmitted : AdvanceOutcome::kApplied;
+      }
+    }
+    return Status::Ok();
+  });
+  retries_ += std::max(attempts - 1, 0);
+  if (status.reason() == "retry_exhausted") ++retries_exhausted_;
+  QL_RETURN_IF_ERROR(status);
   return results;
+}
+
+AdmissionRetryStats PostgresClusterSchedules::TakeAdmissionRetryStats() {
+  return AdmissionRetryStats{retries_.exchange(0), retries_exhausted_.exchange(0)};
 }
 
 Result<std::optional<int64_t>> PostgresClusterSchedules::MsUntilNextDue() {

@@ -2,8 +2,12 @@
 
 // The row-lease schedule repository of the cluster scheduler (DESIGN §5.2) over the runtime
 // pool: claims with FOR UPDATE SKIP LOCKED and one database-clock reading, admissions in one
-// SERIALIZABLE transaction under the full four-part fence.
+// transaction under the full four-part fence, whose claim expiry is read again right before
+// COMMIT. An admission transaction may sit idle only until its earliest claim expiry (at least
+// 1 s after locking, at most the session's bound), so a frozen holder loses its row locks about
+// when its claims expire and another replica takes the rows over.
 
+#include <atomic>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -36,20 +40,26 @@ class PostgresClusterSchedules final : public ClusterScheduleRepository {
   Result<std::vector<ClaimCommitResult>> CommitClaimDecisions(
       const std::vector<ClaimDecision>& decisions) override;
   Result<std::optional<int64_t>> MsUntilNextDue() override;
+  AdmissionRetryStats TakeAdmissionRetryStats() override;
 
   // The claim statement for `limit` rows ($1 owner, $2 token, $3 lease ms, $4 executor type),
   // for benchmarks that show its plan.
   static std::string ClaimStatement(int limit);
 
   // Tests only: called inside the admission transaction after each write step ("run", then
-  // "schedule"); a non-ok return aborts the transaction there, as a failed write would.
-  using WriteFault = std::function<Status(std::string_view step)>;
+  // "schedule", the latter right before the claims' expiry is read again for COMMIT); a non-ok
+  // return aborts the transaction there, as a failed write would. A call that blocks stands
+  // for a holder frozen inside its admission.
+  // `tx` is the admission's transaction (a fault may run a statement in it, such as pg_sleep).
+  using WriteFault = std::function<Status(std::string_view step, pg::Tx& tx)>;
   void SetWriteFaultForTesting(WriteFault fault) { write_fault_ = std::move(fault); }
 
  private:
   pg::Pool& pool_;
   AdmissionIsolation isolation_;
   WriteFault write_fault_;
+  std::atomic<int64_t> retries_{0};
+  std::atomic<int64_t> retries_exhausted_{0};
 };
 
 }  // namespace ql

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -64,11 +65,26 @@ template <typename T>
   return HasError(result.status(), code, reason);
 }
 
+const char* OutcomeName(AdvanceOutcome outcome) {
+  switch (outcome) {
+    case AdvanceOutcome::kApplied:
+      return "applied";
+    case AdvanceOutcome::kRaced:
+      return "raced";
+    case AdvanceOutcome::kAlreadyAdmitted:
+      return "already admitted";
+  }
+  return "?";
+}
+
+std::string IsolationName(const ::testing::TestParamInfo<AdmissionIsolation>& info) {
+  return info.param == AdmissionIsolation::kSerializable ? "Serializable" : "ReadCommitted";
+}
+
 ::testing::AssertionResult Outcome(const Result<AdvanceOutcome>& result, AdvanceOutcome expected) {
   if (!result.ok()) return ::testing::AssertionFailure() << result.status().ToString();
   if (*result == expected) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "outcome " << (*result == AdvanceOutcome::kApplied ? "applied" : "raced");
+  return ::testing::AssertionFailure() << "outcome " << OutcomeName(*result);
 }
 
 int64_t NewYear(int year) {
@@ -124,9 +140,10 @@ std::unique_ptr<PostgresStore> OpenStore(const std::string& database) {
 }
 
 // One fresh database with two replicas: stores A and B (separate pools), each with its own
-// schedule repository, and the management service (remote_worker, 30 s grace) publishing
-// tasks and triggers through store A, so digests and execution revisions are real.
-class ClusterScheduleTest : public ::testing::Test {
+// schedule repository admitting under the isolation the test is instantiated with, and the
+// management service (remote_worker, 30 s grace) publishing tasks and triggers through store
+// A, so digests and execution revisions are real. Every test runs under both isolations.
+class ClusterScheduleTest : public ::testing::TestWithParam<AdmissionIsolation> {
  protected:
   void SetUp() override {
     database_ = PgTestCluster::Get().NewDatabase();
@@ -145,8 +162,8 @@ class ClusterScheduleTest : public ::testing::Test {
     Result<ProjectRecord> project = control_->EnsureDefaultProject();
     ASSERT_TRUE(project.ok()) << project.status().ToString();
     project_ = *project;
-    a_ = std::make_unique<PostgresClusterSchedules>(store_a_->runtime_pool());
-    b_ = std::make_unique<PostgresClusterSchedules>(store_b_->runtime_pool());
+    a_ = std::make_unique<PostgresClusterSchedules>(store_a_->runtime_pool(), GetParam());
+    b_ = std::make_unique<PostgresClusterSchedules>(store_b_->runtime_pool(), GetParam());
     decider_ =
         std::make_unique<ScheduleDecider>(store_a_->definitions(), random_, kRemote, kGraceMs);
   }
@@ -345,6 +362,30 @@ class ClusterScheduleTest : public ::testing::Test {
     return decision;
   }
 
+  // A due every-second trigger of a new task `name` (cursor two whole seconds back or more),
+  // claimed by replica A with `lease_ms` and decided: an admission.
+  struct Claimed {
+    std::string trigger;
+    int64_t cursor = 0;
+    ScheduleClaim claim;
+    ClaimDecision decision;
+  };
+  std::optional<Claimed> ClaimedAdmission(const std::string& name, int64_t lease_ms = 30'000) {
+    Claimed out;
+    out.trigger = NewTrigger(NewTask(name), kEverySecond);
+    out.cursor = SecondAgo(2'000);
+    SetCursor(out.trigger, out.cursor);
+    std::optional<ScheduleClaim> claim = ClaimOnly(*a_, out.trigger, "replica-a", lease_ms);
+    if (!claim.has_value()) return std::nullopt;
+    out.claim = *claim;
+    out.decision = Decide(*claim);
+    if (!out.decision.run.has_value()) {
+      ADD_FAILURE() << "the claim of " << out.trigger << " decided no admission";
+      return std::nullopt;
+    }
+    return out;
+  }
+
   std::string database_;
   std::unique_ptr<PostgresStore> store_a_;
   std::unique_ptr<PostgresStore> store_b_;
@@ -360,7 +401,7 @@ class ClusterScheduleTest : public ::testing::Test {
 // ---------------------------------------------------------------------------------------------
 // Claims
 
-TEST_F(ClusterScheduleTest, ClaimsInCursorOrderAndSkipsRowsLockedByOthers) {
+TEST_P(ClusterScheduleTest, ClaimsInCursorOrderAndSkipsRowsLockedByOthers) {
   TaskView task = NewTask("ordered");
   const std::string fresh = NewTrigger(task, kYearly);  // never initialised: cursor NULL
   std::string tie_low = NewTrigger(task, kYearly);
@@ -411,7 +452,7 @@ TEST_F(ClusterScheduleTest, ClaimsInCursorOrderAndSkipsRowsLockedByOthers) {
                 tie_low + "|replica-a\n" + tie_high + "|replica-b\n" + future + "|-");
 }
 
-TEST_F(ClusterScheduleTest, AClaimWritesTheFenceWithOneDatabaseClockReading) {
+TEST_P(ClusterScheduleTest, AClaimWritesTheFenceWithOneDatabaseClockReading) {
   // A claim command names owner, token, limit and lease, and no time of any node: this binding
   // stops compiling if a field is ever added to it.
   static_assert(std::is_aggregate_v<ClaimRequest>);
@@ -485,7 +526,7 @@ TEST_F(ClusterScheduleTest, AClaimWritesTheFenceWithOneDatabaseClockReading) {
   EXPECT_EQ(TriggerIds(valid), std::vector<std::string>{other});
 }
 
-TEST_F(ClusterScheduleTest, AnotherReplicaTakesOverOnlyAfterTheDatabaseClockPassesTheExpiry) {
+TEST_P(ClusterScheduleTest, AnotherReplicaTakesOverOnlyAfterTheDatabaseClockPassesTheExpiry) {
   TaskView task = NewTask("taken over");
   const std::string trigger = NewTrigger(task, kEverySecond);
   const int64_t cursor = SecondAgo(2'000);
@@ -521,7 +562,7 @@ TEST_F(ClusterScheduleTest, AnotherReplicaTakesOverOnlyAfterTheDatabaseClockPass
 // ---------------------------------------------------------------------------------------------
 // The fence
 
-TEST_F(ClusterScheduleTest, EveryBrokenFenceRacesAndWritesNothing) {
+TEST_P(ClusterScheduleTest, EveryBrokenFenceRacesAndWritesNothing) {
   TaskView task = NewTask("fenced");
   const std::string trigger = NewTrigger(task, kEverySecond);
   const int64_t cursor = SecondAgo(2'000);
@@ -565,7 +606,7 @@ TEST_F(ClusterScheduleTest, EveryBrokenFenceRacesAndWritesNothing) {
   EXPECT_EQ(Written(), "1|1|2|1");
 }
 
-TEST_F(ClusterScheduleTest, AnExpiredClaimRacesAndWritesNothing) {
+TEST_P(ClusterScheduleTest, AnExpiredClaimRacesAndWritesNothing) {
   TaskView task = NewTask("expired");
   const std::string trigger = NewTrigger(task, kEverySecond);
   SetCursor(trigger, SecondAgo(2'000));
@@ -589,7 +630,7 @@ TEST_F(ClusterScheduleTest, AnExpiredClaimRacesAndWritesNothing) {
 // ---------------------------------------------------------------------------------------------
 // Decisions
 
-TEST_F(ClusterScheduleTest, SkipMovesAFarBehindCursorPastTheClaimTimeWithoutARun) {
+TEST_P(ClusterScheduleTest, SkipMovesAFarBehindCursorPastTheClaimTimeWithoutARun) {
   TaskView task = NewTask("skipped");
   const std::string trigger = NewTrigger(task, kYearly, "skip");
   SetCursor(trigger, NewYear(2020));
@@ -628,7 +669,7 @@ TEST_F(ClusterScheduleTest, SkipMovesAFarBehindCursorPastTheClaimTimeWithoutARun
   EXPECT_EQ(Written(), "0|0|0|0");
 }
 
-TEST_F(ClusterScheduleTest, FireOnceAdmitsOnlyTheOldestMissedOccurrence) {
+TEST_P(ClusterScheduleTest, FireOnceAdmitsOnlyTheOldestMissedOccurrence) {
   TaskView task = NewTask("fired once");
   const std::string trigger = NewTrigger(task, kYearly, "fire_once");
   const int64_t oldest = NewYear(2020);
@@ -655,7 +696,7 @@ TEST_F(ClusterScheduleTest, FireOnceAdmitsOnlyTheOldestMissedOccurrence) {
 // ---------------------------------------------------------------------------------------------
 // Admission
 
-TEST_F(ClusterScheduleTest, AnAdmissionWritesRunAttemptEventsPolicyAndCursorAtOnce) {
+TEST_P(ClusterScheduleTest, AnAdmissionWritesRunAttemptEventsPolicyAndCursorAtOnce) {
   TaskView task = NewTask("admitted");
   const std::string trigger = NewTrigger(task, kEverySecond);
   const int64_t cursor = SecondAgo(2'000);
@@ -705,7 +746,7 @@ TEST_F(ClusterScheduleTest, AnAdmissionWritesRunAttemptEventsPolicyAndCursorAtOn
                 std::to_string(claim->claim_version) + "|t|t|t|" + at);
 }
 
-TEST_F(ClusterScheduleTest, AWriteFaultInsideTheAdmissionRollsEverythingBack) {
+TEST_P(ClusterScheduleTest, AWriteFaultInsideTheAdmissionRollsEverythingBack) {
   TaskView task = NewTask("faulted");
   const std::string trigger = NewTrigger(task, kEverySecond);
   SetCursor(trigger, SecondAgo(2'000));
@@ -717,7 +758,7 @@ TEST_F(ClusterScheduleTest, AWriteFaultInsideTheAdmissionRollsEverythingBack) {
   for (const std::string step : {"run", "schedule"}) {
     SCOPED_TRACE("fault at " + step);
     int faults = 0;
-    a_->SetWriteFaultForTesting([&](std::string_view at) -> Status {
+    a_->SetWriteFaultForTesting([&](std::string_view at, pg::Tx&) -> Status {
       if (at != step) return Status::Ok();
       ++faults;
       return Unavailable("injected_write_fault", "the write of the " + step + " failed");
@@ -733,7 +774,140 @@ TEST_F(ClusterScheduleTest, AWriteFaultInsideTheAdmissionRollsEverythingBack) {
   EXPECT_EQ(Written(), "1|1|2|1");
 }
 
-TEST_F(ClusterScheduleTest, ACorruptExecutionRevisionAdmitsNothing) {
+TEST_P(ClusterScheduleTest, ACursorThatDoesNotMoveForwardIsRefused) {
+  std::optional<Claimed> claimed = ClaimedAdmission("backwards");
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const int64_t cursor = claimed->cursor;
+  const ClaimDecision& valid = claimed->decision;
+  const std::string claimed_row = ScheduleRow(trigger);
+  for (int64_t to : {cursor, cursor - 1'000}) {
+    SCOPED_TRACE("new cursor " + std::to_string(to));
+    ClaimDecision decision = valid;
+    decision.new_next_fire_at_ms = to;
+    EXPECT_TRUE(HasError(a_->CommitClaimDecision(decision), StatusCode::kInvalidArgument,
+                         "cursor_not_advancing"));
+    EXPECT_EQ(ScheduleRow(trigger), claimed_row);
+    EXPECT_EQ(Written(), "0|0|0|0");
+  }
+  EXPECT_TRUE(Outcome(a_->CommitClaimDecision(valid), AdvanceOutcome::kApplied));
+}
+
+TEST_P(ClusterScheduleTest, ATriggerRevisionThatNoLongerHashesToItsDigestAdmitsNothing) {
+  std::optional<Claimed> claimed = ClaimedAdmission("retimed", 60'000);
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const ScheduleClaim* claim = &claimed->claim;
+  const ClaimDecision& decision = claimed->decision;
+  const std::string claimed_row = ScheduleRow(trigger);
+  auto rewrite = [&](const std::string& set) {
+    Sql("ALTER TABLE ql3.trigger_revisions DISABLE TRIGGER trigger_revisions_immutable;\n"
+        "UPDATE ql3.trigger_revisions SET " +
+        set + " WHERE trigger_id = '" + trigger +
+        "';\n"
+        "ALTER TABLE ql3.trigger_revisions ENABLE TRIGGER trigger_revisions_immutable;");
+  };
+  // The stored content changed under its digest: corrupt.
+  rewrite("expression = '*/2 * * * * *'");
+  EXPECT_TRUE(HasError(a_->CommitClaimDecision(decision), StatusCode::kCorrupt,
+                       "trigger_digest_mismatch"));
+  EXPECT_EQ(ScheduleRow(trigger), claimed_row);
+  EXPECT_EQ(Written(), "0|0|0|0");
+  // Other content with its own valid digest under the same revision: not what the decision
+  // followed, so it raced.
+  TriggerRevisionRecord other = claim->due.trigger;
+  other.expression = "*/2 * * * * *";
+  rewrite("content_digest = '" + TriggerContentDigest(other) + "'");
+  EXPECT_TRUE(Outcome(a_->CommitClaimDecision(decision), AdvanceOutcome::kRaced));
+  EXPECT_EQ(ScheduleRow(trigger), claimed_row);
+  EXPECT_EQ(Written(), "0|0|0|0");
+  // The decision's own content, restored, admits.
+  rewrite("expression = '" + std::string(kEverySecond) + "', content_digest = '" +
+          claim->due.trigger.content_digest + "'");
+  EXPECT_TRUE(Outcome(a_->CommitClaimDecision(decision), AdvanceOutcome::kApplied));
+  EXPECT_EQ(Written(), "1|1|2|1");
+}
+
+TEST_P(ClusterScheduleTest, AHolderStalledInsideItsAdmissionPastItsExpiryAdmitsNothing) {
+  std::optional<Claimed> claimed = ClaimedAdmission("stalled holder", 1'000);
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const ScheduleClaim* claim = &claimed->claim;
+  const ClaimDecision& decision = claimed->decision;
+  const std::string claimed_row = ScheduleRow(trigger);
+  // Everything is written and every lock-time check held; then the holder stalls inside the
+  // transaction (busy, so no idle bound ends it) until the database clock passes the expiry.
+  int64_t woke_ms = 0;
+  a_->SetWriteFaultForTesting([&](std::string_view step, pg::Tx& tx) -> Status {
+    if (step != "schedule") return Status::Ok();
+    QL_ASSIGN_OR_RETURN(
+        pg::Rows slept,
+        tx.Exec("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM "
+                "pg_sleep(greatest($1::bigint - (extract(epoch FROM clock_timestamp()) * "
+                "1000)::bigint + 200, 0) / 1000.0)",
+                {pg::P(claim->expires_at_ms)}));
+    woke_ms = slept.Int(0, 0);
+    return slept.status();
+  });
+  EXPECT_TRUE(Outcome(a_->CommitClaimDecision(decision), AdvanceOutcome::kRaced));
+  EXPECT_GT(woke_ms, claim->expires_at_ms);
+  EXPECT_EQ(ScheduleRow(trigger), claimed_row);
+  EXPECT_EQ(Written(), "0|0|0|0");
+  a_->SetWriteFaultForTesting(nullptr);
+  // The rows are free for the next holder, which admits the occurrence once.
+  std::optional<ScheduleClaim> taken = ClaimOnly(*b_, trigger, "replica-b");
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_TRUE(Outcome(b_->CommitClaimDecision(Decide(*taken)), AdvanceOutcome::kApplied));
+  EXPECT_EQ(Written(), "1|1|2|1");
+}
+
+TEST_P(ClusterScheduleTest, AFrozenHolderLosesItsRowsToAnotherReplicaWithinTheLeasePlusTwoSeconds) {
+  constexpr int64_t kLeaseMs = 2'000;
+  std::optional<Claimed> claimed = ClaimedAdmission("frozen holder", kLeaseMs);
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const int64_t cursor = claimed->cursor;
+  const ScheduleClaim* claim = &claimed->claim;
+  const ClaimDecision& decision = claimed->decision;
+  // The holder freezes with its rows locked and its transaction open, idle, until well past
+  // the expiry (as a SIGSTOPped process would).
+  std::atomic<bool> frozen{false};
+  a_->SetWriteFaultForTesting([&](std::string_view step, pg::Tx&) -> Status {
+    if (step != "schedule") return Status::Ok();
+    frozen = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs + 4'000));
+    return Status::Ok();
+  });
+  Result<AdvanceOutcome> holder = Internal("not_run", "the holder did not run");
+  std::thread holding([&] { holder = a_->CommitClaimDecision(decision); });
+  while (!frozen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  // Another replica keeps trying; it gets the row once the holder's session is gone.
+  std::optional<ScheduleClaim> taken;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!taken.has_value() && std::chrono::steady_clock::now() < deadline) {
+    std::vector<ScheduleClaim> got = Claim(*b_, Request("replica-b", 16, 30'000));
+    if (!got.empty()) taken = got.front();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  holding.join();
+  ASSERT_TRUE(taken.has_value()) << "nobody took the frozen holder's row over";
+  EXPECT_EQ(taken->due.schedule.trigger_id, trigger);
+  EXPECT_GE(taken->acquired_at_ms, claim->expires_at_ms);
+  std::cout << "[frozen-holder] lease " << kLeaseMs << " ms; taken over "
+            << taken->acquired_at_ms - claim->expires_at_ms << " ms after the expiry\n";
+  EXPECT_LE(taken->acquired_at_ms, claim->expires_at_ms + 2'000)
+      << "taken over " << taken->acquired_at_ms - claim->expires_at_ms
+      << " ms after the expiry";
+  // The frozen holder admitted nothing: its session ended (or its COMMIT reading saw the
+  // expiry) and everything it wrote was rolled back.
+  EXPECT_FALSE(holder.ok() && *holder == AdvanceOutcome::kApplied);
+  EXPECT_EQ(Written(), "0|0|0|0");
+  EXPECT_TRUE(Outcome(b_->CommitClaimDecision(Decide(*taken)), AdvanceOutcome::kApplied));
+  EXPECT_EQ(Sql("SELECT scheduled_for_ms FROM ql3.runs"), std::to_string(cursor));
+}
+
+TEST_P(ClusterScheduleTest, ACorruptExecutionRevisionAdmitsNothing) {
   TaskView task = NewTask("tampered");
   const std::string trigger = NewTrigger(task, kEverySecond);
   // A second trigger of the task, not due yet (the service refuses triggers on a corrupt plan).
@@ -785,7 +959,7 @@ TEST_F(ClusterScheduleTest, ACorruptExecutionRevisionAdmitsNothing) {
   EXPECT_GT(*delay, 0);
 }
 
-TEST_F(ClusterScheduleTest, AStaleTaskPinAdmitsNothingUntilTheTriggerIsRepinned) {
+TEST_P(ClusterScheduleTest, AStaleTaskPinAdmitsNothingUntilTheTriggerIsRepinned) {
   TaskView task = NewTask("republished");
   const std::string trigger = NewTrigger(task, kEverySecond);
   SetCursor(trigger, SecondAgo(2'000));
@@ -828,7 +1002,7 @@ TEST_F(ClusterScheduleTest, AStaleTaskPinAdmitsNothingUntilTheTriggerIsRepinned)
   EXPECT_EQ(again[0].execution_revision_id, ExecutionId(task, 2));
 }
 
-TEST_F(ClusterScheduleTest, AnAcquisitionTimeAheadOfTheDatabaseClockFailsClosed) {
+TEST_P(ClusterScheduleTest, AnAcquisitionTimeAheadOfTheDatabaseClockFailsClosed) {
   TaskView task = NewTask("regressed");
   const std::string trigger = NewTrigger(task, kEverySecond);
   SetCursor(trigger, SecondAgo(2'000));
@@ -845,7 +1019,7 @@ TEST_F(ClusterScheduleTest, AnAcquisitionTimeAheadOfTheDatabaseClockFailsClosed)
   EXPECT_TRUE(Outcome(a_->CommitClaimDecision(decision), AdvanceOutcome::kApplied));
 }
 
-TEST_F(ClusterScheduleTest, AnAdmittedOccurrenceCannotBeAdmittedAgain) {
+TEST_P(ClusterScheduleTest, AnAdmittedOccurrenceIsNotAdmittedAgainAndItsCursorMovesOn) {
   TaskView task = NewTask("once");
   const std::string trigger = NewTrigger(task, kEverySecond);
   const int64_t cursor = SecondAgo(2'000);
@@ -865,17 +1039,55 @@ TEST_F(ClusterScheduleTest, AnAdmittedOccurrenceCannotBeAdmittedAgain) {
   ASSERT_TRUE(second.run.has_value());
   EXPECT_EQ(second.run->idempotency_key, first.run->idempotency_key);
   EXPECT_NE(second.run->run_id, first.run->run_id);
-  const std::string claimed_row = ScheduleRow(trigger);
-  EXPECT_TRUE(Outcome(b_->CommitClaimDecision(second), AdvanceOutcome::kRaced));
+  // No second run; the cursor moves past the occurrence and the claim is cleared, so the
+  // trigger goes on with its next occurrence instead of racing on this one forever.
+  EXPECT_TRUE(Outcome(b_->CommitClaimDecision(second), AdvanceOutcome::kAlreadyAdmitted));
   EXPECT_EQ(Sql("SELECT id FROM ql3.runs"), first.run->run_id);
   EXPECT_EQ(Written(), "1|1|2|1");
-  EXPECT_EQ(ScheduleRow(trigger), claimed_row);
+  EXPECT_EQ(Sql("SELECT next_fire_at_ms, last_scheduled_at_ms, state_version, claim_owner IS NULL, "
+                "claim_token IS NULL, claim_expires_at_ms IS NULL" +
+                Where(trigger)),
+            std::to_string(cursor + 1'000) + "|" + std::to_string(cursor) + "|" +
+                std::to_string(replay->due.schedule.state_version + 1) + "|t|t|t");
+}
+
+TEST_P(ClusterScheduleTest, ACoordinatorMovesACursorOffAnAdmittedOccurrenceAndCountsIt) {
+  TaskView task = NewTask("stalled");
+  const std::string trigger = NewTrigger(task, kEverySecond);
+  const int64_t cursor = SecondAgo(5'000);
+  SetCursor(trigger, cursor);
+  Metrics metrics;
+  testing::SeededRandom random(17);
+  ClusterScheduler scheduler(*a_, store_a_->definitions(), random, metrics,
+                             SchedulerOptions("replica-a"));
+  Result<RoundReport> admitted = scheduler.RunRound();
+  ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
+  ASSERT_EQ(admitted->admitted, 1) << admitted->first_error.ToString();
+
+  SetCursor(trigger, cursor);  // back onto the admitted occurrence
+  Result<RoundReport> moved = scheduler.RunRound();
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ(moved->already_admitted, 1);
+  EXPECT_EQ(moved->raced, 0);
+  EXPECT_EQ(moved->admitted, 0);
+  EXPECT_EQ(moved->errors, 0) << moved->first_error.ToString();
+  EXPECT_TRUE(moved->still_due);
+  EXPECT_EQ(Sample(metrics, R"(ql_scheduler_occurrences_total{outcome="already_admitted"})"), 1);
+  EXPECT_EQ(SqlInt("SELECT next_fire_at_ms" + Where(trigger)), cursor + 1'000);
+
+  // The next round admits the next occurrence.
+  Result<RoundReport> next = scheduler.RunRound();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->admitted, 1) << next->first_error.ToString();
+  EXPECT_EQ(Sql("SELECT string_agg(scheduled_for_ms::text, ',' ORDER BY scheduled_for_ms) FROM "
+                "ql3.runs"),
+            std::to_string(cursor) + "," + std::to_string(cursor + 1'000));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Coordinators
 
-TEST_F(ClusterScheduleTest, ABurstDoublesTheBatchWhileRoundsComeBackFullThenShrinksIt) {
+TEST_P(ClusterScheduleTest, ABurstDoublesTheBatchWhileRoundsComeBackFullThenShrinksIt) {
   constexpr int kTriggers = 40;
   TaskView task = NewTask("burst");
   for (int i = 0; i < kTriggers; ++i) ASSERT_FALSE(NewTrigger(task, kYearly).empty());
@@ -901,7 +1113,101 @@ TEST_F(ClusterScheduleTest, ABurstDoublesTheBatchWhileRoundsComeBackFullThenShri
   EXPECT_EQ(ClusterScheduler::ValidateOptions(options).reason(), "invalid_scheduler_option");
 }
 
-TEST_F(ClusterScheduleTest, TwoCoordinatorsAdmitEverySecondOfEveryTriggerExactlyOnce) {
+// Delegates to a repository; runs `before_commit` before each batch commit.
+class PausingSchedules final : public ClusterScheduleRepository {
+ public:
+  PausingSchedules(ClusterScheduleRepository& inner, std::function<void()> before_commit)
+      : inner_(inner), before_commit_(std::move(before_commit)) {}
+  Result<std::vector<ScheduleClaim>> ClaimDueSchedules(const ClaimRequest& request) override {
+    return inner_.ClaimDueSchedules(request);
+  }
+  Result<AdvanceOutcome> CommitClaimDecision(const ClaimDecision& decision) override {
+    return inner_.CommitClaimDecision(decision);
+  }
+  Result<std::vector<ClaimCommitResult>> CommitClaimDecisions(
+      const std::vector<ClaimDecision>& decisions) override {
+    if (before_commit_) before_commit_();
+    return inner_.CommitClaimDecisions(decisions);
+  }
+  Result<std::optional<int64_t>> MsUntilNextDue() override { return inner_.MsUntilNextDue(); }
+
+ private:
+  ClusterScheduleRepository& inner_;
+  std::function<void()> before_commit_;
+};
+
+TEST_P(ClusterScheduleTest, ACoordinatorWhoseClaimsWereTakenOverCountsThemRaced) {
+  constexpr int kTriggers = 3;
+  TaskView task = NewTask("raced");
+  const int64_t cursor = SecondAgo(2'000);
+  for (int i = 0; i < kTriggers; ++i) SetCursor(NewTrigger(task, kEverySecond), cursor);
+  Metrics metrics_a, metrics_b;
+  testing::SeededRandom random_a(21), random_b(22);
+  ClusterSchedulerOptions options_b = SchedulerOptions("replica-b");
+  ClusterScheduler b(*b_, store_b_->definitions(), random_b, metrics_b, options_b);
+  // Replica A decides, then stalls past its 1 s lease before committing; meanwhile replica B
+  // claims the expired rows and admits them.
+  Result<RoundReport> round_b = Internal("not_run", "");
+  int64_t a_expiry = 0;
+  PausingSchedules paused(*a_, [&] {
+    a_expiry = SqlInt("SELECT max(claim_expires_at_ms) FROM ql3.trigger_schedules");
+    WaitForDbClockPast(a_expiry);
+    round_b = b.RunRound();
+  });
+  ClusterSchedulerOptions options_a = SchedulerOptions("replica-a");
+  options_a.lease_ms = 1'000;
+  ClusterScheduler a(paused, store_a_->definitions(), random_a, metrics_a, options_a);
+  Result<RoundReport> round_a = a.RunRound();
+  ASSERT_TRUE(round_a.ok()) << round_a.status().ToString();
+  ASSERT_TRUE(round_b.ok()) << round_b.status().ToString();
+  // The interleaving the test claims: B claimed after A's claims expired and admitted all.
+  EXPECT_EQ(round_b->rows, kTriggers);
+  EXPECT_EQ(round_b->admitted, kTriggers) << round_b->first_error.ToString();
+  EXPECT_GT(a_expiry, 0);
+  EXPECT_EQ(round_a->rows, kTriggers);
+  EXPECT_EQ(round_a->raced, kTriggers);
+  EXPECT_EQ(round_a->admitted, 0);
+  EXPECT_EQ(round_a->errors, 0) << round_a->first_error.ToString();
+  EXPECT_EQ(Sample(metrics_a, R"(ql_scheduler_occurrences_total{outcome="raced"})"), kTriggers);
+  EXPECT_EQ(Sample(metrics_b, R"(ql_scheduler_occurrences_total{outcome="admit"})"), kTriggers);
+  EXPECT_EQ(Sql("SELECT count(*), count(DISTINCT trigger_id), min(scheduled_for_ms), "
+                "max(scheduled_for_ms) FROM ql3.runs"),
+            std::to_string(kTriggers) + "|" + std::to_string(kTriggers) + "|" +
+                std::to_string(cursor) + "|" + std::to_string(cursor));
+}
+
+TEST_P(ClusterScheduleTest, WholeTransactionRerunsOfAdmissionsAreCounted) {
+  std::optional<Claimed> claimed = ClaimedAdmission("rerun");
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const ClaimDecision& decision = claimed->decision;
+  // Two serialization failures, then the admission goes through.
+  int failures = 0;
+  a_->SetWriteFaultForTesting([&](std::string_view step, pg::Tx&) -> Status {
+    if (step != "run" || failures >= 2) return Status::Ok();
+    ++failures;
+    return Busy("serialization_failure", "injected");
+  });
+  EXPECT_TRUE(Outcome(a_->CommitClaimDecision(decision), AdvanceOutcome::kApplied));
+  AdmissionRetryStats stats = a_->TakeAdmissionRetryStats();
+  EXPECT_EQ(stats.retries, 2);
+  EXPECT_EQ(stats.exhausted, 0);
+  EXPECT_EQ(a_->TakeAdmissionRetryStats().retries, 0);  // taken means reset
+  // Failures that never stop exhaust the reruns (the next second is due already).
+  std::optional<ScheduleClaim> again = ClaimOnly(*a_, trigger, "replica-a");
+  ASSERT_TRUE(again.has_value());
+  a_->SetWriteFaultForTesting([](std::string_view step, pg::Tx&) -> Status {
+    return step == "run" ? Busy("serialization_failure", "injected") : Status::Ok();
+  });
+  EXPECT_TRUE(HasError(a_->CommitClaimDecision(Decide(*again)), StatusCode::kUnavailable,
+                       "retry_exhausted"));
+  stats = a_->TakeAdmissionRetryStats();
+  EXPECT_GE(stats.retries, 1);
+  EXPECT_EQ(stats.exhausted, 1);
+  a_->SetWriteFaultForTesting(nullptr);
+}
+
+TEST_P(ClusterScheduleTest, TwoCoordinatorsAdmitEverySecondOfEveryTriggerExactlyOnce) {
   constexpr int kTriggers = 10;
   TaskView task = NewTask("every second");
   for (int i = 0; i < kTriggers; ++i) ASSERT_FALSE(NewTrigger(task, kEverySecond).empty());
@@ -1099,7 +1405,7 @@ class ClusterRecoveryTest : public ClusterScheduleTest {
   std::unique_ptr<ClusterRecovery> recovery_;
 };
 
-TEST_F(ClusterRecoveryTest, APristineAdmissionIsNoCandidateAndAnyDriftMakesItOne) {
+TEST_P(ClusterRecoveryTest, APristineAdmissionIsNoCandidateAndAnyDriftMakesItOne) {
   TaskView task = NewTask("pristine");
   const std::string trigger = NewTrigger(task, kYearly, "fire_once");
   const std::string run = AdmitRun(trigger, 2020);
@@ -1164,7 +1470,7 @@ TEST_F(ClusterRecoveryTest, APristineAdmissionIsNoCandidateAndAnyDriftMakesItOne
   EXPECT_EQ(Sample(metrics_, R"(ql_recovery_runs{action="redispatch"})"), 1);
 }
 
-TEST_F(ClusterRecoveryTest, PeriodicCyclesLeaveTheQueueToThePullAndStillSettleStartedWork) {
+TEST_P(ClusterRecoveryTest, PeriodicCyclesLeaveTheQueueToThePullAndStillSettleStartedWork) {
   TaskView task = NewTask("scoped");
   const std::string queued = AdmitRun(NewTrigger(task, kYearly, "fire_once"), 2020);
   const std::string started = AdmitRun(NewTrigger(task, kYearly, "fire_once"), 2020);
@@ -1195,7 +1501,7 @@ TEST_F(ClusterRecoveryTest, PeriodicCyclesLeaveTheQueueToThePullAndStillSettleSt
   EXPECT_EQ(Sql("SELECT status FROM ql3.runs WHERE id = '" + queued + "'"), "queued");
 }
 
-TEST_F(ClusterRecoveryTest, StartedWorkWithoutALeaseIsLostAndFailsWithoutARetryPolicy) {
+TEST_P(ClusterRecoveryTest, StartedWorkWithoutALeaseIsLostAndFailsWithoutARetryPolicy) {
   TaskView task = NewTask("abandoned");
   const std::string trigger = NewTrigger(task, kYearly, "fire_once");
   const std::string run = AdmitRun(trigger, 2020);
@@ -1223,7 +1529,7 @@ TEST_F(ClusterRecoveryTest, StartedWorkWithoutALeaseIsLostAndFailsWithoutARetryP
   EXPECT_EQ(RunRow(run), settled);
 }
 
-TEST_F(ClusterRecoveryTest, LostWorkRetriesAsAttemptTwoOnceItsBackoffPasses) {
+TEST_P(ClusterRecoveryTest, LostWorkRetriesAsAttemptTwoOnceItsBackoffPasses) {
   TaskView task = NewTask("retried", json{{"max_attempts", 2},
                                           {"retry_on_lost", true},
                                           {"safety", "idempotent"},
@@ -1266,7 +1572,7 @@ TEST_F(ClusterRecoveryTest, LostWorkRetriesAsAttemptTwoOnceItsBackoffPasses) {
   EXPECT_TRUE(Candidates().empty());
 }
 
-TEST_F(ClusterRecoveryTest, ALiveLeaseIsLeftAloneUntilTheDatabaseClockEndsIt) {
+TEST_P(ClusterRecoveryTest, ALiveLeaseIsLeftAloneUntilTheDatabaseClockEndsIt) {
   TaskView task = NewTask("leased");
   const std::string trigger = NewTrigger(task, kYearly, "fire_once");
   const std::string run = AdmitRun(trigger, 2020);
@@ -1319,6 +1625,15 @@ TEST_F(ClusterRecoveryTest, ALiveLeaseIsLeftAloneUntilTheDatabaseClockEndsIt) {
   EXPECT_EQ(EventTypes(run),
             "run.created,run.queued,run.dispatching,attempt.lost,run.lost,run.failed");
 }
+
+INSTANTIATE_TEST_SUITE_P(Isolations, ClusterScheduleTest,
+                         ::testing::Values(AdmissionIsolation::kSerializable,
+                                           AdmissionIsolation::kReadCommitted),
+                         IsolationName);
+INSTANTIATE_TEST_SUITE_P(Isolations, ClusterRecoveryTest,
+                         ::testing::Values(AdmissionIsolation::kSerializable,
+                                           AdmissionIsolation::kReadCommitted),
+                         IsolationName);
 
 }  // namespace
 }  // namespace ql

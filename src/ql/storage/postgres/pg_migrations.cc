@@ -64,21 +64,85 @@ Status ApplyCapabilityStep(Connection& conn, const SchemaCapability& step) {
   return Status::Ok();
 }
 
+// Takes the migration advisory lock with `try_lock_sql` (its transaction or session form);
+// Busy `migration_lock_held` when another migrator holds it.
+Status TryMigrationLock(Connection& conn, const char* try_lock_sql) {
+  QL_ASSIGN_OR_RETURN(Rows lock,
+                      conn.Exec(try_lock_sql, {P(kMigrationLockKey)}, "take the migration lock"));
+  if (!lock.Bool(0, 0)) {
+    QL_RETURN_IF_ERROR(lock.status());
+    return Busy("migration_lock_held",
+                "another migrator holds the migration lock; nothing was changed (retry when it "
+                "has finished)");
+  }
+  return lock.status();
+}
+
+// The statements of a prepare migration, each sent on its own (a non-transactional statement
+// cannot share a query string with another): each ends with ';' at the end of a line; blank
+// lines and lines that start with "--" are dropped.
+std::vector<std::string> PrepareStatements(std::string_view sql) {
+  std::vector<std::string> out;
+  std::string current;
+  size_t start = 0;
+  while (start < sql.size()) {
+    size_t end = sql.find('\n', start);
+    if (end == std::string_view::npos) end = sql.size();
+    std::string_view line = sql.substr(start, end - start);
+    start = end + 1;
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
+    const size_t first = line.find_first_not_of(' ');
+    if (first == std::string_view::npos || line.substr(first).starts_with("--")) continue;
+    current += std::string(line) + "\n";
+    if (line.back() == ';') {
+      out.push_back(std::move(current));
+      current.clear();
+    }
+  }
+  if (current.find_first_not_of(" \n") != std::string::npos) out.push_back(std::move(current));
+  return out;
+}
+
+// Runs the statements of `prepare` outside any transaction, each on its own, under the
+// session-level migration lock (it excludes every migration transaction). Nothing happens when
+// another migrator completed the pair meanwhile.
+Status RunPrepared(Connection& conn, const MigrationStream& stream, const Migration& prepare,
+                   const SessionOptions& session, const MigrationFault& fault) {
+  QL_RETURN_IF_ERROR(TryMigrationLock(conn, "SELECT pg_try_advisory_lock($1)"));
+  auto body = [&]() -> Status {
+    QL_ASSIGN_OR_RETURN(std::vector<HistoryRow> history, ReadHistory(conn));
+    QL_ASSIGN_OR_RETURN(std::vector<const Migration*> pending, PendingMigrations(stream, history));
+    if (history.empty() || history.back().id != prepare.id) return Status::Ok();
+    QL_RETURN_IF_ERROR(conn.ExecScript(
+        "SET statement_timeout = " + std::to_string(session.statement_timeout_ms) +
+            "; SET lock_timeout = " + std::to_string(session.lock_timeout_ms),
+        "bound migration " + prepare.id));
+    for (const std::string& statement : PrepareStatements(prepare.sql)) {
+      QL_RETURN_IF_ERROR(conn.ExecScript(statement, "migration " + prepare.id));
+    }
+    if (fault) QL_RETURN_IF_ERROR(fault("prepared"));
+    return conn.ExecScript("RESET statement_timeout; RESET lock_timeout",
+                           "unbound migration " + prepare.id);
+  };
+  Status status = body();
+  Result<Rows> unlock =
+      conn.Exec("SELECT pg_advisory_unlock($1)", {P(kMigrationLockKey)}, "release the lock");
+  if (!status.ok()) return status;
+  return unlock.status();
+}
+
 // One transaction: lock, check history, apply the next pending migration (or the grants when
-// none is pending). Sets `done` when nothing was pending.
+// none is pending). Sets `done` when nothing was pending. A prepare migration writes only its
+// history row (the marker). Before the commit migration of a pair whose statements have not
+// run in this call of MigrateStream (`prepared` names the prepare migration that ran), it
+// changes nothing and sets `run_prepare` instead.
 Status MigrateStep(Connection& conn, const MigrationStream& stream,
                    std::span<const SchemaCapability> steps, const SessionOptions& session,
-                   Clock& clock, MigrateReport& report, bool& done) {
+                   Clock& clock, MigrateReport& report, bool& done, const std::string& prepared,
+                   const Migration*& run_prepare) {
   QL_RETURN_IF_ERROR(conn.ExecScript(BeginSql(session), "begin migration"));
   auto body = [&]() -> Status {
-    QL_ASSIGN_OR_RETURN(Rows lock, conn.Exec("SELECT pg_try_advisory_xact_lock($1)",
-                                             {P(kMigrationLockKey)}, "take the migration lock"));
-    if (!lock.Bool(0, 0)) {
-      QL_RETURN_IF_ERROR(lock.status());
-      return Busy("migration_lock_held",
-                  "another migrator holds the migration lock; nothing was changed (retry when "
-                  "it has finished)");
-    }
+    QL_RETURN_IF_ERROR(TryMigrationLock(conn, "SELECT pg_try_advisory_xact_lock($1)"));
     QL_ASSIGN_OR_RETURN(std::vector<HistoryRow> history, ReadHistory(conn));
     QL_ASSIGN_OR_RETURN(std::vector<const Migration*> pending, PendingMigrations(stream, history));
     std::vector<std::string> applied;
@@ -90,7 +154,16 @@ Status MigrateStep(Connection& conn, const MigrationStream& stream,
       return conn.ExecScript(GrantsSql(), "apply grants");
     }
     const Migration& next = *pending.front();
-    QL_RETURN_IF_ERROR(conn.ExecScript(next.sql, "migration " + next.id));
+    if (IsCommitMigration(next.id)) {
+      const Migration& prepare = (&next)[-1];  // ValidateStream: a commit follows its prepare
+      if (prepared != prepare.id) {
+        run_prepare = &prepare;
+        return Status::Ok();
+      }
+    }
+    if (!IsPrepareMigration(next.id)) {
+      QL_RETURN_IF_ERROR(conn.ExecScript(next.sql, "migration " + next.id));
+    }
     QL_RETURN_IF_ERROR(
         conn.Exec(
                 "INSERT INTO ql3.schema_migrations (id, stream, dialect, checksum, "
@@ -105,7 +178,7 @@ Status MigrateStep(Connection& conn, const MigrationStream& stream,
     return Status::Ok();
   };
   Status status = body();
-  if (!status.ok()) {
+  if (!status.ok() || run_prepare != nullptr) {
     if (conn.InTransaction()) (void)conn.ExecScript("ROLLBACK", "rollback migration");
     return status;
   }
@@ -247,7 +320,7 @@ Result<std::vector<HistoryRow>> ReadHistory(Connection& conn) {
 
 Result<MigrateReport> MigrateStream(const std::string& url, const MigrationStream& stream,
                                     std::span<const SchemaCapability> steps, Clock& clock,
-                                    const SessionOptions& session) {
+                                    const SessionOptions& session, const MigrationFault& fault) {
   QL_RETURN_IF_ERROR(ValidateStream(stream));
   SessionOptions s = MigrationSession(session);
   QL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, Connection::Open(url, s));
@@ -259,10 +332,30 @@ Result<MigrateReport> MigrateStream(const std::string& url, const MigrationStrea
                            "migrations run as " + std::string(kMigrationRole) +
                                " (the owner of schema ql3), not as " + role);
   }
+  for (const SchemaCapability& step : steps) {
+    if (IsPrepareMigration(step.migration_id)) {
+      return InvalidArgument("capability_step_invalid",
+                             "capability " + std::string(step.name) + " v" +
+                                 std::to_string(step.version) + " names prepare migration " +
+                                 std::string(step.migration_id) +
+                                 "; a pair moves the capability with its commit migration");
+    }
+  }
   MigrateReport report;
   bool done = false;
+  std::string prepared;
   while (!done) {
-    QL_RETURN_IF_ERROR(MigrateStep(*conn, stream, steps, s, clock, report, done));
+    const Migration* run_prepare = nullptr;
+    const size_t applied = report.applied.size();
+    QL_RETURN_IF_ERROR(
+        MigrateStep(*conn, stream, steps, s, clock, report, done, prepared, run_prepare));
+    if (run_prepare != nullptr) {
+      QL_RETURN_IF_ERROR(RunPrepared(*conn, stream, *run_prepare, s, fault));
+      prepared = run_prepare->id;
+    } else if (fault && report.applied.size() > applied &&
+               IsPrepareMigration(report.applied.back())) {
+      QL_RETURN_IF_ERROR(fault("marked"));
+    }
   }
   return report;
 }

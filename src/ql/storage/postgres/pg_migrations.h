@@ -4,6 +4,7 @@
 // the grants, and the migrator behind `ql-cluster migrate`.
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -76,10 +77,23 @@ struct MigrateReport {
 Result<MigrateReport> Migrate(const std::string& url, Clock& clock,
                               const SessionOptions& session = {});
 
-// Applies `stream` instead of the compiled one (tests: a migration that fails midway).
+// Tests only: called at "marked" (a prepare migration's history row committed, its statements
+// not run yet) and "prepared" (its statements ran, the commit migration not yet); a non-ok return
+// ends the migrator right there, as a crash would (its connection closes, nothing is undone).
+using MigrationFault = std::function<Status(std::string_view point)>;
+
+// Applies `stream` instead of the compiled one (tests: a migration that fails midway, a
+// prepare/commit pair). A prepare/commit pair (see IsPrepareMigration) is applied as: the
+// prepare migration's history row alone, in its own transaction (the marker); then its
+// statements outside any transaction, one by one, under the session-level migration lock;
+// then the commit migration like any other, with its history row and capability step. A run
+// that finds the marker without its commit runs the statements again first, so a crash
+// anywhere in between is recovered by migrating again. InvalidArgument
+// `capability_step_invalid` when a capability step names a prepare migration.
 Result<MigrateReport> MigrateStream(const std::string& url, const MigrationStream& stream,
                                     std::span<const SchemaCapability> steps, Clock& clock,
-                                    const SessionOptions& session = {});
+                                    const SessionOptions& session = {},
+                                    const MigrationFault& fault = {});
 
 // Reads the history rows (id order). Empty when schema ql3 does not exist yet; Corrupt
 // `migration_history_invalid` when ql3 exists without a history table.

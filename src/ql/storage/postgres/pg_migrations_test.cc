@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <future>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ql/storage/postgres/pg_client.h"
@@ -16,6 +18,34 @@ namespace ql::pg {
 namespace {
 
 using testing::PgTestCluster;
+
+// The id of the migration `offset` places after the last of `stream`, named `name`.
+std::string NextId(const MigrationStream& stream, const std::string& name, size_t offset = 1) {
+  std::string number = std::to_string(stream.migrations.size() + offset);
+  return "pg-" + std::string(4 - number.size(), '0') + number + "-" + name;
+}
+
+// The compiled stream followed by test migrations (id, SQL).
+MigrationStream WithMigrations(const std::vector<std::pair<std::string, std::string>>& extra) {
+  MigrationStream stream = PostgresMainStream();
+  for (const auto& [id, sql] : extra) {
+    stream.migrations.push_back({id, MigrationChecksum(sql), sql});
+  }
+  return stream;
+}
+
+// The compiled capability steps followed by one step per (migration id, version). The ids are
+// kept alive by a static store, since SchemaCapability holds views.
+std::vector<SchemaCapability> StepsWith(
+    const std::vector<std::pair<std::string, int64_t>>& extra) {
+  static std::deque<std::string> ids;
+  std::vector<SchemaCapability> steps(CapabilitySteps().begin(), CapabilitySteps().end());
+  for (const auto& [id, version] : extra) {
+    ids.push_back(id);
+    steps.push_back({kControlCore, version, R"({"test":1})", ids.back()});
+  }
+  return steps;
+}
 
 // Once a migration has landed its id and checksum never change.
 TEST(PostgresStreamTest, ChecksumsArePinned) {
@@ -161,26 +191,186 @@ TEST_F(PostgresMigrateTest, AFailingMigrationLeavesHistoryAndCapabilityUnchanged
   std::string db = cluster().NewEmptyDatabase();
   std::string url = cluster().Url(kMigrationRole, db);
   ASSERT_TRUE(Migrate(url, clock_).ok());
-  std::string before = Query(db,
-                             "SELECT string_agg(id, ',' ORDER BY id) FROM ql3.schema_migrations;"
-                             "SELECT version FROM ql3.schema_capabilities");
+  const std::string state_sql =
+      "SELECT string_agg(id, ',' ORDER BY id) FROM ql3.schema_migrations;"
+      "SELECT version || ' ' || migration_id FROM ql3.schema_capabilities";
+  const std::string before = Query(db, state_sql);
 
-  MigrationStream broken = PostgresMainStream();
-  std::string sql =
+  // A new migration after the code's last one: two statements that work, then one that fails.
+  const std::string id = NextId(PostgresMainStream(), "fails-midway");
+  const std::string good =
       "CREATE TABLE ql3.half_done (id text);\n"
-      "INSERT INTO ql3.half_done VALUES ('x');\n"
-      "SELECT 1 / 0;\n";
-  broken.migrations.push_back({"pg-0008-fails-midway", MigrationChecksum(sql), sql});
-  std::vector<SchemaCapability> steps(CapabilitySteps().begin(), CapabilitySteps().end());
-  steps.push_back(
-      {kControlCore, ExpectedCapability().version + 1, R"({"x":1})", "pg-0008-fails-midway"});
+      "INSERT INTO ql3.half_done VALUES ('x');\n";
+  MigrationStream broken = WithMigrations({{id, good + "SELECT 1 / 0;\n"}});
+  std::vector<SchemaCapability> steps = StepsWith({{id, ExpectedCapability().version + 1}});
   Result<MigrateReport> r = MigrateStream(url, broken, steps, clock_);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(Query(db,
-                  "SELECT string_agg(id, ',' ORDER BY id) FROM ql3.schema_migrations;"
-                  "SELECT version FROM ql3.schema_capabilities"),
-            before);
+  // It failed in its own SQL (division by zero), not before running it.
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_EQ(r.status().reason(), "value_too_large");
+  EXPECT_NE(r.status().message().find("migration " + id), std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(Query(db, state_sql), before);
   EXPECT_EQ(Query(db, "SELECT to_regclass('ql3.half_done') IS NULL"), "t\n");
+
+  // The same migration without the failing statement lands whole.
+  MigrationStream fixed = WithMigrations({{id, good}});
+  Result<MigrateReport> applied = MigrateStream(url, fixed, steps, clock_);
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  EXPECT_EQ(applied->applied, std::vector<std::string>{id});
+  EXPECT_EQ(Query(db, "SELECT id FROM ql3.half_done"), "x\n");
+  EXPECT_EQ(Query(db, "SELECT version || ' ' || migration_id FROM ql3.schema_capabilities"),
+            std::to_string(ExpectedCapability().version + 1) + " " + id + "\n");
+}
+
+// The capability row refers to its migration's history row through a deferred foreign key:
+// checked at COMMIT, so both rows land in one transaction in either order, and a capability
+// that names a migration the history does not hold never commits.
+TEST_F(PostgresMigrateTest, TheCapabilityForeignKeyIsCheckedAtCommit) {
+  std::string db = cluster().NewEmptyDatabase();
+  std::string url = cluster().Url(kMigrationRole, db);
+  ASSERT_TRUE(Migrate(url, clock_).ok());
+  Result<std::unique_ptr<Connection>> conn = Connection::Open(url, {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  const std::string next = std::to_string(ExpectedCapability().version + 1);
+  const std::string capability =
+      "UPDATE ql3.schema_capabilities SET version = version + 1, migration_id = ";
+  const std::string history =
+      "INSERT INTO ql3.schema_migrations (id, stream, dialect, checksum, applied_at_ms) VALUES "
+      "('pg-9999-later', 'postgresql-main', 'postgresql', repeat('a', 64), 1)";
+
+  // Capability first, its history row later in the same transaction: commits.
+  ASSERT_TRUE((*conn)->ExecScript("BEGIN", "begin").ok());
+  ASSERT_TRUE((*conn)->ExecScript(capability + "'pg-9999-later'", "capability first").ok());
+  ASSERT_TRUE((*conn)->ExecScript(history, "history second").ok());
+  ASSERT_TRUE((*conn)->ExecScript("COMMIT", "commit", PgPhase::kCommit).ok());
+  EXPECT_EQ(Query(db, "SELECT version || ' ' || migration_id FROM ql3.schema_capabilities"),
+            next + " pg-9999-later\n");
+
+  // A capability naming a migration no history row holds: the statement passes, COMMIT fails
+  // and nothing of the transaction stays.
+  ASSERT_TRUE((*conn)->ExecScript("BEGIN", "begin").ok());
+  ASSERT_TRUE((*conn)->ExecScript(capability + "'pg-9998-never'", "dangling capability").ok());
+  Status commit = (*conn)->ExecScript("COMMIT", "commit", PgPhase::kCommit);
+  EXPECT_EQ(commit.code(), StatusCode::kCorrupt) << commit.ToString();
+  EXPECT_EQ(commit.reason(), "capability_invalid");
+  EXPECT_NE(commit.message().find("schema_capabilities_migration_fkey"), std::string::npos);
+  EXPECT_EQ(Query(db, "SELECT version || ' ' || migration_id FROM ql3.schema_capabilities"),
+            next + " pg-9999-later\n");
+}
+
+// A test-only pair around a non-transactional step: a table, then a unique index built
+// concurrently (prepare), then a commit migration that checks the index is valid.
+class PrepareCommitTest : public PostgresMigrateTest {
+ protected:
+  void SetUp() override {
+    db_ = cluster().NewEmptyDatabase();
+    url_ = cluster().Url(kMigrationRole, db_);
+    ASSERT_TRUE(Migrate(url_, clock_).ok());
+    const MigrationStream& main = PostgresMainStream();
+    table_ = NextId(main, "test-items", 1);
+    prepare_ = NextId(main, "test-items-name-index-prepare", 2);
+    commit_ = NextId(main, "test-items-name-index-commit", 3);
+    stream_ = WithMigrations({
+        {table_,
+         "CREATE TABLE ql3.test_items (id integer PRIMARY KEY, name text NOT NULL);\n"
+         "INSERT INTO ql3.test_items SELECT g, 'item-' || g FROM generate_series(1, 500) g;\n"},
+        {prepare_,
+         "-- Outside any transaction, one statement at a time; running them again rebuilds.\n"
+         "DROP INDEX CONCURRENTLY IF EXISTS ql3.test_items_name_idx;\n"
+         "CREATE UNIQUE INDEX CONCURRENTLY test_items_name_idx ON ql3.test_items (name);\n"},
+        {commit_,
+         "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = "
+         "i.indexrelid WHERE c.oid = to_regclass('ql3.test_items_name_idx') AND i.indisvalid) "
+         "THEN RAISE EXCEPTION 'ql3.test_items_name_idx is missing or invalid'; END IF; END $$;\n"},
+    });
+    steps_ = StepsWith({{table_, ExpectedCapability().version + 1},
+                        {commit_, ExpectedCapability().version + 2}});
+  }
+
+  std::string History() {
+    return Query(db_, "SELECT string_agg(id, ',' ORDER BY id) FROM ql3.schema_migrations WHERE "
+                      "id > '" + std::string(PostgresMainStream().migrations.back().id) + "'");
+  }
+  std::string Capability() {
+    return Query(db_, "SELECT version || ' ' || migration_id FROM ql3.schema_capabilities");
+  }
+  // "valid", "invalid" or "none".
+  std::string Index() {
+    return Query(db_,
+                 "SELECT coalesce((SELECT CASE WHEN i.indisvalid THEN 'valid' ELSE 'invalid' END "
+                 "FROM pg_index i WHERE i.indexrelid = to_regclass('ql3.test_items_name_idx')), "
+                 "'none')");
+  }
+  Result<MigrateReport> CrashAt(const std::string& point) {
+    return MigrateStream(url_, stream_, steps_, clock_, {}, [point](std::string_view at) {
+      return at == point ? Unavailable("crashed", "the migrator died at " + point) : Status::Ok();
+    });
+  }
+
+  std::string db_, url_, table_, prepare_, commit_;
+  MigrationStream stream_;
+  std::vector<SchemaCapability> steps_;
+};
+
+TEST_F(PrepareCommitTest, ThePairBuildsItsIndexOutsideATransactionThenCommits) {
+  Result<MigrateReport> r = MigrateStream(url_, stream_, steps_, clock_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->applied, (std::vector<std::string>{table_, prepare_, commit_}));
+  EXPECT_EQ(History(), table_ + "," + prepare_ + "," + commit_ + "\n");
+  EXPECT_EQ(Capability(), std::to_string(ExpectedCapability().version + 2) + " " + commit_ + "\n");
+  EXPECT_EQ(Index(), "valid\n");
+  Result<MigrateReport> again = MigrateStream(url_, stream_, steps_, clock_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->applied.empty());
+  // A capability step cannot name the prepare half.
+  std::vector<SchemaCapability> wrong = StepsWith({{prepare_, ExpectedCapability().version + 1}});
+  EXPECT_EQ(MigrateStream(url_, stream_, wrong, clock_).status().reason(),
+            "capability_step_invalid");
+}
+
+TEST_F(PrepareCommitTest, ACrashBetweenTheStepsIsRecoveredByMigratingAgain) {
+  const std::string v1 = std::to_string(ExpectedCapability().version + 1) + " " + table_ + "\n";
+  // Crash with the index built and the commit migration not applied.
+  Result<MigrateReport> crashed = CrashAt("prepared");
+  EXPECT_EQ(crashed.status().reason(), "crashed");
+  EXPECT_EQ(History(), table_ + "," + prepare_ + "\n");  // the marker, no commit
+  EXPECT_EQ(Capability(), v1);
+  EXPECT_EQ(Index(), "valid\n");
+  Result<MigrateReport> recovered = MigrateStream(url_, stream_, steps_, clock_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_EQ(recovered->applied, std::vector<std::string>{commit_});
+  EXPECT_EQ(History(), table_ + "," + prepare_ + "," + commit_ + "\n");
+  EXPECT_EQ(Index(), "valid\n");
+}
+
+TEST_F(PrepareCommitTest, ACrashBeforeTheStatementsRunsThemOnTheNextMigration) {
+  Result<MigrateReport> crashed = CrashAt("marked");
+  EXPECT_EQ(crashed.status().reason(), "crashed");
+  EXPECT_EQ(History(), table_ + "," + prepare_ + "\n");
+  EXPECT_EQ(Index(), "none\n");
+  Result<MigrateReport> recovered = MigrateStream(url_, stream_, steps_, clock_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_EQ(recovered->applied, std::vector<std::string>{commit_});
+  EXPECT_EQ(Index(), "valid\n");
+  EXPECT_EQ(Capability(), std::to_string(ExpectedCapability().version + 2) + " " + commit_ + "\n");
+}
+
+TEST_F(PrepareCommitTest, AFailedConcurrentBuildLeavesAnInvalidIndexThatTheNextRunRebuilds) {
+  ASSERT_EQ(CrashAt("marked").status().reason(), "crashed");
+  Query(db_, "INSERT INTO ql3.test_items VALUES (501, 'item-1')");  // a duplicate name
+  Result<MigrateReport> failed = MigrateStream(url_, stream_, steps_, clock_);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().reason(), "unknown_constraint") << failed.status().ToString();
+  EXPECT_EQ(Index(), "invalid\n");  // what CREATE INDEX CONCURRENTLY leaves behind
+  EXPECT_EQ(History(), table_ + "," + prepare_ + "\n");
+  EXPECT_EQ(Capability(), std::to_string(ExpectedCapability().version + 1) + " " + table_ + "\n");
+
+  Query(db_, "DELETE FROM ql3.test_items WHERE id = 501");
+  Result<MigrateReport> recovered = MigrateStream(url_, stream_, steps_, clock_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_EQ(recovered->applied, std::vector<std::string>{commit_});
+  EXPECT_EQ(Index(), "valid\n");
 }
 
 TEST_F(PostgresMigrateTest, TamperedHistoryIsRefusedBeforeAnyChange) {
