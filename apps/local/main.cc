@@ -32,6 +32,7 @@
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
 #include "ql/storage/sqlite/sqlite_store.h"
+#include "ql_version.h"
 
 namespace fs = std::filesystem;
 
@@ -297,6 +298,7 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"ql-local: the QingLong daemon for one machine (edge and standalone profiles)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ql-local ") + ql::kProjectVersion);
   ql::local::ServeConfig config;
   CLI::App* serve = app.add_subcommand("serve", "Schedule, run, record and serve tasks");
   serve->add_option("--data", config.data_dir, "Data directory (default ./data)");
@@ -309,7 +311,7 @@ int main(int argc, char** argv) {
                     "Seconds to let running commands finish on SIGTERM (default 30)");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "error: invalid_arguments: " << e.what() << "\n";
