@@ -204,7 +204,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   }
 
   // Reconcile what an earlier incarnation left running before anything new is scheduled.
-  exec::SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(), data.string());
+  // Commands without a working directory start in data/work/<task_id>, never beside
+  // owner.token.
+  exec::SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(),
+                                 (data / "work").string());
   LocalDispatcherOptions dopts = *dispatcher_options;
   dopts.log_root = (data / "log").string();
   LocalDispatcher dispatcher((*store)->runs(), (*store)->definitions(), runner, clock, random,

@@ -153,7 +153,8 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   options.software_version = kProjectVersion;
   options.capabilities = {{"labels", flags.labels}};
 
-  exec::SupervisionRunner runner({self_exe, "supervise"}, RunRootOf(work_dir), work_dir);
+  exec::SupervisionRunner runner({self_exe, "supervise"}, RunRootOf(work_dir),
+                                 WorkRootOf(work_dir));
   ControlClientOptions client_options;
   client_options.user_agent = std::string("ql-worker/") + kProjectVersion;
   ControlClient control(*endpoint, *token, client_options);

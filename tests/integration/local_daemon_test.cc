@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -237,6 +238,23 @@ TEST_F(LocalDaemonTest, SigtermStopsWithinTheBoundAndTheNextStartAdoptsTheComman
   ASSERT_TRUE(daemon_->Start()) << daemon_->log();
   EXPECT_EQ(WaitForStatus(run_id, {"succeeded", "failed", "lost"}), "succeeded") << daemon_->log();
   EXPECT_NE(daemon_->Ql({"run", "log", run_id}).out.find("survived"), std::string::npos);
+}
+
+TEST_F(LocalDaemonTest, CommandWithoutWorkingDirectoryRunsInItsTasksPrivateDirectory) {
+  const std::string task = AddTask("where", "pwd; ls -A");
+  CommandResult start = daemon_->Ql({"run", "start", task});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string run_id = Trim(start.out);
+  ASSERT_EQ(WaitForStatus(run_id, {"succeeded", "failed"}), "succeeded");
+  CommandResult log = daemon_->Ql({"run", "log", run_id});
+  ASSERT_EQ(log.exit_code, 0) << log.err;
+  // The directory is the task's own and empty: nothing of the data directory is in sight.
+  const std::string task_dir =
+      std::filesystem::canonical(data_).string() + "/work/" + task;
+  EXPECT_EQ(log.out, task_dir + "\n") << log.out;
+  struct stat st {};
+  ASSERT_EQ(::stat(task_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
 }
 
 TEST_F(LocalDaemonTest, SecondDaemonOnTheSameDataDirectoryExits2AndTheFirstKeepsServing) {
