@@ -269,8 +269,7 @@ TEST_F(CommandTest, ServerErrorPrintsCodeAndMessageAndExitsOne) {
 
 TEST_F(CommandTest, WithJsonErrorsAreOneJsonObject) {
   server_.http().Post("/api/v1/tasks", [&](const httplib::Request&, httplib::Response& res) {
-    Json(res, {{"code", "spec_timeout_out_of_range"}, {"message", "timeoutMs \"too\" large"}},
-         400);
+    Json(res, {{"code", "spec_timeout_out_of_range"}, {"message", "timeoutMs \"too\" large"}}, 400);
   });
   TaskAddArgs args;
   args.name = "t";
@@ -278,7 +277,8 @@ TEST_F(CommandTest, WithJsonErrorsAreOneJsonObject) {
   CommandContext context = Context(/*json=*/true);
   EXPECT_EQ(TaskAdd(args, context), kExitFailure);
   EXPECT_EQ(err_.str(),
-            R"({"code":"spec_timeout_out_of_range","message":"timeoutMs \"too\" large"})" "\n");
+            R"({"code":"spec_timeout_out_of_range","message":"timeoutMs \"too\" large"})"
+            "\n");
   EXPECT_EQ(json::parse(err_.str()),
             json({{"code", "spec_timeout_out_of_range"}, {"message", "timeoutMs \"too\" large"}}));
   EXPECT_EQ(out_.str(), "");

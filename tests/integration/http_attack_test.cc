@@ -2,8 +2,6 @@
 // their headers, cost the daemon almost no memory and do not delay authenticated calls.
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,53 +15,16 @@
 #include <vector>
 
 #include "harness.h"
+#include "ql/testing/raw_http.h"
 
 namespace ql::itest {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int Connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-void SetReceiveTimeout(int fd, int ms) {
-  timeval tv{ms / 1000, (ms % 1000) * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-}
-
-// Sends all of `data` unless the peer stops reading; returns the bytes sent.
-size_t SendAll(int fd, const char* data, size_t size) {
-  size_t sent = 0;
-  while (sent < size) {
-    const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  return sent;
-}
+using testing::SendAll;
 
 // Reads until the peer closes, an error, or `ms` without data.
-std::string ReadAll(int fd, int ms) {
-  SetReceiveTimeout(fd, ms);
-  std::string out;
-  char buf[4096];
-  while (true) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
+std::string ReadAll(int fd, int ms) { return testing::ReadAnswer(fd, ms).answer; }
 
 int64_t RssKib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -85,7 +46,7 @@ std::string ReadToken(const std::string& data_dir) {
 
 // One authenticated GET /api/v1/status on a new connection; returns the status line.
 std::string AuthenticatedStatus(int port, const std::string& token) {
-  const int fd = Connect(port);
+  const int fd = testing::ConnectLoopback(port);
   if (fd < 0) return "connect failed";
   const std::string request = "GET /api/v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
                               token + "\r\nConnection: close\r\n\r\n";
@@ -133,7 +94,7 @@ TEST(HttpAttack, AnonymousFloodsCostLittleMemoryAndDoNotDelayAuthenticatedCalls)
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&] {
       while (attacking) {
-        const int fd = Connect(port);
+        const int fd = testing::ConnectLoopback(port);
         if (fd < 0) continue;
         const std::string head =
             "POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -158,7 +119,7 @@ TEST(HttpAttack, AnonymousFloodsCostLittleMemoryAndDoNotDelayAuthenticatedCalls)
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&] {
       while (attacking) {
-        const int fd = Connect(port);
+        const int fd = testing::ConnectLoopback(port);
         if (fd < 0) continue;
         const size_t sent = SendAll(fd, long_line.data(), long_line.size());
         if (sent == long_line.size()) fail("the whole 50 MB request line was accepted");
@@ -174,8 +135,7 @@ TEST(HttpAttack, AnonymousFloodsCostLittleMemoryAndDoNotDelayAuthenticatedCalls)
   while (Clock::now() < attack_end) {
     const auto start = Clock::now();
     const std::string status = AuthenticatedStatus(port, token);
-    latencies_ms.push_back(
-        std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    latencies_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     EXPECT_EQ(status, "HTTP/1.1 200 OK");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

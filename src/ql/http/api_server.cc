@@ -430,10 +430,9 @@ void ApiServer::Impl::Configure() {
   limits.write_timeout_ms = options.write_timeout_ms;
   limits.max_body_bytes = options.max_body_bytes;
   // PreRoute is the one admission decision; it sees only the request line and headers.
-  transport::Configure(server, limits, in_flight,
-                       [this](const httplib::Request& req, httplib::Response& res) {
-                         return PreRoute(req, res);
-                       });
+  transport::Configure(
+      server, limits, in_flight,
+      [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
   // Bodies up to the drain bound reach our reader, which keeps at most max_body_bytes.
   server.set_payload_max_length(options.max_body_bytes * kDrainFactor);
   // Fills the JSON body of errors httplib produces itself (malformed request line, URI too

@@ -21,13 +21,18 @@
 #include "ql/http/httplib_config.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/raw_http.h"
 
 namespace ql {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::ConnectLoopback;
+using testing::Exchange;
+using testing::Exchanged;
 using ::testing::HasSubstr;
+using testing::ReadAnswer;
 
 constexpr char kToken[] = "owner-token-0123456789abcdef";
 
@@ -61,79 +66,7 @@ Reply ToReply(const httplib::Result& result) {
 // Sends `request` as is on a new connection and returns everything the server answers until it
 // closes the connection or `wait_ms` pass without data.
 std::string RawExchange(int port, const std::string& request, int wait_ms = 2000) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  timeval tv{wait_ms / 1000, (wait_ms % 1000) * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string answer;
-  char buf[4096];
-  while (true) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    answer.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return answer;
-}
-
-struct Exchanged {
-  std::string answer;
-  bool closed = false;  // the server ended the connection (rather than the wait running out)
-};
-
-// Connects to `port`; -1 on failure.
-int ConnectLoopback(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Reads from `fd` until the server closes it or `wait_ms` pass without data.
-Exchanged ReadAnswer(int fd, int wait_ms) {
-  timeval tv{wait_ms / 1000, (wait_ms % 1000) * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  Exchanged out;
-  char buf[4096];
-  while (true) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n > 0) {
-      out.answer.append(buf, static_cast<size_t>(n));
-      continue;
-    }
-    out.closed = n == 0 || errno == ECONNRESET;
-    return out;
-  }
-}
-
-// Sends `request` on a new connection (all of it, unless the server stops reading) and reads
-// the answer as ReadAnswer does.
-Exchanged Exchange(int port, const std::string& request, int wait_ms = 2000) {
-  const int fd = ConnectLoopback(port);
-  if (fd < 0) return {};
-  size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  Exchanged out = ReadAnswer(fd, wait_ms);
-  ::close(fd);
-  return out;
+  return testing::Exchange(port, request, wait_ms).answer;
 }
 
 size_t CountOf(const std::string& text, const std::string& needle) {
@@ -963,12 +896,8 @@ TEST_F(ApiServerTest, InFlightBoundAnswersOverloaded) {
   // Idle connections that never send a request each hold a worker and count as in flight.
   std::vector<int> idle;
   for (int i = 0; i < 3; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const int fd = ConnectLoopback(server_->port());
+    ASSERT_GE(fd, 0);
     idle.push_back(fd);
   }
   Reply reply;
@@ -1015,9 +944,11 @@ TEST_F(ApiServerTest, AnonymousBodiesAreRefusedFromTheHeadersAndNeverRead) {
   // The body is itself a request: had the server kept the connection after refusing without
   // reading, it would answer it as the next request.
   const std::string smuggled = "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n";
-  Exchanged refused = Exchange(
-      server_->port(), "POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       "Content-Length: " + std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled);
+  Exchanged refused =
+      Exchange(server_->port(),
+               "POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: " +
+                   std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled);
   EXPECT_THAT(refused.answer, ::testing::StartsWith("HTTP/1.1 401"));
   EXPECT_THAT(refused.answer, HasSubstr("Connection: close"));
   EXPECT_EQ(CountOf(refused.answer, "HTTP/1.1 "), 1u) << refused.answer;
@@ -1045,10 +976,11 @@ TEST_F(ApiServerTest, AnonymousBodiesAreRefusedFromTheHeadersAndNeverRead) {
   EXPECT_TRUE(asked.closed);
 
   // Expectations other than 100-continue get 417.
-  Exchanged other = Exchange(server_->port(), std::string("POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n") +
-                                                  "Authorization: Bearer " + kToken +
-                                                  "\r\nContent-Length: 2\r\nExpect: "
-                                                  "sometime\r\n\r\n{}");
+  Exchanged other =
+      Exchange(server_->port(), std::string("POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n") +
+                                    "Authorization: Bearer " + kToken +
+                                    "\r\nContent-Length: 2\r\nExpect: "
+                                    "sometime\r\n\r\n{}");
   EXPECT_THAT(other.answer, ::testing::StartsWith("HTTP/1.1 417"));
   EXPECT_THAT(other.answer, HasSubstr("expectation_failed"));
   EXPECT_EQ(Snapshot(), before);
@@ -1075,14 +1007,14 @@ TEST_F(ApiServerTest, OverlongRequestLinesAndHeaderSectionsEndTheConnection) {
   StartServer();
   const std::string auth = std::string("Authorization: Bearer ") + kToken + "\r\n";
   // Past the request-line limit but within the line limit: 414, then the connection ends.
-  Exchanged long_uri = Exchange(server_->port(), "GET /" + std::string(5000, 'a') +
-                                                     " HTTP/1.1\r\nHost: x\r\n\r\n");
+  Exchanged long_uri =
+      Exchange(server_->port(), "GET /" + std::string(5000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_THAT(long_uri.answer, ::testing::StartsWith("HTTP/1.1 414"));
   EXPECT_THAT(long_uri.answer, HasSubstr("uri_too_long"));
   EXPECT_TRUE(long_uri.closed);
   // Past the line limit: nothing more is read and nothing is answered.
-  Exchanged huge_uri = Exchange(server_->port(), "GET /" + std::string(8u << 20, 'a') +
-                                                     " HTTP/1.1\r\nHost: x\r\n\r\n");
+  Exchanged huge_uri = Exchange(
+      server_->port(), "GET /" + std::string(8u << 20, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(huge_uri.answer, "");
   EXPECT_TRUE(huge_uri.closed);
   // One header line past its limit.

@@ -21,8 +21,7 @@ void CloseAfterAnswer(httplib::Response& res) {
 
 }  // namespace
 
-ConnectionPool::ConnectionPool(size_t threads, int max_connections,
-                               std::atomic<int>& connections)
+ConnectionPool::ConnectionPool(size_t threads, int max_connections, std::atomic<int>& connections)
     : pool_(threads), max_connections_(max_connections), connections_(connections) {}
 
 bool ConnectionPool::enqueue(std::function<void()> fn) {
@@ -47,9 +46,9 @@ bool DeclaresBody(const httplib::Request& req) {
 void SendError(httplib::Response& res, int status, std::string_view code,
                std::string_view message) {
   res.status = status;
-  res.set_content(api::ErrorJson(code, message).dump(-1, ' ', false,
-                                                     nlohmann::json::error_handler_t::replace),
-                  "application/json");
+  res.set_content(
+      api::ErrorJson(code, message).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      "application/json");
 }
 
 void Configure(httplib::Server& server, const Limits& limits, std::atomic<int>& connections,
@@ -59,8 +58,7 @@ void Configure(httplib::Server& server, const Limits& limits, std::atomic<int>& 
     return new ConnectionPool(static_cast<size_t>(threads), max, connections);
   };
   server.set_read_timeout(limits.read_timeout_ms / 1000, (limits.read_timeout_ms % 1000) * 1000);
-  server.set_write_timeout(limits.write_timeout_ms / 1000,
-                           (limits.write_timeout_ms % 1000) * 1000);
+  server.set_write_timeout(limits.write_timeout_ms / 1000, (limits.write_timeout_ms % 1000) * 1000);
   server.set_socket_options([](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
@@ -69,30 +67,28 @@ void Configure(httplib::Server& server, const Limits& limits, std::atomic<int>& 
   // status but 100 (and 417, which httplib would send as a bare line and then read on) is
   // written as the final answer without reading the body. The gate never answers 417 here: it
   // only refuses expectations other than 100-continue, which do not reach this handler.
-  server.set_expect_100_continue_handler(
-      [gate, max_body = limits.max_body_bytes](const httplib::Request& req,
-                                               httplib::Response& res) {
-        if (gate(req, res) == HandlerResponse::Handled) {
-          CloseAfterAnswer(res);
-          return res.status;
-        }
-        const std::string length = req.get_header_value("Content-Length");
-        uint64_t declared = 0;
-        const auto [ptr, ec] =
-            std::from_chars(length.data(), length.data() + length.size(), declared);
-        if (length.empty()) return 100;
-        if (ec != std::errc() || ptr != length.data() + length.size()) {
-          SendError(res, 400, "bad_request", "Content-Length " + length + " is not a number");
-        } else if (declared > max_body) {
-          SendError(res, 413, "body_too_large",
-                    "request body of " + length + " bytes exceeds the limit of " +
-                        std::to_string(max_body) + " bytes");
-        } else {
-          return 100;
-        }
-        CloseAfterAnswer(res);
-        return res.status;
-      });
+  server.set_expect_100_continue_handler([gate, max_body = limits.max_body_bytes](
+                                             const httplib::Request& req, httplib::Response& res) {
+    if (gate(req, res) == HandlerResponse::Handled) {
+      CloseAfterAnswer(res);
+      return res.status;
+    }
+    const std::string length = req.get_header_value("Content-Length");
+    uint64_t declared = 0;
+    const auto [ptr, ec] = std::from_chars(length.data(), length.data() + length.size(), declared);
+    if (length.empty()) return 100;
+    if (ec != std::errc() || ptr != length.data() + length.size()) {
+      SendError(res, 400, "bad_request", "Content-Length " + length + " is not a number");
+    } else if (declared > max_body) {
+      SendError(res, 413, "body_too_large",
+                "request body of " + length + " bytes exceeds the limit of " +
+                    std::to_string(max_body) + " bytes");
+    } else {
+      return 100;
+    }
+    CloseAfterAnswer(res);
+    return res.status;
+  });
   server.set_pre_routing_handler(
       [gate = std::move(gate)](const httplib::Request& req, httplib::Response& res) {
         // RFC 9110 §10.1.1: an expectation the server cannot meet is answered 417.

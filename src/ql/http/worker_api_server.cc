@@ -196,10 +196,10 @@ struct WorkerApiServer::Impl {
       return HR::Handled;
     }
     if (req.get_header_value<uint64_t>("Content-Length") > options.max_body_bytes) {
-      SendJson(res, 413,
-               api::ErrorJson("body_too_large", "request body exceeds " +
-                                                    std::to_string(options.max_body_bytes) +
-                                                    " bytes"));
+      SendJson(
+          res, 413,
+          api::ErrorJson("body_too_large", "request body exceeds " +
+                                               std::to_string(options.max_body_bytes) + " bytes"));
       return HR::Handled;
     }
     admitted = Admitted{&req, std::move(worker).value()};
@@ -400,10 +400,9 @@ Status WorkerApiServer::Start(const std::string& host, int port) {
   limits.read_timeout_ms = s.options.read_timeout_ms;
   limits.write_timeout_ms = s.options.write_timeout_ms;
   limits.max_body_bytes = s.options.max_body_bytes;
-  transport::Configure(s.server, limits, s.connections,
-                       [&s](const httplib::Request& req, httplib::Response& res) {
-                         return s.Admit(req, res);
-                       });
+  transport::Configure(
+      s.server, limits, s.connections,
+      [&s](const httplib::Request& req, httplib::Response& res) { return s.Admit(req, res); });
   s.server.set_payload_max_length(s.options.max_body_bytes);
   s.server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;

@@ -2,10 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,11 +14,14 @@
 #include "ql/core/rfc3339.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/raw_http.h"
 
 namespace ql {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::Exchange;
+using testing::Exchanged;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -76,41 +76,6 @@ class NoLeases final : public RunLeaseRepository {
   static Status None() { return Unavailable("no_leases", "leases are not part of this test"); }
 };
 
-struct Exchanged {
-  std::string answer;
-  bool closed = false;  // the server ended the connection (rather than the wait running out)
-};
-
-// Sends `request` on a new connection and reads until the server closes it or `wait_ms` pass
-// without data.
-Exchanged Exchange(int port, const std::string& request, int wait_ms = 2000) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  Exchanged out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return out;
-  }
-  timeval tv{wait_ms / 1000, (wait_ms % 1000) * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  char buf[4096];
-  while (true) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n > 0) {
-      out.answer.append(buf, static_cast<size_t>(n));
-      continue;
-    }
-    out.closed = n == 0 || errno == ECONNRESET;
-    break;
-  }
-  ::close(fd);
-  return out;
-}
-
 class WorkerApiServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -122,8 +87,8 @@ class WorkerApiServerTest : public ::testing::Test {
     auto store = SqliteStore::Open(sqlite, clock_);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(store).value();
-    service_ = std::make_unique<WorkerService>(sessions_, leases_, store_->runs(), clock_,
-                                               random_, metrics_);
+    service_ = std::make_unique<WorkerService>(sessions_, leases_, store_->runs(), clock_, random_,
+                                               metrics_);
     server_ = std::make_unique<WorkerApiServer>(*service_, metrics_);
     Status started = server_->Start("127.0.0.1", 0);
     ASSERT_TRUE(started.ok()) << started.ToString();
@@ -138,10 +103,12 @@ class WorkerApiServerTest : public ::testing::Test {
   // A POST to `path` with the given extra header lines and body.
   static std::string Post(const std::string& path, const std::string& headers,
                           const std::string& body) {
-    return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-           headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers +
+           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   }
-  static std::string Auth() { return std::string("Authorization: Bearer ") + kWorkerToken + "\r\n"; }
+  static std::string Auth() {
+    return std::string("Authorization: Bearer ") + kWorkerToken + "\r\n";
+  }
 
   fs::path dir_;
   testing::FakeClock clock_{ParseRfc3339("2026-01-01T00:00:00Z").value()};
@@ -202,9 +169,10 @@ TEST_F(WorkerApiServerTest, AuthenticatedRequestsAreCheckedBeforeTheirBodies) {
   EXPECT_THAT(too_large.answer, HasSubstr("body_too_large"));
   EXPECT_TRUE(too_large.closed);
 
-  Exchanged unknown =
-      Exchange(server_->port(), "POST /worker/v1/nothing HTTP/1.1\r\nHost: x\r\n" + Auth() +
-                                    "Content-Length: 100000\r\n\r\n", 5000);
+  Exchanged unknown = Exchange(
+      server_->port(),
+      "POST /worker/v1/nothing HTTP/1.1\r\nHost: x\r\n" + Auth() + "Content-Length: 100000\r\n\r\n",
+      5000);
   EXPECT_THAT(unknown.answer, StartsWith("HTTP/1.1 404"));
   EXPECT_TRUE(unknown.closed);
 
@@ -213,15 +181,14 @@ TEST_F(WorkerApiServerTest, AuthenticatedRequestsAreCheckedBeforeTheirBodies) {
   EXPECT_THAT(get.answer, StartsWith("HTTP/1.1 405"));
   EXPECT_THAT(get.answer, HasSubstr("Allow: POST"));
 
-  Exchanged chunked = Exchange(server_->port(),
-                               "POST /worker/v1/sessions HTTP/1.1\r\nHost: x\r\n" + Auth() +
-                                   "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+  Exchanged chunked =
+      Exchange(server_->port(), "POST /worker/v1/sessions HTTP/1.1\r\nHost: x\r\n" + Auth() +
+                                    "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
   EXPECT_THAT(chunked.answer, StartsWith("HTTP/1.1 411"));
   EXPECT_TRUE(chunked.closed);
 
   server_->WithdrawAdmission();
-  Exchanged stopping =
-      Exchange(server_->port(), Post("/worker/v1/sessions", Auth(), kRegister));
+  Exchanged stopping = Exchange(server_->port(), Post("/worker/v1/sessions", Auth(), kRegister));
   EXPECT_THAT(stopping.answer, StartsWith("HTTP/1.1 503"));
   EXPECT_THAT(stopping.answer, HasSubstr("shutting_down"));
 }
