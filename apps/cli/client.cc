@@ -430,9 +430,15 @@ CliResult<ApiClient*> CommandContext::Api() {
 }
 
 int CommandContext::Fail(const CliError& error) {
-  err_ << error.ToString() << "\n";
+  err_ << ErrorLine(error.reason(), error.message(), json()) << "\n";
   err_.flush();
   return error.exit_code();
+}
+
+std::string ErrorLine(const std::string& reason, const std::string& message, bool json) {
+  if (!json) return CliError(kExitFailure, reason, message).ToString();
+  return nlohmann::json{{"code", reason}, {"message", message}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void AddGlobalOptions(CLI::App& root) {

@@ -219,7 +219,8 @@ class CommandContext {
   std::ostream& out() { return out_; }
   std::ostream& err() { return err_; }
 
-  // Prints `error` on the error stream and returns its exit status.
+  // Prints `error` on the error stream (as ErrorLine, JSON with --json) and returns its exit
+  // status.
   int Fail(const CliError& error);
 
  private:
@@ -229,6 +230,10 @@ class CommandContext {
   std::ostream& err_;
   std::unique_ptr<ApiClient> api_;
 };
+
+// Returns the line that reports a failure: "error: <reason>: <message>", or with `json` the
+// one-line JSON object {"code": reason, "message": message} (invalid UTF-8 replaced).
+std::string ErrorLine(const std::string& reason, const std::string& message, bool json);
 
 // Adds --server, --token, --data and --json to `root` once (later calls do nothing). Set
 // fallthrough() on subcommands so the options are also accepted after them.

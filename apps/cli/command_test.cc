@@ -267,6 +267,29 @@ TEST_F(CommandTest, ServerErrorPrintsCodeAndMessageAndExitsOne) {
   EXPECT_EQ(out_.str(), "");
 }
 
+TEST_F(CommandTest, WithJsonErrorsAreOneJsonObject) {
+  server_.http().Post("/api/v1/tasks", [&](const httplib::Request&, httplib::Response& res) {
+    Json(res, {{"code", "spec_timeout_out_of_range"}, {"message", "timeoutMs \"too\" large"}}, 400);
+  });
+  TaskAddArgs args;
+  args.name = "t";
+  args.content.shell = "true";
+  CommandContext context = Context(/*json=*/true);
+  EXPECT_EQ(TaskAdd(args, context), kExitFailure);
+  EXPECT_EQ(err_.str(),
+            R"({"code":"spec_timeout_out_of_range","message":"timeoutMs \"too\" large"})"
+            "\n");
+  EXPECT_EQ(json::parse(err_.str()),
+            json({{"code", "spec_timeout_out_of_range"}, {"message", "timeoutMs \"too\" large"}}));
+  EXPECT_EQ(out_.str(), "");
+
+  // Local failures too, with their exit status.
+  err_.str("");
+  args.content.timeout = "5 minutes";
+  EXPECT_EQ(TaskAdd(args, context), kExitUsage);
+  EXPECT_EQ(json::parse(err_.str())["code"], "invalid_duration");
+}
+
 TEST_F(CommandTest, MalformedDurationExitsTwoBeforeAnyRequest) {
   TaskAddArgs args;
   args.name = "t";

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "client.h"
 #include "ql/core/clock.h"
 #include "ql/core/cron.h"
 #include "ql/core/rfc3339.h"
@@ -14,6 +15,8 @@ namespace ql::cli {
 namespace {
 
 constexpr int kMaxCount = 1000;
+// Set from --json before the command runs.
+bool json_errors = false;
 
 struct CronNextOptions {
   std::string expression;
@@ -23,7 +26,7 @@ struct CronNextOptions {
 };
 
 [[noreturn]] void Fail(const Status& status, int exit_code = kExitInvalidInput) {
-  std::cerr << "error: " << status.reason() << ": " << status.message() << std::endl;
+  std::cerr << ErrorLine(status.reason(), status.message(), json_errors) << std::endl;
   throw CLI::RuntimeError(exit_code);
 }
 
@@ -64,10 +67,12 @@ void RunCronNext(const CronNextOptions& options) {
 void RegisterCronCommands(CLI::App& app) {
   CLI::App* cron = app.add_subcommand("cron", "Cron expressions and time zones");
   cron->require_subcommand(1);
+  cron->fallthrough();  // --json after the subcommand
 
   auto options = std::make_shared<CronNextOptions>();
   CLI::App* next =
       cron->add_subcommand("next", "Print the next fire times of a cron expression in a time zone");
+  next->fallthrough();
   next->add_option("expression", options->expression,
                    "5 fields (minute hour day-of-month month day-of-week) or 6 with seconds "
                    "first; quote it")
@@ -77,7 +82,10 @@ void RegisterCronCommands(CLI::App& app) {
                    "RFC 3339 instant to start after, e.g. 2026-03-08T00:00:00Z (default: now)");
   next->add_option("--count", options->count, "number of fire times, 1-1000")
       ->capture_default_str();
-  next->callback([options] { RunCronNext(*options); });
+  next->callback([options, next] {
+    json_errors = GlobalOptionsOf(*next).json;
+    RunCronNext(*options);
+  });
 }
 
 }  // namespace ql::cli

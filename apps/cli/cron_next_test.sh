@@ -98,6 +98,12 @@ run no_command 2 &&
   expect_err_prefix no_command "error: invalid_usage: "
 run help 0 cron next --help
 
+# With --json (before or after the command) errors are one JSON object on stderr.
+run json_error 2 cron next '0 24 * * *' --tz Asia/Shanghai --json &&
+  expect_err_prefix json_error '{"code":"cron_value_out_of_range","message":"hour field '"'"'24'"'"''
+run json_usage_error 2 --json cron next '0 0 * * *' --tz Asia/Shanghai --count many &&
+  expect_err_prefix json_usage_error '{"code":"invalid_usage","message":"'
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

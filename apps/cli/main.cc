@@ -1,9 +1,13 @@
 // The `ql` command-line client. Each command group registers itself here.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
+#include <string>
 
+#include "client.h"
 #include "cron_command.h"
 #include "governance_command.h"
+#include "ql_version.h"
 #include "run_command.h"
 #include "status_command.h"
 #include "task_command.h"
@@ -12,6 +16,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"QingLong command-line client", "ql"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ql ") + ql::kProjectVersion);
   ql::cli::RegisterCronCommands(app);
   ql::cli::RegisterTaskCommands(app);
   ql::cli::RegisterTriggerCommands(app);
@@ -25,11 +30,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --help
   } catch (const CLI::ParseError& e) {
-    std::cerr << "error: invalid_usage: " << e.what();
+    std::string message = e.what();
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ExtrasError)) {
-      std::cerr << " (quote an argument that contains spaces, such as a cron expression)";
+      message += " (quote an argument that contains spaces, such as a cron expression)";
     }
-    std::cerr << "\nRun with --help for usage." << std::endl;
+    // The options were not parsed, so --json is looked for in the raw arguments.
+    const bool json = std::find(argv + 1, argv + argc, std::string("--json")) != argv + argc;
+    std::cerr << ql::cli::ErrorLine("invalid_usage", message, json) << "\n";
+    if (!json) std::cerr << "Run with --help for usage.\n";
+    std::cerr.flush();
     return ql::cli::kExitInvalidInput;
   }
   return 0;

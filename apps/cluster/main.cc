@@ -19,6 +19,7 @@
 #include "ql/storage/postgres/pg_client.h"
 #include "ql/storage/postgres/pg_credentials.h"
 #include "ql/storage/postgres/pg_migrations.h"
+#include "ql_version.h"
 #include "serve.h"
 
 namespace ql::cluster {
@@ -155,6 +156,7 @@ void AddCredentialCommands(CLI::App* parent, CredentialCommand& command, bool& r
 int Main(int argc, char** argv) {
   CLI::App app{"ql-cluster: the QingLong control plane on PostgreSQL"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ql-cluster ") + ql::kProjectVersion);
 
   ServeConfig serve_config;
   CLI::App* serve = app.add_subcommand("serve", "run one control-plane replica");

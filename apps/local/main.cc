@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -34,6 +36,7 @@
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
 #include "ql/storage/sqlite/sqlite_store.h"
+#include "ql_version.h"
 
 namespace fs = std::filesystem;
 
@@ -94,6 +97,47 @@ Result<std::string> EnsureOwnerToken(const fs::path& path, bool& created) {
   return token;
 }
 
+// Describes the daemon that holds the lock on `data`, from its server.json (or, while it is still
+// starting, the pid it wrote into the lock file).
+std::string DescribeHolder(const fs::path& data, const fs::path& lock_path) {
+  std::ifstream server_file(data / "server.json");
+  const nlohmann::json server = nlohmann::json::parse(server_file, nullptr, false);
+  if (server.is_object() && server.value("server", "") != "") {
+    return "pid " + std::to_string(server.value("pid", 0)) + ", serving " +
+           server.value("server", "");
+  }
+  std::ifstream lock_file(lock_path);
+  std::string pid;
+  std::getline(lock_file, pid);
+  return pid.empty() ? std::string("still starting") : "pid " + pid + ", still starting";
+}
+
+// Takes the exclusive lock of the data directory (`<data>/ql-local.lock`, flock) for the life of
+// the process and writes this pid into it. Conflict `data_dir_in_use` naming the holder when
+// another process has it; Internal `data_dir_io` when the file cannot be opened or locked.
+Status LockDataDir(const fs::path& data) {
+  const fs::path path = data / "ql-local.lock";
+  // O_CLOEXEC: supervisors, which outlive the daemon, must not inherit (and keep) the lock.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Internal("data_dir_io", "cannot open " + path.string() + ": " + strerror(errno));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return Conflict("data_dir_in_use", "another ql-local (" + DescribeHolder(data, path) +
+                                             ") uses the data directory " + data.string());
+    }
+    return Internal("data_dir_io", "cannot lock " + path.string() + ": " + strerror(err));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    std::cerr << "warning: cannot record the pid in " << path.string() << "\n";
+  }
+  return Status::Ok();  // the descriptor stays open (and locked) until the process exits
+}
+
 Status WriteServerFile(const fs::path& path, const std::string& url) {
   const fs::path tmp = path.string() + ".tmp";
   {
@@ -137,7 +181,18 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
 
   const fs::path data = fs::absolute(config.data_dir).lexically_normal();
   std::error_code ec;
-  for (const fs::path& dir : {data, data / "db", data / "log", data / "run"}) {
+  fs::create_directories(data, ec);
+  if (ec) {
+    return Fail(kExitFailure,
+                Internal("data_dir_io", "cannot create " + data.string() + ": " + ec.message()));
+  }
+  // One daemon per data directory: nothing else in it is touched before the lock is held.
+  if (Status st = LockDataDir(data); !st.ok()) {
+    return Fail(st.code() == StatusCode::kConflict ? kExitUsage : kExitFailure, st);
+  }
+  // server.json belongs to the lock holder; one left by a holder that was killed is stale.
+  fs::remove(data / "server.json", ec);
+  for (const fs::path& dir : {data / "db", data / "log", data / "run"}) {
     fs::create_directories(dir, ec);
     if (ec) {
       return Fail(kExitFailure,
@@ -180,7 +235,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   TokenAuthenticator authenticator((*store)->governance(), clock);
 
   // Reconcile what an earlier incarnation left running before anything new is scheduled.
-  exec::SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(), data.string());
+  // Commands without a working directory start in data/work/<task_id>, never beside
+  // owner.token.
+  exec::SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(),
+                                 (data / "work").string());
   LocalDispatcherOptions dopts = *dispatcher_options;
   dopts.log_root = (data / "log").string();
   LocalDispatcher dispatcher((*store)->runs(), (*store)->definitions(), runner, clock, random,
@@ -276,6 +334,7 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"ql-local: the QingLong daemon for one machine (edge and standalone profiles)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ql-local ") + ql::kProjectVersion);
   ql::local::ServeConfig config;
   CLI::App* serve = app.add_subcommand("serve", "Schedule, run, record and serve tasks");
   serve->add_option("--data", config.data_dir, "Data directory (default ./data)");
@@ -288,7 +347,7 @@ int main(int argc, char** argv) {
                     "Seconds to let running commands finish on SIGTERM (default 30)");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "error: invalid_arguments: " << e.what() << "\n";

@@ -26,6 +26,7 @@
 #include "ql/core/status.h"
 #include "ql/exec/executor.h"
 #include "ql/exec/supervision_runner.h"
+#include "ql_version.h"
 #include "worker.h"
 
 namespace fs = std::filesystem;
@@ -38,7 +39,6 @@ constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitUnauthorized = 3;
 constexpr int kExitFenced = 4;
-constexpr char kSoftwareVersion[] = "0.1.0";
 
 struct Flags {
   std::string control;
@@ -150,12 +150,13 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   options.work_dir = work_dir;
   options.log_cap_bytes = flags.log_cap_bytes;
   options.drain_timeout_ms = flags.drain_timeout_ms;
-  options.software_version = kSoftwareVersion;
+  options.software_version = kProjectVersion;
   options.capabilities = {{"labels", flags.labels}};
 
-  exec::SupervisionRunner runner({self_exe, "supervise"}, RunRootOf(work_dir), work_dir);
+  exec::SupervisionRunner runner({self_exe, "supervise"}, RunRootOf(work_dir),
+                                 WorkRootOf(work_dir));
   ControlClientOptions client_options;
-  client_options.user_agent = std::string("ql-worker/") + kSoftwareVersion;
+  client_options.user_agent = std::string("ql-worker/") + kProjectVersion;
   ControlClient control(*endpoint, *token, client_options);
   Worker worker(options, control, runner, SystemClock(), SecureRandom());
 
@@ -198,6 +199,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "ql-worker: runs commands leased from a QingLong control plane (cluster profile). "
       "SIGTERM or SIGINT drains it."};
+  app.set_version_flag("--version", std::string("ql-worker ") + ql::kProjectVersion);
   ql::worker::Flags flags;
   app.add_option("--control", flags.control,
                  "Worker listener of the control plane, http://HOST:PORT")
@@ -218,7 +220,7 @@ int main(int argc, char** argv) {
                  "A capability label announced to the control plane (repeatable)");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "error: invalid_arguments: " << e.what() << "\n";

@@ -129,6 +129,7 @@ struct Worker::RunContext {
 
 std::string RunRootOf(const std::string& work_dir) { return work_dir + "/run"; }
 std::string LogRootOf(const std::string& work_dir) { return work_dir + "/log"; }
+std::string WorkRootOf(const std::string& work_dir) { return work_dir + "/work"; }
 
 Worker::Worker(WorkerOptions options, ControlClient& control, AttemptRunner& runner, Clock& clock,
                RandomSource& random)
@@ -685,6 +686,7 @@ void Worker::RunAttempt(RunContext& ctx) {
   AttemptLaunch launch;
   launch.run_id = offer.run_id;
   launch.attempt_id = offer.attempt_id;
+  launch.task_id = offer.task_id;
   launch.argv = offer.plan.argv;
   for (const auto& [name, value] : offer.plan.environment) {
     if (name == "QL_RUN_ID" || name == "QL_ATTEMPT_ID") continue;

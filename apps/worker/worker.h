@@ -54,6 +54,9 @@ struct WorkerOptions {
 std::string RunRootOf(const std::string& work_dir);
 // Returns `<work_dir>/log`, where each attempt's output is written as `<attempt_id>.log`.
 std::string LogRootOf(const std::string& work_dir);
+// Returns `<work_dir>/work`, under which a command without a working directory runs in
+// `<task_id>/` (the AttemptRunner's work root).
+std::string WorkRootOf(const std::string& work_dir);
 
 // One worker process's participation in the cluster. Run() blocks on the calling thread and owns
 // the heartbeat thread and one thread per leased run; RequestDrain() may be called from any

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -338,7 +339,8 @@ class WorkerUnderTest {
     client_options.read_timeout_ms = 5000;
     client_ = std::make_unique<ControlClient>(*ParseControlUrl(fake.url()), kToken, client_options);
     runner_ = std::make_unique<exec::SupervisionRunner>(
-        std::vector<std::string>{"/proc/self/exe", "supervise"}, RunRootOf(work_dir_), work_dir_);
+        std::vector<std::string>{"/proc/self/exe", "supervise"}, RunRootOf(work_dir_),
+        WorkRootOf(work_dir_));
     worker_ = std::make_unique<Worker>(options, *client_, *runner_, SystemClock(), SecureRandom());
     thread_ = std::thread([this] {
       status_ = worker_->Run();
@@ -485,6 +487,21 @@ TEST(WorkerTest, CommandSeesPlanEnvironmentAndRunIds) {
   const Call complete = fake.CallsOf("complete").at(0);
   EXPECT_EQ(complete.body["exit_code"], 0);
   EXPECT_EQ(fake.OutputOf(complete.offer_id), "hi there|" + run_id + "|" + TestUuid(2, 1));
+}
+
+TEST(WorkerTest, CommandWithoutWorkingDirectoryRunsInItsTasksPrivateDirectory) {
+  FakeControlPlane fake;
+  fake.AddRun({"/bin/sh", "-c", "pwd"});
+  WorkerUnderTest worker(fake);
+  ASSERT_TRUE(fake.WaitForStep("complete", 15000));
+  ASSERT_TRUE(worker.Drain().ok());
+  const Call complete = fake.CallsOf("complete").at(0);
+  EXPECT_EQ(complete.body["exit_code"], 0);
+  const std::string task_dir = WorkRootOf(worker.work_dir()) + "/" + TestUuid(4, 1);
+  EXPECT_EQ(fake.OutputOf(complete.offer_id), task_dir + "\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(task_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
 }
 
 TEST(WorkerTest, ShipsOutputInChunksAtTheControlPlanesOffsets) {

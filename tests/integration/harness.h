@@ -51,6 +51,7 @@ class LocalDaemon {
   void Kill();           // SIGKILL, then reap
   int Stop();            // SIGTERM, wait, return exit status
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   const std::string& server() const { return server_; }
   const std::string& data_dir() const { return data_dir_; }
   std::string log() const;  // the daemon's own stdout/stderr so far

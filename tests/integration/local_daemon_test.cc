@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -237,6 +238,50 @@ TEST_F(LocalDaemonTest, SigtermStopsWithinTheBoundAndTheNextStartAdoptsTheComman
   ASSERT_TRUE(daemon_->Start()) << daemon_->log();
   EXPECT_EQ(WaitForStatus(run_id, {"succeeded", "failed", "lost"}), "succeeded") << daemon_->log();
   EXPECT_NE(daemon_->Ql({"run", "log", run_id}).out.find("survived"), std::string::npos);
+}
+
+TEST_F(LocalDaemonTest, CommandWithoutWorkingDirectoryRunsInItsTasksPrivateDirectory) {
+  const std::string task = AddTask("where", "pwd; ls -A");
+  CommandResult start = daemon_->Ql({"run", "start", task});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string run_id = Trim(start.out);
+  ASSERT_EQ(WaitForStatus(run_id, {"succeeded", "failed"}), "succeeded");
+  CommandResult log = daemon_->Ql({"run", "log", run_id});
+  ASSERT_EQ(log.exit_code, 0) << log.err;
+  // The directory is the task's own and empty: nothing of the data directory is in sight.
+  const std::string task_dir =
+      std::filesystem::canonical(data_).string() + "/work/" + task;
+  EXPECT_EQ(log.out, task_dir + "\n") << log.out;
+  struct stat st {};
+  ASSERT_EQ(::stat(task_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
+TEST_F(LocalDaemonTest, SecondDaemonOnTheSameDataDirectoryExits2AndTheFirstKeepsServing) {
+  std::ifstream before_file(data_ + "/server.json");
+  const std::string before((std::istreambuf_iterator<char>(before_file)),
+                           std::istreambuf_iterator<char>());
+  ASSERT_FALSE(before.empty());
+  CommandResult second = RunCommand({BinDir() + "/ql-local", "serve", "--data", data_,
+                                     "--listen", "127.0.0.1:0"},
+                                    {}, 10'000);
+  EXPECT_EQ(second.exit_code, 2) << second.out << second.err;
+  EXPECT_NE(second.err.find("data_dir_in_use"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("pid " + std::to_string(daemon_->pid())), std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find(daemon_->server()), std::string::npos) << second.err;
+  // server.json is the first daemon's, untouched, and the first daemon still serves.
+  std::ifstream after_file(data_ + "/server.json");
+  const std::string after((std::istreambuf_iterator<char>(after_file)),
+                          std::istreambuf_iterator<char>());
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(HttpGetStatus(daemon_->server() + "/readyz"), 200);
+  const std::string task = AddTask("still-served", "echo ok");
+  EXPECT_FALSE(task.empty());
+  // Once the first has stopped, the directory is free again.
+  EXPECT_EQ(daemon_->Stop(), 0);
+  EXPECT_FALSE(std::filesystem::exists(data_ + "/server.json"));
+  ASSERT_TRUE(daemon_->Start()) << daemon_->log();
 }
 
 class EdgeDaemonTest : public LocalDaemonTest {

@@ -18,6 +18,7 @@ namespace ql {
 struct AttemptLaunch {
   std::string run_id;
   std::string attempt_id;
+  std::string task_id;  // names the default working directory of the task's commands
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> environment;  // plan env + QL_RUN_ID/ATTEMPT_ID
   std::optional<std::string> working_directory;

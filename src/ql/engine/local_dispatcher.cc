@@ -122,6 +122,7 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   AttemptLaunch launch;
   launch.run_id = run.id;
   launch.attempt_id = attempt.id;
+  launch.task_id = run.task_id;
   launch.argv = plan->argv;
   launch.environment = plan->environment;
   launch.environment.emplace_back("QL_RUN_ID", run.id);

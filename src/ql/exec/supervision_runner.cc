@@ -1,11 +1,21 @@
 #include "ql/exec/supervision_runner.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "ql/exec/executor.h"
 
 namespace ql::exec {
 namespace {
+
+// Creates `dir` with mode 0700 unless it exists.
+Status MakePrivateDirectory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST) return Status::Ok();
+  return Internal("exec_io_error", "cannot create " + dir + ": " + std::strerror(errno));
+}
 
 class SupervisionHandle final : public AttemptHandle {
  public:
@@ -65,10 +75,10 @@ class SupervisionHandle final : public AttemptHandle {
 }  // namespace
 
 SupervisionRunner::SupervisionRunner(std::vector<std::string> supervisor_prefix,
-                                     std::string run_root, std::string default_working_directory)
+                                     std::string run_root, std::string work_root)
     : supervisor_prefix_(std::move(supervisor_prefix)),
       run_root_(std::move(run_root)),
-      default_working_directory_(std::move(default_working_directory)) {}
+      work_root_(std::move(work_root)) {}
 
 Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLaunch& launch) {
   LaunchSpec spec;
@@ -76,12 +86,28 @@ Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLa
   spec.argv = launch.argv;
   spec.environment = launch.environment;
   spec.working_directory = launch.working_directory;
-  spec.default_working_directory = default_working_directory_;
+  if (!spec.working_directory.has_value()) {
+    QL_ASSIGN_OR_RETURN(spec.working_directory, TaskDirectory(launch.task_id));
+  }
   spec.timeout_ms = launch.timeout_ms;
   spec.log_path = launch.log_path;
   spec.log_cap_bytes = launch.log_cap_bytes;
   QL_ASSIGN_OR_RETURN(Supervision supervision, Supervision::Launch(supervisor_prefix_, spec));
   return std::unique_ptr<AttemptHandle>(new SupervisionHandle(std::move(supervision)));
+}
+
+Result<std::string> SupervisionRunner::TaskDirectory(const std::string& task_id) const {
+  constexpr char kPlain[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_";
+  const bool plain = !task_id.empty() && task_id.size() <= 128 &&
+                     task_id.find_first_not_of(kPlain) == std::string::npos;
+  if (!plain) {
+    return InvalidArgument("invalid_task_id", "task id '" + task_id.substr(0, 128) +
+                                                  "' cannot name a working directory");
+  }
+  QL_RETURN_IF_ERROR(MakePrivateDirectory(work_root_));
+  const std::string dir = work_root_ + "/" + task_id;
+  QL_RETURN_IF_ERROR(MakePrivateDirectory(dir));
+  return dir;
 }
 
 Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Adopt(const std::string& attempt_id) {

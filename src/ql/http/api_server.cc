@@ -18,6 +18,7 @@
 #include "ql/core/timezone.h"
 #include "ql/http/api_json.h"
 #include "ql/http/httplib_config.h"
+#include "ql/http/transport.h"
 
 namespace ql {
 namespace {
@@ -315,25 +316,6 @@ class Query {
   const httplib::Request& req_;
 };
 
-// A worker pool that counts connections queued or being served, for the in-flight bound.
-class CountingPool final : public httplib::TaskQueue {
- public:
-  CountingPool(size_t threads, std::atomic<int>& in_flight)
-      : pool_(threads), in_flight_(in_flight) {}
-  void enqueue(std::function<void()> fn) override {
-    in_flight_.fetch_add(1);
-    pool_.enqueue([this, fn = std::move(fn)]() {
-      fn();
-      in_flight_.fetch_sub(1);
-    });
-  }
-  void shutdown() override { pool_.shutdown(); }
-
- private:
-  httplib::ThreadPool pool_;
-  std::atomic<int>& in_flight_;
-};
-
 const char* BoolHeader(bool value) { return value ? "true" : "false"; }
 
 }  // namespace
@@ -510,35 +492,18 @@ httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Reques
 }
 
 void ApiServer::Impl::Configure() {
-  server.new_task_queue = [this]() -> httplib::TaskQueue* {
-    return new CountingPool(static_cast<size_t>(options.threads), in_flight);
-  };
-  server.set_read_timeout(options.read_timeout_ms / 1000, (options.read_timeout_ms % 1000) * 1000);
-  server.set_write_timeout(options.write_timeout_ms / 1000,
-                           (options.write_timeout_ms % 1000) * 1000);
+  transport::Limits limits;
+  limits.threads = options.threads;
+  limits.max_connections = options.max_connections;
+  limits.read_timeout_ms = options.read_timeout_ms;
+  limits.write_timeout_ms = options.write_timeout_ms;
+  limits.max_body_bytes = options.max_body_bytes;
+  // PreRoute is the one admission decision; it sees only the request line and headers.
+  transport::Configure(
+      server, limits, in_flight,
+      [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
   // Bodies up to the drain bound reach our reader, which keeps at most max_body_bytes.
   server.set_payload_max_length(options.max_body_bytes * kDrainFactor);
-  // A client that asks before sending (curl does for large bodies) learns the limit at once.
-  server.set_expect_100_continue_handler(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
-        if (length > options.max_body_bytes) {
-          SendError(res, 413, "body_too_large",
-                    "request body of " + std::to_string(length) + " bytes exceeds the limit of " +
-                        std::to_string(options.max_body_bytes) + " bytes");
-          res.set_header("Connection", "close");
-          return 413;
-        }
-        return 100;
-      });
-  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server bind the same
-  // port and silently share its connections.
-  server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  server.set_pre_routing_handler(
-      [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
   // Fills the JSON body of errors httplib produces itself (malformed request line, URI too
   // long, ...); responses that already carry a body are left alone.
   server.set_error_handler(
@@ -1232,6 +1197,9 @@ Status ApiServer::Start(const std::string& host, int port) {
     return invalid("max_body_bytes must be 1 KiB .. 16 MiB");
   }
   if (o.max_in_flight < 1 || o.max_in_flight > 10'000) return invalid("max_in_flight 1..10000");
+  if (o.max_connections <= o.max_in_flight || o.max_connections > 10'000) {
+    return invalid("max_connections must be max_in_flight+1..10000");
+  }
   if (o.threads < 1 || o.threads > 64) return invalid("threads must be 1..64");
   if (o.max_log_followers < 0 || o.max_log_followers >= o.threads) {
     return invalid("max_log_followers must be 0..threads-1 so followers never take every worker");

@@ -31,6 +31,9 @@ struct ApiServerOptions {
   // Requests accepted (queued or being served) at once; beyond it /api/v1 answers 503
   // overloaded until load drops.
   int max_in_flight = 64;
+  // Connections open at once (queued or being served), more than max_in_flight; one accepted
+  // beyond it is closed before anything is read from it.
+  int max_connections = 256;
   // Concurrent `follow=true` log streams; each holds a worker thread while it streams.
   int max_log_followers = 2;
   // Worker threads serving requests.

@@ -23,13 +23,18 @@
 #include "ql/http/httplib_config.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/raw_http.h"
 
 namespace ql {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::ConnectLoopback;
+using testing::Exchange;
+using testing::Exchanged;
 using ::testing::HasSubstr;
+using testing::ReadAnswer;
 
 constexpr char kToken[] = "owner-token-0123456789abcdef";
 
@@ -63,27 +68,15 @@ Reply ToReply(const httplib::Result& result) {
 // Sends `request` as is on a new connection and returns everything the server answers until it
 // closes the connection or `wait_ms` pass without data.
 std::string RawExchange(int port, const std::string& request, int wait_ms = 2000) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
+  return testing::Exchange(port, request, wait_ms).answer;
+}
+
+size_t CountOf(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++count;
   }
-  timeval tv{wait_ms / 1000, (wait_ms % 1000) * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string answer;
-  char buf[4096];
-  while (true) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    answer.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return answer;
+  return count;
 }
 
 std::string ShellTaskBody(const std::string& name, const std::string& command = "echo hi") {
@@ -940,12 +933,8 @@ TEST_F(ApiServerTest, InFlightBoundAnswersOverloaded) {
   // Idle connections that never send a request each hold a worker and count as in flight.
   std::vector<int> idle;
   for (int i = 0; i < 3; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const int fd = ConnectLoopback(server_->port());
+    ASSERT_GE(fd, 0);
     idle.push_back(fd);
   }
   Reply reply;
@@ -984,6 +973,151 @@ TEST_F(ApiServerTest, StartValidatesOptions) {
   EXPECT_EQ(taken.code(), StatusCode::kUnavailable);
   EXPECT_EQ(taken.reason(), "listen_failed");
   EXPECT_EQ(server_->Start("127.0.0.1", 0).reason(), "already_started");
+}
+
+TEST_F(ApiServerTest, AnonymousBodiesAreRefusedFromTheHeadersAndNeverRead) {
+  StartServer();
+  const std::string before = Snapshot();
+  // The body is itself a request: had the server kept the connection after refusing without
+  // reading, it would answer it as the next request.
+  const std::string smuggled = "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n";
+  Exchanged refused =
+      Exchange(server_->port(),
+               "POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: " +
+                   std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled);
+  EXPECT_THAT(refused.answer, ::testing::StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(refused.answer, HasSubstr("Connection: close"));
+  EXPECT_EQ(CountOf(refused.answer, "HTTP/1.1 "), 1u) << refused.answer;
+  EXPECT_TRUE(refused.closed);
+
+  // A declared body that never comes: the answer does not wait for it.
+  const auto start = std::chrono::steady_clock::now();
+  Exchanged unsent = Exchange(server_->port(),
+                              "POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n"
+                              "Content-Length: 20971520\r\n\r\n",
+                              5000);
+  EXPECT_THAT(unsent.answer, ::testing::StartsWith("HTTP/1.1 401"));
+  EXPECT_TRUE(unsent.closed);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+
+  // Expect: 100-continue without a token: 401 instead of 100, and the connection ends.
+  Exchanged asked = Exchange(server_->port(),
+                             "POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n"
+                             "Content-Type: application/json\r\nContent-Length: 100\r\n"
+                             "Expect: 100-continue\r\n\r\n",
+                             5000);
+  EXPECT_THAT(asked.answer, ::testing::StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(asked.answer, HasSubstr("unauthorized"));
+  EXPECT_THAT(asked.answer, ::testing::Not(HasSubstr("100 Continue")));
+  EXPECT_TRUE(asked.closed);
+
+  // Expectations other than 100-continue get 417.
+  Exchanged other =
+      Exchange(server_->port(), std::string("POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n") +
+                                    "Authorization: Bearer " + kToken +
+                                    "\r\nContent-Length: 2\r\nExpect: "
+                                    "sometime\r\n\r\n{}");
+  EXPECT_THAT(other.answer, ::testing::StartsWith("HTTP/1.1 417"));
+  EXPECT_THAT(other.answer, HasSubstr("expectation_failed"));
+  EXPECT_EQ(Snapshot(), before);
+
+  // With the token the client is invited to send its body, which is then served.
+  const int fd = ConnectLoopback(server_->port());
+  ASSERT_GE(fd, 0);
+  const std::string body = ShellTaskBody("asked-first");
+  const std::string head = std::string("POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n") +
+                           "Authorization: Bearer " + kToken +
+                           "\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                           "Content-Length: " +
+                           std::to_string(body.size()) + "\r\nExpect: 100-continue\r\n\r\n";
+  ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  Exchanged invited = ReadAnswer(fd, 500);
+  EXPECT_THAT(invited.answer, ::testing::StartsWith("HTTP/1.1 100 Continue"));
+  ASSERT_EQ(::send(fd, body.data(), body.size(), MSG_NOSIGNAL), static_cast<ssize_t>(body.size()));
+  Exchanged created = ReadAnswer(fd, 2000);
+  ::close(fd);
+  EXPECT_THAT(created.answer, ::testing::StartsWith("HTTP/1.1 201"));
+}
+
+TEST_F(ApiServerTest, OverlongRequestLinesAndHeaderSectionsEndTheConnection) {
+  StartServer();
+  const std::string auth = std::string("Authorization: Bearer ") + kToken + "\r\n";
+  // Past the request-line limit but within the line limit: 414, then the connection ends.
+  Exchanged long_uri =
+      Exchange(server_->port(), "GET /" + std::string(5000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(long_uri.answer, ::testing::StartsWith("HTTP/1.1 414"));
+  EXPECT_THAT(long_uri.answer, HasSubstr("uri_too_long"));
+  EXPECT_TRUE(long_uri.closed);
+  // Past the line limit: nothing more is read and nothing is answered.
+  Exchanged huge_uri = Exchange(
+      server_->port(), "GET /" + std::string(8u << 20, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(huge_uri.answer, "");
+  EXPECT_TRUE(huge_uri.closed);
+  // One header line past its limit.
+  Exchanged long_header =
+      Exchange(server_->port(), "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n" + auth +
+                                    "X-Long: " + std::string(9000, 'b') + "\r\n\r\n");
+  EXPECT_THAT(long_header.answer, ::testing::StartsWith("HTTP/1.1 400"));
+  EXPECT_TRUE(long_header.closed);
+  // Header lines each within the limit, together past the header-section limit.
+  std::string bulky = "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n" + auth;
+  for (int i = 0; i < 20; ++i) {
+    bulky += "X-Bulk-" + std::to_string(i) + ": " + std::string(4000, 'c') + "\r\n";
+  }
+  Exchanged bulky_answer = Exchange(server_->port(), bulky + "\r\n");
+  EXPECT_THAT(bulky_answer.answer, ::testing::StartsWith("HTTP/1.1 400"));
+  EXPECT_TRUE(bulky_answer.closed);
+  // More header lines than the library reads.
+  std::string many = "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n" + auth;
+  for (int i = 0; i < 200; ++i) many += "X-" + std::to_string(i) + ": 1\r\n";
+  Exchanged many_answer = Exchange(server_->port(), many + "\r\n");
+  EXPECT_THAT(many_answer.answer, ::testing::StartsWith("HTTP/1.1 400"));
+  EXPECT_TRUE(many_answer.closed);
+  // The same request within the limits is served.
+  EXPECT_THAT(Exchange(server_->port(), "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n" + auth +
+                                            "Connection: close\r\n\r\n")
+                  .answer,
+              ::testing::StartsWith("HTTP/1.1 200"));
+}
+
+TEST_F(ApiServerTest, ConnectionsBeyondTheCapAreClosedUnread) {
+  ApiServerOptions options = DefaultOptions();
+  options.threads = 2;
+  options.max_log_followers = 1;
+  options.max_in_flight = 1;
+  options.max_connections = 2;
+  options.read_timeout_ms = 5000;
+  StartServer(options);
+  // Two connections that started a request and stall hold both connection slots.
+  std::vector<int> stalled;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = ConnectLoopback(server_->port());
+    ASSERT_GE(fd, 0);
+    const std::string partial = "GET /livez HTTP/1.1\r\n";
+    ASSERT_EQ(::send(fd, partial.data(), partial.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(partial.size()));
+    stalled.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = std::chrono::steady_clock::now();
+  Exchanged third = Exchange(server_->port(), "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n", 3000);
+  EXPECT_EQ(third.answer, "");
+  EXPECT_TRUE(third.closed);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  for (int fd : stalled) ::close(fd);
+  Reply recovered;
+  for (int i = 0; i < 100; ++i) {
+    recovered = Get("/livez");
+    if (recovered.status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(recovered.status, 200);
+
+  ApiServerOptions too_few = DefaultOptions();
+  too_few.max_connections = too_few.max_in_flight;
+  ApiServer refused(*service_, metrics_, too_few);
+  EXPECT_EQ(refused.Start("127.0.0.1", 0).reason(), "invalid_server_options");
 }
 
 }  // namespace

@@ -13,9 +13,18 @@
 #error "the API server is built without TLS and compression support"
 #endif
 
-// Request line (method + target + version) and each header line, in bytes.
+// Request line (method + target + version) and each header line, in bytes: longer ones are
+// answered 414 / 400 and end the connection.
 #define CPPHTTPLIB_REQUEST_URI_MAX_LENGTH 4096
 #define CPPHTTPLIB_HEADER_MAX_LENGTH 8192
+// Any line past this is not read further: the connection is closed without an answer. With the
+// two limits above it bounds what one connection holds before its handler runs (third_party/
+// README.md).
+#define CPPHTTPLIB_MAX_LINE_LENGTH 16384
+// Header lines and bytes of one request; past either the request is answered 400 and the
+// connection ends. The API answers 431 past 100 client headers itself.
+#define CPPHTTPLIB_HEADER_MAX_COUNT 128
+#define CPPHTTPLIB_HEADER_TOTAL_MAX_LENGTH 65536
 // Default worker count; ApiServerOptions::threads overrides it at run time.
 #define CPPHTTPLIB_THREAD_POOL_COUNT 4
 // Requests served on one keep-alive connection and how long an idle one holds a worker.
@@ -31,3 +40,7 @@
 #define CPPHTTPLIB_SEND_FLAGS MSG_NOSIGNAL
 
 #include <cpp-httplib/httplib.h>  // IWYU pragma: export
+
+static_assert(CPPHTTPLIB_MAX_LINE_LENGTH > CPPHTTPLIB_REQUEST_URI_MAX_LENGTH &&
+                  CPPHTTPLIB_MAX_LINE_LENGTH > CPPHTTPLIB_HEADER_MAX_LENGTH,
+              "lines between the request-line / header limits and the line limit get an answer");

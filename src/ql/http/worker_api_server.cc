@@ -4,12 +4,15 @@
 
 #include <atomic>
 #include <functional>
+#include <regex>
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "ql/http/api_json.h"
 #include "ql/http/httplib_config.h"
+#include "ql/http/transport.h"
 
 namespace ql {
 namespace {
@@ -17,6 +20,15 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kMaxTokenBytes = 512;
+
+// The worker authenticated by the admission gate for the request this thread is serving. httplib
+// serves a request, gate and handler, on one worker thread, so the handler finds its identity
+// here without a second credential lookup.
+struct Admitted {
+  const httplib::Request* request = nullptr;
+  std::string worker_id;
+};
+thread_local Admitted admitted;
 
 void SendJson(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -137,35 +149,76 @@ struct WorkerApiServer::Impl {
   httplib::Server server;
   std::thread listener;
   std::atomic<bool> admitting{true};
+  std::atomic<int> connections{0};
+  std::vector<std::regex> routes;
   int port = 0;
 
   using Handler = std::function<Status(const std::string& worker, const std::string& id,
                                        const json& body, httplib::Response& res)>;
 
-  // Authenticates, parses the body and runs `handler`; any error answers with its code.
-  void Serve(const httplib::Request& req, httplib::Response& res, std::string_view route,
-             const Handler& handler) {
-    metrics.Increment("ql_worker_requests_total", "route=\"" + std::string(route) + "\"");
+  // Admits a request from its line and headers alone, before its body is read: the replica is
+  // admitting, the worker token authenticates, the route exists, the body has a declared length
+  // within the limit. Records the authenticated worker for the handler.
+  httplib::Server::HandlerResponse Admit(const httplib::Request& req, httplib::Response& res) {
+    using HR = httplib::Server::HandlerResponse;
+    admitted = Admitted{};
     if (!admitting.load()) {
-      return SendJson(res, 503,
-                      api::ErrorJson("shutting_down", "this replica is stopping; use another"));
+      SendJson(res, 503, api::ErrorJson("shutting_down", "this replica is stopping; use another"));
+      return HR::Handled;
     }
     const std::string auth = req.get_header_value("Authorization");
     constexpr std::string_view kBearer = "Bearer ";
     if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 ||
         auth.size() - kBearer.size() > kMaxTokenBytes) {
-      return SendJson(res, 401,
-                      api::ErrorJson("unauthorized", "a worker bearer token is required"));
+      SendJson(res, 401, api::ErrorJson("unauthorized", "a worker bearer token is required"));
+      return HR::Handled;
     }
     Result<std::string> worker = service.Authenticate(auth.substr(kBearer.size()));
-    if (!worker.ok()) return SendStatus(res, worker.status());
-    if (req.body.size() > options.max_body_bytes) {
-      return SendJson(res, 413, api::ErrorJson("body_too_large", "request body exceeds 1 MiB"));
+    if (!worker.ok()) {
+      SendStatus(res, worker.status());
+      return HR::Handled;
     }
+    if (req.method != "POST") {
+      res.set_header("Allow", "POST");
+      SendJson(res, 405, api::ErrorJson("method_not_allowed", "worker calls are POST requests"));
+      return HR::Handled;
+    }
+    bool routed = false;
+    for (const std::regex& route : routes) routed = routed || std::regex_match(req.path, route);
+    if (!routed) {
+      SendJson(res, 404, api::ErrorJson("route_not_found", "no worker route for this path"));
+      return HR::Handled;
+    }
+    // httplib bounds declared lengths but not chunked bodies: workers always send a length.
+    if (req.has_header("Transfer-Encoding")) {
+      SendJson(res, 411,
+               api::ErrorJson("length_required", "worker calls carry a Content-Length body"));
+      return HR::Handled;
+    }
+    if (req.get_header_value<uint64_t>("Content-Length") > options.max_body_bytes) {
+      SendJson(
+          res, 413,
+          api::ErrorJson("body_too_large", "request body exceeds " +
+                                               std::to_string(options.max_body_bytes) + " bytes"));
+      return HR::Handled;
+    }
+    admitted = Admitted{&req, std::move(worker).value()};
+    return HR::Unhandled;
+  }
+
+  // Parses the body of an admitted request and runs `handler`; any error answers with its code.
+  void Serve(const httplib::Request& req, httplib::Response& res, std::string_view route,
+             const Handler& handler) {
+    metrics.Increment("ql_worker_requests_total", "route=\"" + std::string(route) + "\"");
+    if (admitted.request != &req) {
+      return SendJson(res, 500, api::ErrorJson("internal", "request was not admitted"));
+    }
+    const std::string worker = std::move(admitted.worker_id);
+    admitted = Admitted{};
     Result<json> body = api::ParseBody(req.body, true);
     if (!body.ok()) return SendStatus(res, body.status());
     const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
-    Status st = handler(*worker, id, *body, res);
+    Status st = handler(worker, id, *body, res);
     if (!st.ok()) SendStatus(res, st);
   }
 
@@ -185,6 +238,7 @@ struct WorkerApiServer::Impl {
   void Routes() {
     const WorkerServiceOptions& o = service.options();
     auto post = [this](const std::string& pattern, std::string_view route, Handler handler) {
+      routes.emplace_back(pattern);
       server.Post(pattern,
                   [this, route, handler](const httplib::Request& req, httplib::Response& res) {
                     Serve(req, res, route, handler);
@@ -340,33 +394,22 @@ WorkerApiServer::~WorkerApiServer() { Stop(); }
 
 Status WorkerApiServer::Start(const std::string& host, int port) {
   Impl& s = *impl_;
-  s.server.new_task_queue = [&s]() -> httplib::TaskQueue* {
-    return new httplib::ThreadPool(static_cast<size_t>(s.options.threads));
-  };
-  s.server.set_read_timeout(s.options.read_timeout_ms / 1000,
-                            (s.options.read_timeout_ms % 1000) * 1000);
-  s.server.set_write_timeout(s.options.write_timeout_ms / 1000,
-                             (s.options.write_timeout_ms % 1000) * 1000);
+  transport::Limits limits;
+  limits.threads = s.options.threads;
+  limits.max_connections = s.options.max_connections;
+  limits.read_timeout_ms = s.options.read_timeout_ms;
+  limits.write_timeout_ms = s.options.write_timeout_ms;
+  limits.max_body_bytes = s.options.max_body_bytes;
+  transport::Configure(
+      s.server, limits, s.connections,
+      [&s](const httplib::Request& req, httplib::Response& res) { return s.Admit(req, res); });
   s.server.set_payload_max_length(s.options.max_body_bytes);
-  s.server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   s.server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     const std::string code = res.status == 404   ? "route_not_found"
                              : res.status == 413 ? "body_too_large"
                                                  : "http_" + std::to_string(res.status);
     SendJson(res, res.status, api::ErrorJson(code, httplib::detail::status_message(res.status)));
-  });
-  // httplib bounds declared lengths but not chunked bodies: workers always send a length.
-  s.server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (req.has_header("Transfer-Encoding")) {
-      SendJson(res, 411,
-               api::ErrorJson("length_required", "worker calls carry a Content-Length body"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
   });
   s.Routes();
   if (port == 0) {

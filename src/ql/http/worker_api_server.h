@@ -18,6 +18,9 @@ namespace ql {
 struct WorkerApiServerOptions {
   size_t max_body_bytes = size_t{1} << 20;
   int threads = 8;
+  // Connections open at once (queued or being served); one accepted beyond it is closed before
+  // anything is read from it.
+  int max_connections = 256;
   int read_timeout_ms = 10'000;
   int write_timeout_ms = 10'000;
 };

@@ -82,8 +82,8 @@ TEST(StatusFromPgTest, MapsEveryClassInOnePlace) {
   EXPECT_EQ(map("23505", "run_events_pkey").reason(), "fence_conflict");
   EXPECT_EQ(map("23505", "made_up_key").code(), StatusCode::kCorrupt);
   EXPECT_EQ(map("23505", "made_up_key").reason(), "unknown_constraint");
-  EXPECT_EQ(map("23505", "api_credentials_name_key").code(), StatusCode::kDuplicate);
-  EXPECT_EQ(map("23505", "api_credentials_name_key").reason(), "name_duplicate");
+  EXPECT_EQ(map("23505", "principals_name_key").code(), StatusCode::kDuplicate);
+  EXPECT_EQ(map("23505", "principals_name_key").reason(), "principal_name_duplicate");
   EXPECT_EQ(map("23505", "run_log_chunks_pkey").reason(), "log_offset_mismatch");
   EXPECT_EQ(map("23503", "runs_project_fkey").code(), StatusCode::kNotFound);
   EXPECT_EQ(map("23503", "runs_project_fkey").reason(), "reference_not_found");
@@ -92,7 +92,7 @@ TEST(StatusFromPgTest, MapsEveryClassInOnePlace) {
   EXPECT_EQ(map("23514", "runs_status_check").reason(), "constraint_violated");
   EXPECT_NE(map("23514", "runs_status_check").message().find("runs_status_check"),
             std::string::npos);
-  EXPECT_EQ(map("23514", "api_credentials_name_check").reason(), "invalid_credential_name");
+  EXPECT_EQ(map("23514", "principals_name_check").reason(), "invalid_principal_name");
   EXPECT_EQ(map("23514", "made_up_check").code(), StatusCode::kCorrupt);
   EXPECT_EQ(map("23502").reason(), "constraint_violated");
   EXPECT_EQ(map("22003").reason(), "value_too_large");

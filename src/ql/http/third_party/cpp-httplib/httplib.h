@@ -66,6 +66,21 @@
 #define CPPHTTPLIB_HEADER_MAX_LENGTH 8192
 #endif
 
+// [ql patch] A line (request line, header line, chunk-size line) longer than this is a read
+// failure: the reader never grows a line buffer past it.
+#ifndef CPPHTTPLIB_MAX_LINE_LENGTH
+#define CPPHTTPLIB_MAX_LINE_LENGTH 32768
+#endif
+
+// [ql patch] Lines and bytes of one header section; past either, reading the headers fails.
+#ifndef CPPHTTPLIB_HEADER_MAX_COUNT
+#define CPPHTTPLIB_HEADER_MAX_COUNT 100
+#endif
+
+#ifndef CPPHTTPLIB_HEADER_TOTAL_MAX_LENGTH
+#define CPPHTTPLIB_HEADER_TOTAL_MAX_LENGTH 65536
+#endif
+
 #ifndef CPPHTTPLIB_REDIRECT_MAX_COUNT
 #define CPPHTTPLIB_REDIRECT_MAX_COUNT 20
 #endif
@@ -538,7 +553,8 @@ public:
   TaskQueue() = default;
   virtual ~TaskQueue() = default;
 
-  virtual void enqueue(std::function<void()> fn) = 0;
+  // [ql patch] Returns false to refuse the task; the server then closes the connection.
+  virtual bool enqueue(std::function<void()> fn) = 0;
   virtual void shutdown() = 0;
 
   virtual void on_idle() {}
@@ -556,13 +572,14 @@ public:
   ThreadPool(const ThreadPool &) = delete;
   ~ThreadPool() override = default;
 
-  void enqueue(std::function<void()> fn) override {
+  bool enqueue(std::function<void()> fn) override {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       jobs_.push_back(std::move(fn));
     }
 
     cond_.notify_one();
+    return true;
   }
 
   void shutdown() override {
@@ -2267,6 +2284,9 @@ inline bool stream_line_reader::getline() {
   glowable_buffer_.clear();
 
   for (size_t i = 0;; i++) {
+    // [ql patch] An overlong line fails instead of growing the buffer without bound.
+    if (size() >= CPPHTTPLIB_MAX_LINE_LENGTH) { return false; }
+
     char byte;
     auto n = strm_.read(&byte, 1);
 
@@ -3388,9 +3408,18 @@ inline bool read_headers(Stream &strm, Headers &headers) {
   const auto bufsiz = 2048;
   char buf[bufsiz];
   stream_line_reader line_reader(strm, buf, bufsiz);
+  // [ql patch] Every line read counts, skipped ones too, so a header section costs at most
+  // CPPHTTPLIB_HEADER_MAX_COUNT lines and CPPHTTPLIB_HEADER_TOTAL_MAX_LENGTH bytes.
+  size_t line_count = 0;
+  size_t total_length = 0;
 
   for (;;) {
     if (!line_reader.getline()) { return false; }
+    total_length += line_reader.size();
+    if (++line_count > CPPHTTPLIB_HEADER_MAX_COUNT + 1 ||
+        total_length > CPPHTTPLIB_HEADER_TOTAL_MAX_LENGTH) {
+      return false;
+    }
 
     // Check if the line ends with CRLF.
     auto line_terminator_len = 2;
@@ -5234,8 +5263,14 @@ inline bool Server::write_response_core(Stream &strm, bool close_connection,
   if (need_apply_ranges) { apply_ranges(req, res, content_type, boundary); }
 
   // Prepare additional headers
-  if (close_connection || req.get_header_value("Connection") == "close") {
-    res.set_header("Connection", "close");
+  // [ql patch] A response that carries "Connection: close" (a handler's rejection of a request
+  // whose body it did not read) ends the connection: the unread bytes are never parsed as the
+  // next request.
+  const bool closing = close_connection ||
+                       req.get_header_value("Connection") == "close" ||
+                       res.get_header_value("Connection") == "close";
+  if (closing) {
+    if (!res.has_header("Connection")) { res.set_header("Connection", "close"); }
   } else {
     std::stringstream ss;
     ss << "timeout=" << keep_alive_timeout_sec_
@@ -5295,7 +5330,7 @@ inline bool Server::write_response_core(Stream &strm, bool close_connection,
   // Log
   if (logger_) { logger_(req, res); }
 
-  return ret;
+  return ret && !closing;
 }
 
 inline bool
@@ -5591,10 +5626,13 @@ inline bool Server::listen_internal() {
       }
 
 #if __cplusplus > 201703L
-      task_queue->enqueue([=, this]() { process_and_close_socket(sock); });
+      if (!task_queue->enqueue([=, this]() { process_and_close_socket(sock); })) {
 #else
-      task_queue->enqueue([=]() { process_and_close_socket(sock); });
+      if (!task_queue->enqueue([=]() { process_and_close_socket(sock); })) {
 #endif
+        detail::shutdown_socket(sock);
+        detail::close_socket(sock);
+      }
     }
 
     task_queue->shutdown();
@@ -5848,19 +5886,19 @@ Server::process_request(Stream &strm, bool close_connection,
 #ifndef CPPHTTPLIB_USE_POLL
   // Socket file descriptor exceeded FD_SETSIZE...
   if (strm.socket() >= FD_SETSIZE) {
-    Headers dummy;
-    detail::read_headers(strm, dummy);
     res.status = 500;
+    res.set_header("Connection", "close");
     return write_response(strm, close_connection, req, res);
   }
 #endif
 #endif
 
   // Check if the request URI doesn't exceed the limit
+  // [ql patch] The rejections below leave the rest of the request unread, so they end the
+  // connection (see write_response_core) instead of reading on.
   if (line_reader.size() > CPPHTTPLIB_REQUEST_URI_MAX_LENGTH) {
-    Headers dummy;
-    detail::read_headers(strm, dummy);
     res.status = 414;
+    res.set_header("Connection", "close");
     return write_response(strm, close_connection, req, res);
   }
 
@@ -5868,6 +5906,7 @@ Server::process_request(Stream &strm, bool close_connection,
   if (!parse_request_line(line_reader.ptr(), req) ||
       !detail::read_headers(strm, req.headers)) {
     res.status = 400;
+    res.set_header("Connection", "close");
     return write_response(strm, close_connection, req, res);
   }
 
@@ -5892,6 +5931,7 @@ Server::process_request(Stream &strm, bool close_connection,
     const auto &range_header_value = req.get_header_value("Range");
     if (!detail::parse_range_header(range_header_value, req.ranges)) {
       res.status = 416;
+      res.set_header("Connection", "close");
       return write_response(strm, close_connection, req, res);
     }
   }
