@@ -14,9 +14,7 @@ using nlohmann::json;
 
 bool IsNameStart(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
 
-bool IsNameChar(char c) {
-  return IsNameStart(c) || (c >= '0' && c <= '9') || c == '.' || c == '-';
-}
+bool IsNameChar(char c) { return IsNameStart(c) || (c >= '0' && c <= '9') || c == '.' || c == '-'; }
 
 Status Malformed(std::string_view text, std::string_view why) {
   return InvalidArgument("secret_ref_malformed",
@@ -56,15 +54,15 @@ Status ValidateSecretName(std::string_view name) {
 
 Status ValidateSecretRef(const SecretRef& ref) {
   if (!IsCanonicalUuid(ref.project_id)) {
-    return InvalidArgument("secret_ref_project_invalid",
-                           "secret ref project id " + QuoteForMessage(ref.project_id) +
-                               " is not a canonical UUID");
+    return InvalidArgument(
+        "secret_ref_project_invalid",
+        "secret ref project id " + QuoteForMessage(ref.project_id) + " is not a canonical UUID");
   }
   QL_RETURN_IF_ERROR(ValidateSecretName(ref.name));
   if (ref.version.has_value() && *ref.version < 1) {
-    return InvalidArgument("secret_ref_version_invalid",
-                           "secret ref version must be at least 1, got " +
-                               std::to_string(*ref.version));
+    return InvalidArgument(
+        "secret_ref_version_invalid",
+        "secret ref version must be at least 1, got " + std::to_string(*ref.version));
   }
   return Status::Ok();
 }
@@ -72,7 +70,8 @@ Status ValidateSecretRef(const SecretRef& ref) {
 Result<std::string> EncodeSecretRef(const SecretRef& ref) {
   QL_RETURN_IF_ERROR(ValidateSecretRef(ref));
   // Validated fields are ASCII and integers, so the canonical encoding cannot fail.
-  return std::string(kSecretRefPrefix) + Base64UrlEncode(internal::CanonicalJsonLossy(RefJson(ref)));
+  return std::string(kSecretRefPrefix) +
+         Base64UrlEncode(internal::CanonicalJsonLossy(RefJson(ref)));
 }
 
 bool LooksLikeSecretRef(std::string_view text) { return text.starts_with(kSecretRefPrefix); }
@@ -116,11 +115,10 @@ Result<SecretRef> DecodeSecretRef(std::string_view text) {
   }
   QL_RETURN_IF_ERROR(ValidateSecretRef(ref));
   if (internal::CanonicalJsonLossy(object) != *payload) {
-    return InvalidArgument("secret_ref_not_canonical",
-                           "secret ref " + QuoteForMessage(text) +
-                               " is not in canonical form; write it as " +
-                               std::string(kSecretRefPrefix) +
-                               Base64UrlEncode(internal::CanonicalJsonLossy(object)));
+    return InvalidArgument(
+        "secret_ref_not_canonical",
+        "secret ref " + QuoteForMessage(text) + " is not in canonical form; write it as " +
+            std::string(kSecretRefPrefix) + Base64UrlEncode(internal::CanonicalJsonLossy(object)));
   }
   return ref;
 }

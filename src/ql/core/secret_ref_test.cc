@@ -44,10 +44,10 @@ TEST(SecretRefTest, ValidatesNames) {
     EXPECT_TRUE(ValidateSecretName(good).ok()) << good;
   }
   EXPECT_TRUE(ValidateSecretName(std::string(128, 'a')).ok());
-  for (std::string bad : {std::string(), std::string(129, 'a'), std::string("1abc"),
-                          std::string("-abc"), std::string(".abc"), std::string("a b"),
-                          std::string("a/b"), std::string("a:b"), std::string("caf\xc3\xa9"),
-                          std::string("a\0b", 3)}) {
+  for (std::string bad :
+       {std::string(), std::string(129, 'a'), std::string("1abc"), std::string("-abc"),
+        std::string(".abc"), std::string("a b"), std::string("a/b"), std::string("a:b"),
+        std::string("caf\xc3\xa9"), std::string("a\0b", 3)}) {
     Status s = ValidateSecretName(bad);
     EXPECT_EQ(s.reason(), "secret_name_invalid") << bad;
     EXPECT_THAT(s.message(), HasSubstr("secret name")) << bad;
@@ -72,16 +72,16 @@ TEST(SecretRefTest, RefusesMalformedText) {
   EXPECT_EQ(ReasonOf("QLSECRET:v1:" + good.substr(kSecretRefPrefix.size())),
             "secret_ref_malformed");
   EXPECT_EQ(ReasonOf(std::string(kSecretRefPrefix)), "secret_ref_malformed");
-  EXPECT_EQ(ReasonOf(good + "="), "secret_ref_malformed");     // padding
-  EXPECT_EQ(ReasonOf(good + "!"), "secret_ref_malformed");     // outside the alphabet
-  EXPECT_EQ(ReasonOf(good + " "), "secret_ref_malformed");     // trailing space
+  EXPECT_EQ(ReasonOf(good + "="), "secret_ref_malformed");  // padding
+  EXPECT_EQ(ReasonOf(good + "!"), "secret_ref_malformed");  // outside the alphabet
+  EXPECT_EQ(ReasonOf(good + " "), "secret_ref_malformed");  // trailing space
   EXPECT_EQ(ReasonOf(good.substr(0, good.size() - 1)), "secret_ref_malformed");  // cut
   EXPECT_EQ(ReasonOf(RefOf("[1]")), "secret_ref_malformed");
   EXPECT_EQ(ReasonOf(RefOf(R"("A")")), "secret_ref_malformed");
   EXPECT_EQ(ReasonOf(RefOf(R"({"name":"A",)")), "secret_ref_malformed");
-  EXPECT_EQ(ReasonOf(RefOf(R"({"name":"A","name":"B","projectId":")" + std::string(kProject) +
-                           R"("})")),
-            "secret_ref_malformed");  // duplicate key
+  EXPECT_EQ(
+      ReasonOf(RefOf(R"({"name":"A","name":"B","projectId":")" + std::string(kProject) + R"("})")),
+      "secret_ref_malformed");  // duplicate key
   EXPECT_EQ(ReasonOf(std::string(kSecretRefPrefix) + std::string(2000, 'A')),
             "secret_ref_malformed");
   Status s = DecodeSecretRef("API_KEY").status();
@@ -104,8 +104,7 @@ TEST(SecretRefTest, RefusesWrongFields) {
             "secret_ref_malformed");  // not an integer: refused by the strict parser
   EXPECT_EQ(ReasonOf(RefOf(R"({"name":"A","projectId":")" + p + R"(","version":0})")),
             "secret_ref_version_invalid");
-  EXPECT_EQ(ReasonOf(RefOf(R"({"name":"1A","projectId":")" + p + R"("})")),
-            "secret_name_invalid");
+  EXPECT_EQ(ReasonOf(RefOf(R"({"name":"1A","projectId":")" + p + R"("})")), "secret_name_invalid");
   EXPECT_EQ(ReasonOf(RefOf(R"({"name":"A","projectId":"0190A5B2-7C3E-7A1B-8C4D-5E6F708192A5"})")),
             "secret_ref_project_invalid");
 }

@@ -79,7 +79,7 @@ TEST(LogMaskerTest, OverlappingAndNestedValuesHideEveryByte) {
   EXPECT_EQ(OneShot("xxabcdefghiyy", {"defghi", "abcdef"}), "xx***yy");
   EXPECT_EQ(OneShot("[secret] [secretvalue]", {"secret", "secretvalue"}), "[***] [***]");
   EXPECT_EQ(OneShot("[abcdefgh] and more", {"abcdefgh", "cdef"}), "[***] and more");  // nested
-  EXPECT_EQ(OneShot("abababab", {"abab"}), "***");      // occurrences overlap themselves
+  EXPECT_EQ(OneShot("abababab", {"abab"}), "***");           // occurrences overlap themselves
   EXPECT_EQ(OneShot("SECRSECR-SECR", {"SECR"}), "***-***");  // adjacent ones merge
   const std::string input = "..abcdefghij..";
   for (size_t a = 0; a <= input.size(); ++a) {

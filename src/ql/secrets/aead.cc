@@ -33,8 +33,8 @@ Result<AeadBox> AeadSeal(const SecretBytes& key, std::string_view plaintext,
   unsigned long long written = 0;
   crypto_aead_xchacha20poly1305_ietf_encrypt(
       reinterpret_cast<unsigned char*>(box.ciphertext.data()), &written, Bytes(plaintext),
-      plaintext.size(), Bytes(associated_data), associated_data.size(), nullptr,
-      Bytes(box.nonce), key.data());
+      plaintext.size(), Bytes(associated_data), associated_data.size(), nullptr, Bytes(box.nonce),
+      key.data());
   box.ciphertext.resize(written);
   return box;
 }
@@ -53,8 +53,9 @@ Result<SecretBytes> AeadOpen(const SecretBytes& key, const AeadBox& box,
   if (crypto_aead_xchacha20poly1305_ietf_decrypt(
           plaintext.data(), &written, nullptr, Bytes(box.ciphertext), box.ciphertext.size(),
           Bytes(associated_data), associated_data.size(), Bytes(box.nonce), key.data()) != 0) {
-    return corrupt("does not verify: it was altered, sealed for another secret or version, or "
-                   "sealed under another key");
+    return corrupt(
+        "does not verify: it was altered, sealed for another secret or version, or "
+        "sealed under another key");
   }
   return plaintext;
 }

@@ -34,8 +34,8 @@ std::vector<std::string_view> SplitFields(std::string_view text) {
 
 std::string EncodeSealedSecret(const SealedSecret& sealed) {
   return std::string(kSealedSecretPrefix) + Base64UrlEncode(sealed.key.key_id) + ":" +
-         Base64UrlEncode(sealed.key.ciphertext) + ":" + Base64UrlEncode(sealed.value.nonce) +
-         ":" + Base64UrlEncode(sealed.value.ciphertext);
+         Base64UrlEncode(sealed.key.ciphertext) + ":" + Base64UrlEncode(sealed.value.nonce) + ":" +
+         Base64UrlEncode(sealed.value.ciphertext);
 }
 
 Result<SealedSecret> DecodeSealedSecret(std::string_view text) {

@@ -142,8 +142,7 @@ TEST_F(EnvelopeTest, RefusesBadInput) {
   EXPECT_EQ(SealSecret(*provider_, Version("A", 1, "nope"), kValue).status().reason(),
             "secret_ref_project_invalid");
   SealedSecret sealed = Seal(Version("API_KEY", 1));
-  EXPECT_EQ(UnsealSecret(*provider_, current, sealed).status().reason(),
-            "secret_version_required");
+  EXPECT_EQ(UnsealSecret(*provider_, current, sealed).status().reason(), "secret_version_required");
 }
 
 TEST_F(EnvelopeTest, RecordRoundTripsAsOneText) {
@@ -170,10 +169,10 @@ TEST_F(EnvelopeTest, MalformedRecordsAreCorrupt) {
   for (const std::string& bad : std::initializer_list<std::string>{
            "", "qlseal:v2:" + body, "QLSEAL:v1:" + body, body, text + ":", text + ":AAAA",
            "qlseal:v1:" + key_id + ":" + wrapped + ":" + nonce,
-           text + "=",                                                      // padding
-           "qlseal:v1::" + wrapped + ":" + nonce + ":" + ct,                // empty key id
+           text + "=",                                        // padding
+           "qlseal:v1::" + wrapped + ":" + nonce + ":" + ct,  // empty key id
            "qlseal:v1:" + Base64UrlEncode("a b") + ":" + wrapped + ":" + nonce + ":" + ct,
-           "qlseal:v1:" + key_id + "::" + nonce + ":" + ct,                 // empty wrapped key
+           "qlseal:v1:" + key_id + "::" + nonce + ":" + ct,  // empty wrapped key
            "qlseal:v1:" + key_id + ":" + Base64UrlEncode(std::string(2049, 'w')) + ":" + nonce +
                ":" + ct,
            "qlseal:v1:" + key_id + ":" + wrapped + ":" + Base64UrlEncode("short") + ":" + ct,

@@ -127,9 +127,9 @@ class HelperRunner {
       while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
       Wipe(run.out);
-      return Unavailable("key_provider_timeout",
-                         Name() + " did not answer within " +
-                             std::to_string(options_.timeout_ms) + " ms; it was killed");
+      return Unavailable("key_provider_timeout", Name() + " did not answer within " +
+                                                     std::to_string(options_.timeout_ms) +
+                                                     " ms; it was killed");
     }
     return run;
   }
@@ -159,8 +159,8 @@ class HelperRunner {
     sigset_t none, all;
     sigemptyset(&none);
     sigfillset(&all);
-    posix_spawnattr_setflags(&attr,
-                             POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawnattr_setpgroup(&attr, 0);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
@@ -272,8 +272,8 @@ Result<std::string> ReplyField(HelperRunner& runner, HelperRun& run, const char*
 std::string Request(std::string_view op, const std::string& key_id, std::string_view field,
                     std::string_view base64) {
   std::string request = "{\"protocol\":\"" + std::string(kProtocol) + "\",\"op\":\"" +
-                        std::string(op) + "\",\"key_id\":" + nlohmann::json(key_id).dump() +
-                        ",\"" + std::string(field) + "\":\"";
+                        std::string(op) + "\",\"key_id\":" + nlohmann::json(key_id).dump() + ",\"" +
+                        std::string(field) + "\":\"";
   request += base64;
   request += "\"}\n";
   return request;

@@ -1,10 +1,9 @@
 #include "ql/secrets/exec_key_provider.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -130,8 +129,8 @@ TEST_F(ExecKeyProviderTest, AFailingHelperReportsItsStatusAndStderr) {
   EXPECT_EQ(s.reason(), "key_provider_failed");
   EXPECT_THAT(s.message(), HasSubstr("killed by signal 9"));
 
-  Result<std::unique_ptr<ExecKeyProvider>> missing = ExecKeyProvider::Create(
-      {{dir_ + "/no-such-helper"}, "kms:test-key/1", 1000}, SystemClock());
+  Result<std::unique_ptr<ExecKeyProvider>> missing =
+      ExecKeyProvider::Create({{dir_ + "/no-such-helper"}, "kms:test-key/1", 1000}, SystemClock());
   ASSERT_TRUE(missing.ok());
   s = (*missing)->Wrap(SecretBytes::Random(kDataKeyBytes)).status();
   EXPECT_EQ(s.reason(), "key_provider_failed");
@@ -216,7 +215,8 @@ TEST_F(ExecKeyProviderTest, RefusesBadConfiguration) {
   EXPECT_EQ(reason({{kHelper}, "", 1000}), "key_id_invalid");
   EXPECT_EQ(reason({{kHelper}, "two words", 1000}), "key_id_invalid");
   EXPECT_EQ(reason({{kHelper}, std::string(257, 'k'), 1000}), "key_id_invalid");
-  EXPECT_TRUE(ExecKeyProvider::Create({{kHelper}, std::string(256, 'k'), 1000}, SystemClock()).ok());
+  EXPECT_TRUE(
+      ExecKeyProvider::Create({{kHelper}, std::string(256, 'k'), 1000}, SystemClock()).ok());
 }
 
 }  // namespace

@@ -26,8 +26,8 @@ Status Io(const std::string& what, const std::string& path, int err) {
 std::string KeyIdOf(const SecretBytes& key) {
   unsigned char digest[8];
   crypto_generichash(digest, sizeof(digest),
-                     reinterpret_cast<const unsigned char*>(kKeyIdLabel.data()),
-                     kKeyIdLabel.size(), key.data(), key.size());
+                     reinterpret_cast<const unsigned char*>(kKeyIdLabel.data()), kKeyIdLabel.size(),
+                     key.data(), key.size());
   char hex[2 * sizeof(digest) + 1];
   sodium_bin2hex(hex, sizeof(hex), digest, sizeof(digest));
   return "file:" + std::string(hex);
@@ -177,16 +177,14 @@ Result<WrappedKey> FileKeyProvider::Wrap(const SecretBytes& data_key) {
 
 Result<SecretBytes> FileKeyProvider::Unwrap(const WrappedKey& wrapped) {
   if (wrapped.key_id != key_id_) {
-    return NotFound("secret_key_unknown",
-                    "the data key was wrapped with key " + wrapped.key_id +
-                        ", but the key file holds key " + key_id_);
+    return NotFound("secret_key_unknown", "the data key was wrapped with key " + wrapped.key_id +
+                                              ", but the key file holds key " + key_id_);
   }
   if (wrapped.ciphertext.size() != kAeadNonceBytes + kDataKeyBytes + kAeadTagBytes) {
-    return Corrupt("secret_corrupt", "the wrapped data key has " +
-                                         std::to_string(wrapped.ciphertext.size()) +
-                                         " bytes; the file provider writes " +
-                                         std::to_string(kAeadNonceBytes + kDataKeyBytes +
-                                                        kAeadTagBytes));
+    return Corrupt("secret_corrupt",
+                   "the wrapped data key has " + std::to_string(wrapped.ciphertext.size()) +
+                       " bytes; the file provider writes " +
+                       std::to_string(kAeadNonceBytes + kDataKeyBytes + kAeadTagBytes));
   }
   AeadBox box{wrapped.ciphertext.substr(0, kAeadNonceBytes),
               wrapped.ciphertext.substr(kAeadNonceBytes)};

@@ -37,9 +37,7 @@ class SecretBytes {
   const uint8_t* data() const { return data_.get(); }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  std::string_view view() const {
-    return {reinterpret_cast<const char*>(data_.get()), size_};
-  }
+  std::string_view view() const { return {reinterpret_cast<const char*>(data_.get()), size_}; }
   // Compares in constant time for equal sizes.
   bool operator==(const SecretBytes& other) const;
 
