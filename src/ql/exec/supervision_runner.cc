@@ -75,6 +75,8 @@ Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLa
   spec.attempt_dir = run_root_ + "/" + launch.attempt_id;
   spec.argv = launch.argv;
   spec.environment = launch.environment;
+  spec.secret_environment = launch.secret_environment;
+  spec.mask_values = launch.mask_values;
   spec.working_directory = launch.working_directory;
   spec.default_working_directory = default_working_directory_;
   spec.timeout_ms = launch.timeout_ms;
