@@ -110,6 +110,15 @@ class ExecutorTest : public ::testing::Test {
     return state;
   }
 
+  // Expects Launch to refuse `spec` as exec_bad_spec with `words` in the message, writing nothing.
+  void ExpectRejected(const LaunchSpec& spec, const std::string& words) {
+    Result<Supervision> s = Supervision::Launch(kSupervisorPrefix, spec);
+    ASSERT_FALSE(s.ok()) << words;
+    EXPECT_EQ(s.status().reason(), "exec_bad_spec");
+    EXPECT_NE(s.status().message().find(words), std::string::npos) << s.status().message();
+    EXPECT_FALSE(std::filesystem::exists(spec.attempt_dir)) << "nothing is written";
+  }
+
   // Launches `spec`, waits for it to finish and returns the outcome.
   Outcome Run(const LaunchSpec& spec) {
     Supervision s = Launch(spec);
@@ -404,35 +413,28 @@ TEST_F(ExecutorTest, KillEndsSupervisorAndCommand) {
 }
 
 TEST_F(ExecutorTest, InvalidSpecsAreRejectedWithTheField) {
-  auto reject = [&](LaunchSpec spec, const std::string& words) {
-    Result<Supervision> s = Supervision::Launch(kSupervisorPrefix, spec);
-    ASSERT_FALSE(s.ok()) << words;
-    EXPECT_EQ(s.status().reason(), "exec_bad_spec");
-    EXPECT_NE(s.status().message().find(words), std::string::npos) << s.status().message();
-    EXPECT_FALSE(std::filesystem::exists(spec.attempt_dir)) << "nothing is written";
-  };
   LaunchSpec spec = Spec({});
-  reject(spec, "argv");
+  ExpectRejected(spec, "argv");
   spec = Spec({"/bin/true"});
   spec.environment = {{"QL_RUN_ID", "r"}};
-  reject(spec, "QL_ATTEMPT_ID");
+  ExpectRejected(spec, "QL_ATTEMPT_ID");
   spec = Spec({"/bin/true"});
   spec.environment.emplace_back("QL_RUN_ID", "again");
-  reject(spec, "QL_RUN_ID is repeated");
+  ExpectRejected(spec, "QL_RUN_ID is repeated");
   spec = Spec({"/bin/true"});
   spec.environment.emplace_back("A=B", "x");
-  reject(spec, "'A=B'");
+  ExpectRejected(spec, "'A=B'");
   spec = Spec({"/bin/true"});
   spec.timeout_ms = 0;
-  reject(spec, "timeout_ms");
+  ExpectRejected(spec, "timeout_ms");
   spec = Spec({"/bin/true"});
   spec.default_working_directory.clear();
-  reject(spec, "default_working_directory");
+  ExpectRejected(spec, "default_working_directory");
   spec = Spec({"/bin/true"});
   spec.log_cap_bytes = -1;
-  reject(spec, "log_cap_bytes");
+  ExpectRejected(spec, "log_cap_bytes");
   spec = Spec({std::string("/bin/true\0x", 11)});
-  reject(spec, "argv[0]");
+  ExpectRejected(spec, "argv[0]");
 }
 
 // Returns the files under `dir` whose contents hold `needle`.
@@ -513,31 +515,24 @@ TEST_F(ExecutorTest, SupervisionRunnerPassesSecretsAndMaskValues) {
 }
 
 TEST_F(ExecutorTest, BadSecretEnvironmentIsRejected) {
-  auto reject = [&](LaunchSpec spec, const std::string& words) {
-    Result<Supervision> s = Supervision::Launch(kSupervisorPrefix, spec);
-    ASSERT_FALSE(s.ok()) << words;
-    EXPECT_EQ(s.status().reason(), "exec_bad_spec");
-    EXPECT_NE(s.status().message().find(words), std::string::npos) << s.status().message();
-    EXPECT_FALSE(std::filesystem::exists(spec.attempt_dir)) << "nothing is written";
-  };
   for (const char* reserved : {"PATH", "HOME", "QL_RUN_ID", "QL_ATTEMPT_ID"}) {
     LaunchSpec spec = Spec({"/bin/true"});
     spec.secret_environment = {{reserved, "value"}};
-    reject(spec, std::string(reserved) + " is reserved");
+    ExpectRejected(spec, std::string(reserved) + " is reserved");
   }
   LaunchSpec spec = Spec({"/bin/true"});
   spec.environment.emplace_back("TOKEN", "public");
   spec.secret_environment = {{"TOKEN", "secret"}};
-  reject(spec, "TOKEN is repeated");
+  ExpectRejected(spec, "TOKEN is repeated");
   spec = Spec({"/bin/true"});
   spec.secret_environment = {{"A=B", "secret"}};
-  reject(spec, "'A=B'");
+  ExpectRejected(spec, "'A=B'");
   spec = Spec({"/bin/true"});
   spec.secret_environment = {{"A", std::string("x\0y", 3)}};
-  reject(spec, "value of A");
+  ExpectRejected(spec, "value of A");
   spec = Spec({"/bin/true"});
   spec.mask_values = {std::string(1024 * 1024 + 1, 'm')};
-  reject(spec, "more than 1048576 bytes");
+  ExpectRejected(spec, "more than 1048576 bytes");
 }
 
 TEST_F(ExecutorTest, AnAttemptDirectoryIsLaunchedOnce) {
