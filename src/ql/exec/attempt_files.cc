@@ -194,6 +194,16 @@ std::optional<std::string> ReadSized(std::string_view in, size_t& at) {
 
 }  // namespace
 
+size_t EncodedSecretsSize(const LaunchSpec& spec) {
+  if (spec.secret_environment.empty() && spec.mask_values.empty()) return 0;
+  size_t size = kSecretsMagic.size();
+  for (const auto& [name, value] : spec.secret_environment) {
+    size += 1 + 2 * sizeof(uint32_t) + name.size() + value.size();
+  }
+  for (const std::string& value : spec.mask_values) size += 1 + sizeof(uint32_t) + value.size();
+  return size;
+}
+
 std::string EncodeSecrets(const LaunchSpec& spec) {
   if (spec.secret_environment.empty() && spec.mask_values.empty()) return "";
   std::string out(kSecretsMagic);

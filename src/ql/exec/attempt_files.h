@@ -31,6 +31,7 @@ inline constexpr std::string_view kReadyFdVariable = "QL_SUPERVISOR_READY_FD";
 // attempt's secrets (EncodeSecrets); it reads them before anything else and puts /dev/null in
 // their place.
 inline constexpr std::string_view kSecretsOnStdinVariable = "QL_SUPERVISOR_SECRETS_ON_STDIN";
+// Bounds the encoded secrets (EncodeSecrets) of one attempt.
 inline constexpr size_t kMaxSecretsBytes = 1024 * 1024;
 
 // The parts of a LaunchSpec that never touch a file.
@@ -66,6 +67,8 @@ std::string EncodeResult(const ResultRecord& record);
 // Returns the secrets of `spec` in a length-prefixed binary form (values are bytes, not
 // necessarily UTF-8), or "" when it has none.
 std::string EncodeSecrets(const LaunchSpec& spec);
+// Returns EncodeSecrets(spec).size() without encoding.
+size_t EncodedSecretsSize(const LaunchSpec& spec);
 // Errors: Corrupt `exec_corrupt_record` for anything EncodeSecrets does not write.
 Result<AttemptSecrets> DecodeSecrets(std::string_view bytes);
 

@@ -82,12 +82,7 @@ Status ResolveSpec(LaunchSpec& spec) {
     }
     if (!names.insert(name).second) return BadSpec("environment name " + name + " is repeated");
   }
-  size_t secret_bytes = 0;
-  for (const auto& [name, value] : spec.secret_environment) {
-    secret_bytes += name.size() + value.size();
-  }
-  for (const std::string& value : spec.mask_values) secret_bytes += value.size();
-  if (secret_bytes > internal::kMaxSecretsBytes) {
+  if (internal::EncodedSecretsSize(spec) > internal::kMaxSecretsBytes) {
     return BadSpec("secret_environment and mask_values hold more than " +
                    std::to_string(internal::kMaxSecretsBytes) + " bytes");
   }

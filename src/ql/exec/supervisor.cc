@@ -33,8 +33,6 @@ constexpr int kMaxReadsPerWakeup = 16;
 // group can still hold the pipe then, and it must not keep the attempt open.
 constexpr int64_t kDrainAfterKillMs = 1000;
 constexpr size_t kMaxSpecBytes = 1024 * 1024;
-// The secrets' encoding adds a few bytes per entry to internal::kMaxSecretsBytes of content.
-constexpr size_t kMaxSecretsRead = 8 * internal::kMaxSecretsBytes;
 constexpr int64_t kNever = INT64_MAX;
 
 // Static so the supervisor's stack stays small; one supervisor runs one command.
@@ -198,16 +196,19 @@ void Supervisor::TakeSecrets() {
   if (!passed) return;
   std::string payload;
   char buffer[4096];
-  while (payload.size() <= kMaxSecretsRead) {
+  while (true) {
     ssize_t n = read(0, buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n < 0) {
-        secrets_error_ = ErrnoMessage("supervisor: cannot read the attempt's secrets", errno);
-      }
+    if (n < 0) {
+      secrets_error_ = ErrnoMessage("supervisor: cannot read the attempt's secrets", errno);
+    }
+    if (n <= 0) break;
+    payload.append(buffer, static_cast<size_t>(n));
+    if (payload.size() > internal::kMaxSecretsBytes) {
+      secrets_error_ = "supervisor: the attempt's secrets exceed " +
+                       std::to_string(internal::kMaxSecretsBytes) + " bytes";
       break;
     }
-    payload.append(buffer, static_cast<size_t>(n));
   }
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull >= 0) {
