@@ -35,6 +35,8 @@
 #include "ql/exec/supervision_runner.h"
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
+#include "ql/secrets/file_key_provider.h"
+#include "ql/secrets/secret_bytes.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql_version.h"
 
@@ -205,6 +207,14 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   Result<std::string> token = EnsureOwnerToken(data / "owner.token", token_created);
   if (!token.ok()) return Fail(kExitFailure, token.status());
 
+  // The key that wraps secret values' data keys; a damaged or readable-by-others key file stops
+  // the start rather than being replaced, since replacing it would lose every secret.
+  if (Status st = secrets::InitializeSecrets(); !st.ok()) return Fail(kExitFailure, st);
+  bool key_created = false;
+  Result<std::unique_ptr<secrets::FileKeyProvider>> secret_key =
+      secrets::FileKeyProvider::OpenOrCreate((data / "secret.key").string(), &key_created);
+  if (!secret_key.ok()) return Fail(kExitFailure, secret_key.status());
+
   SqliteOptions store_options;
   store_options.path = (data / "db" / "qinglong.db").string();
   store_options.profile = profile;
@@ -295,6 +305,8 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
             << "data directory: " << data.string() << "\n"
             << "owner API token: " << (data / "owner.token").string()
             << (token_created ? " (created)" : "") << "\n"
+            << "secret key: " << (data / "secret.key").string() << " ("
+            << (*secret_key)->key_id() << (key_created ? ", created" : "") << ")\n"
             << std::flush;
 
   int received = 0;

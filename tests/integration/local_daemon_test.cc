@@ -313,5 +313,44 @@ TEST(LocalDaemonStartup, UnknownProfileIsAUsageError) {
   EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/d/db/qinglong.db"));
 }
 
+TEST(LocalDaemonStartup, CreatesTheSecretKeyOnceAndRefusesAnExposedOne) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/d";
+  const std::string key_path = data + "/secret.key";
+  std::string key;
+  {
+    LocalDaemon daemon(data, "edge");
+    ASSERT_TRUE(daemon.Start()) << daemon.log();
+    EXPECT_NE(daemon.log().find("secret key: " + key_path + " (file:"), std::string::npos)
+        << daemon.log();
+    EXPECT_NE(daemon.log().find(", created)"), std::string::npos) << daemon.log();
+    EXPECT_EQ(daemon.Stop(), 0);
+    namespace fs = std::filesystem;
+    ASSERT_TRUE(fs::is_regular_file(key_path));
+    EXPECT_EQ(fs::file_size(key_path), 32u);
+    EXPECT_EQ(fs::status(key_path).permissions(), fs::perms::owner_read | fs::perms::owner_write);
+    std::ifstream in(key_path, std::ios::binary);
+    key.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  {
+    LocalDaemon daemon(data, "edge");
+    ASSERT_TRUE(daemon.Start()) << daemon.log();
+    // The daemon's output accumulates across starts in the same data directory.
+    const std::string log = daemon.log();
+    EXPECT_NE(log.find("secret key: ", log.find("secret key: ") + 1), std::string::npos) << log;
+    EXPECT_EQ(log.find(", created)", log.find(", created)") + 1), std::string::npos) << log;
+    EXPECT_EQ(daemon.Stop(), 0);
+    std::ifstream in(key_path, std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), key) << "the key is kept";
+  }
+  std::filesystem::permissions(key_path, std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::add);
+  CommandResult r = RunCommand({BinDir() + "/ql-local", "serve", "--data", data, "--listen",
+                                "127.0.0.1:0", "--profile", "edge"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("secret_key_file_mode"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("chmod 600"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ql::itest

@@ -21,6 +21,11 @@ struct AttemptLaunch {
   std::string task_id;  // names the default working directory of the task's commands
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> environment;  // plan env + QL_RUN_ID/ATTEMPT_ID
+  // Resolved secret variables: the command sees them, the runner writes them to no file and
+  // masks their values in the log.
+  std::vector<std::pair<std::string, std::string>> secret_environment;
+  // Further exact values to mask ("***") in the log; values shorter than 4 bytes are not masked.
+  std::vector<std::string> mask_values;
   std::optional<std::string> working_directory;
   int64_t timeout_ms = 0;
   std::string log_path;

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ql/exec/posix_util.h"
 
@@ -164,6 +166,79 @@ std::string EncodeResult(const ResultRecord& r) {
          {"supervisor", IdentityJson(r.supervisor)},
          {"boot_id", r.boot_id}};
   return DumpLenient(j);
+}
+
+namespace {
+
+constexpr std::string_view kSecretsMagic = "qinglong/attempt-secrets@v1\n";
+constexpr char kSecretVariable = 'E';
+constexpr char kMaskValue = 'M';
+
+void AppendSized(std::string& out, std::string_view bytes) {
+  const uint32_t size = static_cast<uint32_t>(bytes.size());
+  out.append(reinterpret_cast<const char*>(&size), sizeof(size));
+  out.append(bytes);
+}
+
+// Reads one length-prefixed field at `at`; nullopt when the input ends early.
+std::optional<std::string> ReadSized(std::string_view in, size_t& at) {
+  uint32_t size = 0;
+  if (in.size() - at < sizeof(size)) return std::nullopt;
+  std::memcpy(&size, in.data() + at, sizeof(size));
+  at += sizeof(size);
+  if (in.size() - at < size) return std::nullopt;
+  std::string field(in.substr(at, size));
+  at += size;
+  return field;
+}
+
+}  // namespace
+
+size_t EncodedSecretsSize(const LaunchSpec& spec) {
+  if (spec.secret_environment.empty() && spec.mask_values.empty()) return 0;
+  size_t size = kSecretsMagic.size();
+  for (const auto& [name, value] : spec.secret_environment) {
+    size += 1 + 2 * sizeof(uint32_t) + name.size() + value.size();
+  }
+  for (const std::string& value : spec.mask_values) size += 1 + sizeof(uint32_t) + value.size();
+  return size;
+}
+
+std::string EncodeSecrets(const LaunchSpec& spec) {
+  if (spec.secret_environment.empty() && spec.mask_values.empty()) return "";
+  std::string out(kSecretsMagic);
+  for (const auto& [name, value] : spec.secret_environment) {
+    out.push_back(kSecretVariable);
+    AppendSized(out, name);
+    AppendSized(out, value);
+  }
+  for (const std::string& value : spec.mask_values) {
+    out.push_back(kMaskValue);
+    AppendSized(out, value);
+  }
+  return out;
+}
+
+Result<AttemptSecrets> DecodeSecrets(std::string_view in) {
+  auto bad = [] { return Corrupt("exec_corrupt_record", "the attempt's secrets are damaged"); };
+  if (!in.starts_with(kSecretsMagic)) return bad();
+  AttemptSecrets secrets;
+  size_t at = kSecretsMagic.size();
+  while (at < in.size()) {
+    const char kind = in[at++];
+    std::optional<std::string> first = ReadSized(in, at);
+    if (!first.has_value()) return bad();
+    if (kind == kMaskValue) {
+      secrets.mask_values.push_back(std::move(*first));
+    } else if (kind == kSecretVariable) {
+      std::optional<std::string> value = ReadSized(in, at);
+      if (!value.has_value()) return bad();
+      secrets.environment.emplace_back(std::move(*first), std::move(*value));
+    } else {
+      return bad();
+    }
+  }
+  return secrets;
 }
 
 Result<LaunchSpec> DecodeSpec(std::string_view text, std::string_view what) {

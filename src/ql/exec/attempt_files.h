@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ql/core/status.h"
 #include "ql/exec/executor.h"
@@ -24,6 +26,19 @@ inline constexpr std::string_view kTruncatedFile = "truncated";
 // environment, and closes it once supervisor.json (or result.json) is written.
 inline constexpr int kReadyFd = 3;
 inline constexpr std::string_view kReadyFdVariable = "QL_SUPERVISOR_READY_FD";
+
+// When this variable is "1" the supervisor's stdin is an anonymous memory file holding the
+// attempt's secrets (EncodeSecrets); it reads them before anything else and puts /dev/null in
+// their place.
+inline constexpr std::string_view kSecretsOnStdinVariable = "QL_SUPERVISOR_SECRETS_ON_STDIN";
+// Bounds the encoded secrets (EncodeSecrets) of one attempt.
+inline constexpr size_t kMaxSecretsBytes = 1024 * 1024;
+
+// The parts of a LaunchSpec that never touch a file.
+struct AttemptSecrets {
+  std::vector<std::pair<std::string, std::string>> environment;
+  std::vector<std::string> mask_values;
+};
 
 // Written by the supervisor, first with only its own identity, then with the command's.
 struct SupervisorRecord {
@@ -48,6 +63,14 @@ std::string PathIn(std::string_view dir, std::string_view name);
 Result<std::string> EncodeSpec(const LaunchSpec& spec);
 std::string EncodeSupervisor(const SupervisorRecord& record);
 std::string EncodeResult(const ResultRecord& record);
+
+// Returns the secrets of `spec` in a length-prefixed binary form (values are bytes, not
+// necessarily UTF-8), or "" when it has none.
+std::string EncodeSecrets(const LaunchSpec& spec);
+// Returns EncodeSecrets(spec).size() without encoding.
+size_t EncodedSecretsSize(const LaunchSpec& spec);
+// Errors: Corrupt `exec_corrupt_record` for anything EncodeSecrets does not write.
+Result<AttemptSecrets> DecodeSecrets(std::string_view bytes);
 
 // Decoders; `what` names the file in errors (Corrupt `exec_corrupt_record`).
 Result<LaunchSpec> DecodeSpec(std::string_view text, std::string_view what);

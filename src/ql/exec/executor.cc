@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string_view>
@@ -67,6 +69,23 @@ Status ResolveSpec(LaunchSpec& spec) {
   for (const char* required : {"QL_RUN_ID", "QL_ATTEMPT_ID"}) {
     if (!names.contains(required)) return BadSpec(std::string("environment lacks ") + required);
   }
+  for (const auto& [name, value] : spec.secret_environment) {
+    if (name.empty() || name.find('=') != std::string::npos || HasNul(name)) {
+      return BadSpec("secret environment name '" + name +
+                     "' is empty or contains '=' or a NUL byte");
+    }
+    if (name == "QL_RUN_ID" || name == "QL_ATTEMPT_ID" || name == "PATH" || name == "HOME") {
+      return BadSpec("secret environment name " + name + " is reserved");
+    }
+    if (HasNul(value)) {
+      return BadSpec("secret environment value of " + name + " contains a NUL byte");
+    }
+    if (!names.insert(name).second) return BadSpec("environment name " + name + " is repeated");
+  }
+  if (internal::EncodedSecretsSize(spec) > internal::kMaxSecretsBytes) {
+    return BadSpec("secret_environment and mask_values hold more than " +
+                   std::to_string(internal::kMaxSecretsBytes) + " bytes");
+  }
   if (!names.contains("PATH")) spec.environment.emplace_back("PATH", kDefaultPath);
   if (!names.contains("HOME")) spec.environment.emplace_back("HOME", HomeOfCurrentUser());
 
@@ -121,19 +140,25 @@ struct StartFailure {
 // the write end of the start pipe as fd internal::kReadyFd and closes it once its files are
 // written, so EOF here means "recorded, or gone". Between fork and exec only async-signal-safe
 // calls are made, as the caller may have threads.
-Status StartDetached(const std::vector<std::string>& args) {
+// When `secrets_fd` is not -1 the supervisor gets it as stdin and is told so in its environment
+// (internal::kSecretsOnStdinVariable); otherwise its stdin is /dev/null.
+Status StartDetached(const std::vector<std::string>& args, int secrets_fd) {
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const std::string ready_prefix = std::string(internal::kReadyFdVariable) + "=";
   const std::string ready_entry = ready_prefix + std::to_string(internal::kReadyFd);
+  const std::string secrets_prefix = std::string(internal::kSecretsOnStdinVariable) + "=";
+  const std::string secrets_entry = secrets_prefix + "1";
   std::vector<char*> envp;
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::string_view(*e).starts_with(ready_prefix)) continue;
+    if (std::string_view(*e).starts_with(secrets_prefix)) continue;
     envp.push_back(*e);
   }
   envp.push_back(const_cast<char*>(ready_entry.c_str()));
+  if (secrets_fd >= 0) envp.push_back(const_cast<char*>(secrets_entry.c_str()));
   envp.push_back(nullptr);
 
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -170,8 +195,11 @@ Status StartDetached(const std::vector<std::string>& args) {
       // Move both descriptors above kReadyFd so the dup2 calls below cannot clobber them.
       int ready = fcntl(start[1], F_DUPFD_CLOEXEC, internal::kReadyFd + 1);
       int null_fd = fcntl(devnull, F_DUPFD_CLOEXEC, internal::kReadyFd + 1);
-      if (ready >= 0 && null_fd >= 0 && dup2(null_fd, 0) == 0 && dup2(null_fd, 1) == 1 &&
-          dup2(null_fd, 2) == 2 && dup2(ready, internal::kReadyFd) == internal::kReadyFd) {
+      int in_fd =
+          secrets_fd >= 0 ? fcntl(secrets_fd, F_DUPFD_CLOEXEC, internal::kReadyFd + 1) : null_fd;
+      if (ready >= 0 && null_fd >= 0 && in_fd >= 0 && dup2(in_fd, 0) == 0 &&
+          dup2(null_fd, 1) == 1 && dup2(null_fd, 2) == 2 &&
+          dup2(ready, internal::kReadyFd) == internal::kReadyFd) {
         internal::CloseDescriptorsFrom3Except(internal::kReadyFd);
         execve(argv[0], argv.data(), envp.data());
         ready = internal::kReadyFd;
@@ -201,6 +229,28 @@ Status StartDetached(const std::vector<std::string>& args) {
                         : ErrnoMessage("cannot execute supervisor " + args[0], r.error));
   }
   return Status::Ok();
+}
+
+// Returns an anonymous memory file (never on disk) holding the secrets of `spec`, positioned at
+// its start, or -1 when the spec has none. The encoded copy is wiped once written.
+Result<int> SecretsMemfd(const LaunchSpec& spec) {
+  std::string payload = internal::EncodeSecrets(spec);
+  if (payload.empty()) return -1;
+  auto wipe = [&payload] { explicit_bzero(payload.data(), payload.size()); };
+  int fd = memfd_create("ql-attempt-secrets", MFD_CLOEXEC);
+  if (fd < 0) {
+    wipe();
+    return Internal("exec_spawn_failed", ErrnoMessage("cannot create a memory file", errno));
+  }
+  bool written =
+      internal::WriteAll(fd, payload.data(), payload.size()) && lseek(fd, 0, SEEK_SET) == 0;
+  int err = errno;
+  wipe();
+  if (!written) {
+    close(fd);
+    return Internal("exec_spawn_failed", ErrnoMessage("cannot write the attempt's secrets", err));
+  }
+  return fd;
 }
 
 Status SignalFailed(std::string_view what, pid_t pid, int sig, int err) {
@@ -258,7 +308,13 @@ Result<Supervision> Supervision::Launch(const std::vector<std::string>& supervis
 
   std::vector<std::string> args = supervisor_argv_prefix;
   args.push_back(spec.attempt_dir);
-  Status started = StartDetached(args);
+  Result<int> secrets_fd = SecretsMemfd(spec);
+  if (!secrets_fd.ok()) {
+    unlink(spec_path.c_str());
+    return secrets_fd.status();
+  }
+  Status started = StartDetached(args, *secrets_fd);
+  if (*secrets_fd >= 0) close(*secrets_fd);
   Result<Supervision> adopted =
       started.ok() ? Adopt(spec.attempt_dir) : Result<Supervision>(started);
   if (!adopted.ok()) {

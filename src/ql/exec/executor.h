@@ -24,13 +24,22 @@ struct LaunchSpec {
   // The plan's environment; must contain QL_RUN_ID and QL_ATTEMPT_ID. The command sees exactly
   // these variables, plus PATH and HOME when they are not set here.
   std::vector<std::pair<std::string, std::string>> environment;
+  // Further variables of the command whose values are secret (resolved secret values). They
+  // reach the supervisor through an anonymous memory file, are never written to spec.json or any
+  // other file, and are masked in the log. Names follow the rules of `environment`, may not
+  // repeat one of its names and may not be QL_RUN_ID, QL_ATTEMPT_ID, PATH or HOME.
+  std::vector<std::pair<std::string, std::string>> secret_environment;
+  // Exact values replaced with "***" in the log, also when split across reads (see LogMasker:
+  // values shorter than 4 bytes are not masked). Handed over like `secret_environment`.
+  std::vector<std::string> mask_values;
   std::optional<std::string> working_directory;
   // Used when `working_directory` is absent.
   std::string default_working_directory;
   int64_t timeout_ms = 0;
-  // Output (stdout and stderr interleaved) is appended here; the parent directory is created.
+  // Output (stdout and stderr interleaved, masked) is appended here; the parent directory is
+  // created.
   std::string log_path;
-  // Bytes of this attempt's output kept in the log; the rest is drained and discarded.
+  // Bytes of this attempt's masked output kept in the log; the rest is drained and discarded.
   int64_t log_cap_bytes = 0;
   // Time between SIGTERM and SIGKILL when the command group is stopped.
   int64_t kill_grace_ms = 5000;
@@ -54,8 +63,8 @@ struct Outcome {
   OutcomeKind kind = OutcomeKind::kSpawnFailed;
   std::optional<int> exit_code;   // set when the command exited (also after timeout or cancel)
   std::optional<int> signal;      // set when a signal ended the command
-  int64_t log_bytes_written = 0;  // command output kept in the log (without the marker line)
-  int64_t output_bytes = 0;       // all command output read, kept or discarded
+  int64_t log_bytes_written = 0;  // masked output kept in the log (without the marker line)
+  int64_t output_bytes = 0;       // all command output read, kept or discarded, before masking
   bool log_truncated = false;
   std::optional<int64_t> truncated_at_bytes;
   int64_t started_at_ms = 0;   // UTC ms when the command was started (or the spawn attempted)

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "ql/exec/supervision_runner.h"
+
 namespace ql::exec {
 namespace {
 
@@ -106,6 +108,15 @@ class ExecutorTest : public ::testing::Test {
     State state = s.Poll();
     WaitUntil([&] { return (state = s.Poll()) != State::kRunning; }, timeout_ms);
     return state;
+  }
+
+  // Expects Launch to refuse `spec` as exec_bad_spec with `words` in the message, writing nothing.
+  void ExpectRejected(const LaunchSpec& spec, const std::string& words) {
+    Result<Supervision> s = Supervision::Launch(kSupervisorPrefix, spec);
+    ASSERT_FALSE(s.ok()) << words;
+    EXPECT_EQ(s.status().reason(), "exec_bad_spec");
+    EXPECT_NE(s.status().message().find(words), std::string::npos) << s.status().message();
+    EXPECT_FALSE(std::filesystem::exists(spec.attempt_dir)) << "nothing is written";
   }
 
   // Launches `spec`, waits for it to finish and returns the outcome.
@@ -402,35 +413,127 @@ TEST_F(ExecutorTest, KillEndsSupervisorAndCommand) {
 }
 
 TEST_F(ExecutorTest, InvalidSpecsAreRejectedWithTheField) {
-  auto reject = [&](LaunchSpec spec, const std::string& words) {
-    Result<Supervision> s = Supervision::Launch(kSupervisorPrefix, spec);
-    ASSERT_FALSE(s.ok()) << words;
-    EXPECT_EQ(s.status().reason(), "exec_bad_spec");
-    EXPECT_NE(s.status().message().find(words), std::string::npos) << s.status().message();
-    EXPECT_FALSE(std::filesystem::exists(spec.attempt_dir)) << "nothing is written";
-  };
   LaunchSpec spec = Spec({});
-  reject(spec, "argv");
+  ExpectRejected(spec, "argv");
   spec = Spec({"/bin/true"});
   spec.environment = {{"QL_RUN_ID", "r"}};
-  reject(spec, "QL_ATTEMPT_ID");
+  ExpectRejected(spec, "QL_ATTEMPT_ID");
   spec = Spec({"/bin/true"});
   spec.environment.emplace_back("QL_RUN_ID", "again");
-  reject(spec, "QL_RUN_ID is repeated");
+  ExpectRejected(spec, "QL_RUN_ID is repeated");
   spec = Spec({"/bin/true"});
   spec.environment.emplace_back("A=B", "x");
-  reject(spec, "'A=B'");
+  ExpectRejected(spec, "'A=B'");
   spec = Spec({"/bin/true"});
   spec.timeout_ms = 0;
-  reject(spec, "timeout_ms");
+  ExpectRejected(spec, "timeout_ms");
   spec = Spec({"/bin/true"});
   spec.default_working_directory.clear();
-  reject(spec, "default_working_directory");
+  ExpectRejected(spec, "default_working_directory");
   spec = Spec({"/bin/true"});
   spec.log_cap_bytes = -1;
-  reject(spec, "log_cap_bytes");
+  ExpectRejected(spec, "log_cap_bytes");
   spec = Spec({std::string("/bin/true\0x", 11)});
-  reject(spec, "argv[0]");
+  ExpectRejected(spec, "argv[0]");
+}
+
+// Returns the files under `dir` whose contents hold `needle`.
+std::vector<std::string> FilesHolding(const std::string& dir, const std::string& needle) {
+  std::vector<std::string> hits;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file() && ReadFile(entry.path()).find(needle) != std::string::npos) {
+      hits.push_back(entry.path());
+    }
+  }
+  return hits;
+}
+
+constexpr char kSecret[] = "s3cr3t-VALUE-4242";
+
+TEST_F(ExecutorTest, SecretEnvironmentReachesTheCommandButNoFileAndIsMasked) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c",
+                          "echo \"token=$API_TOKEN\"; env | grep API_TOKEN; "
+                          "printf '%s' \"$API_TOKEN\" | wc -c"});
+  spec.secret_environment = {{"API_TOKEN", kSecret}};
+  Outcome o = Run(spec);
+  EXPECT_EQ(o.exit_code, 0) << o.message;
+  EXPECT_EQ(ReadFile(spec.log_path), "token=***\nAPI_TOKEN=***\n17\n");
+  EXPECT_EQ(o.output_bytes, 55);       // what the command wrote
+  EXPECT_EQ(o.log_bytes_written, 27);  // what the log keeps
+  EXPECT_EQ(FilesHolding(root_, kSecret), std::vector<std::string>{});
+  EXPECT_EQ(ReadFile(spec.attempt_dir + "/spec.json").find("[\"API_TOKEN\""), std::string::npos);
+}
+
+TEST_F(ExecutorTest, MaskValuesAreHiddenAcrossReads) {
+  // The value reaches the supervisor in two reads, split inside the value.
+  LaunchSpec spec = Spec({"/bin/sh", "-c",
+                          "printf 'abc-s3cr3t-VA'; sleep 0.3; printf 'LUE-4242-def\\n'; "
+                          "printf 'tail s3cr3t-VALUE-424'"});
+  spec.mask_values = {kSecret, "", "no"};
+  Outcome o = Run(spec);
+  EXPECT_EQ(o.exit_code, 0) << o.message;
+  EXPECT_EQ(ReadFile(spec.log_path), "abc-***-def\ntail s3cr3t-VALUE-424");
+  EXPECT_EQ(FilesHolding(root_, kSecret), std::vector<std::string>{});
+}
+
+TEST_F(ExecutorTest, ValuesShorterThanFourBytesAreNotMasked) {
+  LaunchSpec spec = Spec({"/bin/echo", "on abc abcd"});
+  spec.mask_values = {"on", "abc", "abcd"};
+  Run(spec);
+  EXPECT_EQ(ReadFile(spec.log_path), "on abc ***\n");
+}
+
+TEST_F(ExecutorTest, TheLogCapCountsMaskedBytes) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "printf '%s%s' \"$T\" \"$T\"; printf '0123456789'"});
+  spec.secret_environment = {{"T", kSecret}};
+  spec.log_cap_bytes = 10;
+  Outcome o = Run(spec);
+  EXPECT_TRUE(o.log_truncated);
+  EXPECT_EQ(ReadFile(spec.log_path), "***0123456\n[qinglong: log truncated at 10 bytes]\n");
+}
+
+TEST_F(ExecutorTest, SupervisionRunnerPassesSecretsAndMaskValues) {
+  SupervisionRunner runner(kSupervisorPrefix, root_ + "/runs", root_);
+  AttemptLaunch launch;
+  launch.run_id = "run-1";
+  launch.attempt_id = "attempt-7";
+  launch.task_id = "task-1";
+  launch.argv = {"/bin/sh", "-c", "echo \"$API_TOKEN and also-a-public-value\""};
+  launch.environment = {{"QL_RUN_ID", "run-1"}, {"QL_ATTEMPT_ID", "attempt-7"}};
+  launch.secret_environment = {{"API_TOKEN", kSecret}};
+  launch.mask_values = {"also-a-public-value"};
+  launch.timeout_ms = 10000;
+  launch.log_path = root_ + "/log/runner.log";
+  launch.log_cap_bytes = 1 << 20;
+  Result<std::unique_ptr<AttemptHandle>> handle = runner.Launch(launch);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  launched_.push_back(root_ + "/runs/attempt-7");
+  std::optional<AttemptOutcome> outcome;
+  ASSERT_TRUE(WaitUntil([&] { return (outcome = (*handle)->Poll()).has_value(); }, 5000));
+  EXPECT_EQ(outcome->kind, AttemptOutcome::Kind::kExited) << outcome->message;
+  EXPECT_EQ(ReadFile(launch.log_path), "*** and ***\n");
+  EXPECT_EQ(FilesHolding(root_, kSecret), std::vector<std::string>{});
+}
+
+TEST_F(ExecutorTest, BadSecretEnvironmentIsRejected) {
+  for (const char* reserved : {"PATH", "HOME", "QL_RUN_ID", "QL_ATTEMPT_ID"}) {
+    LaunchSpec spec = Spec({"/bin/true"});
+    spec.secret_environment = {{reserved, "value"}};
+    ExpectRejected(spec, std::string(reserved) + " is reserved");
+  }
+  LaunchSpec spec = Spec({"/bin/true"});
+  spec.environment.emplace_back("TOKEN", "public");
+  spec.secret_environment = {{"TOKEN", "secret"}};
+  ExpectRejected(spec, "TOKEN is repeated");
+  spec = Spec({"/bin/true"});
+  spec.secret_environment = {{"A=B", "secret"}};
+  ExpectRejected(spec, "'A=B'");
+  spec = Spec({"/bin/true"});
+  spec.secret_environment = {{"A", std::string("x\0y", 3)}};
+  ExpectRejected(spec, "value of A");
+  spec = Spec({"/bin/true"});
+  spec.mask_values = {std::string(1024 * 1024 + 1, 'm')};
+  ExpectRejected(spec, "more than 1048576 bytes");
 }
 
 TEST_F(ExecutorTest, AnAttemptDirectoryIsLaunchedOnce) {

@@ -85,6 +85,8 @@ Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLa
   spec.attempt_dir = run_root_ + "/" + launch.attempt_id;
   spec.argv = launch.argv;
   spec.environment = launch.environment;
+  spec.secret_environment = launch.secret_environment;
+  spec.mask_values = launch.mask_values;
   spec.working_directory = launch.working_directory;
   if (!spec.working_directory.has_value()) {
     QL_ASSIGN_OR_RETURN(spec.working_directory, TaskDirectory(launch.task_id));

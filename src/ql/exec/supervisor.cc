@@ -16,6 +16,7 @@
 #include "ql/core/clock.h"
 #include "ql/exec/attempt_files.h"
 #include "ql/exec/executor.h"
+#include "ql/exec/log_masker.h"
 #include "ql/exec/posix_util.h"
 
 namespace ql::exec {
@@ -76,6 +77,9 @@ class Supervisor {
 
   // Takes over the start pipe Launch waits on (see internal::kReadyFd), if started by Launch.
   void TakeReadyFd();
+  // Reads the attempt's secrets from stdin when Launch passed them (see
+  // internal::kSecretsOnStdinVariable), then points stdin at /dev/null.
+  void TakeSecrets();
   // Closes the start pipe: Launch returns and finds supervisor.json or result.json written.
   void SignalReady();
   // Starts the command; on failure fills outcome_ as kSpawnFailed and returns false.
@@ -87,6 +91,9 @@ class Supervisor {
   void HandleSignals(int64_t now);
   void CheckLeaderExit();
   void DrainOutput();
+  // Masks freshly read output and keeps what is final; FlushOutput() keeps the rest at the end.
+  void MaskAndKeep(const char* data, size_t size);
+  void FlushOutput();
   void KeepOutput(const char* data, size_t size);
   bool WriteLog(const char* data, size_t size);
   void FinishOutcome();
@@ -101,6 +108,10 @@ class Supervisor {
   std::string dir_;
   Clock& clock_;
   LaunchSpec spec_;
+  internal::AttemptSecrets secrets_;
+  std::string secrets_error_;  // set when secrets were passed but could not be read
+  LogMasker masker_;
+  std::string masked_;  // scratch for masked output
   ProcessIdentity self_;
   std::string boot_id_;
   int64_t started_at_ms_ = 0;
@@ -143,6 +154,7 @@ int Supervisor::Run() {
   [[maybe_unused]] int ignored = chdir("/");  // a failure only keeps that directory busy
 
   TakeReadyFd();
+  TakeSecrets();
   self_ = ReadProcessIdentity(getpid()).value_or(ProcessIdentity{getpid(), 0});
   boot_id_ = ReadBootId();
   started_at_ms_ = clock_.NowMs();
@@ -155,6 +167,7 @@ int Supervisor::Run() {
     WriteSupervisorRecord();  // best effort: without it the command is only known by the result
     SignalReady();
     Supervise();
+    FlushOutput();
     int status = 0;
     while (waitpid(command_pid_, &status, 0) < 0 && errno == EINTR) {
     }
@@ -174,6 +187,48 @@ void Supervisor::TakeReadyFd() {
   if (!ours) return;
   ready_fd_ = internal::kReadyFd;
   fcntl(ready_fd_, F_SETFD, FD_CLOEXEC);  // the command must not hold Launch's pipe open
+}
+
+void Supervisor::TakeSecrets() {
+  const char* value = getenv(internal::kSecretsOnStdinVariable.data());
+  const bool passed = value != nullptr && std::string_view(value) == "1";
+  unsetenv(internal::kSecretsOnStdinVariable.data());
+  if (!passed) return;
+  std::string payload;
+  char buffer[4096];
+  while (true) {
+    ssize_t n = read(0, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      secrets_error_ = ErrnoMessage("supervisor: cannot read the attempt's secrets", errno);
+    }
+    if (n <= 0) break;
+    payload.append(buffer, static_cast<size_t>(n));
+    if (payload.size() > internal::kMaxSecretsBytes) {
+      secrets_error_ = "supervisor: the attempt's secrets exceed " +
+                       std::to_string(internal::kMaxSecretsBytes) + " bytes";
+      break;
+    }
+  }
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull >= 0) {
+    dup2(devnull, 0);
+    close(devnull);
+  }
+  if (secrets_error_.empty()) {
+    Result<internal::AttemptSecrets> secrets = internal::DecodeSecrets(payload);
+    if (secrets.ok()) {
+      secrets_ = std::move(secrets).value();
+    } else {
+      secrets_error_ = "supervisor: " + secrets.status().message();
+    }
+  }
+  explicit_bzero(payload.data(), payload.size());
+  explicit_bzero(buffer, sizeof(buffer));
+  // The values stay in memory for the life of the command: the masker needs them.
+  std::vector<std::string> mask = secrets_.mask_values;
+  for (const auto& [name, value] : secrets_.environment) mask.push_back(value);
+  masker_ = LogMasker(std::move(mask));
 }
 
 void Supervisor::SignalReady() {
@@ -196,6 +251,11 @@ bool Supervisor::Spawn() {
     return false;
   }
   spec_ = std::move(spec).value();
+  // A command must never run without the secrets it was given, or with its log unmasked.
+  if (!secrets_error_.empty()) {
+    SpawnFailed(secrets_error_);
+    return false;
+  }
   if (spec_.argv.empty() || !spec_.working_directory) {
     SpawnFailed("supervisor: spec.json has no argv or working directory");
     return false;
@@ -214,6 +274,7 @@ bool Supervisor::Spawn() {
     if (name == "PATH") path_value = value;
     env_strings.push_back(name + "=" + value);
   }
+  for (const auto& [name, value] : secrets_.environment) env_strings.push_back(name + "=" + value);
   std::string executable = FindExecutable(spec_.argv[0], path_value);
   if (executable.empty()) {
     SpawnFailed("cannot execute " + spec_.argv[0] + ": not found in PATH " + path_value);
@@ -253,6 +314,10 @@ bool Supervisor::Spawn() {
     _exit(127);
   }
   int fork_error = errno;
+  // The command has its own copy of its environment now; this process keeps none of the secrets
+  // it does not need for masking.
+  for (std::string& e : env_strings) explicit_bzero(e.data(), e.size());
+  for (auto& [name, value] : secrets_.environment) explicit_bzero(value.data(), value.size());
   close(devnull);
   close(output[1]);
   close(report[1]);
@@ -332,9 +397,25 @@ bool Supervisor::WriteLog(const char* data, size_t size) {
   return true;
 }
 
-void Supervisor::KeepOutput(const char* data, size_t size) {
+void Supervisor::MaskAndKeep(const char* data, size_t size) {
   outcome_.output_bytes += static_cast<int64_t>(size);
-  if (outcome_.log_truncated) return;
+  if (!masker_.active()) {
+    KeepOutput(data, size);
+    return;
+  }
+  masked_.clear();
+  masker_.Write(std::string_view(data, size), masked_);
+  KeepOutput(masked_.data(), masked_.size());
+}
+
+void Supervisor::FlushOutput() {
+  masked_.clear();
+  masker_.Finish(masked_);
+  KeepOutput(masked_.data(), masked_.size());
+}
+
+void Supervisor::KeepOutput(const char* data, size_t size) {
+  if (outcome_.log_truncated || size == 0) return;
   size_t room = static_cast<size_t>(spec_.log_cap_bytes - outcome_.log_bytes_written);
   size_t keep = std::min(size, room);
   if (keep > 0 && WriteLog(data, keep)) {
@@ -358,7 +439,7 @@ void Supervisor::DrainOutput() {
   for (int i = 0; i < kMaxReadsPerWakeup && output_fd_ >= 0; ++i) {
     ssize_t n = read(output_fd_, g_read_buffer, sizeof(g_read_buffer));
     if (n > 0) {
-      KeepOutput(g_read_buffer, static_cast<size_t>(n));
+      MaskAndKeep(g_read_buffer, static_cast<size_t>(n));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
