@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -33,6 +34,7 @@
 #include "ql/engine/schedule_decider.h"
 #include "ql/storage/postgres/pg_client.h"
 #include "ql/storage/postgres/pg_cluster_recovery.h"
+#include "ql/storage/postgres/pg_governance.h"
 #include "ql/storage/postgres/pg_migrations.h"
 #include "ql/storage/postgres/pg_store.h"
 #include "ql/storage/postgres/pg_test_support.h"
@@ -1624,6 +1626,51 @@ TEST_P(ClusterRecoveryTest, ALiveLeaseIsLeftAloneUntilTheDatabaseClockEndsIt) {
   EXPECT_EQ(Sql("SELECT status FROM ql3.runs"), "failed");
   EXPECT_EQ(EventTypes(run),
             "run.created,run.queued,run.dispatching,attempt.lost,run.lost,run.failed");
+}
+
+// Archive vs. a cron admission in flight (DESIGN §9), forced into the contended interleaving: a
+// barrier holds the governance lock, the archive queues on it, then the admission queues behind
+// the archive (pg_locks shows both), and the barrier lets them go in that order.
+TEST_P(ClusterScheduleTest, AnArchiveThatCommitsFirstStopsAnAdmissionInFlight) {
+  std::optional<Claimed> c = ClaimedAdmission("archived-while-admitting");
+  ASSERT_TRUE(c.has_value());
+  auto barrier = pg::Connection::Open(PgTestCluster::Get().Url(pg::kAdminRole, database_), {});
+  ASSERT_TRUE(barrier.ok()) << barrier.status().ToString();
+  ASSERT_TRUE((*barrier)->Exec("BEGIN", {}, "barrier").ok());
+  ASSERT_TRUE((*barrier)
+                  ->Exec("SELECT pg_advisory_xact_lock($1)", {pg::P(pg::kGovernanceLockKey)},
+                         "barrier")
+                  .ok());
+  const auto queued = [&](int n) {
+    const std::string sql =
+        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+        "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = '" + database_ + "'";
+    for (int i = 0; i < 500; ++i) {
+      Result<std::string> out = PgTestCluster::Get().server().Psql("postgres", sql);
+      if (out.ok() && !out->empty() && std::stoll(*out) == n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  auto archive = std::async(std::launch::async, [&] {
+    return store_a_->governance().ArchiveProject(Actor{}, project_.id, SystemClock().NowMs());
+  });
+  ASSERT_TRUE(queued(1)) << "the archive did not queue on the governance lock";
+  auto admit = std::async(std::launch::async, [&] { return a_->CommitClaimDecision(c->decision); });
+  ASSERT_TRUE(queued(2)) << "the admission did not queue behind the archive";
+  ASSERT_TRUE((*barrier)->Exec("COMMIT", {}, "barrier").ok());
+  ASSERT_TRUE(archive.get().ok());
+  Result<AdvanceOutcome> admitted = admit.get();
+  ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
+  // READ COMMITTED reads the definitions after the lock and sees the archive. SERIALIZABLE's
+  // snapshot predates the lock wait, but the run's foreign key locks the project row the archive
+  // updated after that snapshot: a serialization failure, and the rerun sees the archive.
+  EXPECT_EQ(*admitted, AdvanceOutcome::kRaced);
+  RunFilter of_trigger;
+  of_trigger.trigger_id = c->trigger;
+  Result<Page<RunRecord>> runs = store_a_->runs().ListRuns(of_trigger, {});
+  ASSERT_TRUE(runs.ok());
+  EXPECT_TRUE(runs->items.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Isolations, ClusterScheduleTest,
