@@ -89,6 +89,18 @@ Result<std::vector<PreparedEvent>> PrepareEvents(const std::vector<NewEvent>& ev
 // `invalid_id` when run_id equals attempt_id.
 Status ValidateNewRun(const NewRun& run);
 
+// Checks a task publish before it is stored: canonical ids, a mutation id, an expected
+// revision below the last one, kind, canonical spec and labels, the content digest, and each
+// execution revision (known and unique executor type, plan digest, pinned to the revision's
+// digest, id `ExecutionRevisionId(new revision, plan digest)`, canonical plan); a disabled
+// revision has none (`execution_for_disabled_revision`).
+Status ValidatePublishTask(const PublishTaskCommand& cmd);
+
+// Checks a trigger publish before it is stored: canonical ids, a mutation id, an expected
+// revision below the last one, the pinned task id, revision and digest, a non-empty expression
+// and zone, misfire skip | fire_once (`invalid_misfire_policy`) and the content digest.
+Status ValidatePublishTrigger(const PublishTriggerCommand& cmd);
+
 // ---------------------------------------------------------------------------------------------
 // Stored state
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ql/core/execution_plan.h"
+
 namespace ql {
 namespace {
 
@@ -174,6 +176,72 @@ TEST(StoreCommandsTest, PrepareEventsRefusesAPayloadThatIsNotAnObject) {
   Result<std::vector<PreparedEvent>> prepared = PrepareEvents(events);
   ASSERT_FALSE(prepared.ok());
   EXPECT_EQ(prepared.status().reason(), "event_payload_invalid");
+}
+
+// A valid publish of revision 1 with one local_process execution revision.
+PublishTaskCommand ValidPublish() {
+  PublishTaskCommand cmd;
+  cmd.project_id = "0190d3a0-0000-7000-8000-000000000001";
+  cmd.task_id = "0190d3a0-0000-7000-8000-000000000002";
+  cmd.mutation_id = "m-1";
+  cmd.revision.kind = "qinglong/command@v1";
+  cmd.revision.spec_json = "{}";
+  cmd.revision.labels_json = "{}";
+  cmd.revision.enabled = true;
+  cmd.revision.content_digest = std::string(64, 'a');
+  ExecutionRevisionRecord exec;
+  exec.executor_type = "local_process";
+  exec.plan_digest = std::string(64, 'b');
+  exec.task_digest = cmd.revision.content_digest;
+  exec.id = ExecutionRevisionId(1, exec.plan_digest);
+  exec.plan_json = "{}";
+  cmd.executions.push_back(exec);
+  return cmd;
+}
+
+TEST(StoreCommandsTest, ValidatePublishTaskChecksEveryExecutionRevision) {
+  EXPECT_TRUE(ValidatePublishTask(ValidPublish()).ok());
+
+  PublishTaskCommand disabled = ValidPublish();
+  disabled.revision.enabled = false;
+  EXPECT_EQ(ValidatePublishTask(disabled).reason(), "execution_for_disabled_revision");
+
+  PublishTaskCommand wrong_id = ValidPublish();
+  wrong_id.executions[0].id = ExecutionRevisionId(2, wrong_id.executions[0].plan_digest);
+  EXPECT_EQ(ValidatePublishTask(wrong_id).reason(), "invalid_execution_revision");
+
+  PublishTaskCommand twice = ValidPublish();
+  twice.executions.push_back(twice.executions[0]);
+  EXPECT_EQ(ValidatePublishTask(twice).reason(), "invalid_execution_revision");
+
+  PublishTaskCommand other_digest = ValidPublish();
+  other_digest.executions[0].task_digest = std::string(64, 'c');
+  EXPECT_EQ(ValidatePublishTask(other_digest).reason(), "execution_digest_mismatch");
+
+  PublishTaskCommand last = ValidPublish();
+  last.expected_revision = kMaxTaskRevision;
+  EXPECT_EQ(ValidatePublishTask(last).reason(), "invalid_revision");
+}
+
+TEST(StoreCommandsTest, ValidatePublishTriggerChecksThePinAndTheMisfirePolicy) {
+  PublishTriggerCommand cmd;
+  cmd.project_id = "0190d3a0-0000-7000-8000-000000000001";
+  cmd.trigger_id = "0190d3a0-0000-7000-8000-000000000003";
+  cmd.mutation_id = "m-2";
+  cmd.revision.task_id = "0190d3a0-0000-7000-8000-000000000002";
+  cmd.revision.task_revision = 1;
+  cmd.revision.task_digest = std::string(64, 'a');
+  cmd.revision.expression = "* * * * *";
+  cmd.revision.timezone = "UTC";
+  cmd.revision.misfire = "skip";
+  cmd.revision.content_digest = std::string(64, 'd');
+  EXPECT_TRUE(ValidatePublishTrigger(cmd).ok());
+  PublishTriggerCommand bad_misfire = cmd;
+  bad_misfire.revision.misfire = "replay";
+  EXPECT_EQ(ValidatePublishTrigger(bad_misfire).reason(), "invalid_misfire_policy");
+  PublishTriggerCommand bad_pin = cmd;
+  bad_pin.revision.task_digest = "x";
+  EXPECT_EQ(ValidatePublishTrigger(bad_pin).reason(), "invalid_digest");
 }
 
 }  // namespace

@@ -566,46 +566,9 @@ Result<std::vector<ProjectRecord>> PostgresStore::ListProjects() {
 // Definitions
 
 Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCommand& cmd) {
-  QL_RETURN_IF_ERROR(ValidateId("project_id", cmd.project_id));
-  QL_RETURN_IF_ERROR(ValidateId("task_id", cmd.task_id));
-  QL_RETURN_IF_ERROR(RequireText("mutation_id", cmd.mutation_id));
-  if (cmd.expected_revision.has_value()) {
-    QL_RETURN_IF_ERROR(RequireRevision("expected_revision", *cmd.expected_revision));
-    if (*cmd.expected_revision == kMaxTaskRevision) {
-      return InvalidArgument("invalid_revision", "the task has reached the last revision number");
-    }
-  }
-  const TaskRevisionRecord& content = cmd.revision;
-  QL_RETURN_IF_ERROR(RequireText("task kind", content.kind));
-  QL_RETURN_IF_ERROR(RequireCanonicalJson("task spec", content.spec_json, /*object=*/true));
-  QL_RETURN_IF_ERROR(RequireCanonicalJson("task labels", content.labels_json, /*object=*/false));
-  QL_RETURN_IF_ERROR(RequireDigest("task content_digest", content.content_digest));
+  QL_RETURN_IF_ERROR(ValidatePublishTask(cmd));
   const int64_t new_revision = cmd.expected_revision.value_or(0) + 1;
-  if (!content.enabled && !cmd.executions.empty()) {
-    return InvalidArgument("execution_for_disabled_revision",
-                           "a disabled task revision has no execution revisions");
-  }
-  std::set<std::string> executor_types;
-  for (const ExecutionRevisionRecord& exec : cmd.executions) {
-    QL_RETURN_IF_ERROR(RequireExecutorType(exec.executor_type));
-    if (!executor_types.insert(exec.executor_type).second) {
-      return InvalidArgument("invalid_execution_revision",
-                             Cat({"two execution revisions for executor ", exec.executor_type}));
-    }
-    QL_RETURN_IF_ERROR(RequireDigest("execution plan_digest", exec.plan_digest));
-    if (exec.task_digest != content.content_digest) {
-      return InvalidArgument(
-          "execution_digest_mismatch",
-          Cat({"execution revision ", Quote(exec.id), " pins task digest ", Quote(exec.task_digest),
-               ", not the revision's ", content.content_digest}));
-    }
-    if (exec.id != ExecutionRevisionId(new_revision, exec.plan_digest)) {
-      return InvalidArgument("invalid_execution_revision",
-                             Cat({"execution revision id ", Quote(exec.id), " must be ",
-                                  ExecutionRevisionId(new_revision, exec.plan_digest)}));
-    }
-    QL_RETURN_IF_ERROR(RequireCanonicalJson("execution plan", exec.plan_json, /*object=*/true));
-  }
+  const TaskRevisionRecord& content = cmd.revision;
 
   PublishTaskResult out;
   QL_RETURN_IF_ERROR(AdminWrite("publishing a task revision", [&](Tx& tx) -> Status {
@@ -713,27 +676,8 @@ Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCo
 
 Result<PublishTriggerResult> PostgresStore::PublishTriggerRevision(
     const PublishTriggerCommand& cmd) {
-  QL_RETURN_IF_ERROR(ValidateId("project_id", cmd.project_id));
-  QL_RETURN_IF_ERROR(ValidateId("trigger_id", cmd.trigger_id));
-  QL_RETURN_IF_ERROR(RequireText("mutation_id", cmd.mutation_id));
-  if (cmd.expected_revision.has_value()) {
-    QL_RETURN_IF_ERROR(RequireRevision("expected_revision", *cmd.expected_revision));
-    if (*cmd.expected_revision == kMaxTaskRevision) {
-      return InvalidArgument("invalid_revision",
-                             "the trigger has reached the last revision number");
-    }
-  }
+  QL_RETURN_IF_ERROR(ValidatePublishTrigger(cmd));
   const TriggerRevisionRecord& content = cmd.revision;
-  QL_RETURN_IF_ERROR(ValidateId("trigger task_id", content.task_id));
-  QL_RETURN_IF_ERROR(RequireRevision("trigger task_revision", content.task_revision));
-  QL_RETURN_IF_ERROR(RequireDigest("trigger task_digest", content.task_digest));
-  QL_RETURN_IF_ERROR(RequireText("trigger expression", content.expression));
-  QL_RETURN_IF_ERROR(RequireText("trigger timezone", content.timezone));
-  if (content.misfire != "skip" && content.misfire != "fire_once") {
-    return InvalidArgument("invalid_misfire_policy", Cat({"misfire must be skip or fire_once, got ",
-                                                          Quote(content.misfire)}));
-  }
-  QL_RETURN_IF_ERROR(RequireDigest("trigger content_digest", content.content_digest));
   const int64_t new_revision = cmd.expected_revision.value_or(0) + 1;
 
   PublishTriggerResult out;
