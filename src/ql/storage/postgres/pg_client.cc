@@ -201,6 +201,7 @@ constexpr ConstraintRule kCheckRules[] = {
     {"run_retry_policies_max_attempts_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"run_retry_policies_safety_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"runs_cron_occurrence_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"runs_cron_key_check", StatusCode::kInvalidArgument, "cron_key_missing"},
     {"runs_event_sequence_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"runs_idempotency_key_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"runs_status_check", StatusCode::kInvalidArgument, "constraint_violated"},

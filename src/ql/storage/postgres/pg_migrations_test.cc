@@ -66,6 +66,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0009-heap-only-claims",
        "a0b71534bc2e9cc21c944edb5a14d299125e436b2c549cb7213a6cff6cdce566"},
       {"pg-0010-governance", "e4974702f84a0b10f57f6ef1830afb8548571dfb2fbea68665fa0fa95f9bfed0"},
+      {"pg-0011-cron-runs-carry-their-key",
+       "3b4f0beadbc30c3e2b169ad95fe0d8301440979505eb99c6a68279f214035790"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

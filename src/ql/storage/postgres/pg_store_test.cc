@@ -292,6 +292,34 @@ TEST_F(PgStoreTest, ConcurrentTransitionsOfOneVersionHaveExactlyOneWinner) {
   }
 }
 
+TEST_F(PgStoreTest, TheDatabaseRefusesACronRunWithoutItsIdempotencyKey) {
+  TaskRevisionRecord task = PublishTask("keyed job");
+  const std::string trigger_id = NewId();
+  ASSERT_TRUE(a_->PublishTriggerRevision(TriggerCommand(trigger_id, std::nullopt, task)).ok());
+  std::optional<DueSchedule> fresh = DueRow(trigger_id, Now());
+  ASSERT_TRUE(fresh.has_value());
+  const int64_t fire = Now() + 60'000;
+  ASSERT_TRUE(a_->ApplyScheduleAdvance(MoveCursor(*fresh, fire)).ok());
+  std::optional<DueSchedule> due = DueRow(trigger_id, fire);
+  ASSERT_TRUE(due.has_value());
+  ScheduleAdvance admit = Admit(*due, task, fire + 60'000);
+  ASSERT_TRUE(a_->ApplyScheduleAdvance(admit).ok());
+  // The runtime role may update runs, but not strip a cron run of its key: the unique index on
+  // the key would no longer stop a second admission of the occurrence.
+  Result<std::unique_ptr<pg::Connection>> conn =
+      pg::Connection::Open(PgTestCluster::Get().Url(pg::kRuntimeRole, database_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  Result<pg::Rows> stripped = (*conn)->Exec(
+      "UPDATE ql3.runs SET idempotency_key = NULL WHERE id = $1", {pg::P(admit.run->run_id)},
+      "stripping a key");
+  ASSERT_FALSE(stripped.ok());
+  EXPECT_EQ(stripped.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(stripped.status().reason(), "cron_key_missing");
+  Result<RunRecord> run = a_->GetRun(admit.run->run_id);
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->idempotency_key, admit.run->idempotency_key);
+}
+
 TEST_F(PgStoreTest, ConcurrentAdmissionsOfOneOccurrenceAdmitExactlyOneRun) {
   TaskRevisionRecord task = PublishTask("cron job");
   const std::string trigger_id = NewId();
