@@ -35,19 +35,21 @@ Result<PolicyInputs> ReadPolicyInputs(GovernanceTx& tx, const std::string& princ
   return in;
 }
 
-// Decides for a governance write by `actor` in `scope` (the system actor always may).
-Status Authorize(GovernanceTx& tx, const Actor& actor, const std::string& scope, Role required) {
-  if (actor.principal_id.empty()) return Status();
-  QL_ASSIGN_OR_RETURN(PolicyInputs in, ReadPolicyInputs(tx, actor.principal_id, scope));
-  return DecidePolicy(in, required, scope != kInstallationScope);
-}
-
-Result<Role> HeldRole(GovernanceTx& tx, const Actor& actor, const std::string& scope) {
+// Decides for a governance write by `actor` in `scope` and returns the role the actor holds
+// there (the system actor always may, as owner).
+Result<Role> Authorize(GovernanceTx& tx, const Actor& actor, const std::string& scope,
+                       Role required) {
   if (actor.principal_id.empty()) return Role::kOwner;
   QL_ASSIGN_OR_RETURN(PolicyInputs in, ReadPolicyInputs(tx, actor.principal_id, scope));
+  QL_RETURN_IF_ERROR(DecidePolicy(in, required, scope != kInstallationScope));
   return scope == kInstallationScope
              ? in.installation_role
              : EffectiveProjectRole(in.installation_role, in.project_role);
+}
+
+Status AuthorizeOnly(GovernanceTx& tx, const Actor& actor, const std::string& scope,
+                     Role required) {
+  return Authorize(tx, actor, scope, required).status();
 }
 
 Result<ProjectRecord> RequireProject(GovernanceTx& tx, const std::string& project_id) {
@@ -139,7 +141,7 @@ Result<PrincipalRecord> GovernanceStore::CreatePrincipal(const CreatePrincipalCo
                                  [&](GovernanceTx& tx) -> Status {
                                    QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope))
                                                           .status());
-                                   QL_RETURN_IF_ERROR(Authorize(
+                                   QL_RETURN_IF_ERROR(AuthorizeOnly(
                                        tx, cmd.actor, std::string(kInstallationScope),
                                        RequiredRole(Action::kManageIdentity)));
                                    QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> same,
@@ -205,8 +207,8 @@ Result<PrincipalRecord> GovernanceStore::SetPrincipalStatus(const Actor& actor,
   QL_RETURN_IF_ERROR(runner_.Run(
       GovernanceTxKind::kWrite, "changing a principal's status", [&](GovernanceTx& tx) -> Status {
         QL_RETURN_IF_ERROR(tx.LockScope(installation).status());
-        QL_RETURN_IF_ERROR(
-            Authorize(tx, actor, installation, RequiredRole(Action::kManageIdentity)));
+        QL_ASSIGN_OR_RETURN(Role held, Authorize(tx, actor, installation,
+                                                 RequiredRole(Action::kManageIdentity)));
         QL_ASSIGN_OR_RETURN(PrincipalRecord current, RequirePrincipal(tx, principal_id));
         if (current.status == status) {
           out = std::move(current);
@@ -215,7 +217,6 @@ Result<PrincipalRecord> GovernanceStore::SetPrincipalStatus(const Actor& actor,
         QL_ASSIGN_OR_RETURN(std::optional<RoleBindingRecord> binding,
                             tx.LoadCurrentBinding(installation, principal_id));
         if (RoleOf(binding) == Role::kOwner && status == kPrincipalDisabled) {
-          QL_ASSIGN_OR_RETURN(Role held, HeldRole(tx, actor, installation));
           if (held < Role::kOwner) {
             return RoleDenied(Role::kOwner, "disabling an installation owner", installation);
           }
@@ -247,13 +248,12 @@ Result<TokenRecord> GovernanceStore::CreateToken(const CreateTokenCommand& cmd) 
   QL_RETURN_IF_ERROR(runner_.Run(
       GovernanceTxKind::kWrite, "creating a token", [&](GovernanceTx& tx) -> Status {
         QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
-        if (cmd.actor.principal_id != cmd.principal_id) {
-          QL_RETURN_IF_ERROR(Authorize(tx, cmd.actor, std::string(kInstallationScope),
-                                       RequiredRole(Action::kManageIdentity)));
-        } else {
-          QL_RETURN_IF_ERROR(
-              Authorize(tx, cmd.actor, std::string(kInstallationScope), Role::kNone));
-        }
+        // A principal may mint its own tokens; anyone else's need an installation admin.
+        const Role required = cmd.actor.principal_id == cmd.principal_id
+                                  ? Role::kNone
+                                  : RequiredRole(Action::kManageIdentity);
+        QL_RETURN_IF_ERROR(
+            AuthorizeOnly(tx, cmd.actor, std::string(kInstallationScope), required));
         QL_ASSIGN_OR_RETURN(PrincipalRecord principal, RequirePrincipal(tx, cmd.principal_id));
         if (principal.status != kPrincipalActive) {
           return Conflict("principal_disabled",
@@ -292,7 +292,7 @@ Result<TokenRecord> GovernanceStore::RevokeToken(const Actor& actor, const std::
         const Role required = actor.principal_id == token->principal_id
                                   ? Role::kNone
                                   : RequiredRole(Action::kManageIdentity);
-        QL_RETURN_IF_ERROR(Authorize(tx, actor, std::string(kInstallationScope), required));
+        QL_RETURN_IF_ERROR(AuthorizeOnly(tx, actor, std::string(kInstallationScope), required));
         if (!token->revoked_at_ms.has_value()) {
           QL_RETURN_IF_ERROR(tx.SetTokenRevoked(token_id, now_ms));
           QL_RETURN_IF_ERROR(tx.InsertAudit(Fact(actor, "token.revoke", "token", token_id, {},
@@ -346,7 +346,7 @@ Result<ProjectRecord> GovernanceStore::CreateProject(const CreateProjectCommand&
   QL_RETURN_IF_ERROR(runner_.Run(
       GovernanceTxKind::kWrite, "creating a project", [&](GovernanceTx& tx) -> Status {
         QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
-        QL_RETURN_IF_ERROR(Authorize(tx, cmd.actor, std::string(kInstallationScope),
+        QL_RETURN_IF_ERROR(AuthorizeOnly(tx, cmd.actor, std::string(kInstallationScope),
                                      RequiredRole(Action::kManageIdentity)));
         QL_RETURN_IF_ERROR(tx.InsertProject(out));
         if (!cmd.actor.principal_id.empty()) {
@@ -371,7 +371,8 @@ Result<ProjectRecord> GovernanceStore::ArchiveProject(const Actor& actor,
         if (!exists) {
           return NotFound("project_not_found", "project " + project_id + " does not exist");
         }
-        QL_RETURN_IF_ERROR(Authorize(tx, actor, project_id, RequiredRole(Action::kArchiveProject)));
+        QL_RETURN_IF_ERROR(
+            AuthorizeOnly(tx, actor, project_id, RequiredRole(Action::kArchiveProject)));
         QL_ASSIGN_OR_RETURN(ProjectRecord project, RequireProject(tx, project_id));
         if (project.status != kProjectArchived) {
           QL_RETURN_IF_ERROR(tx.UpdateProjectStatus(project_id, std::string(kProjectArchived),
@@ -417,8 +418,8 @@ Result<WriteBindingResult> GovernanceStore::WriteBinding(const WriteBindingComma
                           "mutation id " + Quote(cmd.mutation_id) +
                               " was used for another binding write");
         }
-        QL_ASSIGN_OR_RETURN(Role held, HeldRole(tx, cmd.actor, cmd.scope));
-        QL_RETURN_IF_ERROR(Authorize(tx, cmd.actor, cmd.scope, RequiredRole(Action::kGrantRole)));
+        QL_ASSIGN_OR_RETURN(Role held, Authorize(tx, cmd.actor, cmd.scope,
+                                                 RequiredRole(Action::kGrantRole)));
         if (cmd.scope != kInstallationScope) {
           QL_ASSIGN_OR_RETURN(ProjectRecord project, RequireProject(tx, cmd.scope));
           if (project.status != kProjectActive) {

@@ -531,8 +531,9 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   if (!task.ok()) return task.status();
   // A trigger lives in its task's project.
   const std::string project_id = task->head.project_id;
-  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kPublish, "triggers.create",
-                           NotFound("task_not_found", "task " + write.task_id + " does not exist")));
+  QL_RETURN_IF_ERROR(
+      Allow(caller, project_id, Action::kPublish, "triggers.create",
+            NotFound("task_not_found", "task " + write.task_id + " does not exist")));
   if (!task->revision.enabled) {
     return Conflict("task_disabled", "task " + write.task_id + " revision " +
                                          std::to_string(task->revision.revision) +
@@ -572,9 +573,6 @@ Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(const TriggerV
                                                                   TriggerRevisionRecord next,
                                                                   const Caller& caller,
                                                                   Action action) {
-  QL_RETURN_IF_ERROR(Allow(caller, current.head.project_id, action, "triggers.publish",
-                           NotFound("trigger_not_found",
-                                    "trigger " + current.head.trigger_id + " does not exist")));
   PublishTriggerCommand cmd;
   cmd.fence = FenceOf(caller, action);
   cmd.project_id = current.head.project_id;
@@ -636,7 +634,8 @@ Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger
   QL_RETURN_IF_ERROR(
       Allow(caller, current.head.project_id, Action::kPublish, "triggers.repin",
             NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
-  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(current.revision.task_id, caller));
+  // Authorized above for the trigger's project, which is its task's.
+  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(current.revision.task_id));
   if (task.revision.revision == current.revision.task_revision &&
       task.revision.content_digest == current.revision.task_digest) {
     if (current.revision.enabled && !task.revision.enabled) {
@@ -745,7 +744,7 @@ Result<StartedRun> ControlService::CreateManualRun(
     QL_ASSIGN_OR_RETURN(std::optional<StartedRun> replayed, replay());
     if (replayed.has_value()) return std::move(*replayed);
   }
-  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(task_id, caller));
+  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(task_id));  // authorized above
   if (!task.revision.enabled) {
     return Conflict("task_disabled", "task " + task_id + " revision " +
                                          std::to_string(task.revision.revision) +

@@ -280,6 +280,7 @@ class ControlService {
                                 const Caller& caller);
   Result<TaskView> ViewOf(const TaskRevisionRecord& revision);
   Result<TriggerView> ViewOf(const TriggerHeadRecord& head, const TriggerRevisionRecord& revision);
+  // Publishes `next` after `current`, fenced for `action`, which the caller has authorized.
   Result<PublishedTrigger> PublishTriggerRevisionOf(const TriggerView& current,
                                                     TriggerRevisionRecord next,
                                                     const Caller& caller, Action action);
