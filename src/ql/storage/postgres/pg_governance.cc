@@ -3,10 +3,10 @@
 #include <utility>
 #include <vector>
 
+#include "ql/storage/postgres/pg_store_rows.h"
+
 namespace ql::pg {
 namespace {
-
-using Params = std::vector<Param>;
 
 constexpr char kPrincipalColumns[] =
     "SELECT id, kind, name, status, version, created_at_ms, updated_at_ms FROM ql3.principals ";
@@ -21,16 +21,8 @@ constexpr char kTokenColumns[] =
     "u.last_used_at_ms FROM ql3.api_tokens t LEFT JOIN ql3.api_token_usage u ON u.token_id = t.id ";
 
 TokenRecord ReadToken(const Rows& r, int i) {
-  return TokenRecord{r.Text(i, 0),    r.Text(i, 1),    r.Int(i, 2),
+  return TokenRecord{r.Text(i, 0),   r.Text(i, 1),   r.Int(i, 2),
                      r.OptInt(i, 3), r.OptInt(i, 4), r.OptInt(i, 5)};
-}
-
-constexpr char kProjectColumns[] =
-    "SELECT id, slug, name, status, version, created_at_ms, updated_at_ms FROM ql3.projects ";
-
-ProjectRecord ReadProject(const Rows& r, int i) {
-  return ProjectRecord{r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Text(i, 3),
-                       r.Int(i, 4),  r.Int(i, 5),  r.Int(i, 6)};
 }
 
 constexpr char kBindingColumns[] =
@@ -52,9 +44,8 @@ constexpr char kAuditColumns[] =
     "request_id FROM ql3.security_audit ";
 
 AuditRecord ReadAudit(const Rows& r, int i) {
-  return AuditRecord{r.Text(i, 0), r.Int(i, 1),     r.OptText(i, 2), r.Text(i, 3),
-                     r.Text(i, 4), r.Text(i, 5),    r.OptText(i, 6), r.Text(i, 7),
-                     r.Text(i, 8), r.Text(i, 9)};
+  return AuditRecord{r.Text(i, 0), r.Int(i, 1),     r.OptText(i, 2), r.Text(i, 3), r.Text(i, 4),
+                     r.Text(i, 5), r.OptText(i, 6), r.Text(i, 7),    r.Text(i, 8), r.Text(i, 9)};
 }
 
 template <typename T, typename Reader>
@@ -132,8 +123,8 @@ class PgGovernanceTx final : public GovernanceTx {
   }
   Result<std::vector<TokenRecord>> ListTokens(
       const std::optional<std::string>& principal_id) override {
-    static const std::string kSql = std::string(kTokenColumns) +
-                                    "WHERE $1::text IS NULL OR t.principal_id = $1 ORDER BY t.id";
+    static const std::string kSql =
+        std::string(kTokenColumns) + "WHERE $1::text IS NULL OR t.principal_id = $1 ORDER BY t.id";
     return All<TokenRecord>(tx_, kSql, {P(principal_id)}, ReadToken);
   }
   Status InsertToken(const TokenRecord& t, const std::string& digest) override {
@@ -157,8 +148,7 @@ class PgGovernanceTx final : public GovernanceTx {
   }
 
   Result<std::optional<ProjectRecord>> LoadProject(const std::string& id) override {
-    static const std::string kSql = std::string(kProjectColumns) + "WHERE id = $1";
-    return One<ProjectRecord>(tx_, kSql, {P(id)}, ReadProject);
+    return pg::LoadProject(tx_, id);
   }
   Status InsertProject(const ProjectRecord& p) override {
     return Exec(tx_,
@@ -176,13 +166,12 @@ class PgGovernanceTx final : public GovernanceTx {
   }
 
   Result<bool> LockScope(const std::string& scope) override {
-    QL_RETURN_IF_ERROR(
-        Exec(tx_, "SELECT pg_advisory_xact_lock($1)", {P(kGovernanceLockKey)}));
-    QL_ASSIGN_OR_RETURN(
-        Rows rows, tx_.Exec(scope == kInstallationScope
-                                ? "SELECT 1 FROM ql3.installation WHERE id = $1 FOR UPDATE"
-                                : "SELECT 1 FROM ql3.projects WHERE id = $1 FOR UPDATE",
-                            {P(scope)}));
+    QL_RETURN_IF_ERROR(Exec(tx_, "SELECT pg_advisory_xact_lock($1)", {P(kGovernanceLockKey)}));
+    QL_ASSIGN_OR_RETURN(Rows rows,
+                        tx_.Exec(scope == kInstallationScope
+                                     ? "SELECT 1 FROM ql3.installation WHERE id = $1 FOR UPDATE"
+                                     : "SELECT 1 FROM ql3.projects WHERE id = $1 FOR UPDATE",
+                                 {P(scope)}));
     return rows.size() == 1;
   }
   Status BumpScope(const std::string& scope, int64_t now_ms) override {
@@ -230,13 +219,13 @@ class PgGovernanceTx final : public GovernanceTx {
                 "INSERT INTO ql3.security_audit (id, at_ms, actor_id, action, target_kind, "
                 "target_id, project_id, outcome, code, request_id) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                {P(a.id), P(a.at_ms), P(a.actor_id), P(a.action), P(a.target_kind),
-                 P(a.target_id), P(a.project_id), P(a.outcome), P(a.code), P(a.request_id)});
+                {P(a.id), P(a.at_ms), P(a.actor_id), P(a.action), P(a.target_kind), P(a.target_id),
+                 P(a.project_id), P(a.outcome), P(a.code), P(a.request_id)});
   }
   Result<std::vector<AuditRecord>> ListAudit(const std::optional<std::string>& before_id,
                                              int limit) override {
-    static const std::string kSql = std::string(kAuditColumns) +
-                                    "WHERE $1::text IS NULL OR id < $1 ORDER BY id DESC LIMIT $2";
+    static const std::string kSql =
+        std::string(kAuditColumns) + "WHERE $1::text IS NULL OR id < $1 ORDER BY id DESC LIMIT $2";
     return All<AuditRecord>(tx_, kSql, {P(before_id), P(static_cast<int64_t>(limit))}, ReadAudit);
   }
 
@@ -246,15 +235,17 @@ class PgGovernanceTx final : public GovernanceTx {
 
 }  // namespace
 
-std::unique_ptr<GovernanceTx> NewGovernanceTx(Tx& tx) { return std::make_unique<PgGovernanceTx>(tx); }
+std::unique_ptr<GovernanceTx> NewGovernanceTx(Tx& tx) {
+  return std::make_unique<PgGovernanceTx>(tx);
+}
 
 Status PgGovernanceRunner::Run(GovernanceTxKind kind, std::string_view operation,
                                const std::function<Status(GovernanceTx&)>& body) {
   const bool admin = kind == GovernanceTxKind::kWrite || kind == GovernanceTxKind::kAuditRead;
   if (admin && admin_ == nullptr) {
-    return Unavailable("admin_pool_missing",
-                       std::string(operation) +
-                           " needs the admin database URL (--admin-database-url)");
+    return Unavailable(
+        "admin_pool_missing",
+        std::string(operation) + " needs the admin database URL (--admin-database-url)");
   }
   TxOptions options;
   options.read_only = kind == GovernanceTxKind::kRead || kind == GovernanceTxKind::kAuditRead;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "ql/storage/sqlite/sqlite_db.h"
+#include "ql/storage/sqlite/sqlite_store_rows.h"
 
 namespace ql::sqlite {
 namespace {
@@ -11,8 +12,7 @@ constexpr char kPrincipalColumns[] =
     "SELECT id, kind, name, status, version, created_at_ms, updated_at_ms FROM principals ";
 
 PrincipalRecord ReadPrincipal(const Stmt& s) {
-  return PrincipalRecord{s.Text(0), s.Text(1), s.Text(2), s.Text(3),
-                         s.Int(4),  s.Int(5),  s.Int(6)};
+  return PrincipalRecord{s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4), s.Int(5), s.Int(6)};
 }
 
 constexpr char kTokenColumns[] =
@@ -21,13 +21,6 @@ constexpr char kTokenColumns[] =
 
 TokenRecord ReadToken(const Stmt& s) {
   return TokenRecord{s.Text(0), s.Text(1), s.Int(2), s.OptInt(3), s.OptInt(4), s.OptInt(5)};
-}
-
-constexpr char kProjectColumns[] =
-    "SELECT id, slug, name, status, version, created_at_ms, updated_at_ms FROM projects ";
-
-ProjectRecord ReadProject(const Stmt& s) {
-  return ProjectRecord{s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4), s.Int(5), s.Int(6)};
 }
 
 constexpr char kBindingColumns[] =
@@ -49,8 +42,8 @@ constexpr char kAuditColumns[] =
     "request_id FROM security_audit ";
 
 AuditRecord ReadAudit(const Stmt& s) {
-  return AuditRecord{s.Text(0), s.Int(1),  s.OptText(2), s.Text(3), s.Text(4),
-                     s.Text(5), s.OptText(6), s.Text(7), s.Text(8), s.Text(9)};
+  return AuditRecord{s.Text(0), s.Int(1),     s.OptText(2), s.Text(3), s.Text(4),
+                     s.Text(5), s.OptText(6), s.Text(7),    s.Text(8), s.Text(9)};
 }
 
 template <typename T, typename Reader, typename... Args>
@@ -155,8 +148,7 @@ class SqliteGovernanceTx final : public GovernanceTx {
   }
 
   Result<std::optional<ProjectRecord>> LoadProject(const std::string& id) override {
-    static const std::string kSql = std::string(kProjectColumns) + "WHERE id = ?1";
-    return One<ProjectRecord>(db_, kSql, ReadProject, id);
+    return sqlite::LoadProject(db_, id);
   }
   Status InsertProject(const ProjectRecord& p) override {
     return Exec(db_,
@@ -185,8 +177,7 @@ class SqliteGovernanceTx final : public GovernanceTx {
                   "WHERE id = 'installation'",
                   now_ms);
     }
-    return Exec(db_,
-                "UPDATE projects SET version = version + 1, updated_at_ms = ?1 WHERE id = ?2",
+    return Exec(db_, "UPDATE projects SET version = version + 1, updated_at_ms = ?1 WHERE id = ?2",
                 now_ms, scope);
   }
 
@@ -230,8 +221,8 @@ class SqliteGovernanceTx final : public GovernanceTx {
   }
   Result<std::vector<AuditRecord>> ListAudit(const std::optional<std::string>& before_id,
                                              int limit) override {
-    static const std::string kSql = std::string(kAuditColumns) +
-                                    "WHERE ?1 IS NULL OR id < ?1 ORDER BY id DESC LIMIT ?2";
+    static const std::string kSql =
+        std::string(kAuditColumns) + "WHERE ?1 IS NULL OR id < ?1 ORDER BY id DESC LIMIT ?2";
     return All<AuditRecord>(db_, kSql, ReadAudit, before_id, limit);
   }
 

@@ -1,0 +1,545 @@
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "ql/core/canonical_json.h"
+#include "ql/core/governance_store.h"
+#include "ql/core/ids.h"
+#include "ql/core/states.h"
+#include "ql/core/store_commands.h"
+#include "ql/storage/postgres/pg_run_rows.h"
+#include "ql/storage/postgres/pg_store.h"
+#include "ql/storage/postgres/pg_store_rows.h"
+#include "ql/storage/postgres/pg_worker.h"
+
+namespace ql {
+
+using pg::Execute;
+using pg::ExecuteCas;
+using pg::ExecutionRevisionMatches;
+using pg::InsertEvent;
+using pg::kAttemptColumns;
+using pg::kEventColumns;
+using pg::kRunColumns;
+using pg::kRunFrom;
+using pg::LoadAttempt;
+using pg::LoadLatestAttempt;
+using pg::LoadProject;
+using pg::LoadRun;
+using pg::LoadTaskHead;
+using pg::LoadTaskRevision;
+using pg::Lock;
+using pg::P;
+using pg::Params;
+using pg::QueryAll;
+using pg::QueryOne;
+using pg::ReadAttempt;
+using pg::ReadEvent;
+using pg::ReadRun;
+using pg::RequireActiveProject;
+using pg::RequireRun;
+using pg::Rows;
+using pg::Tx;
+
+// ---------------------------------------------------------------------------------------------
+// Runs
+
+Result<RunRecord> PostgresStore::CreateRun(const NewRun& run) {
+  QL_RETURN_IF_ERROR(ValidateNewRun(run));
+  if (run.trigger_type == TriggerTypeName(TriggerType::kCron)) {
+    return InvalidArgument("invalid_trigger_type",
+                           "cron runs are admitted only through a schedule advance");
+  }
+  RunRecord out;
+  QL_RETURN_IF_ERROR(Write("creating a run", [&](Tx& tx) -> Status {
+    QL_RETURN_IF_ERROR(Fence(tx, run.fence, run.project_id));
+    // Read without row locks (the runtime role may not lock definitions); a publish that
+    // commits after this snapshot reads nothing written here, so the run is ordered before it.
+    // Concurrent creators of the same run id or idempotency key meet in the unique keys.
+    QL_ASSIGN_OR_RETURN(std::optional<ProjectRecord> project, LoadProject(tx, run.project_id));
+    QL_RETURN_IF_ERROR(RequireActiveProject(project, run.project_id));
+    QL_ASSIGN_OR_RETURN(std::optional<TaskHeadRecord> head, LoadTaskHead(tx, run.task_id));
+    if (!head.has_value() || head->project_id != run.project_id) {
+      return NotFound("task_not_found",
+                      Cat({"task ", run.task_id, " does not exist in project ", run.project_id}));
+    }
+    QL_ASSIGN_OR_RETURN(std::optional<TaskRevisionRecord> current,
+                        LoadTaskRevision(tx, run.task_id, head->current_revision));
+    if (head->current_revision != run.task_revision || !current.has_value() || !current->enabled ||
+        current->content_digest != run.task_digest) {
+      return Conflict(
+          "task_revision_not_current",
+          Cat({"task ", run.task_id, " revision ", std::to_string(run.task_revision),
+               " with digest ", run.task_digest, " is not the task's current enabled revision (",
+               std::to_string(head->current_revision), ")"}));
+    }
+    QL_ASSIGN_OR_RETURN(bool exec_ok, ExecutionRevisionMatches(tx, run));
+    if (!exec_ok) {
+      return Conflict("execution_revision_missing",
+                      Cat({"execution revision ", Quote(run.execution_revision_id), " of task ",
+                           run.task_id, " revision ", std::to_string(run.task_revision),
+                           " for executor ", run.executor_type, " does not exist"}));
+    }
+    if (run.retry_of_run_id.has_value()) {
+      QL_ASSIGN_OR_RETURN(std::optional<RunRecord> original, LoadRun(tx, *run.retry_of_run_id));
+      if (!original.has_value()) {
+        return NotFound("run_not_found",
+                        Cat({"run ", *run.retry_of_run_id, " to retry does not exist"}));
+      }
+    }
+    QL_RETURN_IF_ERROR(pg::InsertQueuedRun(tx, run, run.now_ms));
+    QL_ASSIGN_OR_RETURN(out, RequireRun(tx, run.run_id));
+    return Status();
+  }));
+  return out;
+}
+
+Result<RunRecord> PostgresStore::GetRun(const std::string& run_id) {
+  RunRecord out;
+  QL_RETURN_IF_ERROR(Read("reading a run", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(out, RequireRun(tx, run_id));
+    return Status();
+  }));
+  return out;
+}
+
+Result<RunRecord> PostgresStore::FindRunByIdempotencyKey(const std::string& project_id,
+                                                         const std::string& key) {
+  std::optional<RunRecord> out;
+  QL_RETURN_IF_ERROR(Read("reading a run", [&](Tx& tx) -> Status {
+    static const std::string kSql = Cat(
+        {"SELECT ", kRunColumns, kRunFrom, " WHERE r.project_id = $1 AND r.idempotency_key = $2"});
+    QL_ASSIGN_OR_RETURN(out, QueryOne<RunRecord>(tx, kSql, {P(project_id), P(key)}, ReadRun));
+    return Status();
+  }));
+  if (!out.has_value()) {
+    return NotFound("run_not_found",
+                    Cat({"project ", project_id, " has no run with idempotency key ", Quote(key)}));
+  }
+  return std::move(*out);
+}
+
+Result<Page<RunRecord>> PostgresStore::ListRuns(const RunFilter& filter, const PageRequest& page) {
+  QL_RETURN_IF_ERROR(RequireLimit("page limit", page.limit));
+  if (filter.status.has_value() && !ParseRunStatus(*filter.status).has_value()) {
+    return InvalidArgument("invalid_status",
+                           Cat({"run status filter ", Quote(*filter.status), " is not a status"}));
+  }
+  std::optional<RunPosition> after;
+  if (page.after_key.has_value()) {
+    QL_ASSIGN_OR_RETURN(after, DecodeRunKey(*page.after_key));
+  }
+  // One statement text per filter combination, each able to walk its index backwards.
+  std::string sql = Cat({"SELECT ", kRunColumns, kRunFrom, " WHERE true"});
+  Params params;
+  auto add = [&](std::string_view condition, pg::Param param) {
+    params.push_back(std::move(param));
+    sql += Cat({" AND ", condition, " = $", std::to_string(params.size())});
+  };
+  if (filter.project_id.has_value()) add("r.project_id", P(*filter.project_id));
+  if (filter.task_id.has_value()) add("r.task_id", P(*filter.task_id));
+  if (filter.trigger_id.has_value()) add("r.trigger_id", P(*filter.trigger_id));
+  if (filter.status.has_value()) add("r.status", P(*filter.status));
+  if (after.has_value()) {
+    params.push_back(P(after->created_at_ms));
+    params.push_back(P(after->id));
+    sql += Cat({" AND (r.created_at_ms, r.id) < ($", std::to_string(params.size() - 1), ", $",
+                std::to_string(params.size()), ")"});
+  }
+  params.push_back(P(page.limit + 1));
+  sql += " ORDER BY r.created_at_ms DESC, r.id DESC LIMIT $" + std::to_string(params.size());
+
+  Page<RunRecord> out;
+  QL_RETURN_IF_ERROR(Read("listing runs", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(out.items, QueryAll<RunRecord>(tx, sql, params, ReadRun));
+    return Status();
+  }));
+  if (out.items.size() > static_cast<size_t>(page.limit)) {
+    out.items.resize(page.limit);
+    out.next_key = EncodeRunKey(out.items.back());
+  }
+  return out;
+}
+
+Result<std::vector<AttemptRecord>> PostgresStore::ListAttempts(const std::string& run_id) {
+  std::vector<AttemptRecord> out;
+  QL_RETURN_IF_ERROR(Read("listing attempts", [&](Tx& tx) -> Status {
+    QL_RETURN_IF_ERROR(RequireRun(tx, run_id).status());
+    static const std::string kSql = Cat({"SELECT ", kAttemptColumns,
+                                         " FROM run_attempts a WHERE a.run_id = $1 "
+                                         "ORDER BY a.attempt"});
+    QL_ASSIGN_OR_RETURN(out, QueryAll<AttemptRecord>(tx, kSql, {P(run_id)}, ReadAttempt));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::vector<EventRecord>> PostgresStore::ListEvents(const std::string& run_id,
+                                                           int64_t after_sequence, int limit) {
+  QL_RETURN_IF_ERROR(RequireLimit("event limit", limit));
+  std::vector<EventRecord> out;
+  QL_RETURN_IF_ERROR(Read("listing events", [&](Tx& tx) -> Status {
+    QL_RETURN_IF_ERROR(RequireRun(tx, run_id).status());
+    static const std::string kSql =
+        Cat({"SELECT ", kEventColumns,
+             " FROM run_events ev WHERE ev.run_id = $1 AND ev.sequence > $2 "
+             "ORDER BY ev.sequence LIMIT $3"});
+    QL_ASSIGN_OR_RETURN(
+        out, QueryAll<EventRecord>(tx, kSql, {P(run_id), P(after_sequence), P(limit)}, ReadEvent));
+    return Status();
+  }));
+  return out;
+}
+
+Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", t.run_id));
+  std::optional<RunStatus> run_to;
+  if (t.run_to.has_value()) {
+    run_to = ParseRunStatus(*t.run_to);
+    if (!run_to.has_value()) {
+      return InvalidArgument("invalid_status",
+                             Cat({"run_to ", Quote(*t.run_to), " is not a run status"}));
+    }
+  }
+  std::optional<AttemptStatus> attempt_to;
+  if (t.attempt_to.has_value()) {
+    attempt_to = ParseAttemptStatus(*t.attempt_to);
+    if (!attempt_to.has_value()) {
+      return InvalidArgument("invalid_status", Cat({"attempt_to ", Quote(*t.attempt_to),
+                                                    " is not an attempt status"}));
+    }
+  }
+  std::optional<AttemptStatus> expected_attempt;
+  if (t.expected_attempt_status.has_value()) {
+    expected_attempt = ParseAttemptStatus(*t.expected_attempt_status);
+    if (!expected_attempt.has_value()) {
+      return InvalidArgument("invalid_status",
+                             Cat({"expected_attempt_status ", Quote(*t.expected_attempt_status),
+                                  " is not an attempt status"}));
+    }
+  }
+  const bool attempt_fields = t.pid.has_value() || t.process_start_ticks.has_value() ||
+                              t.log_path.has_value() || t.attempt_started_at_ms.has_value() ||
+                              t.attempt_finished_at_ms.has_value() ||
+                              t.attempt_exit_code.has_value() || t.attempt_error_code.has_value() ||
+                              t.attempt_error_summary.has_value();
+  if ((attempt_to.has_value() || expected_attempt.has_value() || attempt_fields ||
+       t.lease.has_value()) &&
+      !t.attempt_id.has_value()) {
+    return InvalidArgument("attempt_id_required",
+                           "an attempt status or attempt field update needs attempt_id");
+  }
+  if (t.attempt_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("attempt_id", *t.attempt_id));
+  if (attempt_to.has_value() && !expected_attempt.has_value()) {
+    return InvalidArgument("expected_attempt_status_required",
+                           "an attempt status change needs expected_attempt_status");
+  }
+  if (t.new_attempt_id.has_value()) {
+    QL_RETURN_IF_ERROR(ValidateId("new_attempt_id", *t.new_attempt_id));
+    if (run_to != RunStatus::kQueued) {
+      return InvalidArgument("invalid_transition",
+                             "a new attempt is added only when the run moves back to queued");
+    }
+  }
+  if (run_to == RunStatus::kRetryWait && !t.retry_at_ms.has_value()) {
+    return InvalidArgument("retry_at_required", "a move to retry_wait needs retry_at_ms");
+  }
+  QL_ASSIGN_OR_RETURN(std::vector<PreparedEvent> events, PrepareEvents(t.events));
+
+  RunRecord out;
+  QL_RETURN_IF_ERROR(Write("applying a run transition", [&](Tx& tx) -> Status {
+    // The run row stays locked to the end: a competing transition of the same run waits here
+    // and then reads the winner's version.
+    QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(tx, t.run_id, Lock::kUpdate));
+    if (t.lease.has_value()) {
+      QL_ASSIGN_OR_RETURN(pg::VerifiedLease lease, pg::VerifyLease(tx, *t.lease));
+      if (lease.attempt_id != t.attempt_id || lease.run_id != run.id) {
+        return Conflict("lease_fenced",
+                        Cat({"lease ", t.lease->offer_id, " is not a lease of this attempt"}));
+      }
+    }
+    const Status version_conflict = Conflict(
+        "version_conflict", Cat({"run ", run.id, " is at version ", std::to_string(run.version),
+                                 ", not the expected ", std::to_string(t.expected_version)}));
+    if (run.version != t.expected_version) return version_conflict;
+    QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
+    const Status cancel_wins =
+        Conflict("cancel_requested",
+                 Cat({"run ", run.id, " has a cancel request; it can only stop as cancelled"}));
+    if (run_to.has_value()) {
+      QL_RETURN_IF_ERROR(CheckRunTransition(from, *run_to));
+      if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*run_to)) return cancel_wins;
+    } else if (IsTerminal(from)) {
+      return Conflict("run_terminal",
+                      Cat({"run ", run.id, " is ", run.status, "; finished runs never change"}));
+    }
+
+    if (t.attempt_id.has_value()) {
+      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(tx, *t.attempt_id));
+      if (!attempt.has_value() || attempt->run_id != run.id) {
+        return NotFound("attempt_not_found",
+                        Cat({"run ", run.id, " has no attempt ", *t.attempt_id}));
+      }
+      QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*attempt));
+      const Status status_conflict =
+          Conflict("attempt_status_conflict",
+                   Cat({"attempt ", attempt->id, " is ", attempt->status, ", not the expected ",
+                        t.expected_attempt_status.value_or(attempt->status)}));
+      if (expected_attempt.has_value() && *expected_attempt != current) return status_conflict;
+      if (attempt_to.has_value()) {
+        QL_RETURN_IF_ERROR(CheckAttemptTransition(current, *attempt_to));
+        if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*attempt_to)) {
+          return cancel_wins;
+        }
+      } else if (IsTerminal(current) && attempt_fields) {
+        return Conflict("attempt_terminal", Cat({"attempt ", attempt->id, " is ", attempt->status,
+                                                 "; finished attempts never change"}));
+      }
+      if (attempt_to.has_value() || attempt_fields) {
+        const AttemptStatus next = attempt_to.value_or(current);
+        std::optional<int64_t> finished = t.attempt_finished_at_ms;
+        if (attempt_to.has_value() && IsTerminal(*attempt_to) && !finished.has_value()) {
+          finished = t.now_ms;
+        }
+        QL_RETURN_IF_ERROR(ExecuteCas(
+            tx, status_conflict,
+            "UPDATE run_attempts SET status = $1, pid = coalesce($2, pid), "
+            "process_start_ticks = coalesce($3, process_start_ticks), "
+            "log_path = coalesce($4, log_path), started_at_ms = coalesce($5, started_at_ms), "
+            "finished_at_ms = coalesce($6, finished_at_ms), exit_code = coalesce($7, exit_code), "
+            "error_code = coalesce($8, error_code), "
+            "error_summary = coalesce($9, error_summary) "
+            "WHERE id = $10 AND run_id = $11 AND status = $12",
+            {P(AttemptStatusName(next)), P(t.pid), P(t.process_start_ticks), P(t.log_path),
+             P(t.attempt_started_at_ms), P(finished), P(t.attempt_exit_code),
+             P(t.attempt_error_code), P(t.attempt_error_summary), P(attempt->id), P(run.id),
+             P(AttemptStatusName(current))}));
+        if (IsTerminal(next)) QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, attempt->id, t.now_ms));
+      }
+    }
+
+    if (t.new_attempt_id.has_value()) {
+      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(tx, run.id));
+      if (!latest.has_value()) {
+        return Corrupt("run_without_attempt", Cat({"run ", run.id, " has no attempt"}));
+      }
+      QL_ASSIGN_OR_RETURN(AttemptStatus latest_status, StoredAttemptStatus(*latest));
+      if (!IsTerminal(latest_status)) {
+        return Conflict("attempt_not_terminal",
+                        Cat({"attempt ", std::to_string(latest->attempt), " of run ", run.id,
+                             " is still ", latest->status}));
+      }
+      if (latest->attempt + 1 > run.retry_policy.max_attempts) {
+        return Conflict("retry_attempts_exhausted",
+                        Cat({"run ", run.id, " has used all ",
+                             std::to_string(run.retry_policy.max_attempts), " attempts"}));
+      }
+      QL_RETURN_IF_ERROR(Execute(tx,
+                                 "INSERT INTO run_attempts (id, run_id, attempt, status, "
+                                 "executor_type, callback_sequence, created_at_ms) "
+                                 "VALUES ($1, $2, $3, 'claimed', $4, 0, $5)",
+                                 {P(*t.new_attempt_id), P(run.id), P(latest->attempt + 1),
+                                  P(latest->executor_type), P(t.now_ms)}));
+    }
+
+    int64_t sequence = run.event_sequence;
+    for (const PreparedEvent& event : events) {
+      QL_RETURN_IF_ERROR(
+          InsertEvent(tx, run.id, ++sequence, *event.event, event.payload, t.now_ms));
+    }
+
+    const RunStatus next = run_to.value_or(from);
+    std::optional<int64_t> queued_at;
+    if (run_to == RunStatus::kQueued) queued_at = t.now_ms;
+    std::optional<int64_t> finished = t.finished_at_ms;
+    if (run_to.has_value() && IsTerminal(*run_to) && !finished.has_value()) finished = t.now_ms;
+    QL_RETURN_IF_ERROR(ExecuteCas(
+        tx, version_conflict,
+        "UPDATE runs SET status = $1, version = version + 1, event_sequence = $2, "
+        "queued_at_ms = coalesce($3, queued_at_ms), started_at_ms = coalesce($4, started_at_ms), "
+        "finished_at_ms = coalesce($5, finished_at_ms), retry_at_ms = coalesce($6, retry_at_ms), "
+        "exit_code = coalesce($7, exit_code), error_code = coalesce($8, error_code), "
+        "error_summary = coalesce($9, error_summary) WHERE id = $10 AND version = $11",
+        {P(RunStatusName(next)), P(sequence), P(queued_at), P(t.started_at_ms), P(finished),
+         P(t.retry_at_ms), P(t.exit_code), P(t.error_code), P(t.error_summary), P(run.id),
+         P(t.expected_version)}));
+    QL_ASSIGN_OR_RETURN(out, RequireRun(tx, run.id));
+    return Status();
+  }));
+  return out;
+}
+
+Result<EventRecord> PostgresStore::AppendEvent(const std::string& run_id, const NewEvent& event,
+                                               int64_t now_ms) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
+  const std::vector<NewEvent> one = {event};
+  QL_ASSIGN_OR_RETURN(std::vector<PreparedEvent> prepared, PrepareEvents(one));
+  EventRecord out;
+  QL_RETURN_IF_ERROR(Write("appending an event", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(tx, run_id, Lock::kUpdate));
+    const int64_t sequence = run.event_sequence + 1;
+    QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, sequence, event, prepared.front().payload, now_ms));
+    QL_RETURN_IF_ERROR(ExecuteCas(
+        tx, Conflict("event_sequence_conflict", Cat({"run ", run.id, " gained an event"})),
+        "UPDATE runs SET event_sequence = $1 WHERE id = $2 AND event_sequence = $3",
+        {P(sequence), P(run.id), P(run.event_sequence)}));
+    out = EventRecord{run.id,
+                      sequence,
+                      event.type,
+                      event.actor_type,
+                      event.attempt_id,
+                      event.dedupe_key,
+                      prepared.front().payload,
+                      now_ms};
+    return Status();
+  }));
+  return out;
+}
+
+Result<RunRecord> PostgresStore::RequestCancel(const std::string& run_id, const std::string& reason,
+                                               std::string actor_type, int64_t now_ms,
+                                               const std::optional<PolicyFence>& fence) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
+  QL_RETURN_IF_ERROR(RequireActorType(actor_type));
+  QL_ASSIGN_OR_RETURN(std::string reason_json, CanonicalJson(nlohmann::json{{"reason", reason}}));
+  QL_ASSIGN_OR_RETURN(std::string payload,
+                      CanonicalEventPayload(kEventRunCancelRequested, reason_json));
+  RunRecord out;
+  QL_RETURN_IF_ERROR(Write("requesting a cancel", [&](Tx& tx) -> Status {
+    if (fence.has_value()) {
+      // The fence's shared lock comes before the run's row lock (the governance lock order).
+      QL_ASSIGN_OR_RETURN(RunRecord before, RequireRun(tx, run_id));
+      Status st = Fence(tx, fence, before.project_id);
+      // Cancelling stays possible in an archived project: it only stops work.
+      if (!st.ok() && st.reason() != "project_archived") return st;
+    }
+    QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(tx, run_id, Lock::kUpdate));
+    if (run.cancel_requested_at_ms.has_value()) {  // the first intent wins
+      out = std::move(run);
+      return Status();
+    }
+    QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
+    if (IsTerminal(from)) {
+      return Conflict("run_terminal",
+                      Cat({"run ", run.id, " is ", run.status, "; there is nothing to cancel"}));
+    }
+    int64_t sequence = run.event_sequence;
+    const NewEvent requested{std::string(kEventRunCancelRequested), actor_type, std::nullopt,
+                             std::nullopt, payload};
+    QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, requested, payload, now_ms));
+
+    RunStatus next = from;
+    std::optional<int64_t> finished;
+    if (from == RunStatus::kCreated || from == RunStatus::kQueued ||
+        from == RunStatus::kRetryWait) {
+      // Not started: nothing will observe the intent later, so the run stops here.
+      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(tx, run.id));
+      if (latest.has_value()) {
+        QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*latest));
+        if (!IsTerminal(current)) {
+          QL_RETURN_IF_ERROR(CheckAttemptTransition(current, AttemptStatus::kCancelled));
+          QL_RETURN_IF_ERROR(ExecuteCas(
+              tx, Conflict("attempt_status_conflict", Cat({"attempt ", latest->id, " moved on"})),
+              "UPDATE run_attempts SET status = 'cancelled', "
+              "finished_at_ms = coalesce(finished_at_ms, $1) WHERE id = $2 AND status = $3",
+              {P(now_ms), P(latest->id), P(AttemptStatusName(current))}));
+          QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, latest->id, now_ms));
+          const NewEvent cancelled{AttemptEventType(AttemptStatus::kCancelled), actor_type,
+                                   latest->id, std::nullopt, "{}"};
+          QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, cancelled, "{}", now_ms));
+        }
+      }
+      QL_RETURN_IF_ERROR(CheckRunTransition(from, RunStatus::kCancelled));
+      next = RunStatus::kCancelled;
+      finished = now_ms;
+      const NewEvent cancelled{RunEventType(RunStatus::kCancelled), actor_type, std::nullopt,
+                               std::nullopt, "{}"};
+      QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, cancelled, "{}", now_ms));
+    }
+    QL_RETURN_IF_ERROR(
+        ExecuteCas(tx, Conflict("version_conflict", Cat({"run ", run.id, " moved on"})),
+                   "UPDATE runs SET status = $1, version = version + 1, event_sequence = $2, "
+                   "cancel_requested_at_ms = $3, cancel_reason = $4, "
+                   "finished_at_ms = coalesce($5, finished_at_ms) WHERE id = $6 AND version = $7",
+                   {P(RunStatusName(next)), P(sequence), P(now_ms), P(reason), P(finished),
+                    P(run.id), P(run.version)}));
+    QL_ASSIGN_OR_RETURN(out, RequireRun(tx, run.id));
+    return Status();
+  }));
+  return out;
+}
+
+namespace {
+
+// Joins each run with its retry policy and its latest attempt as `a`.
+constexpr char kWithPolicyAndLatestAttempt[] =
+    " JOIN run_retry_policies rp ON rp.run_id = r.id"
+    " JOIN run_attempts a ON a.run_id = r.id"
+    " AND a.attempt = (SELECT max(x.attempt) FROM run_attempts x WHERE x.run_id = r.id)";
+
+}  // namespace
+
+Result<std::vector<RunRecord>> PostgresStore::ListDispatchable(const std::string& executor_type,
+                                                               int limit) {
+  QL_RETURN_IF_ERROR(RequireExecutorType(executor_type));
+  QL_RETURN_IF_ERROR(RequireLimit("dispatch limit", limit));
+  std::vector<RunRecord> out;
+  QL_RETURN_IF_ERROR(Read("listing dispatchable runs", [&](Tx& tx) -> Status {
+    // The predicate and order are those of the partial index runs_dispatchable.
+    static const std::string kSql =
+        Cat({"SELECT ", kRunColumns, " FROM runs r", kWithPolicyAndLatestAttempt,
+             " WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL"
+             " AND a.status = 'claimed' AND a.executor_type = $1"
+             // An archived project's queue is cancelled, never dispatched.
+             " AND EXISTS (SELECT 1 FROM projects p WHERE p.id = r.project_id"
+             " AND p.status = 'active')"
+             " ORDER BY r.priority DESC, r.queued_at_ms, r.id LIMIT $2"});
+    QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(tx, kSql, {P(executor_type), P(limit)}, ReadRun));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::vector<RunRecord>> PostgresStore::ListActive() {
+  std::vector<RunRecord> out;
+  QL_RETURN_IF_ERROR(Read("listing active runs", [&](Tx& tx) -> Status {
+    static const std::string kSql = Cat({"SELECT ", kRunColumns, kRunFrom,
+                                         " WHERE r.status IN ('dispatching', 'running', 'lost')"
+                                         " ORDER BY r.created_at_ms, r.id"});
+    QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(tx, kSql, {}, ReadRun));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::vector<RunRecord>> PostgresStore::ListRetryDue(int64_t now_ms, int limit) {
+  QL_RETURN_IF_ERROR(RequireLimit("retry limit", limit));
+  std::vector<RunRecord> out;
+  QL_RETURN_IF_ERROR(Read("listing retry-due runs", [&](Tx& tx) -> Status {
+    static const std::string kSql = Cat({"SELECT ", kRunColumns, kRunFrom,
+                                         " WHERE r.status = 'retry_wait' AND r.retry_at_ms <= $1"
+                                         " ORDER BY r.retry_at_ms, r.id LIMIT $2"});
+    QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(tx, kSql, {P(now_ms), P(limit)}, ReadRun));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::vector<std::pair<std::string, int64_t>>> PostgresStore::CountRunsByStatus() {
+  std::vector<std::pair<std::string, int64_t>> out;
+  QL_RETURN_IF_ERROR(Read("counting runs", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(
+        out,
+        (QueryAll<std::pair<std::string, int64_t>>(
+            tx,
+            "SELECT status, count(*) FROM runs GROUP BY status "
+            "ORDER BY status COLLATE \"C\"",
+            {}, [](const Rows& r, int i) { return std::make_pair(r.Text(i, 0), r.Int(i, 1)); })));
+    return Status();
+  }));
+  return out;
+}
+
+}  // namespace ql

@@ -1,0 +1,524 @@
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "ql/core/ids.h"
+#include "ql/core/states.h"
+#include "ql/core/store_commands.h"
+#include "ql/storage/sqlite/sqlite_db.h"
+#include "ql/storage/sqlite/sqlite_store.h"
+#include "ql/storage/sqlite/sqlite_store_rows.h"
+
+namespace ql {
+
+using sqlite::CanonicalOf;
+using sqlite::Execute;
+using sqlite::ExecuteCas;
+using sqlite::ExecutionRevisionMatches;
+using sqlite::InsertEvent;
+using sqlite::InsertQueuedRun;
+using sqlite::kAttemptColumns;
+using sqlite::kEventColumns;
+using sqlite::kRunColumns;
+using sqlite::kRunFrom;
+using sqlite::LoadAttempt;
+using sqlite::LoadLatestAttempt;
+using sqlite::LoadRun;
+using sqlite::LoadTaskHead;
+using sqlite::LoadTaskRevision;
+using sqlite::QueryAll;
+using sqlite::QueryOne;
+using sqlite::ReadAttempt;
+using sqlite::ReadEvent;
+using sqlite::ReadRun;
+using sqlite::RequireActiveProject;
+using sqlite::RequireRun;
+using sqlite::Stmt;
+using sqlite::Tx;
+using sqlite::TxMode;
+
+// ---------------------------------------------------------------------------------------------
+// Runs
+
+Result<RunRecord> SqliteStore::CreateRun(const NewRun& run) {
+  QL_RETURN_IF_ERROR(ValidateNewRun(run));
+  if (run.trigger_type == TriggerTypeName(TriggerType::kCron)) {
+    return InvalidArgument("invalid_trigger_type",
+                           "cron runs are admitted only through a schedule advance");
+  }
+  RunRecord out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kWrite, "creating a run", [&](Tx&) -> Status {
+    QL_RETURN_IF_ERROR(Fence(run.fence, run.project_id));
+    QL_RETURN_IF_ERROR(RequireActiveProject(*db_, run.project_id));
+    QL_ASSIGN_OR_RETURN(std::optional<TaskHeadRecord> head, LoadTaskHead(*db_, run.task_id));
+    if (!head.has_value() || head->project_id != run.project_id) {
+      return NotFound("task_not_found",
+                      Cat({"task ", run.task_id, " does not exist in project ", run.project_id}));
+    }
+    QL_ASSIGN_OR_RETURN(std::optional<TaskRevisionRecord> current,
+                        LoadTaskRevision(*db_, run.task_id, head->current_revision));
+    if (head->current_revision != run.task_revision || !current.has_value() || !current->enabled ||
+        current->content_digest != run.task_digest) {
+      return Conflict(
+          "task_revision_not_current",
+          Cat({"task ", run.task_id, " revision ", std::to_string(run.task_revision),
+               " with digest ", run.task_digest, " is not the task's current enabled revision (",
+               std::to_string(head->current_revision), ")"}));
+    }
+    QL_ASSIGN_OR_RETURN(bool exec_ok, ExecutionRevisionMatches(*db_, run));
+    if (!exec_ok) {
+      return Conflict("execution_revision_missing",
+                      Cat({"execution revision ", Quote(run.execution_revision_id), " of task ",
+                           run.task_id, " revision ", std::to_string(run.task_revision),
+                           " for executor ", run.executor_type, " does not exist"}));
+    }
+    if (run.retry_of_run_id.has_value()) {
+      QL_ASSIGN_OR_RETURN(std::optional<RunRecord> original, LoadRun(*db_, *run.retry_of_run_id));
+      if (!original.has_value()) {
+        return NotFound("run_not_found",
+                        Cat({"run ", *run.retry_of_run_id, " to retry does not exist"}));
+      }
+    }
+    QL_RETURN_IF_ERROR(InsertQueuedRun(*db_, run));
+    QL_ASSIGN_OR_RETURN(out, RequireRun(*db_, run.run_id));
+    return Status();
+  }));
+  return out;
+}
+
+Result<RunRecord> SqliteStore::GetRun(const std::string& run_id) {
+  RunRecord out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "reading a run", [&](Tx&) -> Status {
+    QL_ASSIGN_OR_RETURN(out, RequireRun(*db_, run_id));
+    return Status();
+  }));
+  return out;
+}
+
+Result<RunRecord> SqliteStore::FindRunByIdempotencyKey(const std::string& project_id,
+                                                       const std::string& key) {
+  std::optional<RunRecord> out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "reading a run", [&](Tx&) -> Status {
+    static const std::string kSql = Cat(
+        {"SELECT ", kRunColumns, kRunFrom, " WHERE r.project_id = ? AND r.idempotency_key = ?"});
+    QL_ASSIGN_OR_RETURN(out, QueryOne<RunRecord>(*db_, kSql, ReadRun, project_id, key));
+    return Status();
+  }));
+  if (!out.has_value()) {
+    return NotFound("run_not_found",
+                    Cat({"project ", project_id, " has no run with idempotency key ", Quote(key)}));
+  }
+  return std::move(*out);
+}
+
+Result<Page<RunRecord>> SqliteStore::ListRuns(const RunFilter& filter, const PageRequest& page) {
+  QL_RETURN_IF_ERROR(RequireLimit("page limit", page.limit));
+  if (filter.status.has_value() && !ParseRunStatus(*filter.status).has_value()) {
+    return InvalidArgument("invalid_status",
+                           Cat({"run status filter ", Quote(*filter.status), " is not a status"}));
+  }
+  std::optional<RunPosition> after;
+  if (page.after_key.has_value()) {
+    QL_ASSIGN_OR_RETURN(after, DecodeRunKey(*page.after_key));
+  }
+  // One statement text per filter combination, each able to walk its index backwards.
+  std::string sql = Cat({"SELECT ", kRunColumns, kRunFrom, " WHERE 1 = 1"});
+  if (filter.project_id.has_value()) sql += " AND r.project_id = ?";
+  if (filter.task_id.has_value()) sql += " AND r.task_id = ?";
+  if (filter.trigger_id.has_value()) sql += " AND r.trigger_id = ?";
+  if (filter.status.has_value()) sql += " AND r.status = ?";
+  if (after.has_value()) sql += " AND (r.created_at_ms, r.id) < (?, ?)";
+  sql += " ORDER BY r.created_at_ms DESC, r.id DESC LIMIT ?";
+
+  Page<RunRecord> out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "listing runs", [&](Tx&) -> Status {
+    QL_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(sql));
+    int index = 0;
+    if (filter.project_id.has_value()) stmt.Bind(++index, *filter.project_id);
+    if (filter.task_id.has_value()) stmt.Bind(++index, *filter.task_id);
+    if (filter.trigger_id.has_value()) stmt.Bind(++index, *filter.trigger_id);
+    if (filter.status.has_value()) stmt.Bind(++index, *filter.status);
+    if (after.has_value()) {
+      stmt.Bind(++index, after->created_at_ms);
+      stmt.Bind(++index, after->id);
+    }
+    stmt.Bind(++index, page.limit + 1);
+    out.items.clear();
+    for (;;) {
+      QL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      out.items.push_back(ReadRun(stmt));
+    }
+    return Status();
+  }));
+  if (out.items.size() > static_cast<size_t>(page.limit)) {
+    out.items.resize(page.limit);
+    out.next_key = EncodeRunKey(out.items.back());
+  }
+  return out;
+}
+
+Result<std::vector<AttemptRecord>> SqliteStore::ListAttempts(const std::string& run_id) {
+  std::vector<AttemptRecord> out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "listing attempts", [&](Tx&) -> Status {
+    QL_RETURN_IF_ERROR(RequireRun(*db_, run_id).status());
+    static const std::string kSql = Cat(
+        {"SELECT ", kAttemptColumns, " FROM run_attempts a WHERE a.run_id = ? ORDER BY a.attempt"});
+    QL_ASSIGN_OR_RETURN(out, QueryAll<AttemptRecord>(*db_, kSql, ReadAttempt, run_id));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::vector<EventRecord>> SqliteStore::ListEvents(const std::string& run_id,
+                                                         int64_t after_sequence, int limit) {
+  QL_RETURN_IF_ERROR(RequireLimit("event limit", limit));
+  std::vector<EventRecord> out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "listing events", [&](Tx&) -> Status {
+    QL_RETURN_IF_ERROR(RequireRun(*db_, run_id).status());
+    static const std::string kSql =
+        Cat({"SELECT ", kEventColumns,
+             " FROM run_events ev WHERE ev.run_id = ? AND ev.sequence > ? ORDER BY ev.sequence "
+             "LIMIT ?"});
+    QL_ASSIGN_OR_RETURN(
+        out, QueryAll<EventRecord>(*db_, kSql, ReadEvent, run_id, after_sequence, limit));
+    return Status();
+  }));
+  return out;
+}
+
+Result<RunRecord> SqliteStore::ApplyTransition(const RunTransitionCommand& t) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", t.run_id));
+  if (t.lease.has_value()) {
+    return InvalidArgument("lease_unsupported",
+                           "the embedded store runs attempts locally and has no worker leases");
+  }
+  std::optional<RunStatus> run_to;
+  if (t.run_to.has_value()) {
+    run_to = ParseRunStatus(*t.run_to);
+    if (!run_to.has_value()) {
+      return InvalidArgument("invalid_status",
+                             Cat({"run_to ", Quote(*t.run_to), " is not a run status"}));
+    }
+  }
+  std::optional<AttemptStatus> attempt_to;
+  if (t.attempt_to.has_value()) {
+    attempt_to = ParseAttemptStatus(*t.attempt_to);
+    if (!attempt_to.has_value()) {
+      return InvalidArgument("invalid_status", Cat({"attempt_to ", Quote(*t.attempt_to),
+                                                    " is not an attempt status"}));
+    }
+  }
+  std::optional<AttemptStatus> expected_attempt;
+  if (t.expected_attempt_status.has_value()) {
+    expected_attempt = ParseAttemptStatus(*t.expected_attempt_status);
+    if (!expected_attempt.has_value()) {
+      return InvalidArgument("invalid_status",
+                             Cat({"expected_attempt_status ", Quote(*t.expected_attempt_status),
+                                  " is not an attempt status"}));
+    }
+  }
+  const bool attempt_fields = t.pid.has_value() || t.process_start_ticks.has_value() ||
+                              t.log_path.has_value() || t.attempt_started_at_ms.has_value() ||
+                              t.attempt_finished_at_ms.has_value() ||
+                              t.attempt_exit_code.has_value() || t.attempt_error_code.has_value() ||
+                              t.attempt_error_summary.has_value();
+  if ((attempt_to.has_value() || expected_attempt.has_value() || attempt_fields) &&
+      !t.attempt_id.has_value()) {
+    return InvalidArgument("attempt_id_required",
+                           "an attempt status or attempt field update needs attempt_id");
+  }
+  if (t.attempt_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("attempt_id", *t.attempt_id));
+  if (attempt_to.has_value() && !expected_attempt.has_value()) {
+    return InvalidArgument("expected_attempt_status_required",
+                           "an attempt status change needs expected_attempt_status");
+  }
+  if (t.new_attempt_id.has_value()) {
+    QL_RETURN_IF_ERROR(ValidateId("new_attempt_id", *t.new_attempt_id));
+    if (run_to != RunStatus::kQueued) {
+      return InvalidArgument("invalid_transition",
+                             "a new attempt is added only when the run moves back to queued");
+    }
+  }
+  if (run_to == RunStatus::kRetryWait && !t.retry_at_ms.has_value()) {
+    return InvalidArgument("retry_at_required", "a move to retry_wait needs retry_at_ms");
+  }
+  QL_ASSIGN_OR_RETURN(std::vector<PreparedEvent> events, PrepareEvents(t.events));
+
+  RunRecord out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kWrite, "applying a run transition", [&](Tx&) -> Status {
+    QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(*db_, t.run_id));
+    const Status version_conflict = Conflict(
+        "version_conflict", Cat({"run ", run.id, " is at version ", std::to_string(run.version),
+                                 ", not the expected ", std::to_string(t.expected_version)}));
+    if (run.version != t.expected_version) return version_conflict;
+    QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
+    const Status cancel_wins =
+        Conflict("cancel_requested",
+                 Cat({"run ", run.id, " has a cancel request; it can only stop as cancelled"}));
+    if (run_to.has_value()) {
+      QL_RETURN_IF_ERROR(CheckRunTransition(from, *run_to));
+      if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*run_to)) return cancel_wins;
+    } else if (IsTerminal(from)) {
+      return Conflict("run_terminal",
+                      Cat({"run ", run.id, " is ", run.status, "; finished runs never change"}));
+    }
+
+    if (t.attempt_id.has_value()) {
+      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(*db_, *t.attempt_id));
+      if (!attempt.has_value() || attempt->run_id != run.id) {
+        return NotFound("attempt_not_found",
+                        Cat({"run ", run.id, " has no attempt ", *t.attempt_id}));
+      }
+      QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*attempt));
+      const Status status_conflict =
+          Conflict("attempt_status_conflict",
+                   Cat({"attempt ", attempt->id, " is ", attempt->status, ", not the expected ",
+                        t.expected_attempt_status.value_or(attempt->status)}));
+      if (expected_attempt.has_value() && *expected_attempt != current) return status_conflict;
+      if (attempt_to.has_value()) {
+        QL_RETURN_IF_ERROR(CheckAttemptTransition(current, *attempt_to));
+        if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*attempt_to)) {
+          return cancel_wins;
+        }
+      } else if (IsTerminal(current) && attempt_fields) {
+        return Conflict("attempt_terminal", Cat({"attempt ", attempt->id, " is ", attempt->status,
+                                                 "; finished attempts never change"}));
+      }
+      if (attempt_to.has_value() || attempt_fields) {
+        const AttemptStatus next = attempt_to.value_or(current);
+        std::optional<int64_t> finished = t.attempt_finished_at_ms;
+        if (attempt_to.has_value() && IsTerminal(*attempt_to) && !finished.has_value()) {
+          finished = t.now_ms;
+        }
+        static const std::string kUpdateAttempt =
+            "UPDATE run_attempts SET status = ?, pid = coalesce(?, pid), "
+            "process_start_ticks = coalesce(?, process_start_ticks), "
+            "log_path = coalesce(?, log_path), started_at_ms = coalesce(?, started_at_ms), "
+            "finished_at_ms = coalesce(?, finished_at_ms), exit_code = coalesce(?, exit_code), "
+            "error_code = coalesce(?, error_code), error_summary = coalesce(?, error_summary) "
+            "WHERE id = ? AND run_id = ? AND status = ?";
+        QL_RETURN_IF_ERROR(
+            ExecuteCas(*db_, status_conflict, kUpdateAttempt, AttemptStatusName(next), t.pid,
+                       t.process_start_ticks, t.log_path, t.attempt_started_at_ms, finished,
+                       t.attempt_exit_code, t.attempt_error_code, t.attempt_error_summary,
+                       attempt->id, run.id, AttemptStatusName(current)));
+      }
+    }
+
+    if (t.new_attempt_id.has_value()) {
+      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(*db_, run.id));
+      if (!latest.has_value()) {
+        return Corrupt("run_without_attempt", Cat({"run ", run.id, " has no attempt"}));
+      }
+      QL_ASSIGN_OR_RETURN(AttemptStatus latest_status, StoredAttemptStatus(*latest));
+      if (!IsTerminal(latest_status)) {
+        return Conflict("attempt_not_terminal",
+                        Cat({"attempt ", std::to_string(latest->attempt), " of run ", run.id,
+                             " is still ", latest->status}));
+      }
+      if (latest->attempt + 1 > run.retry_policy.max_attempts) {
+        return Conflict("retry_attempts_exhausted",
+                        Cat({"run ", run.id, " has used all ",
+                             std::to_string(run.retry_policy.max_attempts), " attempts"}));
+      }
+      QL_RETURN_IF_ERROR(Execute(*db_,
+                                 "INSERT INTO run_attempts (id, run_id, attempt, status, "
+                                 "executor_type, callback_sequence, created_at_ms) "
+                                 "VALUES (?, ?, ?, 'claimed', ?, 0, ?)",
+                                 *t.new_attempt_id, run.id, latest->attempt + 1,
+                                 latest->executor_type, t.now_ms));
+    }
+
+    int64_t sequence = run.event_sequence;
+    for (const PreparedEvent& event : events) {
+      QL_RETURN_IF_ERROR(
+          InsertEvent(*db_, run.id, ++sequence, *event.event, event.payload, t.now_ms));
+    }
+
+    const RunStatus next = run_to.value_or(from);
+    std::optional<int64_t> queued_at;
+    if (run_to == RunStatus::kQueued) queued_at = t.now_ms;
+    std::optional<int64_t> finished = t.finished_at_ms;
+    if (run_to.has_value() && IsTerminal(*run_to) && !finished.has_value()) finished = t.now_ms;
+    static const std::string kUpdateRun =
+        "UPDATE runs SET status = ?, version = version + 1, event_sequence = ?, "
+        "queued_at_ms = coalesce(?, queued_at_ms), started_at_ms = coalesce(?, started_at_ms), "
+        "finished_at_ms = coalesce(?, finished_at_ms), retry_at_ms = coalesce(?, retry_at_ms), "
+        "exit_code = coalesce(?, exit_code), error_code = coalesce(?, error_code), "
+        "error_summary = coalesce(?, error_summary) WHERE id = ? AND version = ?";
+    QL_RETURN_IF_ERROR(ExecuteCas(*db_, version_conflict, kUpdateRun, RunStatusName(next), sequence,
+                                  queued_at, t.started_at_ms, finished, t.retry_at_ms, t.exit_code,
+                                  t.error_code, t.error_summary, run.id, t.expected_version));
+    QL_ASSIGN_OR_RETURN(out, RequireRun(*db_, run.id));
+    return Status();
+  }));
+  return out;
+}
+
+Result<EventRecord> SqliteStore::AppendEvent(const std::string& run_id, const NewEvent& event,
+                                             int64_t now_ms) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
+  const std::vector<NewEvent> one = {event};
+  QL_ASSIGN_OR_RETURN(std::vector<PreparedEvent> prepared, PrepareEvents(one));
+  EventRecord out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kWrite, "appending an event", [&](Tx&) -> Status {
+    QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(*db_, run_id));
+    const int64_t sequence = run.event_sequence + 1;
+    QL_RETURN_IF_ERROR(
+        InsertEvent(*db_, run.id, sequence, event, prepared.front().payload, now_ms));
+    QL_RETURN_IF_ERROR(ExecuteCas(
+        *db_, Conflict("event_sequence_conflict", Cat({"run ", run.id, " gained an event"})),
+        "UPDATE runs SET event_sequence = ? WHERE id = ? AND event_sequence = ?", sequence, run.id,
+        run.event_sequence));
+    out = EventRecord{run.id,
+                      sequence,
+                      event.type,
+                      event.actor_type,
+                      event.attempt_id,
+                      event.dedupe_key,
+                      prepared.front().payload,
+                      now_ms};
+    return Status();
+  }));
+  return out;
+}
+
+Result<RunRecord> SqliteStore::RequestCancel(const std::string& run_id, const std::string& reason,
+                                             std::string actor_type, int64_t now_ms,
+                                             const std::optional<PolicyFence>& fence) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
+  QL_RETURN_IF_ERROR(RequireActorType(actor_type));
+  QL_ASSIGN_OR_RETURN(std::string reason_json, CanonicalOf(nlohmann::json{{"reason", reason}}));
+  QL_ASSIGN_OR_RETURN(std::string payload,
+                      CanonicalEventPayload(kEventRunCancelRequested, reason_json));
+  RunRecord out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kWrite, "requesting a cancel", [&](Tx&) -> Status {
+    QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(*db_, run_id));
+    QL_RETURN_IF_ERROR(FenceAnyStatus(fence, run.project_id));
+    if (run.cancel_requested_at_ms.has_value()) {  // the first intent wins
+      out = std::move(run);
+      return Status();
+    }
+    QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
+    if (IsTerminal(from)) {
+      return Conflict("run_terminal",
+                      Cat({"run ", run.id, " is ", run.status, "; there is nothing to cancel"}));
+    }
+    int64_t sequence = run.event_sequence;
+    const NewEvent requested{std::string(kEventRunCancelRequested), actor_type, std::nullopt,
+                             std::nullopt, payload};
+    QL_RETURN_IF_ERROR(InsertEvent(*db_, run.id, ++sequence, requested, payload, now_ms));
+
+    RunStatus next = from;
+    std::optional<int64_t> finished;
+    if (from == RunStatus::kCreated || from == RunStatus::kQueued ||
+        from == RunStatus::kRetryWait) {
+      // Not started: nothing will observe the intent later, so the run stops here.
+      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(*db_, run.id));
+      if (latest.has_value()) {
+        QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*latest));
+        if (!IsTerminal(current)) {
+          QL_RETURN_IF_ERROR(CheckAttemptTransition(current, AttemptStatus::kCancelled));
+          QL_RETURN_IF_ERROR(ExecuteCas(
+              *db_, Conflict("attempt_status_conflict", Cat({"attempt ", latest->id, " moved on"})),
+              "UPDATE run_attempts SET status = 'cancelled', "
+              "finished_at_ms = coalesce(finished_at_ms, ?) WHERE id = ? AND status = ?",
+              now_ms, latest->id, AttemptStatusName(current)));
+          const NewEvent cancelled{AttemptEventType(AttemptStatus::kCancelled), actor_type,
+                                   latest->id, std::nullopt, "{}"};
+          QL_RETURN_IF_ERROR(InsertEvent(*db_, run.id, ++sequence, cancelled, "{}", now_ms));
+        }
+      }
+      QL_RETURN_IF_ERROR(CheckRunTransition(from, RunStatus::kCancelled));
+      next = RunStatus::kCancelled;
+      finished = now_ms;
+      const NewEvent cancelled{RunEventType(RunStatus::kCancelled), actor_type, std::nullopt,
+                               std::nullopt, "{}"};
+      QL_RETURN_IF_ERROR(InsertEvent(*db_, run.id, ++sequence, cancelled, "{}", now_ms));
+    }
+    QL_RETURN_IF_ERROR(
+        ExecuteCas(*db_, Conflict("version_conflict", Cat({"run ", run.id, " moved on"})),
+                   "UPDATE runs SET status = ?, version = version + 1, event_sequence = ?, "
+                   "cancel_requested_at_ms = ?, cancel_reason = ?, "
+                   "finished_at_ms = coalesce(?, finished_at_ms) WHERE id = ? AND version = ?",
+                   RunStatusName(next), sequence, now_ms, reason, finished, run.id, run.version));
+    QL_ASSIGN_OR_RETURN(out, RequireRun(*db_, run.id));
+    return Status();
+  }));
+  return out;
+}
+
+namespace {
+
+// Joins each run with its retry policy and its latest attempt as `a`.
+constexpr char kWithPolicyAndLatestAttempt[] =
+    " JOIN run_retry_policies rp ON rp.run_id = r.id"
+    " JOIN run_attempts a ON a.run_id = r.id"
+    " AND a.attempt = (SELECT max(x.attempt) FROM run_attempts x WHERE x.run_id = r.id)";
+
+}  // namespace
+
+Result<std::vector<RunRecord>> SqliteStore::ListDispatchable(const std::string& executor_type,
+                                                             int limit) {
+  QL_RETURN_IF_ERROR(RequireExecutorType(executor_type));
+  QL_RETURN_IF_ERROR(RequireLimit("dispatch limit", limit));
+  std::vector<RunRecord> out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "listing dispatchable runs", [&](Tx&) -> Status {
+    static const std::string kSql =
+        // The partial index holds exactly the queued rows in dispatch order: nothing to sort.
+        Cat({"SELECT ", kRunColumns, " FROM runs r INDEXED BY runs_dispatchable",
+             kWithPolicyAndLatestAttempt,
+             " WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL"
+             " AND a.status = 'claimed' AND a.executor_type = ?"
+             // An archived project's queue is cancelled, never dispatched.
+             " AND EXISTS (SELECT 1 FROM projects p WHERE p.id = r.project_id"
+             " AND p.status = 'active')"
+             " ORDER BY r.priority DESC, r.queued_at_ms, r.id LIMIT ?"});
+    QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(*db_, kSql, ReadRun, executor_type, limit));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::vector<RunRecord>> SqliteStore::ListActive() {
+  std::vector<RunRecord> out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "listing active runs", [&](Tx&) -> Status {
+    static const std::string kSql = Cat({"SELECT ", kRunColumns, kRunFrom,
+                                         " WHERE r.status IN ('dispatching', 'running', 'lost')"
+                                         " ORDER BY r.created_at_ms, r.id"});
+    QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(*db_, kSql, ReadRun));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::vector<RunRecord>> SqliteStore::ListRetryDue(int64_t now_ms, int limit) {
+  QL_RETURN_IF_ERROR(RequireLimit("retry limit", limit));
+  std::vector<RunRecord> out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "listing retry-due runs", [&](Tx&) -> Status {
+    static const std::string kSql = Cat({"SELECT ", kRunColumns,
+                                         " FROM runs r INDEXED BY runs_retry_due"
+                                         " JOIN run_retry_policies rp ON rp.run_id = r.id"
+                                         " WHERE r.status = 'retry_wait' AND r.retry_at_ms <= ?"
+                                         " ORDER BY r.retry_at_ms, r.id LIMIT ?"});
+    QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(*db_, kSql, ReadRun, now_ms, limit));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::vector<std::pair<std::string, int64_t>>> SqliteStore::CountRunsByStatus() {
+  std::vector<std::pair<std::string, int64_t>> out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "counting runs", [&](Tx&) -> Status {
+    QL_ASSIGN_OR_RETURN(
+        out, (QueryAll<std::pair<std::string, int64_t>>(
+                 *db_, "SELECT status, count(*) FROM runs GROUP BY status ORDER BY status",
+                 [](const Stmt& s) { return std::make_pair(s.Text(0), s.Int(1)); })));
+    return Status();
+  }));
+  return out;
+}
+
+}  // namespace ql
