@@ -221,6 +221,150 @@ Result<AttemptStatus> StoredAttemptStatus(const AttemptRecord& attempt) {
   return *status;
 }
 
+Result<CheckedTransition> CheckTransitionCommand(const RunTransitionCommand& t) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", t.run_id));
+  CheckedTransition out;
+  if (t.run_to.has_value()) {
+    out.run_to = ParseRunStatus(*t.run_to);
+    if (!out.run_to.has_value()) {
+      return InvalidArgument("invalid_status",
+                             Cat({"run_to ", Quote(*t.run_to), " is not a run status"}));
+    }
+  }
+  if (t.attempt_to.has_value()) {
+    out.attempt_to = ParseAttemptStatus(*t.attempt_to);
+    if (!out.attempt_to.has_value()) {
+      return InvalidArgument("invalid_status", Cat({"attempt_to ", Quote(*t.attempt_to),
+                                                    " is not an attempt status"}));
+    }
+  }
+  if (t.expected_attempt_status.has_value()) {
+    out.expected_attempt = ParseAttemptStatus(*t.expected_attempt_status);
+    if (!out.expected_attempt.has_value()) {
+      return InvalidArgument("invalid_status",
+                             Cat({"expected_attempt_status ", Quote(*t.expected_attempt_status),
+                                  " is not an attempt status"}));
+    }
+  }
+  out.attempt_fields = t.pid.has_value() || t.process_start_ticks.has_value() ||
+                       t.log_path.has_value() || t.attempt_started_at_ms.has_value() ||
+                       t.attempt_finished_at_ms.has_value() || t.attempt_exit_code.has_value() ||
+                       t.attempt_error_code.has_value() || t.attempt_error_summary.has_value();
+  if ((out.attempt_to.has_value() || out.expected_attempt.has_value() || out.attempt_fields ||
+       t.lease.has_value()) &&
+      !t.attempt_id.has_value()) {
+    return InvalidArgument("attempt_id_required",
+                           "an attempt status or attempt field update needs attempt_id");
+  }
+  if (t.attempt_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("attempt_id", *t.attempt_id));
+  if (out.attempt_to.has_value() && !out.expected_attempt.has_value()) {
+    return InvalidArgument("expected_attempt_status_required",
+                           "an attempt status change needs expected_attempt_status");
+  }
+  if (t.new_attempt_id.has_value()) {
+    QL_RETURN_IF_ERROR(ValidateId("new_attempt_id", *t.new_attempt_id));
+    if (out.run_to != RunStatus::kQueued) {
+      return InvalidArgument("invalid_transition",
+                             "a new attempt is added only when the run moves back to queued");
+    }
+  }
+  if (out.run_to == RunStatus::kRetryWait && !t.retry_at_ms.has_value()) {
+    return InvalidArgument("retry_at_required", "a move to retry_wait needs retry_at_ms");
+  }
+  QL_ASSIGN_OR_RETURN(out.events, PrepareEvents(t.events));
+  return out;
+}
+
+namespace {
+
+Status CancelWins(const RunRecord& run) {
+  return Conflict("cancel_requested",
+                  Cat({"run ", run.id, " has a cancel request; it can only stop as cancelled"}));
+}
+
+}  // namespace
+
+Result<RunMove> DecideRunMove(const RunRecord& run, const RunTransitionCommand& t,
+                              const CheckedTransition& checked) {
+  Status version_conflict = Conflict(
+      "version_conflict", Cat({"run ", run.id, " is at version ", std::to_string(run.version),
+                               ", not the expected ", std::to_string(t.expected_version)}));
+  if (run.version != t.expected_version) return version_conflict;
+  QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
+  if (checked.run_to.has_value()) {
+    QL_RETURN_IF_ERROR(CheckRunTransition(from, *checked.run_to));
+    if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*checked.run_to)) {
+      return CancelWins(run);
+    }
+  } else if (IsTerminal(from)) {
+    return Conflict("run_terminal",
+                    Cat({"run ", run.id, " is ", run.status, "; finished runs never change"}));
+  }
+  RunMove move{from, checked.run_to.value_or(from), std::nullopt, t.finished_at_ms,
+               std::move(version_conflict)};
+  if (checked.run_to == RunStatus::kQueued) move.queued_at_ms = t.now_ms;
+  if (checked.run_to.has_value() && IsTerminal(*checked.run_to) &&
+      !move.finished_at_ms.has_value()) {
+    move.finished_at_ms = t.now_ms;
+  }
+  return move;
+}
+
+Result<std::optional<AttemptMove>> DecideAttemptMove(const RunRecord& run,
+                                                     const std::optional<AttemptRecord>& attempt,
+                                                     const RunTransitionCommand& t,
+                                                     const CheckedTransition& checked) {
+  if (!attempt.has_value() || attempt->run_id != run.id) {
+    return NotFound("attempt_not_found",
+                    Cat({"run ", run.id, " has no attempt ", t.attempt_id.value_or("")}));
+  }
+  QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*attempt));
+  Status status_conflict =
+      Conflict("attempt_status_conflict",
+               Cat({"attempt ", attempt->id, " is ", attempt->status, ", not the expected ",
+                    t.expected_attempt_status.value_or(attempt->status)}));
+  if (checked.expected_attempt.has_value() && *checked.expected_attempt != current) {
+    return status_conflict;
+  }
+  if (checked.attempt_to.has_value()) {
+    QL_RETURN_IF_ERROR(CheckAttemptTransition(current, *checked.attempt_to));
+    if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*checked.attempt_to)) {
+      return CancelWins(run);
+    }
+  } else if (IsTerminal(current) && checked.attempt_fields) {
+    return Conflict("attempt_terminal", Cat({"attempt ", attempt->id, " is ", attempt->status,
+                                             "; finished attempts never change"}));
+  }
+  if (!checked.attempt_to.has_value() && !checked.attempt_fields) {
+    return std::optional<AttemptMove>();
+  }
+  AttemptMove move{current, checked.attempt_to.value_or(current), t.attempt_finished_at_ms,
+                   std::move(status_conflict)};
+  if (checked.attempt_to.has_value() && IsTerminal(*checked.attempt_to) &&
+      !move.finished_at_ms.has_value()) {
+    move.finished_at_ms = t.now_ms;
+  }
+  return std::optional<AttemptMove>(std::move(move));
+}
+
+Result<int> DecideNewAttempt(const RunRecord& run, const std::optional<AttemptRecord>& latest) {
+  if (!latest.has_value()) {
+    return Corrupt("run_without_attempt", Cat({"run ", run.id, " has no attempt"}));
+  }
+  QL_ASSIGN_OR_RETURN(AttemptStatus latest_status, StoredAttemptStatus(*latest));
+  if (!IsTerminal(latest_status)) {
+    return Conflict("attempt_not_terminal",
+                    Cat({"attempt ", std::to_string(latest->attempt), " of run ", run.id,
+                         " is still ", latest->status}));
+  }
+  if (latest->attempt + 1 > run.retry_policy.max_attempts) {
+    return Conflict("retry_attempts_exhausted",
+                    Cat({"run ", run.id, " has used all ",
+                         std::to_string(run.retry_policy.max_attempts), " attempts"}));
+  }
+  return latest->attempt + 1;
+}
+
 bool IsCancelBlocked(RunStatus to) {
   return to == RunStatus::kSucceeded || to == RunStatus::kFailed || to == RunStatus::kTimedOut ||
          to == RunStatus::kRetryWait || to == RunStatus::kQueued;

@@ -121,6 +121,64 @@ bool IsCancelBlocked(RunStatus to);
 bool IsCancelBlocked(AttemptStatus to);
 
 // ---------------------------------------------------------------------------------------------
+// Run transitions: the rules of RunRepository::ApplyTransition, decided here once; the stores
+// only read and write the rows.
+
+// A RunTransitionCommand whose fields were checked by CheckTransitionCommand.
+struct CheckedTransition {
+  std::optional<RunStatus> run_to;
+  std::optional<AttemptStatus> attempt_to;
+  std::optional<AttemptStatus> expected_attempt;
+  bool attempt_fields = false;  // the command updates an attempt field
+  std::vector<PreparedEvent> events;
+};
+
+// Checks a transition before any row is read: status names (`invalid_status`), attempt_id with
+// any attempt change or lease (`attempt_id_required`), ids, expected_attempt_status with an
+// attempt move (`expected_attempt_status_required`), a new attempt only with a move back to
+// queued (`invalid_transition`), retry_at_ms with retry_wait (`retry_at_required`), the events.
+Result<CheckedTransition> CheckTransitionCommand(const RunTransitionCommand& t);
+
+// The run-row update a transition decided.
+struct RunMove {
+  RunStatus from;
+  RunStatus next;
+  std::optional<int64_t> queued_at_ms;    // set when the run moves to queued
+  std::optional<int64_t> finished_at_ms;  // the command's, or now when the run ends
+  Status on_miss;                         // the version conflict the compare-and-set answers
+};
+
+// Decides whether stored `run` takes transition `t` inside the transaction: the expected
+// version (`version_conflict`), a legal move (CheckRunTransition), a cancel request blocking it
+// (`cancel_requested`), or no change at all of a finished run (`run_terminal`).
+Result<RunMove> DecideRunMove(const RunRecord& run, const RunTransitionCommand& t,
+                              const CheckedTransition& checked);
+
+// The attempt-row update a transition decided.
+struct AttemptMove {
+  AttemptStatus current;
+  AttemptStatus next;
+  std::optional<int64_t> finished_at_ms;  // the command's, or now when the attempt ends
+  Status on_miss;                         // the status conflict the compare-and-set answers
+};
+
+// Decides the named attempt's part of transition `t` of `run` (`attempt`: the row of
+// t.attempt_id, nullopt when there is none): the attempt must belong to the run
+// (`attempt_not_found`), hold the expected status (`attempt_status_conflict`), move legally
+// (CheckAttemptTransition), not be blocked by a cancel request (`cancel_requested`), and a
+// finished attempt takes no field update (`attempt_terminal`). Returns nullopt when the attempt
+// row does not change.
+Result<std::optional<AttemptMove>> DecideAttemptMove(const RunRecord& run,
+                                                     const std::optional<AttemptRecord>& attempt,
+                                                     const RunTransitionCommand& t,
+                                                     const CheckedTransition& checked);
+
+// Decides whether a new attempt may follow `latest`, the run's highest attempt: it must exist
+// (Corrupt `run_without_attempt`), be finished (`attempt_not_terminal`) and the retry policy
+// must allow one more (`retry_attempts_exhausted`). Returns the new attempt's number.
+Result<int> DecideNewAttempt(const RunRecord& run, const std::optional<AttemptRecord>& latest);
+
+// ---------------------------------------------------------------------------------------------
 // Page keys: opaque keyset positions, unpadded base64url of "<listing>:<position>". A key is
 // accepted only by the listing that issued it.
 

@@ -194,60 +194,7 @@ Result<std::vector<EventRecord>> PostgresStore::ListEvents(const std::string& ru
 }
 
 Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) {
-  QL_RETURN_IF_ERROR(ValidateId("run_id", t.run_id));
-  std::optional<RunStatus> run_to;
-  if (t.run_to.has_value()) {
-    run_to = ParseRunStatus(*t.run_to);
-    if (!run_to.has_value()) {
-      return InvalidArgument("invalid_status",
-                             Cat({"run_to ", Quote(*t.run_to), " is not a run status"}));
-    }
-  }
-  std::optional<AttemptStatus> attempt_to;
-  if (t.attempt_to.has_value()) {
-    attempt_to = ParseAttemptStatus(*t.attempt_to);
-    if (!attempt_to.has_value()) {
-      return InvalidArgument("invalid_status", Cat({"attempt_to ", Quote(*t.attempt_to),
-                                                    " is not an attempt status"}));
-    }
-  }
-  std::optional<AttemptStatus> expected_attempt;
-  if (t.expected_attempt_status.has_value()) {
-    expected_attempt = ParseAttemptStatus(*t.expected_attempt_status);
-    if (!expected_attempt.has_value()) {
-      return InvalidArgument("invalid_status",
-                             Cat({"expected_attempt_status ", Quote(*t.expected_attempt_status),
-                                  " is not an attempt status"}));
-    }
-  }
-  const bool attempt_fields = t.pid.has_value() || t.process_start_ticks.has_value() ||
-                              t.log_path.has_value() || t.attempt_started_at_ms.has_value() ||
-                              t.attempt_finished_at_ms.has_value() ||
-                              t.attempt_exit_code.has_value() || t.attempt_error_code.has_value() ||
-                              t.attempt_error_summary.has_value();
-  if ((attempt_to.has_value() || expected_attempt.has_value() || attempt_fields ||
-       t.lease.has_value()) &&
-      !t.attempt_id.has_value()) {
-    return InvalidArgument("attempt_id_required",
-                           "an attempt status or attempt field update needs attempt_id");
-  }
-  if (t.attempt_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("attempt_id", *t.attempt_id));
-  if (attempt_to.has_value() && !expected_attempt.has_value()) {
-    return InvalidArgument("expected_attempt_status_required",
-                           "an attempt status change needs expected_attempt_status");
-  }
-  if (t.new_attempt_id.has_value()) {
-    QL_RETURN_IF_ERROR(ValidateId("new_attempt_id", *t.new_attempt_id));
-    if (run_to != RunStatus::kQueued) {
-      return InvalidArgument("invalid_transition",
-                             "a new attempt is added only when the run moves back to queued");
-    }
-  }
-  if (run_to == RunStatus::kRetryWait && !t.retry_at_ms.has_value()) {
-    return InvalidArgument("retry_at_required", "a move to retry_wait needs retry_at_ms");
-  }
-  QL_ASSIGN_OR_RETURN(std::vector<PreparedEvent> events, PrepareEvents(t.events));
-
+  QL_ASSIGN_OR_RETURN(CheckedTransition checked, CheckTransitionCommand(t));
   RunRecord out;
   QL_RETURN_IF_ERROR(Write("applying a run transition", [&](Tx& tx) -> Status {
     // The run row stays locked to the end: a competing transition of the same run waits here
@@ -260,51 +207,14 @@ Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) 
                         Cat({"lease ", t.lease->offer_id, " is not a lease of this attempt"}));
       }
     }
-    const Status version_conflict = Conflict(
-        "version_conflict", Cat({"run ", run.id, " is at version ", std::to_string(run.version),
-                                 ", not the expected ", std::to_string(t.expected_version)}));
-    if (run.version != t.expected_version) return version_conflict;
-    QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
-    const Status cancel_wins =
-        Conflict("cancel_requested",
-                 Cat({"run ", run.id, " has a cancel request; it can only stop as cancelled"}));
-    if (run_to.has_value()) {
-      QL_RETURN_IF_ERROR(CheckRunTransition(from, *run_to));
-      if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*run_to)) return cancel_wins;
-    } else if (IsTerminal(from)) {
-      return Conflict("run_terminal",
-                      Cat({"run ", run.id, " is ", run.status, "; finished runs never change"}));
-    }
-
+    QL_ASSIGN_OR_RETURN(RunMove move, DecideRunMove(run, t, checked));
     if (t.attempt_id.has_value()) {
       QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(tx, *t.attempt_id));
-      if (!attempt.has_value() || attempt->run_id != run.id) {
-        return NotFound("attempt_not_found",
-                        Cat({"run ", run.id, " has no attempt ", *t.attempt_id}));
-      }
-      QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*attempt));
-      const Status status_conflict =
-          Conflict("attempt_status_conflict",
-                   Cat({"attempt ", attempt->id, " is ", attempt->status, ", not the expected ",
-                        t.expected_attempt_status.value_or(attempt->status)}));
-      if (expected_attempt.has_value() && *expected_attempt != current) return status_conflict;
-      if (attempt_to.has_value()) {
-        QL_RETURN_IF_ERROR(CheckAttemptTransition(current, *attempt_to));
-        if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*attempt_to)) {
-          return cancel_wins;
-        }
-      } else if (IsTerminal(current) && attempt_fields) {
-        return Conflict("attempt_terminal", Cat({"attempt ", attempt->id, " is ", attempt->status,
-                                                 "; finished attempts never change"}));
-      }
-      if (attempt_to.has_value() || attempt_fields) {
-        const AttemptStatus next = attempt_to.value_or(current);
-        std::optional<int64_t> finished = t.attempt_finished_at_ms;
-        if (attempt_to.has_value() && IsTerminal(*attempt_to) && !finished.has_value()) {
-          finished = t.now_ms;
-        }
+      QL_ASSIGN_OR_RETURN(std::optional<AttemptMove> attempt_move,
+                          DecideAttemptMove(run, attempt, t, checked));
+      if (attempt_move.has_value()) {
         QL_RETURN_IF_ERROR(ExecuteCas(
-            tx, status_conflict,
+            tx, attempt_move->on_miss,
             "UPDATE run_attempts SET status = $1, pid = coalesce($2, pid), "
             "process_start_ticks = coalesce($3, process_start_ticks), "
             "log_path = coalesce($4, log_path), started_at_ms = coalesce($5, started_at_ms), "
@@ -312,59 +222,43 @@ Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) 
             "error_code = coalesce($8, error_code), "
             "error_summary = coalesce($9, error_summary) "
             "WHERE id = $10 AND run_id = $11 AND status = $12",
-            {P(AttemptStatusName(next)), P(t.pid), P(t.process_start_ticks), P(t.log_path),
-             P(t.attempt_started_at_ms), P(finished), P(t.attempt_exit_code),
-             P(t.attempt_error_code), P(t.attempt_error_summary), P(attempt->id), P(run.id),
-             P(AttemptStatusName(current))}));
-        if (IsTerminal(next)) QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, attempt->id, t.now_ms));
+            {P(AttemptStatusName(attempt_move->next)), P(t.pid), P(t.process_start_ticks),
+             P(t.log_path), P(t.attempt_started_at_ms), P(attempt_move->finished_at_ms),
+             P(t.attempt_exit_code), P(t.attempt_error_code), P(t.attempt_error_summary),
+             P(attempt->id), P(run.id), P(AttemptStatusName(attempt_move->current))}));
+        if (IsTerminal(attempt_move->next)) {
+          QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, attempt->id, t.now_ms));
+        }
       }
     }
 
     if (t.new_attempt_id.has_value()) {
       QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(tx, run.id));
-      if (!latest.has_value()) {
-        return Corrupt("run_without_attempt", Cat({"run ", run.id, " has no attempt"}));
-      }
-      QL_ASSIGN_OR_RETURN(AttemptStatus latest_status, StoredAttemptStatus(*latest));
-      if (!IsTerminal(latest_status)) {
-        return Conflict("attempt_not_terminal",
-                        Cat({"attempt ", std::to_string(latest->attempt), " of run ", run.id,
-                             " is still ", latest->status}));
-      }
-      if (latest->attempt + 1 > run.retry_policy.max_attempts) {
-        return Conflict("retry_attempts_exhausted",
-                        Cat({"run ", run.id, " has used all ",
-                             std::to_string(run.retry_policy.max_attempts), " attempts"}));
-      }
+      QL_ASSIGN_OR_RETURN(int number, DecideNewAttempt(run, latest));
       QL_RETURN_IF_ERROR(Execute(tx,
                                  "INSERT INTO run_attempts (id, run_id, attempt, status, "
                                  "executor_type, callback_sequence, created_at_ms) "
                                  "VALUES ($1, $2, $3, 'claimed', $4, 0, $5)",
-                                 {P(*t.new_attempt_id), P(run.id), P(latest->attempt + 1),
+                                 {P(*t.new_attempt_id), P(run.id), P(number),
                                   P(latest->executor_type), P(t.now_ms)}));
     }
 
     int64_t sequence = run.event_sequence;
-    for (const PreparedEvent& event : events) {
+    for (const PreparedEvent& event : checked.events) {
       QL_RETURN_IF_ERROR(
           InsertEvent(tx, run.id, ++sequence, *event.event, event.payload, t.now_ms));
     }
 
-    const RunStatus next = run_to.value_or(from);
-    std::optional<int64_t> queued_at;
-    if (run_to == RunStatus::kQueued) queued_at = t.now_ms;
-    std::optional<int64_t> finished = t.finished_at_ms;
-    if (run_to.has_value() && IsTerminal(*run_to) && !finished.has_value()) finished = t.now_ms;
     QL_RETURN_IF_ERROR(ExecuteCas(
-        tx, version_conflict,
+        tx, move.on_miss,
         "UPDATE runs SET status = $1, version = version + 1, event_sequence = $2, "
         "queued_at_ms = coalesce($3, queued_at_ms), started_at_ms = coalesce($4, started_at_ms), "
         "finished_at_ms = coalesce($5, finished_at_ms), retry_at_ms = coalesce($6, retry_at_ms), "
         "exit_code = coalesce($7, exit_code), error_code = coalesce($8, error_code), "
         "error_summary = coalesce($9, error_summary) WHERE id = $10 AND version = $11",
-        {P(RunStatusName(next)), P(sequence), P(queued_at), P(t.started_at_ms), P(finished),
-         P(t.retry_at_ms), P(t.exit_code), P(t.error_code), P(t.error_summary), P(run.id),
-         P(t.expected_version)}));
+        {P(RunStatusName(move.next)), P(sequence), P(move.queued_at_ms), P(t.started_at_ms),
+         P(move.finished_at_ms), P(t.retry_at_ms), P(t.exit_code), P(t.error_code),
+         P(t.error_summary), P(run.id), P(t.expected_version)}));
     QL_ASSIGN_OR_RETURN(out, RequireRun(tx, run.id));
     return Status();
   }));

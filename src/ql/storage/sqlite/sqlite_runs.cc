@@ -189,109 +189,20 @@ Result<std::vector<EventRecord>> SqliteStore::ListEvents(const std::string& run_
 }
 
 Result<RunRecord> SqliteStore::ApplyTransition(const RunTransitionCommand& t) {
-  QL_RETURN_IF_ERROR(ValidateId("run_id", t.run_id));
   if (t.lease.has_value()) {
     return InvalidArgument("lease_unsupported",
                            "the embedded store runs attempts locally and has no worker leases");
   }
-  std::optional<RunStatus> run_to;
-  if (t.run_to.has_value()) {
-    run_to = ParseRunStatus(*t.run_to);
-    if (!run_to.has_value()) {
-      return InvalidArgument("invalid_status",
-                             Cat({"run_to ", Quote(*t.run_to), " is not a run status"}));
-    }
-  }
-  std::optional<AttemptStatus> attempt_to;
-  if (t.attempt_to.has_value()) {
-    attempt_to = ParseAttemptStatus(*t.attempt_to);
-    if (!attempt_to.has_value()) {
-      return InvalidArgument("invalid_status", Cat({"attempt_to ", Quote(*t.attempt_to),
-                                                    " is not an attempt status"}));
-    }
-  }
-  std::optional<AttemptStatus> expected_attempt;
-  if (t.expected_attempt_status.has_value()) {
-    expected_attempt = ParseAttemptStatus(*t.expected_attempt_status);
-    if (!expected_attempt.has_value()) {
-      return InvalidArgument("invalid_status",
-                             Cat({"expected_attempt_status ", Quote(*t.expected_attempt_status),
-                                  " is not an attempt status"}));
-    }
-  }
-  const bool attempt_fields = t.pid.has_value() || t.process_start_ticks.has_value() ||
-                              t.log_path.has_value() || t.attempt_started_at_ms.has_value() ||
-                              t.attempt_finished_at_ms.has_value() ||
-                              t.attempt_exit_code.has_value() || t.attempt_error_code.has_value() ||
-                              t.attempt_error_summary.has_value();
-  if ((attempt_to.has_value() || expected_attempt.has_value() || attempt_fields) &&
-      !t.attempt_id.has_value()) {
-    return InvalidArgument("attempt_id_required",
-                           "an attempt status or attempt field update needs attempt_id");
-  }
-  if (t.attempt_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("attempt_id", *t.attempt_id));
-  if (attempt_to.has_value() && !expected_attempt.has_value()) {
-    return InvalidArgument("expected_attempt_status_required",
-                           "an attempt status change needs expected_attempt_status");
-  }
-  if (t.new_attempt_id.has_value()) {
-    QL_RETURN_IF_ERROR(ValidateId("new_attempt_id", *t.new_attempt_id));
-    if (run_to != RunStatus::kQueued) {
-      return InvalidArgument("invalid_transition",
-                             "a new attempt is added only when the run moves back to queued");
-    }
-  }
-  if (run_to == RunStatus::kRetryWait && !t.retry_at_ms.has_value()) {
-    return InvalidArgument("retry_at_required", "a move to retry_wait needs retry_at_ms");
-  }
-  QL_ASSIGN_OR_RETURN(std::vector<PreparedEvent> events, PrepareEvents(t.events));
-
+  QL_ASSIGN_OR_RETURN(CheckedTransition checked, CheckTransitionCommand(t));
   RunRecord out;
   QL_RETURN_IF_ERROR(db_->Transact(TxMode::kWrite, "applying a run transition", [&](Tx&) -> Status {
     QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(*db_, t.run_id));
-    const Status version_conflict = Conflict(
-        "version_conflict", Cat({"run ", run.id, " is at version ", std::to_string(run.version),
-                                 ", not the expected ", std::to_string(t.expected_version)}));
-    if (run.version != t.expected_version) return version_conflict;
-    QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
-    const Status cancel_wins =
-        Conflict("cancel_requested",
-                 Cat({"run ", run.id, " has a cancel request; it can only stop as cancelled"}));
-    if (run_to.has_value()) {
-      QL_RETURN_IF_ERROR(CheckRunTransition(from, *run_to));
-      if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*run_to)) return cancel_wins;
-    } else if (IsTerminal(from)) {
-      return Conflict("run_terminal",
-                      Cat({"run ", run.id, " is ", run.status, "; finished runs never change"}));
-    }
-
+    QL_ASSIGN_OR_RETURN(RunMove move, DecideRunMove(run, t, checked));
     if (t.attempt_id.has_value()) {
       QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(*db_, *t.attempt_id));
-      if (!attempt.has_value() || attempt->run_id != run.id) {
-        return NotFound("attempt_not_found",
-                        Cat({"run ", run.id, " has no attempt ", *t.attempt_id}));
-      }
-      QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*attempt));
-      const Status status_conflict =
-          Conflict("attempt_status_conflict",
-                   Cat({"attempt ", attempt->id, " is ", attempt->status, ", not the expected ",
-                        t.expected_attempt_status.value_or(attempt->status)}));
-      if (expected_attempt.has_value() && *expected_attempt != current) return status_conflict;
-      if (attempt_to.has_value()) {
-        QL_RETURN_IF_ERROR(CheckAttemptTransition(current, *attempt_to));
-        if (run.cancel_requested_at_ms.has_value() && IsCancelBlocked(*attempt_to)) {
-          return cancel_wins;
-        }
-      } else if (IsTerminal(current) && attempt_fields) {
-        return Conflict("attempt_terminal", Cat({"attempt ", attempt->id, " is ", attempt->status,
-                                                 "; finished attempts never change"}));
-      }
-      if (attempt_to.has_value() || attempt_fields) {
-        const AttemptStatus next = attempt_to.value_or(current);
-        std::optional<int64_t> finished = t.attempt_finished_at_ms;
-        if (attempt_to.has_value() && IsTerminal(*attempt_to) && !finished.has_value()) {
-          finished = t.now_ms;
-        }
+      QL_ASSIGN_OR_RETURN(std::optional<AttemptMove> attempt_move,
+                          DecideAttemptMove(run, attempt, t, checked));
+      if (attempt_move.has_value()) {
         static const std::string kUpdateAttempt =
             "UPDATE run_attempts SET status = ?, pid = coalesce(?, pid), "
             "process_start_ticks = coalesce(?, process_start_ticks), "
@@ -299,58 +210,42 @@ Result<RunRecord> SqliteStore::ApplyTransition(const RunTransitionCommand& t) {
             "finished_at_ms = coalesce(?, finished_at_ms), exit_code = coalesce(?, exit_code), "
             "error_code = coalesce(?, error_code), error_summary = coalesce(?, error_summary) "
             "WHERE id = ? AND run_id = ? AND status = ?";
-        QL_RETURN_IF_ERROR(
-            ExecuteCas(*db_, status_conflict, kUpdateAttempt, AttemptStatusName(next), t.pid,
-                       t.process_start_ticks, t.log_path, t.attempt_started_at_ms, finished,
-                       t.attempt_exit_code, t.attempt_error_code, t.attempt_error_summary,
-                       attempt->id, run.id, AttemptStatusName(current)));
+        QL_RETURN_IF_ERROR(ExecuteCas(
+            *db_, attempt_move->on_miss, kUpdateAttempt, AttemptStatusName(attempt_move->next),
+            t.pid, t.process_start_ticks, t.log_path, t.attempt_started_at_ms,
+            attempt_move->finished_at_ms, t.attempt_exit_code, t.attempt_error_code,
+            t.attempt_error_summary, attempt->id, run.id,
+            AttemptStatusName(attempt_move->current)));
       }
     }
 
     if (t.new_attempt_id.has_value()) {
       QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(*db_, run.id));
-      if (!latest.has_value()) {
-        return Corrupt("run_without_attempt", Cat({"run ", run.id, " has no attempt"}));
-      }
-      QL_ASSIGN_OR_RETURN(AttemptStatus latest_status, StoredAttemptStatus(*latest));
-      if (!IsTerminal(latest_status)) {
-        return Conflict("attempt_not_terminal",
-                        Cat({"attempt ", std::to_string(latest->attempt), " of run ", run.id,
-                             " is still ", latest->status}));
-      }
-      if (latest->attempt + 1 > run.retry_policy.max_attempts) {
-        return Conflict("retry_attempts_exhausted",
-                        Cat({"run ", run.id, " has used all ",
-                             std::to_string(run.retry_policy.max_attempts), " attempts"}));
-      }
+      QL_ASSIGN_OR_RETURN(int number, DecideNewAttempt(run, latest));
       QL_RETURN_IF_ERROR(Execute(*db_,
                                  "INSERT INTO run_attempts (id, run_id, attempt, status, "
                                  "executor_type, callback_sequence, created_at_ms) "
                                  "VALUES (?, ?, ?, 'claimed', ?, 0, ?)",
-                                 *t.new_attempt_id, run.id, latest->attempt + 1,
-                                 latest->executor_type, t.now_ms));
+                                 *t.new_attempt_id, run.id, number, latest->executor_type,
+                                 t.now_ms));
     }
 
     int64_t sequence = run.event_sequence;
-    for (const PreparedEvent& event : events) {
+    for (const PreparedEvent& event : checked.events) {
       QL_RETURN_IF_ERROR(
           InsertEvent(*db_, run.id, ++sequence, *event.event, event.payload, t.now_ms));
     }
 
-    const RunStatus next = run_to.value_or(from);
-    std::optional<int64_t> queued_at;
-    if (run_to == RunStatus::kQueued) queued_at = t.now_ms;
-    std::optional<int64_t> finished = t.finished_at_ms;
-    if (run_to.has_value() && IsTerminal(*run_to) && !finished.has_value()) finished = t.now_ms;
     static const std::string kUpdateRun =
         "UPDATE runs SET status = ?, version = version + 1, event_sequence = ?, "
         "queued_at_ms = coalesce(?, queued_at_ms), started_at_ms = coalesce(?, started_at_ms), "
         "finished_at_ms = coalesce(?, finished_at_ms), retry_at_ms = coalesce(?, retry_at_ms), "
         "exit_code = coalesce(?, exit_code), error_code = coalesce(?, error_code), "
         "error_summary = coalesce(?, error_summary) WHERE id = ? AND version = ?";
-    QL_RETURN_IF_ERROR(ExecuteCas(*db_, version_conflict, kUpdateRun, RunStatusName(next), sequence,
-                                  queued_at, t.started_at_ms, finished, t.retry_at_ms, t.exit_code,
-                                  t.error_code, t.error_summary, run.id, t.expected_version));
+    QL_RETURN_IF_ERROR(ExecuteCas(*db_, move.on_miss, kUpdateRun, RunStatusName(move.next),
+                                  sequence, move.queued_at_ms, t.started_at_ms,
+                                  move.finished_at_ms, t.retry_at_ms, t.exit_code, t.error_code,
+                                  t.error_summary, run.id, t.expected_version));
     QL_ASSIGN_OR_RETURN(out, RequireRun(*db_, run.id));
     return Status();
   }));
