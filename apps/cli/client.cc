@@ -85,7 +85,7 @@ EnvLookup ProcessEnvironment() {
 }
 
 CliResult<ServerAddress> ParseServerUrl(std::string_view url) {
-  Result<HttpEndpoint> parsed = ParseHttpEndpoint(url, "ql", "--token");
+  Result<HttpEndpoint> parsed = ParseHttpEndpoint(url, "--token");
   if (!parsed.ok()) {
     return CliError::Usage(
         "invalid_server_url",
@@ -149,6 +149,25 @@ CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvL
                            address.error().message() + " (from " + connection.server_source + ")");
   }
   connection.server = std::move(address).value();
+  const bool allow_insecure =
+      options.allow_insecure_http || non_empty_env("QL_ALLOW_INSECURE_HTTP") == "true";
+  if (Status st = CheckPlainHttpAllowed(connection.server.host, connection.server.tls,
+                                        allow_insecure, "server address " + connection.server.url,
+                                        "--allow-insecure-http");
+      !st.ok()) {
+    return CliError::Usage(st.reason(), st.message() + " (from " + connection.server_source + ")");
+  }
+  const auto flag_or_env = [&](const std::optional<std::string>& flag, const char* name) {
+    if (flag) return *flag;
+    return non_empty_env(name).value_or("");
+  };
+  connection.tls.ca_file = flag_or_env(options.ca_file, "QL_CA_FILE");
+  connection.tls.cert_file = flag_or_env(options.client_cert, "QL_CLIENT_CERT");
+  connection.tls.key_file = flag_or_env(options.client_key, "QL_CLIENT_KEY");
+  if (connection.tls.cert_file.empty() != connection.tls.key_file.empty()) {
+    return CliError::Usage("tls_flags_incomplete",
+                           "a client certificate needs both --client-cert and --client-key");
+  }
 
   if (options.token) {
     connection.token = *options.token;
@@ -247,7 +266,15 @@ std::string HttpResponse::Header(std::string_view name) const {
 
 ApiClient::ApiClient(Connection connection)
     : connection_(std::move(connection)),
-      http_(std::make_unique<httplib::Client>(connection_.server.host, connection_.server.port)) {
+      http_(std::make_unique<httplib::Client>(connection_.server.SchemeHostPort(),
+                                              connection_.tls.cert_file,
+                                              connection_.tls.key_file)) {
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+  if (connection_.server.tls) {
+    http_->enable_server_certificate_verification(true);
+    if (!connection_.tls.ca_file.empty()) http_->set_ca_cert_path(connection_.tls.ca_file.c_str());
+  }
+#endif
   http_->set_connection_timeout(kConnectTimeoutS, 0);
   http_->set_read_timeout(kReadTimeoutS, 0);
   http_->set_write_timeout(kReadTimeoutS, 0);
@@ -289,6 +316,25 @@ CliError ApiClient::TransportError(int error) const {
           "lost the connection to the QingLong server at " + where +
               " before the response was complete (a change it asked for may or may not have "
               "taken effect; check before retrying)");
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+    case httplib::Error::SSLServerVerification: {
+      const long verify = http_->get_openssl_verify_result();
+      return CliError::Failure(
+          "tls_verification_failed",
+          "the server at " + where + " is not trusted: " +
+              (verify != X509_V_OK ? X509_verify_cert_error_string(verify)
+                                   : "its certificate does not name this host") +
+              "; pass --ca-file with the CA that signed it");
+    }
+    case httplib::Error::SSLConnection:
+      return CliError::Failure("tls_handshake_failed",
+                               "the TLS handshake with " + where +
+                                   " failed (not an https server, or it wants a client "
+                                   "certificate: --client-cert/--client-key)");
+    case httplib::Error::SSLLoadingCerts:
+      return CliError::Usage("tls_file_unreadable",
+                             "cannot load the TLS files (--ca-file, --client-cert, --client-key)");
+#endif
     default:
       return unreachable(httplib::to_string(static_cast<httplib::Error>(error)));
   }
@@ -459,6 +505,15 @@ void AddGlobalOptions(CLI::App& root) {
                   "the project to work in, by name or id (default: $QL_PROJECT, else the "
                   "server's default project)")
       ->type_name("NAME");
+  root.add_option("--ca-file",
+                  "PEM CAs to verify an https server with (default: $QL_CA_FILE, else the "
+                  "system store)")
+      ->type_name("FILE");
+  root.add_option("--client-cert", "PEM client certificate to present over https")
+      ->type_name("FILE");
+  root.add_option("--client-key", "PEM private key of --client-cert")->type_name("FILE");
+  root.add_flag("--allow-insecure-http")
+      ->description("Allow plain http to a non-loopback server (tokens in clear text)");
   root.add_flag("--json")->description("Print JSON for scripts instead of tables");
 }
 
@@ -475,8 +530,15 @@ GlobalOptions GlobalOptionsOf(const CLI::App& app) {
   options.token = string_option("--token");
   options.data_dir = string_option("--data");
   options.project = string_option("--project");
-  const CLI::Option* json = root->get_option_no_throw("--json");
-  options.json = json != nullptr && json->count() > 0;
+  options.ca_file = string_option("--ca-file");
+  options.client_cert = string_option("--client-cert");
+  options.client_key = string_option("--client-key");
+  const auto flag = [&](const char* name) {
+    const CLI::Option* option = root->get_option_no_throw(name);
+    return option != nullptr && option->count() > 0;
+  };
+  options.allow_insecure_http = flag("--allow-insecure-http");
+  options.json = flag("--json");
   return options;
 }
 

@@ -97,15 +97,18 @@ struct GlobalOptions {
   std::optional<std::string> token;     // --token TOKEN
   std::optional<std::string> data_dir;  // --data DIR
   std::optional<std::string> project;   // --project NAME (else $QL_PROJECT; else the default)
-  bool json = false;                    // --json
+  std::optional<std::string> ca_file;      // --ca-file FILE (else $QL_CA_FILE)
+  std::optional<std::string> client_cert;  // --client-cert FILE (else $QL_CLIENT_CERT)
+  std::optional<std::string> client_key;   // --client-key FILE (else $QL_CLIENT_KEY)
+  bool allow_insecure_http = false;  // --allow-insecure-http (or $QL_ALLOW_INSECURE_HTTP=true)
+  bool json = false;                 // --json
 };
 
-// A server address taken apart. Only plain http is supported: ql is built without TLS.
+// A server address taken apart: http or https.
 using ServerAddress = HttpEndpoint;
 
-// Parses "http://host[:port][/prefix]" or "host:port". Errors (usage): invalid_server_url for
-// an empty or malformed URL, a bad port, or any scheme other than http (https names the lack of
-// TLS support and suggests a TLS-terminating proxy on loopback).
+// Parses "http[s]://host[:port][/prefix]" or "host:port". Errors (usage): invalid_server_url
+// for an empty or malformed URL, a bad port, or a scheme other than http and https.
 CliResult<ServerAddress> ParseServerUrl(std::string_view url);
 
 // Where to send requests and the bearer token to send; `*_source` says where each was found
@@ -118,6 +121,8 @@ struct Connection {
   std::string token_source;
   // The project every /api/v1 request names (?project=); empty: the server's default project.
   std::string project;
+  // How an https server is verified and whom ql presents itself as.
+  ClientTls tls;
 };
 
 // Resolves the server and the token, each independently: the flag, else the environment
@@ -127,7 +132,11 @@ struct Connection {
 // server_not_found / token_not_found naming the file looked for and how to pass the value;
 // server_file_unreadable / token_unreadable when the file exists but cannot be read;
 // server_file_invalid when server.json is not the expected JSON; invalid_server_url;
-// token_invalid for an empty token or one with whitespace or control bytes.
+// insecure_http_refused for plain http to a non-loopback host without --allow-insecure-http;
+// tls_flags_incomplete for only one of the client certificate and key;
+// token_invalid for an empty token or one with whitespace or control bytes. The TLS files
+// come from --ca-file / --client-cert / --client-key, else QL_CA_FILE / QL_CLIENT_CERT /
+// QL_CLIENT_KEY.
 CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvLookup& env);
 
 // Returns `text` percent-encoded for use as one path segment or query value (RFC 3986

@@ -78,8 +78,9 @@ TEST(ParseServerUrlTest, RejectsWhatItCannotConnectToWithAUsageError) {
     EXPECT_EQ(r.error().reason(), "invalid_server_url") << bad;
   }
   CliResult<ServerAddress> tls = ParseServerUrl("https://ql.example");
-  ASSERT_FALSE(tls.ok());
-  EXPECT_NE(tls.error().message().find("without TLS"), std::string::npos);
+  ASSERT_TRUE(tls.ok());
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(tls->port, 443);
 }
 
 TEST(ResolveConnectionTest, ReadsServerFileAndOwnerTokenFromTheDataDirectory) {
@@ -103,6 +104,35 @@ TEST(ResolveConnectionTest, DataDirectoryComesFromQlDataDirWhenNoFlag) {
   CliResult<Connection> c = ResolveConnection({}, FakeEnv({{"QL_DATA_DIR", dir.path()}}));
   ASSERT_TRUE(c.ok()) << c.error().message();
   EXPECT_EQ(c->server.port, 5712);
+}
+
+TEST(ResolveConnectionTest, PlainHttpOffLoopbackIsRefusedUnlessExplicitlyAllowed) {
+  GlobalOptions options;
+  options.server = "http://10.0.0.5:5700";
+  options.token = "tok";
+  CliResult<Connection> refused = ResolveConnection(options, FakeEnv({}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().exit_code(), kExitUsage);
+  EXPECT_EQ(refused.error().reason(), "insecure_http_refused");
+  EXPECT_NE(refused.error().message().find("--allow-insecure-http"), std::string::npos);
+
+  EXPECT_TRUE(
+      ResolveConnection(options, FakeEnv({{"QL_ALLOW_INSECURE_HTTP", "true"}})).ok());
+  options.allow_insecure_http = true;
+  EXPECT_TRUE(ResolveConnection(options, FakeEnv({})).ok());
+
+  GlobalOptions tls;
+  tls.server = "https://10.0.0.5:5700";
+  tls.token = "tok";
+  tls.client_cert = "client.pem";
+  CliResult<Connection> half = ResolveConnection(tls, FakeEnv({}));
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.error().reason(), "tls_flags_incomplete");
+  CliResult<Connection> full =
+      ResolveConnection(tls, FakeEnv({{"QL_CLIENT_KEY", "client.key"}, {"QL_CA_FILE", "ca.pem"}}));
+  ASSERT_TRUE(full.ok()) << full.error().message();
+  EXPECT_EQ(full->tls.ca_file, "ca.pem");
+  EXPECT_EQ(full->tls.key_file, "client.key");
 }
 
 TEST(ResolveConnectionTest, FlagsWinOverEnvironmentWhichWinsOverTheDataDirectory) {

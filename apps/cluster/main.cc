@@ -166,6 +166,13 @@ int Main(int argc, char** argv) {
   serve->add_option("--admin-database-url-file", serve_config.admin_url.file_path,
                     "read the admin URL from this file instead");
   serve->add_option("--listen", serve_config.listen, "HOST:PORT (default 127.0.0.1:5800)");
+  serve->add_option("--tls-cert", serve_config.security.tls_cert,
+                    "PEM certificate chain: serve HTTPS on both listeners (with --tls-key)");
+  serve->add_option("--tls-key", serve_config.security.tls_key, "PEM private key of --tls-cert");
+  serve->add_option("--tls-client-ca", serve_config.security.tls_client_ca,
+                    "PEM CAs: require a client certificate one of them signed");
+  serve->add_flag("--allow-insecure-http", serve_config.security.allow_insecure_http,
+                  "Allow plain HTTP on a non-loopback --listen / --worker-listen address");
   serve->add_option("--owner", serve_config.owner,
                     "claim owner name (default host:pid:random; must be unique per process)");
   serve->add_option("--claims-per-round", serve_config.claims_per_round,

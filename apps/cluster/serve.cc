@@ -108,6 +108,15 @@ int Serve(const ServeConfig& config) {
   if (!worker_url.ok()) return Fail(kExitUsage, worker_url.status());
   Result<std::pair<std::string, int>> worker_listen = ParseListenAddress(config.worker_listen);
   if (!worker_listen.ok()) return Fail(kExitUsage, worker_listen.status());
+  Result<std::optional<ListenerTls>> tls =
+      DecideListenSecurity(listen->first, config.security, "--listen");
+  if (!tls.ok()) return Fail(kExitUsage, tls.status());
+  if (!worker_url->empty()) {
+    Result<std::optional<ListenerTls>> worker_tls =
+        DecideListenSecurity(worker_listen->first, config.security, "--worker-listen");
+    if (!worker_tls.ok()) return Fail(kExitUsage, worker_tls.status());
+  }
+  const std::string scheme = tls->has_value() ? "https://" : "http://";
   WorkerServiceOptions worker_options;
   worker_options.lease_ttl_ms = config.worker_lease_ms;
   worker_options.session_ttl_ms = config.worker_session_ttl_ms;
@@ -289,12 +298,14 @@ int Serve(const ServeConfig& config) {
     worker_sessions = std::make_unique<pg::PostgresWorkerSessions>(*ingress_pool);
     workers = std::make_unique<WorkerService>(*worker_sessions, leases, store->runs(), clock,
                                               random, metrics, worker_options);
-    worker_api = std::make_unique<WorkerApiServer>(*workers, metrics);
+    WorkerApiServerOptions worker_api_options;
+    worker_api_options.tls = *tls;
+    worker_api = std::make_unique<WorkerApiServer>(*workers, metrics, worker_api_options);
     if (Status st = worker_api->Start(worker_listen->first, worker_listen->second); !st.ok()) {
       stop_lifecycles();
-      return Fail(kExitFailure, st);
+      return Fail(st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure, st);
     }
-    std::cout << "workers: listening on http://" << worker_listen->first << ":"
+    std::cout << "workers: listening on " << scheme << worker_listen->first << ":"
               << worker_api->port() << "\n";
   } else {
     std::cout << "workers: no --worker-database-url; the worker listener is off\n";
@@ -307,10 +318,11 @@ int Serve(const ServeConfig& config) {
     return authenticator.Authenticate(digest);
   };
   api_options.log_reader = &logs;
+  api_options.tls = *tls;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     stop_lifecycles();
-    return Fail(kExitFailure, st);
+    return Fail(st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure, st);
   }
   api.SetReady(true);
   metrics.Describe("ql_ready", "gauge",
@@ -337,7 +349,7 @@ int Serve(const ServeConfig& config) {
     readiness_sleeper.SleepFor(kReadinessIntervalMs);
     readiness_loop.Run();
   });
-  std::cout << "ql-cluster replica " << scheduler_options.owner << " listening on http://"
+  std::cout << "ql-cluster replica " << scheduler_options.owner << " listening on " << scheme
             << listen->first << ":" << api.port()
             << (admin_url->empty() ? " (read-only management: no --admin-database-url)" : "")
             << "\n"

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "database_url.h"
+#include "ql/http/listen_address.h"
 
 namespace ql::cluster {
 
@@ -14,6 +15,8 @@ struct ServeConfig {
   UrlSource runtime_url{"", "", "QL3_DATABASE_URL", "--database-url"};
   UrlSource admin_url{"", "", "QL3_ADMIN_DATABASE_URL", "--admin-database-url"};
   std::string listen = "127.0.0.1:5800";
+  // TLS of both listeners (API and workers), and the plain-HTTP policy off loopback.
+  ListenSecurityFlags security;
   std::string owner;  // claim owner; default host:pid:random
   int claims_per_round = 16;
   int max_claims_per_round = 256;  // a burst grows the batch up to this

@@ -53,6 +53,7 @@ struct ServeConfig {
   std::string data_dir = "./data";
   std::string profile;
   std::string listen = "127.0.0.1:5700";
+  ListenSecurityFlags security;
   int shutdown_wait_s = 30;
 };
 
@@ -168,6 +169,9 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   if (!dispatcher_options.ok()) return Fail(kExitUsage, dispatcher_options.status());
   Result<std::pair<std::string, int>> listen = ParseListenAddress(config.listen);
   if (!listen.ok()) return Fail(kExitUsage, listen.status());
+  Result<std::optional<ListenerTls>> tls =
+      DecideListenSecurity(listen->first, config.security, "--listen");
+  if (!tls.ok()) return Fail(kExitUsage, tls.status());
   if (config.shutdown_wait_s < 0 || config.shutdown_wait_s > 3600) {
     return Fail(kExitUsage, InvalidArgument("invalid_shutdown_wait",
                                             "--shutdown-wait must be 0..3600 seconds"));
@@ -288,15 +292,17 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
     return authenticator.Authenticate(digest);
   };
   api_options.log_reader = &log_reader;
+  api_options.tls = *tls;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     scheduler_loop.Stop();
     dispatcher_loop.Stop();
     scheduler_thread.join();
     dispatcher_thread.join();
-    return Fail(kExitFailure, st);
+    return Fail(st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure, st);
   }
-  const std::string url = "http://" + listen->first + ":" + std::to_string(api.port());
+  const std::string url = std::string(tls->has_value() ? "https://" : "http://") +
+                          listen->first + ":" + std::to_string(api.port());
   if (Status st = WriteServerFile(data / "server.json", url); !st.ok()) {
     std::cerr << "warning: " << st.message() << "\n";
   }
@@ -355,6 +361,13 @@ int main(int argc, char** argv) {
                     "$QL_DEPLOYMENT_PROFILE)");
   serve->add_option("--listen", config.listen,
                     "HOST:PORT to serve HTTP on (default 127.0.0.1:5700)");
+  serve->add_option("--tls-cert", config.security.tls_cert,
+                    "PEM certificate chain: serve HTTPS (with --tls-key)");
+  serve->add_option("--tls-key", config.security.tls_key, "PEM private key of --tls-cert");
+  serve->add_option("--tls-client-ca", config.security.tls_client_ca,
+                    "PEM CAs: require a client certificate one of them signed");
+  serve->add_flag("--allow-insecure-http", config.security.allow_insecure_http,
+                  "Allow plain HTTP on a non-loopback --listen address");
   serve->add_option("--shutdown-wait", config.shutdown_wait_s,
                     "Seconds to let running commands finish on SIGTERM (default 30)");
   try {

@@ -128,7 +128,7 @@ LeaseOffer DecodeOffer(const json& o) {
 }  // namespace
 
 Result<ControlEndpoint> ParseControlUrl(std::string_view url) {
-  Result<HttpEndpoint> parsed = ParseHttpEndpoint(url, "ql-worker", "--token-file");
+  Result<HttpEndpoint> parsed = ParseHttpEndpoint(url, "--token-file");
   if (!parsed.ok()) {
     return InvalidArgument("invalid_control_url",
                            "control plane address '" + std::string(url) +
@@ -152,7 +152,14 @@ std::unique_ptr<httplib::Client> ControlClient::Acquire() {
       return client;
     }
   }
-  auto client = std::make_unique<httplib::Client>(endpoint_.host, endpoint_.port);
+  auto client = std::make_unique<httplib::Client>(
+      endpoint_.SchemeHostPort(), options_.tls.cert_file, options_.tls.key_file);
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+  if (endpoint_.tls) {
+    client->enable_server_certificate_verification(true);
+    if (!options_.tls.ca_file.empty()) client->set_ca_cert_path(options_.tls.ca_file.c_str());
+  }
+#endif
   const auto seconds = [](int64_t ms) { return static_cast<time_t>(ms / 1000); };
   const auto micros = [](int64_t ms) { return static_cast<time_t>((ms % 1000) * 1000); };
   client->set_connection_timeout(seconds(options_.connect_timeout_ms),

@@ -34,6 +34,7 @@ struct ControlClientOptions {
   int64_t connect_timeout_ms = 5000;
   int64_t read_timeout_ms = 30000;  // also the write timeout
   std::string user_agent = "ql-worker/0.1.0";
+  ClientTls tls;  // used when the endpoint is https
 };
 
 // `POST /worker/v1/sessions`.

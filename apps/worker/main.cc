@@ -48,6 +48,8 @@ struct Flags {
   int64_t log_cap_bytes = 16LL * 1024 * 1024;
   int64_t drain_timeout_ms = 60'000;
   std::vector<std::string> labels;
+  ClientTls tls;
+  bool allow_insecure_http = false;
 };
 
 void Say(const std::string& line) {
@@ -131,6 +133,16 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   }
   Result<ControlEndpoint> endpoint = ParseControlUrl(flags.control);
   if (!endpoint.ok()) return Fail(kExitUsage, endpoint.status());
+  if (Status st = CheckPlainHttpAllowed(endpoint->host, endpoint->tls, flags.allow_insecure_http,
+                                        "--control " + endpoint->url, "--allow-insecure-http");
+      !st.ok()) {
+    return Fail(kExitUsage, st);
+  }
+  if (flags.tls.cert_file.empty() != flags.tls.key_file.empty()) {
+    return Fail(kExitUsage,
+                InvalidArgument("tls_flags_incomplete",
+                                "a client certificate needs both --client-cert and --client-key"));
+  }
   Result<std::string> token = ReadToken(flags.token_file);
   if (!token.ok()) return Fail(kExitUsage, token.status());
 
@@ -157,6 +169,7 @@ int Serve(const Flags& flags, const std::string& self_exe) {
                                  WorkRootOf(work_dir));
   ControlClientOptions client_options;
   client_options.user_agent = std::string("ql-worker/") + kProjectVersion;
+  client_options.tls = flags.tls;
   ControlClient control(*endpoint, *token, client_options);
   Worker worker(options, control, runner, SystemClock(), SecureRandom());
 
@@ -202,8 +215,16 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("ql-worker ") + ql::kProjectVersion);
   ql::worker::Flags flags;
   app.add_option("--control", flags.control,
-                 "Worker listener of the control plane, http://HOST:PORT")
+                 "Worker listener of the control plane, https://HOST:PORT (http:// on "
+                 "loopback)")
       ->required();
+  app.add_option("--ca-file", flags.tls.ca_file,
+                 "PEM CAs to verify the control plane with (default: the system store)");
+  app.add_option("--client-cert", flags.tls.cert_file,
+                 "PEM client certificate to present (with --client-key)");
+  app.add_option("--client-key", flags.tls.key_file, "PEM private key of --client-cert");
+  app.add_flag("--allow-insecure-http", flags.allow_insecure_http,
+               "Allow plain http to a non-loopback control plane (tokens in clear text)");
   app.add_option("--token-file", flags.token_file,
                  "File whose first line is the worker token (from `ql-cluster worker-token "
                  "create`)")

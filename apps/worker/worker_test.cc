@@ -733,7 +733,7 @@ TEST(WorkerTest, DrainLetsRunningCommandsFinish) {
   }
 }
 
-TEST(ControlUrlTest, AcceptsHttpAndRefusesOthers) {
+TEST(ControlUrlTest, AcceptsHttpAndHttpsAndRefusesOthers) {
   Result<ControlEndpoint> plain = ParseControlUrl("http://10.0.0.5:5801/");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->host, "10.0.0.5");
@@ -743,7 +743,10 @@ TEST(ControlUrlTest, AcceptsHttpAndRefusesOthers) {
   ASSERT_TRUE(bare.ok());
   EXPECT_EQ(bare->host, "::1");
   EXPECT_EQ(bare->url, "http://[::1]:5801");
-  EXPECT_EQ(ParseControlUrl("https://x:1").status().reason(), "invalid_control_url");
+  Result<ControlEndpoint> tls = ParseControlUrl("https://x:1");
+  ASSERT_TRUE(tls.ok());
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(ParseControlUrl("ftp://x:1").status().reason(), "invalid_control_url");
   EXPECT_EQ(ParseControlUrl("http://x:99999").status().reason(), "invalid_control_url");
   EXPECT_EQ(ParseControlUrl("").status().reason(), "invalid_control_url");
 }

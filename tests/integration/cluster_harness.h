@@ -111,6 +111,13 @@ class Replica {
  public:
   Replica(std::string name, std::string log) : name_(std::move(name)), process_(std::move(log)) {}
 
+  // Serves https with the test PKI's server certificate; clients verify it with `ca_file`.
+  void UseTls(std::string cert, std::string key, std::string ca_file) {
+    tls_cert_ = std::move(cert);
+    tls_key_ = std::move(key);
+    ca_file_ = std::move(ca_file);
+  }
+
   // Starts the replica and waits (at most 30 s) until /readyz answers 200.
   bool Start(const std::vector<std::string>& args) {
     port_ = FreePort();
@@ -123,24 +130,33 @@ class Replica {
                                      "127.0.0.1:" + std::to_string(worker_port_),
                                      "--owner",
                                      name_};
+    if (!tls_cert_.empty()) {
+      argv.insert(argv.end(), {"--tls-cert", tls_cert_, "--tls-key", tls_key_});
+    }
     argv.insert(argv.end(), args.begin(), args.end());
     process_.Spawn(argv);
-    return WaitFor([&] { return HttpGetStatus(url() + "/readyz") == 200; },
+    return WaitFor([&] { return HttpGetStatus(url() + "/readyz", ca_file_) == 200; },
                    std::chrono::seconds(30));
   }
   void Kill() { process_.Kill(); }
   int Stop() { return process_.Stop(); }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::string worker_url() const { return "http://127.0.0.1:" + std::to_string(worker_port_); }
+  std::string url() const { return scheme() + "127.0.0.1:" + std::to_string(port_); }
+  std::string worker_url() const { return scheme() + "127.0.0.1:" + std::to_string(worker_port_); }
+  const std::string& ca_file() const { return ca_file_; }
   const std::string& name() const { return name_; }
   int port() const { return port_; }
   int worker_port() const { return worker_port_; }
 
  private:
+  std::string scheme() const { return tls_cert_.empty() ? "http://" : "https://"; }
+
   std::string name_;
   ChildProcess process_;
   int port_ = 0;
   int worker_port_ = 0;
+  std::string tls_cert_;
+  std::string tls_key_;
+  std::string ca_file_;
 };
 
 // Starts a throwaway PostgreSQL with the roles of deploy/postgres/roles.sql and database

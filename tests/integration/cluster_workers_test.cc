@@ -18,6 +18,7 @@
 #include "cluster_harness.h"
 #include "harness.h"
 #include "ql/testing/postgres_server.h"
+#include "ql/testing/test_pki.h"
 
 namespace ql::itest {
 namespace {
@@ -87,17 +88,26 @@ class ClusterWorkersTest : public ::testing::Test {
   }
 
   std::unique_ptr<ChildProcess> StartWorker(const std::string& name, const Replica& replica,
-                                            int slots = 2) {
+                                            int slots = 2, const std::string& ca_file = "") {
     auto worker = std::make_unique<ChildProcess>(dir_.path() + "/" + name + ".log");
-    worker->Spawn({BinDir() + "/ql-worker", "--control", replica.worker_url(), "--token-file",
-                   TokenFile(name, Mint("worker-token", name)), "--slots", std::to_string(slots),
-                   "--work-dir", dir_.path() + "/" + name});
+    std::vector<std::string> argv = {BinDir() + "/ql-worker",
+                                     "--control",
+                                     replica.worker_url(),
+                                     "--token-file",
+                                     TokenFile(name, Mint("worker-token", name)),
+                                     "--slots",
+                                     std::to_string(slots),
+                                     "--work-dir",
+                                     dir_.path() + "/" + name};
+    if (!ca_file.empty()) argv.insert(argv.end(), {"--ca-file", ca_file});
+    worker->Spawn(argv);
     return worker;
   }
 
   json Api(const Replica& r, const std::string& method, const std::string& path,
            const json& body = json()) {
-    httplib::Client client("127.0.0.1", r.port());
+    httplib::Client client(r.url());
+    if (!r.ca_file().empty()) client.set_ca_cert_path(r.ca_file().c_str());
     client.set_bearer_token_auth(api_token_.c_str());
     client.set_keep_alive(false);
     client.set_read_timeout(30, 0);
@@ -310,6 +320,62 @@ TEST_F(ClusterWorkersTest, WrongOrRevokedWorkerTokensAreRefusedAndChangeNothing)
                 TokenFile("revoked", token), "--work-dir", dir_.path() + "/revoked"});
   EXPECT_EQ(worker.WaitExit(std::chrono::seconds(20)), 3);
   EXPECT_EQ(Count("SELECT count(*) FROM ql3.worker_sessions"), 0);
+  EXPECT_EQ(a.Stop(), 0);
+}
+
+TEST_F(ClusterWorkersTest, TlsListenersServeWorkersAndQlThatTrustTheirCaAndNoOneElse) {
+  std::filesystem::create_directories(dir_.path() + "/pki");
+  Result<::ql::testing::TestPki> pki = ::ql::testing::MakeTestPki(dir_.path() + "/pki");
+  ASSERT_TRUE(pki.ok()) << pki.status().ToString();
+  Replica a("replica-a", Log("a"));
+  a.UseTls(pki->server_cert, pki->server_key, pki->ca_cert);
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  ASSERT_EQ(a.url().rfind("https://", 0), 0u);
+
+  // A worker that trusts the CA runs a run to its end over https.
+  std::unique_ptr<ChildProcess> trusting = StartWorker("trusting", a, 1, pki->ca_cert);
+  const std::string task = Task(a, "hello", "echo hello over tls");
+  ASSERT_FALSE(task.empty());
+  const std::string run = Start(a, task);
+  EXPECT_TRUE(WaitStatus(a, run, "succeeded", 30)) << Status(a, run);
+
+  // `ql` with the CA reads the log; with another CA it refuses the server and says why.
+  CommandResult log = Ql(a, {"--ca-file", pki->ca_cert, "run", "log", run});
+  EXPECT_EQ(log.exit_code, 0) << log.err;
+  EXPECT_EQ(log.out, "hello over tls\n");
+  CommandResult untrusted = Ql(a, {"--ca-file", pki->other_ca_cert, "run", "log", run});
+  EXPECT_EQ(untrusted.exit_code, 1) << untrusted.out;
+  EXPECT_NE(untrusted.err.find("tls_verification_failed"), std::string::npos) << untrusted.err;
+
+  // A worker with another CA never registers: the one session is the trusting worker's.
+  std::unique_ptr<ChildProcess> untrusting = StartWorker("untrusting", a, 1, pki->other_ca_cert);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.worker_sessions"), 1);
+  std::ifstream in(Log("untrusting"));
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(said.find("SSLServerVerification"), std::string::npos) << said;
+
+  // Plain http off loopback is refused before anything connects, unless explicitly allowed.
+  CommandResult worker_plain =
+      RunCommand({BinDir() + "/ql-worker", "--control", "http://10.255.255.1:5801", "--token-file",
+                  TokenFile("plain", "ql3_x"), "--work-dir", dir_.path() + "/plain"},
+                 {}, 10'000);
+  EXPECT_EQ(worker_plain.exit_code, 2);
+  EXPECT_NE(worker_plain.err.find("insecure_http_refused"), std::string::npos) << worker_plain.err;
+  CommandResult ql_plain = RunCommand(
+      {BinDir() + "/ql", "--server", "http://10.255.255.1:5700", "--token", "t", "status"}, {},
+      10'000);
+  EXPECT_EQ(ql_plain.exit_code, 2);
+  EXPECT_NE(ql_plain.err.find("insecure_http_refused"), std::string::npos) << ql_plain.err;
+  CommandResult serve_plain =
+      RunCommand({BinDir() + "/ql-cluster", "serve", "--listen", "0.0.0.0:0", "--database-url",
+                  Url("ql3_runtime")},
+                 {kInsecure}, 10'000);
+  EXPECT_EQ(serve_plain.exit_code, 2);
+  EXPECT_NE(serve_plain.err.find("insecure_http_refused"), std::string::npos) << serve_plain.err;
+
+  untrusting->Kill();
+  EXPECT_EQ(trusting->Stop(), 0);
   EXPECT_EQ(a.Stop(), 0);
 }
 

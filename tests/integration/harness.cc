@@ -91,14 +91,15 @@ bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds t
   return condition();
 }
 
-int HttpGetStatus(const std::string& url) {
-  // url = http://host:port/path
-  const std::string rest = url.substr(std::strlen("http://"));
-  const size_t slash = rest.find('/');
-  httplib::Client client("http://" + rest.substr(0, slash));
+int HttpGetStatus(const std::string& url, const std::string& ca_file) {
+  // url = http[s]://host:port/path
+  const size_t scheme_end = url.find("://") + 3;
+  const size_t slash = url.find('/', scheme_end);
+  httplib::Client client(url.substr(0, slash));
+  if (!ca_file.empty()) client.set_ca_cert_path(ca_file.c_str());
   client.set_connection_timeout(1, 0);
   client.set_read_timeout(2, 0);
-  auto res = client.Get(slash == std::string::npos ? "/" : rest.substr(slash));
+  auto res = client.Get(slash == std::string::npos ? "/" : url.substr(slash));
   return res ? res->status : 0;
 }
 

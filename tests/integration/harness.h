@@ -66,7 +66,7 @@ class LocalDaemon {
 };
 
 // Returns the HTTP status of GET url (0 when unreachable).
-int HttpGetStatus(const std::string& url);
+int HttpGetStatus(const std::string& url, const std::string& ca_file = "");
 
 // Runs one SQL query against a SQLite database file and returns the rows, columns joined by '|'.
 std::vector<std::string> SqliteQuery(const std::string& db_path, const std::string& sql);

@@ -1,5 +1,8 @@
 #include "ql/core/http_endpoint.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cctype>
 #include <string>
 
@@ -14,23 +17,19 @@ std::string Lower(std::string_view s) {
 
 }  // namespace
 
-Result<HttpEndpoint> ParseHttpEndpoint(std::string_view url, std::string_view program,
-                                       std::string_view token_flag) {
+Result<HttpEndpoint> ParseHttpEndpoint(std::string_view url, std::string_view token_flag) {
   const auto invalid = [](const std::string& why) { return InvalidArgument("invalid_url", why); };
   if (url.empty()) return invalid("it is empty");
   std::string_view rest = url;
+  HttpEndpoint endpoint;
   const size_t scheme_end = rest.find("://");
   if (scheme_end != std::string_view::npos) {
     const std::string scheme = Lower(rest.substr(0, scheme_end));
-    if (scheme == "https") {
-      return invalid(std::string(program) +
-                     " speaks plain http only (it is built without TLS); reach a remote server "
-                     "through a TLS-terminating proxy or an SSH tunnel on loopback");
-    }
-    if (scheme != "http") return invalid("the scheme must be http");
+    if (scheme != "http" && scheme != "https") return invalid("the scheme must be http or https");
+    endpoint.tls = scheme == "https";
+    endpoint.port = endpoint.tls ? 443 : 80;
     rest.remove_prefix(scheme_end + 3);
   }
-  HttpEndpoint endpoint;
   const size_t slash = rest.find('/');
   const std::string_view authority = rest.substr(0, slash);
   if (slash != std::string_view::npos) {
@@ -76,10 +75,38 @@ Result<HttpEndpoint> ParseHttpEndpoint(std::string_view url, std::string_view pr
       return invalid("port '" + std::string(port_text) + "' is not a number in 1..65535");
     }
   }
-  const bool ipv6 = endpoint.host.find(':') != std::string::npos;
-  endpoint.url = "http://" + (ipv6 ? "[" + endpoint.host + "]" : endpoint.host) + ":" +
-                 std::to_string(endpoint.port) + endpoint.base_path;
+  endpoint.url = endpoint.SchemeHostPort() + endpoint.base_path;
   return endpoint;
+}
+
+std::string HttpEndpoint::SchemeHostPort() const {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return std::string(tls ? "https://" : "http://") + (ipv6 ? "[" + host + "]" : host) + ":" +
+         std::to_string(port);
+}
+
+bool IsLoopbackHost(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (Lower(host) == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  const std::string text(host);
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+Status CheckPlainHttpAllowed(std::string_view host, bool tls, bool allow_insecure,
+                             std::string_view what, std::string_view allow_flag) {
+  if (tls || allow_insecure || IsLoopbackHost(host)) return Status();
+  return InvalidArgument(
+      "insecure_http_refused",
+      std::string(what) +
+          " is plain HTTP off loopback, so tokens would cross the network in clear text; use "
+          "TLS, or pass " +
+          std::string(allow_flag) + " to accept that on a network you trust");
 }
 
 }  // namespace ql

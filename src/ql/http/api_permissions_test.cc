@@ -346,7 +346,9 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
       if (Allowed(route.permission, member)) {
         EXPECT_NE(reply.status, 401) << reply.raw;
         EXPECT_NE(reply.status, 403) << reply.raw;
-        if (member.level > 0) EXPECT_NE(reply.code(), "hidden") << reply.raw;
+        if (member.level > 0) {
+          EXPECT_NE(reply.code(), "hidden") << reply.raw;
+        }
       } else {
         // A principal with no role in the project does not learn that an object exists.
         EXPECT_TRUE(reply.status == 403 || (reply.status == 404 && member.level == 0))

@@ -327,7 +327,7 @@ struct ApiServer::Impl {
   ControlService& service;
   Metrics& metrics;
   ApiServerOptions options;
-  httplib::Server server;
+  std::unique_ptr<httplib::Server> server;  // created by Start (plain or TLS)
   std::thread listener;
   int port = 0;
   std::atomic<bool> started{false};
@@ -500,13 +500,13 @@ void ApiServer::Impl::Configure() {
   limits.max_body_bytes = options.max_body_bytes;
   // PreRoute is the one admission decision; it sees only the request line and headers.
   transport::Configure(
-      server, limits, in_flight,
+      *server, limits, in_flight,
       [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
   // Bodies up to the drain bound reach our reader, which keeps at most max_body_bytes.
-  server.set_payload_max_length(options.max_body_bytes * kDrainFactor);
+  server->set_payload_max_length(options.max_body_bytes * kDrainFactor);
   // Fills the JSON body of errors httplib produces itself (malformed request line, URI too
   // long, ...); responses that already carry a body are left alone.
-  server.set_error_handler(
+  server->set_error_handler(
       httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
         if (!res.body.empty() || res.content_provider_) {
           return httplib::Server::HandlerResponse::Unhandled;
@@ -545,7 +545,7 @@ void ApiServer::Impl::Configure() {
         SendError(res, res.status, code, message);
         return httplib::Server::HandlerResponse::Handled;
       }));
-  server.set_exception_handler(
+  server->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unexpected exception";
         try {
@@ -556,7 +556,7 @@ void ApiServer::Impl::Configure() {
         }
         SendError(res, 500, "internal", "internal error: " + what);
       });
-  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  server->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const RouteMatch match = MatchRoute(req.method, req.path);
     const std::string_view route =
         match.kind == RouteMatch::Kind::kFound ? match.route->name : std::string_view("none");
@@ -596,9 +596,9 @@ void ApiServer::Impl::Configure() {
     }
     Dispatch(req, res, body);
   };
-  server.Get(".*", plain);
-  server.Post(".*", plain);
-  server.Post(".*", with_body);
+  server->Get(".*", plain);
+  server->Post(".*", plain);
+  server->Post(".*", with_body);
 }
 
 void ApiServer::Impl::Dispatch(const httplib::Request& req, httplib::Response& res,
@@ -1211,26 +1211,32 @@ Status ApiServer::Start(const std::string& host, int port) {
   if (o.log_reader == nullptr) return invalid("log_reader is required");
   if (port < 0 || port > 65535) return invalid("port must be 0..65535");
 
+  Result<std::unique_ptr<httplib::Server>> server = transport::NewServer(o.tls);
+  if (!server.ok()) {
+    s.started = false;
+    return server.status();
+  }
+  s.server = std::move(server).value();
   s.Configure();
   if (port == 0) {
-    const int bound = s.server.bind_to_any_port(host);
+    const int bound = s.server->bind_to_any_port(host);
     if (bound <= 0) {
       s.started = false;
       return Unavailable("listen_failed", "cannot listen on " + host + " (any port)");
     }
     s.port = bound;
   } else {
-    if (!s.server.bind_to_port(host, port)) {
+    if (!s.server->bind_to_port(host, port)) {
       s.started = false;
       return Unavailable("listen_failed", "cannot listen on " + host + ":" + std::to_string(port));
     }
     s.port = port;
   }
-  s.listener = std::thread([&s] { s.server.listen_after_bind(); });
+  s.listener = std::thread([&s] { s.server->listen_after_bind(); });
   // Stop() can only interrupt a listener that is running; wait for it so a quick Stop() after
   // Start() never leaves the accept loop behind.
   // (listen_after_bind marks the server running before anything else.)
-  while (!s.server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!s.server->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return Status::Ok();
 }
 
@@ -1259,7 +1265,7 @@ void ApiServer::Stop() {
   WithdrawAdmission();
   if (impl_->stopped.exchange(true)) return;
   if (!impl_->started.load()) return;
-  impl_->server.stop();
+  impl_->server->stop();
   if (impl_->listener.joinable()) impl_->listener.join();
 }
 

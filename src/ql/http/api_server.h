@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "ql/engine/control_service.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
+#include "ql/http/listener_tls.h"
 
 namespace ql {
 
@@ -46,6 +48,8 @@ struct ApiServerOptions {
   int64_t follow_poll_ms = 200;
   // Reads run logs for GET /api/v1/runs/{id}/log; required, must outlive the server.
   const LogSource* log_reader = nullptr;
+  // Serve HTTPS with these files; plain HTTP when unset.
+  std::optional<ListenerTls> tls;
 };
 
 // One route of the API as the route table declares it, for documentation and tests.

@@ -24,6 +24,7 @@
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
 #include "ql/testing/raw_http.h"
+#include "ql/testing/test_pki.h"
 
 namespace ql {
 namespace {
@@ -1125,6 +1126,85 @@ TEST_F(ApiServerTest, ConnectionsBeyondTheCapAreClosedUnread) {
   too_few.max_connections = too_few.max_in_flight;
   ApiServer refused(*service_, metrics_, too_few);
   EXPECT_EQ(refused.Start("127.0.0.1", 0).reason(), "invalid_server_options");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS
+
+class ApiServerTlsTest : public ApiServerTest {
+ protected:
+  void SetUp() override {
+    ApiServerTest::SetUp();
+    fs::create_directories(dir_ / "pki");
+    Result<testing::TestPki> pki = testing::MakeTestPki((dir_ / "pki").string());
+    ASSERT_TRUE(pki.ok()) << pki.status().ToString();
+    pki_ = *pki;
+  }
+
+  ApiServerOptions TlsOptions(const std::string& client_ca = "") {
+    ApiServerOptions options = DefaultOptions();
+    options.tls = ListenerTls{pki_.server_cert, pki_.server_key, client_ca};
+    return options;
+  }
+
+  // An https client of the server that verifies it with `ca`.
+  std::unique_ptr<httplib::Client> TlsClient(const std::string& ca, const std::string& cert = "",
+                                             const std::string& key = "") {
+    auto client = std::make_unique<httplib::Client>(
+        "https://127.0.0.1:" + std::to_string(server_->port()), cert, key);
+    client->enable_server_certificate_verification(true);
+    client->set_ca_cert_path(ca.c_str());
+    client->set_connection_timeout(5, 0);
+    client->set_read_timeout(5, 0);
+    client->set_default_headers({{"Authorization", std::string("Bearer ") + kToken}});
+    return client;
+  }
+
+  testing::TestPki pki_;
+};
+
+TEST_F(ApiServerTlsTest, ServesHttpsToAClientThatTrustsItsCa) {
+  StartServer(TlsOptions());
+  httplib::Result result = TlsClient(pki_.ca_cert)->Get("/api/v1/status");
+  ASSERT_TRUE(result) << httplib::to_string(result.error());
+  EXPECT_EQ(result->status, 200) << result->body;
+}
+
+TEST_F(ApiServerTlsTest, AClientWithAnotherCaRefusesTheServer) {
+  StartServer(TlsOptions());
+  httplib::Result result = TlsClient(pki_.other_ca_cert)->Get("/api/v1/status");
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error(), httplib::Error::SSLServerVerification);
+}
+
+TEST_F(ApiServerTlsTest, PlainHttpOnTheTlsPortGetsNoAnswer) {
+  StartServer(TlsOptions());
+  Reply reply = ToReply(NewClient()->Get("/api/v1/status"));
+  EXPECT_EQ(reply.status, -1) << reply.raw;
+}
+
+TEST_F(ApiServerTlsTest, AClientCaRequiresAClientCertificateItSigned) {
+  StartServer(TlsOptions(pki_.ca_cert));
+  httplib::Result without = TlsClient(pki_.ca_cert)->Get("/api/v1/status");
+  EXPECT_FALSE(without);
+  httplib::Result with =
+      TlsClient(pki_.ca_cert, pki_.client_cert, pki_.client_key)->Get("/api/v1/status");
+  ASSERT_TRUE(with) << httplib::to_string(with.error());
+  EXPECT_EQ(with->status, 200) << with->body;
+}
+
+TEST_F(ApiServerTlsTest, UnusableTlsFilesFailTheStartWithTheirCode) {
+  ApiServerOptions missing = DefaultOptions();
+  missing.tls = ListenerTls{(dir_ / "pki" / "absent.pem").string(), pki_.server_key, ""};
+  ApiServer a(*service_, metrics_, missing);
+  Status st = a.Start("127.0.0.1", 0);
+  EXPECT_EQ(st.reason(), "tls_file_unreadable") << st.ToString();
+  EXPECT_THAT(st.message(), HasSubstr("absent.pem"));
+
+  ApiServerOptions mismatched = DefaultOptions();
+  mismatched.tls = ListenerTls{pki_.server_cert, pki_.client_key, ""};
+  ApiServer b(*service_, metrics_, mismatched);
+  EXPECT_EQ(b.Start("127.0.0.1", 0).reason(), "tls_invalid");
 }
 
 }  // namespace

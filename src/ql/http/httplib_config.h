@@ -8,9 +8,11 @@
 #if defined(CPPHTTPLIB_HTTPLIB_H)
 #error "include ql/http/httplib_config.h instead of httplib.h"
 #endif
-#if defined(CPPHTTPLIB_OPENSSL_SUPPORT) || defined(CPPHTTPLIB_ZLIB_SUPPORT) || \
-    defined(CPPHTTPLIB_BROTLI_SUPPORT)
-#error "the API server is built without TLS and compression support"
+#if defined(CPPHTTPLIB_ZLIB_SUPPORT) || defined(CPPHTTPLIB_BROTLI_SUPPORT)
+#error "the API server is built without compression support"
+#endif
+#if !defined(QL_TLS) || (QL_TLS && !defined(CPPHTTPLIB_OPENSSL_SUPPORT))
+#error "link ql_httplib: it sets QL_TLS and the matching cpp-httplib TLS define"
 #endif
 
 // Request line (method + target + version) and each header line, in bytes: longer ones are

@@ -1,5 +1,7 @@
 #include "ql/http/listen_address.h"
 
+#include "ql/core/http_endpoint.h"
+
 namespace ql {
 
 Result<std::pair<std::string, int>> ParseListenAddress(const std::string& listen,
@@ -16,6 +18,25 @@ Result<std::pair<std::string, int>> ParseListenAddress(const std::string& listen
                            "port '" + port_text + "' in " + flag + " is not a number in 0..65535");
   }
   return std::make_pair(listen.substr(0, colon), std::stoi(port_text));
+}
+
+Result<std::optional<ListenerTls>> DecideListenSecurity(const std::string& host,
+                                                        const ListenSecurityFlags& flags,
+                                                        std::string_view listen_flag) {
+  if (flags.tls_cert.empty() != flags.tls_key.empty() ||
+      (!flags.tls_client_ca.empty() && flags.tls_cert.empty())) {
+    return InvalidArgument("tls_flags_incomplete",
+                           "TLS needs both --tls-cert and --tls-key (and --tls-client-ca only "
+                           "with them)");
+  }
+  std::optional<ListenerTls> tls;
+  if (!flags.tls_cert.empty()) {
+    tls = ListenerTls{flags.tls_cert, flags.tls_key, flags.tls_client_ca};
+  }
+  QL_RETURN_IF_ERROR(CheckPlainHttpAllowed(host, tls.has_value(), flags.allow_insecure_http,
+                                           std::string(listen_flag) + " " + host,
+                                           "--allow-insecure-http"));
+  return tls;
 }
 
 }  // namespace ql

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <charconv>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -103,6 +104,47 @@ void Configure(httplib::Server& server, const Limits& limits, std::atomic<int>& 
         if (handled == HandlerResponse::Handled && DeclaresBody(req)) CloseAfterAnswer(res);
         return handled;
       });
+}
+
+namespace {
+
+Status RequireReadable(const std::string& file, std::string_view flag) {
+  std::ifstream in(file);
+  if (file.empty() || !in.good()) {
+    return InvalidArgument("tls_file_unreadable",
+                           std::string(flag) + " file '" + file + "' cannot be read");
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<httplib::Server>> NewServer(const std::optional<ListenerTls>& tls) {
+  if (!tls.has_value()) return std::make_unique<httplib::Server>();
+#if QL_TLS
+  QL_RETURN_IF_ERROR(RequireReadable(tls->cert_file, "--tls-cert"));
+  QL_RETURN_IF_ERROR(RequireReadable(tls->key_file, "--tls-key"));
+  if (!tls->client_ca_file.empty()) {
+    QL_RETURN_IF_ERROR(RequireReadable(tls->client_ca_file, "--tls-client-ca"));
+  }
+  auto server = std::make_unique<httplib::SSLServer>(
+      tls->cert_file.c_str(), tls->key_file.c_str(),
+      tls->client_ca_file.empty() ? nullptr : tls->client_ca_file.c_str());
+  if (!server->is_valid()) {
+    return InvalidArgument(
+        "tls_invalid", "the TLS certificate '" + tls->cert_file + "' and key '" + tls->key_file +
+                           "' cannot be used: not PEM, or the key does not match the "
+                           "certificate" +
+                           (tls->client_ca_file.empty()
+                                ? std::string()
+                                : ", or the client CA '" + tls->client_ca_file + "' is not PEM"));
+  }
+  return std::unique_ptr<httplib::Server>(std::move(server));
+#else
+  return InvalidArgument("tls_unsupported",
+                         "this build has no TLS (built with -DQL_TLS=OFF); rebuild with TLS or "
+                         "listen on loopback without --tls-cert");
+#endif
 }
 
 }  // namespace ql::transport

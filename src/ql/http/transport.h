@@ -7,9 +7,13 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string_view>
 
+#include "ql/core/status.h"
 #include "ql/http/httplib_config.h"
+#include "ql/http/listener_tls.h"
 
 namespace ql::transport {
 
@@ -63,5 +67,11 @@ void SendError(httplib::Response& res, int status, std::string_view code, std::s
 // bytes are never parsed as the next request. Call before the server starts.
 void Configure(httplib::Server& server, const Limits& limits, std::atomic<int>& connections,
                Gate gate);
+
+// Returns a plain server, or with `tls` a TLS server over its certificate, key and optional
+// client CA. InvalidArgument `tls_file_unreadable` names a file that cannot be read,
+// `tls_invalid` a certificate or key OpenSSL refuses (wrong format, key not matching), and
+// `tls_unsupported` any `tls` in a build without TLS.
+Result<std::unique_ptr<httplib::Server>> NewServer(const std::optional<ListenerTls>& tls);
 
 }  // namespace ql::transport

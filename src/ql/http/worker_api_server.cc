@@ -146,7 +146,7 @@ struct WorkerApiServer::Impl {
   WorkerService& service;
   Metrics& metrics;
   WorkerApiServerOptions options;
-  httplib::Server server;
+  std::unique_ptr<httplib::Server> server;  // created by Start (plain or TLS)
   std::thread listener;
   std::atomic<bool> admitting{true};
   std::atomic<int> connections{0};
@@ -239,7 +239,7 @@ struct WorkerApiServer::Impl {
     const WorkerServiceOptions& o = service.options();
     auto post = [this](const std::string& pattern, std::string_view route, Handler handler) {
       routes.emplace_back(pattern);
-      server.Post(pattern,
+      server->Post(pattern,
                   [this, route, handler](const httplib::Request& req, httplib::Response& res) {
                     Serve(req, res, route, handler);
                   });
@@ -400,11 +400,12 @@ Status WorkerApiServer::Start(const std::string& host, int port) {
   limits.read_timeout_ms = s.options.read_timeout_ms;
   limits.write_timeout_ms = s.options.write_timeout_ms;
   limits.max_body_bytes = s.options.max_body_bytes;
+  QL_ASSIGN_OR_RETURN(s.server, transport::NewServer(s.options.tls));
   transport::Configure(
-      s.server, limits, s.connections,
+      *s.server, limits, s.connections,
       [&s](const httplib::Request& req, httplib::Response& res) { return s.Admit(req, res); });
-  s.server.set_payload_max_length(s.options.max_body_bytes);
-  s.server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  s.server->set_payload_max_length(s.options.max_body_bytes);
+  s.server->set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     const std::string code = res.status == 404   ? "route_not_found"
                              : res.status == 413 ? "body_too_large"
@@ -413,15 +414,15 @@ Status WorkerApiServer::Start(const std::string& host, int port) {
   });
   s.Routes();
   if (port == 0) {
-    s.port = s.server.bind_to_any_port(host);
+    s.port = s.server->bind_to_any_port(host);
   } else {
-    s.port = s.server.bind_to_port(host, port) ? port : -1;
+    s.port = s.server->bind_to_port(host, port) ? port : -1;
   }
   if (s.port <= 0) {
     return Unavailable("listen_failed",
                        "cannot listen on " + host + ":" + std::to_string(port) + " for workers");
   }
-  s.listener = std::thread([&s]() { s.server.listen_after_bind(); });
+  s.listener = std::thread([&s]() { s.server->listen_after_bind(); });
   return Status::Ok();
 }
 
@@ -431,7 +432,8 @@ void WorkerApiServer::WithdrawAdmission() { impl_->admitting.store(false); }
 
 void WorkerApiServer::Stop() {
   impl_->admitting.store(false);
-  impl_->server.stop();
+  if (impl_->server == nullptr) return;
+  impl_->server->stop();
   if (impl_->listener.joinable()) impl_->listener.join();
 }
 

@@ -7,11 +7,13 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ql/core/status.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/worker_service.h"
+#include "ql/http/listener_tls.h"
 
 namespace ql {
 
@@ -23,6 +25,8 @@ struct WorkerApiServerOptions {
   int max_connections = 256;
   int read_timeout_ms = 10'000;
   int write_timeout_ms = 10'000;
+  // Serve HTTPS with these files; plain HTTP when unset.
+  std::optional<ListenerTls> tls;
 };
 
 class WorkerApiServer {

@@ -7598,7 +7598,9 @@ inline void SSLSocketStream::get_local_ip_and_port(std::string &ip,
 
 inline socket_t SSLSocketStream::socket() const { return sock_; }
 
-static SSLInit sslinit_;
+// [ql patch] No eager OPENSSL_init_ssl at load time: OpenSSL >= 1.1.0 initialises itself on
+// first use, so a process that never opens a TLS context does not pay for it.
+// static SSLInit sslinit_;
 
 } // namespace detail
 
