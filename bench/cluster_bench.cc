@@ -29,6 +29,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -608,17 +610,148 @@ Takeover MeasureTakeover(PostgresServer& server, const std::string& bin, const s
   return t;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Dispatch
+
+// Runs `argv` to its end and returns its standard output.
+std::string Capture(const std::vector<std::string>& argv) {
+  std::string cmd;
+  for (const std::string& a : argv) cmd += "'" + a + "' ";
+  FILE* pipe = popen((cmd + "2>&1").c_str(), "r");
+  if (pipe == nullptr) Die("cannot run " + argv.front());
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  if (pclose(pipe) != 0) Die(argv.front() + " failed: " + out);
+  return out;
+}
+
+pid_t SpawnWorker(const std::string& bin, int port, const std::string& token_file, int slots,
+                  const std::string& work_dir, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* out = std::fopen(log.c_str(), "a");
+    dup2(fileno(out), 1);
+    dup2(fileno(out), 2);
+    std::vector<std::string> argv = {
+        bin + "/ql-worker",    "--control",  "http://127.0.0.1:" + std::to_string(port),
+        "--token-file",        token_file,   "--slots",
+        std::to_string(slots), "--work-dir", work_dir};
+    std::vector<char*> raw;
+    for (auto& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    execv(raw[0], raw.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+struct Dispatch {
+  double rate = 0;                // runs ended per second, first lease → last end
+  double p50_ms = 0, p99_ms = 0;  // per run: lease granted → run ended
+  double slot_ms = 0;             // slot time per run: slots × window / runs
+  double max_queued = 0;          // queued runs, the largest sample
+  double succeeded = 0, extra_attempts = 0;
+};
+
+// `runs` occurrences of a trivial command (`true`) fall due in the same second; `replicas`
+// real `ql-cluster serve` replicas admit them and `workers` real `ql-worker`s with `slots` slots
+// each (spread over the replicas' worker listeners) run them to their ends.
+Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::string& tmpl,
+                     const std::string& db, int replicas, int workers, int slots, int runs) {
+  CopyDatabase(server, tmpl, db);
+  const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
+  std::vector<Replica> running;
+  std::vector<int> worker_ports;
+  for (int i = 0; i < replicas; ++i) {
+    const int worker_port = FreePort();
+    worker_ports.push_back(worker_port);
+    running.push_back(
+        SpawnReplica(bin, server.Url("ql3_runtime", db), log,
+                     {"--worker-database-url", server.Url("ql3_worker_ingress", db),
+                      "--worker-listen", "127.0.0.1:" + std::to_string(worker_port)}));
+  }
+  for (const Replica& r : running) WaitReady(r, log);
+  char dir_template[] = "/tmp/ql-bench-workers-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::vector<pid_t> fleet;
+  for (int i = 0; i < workers; ++i) {
+    const std::string name = "bench-worker-" + std::to_string(i);
+    std::string out = Capture({bin + "/ql-cluster", "worker-token", "create", name,
+                               "--database-url", server.Url("ql3_admin", db)});
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    const std::string token_file = dir + "/" + name + ".token";
+    std::ofstream(token_file) << out.substr(out.rfind('\n') + 1) << "\n";
+    chmod(token_file.c_str(), 0600);
+    fleet.push_back(
+        SpawnWorker(bin, worker_ports[i % replicas], token_file, slots, dir + "/" + name, log));
+  }
+  Sql sql(server, db);
+  const auto deadline = Steady::now() + std::chrono::seconds(600);
+  while (sql.Number("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'active'") < workers) {
+    if (Steady::now() > deadline) Die("the workers did not register; see " + log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // `runs` rows fall due one second from now by the database clock; the rest stay parked.
+  sql.Run(
+      "UPDATE ql3.trigger_schedules SET next_fire_at_ms = "
+      "(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 1000 WHERE trigger_id IN "
+      "(SELECT trigger_id FROM ql3.trigger_schedules ORDER BY trigger_id LIMIT " +
+      std::to_string(runs) + ")");
+  Dispatch f;
+  const bool trace = std::getenv("QL_BENCH_TRACE") != nullptr;
+  const bool statements = StartStatementTrace(sql);
+  for (double ended = 0; ended < runs;) {
+    if (Steady::now() > deadline) Die("not every run ended in 600 s; see " + log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    f.max_queued =
+        std::max(f.max_queued, sql.Number("SELECT count(*) FROM ql3.runs WHERE status = "
+                                          "'queued' AND cancel_requested_at_ms IS NULL"));
+    ended = sql.Number("SELECT count(*) FROM ql3.runs WHERE finished_at_ms IS NOT NULL");
+    if (trace) std::cerr << "ended=" << ended << " max_queued=" << f.max_queued << "\n";
+  }
+  if (statements) PrintStatementTrace(sql);
+  for (pid_t pid : fleet) {
+    kill(pid, SIGTERM);
+    int st = 0;
+    waitpid(pid, &st, 0);
+  }
+  for (Replica& r : running) StopReplica(r);
+  const std::string per_run =
+      "SELECT r.finished_at_ms - l.granted_at_ms FROM ql3.runs r JOIN "
+      "ql3.run_dispatch_leases l ON l.run_id = r.id";
+  const double first = sql.Number("SELECT min(granted_at_ms) FROM ql3.run_dispatch_leases");
+  const double last = sql.Number("SELECT max(finished_at_ms) FROM ql3.runs");
+  const double window_s = std::max(last - first, 1.0) / 1000.0;
+  f.rate = runs / window_s;
+  f.slot_ms = 1000.0 * window_s * workers * slots / runs;
+  f.p50_ms = sql.Number("SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM (" + per_run +
+                        ") q(x)");
+  f.p99_ms = sql.Number("SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY x) FROM (" + per_run +
+                        ") q(x)");
+  f.succeeded = sql.Number("SELECT count(*) FROM ql3.runs WHERE status = 'succeeded'");
+  // Exactly once: one attempt per run, leased once.
+  f.extra_attempts =
+      sql.Number("SELECT count(*) FROM ql3.run_attempts") - runs +
+      sql.Number("SELECT count(*) FROM ql3.run_events WHERE type = 'attempt.leased'") - runs;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  DropDatabase(server, db);
+  return f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string bin = "build/bin";
-  std::set<std::string> phases = {"ceiling", "admission", "claim", "takeover"};
+  std::set<std::string> phases = {"ceiling", "admission", "claim", "takeover", "dispatch"};
   std::vector<int> replicas = {1, 2, 3};
   std::vector<int> triggers = {10000, 100000};
   int repeat = 3;
   bool durable = true;
   int claim_rows = 1'000'000;
   int ceiling_seconds = 6;
+  int dispatch_runs = 2000;
   std::vector<std::string> pg_settings;
   std::vector<std::string> isolations = {"read-committed", "serializable"};
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -640,6 +773,8 @@ int main(int argc, char** argv) {
       durable = value != "off";
     } else if (flag == "--claim-rows") {
       claim_rows = std::stoi(value);
+    } else if (flag == "--dispatch-runs") {
+      dispatch_runs = std::stoi(value);
     } else if (flag == "--ceiling-seconds") {
       ceiling_seconds = std::stoi(value);
     } else if (flag == "--isolations") {
@@ -804,6 +939,39 @@ int main(int argc, char** argv) {
     emit("claim_p50_ms", Fixed(Median(p50), 2));
     emit("claim_p99_ms", Fixed(Median(p99), 2));
     emit("claim_uses_due_index", last.uses_index ? "1" : "0");
+  }
+
+  if (phases.count("dispatch")) {
+    std::printf(
+        "== dispatch: %d trivial runs (`true`), %d replicas, %d workers x %d slots "
+        "(median of %d) ==\n",
+        dispatch_runs, 2, 2, 2, repeat);
+    std::vector<double> rate, p50, p99, slot, queued;
+    double failed = 0, extra = 0;
+    for (int k = 0; k < repeat; ++k) {
+      Dispatch d =
+          RunDispatch(*server, bin, template_for(dispatch_runs),
+                      "bench_dispatch_" + std::to_string(++serial), 2, 2, 2, dispatch_runs);
+      rate.push_back(d.rate);
+      p50.push_back(d.p50_ms);
+      p99.push_back(d.p99_ms);
+      slot.push_back(d.slot_ms);
+      queued.push_back(d.max_queued);
+      failed = std::max(failed, dispatch_runs - d.succeeded);
+      extra = std::max(extra, d.extra_attempts);
+    }
+    std::printf(
+        "%.0f runs/s; per run lease -> end p50 %.1f ms, p99 %.1f ms; slot time per run "
+        "%.1f ms; queue depth max %.0f; not succeeded %.0f; extra attempts or leases "
+        "%.0f\n",
+        Median(rate), Median(p50), Median(p99), Median(slot), Median(queued), failed, extra);
+    emit("dispatch_runs_per_s", Fixed(Median(rate), 0));
+    emit("dispatch_lease_to_end_p50_ms", Fixed(Median(p50), 1));
+    emit("dispatch_lease_to_end_p99_ms", Fixed(Median(p99), 1));
+    emit("dispatch_slot_ms_per_run", Fixed(Median(slot), 1));
+    emit("dispatch_queue_depth_max", Fixed(Median(queued), 0));
+    emit("dispatch_not_succeeded", Fixed(failed, 0));
+    emit("dispatch_extra_attempts", Fixed(extra, 0));
   }
 
   if (phases.count("takeover")) {
