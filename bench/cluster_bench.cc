@@ -168,25 +168,31 @@ int FreePort() {
   return next++;
 }
 
-Replica SpawnReplica(const std::string& bin, const std::string& url, const std::string& log,
-                     const std::vector<std::string>& extra) {
-  Replica r;
-  r.port = FreePort();
-  r.pid = fork();
-  if (r.pid == 0) {
+// Starts `argv` with stdout and stderr appended to `log`; returns its pid.
+pid_t Spawn(std::vector<std::string> argv, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
     FILE* out = std::fopen(log.c_str(), "a");
     dup2(fileno(out), 1);
     dup2(fileno(out), 2);
-    std::vector<std::string> argv = {bin + "/ql-cluster", "serve",
-                                     "--database-url",    url,
-                                     "--listen",          "127.0.0.1:" + std::to_string(r.port)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
     std::vector<char*> raw;
     for (auto& a : argv) raw.push_back(a.data());
     raw.push_back(nullptr);
     execv(raw[0], raw.data());
     _exit(127);
   }
+  return pid;
+}
+
+Replica SpawnReplica(const std::string& bin, const std::string& url, const std::string& log,
+                     const std::vector<std::string>& extra) {
+  Replica r;
+  r.port = FreePort();
+  std::vector<std::string> argv = {bin + "/ql-cluster", "serve",
+                                   "--database-url",    url,
+                                   "--listen",          "127.0.0.1:" + std::to_string(r.port)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  r.pid = Spawn(argv, log);
   return r;
 }
 
@@ -639,22 +645,10 @@ std::string Capture(const std::vector<std::string>& argv) {
 
 pid_t SpawnWorker(const std::string& bin, int port, const std::string& token_file, int slots,
                   const std::string& work_dir, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    FILE* out = std::fopen(log.c_str(), "a");
-    dup2(fileno(out), 1);
-    dup2(fileno(out), 2);
-    std::vector<std::string> argv = {
-        bin + "/ql-worker",    "--control",  "http://127.0.0.1:" + std::to_string(port),
-        "--token-file",        token_file,   "--slots",
-        std::to_string(slots), "--work-dir", work_dir};
-    std::vector<char*> raw;
-    for (auto& a : argv) raw.push_back(a.data());
-    raw.push_back(nullptr);
-    execv(raw[0], raw.data());
-    _exit(127);
-  }
-  return pid;
+  return Spawn(
+      {bin + "/ql-worker", "--control", "http://127.0.0.1:" + std::to_string(port), "--token-file",
+       token_file, "--slots", std::to_string(slots), "--work-dir", work_dir},
+      log);
 }
 
 struct Dispatch {
