@@ -16,10 +16,19 @@
 //              advanced (untimed) as an admission would; and its plan (EXPLAIN ANALYZE).
 //   takeover   a replica holding claims is SIGKILLed: seconds from the kill to the first
 //              admission of one of its rows by another replica (the lease, plus a round).
+//   dispatch   trivial runs (`true`) admitted at once and run by 2 real `ql-worker`s x 2 slots
+//              on 2 replicas: runs per second, lease -> end p50 / p99, slot time per run,
+//              queue depth, runs leased more than once (must be 0).
+//   boundary   10,000 triggers on `* * * * *`, 3 replicas, 3 minute boundaries: lag from the
+//              boundary to the COMMIT of each run row (track_commit_timestamp), p50/p99/max.
+//   storage    bytes each admitted run adds to the run tables, indexes included.
 //
-// Every cell is the median of --repeat runs (default 3). Prints tables, then name=value lines.
+// Every cell of ceiling, admission, claim, takeover and dispatch is the median of --repeat runs
+// (default 3); boundary and storage run once. Prints tables, then name=value lines.
 //
-//   cluster_bench --bin build/bin [--phases ceiling,admission,claim,takeover]
+//   cluster_bench --bin build/bin
+//                 [--phases ceiling,admission,claim,takeover,dispatch,boundary,storage]
+//                 [--dispatch-runs 2000] [--boundary-triggers 10000] [--boundaries 3]
 //                 [--replicas 1,2,3] [--triggers 10000,100000] [--repeat 3] [--durable on|off]
 //                 [--claim-rows 1000000] [--ceiling-seconds 6] [--pg-setting name=value]...
 //                 [--isolations read-committed,serializable]
@@ -29,6 +38,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +47,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -157,25 +168,31 @@ int FreePort() {
   return next++;
 }
 
-Replica SpawnReplica(const std::string& bin, const std::string& url, const std::string& log,
-                     const std::vector<std::string>& extra) {
-  Replica r;
-  r.port = FreePort();
-  r.pid = fork();
-  if (r.pid == 0) {
+// Starts `argv` with stdout and stderr appended to `log`; returns its pid.
+pid_t Spawn(std::vector<std::string> argv, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
     FILE* out = std::fopen(log.c_str(), "a");
     dup2(fileno(out), 1);
     dup2(fileno(out), 2);
-    std::vector<std::string> argv = {bin + "/ql-cluster", "serve",
-                                     "--database-url",    url,
-                                     "--listen",          "127.0.0.1:" + std::to_string(r.port)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
     std::vector<char*> raw;
     for (auto& a : argv) raw.push_back(a.data());
     raw.push_back(nullptr);
     execv(raw[0], raw.data());
     _exit(127);
   }
+  return pid;
+}
+
+Replica SpawnReplica(const std::string& bin, const std::string& url, const std::string& log,
+                     const std::vector<std::string>& extra) {
+  Replica r;
+  r.port = FreePort();
+  std::vector<std::string> argv = {bin + "/ql-cluster", "serve",
+                                   "--database-url",    url,
+                                   "--listen",          "127.0.0.1:" + std::to_string(r.port)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  r.pid = Spawn(argv, log);
   return r;
 }
 
@@ -216,8 +233,9 @@ void StopReplica(Replica& r, int sig = SIGTERM) {
 // ---------------------------------------------------------------------------------------------
 // Databases
 
-// Builds database `tmpl` with `n` triggers whose cursors sit far in the future.
-void BuildTemplate(PostgresServer& server, const std::string& tmpl, int n) {
+// Builds database `tmpl` with `n` triggers on `expression` whose cursors sit far in the future.
+void BuildTemplate(PostgresServer& server, const std::string& tmpl, int n,
+                   const std::string& expression = "0 0 0 1 1 *") {
   Sql postgres(server, "postgres");
   postgres.Run("CREATE DATABASE " + tmpl + " OWNER ql3_migration");
   ql::Clock& clock = ql::SystemClock();
@@ -238,7 +256,8 @@ void BuildTemplate(PostgresServer& server, const std::string& tmpl, int n) {
     auto published = Must(control.PublishTask(task), "publish task");
     ql::TriggerWrite trigger;
     trigger.task_id = published.task.head.task_id;
-    trigger.expression = "0 0 0 1 1 *";  // yearly: exactly one occurrence per trigger here
+    // By default yearly: exactly one occurrence per trigger here.
+    trigger.expression = expression;
     trigger.timezone = "UTC";
     trigger.misfire = "fire_once";
     Must(control.AddTrigger(trigger), "publish trigger");
@@ -608,17 +627,270 @@ Takeover MeasureTakeover(PostgresServer& server, const std::string& bin, const s
   return t;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Dispatch
+
+// Runs `argv` to its end and returns its standard output.
+std::string Capture(const std::vector<std::string>& argv) {
+  std::string cmd;
+  for (const std::string& a : argv) cmd += "'" + a + "' ";
+  FILE* pipe = popen((cmd + "2>&1").c_str(), "r");
+  if (pipe == nullptr) Die("cannot run " + argv.front());
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  if (pclose(pipe) != 0) Die(argv.front() + " failed: " + out);
+  return out;
+}
+
+pid_t SpawnWorker(const std::string& bin, int port, const std::string& token_file, int slots,
+                  const std::string& work_dir, const std::string& log) {
+  return Spawn(
+      {bin + "/ql-worker", "--control", "http://127.0.0.1:" + std::to_string(port), "--token-file",
+       token_file, "--slots", std::to_string(slots), "--work-dir", work_dir},
+      log);
+}
+
+struct Dispatch {
+  double rate = 0;                // runs ended per second, first lease → last end
+  double p50_ms = 0, p99_ms = 0;  // per run: lease granted → run ended
+  double slot_ms = 0;             // slot time per run: slots × window / runs
+  double max_queued = 0;          // queued runs, the largest sample
+  double succeeded = 0, extra_attempts = 0;
+};
+
+// `runs` occurrences of a trivial command (`true`) fall due in the same second; `replicas`
+// real `ql-cluster serve` replicas admit them and `workers` real `ql-worker`s with `slots` slots
+// each (spread over the replicas' worker listeners) run them to their ends.
+Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::string& tmpl,
+                     const std::string& db, int replicas, int workers, int slots, int runs) {
+  CopyDatabase(server, tmpl, db);
+  const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
+  std::vector<Replica> running;
+  std::vector<int> worker_ports;
+  for (int i = 0; i < replicas; ++i) {
+    const int worker_port = FreePort();
+    worker_ports.push_back(worker_port);
+    running.push_back(
+        SpawnReplica(bin, server.Url("ql3_runtime", db), log,
+                     {"--worker-database-url", server.Url("ql3_worker_ingress", db),
+                      "--worker-listen", "127.0.0.1:" + std::to_string(worker_port)}));
+  }
+  for (const Replica& r : running) WaitReady(r, log);
+  char dir_template[] = "/tmp/ql-bench-workers-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::vector<pid_t> fleet;
+  for (int i = 0; i < workers; ++i) {
+    const std::string name = "bench-worker-" + std::to_string(i);
+    std::string out = Capture({bin + "/ql-cluster", "worker-token", "create", name,
+                               "--database-url", server.Url("ql3_admin", db)});
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    const std::string token_file = dir + "/" + name + ".token";
+    std::ofstream(token_file) << out.substr(out.rfind('\n') + 1) << "\n";
+    chmod(token_file.c_str(), 0600);
+    fleet.push_back(
+        SpawnWorker(bin, worker_ports[i % replicas], token_file, slots, dir + "/" + name, log));
+  }
+  Sql sql(server, db);
+  const auto deadline = Steady::now() + std::chrono::seconds(600);
+  while (sql.Number("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'active'") < workers) {
+    if (Steady::now() > deadline) Die("the workers did not register; see " + log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // `runs` rows fall due one second from now by the database clock; the rest stay parked.
+  sql.Run(
+      "UPDATE ql3.trigger_schedules SET next_fire_at_ms = "
+      "(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 1000 WHERE trigger_id IN "
+      "(SELECT trigger_id FROM ql3.trigger_schedules ORDER BY trigger_id LIMIT " +
+      std::to_string(runs) + ")");
+  Dispatch f;
+  const bool trace = std::getenv("QL_BENCH_TRACE") != nullptr;
+  const bool statements = StartStatementTrace(sql);
+  for (double ended = 0; ended < runs;) {
+    if (Steady::now() > deadline) Die("not every run ended in 600 s; see " + log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    f.max_queued =
+        std::max(f.max_queued, sql.Number("SELECT count(*) FROM ql3.runs WHERE status = "
+                                          "'queued' AND cancel_requested_at_ms IS NULL"));
+    ended = sql.Number("SELECT count(*) FROM ql3.runs WHERE finished_at_ms IS NOT NULL");
+    if (trace) std::cerr << "ended=" << ended << " max_queued=" << f.max_queued << "\n";
+  }
+  if (statements) PrintStatementTrace(sql);
+  for (pid_t pid : fleet) {
+    kill(pid, SIGTERM);
+    int st = 0;
+    waitpid(pid, &st, 0);
+  }
+  for (Replica& r : running) StopReplica(r);
+  const std::string per_run =
+      "SELECT r.finished_at_ms - l.granted_at_ms FROM ql3.runs r JOIN "
+      "ql3.run_dispatch_leases l ON l.run_id = r.id";
+  const double first = sql.Number("SELECT min(granted_at_ms) FROM ql3.run_dispatch_leases");
+  const double last = sql.Number("SELECT max(finished_at_ms) FROM ql3.runs");
+  const double window_s = std::max(last - first, 1.0) / 1000.0;
+  f.rate = runs / window_s;
+  f.slot_ms = 1000.0 * window_s * workers * slots / runs;
+  f.p50_ms = sql.Number("SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM (" + per_run +
+                        ") q(x)");
+  f.p99_ms = sql.Number("SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY x) FROM (" + per_run +
+                        ") q(x)");
+  f.succeeded = sql.Number("SELECT count(*) FROM ql3.runs WHERE status = 'succeeded'");
+  // Exactly once: one attempt per run, leased once.
+  f.extra_attempts =
+      sql.Number("SELECT count(*) FROM ql3.run_attempts") - runs +
+      sql.Number("SELECT count(*) FROM ql3.run_events WHERE type = 'attempt.leased'") - runs;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  DropDatabase(server, db);
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Minute boundary
+
+struct Boundary {
+  double p50 = 0, p99 = 0, max = 0;  // seconds, boundary → COMMIT of the run row
+  std::vector<double> rates;         // admissions per second, one per boundary
+  double dups = 0, admitted = 0;
+};
+
+// `n` triggers on `* * * * *` and `replicas` real replicas with the default admission isolation;
+// lag of every occurrence of `boundaries` consecutive minute boundaries, from the boundary to
+// the commit timestamp of its run row (track_commit_timestamp).
+Boundary RunBoundaries(PostgresServer& server, const std::string& bin, const std::string& tmpl,
+                       const std::string& db, int replicas, int n, int boundaries) {
+  CopyDatabase(server, tmpl, db);
+  const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
+  std::vector<Replica> running;
+  for (int i = 0; i < replicas; ++i) {
+    running.push_back(SpawnReplica(bin, server.Url("ql3_runtime", db), log, {}));
+  }
+  for (const Replica& r : running) WaitReady(r, log);
+  Sql sql(server, db);
+  // The first boundary at least 5 s away by the database clock.
+  const int64_t first = static_cast<int64_t>(sql.Number(
+      "SELECT (ceil(((extract(epoch FROM clock_timestamp()) * 1000)::bigint + 5000) / 60000.0) "
+      "* 60000)::bigint"));
+  const int64_t last = first + int64_t{60'000} * (boundaries - 1);
+  sql.Run("UPDATE ql3.trigger_schedules SET next_fire_at_ms = " + std::to_string(first));
+  const std::string still_due =
+      "SELECT count(*) FROM (SELECT 1 FROM ql3.trigger_schedules WHERE enabled AND NOT exhausted "
+      "AND next_fire_at_ms <= " +
+      std::to_string(last) + " LIMIT 1) d";
+  const auto deadline = Steady::now() + std::chrono::seconds(120 + 60 * boundaries);
+  while (sql.Number(still_due) > 0) {
+    if (Steady::now() > deadline) Die("boundaries not admitted in time; see " + log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  for (Replica& r : running) StopReplica(r);
+  Boundary b;
+  const std::string lag =
+      "SELECT (extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000 - scheduled_for_ms) / "
+      "1000.0 AS lag FROM ql3.runs WHERE scheduled_for_ms BETWEEN " +
+      std::to_string(first) + " AND " + std::to_string(last);
+  b.p50 =
+      sql.Number("SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY lag) FROM (" + lag + ") q");
+  b.p99 =
+      sql.Number("SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lag) FROM (" + lag + ") q");
+  b.max = sql.Number("SELECT max(lag) FROM (" + lag + ") q");
+  b.admitted = sql.Number("SELECT count(*) FROM (" + lag + ") q");
+  for (const std::string& rate : sql.Texts(
+           "SELECT count(*) / greatest(max(lag), 0.001) FROM (SELECT scheduled_for_ms, (extract("
+           "epoch FROM pg_xact_commit_timestamp(xmin)) * 1000 - scheduled_for_ms) / 1000.0 AS lag "
+           "FROM ql3.runs WHERE scheduled_for_ms BETWEEN " +
+           std::to_string(first) + " AND " + std::to_string(last) +
+           ") q GROUP BY scheduled_for_ms ORDER BY scheduled_for_ms")) {
+    b.rates.push_back(std::stod(rate));
+  }
+  b.dups = sql.Number(
+      "SELECT count(*) FROM (SELECT trigger_id, scheduled_for_ms FROM ql3.runs "
+      "GROUP BY 1, 2 HAVING count(*) > 1) d");
+  DropDatabase(server, db);
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storage per admitted run
+
+// The run tables, whose growth an admission causes.
+constexpr char kRunTables[] =
+    "('runs', 'run_attempts', 'run_events', 'run_retry_policies', 'run_dispatch_leases', "
+    "'run_log_chunks')";
+
+// Returns relation → bytes (pg_relation_size, TOAST included with its table) of the run tables
+// and each of their indexes.
+std::map<std::string, double> RunRelationSizes(Sql& sql) {
+  std::map<std::string, double> out;
+  for (const std::string& line : sql.Texts(
+           std::string("SELECT c.relname || '=' || (pg_relation_size(c.oid) + CASE WHEN "
+                       "c.reltoastrelid <> 0 THEN pg_total_relation_size(c.reltoastrelid) ELSE 0 "
+                       "END) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                       "LEFT JOIN pg_index i ON i.indexrelid = c.oid LEFT JOIN pg_class t ON "
+                       "t.oid = i.indrelid WHERE n.nspname = 'ql3' AND coalesce(t.relname, "
+                       "c.relname) IN ") +
+           kRunTables + " AND c.relkind IN ('r', 'i')")) {
+    const size_t eq = line.rfind('=');
+    out[line.substr(0, eq)] = std::stod(line.substr(eq + 1));
+  }
+  return out;
+}
+
+// `n` occurrences fall due at once and one replica admits them; returns relation → bytes each
+// admitted run added (pg_total_relation_size of the run tables, indexes included, before any
+// vacuum or retention), "total" for the sum.
+std::map<std::string, double> MeasureStorage(PostgresServer& server, const std::string& bin,
+                                             const std::string& tmpl, const std::string& db,
+                                             int n) {
+  CopyDatabase(server, tmpl, db);
+  Sql sql(server, db);
+  const std::string total =
+      std::string(
+          "SELECT sum(pg_total_relation_size(('ql3.' || relname)::regclass)) FROM "
+          "pg_class WHERE relnamespace = 'ql3'::regnamespace AND relkind = 'r' AND "
+          "relname IN ") +
+      kRunTables;
+  const double total_before = sql.Number(total);
+  const std::map<std::string, double> before = RunRelationSizes(sql);
+  const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
+  Replica replica = SpawnReplica(bin, server.Url("ql3_runtime", db), log, {});
+  WaitReady(replica, log);
+  const int64_t due = static_cast<int64_t>(
+      sql.Number("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 1000"));
+  sql.Run("UPDATE ql3.trigger_schedules SET next_fire_at_ms = " + std::to_string(due));
+  const auto deadline = Steady::now() + std::chrono::seconds(600);
+  while (sql.Number("SELECT count(*) FROM (SELECT 1 FROM ql3.trigger_schedules WHERE "
+                    "next_fire_at_ms <= " +
+                    std::to_string(due) + " LIMIT 1) d") > 0) {
+    if (Steady::now() > deadline) Die("the storage burst was not admitted; see " + log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  StopReplica(replica);
+  if (sql.Number("SELECT count(*) FROM ql3.runs") != n) Die("the storage burst admitted wrong");
+  std::map<std::string, double> out;
+  for (const auto& [relation, bytes] : RunRelationSizes(sql)) {
+    const auto it = before.find(relation);
+    out[relation] = (bytes - (it == before.end() ? 0 : it->second)) / n;
+  }
+  out["total"] = (sql.Number(total) - total_before) / n;
+  DropDatabase(server, db);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string bin = "build/bin";
-  std::set<std::string> phases = {"ceiling", "admission", "claim", "takeover"};
+  std::set<std::string> phases = {"ceiling",  "admission", "claim",  "takeover",
+                                  "dispatch", "boundary",  "storage"};
   std::vector<int> replicas = {1, 2, 3};
   std::vector<int> triggers = {10000, 100000};
   int repeat = 3;
   bool durable = true;
   int claim_rows = 1'000'000;
   int ceiling_seconds = 6;
+  int dispatch_runs = 2000;
+  int boundary_triggers = 10'000;
+  int boundaries = 3;
   std::vector<std::string> pg_settings;
   std::vector<std::string> isolations = {"read-committed", "serializable"};
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -640,6 +912,12 @@ int main(int argc, char** argv) {
       durable = value != "off";
     } else if (flag == "--claim-rows") {
       claim_rows = std::stoi(value);
+    } else if (flag == "--boundary-triggers") {
+      boundary_triggers = std::stoi(value);
+    } else if (flag == "--boundaries") {
+      boundaries = std::stoi(value);
+    } else if (flag == "--dispatch-runs") {
+      dispatch_runs = std::stoi(value);
     } else if (flag == "--ceiling-seconds") {
       ceiling_seconds = std::stoi(value);
     } else if (flag == "--isolations") {
@@ -657,6 +935,8 @@ int main(int argc, char** argv) {
   ql::testing::PostgresServerOptions options;
   options.fast = !durable;  // durable commits (fsync) unless --durable off
   options.settings = pg_settings;
+  // The boundary phase reads each run row's commit time.
+  if (phases.count("boundary")) options.settings.push_back("track_commit_timestamp = on");
   auto server = Must(PostgresServer::Start(options), "start PostgreSQL");
   Must(server->PsqlFile("postgres", std::string(QL_SOURCE_DIR) + "/deploy/postgres/roles.sql"),
        "create roles");
@@ -804,6 +1084,75 @@ int main(int argc, char** argv) {
     emit("claim_p50_ms", Fixed(Median(p50), 2));
     emit("claim_p99_ms", Fixed(Median(p99), 2));
     emit("claim_uses_due_index", last.uses_index ? "1" : "0");
+  }
+
+  if (phases.count("dispatch")) {
+    std::printf(
+        "== dispatch: %d trivial runs (`true`), %d replicas, %d workers x %d slots "
+        "(median of %d) ==\n",
+        dispatch_runs, 2, 2, 2, repeat);
+    std::vector<double> rate, p50, p99, slot, queued;
+    double failed = 0, extra = 0;
+    for (int k = 0; k < repeat; ++k) {
+      Dispatch d =
+          RunDispatch(*server, bin, template_for(dispatch_runs),
+                      "bench_dispatch_" + std::to_string(++serial), 2, 2, 2, dispatch_runs);
+      rate.push_back(d.rate);
+      p50.push_back(d.p50_ms);
+      p99.push_back(d.p99_ms);
+      slot.push_back(d.slot_ms);
+      queued.push_back(d.max_queued);
+      failed = std::max(failed, dispatch_runs - d.succeeded);
+      extra = std::max(extra, d.extra_attempts);
+    }
+    std::printf(
+        "%.0f runs/s; per run lease -> end p50 %.1f ms, p99 %.1f ms; slot time per run "
+        "%.1f ms; queue depth max %.0f; not succeeded %.0f; extra attempts or leases "
+        "%.0f\n",
+        Median(rate), Median(p50), Median(p99), Median(slot), Median(queued), failed, extra);
+    emit("dispatch_runs_per_s", Fixed(Median(rate), 0));
+    emit("dispatch_lease_to_end_p50_ms", Fixed(Median(p50), 1));
+    emit("dispatch_lease_to_end_p99_ms", Fixed(Median(p99), 1));
+    emit("dispatch_slot_ms_per_run", Fixed(Median(slot), 1));
+    emit("dispatch_queue_depth_max", Fixed(Median(queued), 0));
+    emit("dispatch_not_succeeded", Fixed(failed, 0));
+    emit("dispatch_extra_attempts", Fixed(extra, 0));
+  }
+
+  if (phases.count("boundary")) {
+    std::printf("== minute boundary: %d triggers on * * * * *, 3 replicas, %d boundaries ==\n",
+                boundary_triggers, boundaries);
+    const std::string tmpl = "bench_tmpl_minutely_" + std::to_string(boundary_triggers);
+    BuildTemplate(*server, tmpl, boundary_triggers, "* * * * *");
+    Boundary b = RunBoundaries(*server, bin, tmpl, "bench_boundary_" + std::to_string(++serial), 3,
+                               boundary_triggers, boundaries);
+    std::string rates;
+    for (double r : b.rates) rates += (rates.empty() ? "" : ", ") + Fixed(r, 0);
+    std::printf(
+        "lag boundary -> COMMIT p50 %.3f s, p99 %.3f s, max %.3f s over %.0f runs "
+        "(target p99 <= 1.5 s); admitted/s per boundary: %s; duplicates %.0f\n",
+        b.p50, b.p99, b.max, b.admitted, rates.c_str(), b.dups);
+    emit("boundary_lag_p50_s", Fixed(b.p50, 3));
+    emit("boundary_lag_p99_s", Fixed(b.p99, 3));
+    emit("boundary_lag_max_s", Fixed(b.max, 3));
+    emit("boundary_duplicates", Fixed(b.dups, 0));
+  }
+
+  if (phases.count("storage")) {
+    const int n = triggers.front();
+    std::printf("== storage: bytes per admitted run (%d admitted, run tables with indexes) ==\n",
+                n);
+    std::map<std::string, double> bytes = MeasureStorage(
+        *server, bin, template_for(n), "bench_storage_" + std::to_string(++serial), n);
+    std::vector<std::pair<double, std::string>> largest;
+    for (const auto& [relation, b] : bytes) {
+      if (relation != "total" && b >= 1) largest.push_back({b, relation});
+    }
+    std::sort(largest.rbegin(), largest.rend());
+    std::printf("%.0f bytes per admitted run (target <= 1536):", bytes["total"]);
+    for (const auto& [b, relation] : largest) std::printf(" %s=%.0f", relation.c_str(), b);
+    std::printf("\n");
+    emit("storage_bytes_per_run", Fixed(bytes["total"], 0));
   }
 
   if (phases.count("takeover")) {

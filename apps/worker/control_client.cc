@@ -167,6 +167,9 @@ std::unique_ptr<httplib::Client> ControlClient::Acquire() {
   client->set_read_timeout(seconds(options_.read_timeout_ms), micros(options_.read_timeout_ms));
   client->set_write_timeout(seconds(options_.read_timeout_ms), micros(options_.read_timeout_ms));
   client->set_keep_alive(true);
+  // A request goes out as two writes (head, then body): with Nagle's algorithm the body would
+  // wait for the acknowledgement of the head, which the control plane delays by up to 40 ms.
+  client->set_tcp_nodelay(true);
   client->set_bearer_token_auth(token_);
   client->set_default_headers(
       {{"User-Agent", options_.user_agent}, {"Accept", "application/json"}});

@@ -22,6 +22,8 @@ namespace {
 
 // A pull proposes at most this many offers.
 constexpr int kMaxOffersPerPull = 16;
+// The first poll of a started command's outcome; later polls back off to poll_interval_ms.
+constexpr int64_t kFirstPollMs = 2;
 // Output shipped per poll of a running command (the rest follows on the next polls).
 constexpr int kLogChunksPerPoll = 4;
 // Reason of the status a lease call ends with when the lease may have expired meanwhile.
@@ -719,6 +721,9 @@ void Worker::RunAttempt(RunContext& ctx) {
       return;
     }
     Log(ctx.label + ": running (pid " + std::to_string(handle.pid()) + ")");
+    // Polled soon after the start, then less and less often up to poll_interval_ms: a short
+    // command's slot is free again within milliseconds of its end.
+    int64_t poll_wait_ms = std::min(kFirstPollMs, options_.poll_interval_ms);
     while (true) {
       if (ctx.abandon) {
         StopCommand(ctx, handle);
@@ -736,7 +741,8 @@ void Worker::RunAttempt(RunContext& ctx) {
         return;
       }
       if (outcome) break;
-      SleepRun(ctx, options_.poll_interval_ms, /*wake_on_cancel=*/true);
+      SleepRun(ctx, poll_wait_ms, /*wake_on_cancel=*/true);
+      poll_wait_ms = std::min(poll_wait_ms * 2, options_.poll_interval_ms);
     }
   }
   if (outcome->kind == AttemptOutcome::Kind::kLost) {

@@ -119,6 +119,7 @@ struct LeaseState {
   std::string lease_status;  // granted | released | expired
   std::string attempt_status;
   std::string run_status;
+  int64_t run_version = 0;
   std::optional<int> exit_code;
   bool cancel_requested = false;
 };

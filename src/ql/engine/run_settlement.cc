@@ -101,7 +101,8 @@ RunSettlement::RunSettlement(RunRepository& runs, Clock& clock, RandomSource& ra
 }
 
 Status RunSettlement::Finish(const std::string& run_id, const std::string& attempt_id,
-                             const AttemptOutcome& outcome, const LeaseFence* lease) {
+                             const AttemptOutcome& outcome, const LeaseFence* lease,
+                             FinishRecord* recorded) {
   // Two tries: a cancel intent may commit between our read and our write, and then it wins.
   for (int attempt_no = 0; attempt_no < 2; ++attempt_no) {
     QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(run_id));
@@ -173,6 +174,7 @@ Status RunSettlement::Finish(const std::string& run_id, const std::string& attem
       QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> after, runs_.ListAttempts(run_id));
       return SettleLost(*applied, after.back(), m.summary);
     }
+    if (recorded != nullptr) *recorded = {applied->status, Name(m.attempt_to)};
     return Status::Ok();
   }
   return Conflict("finish_raced", "run " + run_id + " kept changing while recording its outcome");

@@ -31,6 +31,12 @@ NewEvent MakeRunEvent(std::string type, const std::string& actor,
 // Returns true for the errors of a broken lease fence (LeaseFence).
 bool IsLeaseFenceError(const Status& status);
 
+// The statuses an end was recorded with.
+struct FinishRecord {
+  std::string run_status;
+  std::string attempt_status;
+};
+
 class RunSettlement {
  public:
   // `actor` names who reports outcomes in events ("executor" locally, "worker" remotely).
@@ -41,9 +47,12 @@ class RunSettlement {
   // terminal status, or to retry_wait when the outcome is retryable and attempts remain. A
   // cancel intent turns a completion into cancelled. A lost attempt makes the run lost, then
   // settles it (SettleLost). An attempt that is already terminal is left as it is (ok).
-  // With `lease`, the final transition holds only under that remote worker's lease.
+  // With `lease`, the final transition holds only under that remote worker's lease. With
+  // `recorded`, receives the run's and the attempt's status when this call recorded the end
+  // (left untouched when the attempt had ended before).
   Status Finish(const std::string& run_id, const std::string& attempt_id,
-                const AttemptOutcome& outcome, const LeaseFence* lease = nullptr);
+                const AttemptOutcome& outcome, const LeaseFence* lease = nullptr,
+                FinishRecord* recorded = nullptr);
 
   // Moves a lost run on: cancelled when a cancel intent exists, retry_wait when the policy
   // retries lost attempts and attempts remain, failed otherwise.

@@ -242,11 +242,12 @@ Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, 
         return std::string("already_starting");
       }
     }
-    QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(state->run_id));
     const int64_t now = clock_.NowMs();
+    // The lease state was read with the run's version, so the transition below holds only if
+    // nothing changed the run since.
     RunTransitionCommand t;
-    t.run_id = run.id;
-    t.expected_version = run.version;
+    t.run_id = state->run_id;
+    t.expected_version = state->run_version;
     t.attempt_id = state->attempt_id;
     t.lease = fence;
     t.now_ms = now;
@@ -278,8 +279,9 @@ Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, 
     const Status& st = applied.status();
     if (IsLeaseFenceError(st)) return Refused(call, step, st);
     if (st.reason() == "cancel_requested" || st.reason() == "run_terminal") {
-      return Refused(call, step,
-                     Conflict("attempt_finished", "run " + run.id + " was cancelled or ended"));
+      return Refused(
+          call, step,
+          Conflict("attempt_finished", "run " + state->run_id + " was cancelled or ended"));
     }
     if (st.reason() == "version_conflict" || st.reason() == "attempt_status_conflict") {
       continue;  // moved on meanwhile: read again (a replay is answered above)
@@ -340,12 +342,16 @@ Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
   }
   // Finish leaves an attempt that already ended as it is; otherwise its transition holds only
   // under the fence.
-  Status st = settlement_.Finish(state.run_id, state.attempt_id, outcome, &fence);
+  FinishRecord recorded;
+  Status st = settlement_.Finish(state.run_id, state.attempt_id, outcome, &fence, &recorded);
   if (!st.ok()) {
     if (IsLeaseFenceError(st)) return Refused(call, "complete", st);
     return st;
   }
-  // Finished now, or earlier by this very holder (a repeated complete): answer the record.
+  if (!recorded.run_status.empty()) {
+    return CompleteAnswer{recorded.run_status, recorded.attempt_status};
+  }
+  // Finished earlier by this very holder (a repeated complete): answer the record.
   QL_ASSIGN_OR_RETURN(LeaseState after, leases_.GetLeaseState(call.offer_id));
   const std::optional<AttemptStatus> attempt = ParseAttemptStatus(after.attempt_status);
   if (!attempt || !IsTerminal(*attempt)) {

@@ -564,14 +564,16 @@ Result<LeaseState> PostgresRunLeases::GetLeaseState(const std::string& offer_id)
   QL_RETURN_IF_ERROR(pool_.Transact(
       {Isolation::kReadCommitted, true}, "reading a run lease", [&](Tx& tx) -> Status {
         QL_ASSIGN_OR_RETURN(
-            Rows r, tx.Exec("SELECT l.offer_id, l.run_id, l.attempt_id, s.credential_id, "
-                            "l.worker_session_id, l.session_generation, l.token_digest, l.status, "
-                            "a.status, r.status, a.exit_code, r.cancel_requested_at_ms IS NOT NULL "
-                            "FROM ql3.run_dispatch_leases l "
-                            "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
-                            "JOIN ql3.run_attempts a ON a.id = l.attempt_id "
-                            "JOIN ql3.runs r ON r.id = l.run_id WHERE l.offer_id = $1",
-                            {P(offer_id)}));
+            Rows r,
+            tx.Exec("SELECT l.offer_id, l.run_id, l.attempt_id, s.credential_id, "
+                    "l.worker_session_id, l.session_generation, l.token_digest, l.status, "
+                    "a.status, r.status, a.exit_code, r.cancel_requested_at_ms IS NOT NULL, "
+                    "r.version "
+                    "FROM ql3.run_dispatch_leases l "
+                    "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
+                    "JOIN ql3.run_attempts a ON a.id = l.attempt_id "
+                    "JOIN ql3.runs r ON r.id = l.run_id WHERE l.offer_id = $1",
+                    {P(offer_id)}));
         if (r.empty()) return r.status();
         LeaseState s;
         s.offer_id = r.Text(0, 0);
@@ -586,6 +588,7 @@ Result<LeaseState> PostgresRunLeases::GetLeaseState(const std::string& offer_id)
         s.run_status = r.Text(0, 9);
         if (std::optional<int64_t> code = r.OptInt(0, 10)) s.exit_code = static_cast<int>(*code);
         s.cancel_requested = r.Bool(0, 11);
+        s.run_version = r.Int(0, 12);
         out = std::move(s);
         return r.status();
       }));
