@@ -387,6 +387,12 @@ def scenario(server, panel):
     panel.wait_text("#log-state", "end of log")
     panel.wait_text("main", "run.succeeded")
 
+    # The dashboard now shows the trigger due next and the scheduler's lag from /metrics.
+    panel.go("/?project=default")
+    panel.wait_text("#lag", "Occurrences admitted")
+    panel.wait_text("main", "panel-tick")
+    panel.shoot("dashboard-busy")
+
     panel.go("/triggers?project=default")
     panel.one("a.trigger-link")
     panel.shoot("triggers")
