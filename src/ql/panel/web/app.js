@@ -6,7 +6,7 @@ import {ApiError, get, setUnauthorizedHandler} from './lib/api.js';
 import {h, replace} from './lib/dom.js';
 import {viewerZone} from './lib/format.js';
 import {session} from './lib/session.js';
-import {errorBox, select} from './lib/ui.js';
+import {errorBox, onSubmit, select} from './lib/ui.js';
 import {pages} from './pages/registry.js';
 
 const top = document.getElementById('top');
@@ -83,17 +83,15 @@ function signInView(reason) {
         input),
       h('button', {type: 'submit', class: 'btn primary', text: 'Sign in'}),
   );
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errors.clear();
+  onSubmit(form, errors, async () => {
     session.setToken(input.value.trim());
     try {
       await loadIdentity();
-      render();
     } catch (err) {
       session.clear();
-      errors.show(err);
+      throw err;
     }
+    render();
   });
   replace(main, form);
   input.focus();

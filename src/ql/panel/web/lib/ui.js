@@ -171,6 +171,41 @@ export function pagedTable(
   return el;
 }
 
+// Calls `run` when `form` is submitted, without a page load and with its submit buttons
+// disabled meanwhile; a failure shows in `errors` (an errorBox), scrolled into view.
+export function onSubmit(form, errors, run) {
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errors.clear();
+    const buttons = form.querySelectorAll('button[type=submit]');
+    buttons.forEach((b) => (b.disabled = true));
+    try {
+      await run();
+    } catch (err) {
+      errors.show(err);
+      errors.scrollIntoView({block: 'nearest'});
+    } finally {
+      buttons.forEach((b) => (b.disabled = false));
+    }
+  });
+  return form;
+}
+
+// Returns a one-row form (id `id`): an error box, `fields`, and a submit button labelled
+// `label` that needs `role` (see allowed; null for anyone), calling `run` on submit.
+export function inlineForm(id, fields, label, role, run, ...after) {
+  const errors = errorBox();
+  const form =
+      h('form', {class: 'form inline', id}, errors, h('div', {class: 'row'}, fields), h('button', {
+          type: 'submit',
+          class: 'btn primary',
+          dataset: role ? {needs: role} : null,
+          text: label,
+        }),
+        after);
+  return onSubmit(form, errors, run);
+}
+
 // Returns a labelled form field around `input` (which gets an id), with an optional hint.
 export function field(label, input, hint) {
   if (!input.id) input.id = `f${++fieldCounter}`;

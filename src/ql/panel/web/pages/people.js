@@ -5,7 +5,7 @@ import {get, post} from '../lib/api.js';
 import {h, randomId, replace} from '../lib/dom.js';
 import {shortId, timeEl} from '../lib/format.js';
 import {session} from '../lib/session.js';
-import {actionButton, allowed, badge, errorBox, field, notice, pageHeader, section, select, table} from '../lib/ui.js';
+import {actionButton, allowed, badge, errorBox, field, inlineForm, notice, pageHeader, section, select, table} from '../lib/ui.js';
 
 export const nav = {
   label: 'People & tokens',
@@ -33,30 +33,12 @@ async function render(ctx) {
     const name = h(
         'input', {id: 'principal-name', required: true, placeholder: 'alice', autocomplete: 'off'});
     const kind = select(['user', 'service'], 'user', {id: 'principal-kind'});
-    const formErrors = errorBox();
-    const form = h(
-        'form',
-        {class: 'form inline', id: 'principal-form'},
-        formErrors,
-        h('div', {class: 'row'}, field('Name', name, '1–64 of A-Z a-z 0-9 . _ -'),
-          field('Kind', kind)),
-        h('button', {
-          type: 'submit',
-          class: 'btn primary',
-          dataset: {needs: 'install'},
-          text: 'Add principal'
-        }),
-    );
-    form.addEventListener('submit', async (e) => {
-      e.preventDefault();
-      formErrors.clear();
-      try {
-        await post('/api/v1/principals', {name: name.value.trim(), kind: kind.value});
-        reload();
-      } catch (err) {
-        formErrors.show(err);
-      }
-    });
+    const form = inlineForm(
+        'principal-form', [field('Name', name, '1–64 of A-Z a-z 0-9 . _ -'), field('Kind', kind)],
+        'Add principal', 'install', async () => {
+          await post('/api/v1/principals', {name: name.value.trim(), kind: kind.value});
+          reload();
+        });
     content.push(
         section(
             'Principals',
@@ -101,34 +83,24 @@ async function render(ctx) {
                         null;
   const days =
       h('input', {id: 'token-days', type: 'number', min: 1, step: 1, placeholder: 'never'});
-  const tokenErrors = errorBox();
-  const tokenForm = h(
-      'form',
-      {class: 'form inline', id: 'token-form'},
-      tokenErrors,
-      h('div', {class: 'row'}, owner ? field('For', owner) : null,
-        field('Expires after (days)', days, 'Empty: never expires.')),
-      h('button', {type: 'submit', class: 'btn primary', text: 'Create token'}),
-      shown,
-  );
-  tokenForm.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    tokenErrors.clear();
-    try {
-      const body = {};
-      if (owner) body.principal = owner.value;
-      if (days.value) body.expires_in_ms = Math.round(Number(days.value) * DAY_MS);
-      const minted = await post('/api/v1/tokens', body);
-      const value =
-          h('input', {id: 'token-value', readonly: true, class: 'mono', value: minted.token});
-      replace(
-          shown, notice('Copy this token now: it is shown once and never again.', 'warn'),
-          field('New token', value));
-      value.select();
-    } catch (err) {
-      tokenErrors.show(err);
-    }
-  });
+  const tokenForm = inlineForm(
+      'token-form',
+      [
+        owner ? field('For', owner) : null,
+        field('Expires after (days)', days, 'Empty: never expires.')
+      ],
+      'Create token', null, async () => {
+        const body = {};
+        if (owner) body.principal = owner.value;
+        if (days.value) body.expires_in_ms = Math.round(Number(days.value) * DAY_MS);
+        const minted = await post('/api/v1/tokens', body);
+        const value =
+            h('input', {id: 'token-value', readonly: true, class: 'mono', value: minted.token});
+        replace(
+            shown, notice('Copy this token now: it is shown once and never again.', 'warn'),
+            field('New token', value));
+        value.select();
+      }, shown);
   content.push(
       section(
           admin ? 'Tokens' : 'Your tokens',
@@ -167,31 +139,14 @@ async function render(ctx) {
     const role = select(
         session.who.installation_role === 'owner' ? ['admin', 'owner', 'none'] : ['admin', 'none'],
         'admin', {id: 'install-role'});
-    const formErrors = errorBox();
-    const form = h(
-        'form',
-        {class: 'form inline', id: 'install-form'},
-        formErrors,
-        h('div', {class: 'row'}, field('Principal', who), field('Role', role, 'none revokes')),
-        h('button', {
-          type: 'submit',
-          class: 'btn primary',
-          dataset: {needs: 'install'},
-          text: 'Set installation role'
-        }),
-    );
-    form.addEventListener('submit', async (e) => {
-      e.preventDefault();
-      formErrors.clear();
-      try {
-        await post(
-            '/api/v1/installation/bindings',
-            {principal: who.value.trim(), role: role.value, mutation_id: randomId()});
-        reload();
-      } catch (err) {
-        formErrors.show(err);
-      }
-    });
+    const form = inlineForm(
+        'install-form', [field('Principal', who), field('Role', role, 'none revokes')],
+        'Set installation role', 'install', async () => {
+          await post(
+              '/api/v1/installation/bindings',
+              {principal: who.value.trim(), role: role.value, mutation_id: randomId()});
+          reload();
+        });
     content.push(
         section(
             'Installation roles',

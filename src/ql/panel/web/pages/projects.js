@@ -5,7 +5,7 @@ import {get, post} from '../lib/api.js';
 import {h, randomId, replace} from '../lib/dom.js';
 import {timeEl} from '../lib/format.js';
 import {session} from '../lib/session.js';
-import {actionButton, allowed, badge, errorBox, facts, field, notice, pageHeader, section, select, table} from '../lib/ui.js';
+import {actionButton, allowed, badge, errorBox, facts, field, inlineForm, notice, pageHeader, section, select, table} from '../lib/ui.js';
 
 export const nav = {
   label: 'Projects',
@@ -45,37 +45,22 @@ async function renderList(ctx) {
   );
   let createForm = null;
   if (allowed('install')) {
-    const slug = h(
-        'input',
-        {id: 'project-slug', required: true, pattern: '[a-z0-9-]{1,64}', placeholder: 'payments'});
-    const name = h('input', {id: 'project-name', placeholder: 'Payments'});
-    const formErrors = errorBox();
-    createForm = h(
-        'form',
-        {class: 'form inline', id: 'project-form'},
-        formErrors,
-        h('div', {class: 'row'}, field('Slug', slug, '1–64 of a-z, 0-9 and -'),
-          field('Name', name)),
-        h('button', {
-          type: 'submit',
-          class: 'btn primary',
-          dataset: {needs: 'install'},
-          text: 'Create project'
-        }),
-    );
-    createForm.addEventListener('submit', async (e) => {
-      e.preventDefault();
-      formErrors.clear();
-      try {
-        const p = await post(
-            '/api/v1/projects', {slug: slug.value.trim(), name: name.value.trim() || undefined});
-        session.who = await get('/api/v1/whoami');
-        session.setProject(p.slug);
-        ctx.navigate(`/projects/${p.slug}`);
-      } catch (err) {
-        formErrors.show(err);
-      }
+    const slug = h('input', {
+      id: 'project-slug',
+      required: true,
+      pattern: '[a-z0-9-]{1,64}',
+      placeholder: 'payments',
     });
+    const name = h('input', {id: 'project-name', placeholder: 'Payments'});
+    createForm = inlineForm(
+        'project-form', [field('Slug', slug, '1–64 of a-z, 0-9 and -'), field('Name', name)],
+        'Create project', 'install', async () => {
+          const p = await post(
+              '/api/v1/projects', {slug: slug.value.trim(), name: name.value.trim() || undefined});
+          session.who = await get('/api/v1/whoami');
+          session.setProject(p.slug);
+          ctx.navigate(`/projects/${p.slug}`);
+        });
   }
   replace(
       ctx.main, pageHeader('Projects'), errors, section(null, tbl),
@@ -129,24 +114,9 @@ async function renderProject(ctx) {
     const roles = session.can('owner') ? ['viewer', 'operator', 'admin', 'owner'] :
                                          ['viewer', 'operator', 'admin'];
     const role = select(roles, 'viewer', {id: 'grant-role'});
-    const formErrors = errorBox();
-    grant = h(
-        'form',
-        {class: 'form inline', id: 'grant-form'},
-        formErrors,
-        h('div', {class: 'row'}, field('Principal', who, 'Name or id'), field('Role', role)),
-        h('button',
-          {type: 'submit', class: 'btn primary', dataset: {needs: 'admin'}, text: 'Grant role'}),
-    );
-    grant.addEventListener('submit', async (e) => {
-      e.preventDefault();
-      formErrors.clear();
-      try {
-        await write(who.value.trim(), role.value);
-      } catch (err) {
-        formErrors.show(err);
-      }
-    });
+    grant = inlineForm(
+        'grant-form', [field('Principal', who, 'Name or id'), field('Role', role)], 'Grant role',
+        'admin', () => write(who.value.trim(), role.value));
   }
   replace(
       ctx.main,

@@ -6,7 +6,7 @@ import {h, randomId, replace} from '../lib/dom.js';
 import {durationText, timeEl} from '../lib/format.js';
 import {forgetTask} from '../lib/lookup.js';
 import {session} from '../lib/session.js';
-import {actionButton, actionLink, badge, errorBox, facts, field, href, link, notice, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
+import {actionButton, actionLink, badge, errorBox, facts, field, href, link, notice, onSubmit, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
 
 import {runTable} from './runs.js';
 import {triggerTable} from './triggers.js';
@@ -295,28 +295,11 @@ async function renderForm(ctx, task) {
     value: spec.timeoutMs ? String(spec.timeoutMs / 1000) : '',
     placeholder: '86400'
   });
-  const attempts = h('input', {
-    id: 'task-attempts',
-    type: 'number',
-    min: 1,
-    max: 16,
-    step: 1,
-    value: String(retry.max_attempts)
-  });
-  const backoffBase = h('input', {
-    id: 'task-backoff-base',
-    type: 'number',
-    min: 0,
-    step: 1,
-    value: String(retry.backoff_base_ms)
-  });
-  const backoffMax = h('input', {
-    id: 'task-backoff-max',
-    type: 'number',
-    min: 0,
-    step: 1,
-    value: String(retry.backoff_max_ms)
-  });
+  const whole = (id, value, min, max) =>
+      h('input', {id, type: 'number', min, max, step: 1, value: String(value)});
+  const attempts = whole('task-attempts', retry.max_attempts, 1, 16);
+  const backoffBase = whole('task-backoff-base', retry.backoff_base_ms, 0);
+  const backoffMax = whole('task-backoff-max', retry.backoff_max_ms, 0);
   const safety =
       select(['unknown', 'idempotent', 'deduplicated'], retry.safety, {id: 'task-safety'});
   const onLost = h('input', {type: 'checkbox', id: 'task-on-lost', checked: retry.retry_on_lost});
@@ -392,51 +375,41 @@ async function renderForm(ctx, task) {
           text: 'Cancel'
         })),
   );
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errors.clear();
-    submit.disabled = true;
-    try {
-      const command = kind.value === 'shell' ?
-          {kind: 'shell', command: shellCommand.value, shell: shell.value} :
-          {
-            kind: 'argv',
-            file: file.value.trim(),
-            args: args.value === '' ? [] : args.value.split('\n')
-          };
-      const body = {
-        name: name.value.trim(),
-        spec: {command, environment: linesToMap(env.value, 'environment')},
-        labels: linesToMap(labels.value, 'labels'),
-        enabled: enabled.checked,
-        mutation_id: mutationId,
-      };
-      if (workdir.value.trim()) body.spec.workingDirectory = workdir.value.trim();
-      if (timeout.value !== '') body.spec.timeoutMs = Math.round(Number(timeout.value) * 1000);
-      if (enabled.checked) {
-        body.retry = {
-          max_attempts: Number(attempts.value),
-          backoff_base_ms: Number(backoffBase.value),
-          backoff_max_ms: Number(backoffMax.value),
-          safety: safety.value,
-          retry_on_lost: onLost.checked,
+  onSubmit(form, errors, async () => {
+    const command = kind.value === 'shell' ?
+        {kind: 'shell', command: shellCommand.value, shell: shell.value} :
+        {
+          kind: 'argv',
+          file: file.value.trim(),
+          args: args.value === '' ? [] : args.value.split('\n')
         };
-      }
-      let saved;
-      if (editing) {
-        saved = await post(
-            `/api/v1/tasks/${task.id}/revisions`, {...body, expected_revision: task.revision});
-        forgetTask(task.id);
-      } else {
-        saved = await post('/api/v1/tasks', body);
-      }
-      ctx.navigate(`/tasks/${saved.id}`);
-    } catch (err) {
-      errors.show(err);
-      errors.scrollIntoView({block: 'nearest'});
-    } finally {
-      submit.disabled = false;
+    const body = {
+      name: name.value.trim(),
+      spec: {command, environment: linesToMap(env.value, 'environment')},
+      labels: linesToMap(labels.value, 'labels'),
+      enabled: enabled.checked,
+      mutation_id: mutationId,
+    };
+    if (workdir.value.trim()) body.spec.workingDirectory = workdir.value.trim();
+    if (timeout.value !== '') body.spec.timeoutMs = Math.round(Number(timeout.value) * 1000);
+    if (enabled.checked) {
+      body.retry = {
+        max_attempts: Number(attempts.value),
+        backoff_base_ms: Number(backoffBase.value),
+        backoff_max_ms: Number(backoffMax.value),
+        safety: safety.value,
+        retry_on_lost: onLost.checked,
+      };
     }
+    let saved;
+    if (editing) {
+      saved = await post(
+          `/api/v1/tasks/${task.id}/revisions`, {...body, expected_revision: task.revision});
+      forgetTask(task.id);
+    } else {
+      saved = await post('/api/v1/tasks', body);
+    }
+    ctx.navigate(`/tasks/${saved.id}`);
   });
   replace(
       ctx.main, pageHeader(editing ? `Edit ${task.name} (revision ${task.revision})` : 'New task'),

@@ -6,7 +6,7 @@ import {debounce, h, randomId, replace} from '../lib/dom.js';
 import {offsetOf, shortId, timeEl, timeText, viewerZone} from '../lib/format.js';
 import {taskNames} from '../lib/lookup.js';
 import {session} from '../lib/session.js';
-import {actionButton, actionLink, badge, errorBox, facts, field, href, link, notice, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
+import {actionButton, actionLink, badge, errorBox, facts, field, href, link, notice, onSubmit, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
 
 export const nav = {
   label: 'Triggers',
@@ -304,27 +304,17 @@ async function renderForm(ctx) {
       h('aside', {class: 'split-side', 'aria-label': 'Preview'}, h('h2', {text: 'Preview'}),
         preview, h('p', {class: 'muted small', text: DST_RULE})),
   );
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errors.clear();
-    submit.disabled = true;
-    try {
-      const created = await post('/api/v1/triggers', {
-        task_id: taskSelect.value,
-        expression: expression.value.trim(),
-        timezone: zone.value.trim(),
-        misfire: misfire.value,
-        enabled: enabled.checked,
-        mutation_id: mutationId,
-      });
-      if (replacing && replacing.enabled) await post(`/api/v1/triggers/${replacing.id}/disable`);
-      ctx.navigate(`/triggers/${created.id}`);
-    } catch (err) {
-      errors.show(err);
-      errors.scrollIntoView({block: 'nearest'});
-    } finally {
-      submit.disabled = false;
-    }
+  onSubmit(form, errors, async () => {
+    const created = await post('/api/v1/triggers', {
+      task_id: taskSelect.value,
+      expression: expression.value.trim(),
+      timezone: zone.value.trim(),
+      misfire: misfire.value,
+      enabled: enabled.checked,
+      mutation_id: mutationId,
+    });
+    if (replacing && replacing.enabled) await post(`/api/v1/triggers/${replacing.id}/disable`);
+    ctx.navigate(`/triggers/${created.id}`);
   });
   replace(
       ctx.main,
