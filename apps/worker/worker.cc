@@ -314,6 +314,16 @@ void Worker::HeartbeatLoop() {
     Result<HeartbeatAnswer> answer = control_.Heartbeat(session, available);
     if (!answer.ok()) {
       if (IsFatal(answer.status())) {
+        // A heartbeat of a session this worker has replaced meanwhile (an expired or offline
+        // one) can arrive after the new registration and be fenced by it: that newer session
+        // is our own (or about to be), so only a fence of the current session stops the
+        // worker.
+        bool replaced = false;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          replaced = registering_ || session_.session_id != session.session_id;
+        }
+        if (replaced) continue;
         SetFatal(answer.status());
         return;
       }
@@ -455,18 +465,25 @@ int64_t Worker::RenewSession() {
       return options_.pull_interval_ms;
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    registering_ = true;
+  }
   Result<std::optional<SessionGrant>> grant = RegisterSession();
+  const std::string replaced = session_.session_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (grant.ok() && grant->has_value()) {
+      session_ = SessionRef{(*grant)->session_id, (*grant)->generation};
+      awaiting_new_session_ = false;
+    }
+    registering_ = false;
+  }
   if (!grant.ok()) {
     SetFatal(grant.status());
     return 0;
   }
   if (!grant->has_value()) return 0;  // a drain was requested meanwhile
-  const std::string replaced = session_.session_id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    session_ = SessionRef{(*grant)->session_id, (*grant)->generation};
-    awaiting_new_session_ = false;
-  }
   Log("registered session " + session_.session_id + " generation " +
       std::to_string(session_.generation) + " in place of offline session " + replaced);
   return 0;

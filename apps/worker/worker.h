@@ -152,6 +152,7 @@ class Worker {
   bool drain_requested_ = false;                             // guarded by mu_
   bool stop_heartbeat_ = false;                              // guarded by mu_
   bool awaiting_new_session_ = false;                        // guarded by mu_
+  bool registering_ = false;  // a replacement session is being registered; guarded by mu_
   std::optional<Status> fatal_;                              // guarded by mu_
   std::map<std::string, std::shared_ptr<RunContext>> runs_;  // by offer id; guarded by mu_
 };

@@ -56,6 +56,7 @@ int64_t NowMs() { return SystemClock().MonotonicMs(); }
 struct Call {
   std::string step;      // register, heartbeat, drain, offline, pull, or a lease step
   std::string offer_id;  // lease calls only
+  std::string session_id;  // session calls only (heartbeat, drain, offline): from the path
   json body;
   std::string authorization;
   int64_t at_ms = 0;  // monotonic
@@ -70,6 +71,16 @@ struct Reply {
 
 json Error(const std::string& code) {
   return json{{"code", code}, {"message", "scripted " + code}};
+}
+
+// Polls `done` every 5 ms until it holds or `timeout_ms` pass; returns whether it held.
+bool WaitUntil(const std::function<bool()>& done, int64_t timeout_ms) {
+  const int64_t until = NowMs() + timeout_ms;
+  while (!done()) {
+    if (NowMs() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 // A control plane that leases queued runs to the pulls, keeps their output, and records
@@ -119,6 +130,13 @@ class FakeControlPlane {
   void SetOverride(const std::string& step, Override fn) {
     std::lock_guard<std::mutex> lock(mu_);
     overrides_[step] = std::move(fn);
+  }
+
+  // Runs `hold` on every call of `step` before the call is recorded or answered (without the
+  // fake's lock), so a test can make a request arrive later than others sent after it.
+  void SetHold(const std::string& step, std::function<void(const Call&)> hold) {
+    std::lock_guard<std::mutex> lock(hold_mu_);
+    holds_[step] = std::move(hold);
   }
 
   std::vector<Call> Calls() const {
@@ -191,6 +209,21 @@ class FakeControlPlane {
       call.step = rest.substr(rest.find('/') + 1);
     } else {
       call.step = path.substr(path.rfind('/') + 1);
+      const std::string sessions = "/worker/v1/sessions/";
+      if (path.rfind(sessions, 0) == 0) {
+        const std::string rest = path.substr(sessions.size());
+        call.session_id = rest.substr(0, rest.find('/'));
+      }
+    }
+    std::function<void(const Call&)> hold;
+    {
+      std::lock_guard<std::mutex> lock(hold_mu_);
+      auto it = holds_.find(call.step);
+      if (it != holds_.end()) hold = it->second;
+    }
+    if (hold) {
+      hold(call);
+      call.at_ms = NowMs();
     }
     Reply reply;
     {
@@ -228,6 +261,7 @@ class FakeControlPlane {
                         {"lease_ttl_ms", lease_ttl_ms_}}};
     }
     if (call.step == "heartbeat") {
+      if (call.session_id != session_id_) return {409, Error("session_fenced")};
       if (session_state_ == "offline") return {409, Error("session_expired")};
       session_state_ = "active";
       return {200, json{{"status", "active"}, {"expires_at_ms", 1790000030000}, {"cancel", {}}}};
@@ -305,6 +339,8 @@ class FakeControlPlane {
   int port_ = 0;
   std::thread thread_;
 
+  std::mutex hold_mu_;
+  std::map<std::string, std::function<void(const Call&)>> holds_;
   mutable std::mutex mu_;
   std::vector<Call> calls_;
   std::map<std::string, Override> overrides_;
@@ -693,6 +729,46 @@ TEST(WorkerTest, AnOfflineSessionIsReplacedOnceItsRunsEndedAndTheWorkerKeepsRunn
   EXPECT_TRUE(fake.CallsOf("drain").empty());
   EXPECT_TRUE(worker.Drain().ok());
   EXPECT_EQ(fake.CallsOf("offline").back().body["generation"], 2);
+}
+
+// A heartbeat of the offline session, sent just before the worker registered its new session
+// but arriving after, is answered session_fenced: the newer session is the worker's own, so it
+// must not stop. Once the session is offline the fake holds the latest heartbeat of the old
+// session until a newer one arrives (which releases it) or the new session is registered; the
+// main thread's own renewal heartbeat is thus released by the heartbeat thread's next beat, and
+// the beat held last is answered after the registration.
+TEST(WorkerTest, AFencedAnswerToAHeartbeatOfTheSessionItReplacedDoesNotStopTheWorker) {
+  FakeControlPlane fake(/*lease_ttl_ms=*/3000, /*heartbeat_interval_ms=*/100);
+  std::atomic<bool> offline{false};
+  std::atomic<int> tickets{0};
+  std::atomic<int> held_past_registration{0};
+  fake.SetHold("heartbeat", [&](const Call& call) {
+    if (!offline || call.session_id != kSessionId) return;
+    const int ticket = ++tickets;
+    auto registered = [&] { return fake.CallsOf("register").size() >= 2; };
+    WaitUntil([&] { return tickets != ticket || registered(); }, 5000);
+    if (tickets == ticket && registered()) ++held_past_registration;
+  });
+  WorkerUnderTest worker(fake);
+  ASSERT_TRUE(fake.WaitForStep("pull", 10000));
+  offline = true;
+  fake.SetSessionState("offline");
+  ASSERT_TRUE(fake.WaitFor([](const std::vector<Call>& calls) {
+    return std::count_if(calls.begin(), calls.end(),
+                         [](const Call& c) { return c.step == "register"; }) == 2;
+  }, 10000));
+  fake.AddRun({"/bin/sh", "-c", "echo after"});
+  ASSERT_TRUE(fake.WaitForStep("complete", 10000));
+  EXPECT_FALSE(worker.WaitReturned(300)) << "the worker stopped on its own old session";
+  // The interleaving happened: an old-session heartbeat was answered after the registration
+  // of the new session (so session_fenced).
+  EXPECT_EQ(held_past_registration.load(), 1);
+  const std::vector<Call> beats = fake.CallsOf("heartbeat");
+  const std::vector<Call> registers = fake.CallsOf("register");
+  EXPECT_TRUE(std::any_of(beats.begin(), beats.end(), [&](const Call& c) {
+    return c.session_id == kSessionId && c.at_ms >= registers[1].at_ms;
+  }));
+  EXPECT_TRUE(worker.Drain().ok());
 }
 
 TEST(WorkerTest, DrainCancelsCommandsStillRunningAtTheTimeoutAndGoesOffline) {
