@@ -1021,6 +1021,44 @@ TEST_P(ClusterScheduleTest, AnAcquisitionTimeAheadOfTheDatabaseClockFailsClosed)
   EXPECT_TRUE(Outcome(a_->CommitClaimDecision(decision), AdvanceOutcome::kApplied));
 }
 
+TEST_P(ClusterScheduleTest, APublishFromANodeWhoseClockIsADayAheadInitialisesFromTheDatabase) {
+  // A management node whose clock runs a day ahead of the database publishes the trigger.
+  testing::FakeClock node(DbNowMs() + 86'400'000);
+  ControlOptions options;
+  options.executor_type = kRemote;
+  options.grace_ms = kGraceMs;
+  ControlService skewed(*store_a_, node, random_, options);
+  Result<PublishedTask> task =
+      skewed.PublishTask(TaskWrite{TaskBody("skewed", "echo skewed"), std::nullopt});
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  TriggerWrite write;
+  write.task_id = task->task.head.task_id;
+  write.expression = "* * * * *";
+  write.timezone = "UTC";
+  write.misfire = "skip";
+  const int64_t before = DbNowMs();
+  Result<PublishedTrigger> trigger = skewed.AddTrigger(write);
+  const int64_t after = DbNowMs();
+  ASSERT_TRUE(trigger.ok()) << trigger.status().ToString();
+  const std::string id = trigger->trigger.head.trigger_id;
+  const int64_t published = SqlInt("SELECT published_at_ms" + Where(id));
+  EXPECT_GE(published, before);
+  EXPECT_LE(published, after);
+  EXPECT_EQ(SqlInt("SELECT updated_at_ms" + Where(id)), published);
+
+  // The cursor is initialised to the first minute after the database's publication time, not a
+  // day later, and the claim is the first that can admit it.
+  std::optional<ScheduleClaim> claim = ClaimOnly(*a_, id, "replica-a");
+  ASSERT_TRUE(claim.has_value());
+  const ClaimDecision init = Decide(*claim);
+  EXPECT_FALSE(init.run.has_value());
+  ASSERT_TRUE(init.new_next_fire_at_ms.has_value());
+  EXPECT_EQ(*init.new_next_fire_at_ms, NextFireAfter("* * * * *", published));
+  EXPECT_LE(*init.new_next_fire_at_ms, claim->acquired_at_ms + 60'000);
+  EXPECT_TRUE(Outcome(a_->CommitClaimDecision(init), AdvanceOutcome::kApplied));
+  EXPECT_EQ(SqlInt("SELECT next_fire_at_ms" + Where(id)), *init.new_next_fire_at_ms);
+}
+
 TEST_P(ClusterScheduleTest, AnAdmittedOccurrenceIsNotAdmittedAgainAndItsCursorMovesOn) {
   TaskView task = NewTask("once");
   const std::string trigger = NewTrigger(task, kEverySecond);

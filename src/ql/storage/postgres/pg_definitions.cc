@@ -273,20 +273,22 @@ Result<PublishTriggerResult> PostgresStore::PublishTriggerRevision(
     // this publication, the bumped state_version kills every decision taken before, and the
     // bumped claim_version with the cleared claim fences every claim taken on an older
     // revision. last_scheduled_at_ms describes the trigger's history and is kept (as SQLite).
+    // The publication time initialises the cursor, so it is one reading of the database
+    // clock, never the node's.
     QL_RETURN_IF_ERROR(Execute(
         tx,
         "INSERT INTO trigger_schedules (trigger_id, project_id, trigger_revision, enabled, "
         "next_fire_at_ms, last_scheduled_at_ms, state_version, published_at_ms, exhausted, "
         "claim_owner, claim_token, claim_version, claim_expires_at_ms, updated_at_ms) "
-        "VALUES ($1, $2, $3, $4, NULL, NULL, 1, $5, false, NULL, NULL, 0, NULL, $5) "
+        "SELECT $1, $2, $3, $4, NULL, NULL, 1, c.now_ms, false, NULL, NULL, 0, NULL, c.now_ms "
+        "FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) c "
         "ON CONFLICT (trigger_id) DO UPDATE SET "
         "trigger_revision = excluded.trigger_revision, enabled = excluded.enabled, "
         "next_fire_at_ms = NULL, state_version = trigger_schedules.state_version + 1, "
         "published_at_ms = excluded.published_at_ms, exhausted = false, claim_owner = NULL, "
         "claim_token = NULL, claim_version = trigger_schedules.claim_version + 1, "
         "claim_expires_at_ms = NULL, updated_at_ms = excluded.updated_at_ms",
-        {P(stored.trigger_id), P(stored.project_id), P(stored.revision), P(stored.enabled),
-         P(cmd.now_ms)}));
+        {P(stored.trigger_id), P(stored.project_id), P(stored.revision), P(stored.enabled)}));
     out = PublishTriggerResult{std::move(stored), false};
     return Status();
   }));
