@@ -31,6 +31,9 @@ struct StoreFactory {
   std::string name;
   // Returns a fresh, empty, fully migrated store that no other test shares.
   std::function<std::unique_ptr<Store>()> make;
+  // Reads the clock the store stamps a trigger's publication with when that is the database's
+  // own clock (PostgreSQL); empty when the store uses the test's FakeClock.
+  std::function<int64_t()> database_clock_ms;
 };
 
 // Prints the factory's name (GoogleTest calls this for parameter values).
@@ -49,6 +52,8 @@ class RepositoryContractTest : public ::testing::TestWithParam<StoreFactory> {
   const ProjectRecord& project() const { return project_; }
   FakeClock& clock() { return clock_; }
   int64_t Now() const { return clock_.NowMs(); }
+  // Returns the time the store would stamp a publication with now (StoreFactory).
+  int64_t PublicationClockMs() const;
   // Returns a new UUIDv7 stamped with the fake clock.
   std::string NewId();
 

@@ -57,9 +57,15 @@ std::unique_ptr<PostgresStore> OpenStore(const std::string& database, bool with_
 }
 
 testing::StoreFactory PostgresFactory() {
-  return testing::StoreFactory{"postgres", []() -> std::unique_ptr<Store> {
-                                 return OpenStore(PgTestCluster::Get().NewDatabase());
-                               }};
+  return testing::StoreFactory{
+      "postgres",
+      []() -> std::unique_ptr<Store> { return OpenStore(PgTestCluster::Get().NewDatabase()); },
+      []() -> int64_t {
+        Result<std::string> now = PgTestCluster::Get().server().Psql(
+            "postgres", "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint");
+        EXPECT_TRUE(now.ok()) << now.status().ToString();
+        return now.ok() ? std::stoll(*now) : 0;
+      }};
 }
 
 }  // namespace
