@@ -42,7 +42,8 @@ LocalScheduler::LocalScheduler(ScheduleRepository& schedules, DefinitionReposito
       options_(std::move(options)),
       decider_(definitions, random, options_.executor_type, options_.grace_ms) {
   metrics_.Describe("ql_scheduler_occurrences_total", "counter",
-                    "Schedule decisions applied, by outcome (initialize, admit, skip, raced).");
+                    "Schedule decisions applied, by outcome (initialize, admit, skip, raced, "
+                    "already_admitted).");
   metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
   metrics_.Describe("ql_scheduler_round_rows", "histogram", "Rows decided per round.");
   metrics_.Describe("ql_scheduler_lag_seconds", "histogram",
@@ -88,7 +89,11 @@ Status LocalScheduler::DecideAndApply(const DueSchedule& due, int64_t now_ms, Ro
     return Status::Ok();
   }
   if (advance.exhausted) ++report.exhausted;
-  if (advance.run.has_value()) {
+  if (outcome == AdvanceOutcome::kAlreadyAdmitted) {
+    // The cursor moved past an occurrence whose key a run holds already.
+    ++report.already_admitted;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="already_admitted")");
+  } else if (advance.run.has_value()) {
     ++report.admitted;
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="admit")");
     metrics_.Observe("ql_scheduler_lag_seconds",

@@ -1,6 +1,7 @@
 #include "ql/engine/local_scheduler.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <filesystem>
@@ -154,6 +155,34 @@ TEST_F(LocalSchedulerTest, OccurrencesInsideTheGraceAreEachAdmittedOnceInOrder) 
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(runs[i].scheduled_for_ms, Ms("2026-06-01T12:01:00Z") + i * 60'000);
   }
+}
+
+TEST_F(LocalSchedulerTest, ACursorOnAnAdmittedOccurrenceMovesPastItInsteadOfStalling) {
+  const std::string trigger = AddTrigger(AddTask(), "0 * * * * *");
+  LocalScheduler scheduler = MakeScheduler();
+  Round(scheduler);
+  clock_.SetNowMs(Ms("2026-06-01T12:01:00.010Z"));
+  ASSERT_EQ(Round(scheduler).admitted, 1);
+  // The cursor is put back onto the occurrence that has its run.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/q.db").c_str(), &db), SQLITE_OK);
+  const std::string back = "UPDATE trigger_schedules SET next_fire_at_ms = " +
+                           std::to_string(Ms("2026-06-01T12:01:00Z")) + " WHERE trigger_id = '" +
+                           trigger + "'";
+  EXPECT_EQ(sqlite3_exec(db, back.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+
+  // One round moves the cursor past it without a second run; the next occurrence is admitted.
+  RoundReport r = Round(scheduler);
+  EXPECT_EQ(r.already_admitted, 1);
+  EXPECT_EQ(r.raced, 0);
+  EXPECT_EQ(r.admitted, 0);
+  EXPECT_EQ(Runs(trigger).size(), 1u);
+  EXPECT_EQ(store_->definitions().GetSchedule(trigger)->next_fire_at_ms,
+            Ms("2026-06-01T12:02:00Z"));
+  clock_.SetNowMs(Ms("2026-06-01T12:02:00.010Z"));
+  EXPECT_EQ(Round(scheduler).admitted, 1);
+  EXPECT_EQ(Runs(trigger).size(), 2u);
 }
 
 TEST_F(LocalSchedulerTest, SkipPolicyAdmitsNothingAfterLongDowntime) {

@@ -149,6 +149,9 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
     }
 
     std::optional<int64_t> last_scheduled;
+    // An occurrence admitted already gets no second run; the cursor still moves past it, so
+    // the trigger does not stall on it.
+    bool already = false;
     if (advance.run.has_value()) {
       const NewRun& run = *advance.run;
       if (run.project_id != project_id || run.task_id != task_id) {
@@ -162,10 +165,14 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
           QueryOne<int64_t>(tx, "SELECT 1 FROM runs WHERE project_id = $1 AND idempotency_key = $2",
                             {P(run.project_id), P(*run.idempotency_key)},
                             [](const Rows& r, int i) { return r.Int(i, 0); }));
-      if (!exec_ok || taken.has_value()) {
+      if (!exec_ok) {
         tx.RollbackOnly();
         return Status();
       }
+      already = taken.has_value();
+    }
+    if (advance.run.has_value() && !already) {
+      const NewRun& run = *advance.run;
       Status inserted = pg::InsertQueuedRun(tx, run, run.now_ms);
       if (inserted.reason() == "idempotency_key_duplicate") {
         // Admitted meanwhile under the unique key. The failed statement aborted the
@@ -199,7 +206,7 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
       tx.RollbackOnly();
       return Status();
     }
-    out = AdvanceOutcome::kApplied;
+    out = already ? AdvanceOutcome::kAlreadyAdmitted : AdvanceOutcome::kApplied;
     return Status();
   }));
   return out;

@@ -142,6 +142,9 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
     }
 
     std::optional<int64_t> last_scheduled;
+    // An occurrence admitted already gets no second run; the cursor still moves past it, so
+    // the trigger does not stall on it.
+    bool already = false;
     if (advance.run.has_value()) {
       const NewRun& run = *advance.run;
       if (run.project_id != project_id || run.task_id != task_id) {
@@ -155,10 +158,14 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
           QueryOne<int64_t>(
               *db_, "SELECT 1 FROM runs WHERE project_id = ? AND idempotency_key = ?",
               [](const Stmt& s) { return s.Int(0); }, run.project_id, *run.idempotency_key));
-      if (!exec_ok || taken.has_value()) {
+      if (!exec_ok) {
         tx.RollbackOnly();
         return Status();
       }
+      already = taken.has_value();
+    }
+    if (advance.run.has_value() && !already) {
+      const NewRun& run = *advance.run;
       Status inserted = InsertQueuedRun(*db_, run);
       if (inserted.reason() == "idempotency_key_duplicate") {
         tx.RollbackOnly();
@@ -179,7 +186,7 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
       return Status();
     }
     QL_RETURN_IF_ERROR(cas);
-    out = AdvanceOutcome::kApplied;
+    out = already ? AdvanceOutcome::kAlreadyAdmitted : AdvanceOutcome::kApplied;
     return Status();
   }));
   return out;
