@@ -232,7 +232,7 @@ class Publisher {
 class Replica {
  public:
   static std::unique_ptr<Replica> Open(const std::string& owner, const std::string& runtime_url,
-                                       int64_t lease_ms) {
+                                       int64_t lease_ms, AdmissionIsolation isolation) {
     PostgresStoreOptions options;
     options.runtime.url = runtime_url;
     options.runtime.max_connections = 2;
@@ -253,7 +253,7 @@ class Replica {
       ADD_FAILURE() << valid.ToString();
       return nullptr;
     }
-    return std::unique_ptr<Replica>(new Replica(std::move(store).value(), scheduler));
+    return std::unique_ptr<Replica>(new Replica(std::move(store).value(), scheduler, isolation));
   }
 
   ~Replica() { Stop(); }
@@ -289,10 +289,11 @@ class Replica {
   }
 
  private:
-  Replica(std::unique_ptr<PostgresStore> store, const ClusterSchedulerOptions& options)
+  Replica(std::unique_ptr<PostgresStore> store, const ClusterSchedulerOptions& options,
+          AdmissionIsolation isolation)
       : owner_(options.owner),
         store_(std::move(store)),
-        schedules_(store_->runtime_pool(), AdmissionIsolation::kReadCommitted),
+        schedules_(store_->runtime_pool(), isolation),
         scheduler_(std::make_unique<ClusterScheduler>(schedules_, store_->definitions(),
                                                       SecureRandom(), metrics_, options)),
         loop_(std::make_unique<RoundLoop>([this] { return Round(); }, sleeper_)) {}
@@ -639,9 +640,10 @@ int64_t ExpectTakenOverAfterExpiry(Probe& probe, const HeldClaims& held) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tests 1–4: a fresh database on the shared test server per test.
+// Tests 1–4: a fresh database on the shared test server per test, under each admission
+// isolation.
 
-class ClusterFaultsTest : public ::testing::Test {
+class ClusterFaultsTest : public ::testing::TestWithParam<AdmissionIsolation> {
  protected:
   void SetUp() override {
     PgTestCluster& cluster = PgTestCluster::Get();
@@ -655,7 +657,8 @@ class ClusterFaultsTest : public ::testing::Test {
 
   void StartReplicas(const std::vector<std::string>& owners, int64_t lease_ms) {
     for (const std::string& owner : owners) {
-      std::unique_ptr<Replica> replica = Replica::Open(owner, runtime_url_, lease_ms);
+      std::unique_ptr<Replica> replica =
+          Replica::Open(owner, runtime_url_, lease_ms, GetParam());
       ASSERT_NE(replica, nullptr);
       replica->Start();
       replicas_.push_back(std::move(replica));
@@ -671,7 +674,7 @@ class ClusterFaultsTest : public ::testing::Test {
   Replicas replicas_;
 };
 
-TEST_F(ClusterFaultsTest, ThreeReplicasAdmitEveryOccurrenceOfTwoHundredTriggersExactlyOnce) {
+TEST_P(ClusterFaultsTest, ThreeReplicasAdmitEveryOccurrenceOfTwoHundredTriggersExactlyOnce) {
   Phases phases("three-replicas");
   const std::vector<std::string> triggers = publisher_->PublishEverySecond(200);
   ASSERT_EQ(triggers.size(), 200u);
@@ -696,7 +699,7 @@ TEST_F(ClusterFaultsTest, ThreeReplicasAdmitEveryOccurrenceOfTwoHundredTriggersE
   std::cout << "[three-replicas] runs=" << runs << " through=" << through << "\n";
 }
 
-TEST_F(ClusterFaultsTest, AReplicaKilledHoldingClaimsIsTakenOverOnlyAfterTheDatabaseExpiry) {
+TEST_P(ClusterFaultsTest, AReplicaKilledHoldingClaimsIsTakenOverOnlyAfterTheDatabaseExpiry) {
   Phases phases("killed-holding-claims");
   const std::vector<std::string> triggers = publisher_->PublishEverySecond(24);
   ASSERT_EQ(triggers.size(), 24u);
@@ -737,7 +740,7 @@ TEST_F(ClusterFaultsTest, AReplicaKilledHoldingClaimsIsTakenOverOnlyAfterTheData
             << "ms takeover_after_expiry=" << takeover_ms << "ms runs=" << runs << "\n";
 }
 
-TEST_F(ClusterFaultsTest, TerminatedBackendsMidRoundLeaveExactlyOneRunPerOccurrence) {
+TEST_P(ClusterFaultsTest, TerminatedBackendsMidRoundLeaveExactlyOneRunPerOccurrence) {
   Phases phases("terminated-backends");
   const std::vector<std::string> triggers = publisher_->PublishEverySecond(100);
   ASSERT_EQ(triggers.size(), 100u);
@@ -790,7 +793,7 @@ TEST_F(ClusterFaultsTest, TerminatedBackendsMidRoundLeaveExactlyOneRunPerOccurre
             << " admitted_seen=" << TotalAdmitted(replicas_) << "\n";
 }
 
-TEST_F(ClusterFaultsTest, ALostCommitReplyOfAnAdmissionConvergesToOneRunPerOccurrence) {
+TEST_P(ClusterFaultsTest, ALostCommitReplyOfAnAdmissionConvergesToOneRunPerOccurrence) {
   Phases phases("lost-commit-reply");
   const std::vector<std::string> triggers = publisher_->PublishEverySecond(60);
   ASSERT_EQ(triggers.size(), 60u);
@@ -836,7 +839,9 @@ TEST_F(ClusterFaultsTest, ALostCommitReplyOfAnAdmissionConvergesToOneRunPerOccur
 // ---------------------------------------------------------------------------------------------
 // Test 5: physical failover with a claim held across the promotion.
 
-TEST(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAdmitsTheRest) {
+class ClusterFailoverTest : public ::testing::TestWithParam<AdmissionIsolation> {};
+
+TEST_P(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAdmitsTheRest) {
   ::setenv(pg::kAllowInsecureEnv, "true", 1);
   Phases phases("failover");
   PostgresServerOptions server_options;
@@ -882,7 +887,8 @@ TEST(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAdmi
   ASSERT_NE(old_primary_probe, nullptr);
 
   // A replica on the primary admits while A claims a batch with a long lease and dies with it.
-  std::unique_ptr<Replica> p = Replica::Open("replica-p", primary->Url(pg::kRuntimeRole, db), 2000);
+  std::unique_ptr<Replica> p =
+      Replica::Open("replica-p", primary->Url(pg::kRuntimeRole, db), 2000, GetParam());
   ASSERT_NE(p, nullptr);
   p->Start();
   ASSERT_TRUE(WaitFor([&] { return WarmedUp(*old_primary_probe); }, kWarmUpWaitMs));
@@ -940,7 +946,7 @@ TEST(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAdmi
   Replicas replicas;
   for (const char* owner : {"replica-q", "replica-r"}) {
     std::unique_ptr<Replica> replica =
-        Replica::Open(owner, standby->Url(pg::kRuntimeRole, db), 2000);
+        Replica::Open(owner, standby->Url(pg::kRuntimeRole, db), 2000, GetParam());
     ASSERT_NE(replica, nullptr);
     replica->Start();
     replicas.push_back(std::move(replica));
@@ -991,6 +997,19 @@ TEST(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAdmi
             << " unclaimed_admitted_before_expiry=" << admitted_before_expiry << "/" << unclaimed
             << " takeover_after_expiry=" << takeover_ms << "ms runs=" << runs << "\n";
 }
+
+std::string IsolationName(const ::testing::TestParamInfo<AdmissionIsolation>& info) {
+  return info.param == AdmissionIsolation::kSerializable ? "Serializable" : "ReadCommitted";
+}
+
+INSTANTIATE_TEST_SUITE_P(Isolations, ClusterFaultsTest,
+                         ::testing::Values(AdmissionIsolation::kSerializable,
+                                           AdmissionIsolation::kReadCommitted),
+                         IsolationName);
+INSTANTIATE_TEST_SUITE_P(Isolations, ClusterFailoverTest,
+                         ::testing::Values(AdmissionIsolation::kSerializable,
+                                           AdmissionIsolation::kReadCommitted),
+                         IsolationName);
 
 }  // namespace
 }  // namespace ql
