@@ -206,7 +206,9 @@ class ScheduleRepository {
   // version and cursor, task head, revision and digest, and the execution revision; on any drift
   // returns kRaced and writes nothing. Otherwise inserts the run, its claimed attempt, its retry
   // policy and events run.created + run.queued, and advances the cursor with state_version + 1.
-  // A second admission of the same idempotency key is impossible (unique key): kRaced.
+  // A second admission of the same idempotency key is impossible (unique key): when a run holds
+  // the occurrence's key already, no run is written, the cursor advances as decided and the
+  // outcome is kAlreadyAdmitted, so a cursor left on an admitted occurrence does not stall.
   // The admitted run must be the cron occurrence at expected_next_fire_at_ms of the expected
   // trigger and task revisions, keyed CronIdempotencyKey(...), else InvalidArgument; a trigger
   // without a schedule row is NotFound.
@@ -237,6 +239,9 @@ struct ScheduleClaim {
   int64_t claim_version = 0;
   int64_t acquired_at_ms = 0;  // the database clock reading of the claim statement
   int64_t expires_at_ms = 0;
+  // Where the store wrote the claimed row version (PostgreSQL: its ctid). A hint that lets the
+  // admission reach the row without an index; "" or a stale address only costs a lookup by key.
+  std::string row_address;
 };
 
 // What to commit for one claim: the decision taken with acquired_at_ms as "now".

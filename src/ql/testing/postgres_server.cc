@@ -171,7 +171,10 @@ Result<std::unique_ptr<PostgresServer>> PostgresServer::Start(
          << "unix_socket_directories = '" << server->root_dir_ << "'\n"
          << "max_connections = 200\n"
          << "shared_buffers = 128MB\n"
-         << "log_min_messages = warning\n";
+         << "log_min_messages = warning\n"
+         // The predicate-lock room a SERIALIZABLE admission of a 256-row batch needs without
+         // escalating to page or relation locks (docs/design-notes.md).
+         << "max_pred_locks_per_transaction = 1024\nmax_pred_locks_per_page = 128\n";
     if (options.fast) {
       conf << "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n";
     }

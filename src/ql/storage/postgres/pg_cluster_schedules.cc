@@ -40,16 +40,23 @@ constexpr int64_t kMinIdleBoundMs = 1000;
 // expiry, and other replicas take them over.
 // The governance lock is taken shared first (pg_governance.h): an archive of the project either
 // committed before and the definitions read next see it, or waits for this admission.
-constexpr char kLockSchedules[] =
-    "WITH fence AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared($5::bigint) AS locked), "
-    "clock AS MATERIALIZED (SELECT c.now_ms, set_config("
-    "'idle_in_transaction_session_timeout', least(greatest($2::bigint - c.now_ms, $4::bigint), "
-    "$3::bigint)::text, true) AS idle_bound FROM fence, (SELECT (extract(epoch FROM "
-    "clock_timestamp()) * 1000)::bigint AS now_ms) c) "
-    "SELECT s.trigger_id, s.project_id, s.trigger_revision, s.state_version, "
-    "s.next_fire_at_ms, s.exhausted, s.claim_owner, s.claim_token::text, "
-    "s.claim_version, s.claim_expires_at_ms, s.updated_at_ms, clock.now_ms "
-    "FROM ql3.trigger_schedules s CROSS JOIN clock "
+// The rows are reached by the addresses their claims wrote ($6, a TID scan), so a SERIALIZABLE
+// admission predicate-locks only its own row versions and no page of an index that the other
+// replicas' admissions write into; kLockByKey reaches them through the primary key instead.
+#define QL_LOCK_SCHEDULES_HEAD                                                                  \
+  "WITH fence AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared($5::bigint) AS locked), "    \
+  "clock AS MATERIALIZED (SELECT c.now_ms, set_config("                                         \
+  "'idle_in_transaction_session_timeout', least(greatest($2::bigint - c.now_ms, $4::bigint), "  \
+  "$3::bigint)::text, true) AS idle_bound FROM fence, (SELECT (extract(epoch FROM "             \
+  "clock_timestamp()) * 1000)::bigint AS now_ms) c) "                                           \
+  "SELECT s.trigger_id, s.project_id, s.trigger_revision, s.state_version, "                    \
+  "s.next_fire_at_ms, s.exhausted, s.claim_owner, s.claim_token::text, "                        \
+  "s.claim_version, s.claim_expires_at_ms, s.updated_at_ms, clock.now_ms, s.ctid::text "        \
+  "FROM ql3.trigger_schedules s CROSS JOIN clock "
+constexpr char kLockByAddress[] = QL_LOCK_SCHEDULES_HEAD
+    "WHERE s.ctid = ANY($6::tid[]) AND s.trigger_id = ANY($1::text[]) "
+    "ORDER BY s.trigger_id FOR UPDATE OF s";
+constexpr char kLockByKey[] = QL_LOCK_SCHEDULES_HEAD
     "WHERE s.trigger_id = ANY($1::text[]) ORDER BY s.trigger_id FOR UPDATE OF s";
 
 // The fresh database-clock reading right before COMMIT; it lets the session sit idle only until
@@ -98,7 +105,7 @@ constexpr char kClaimTail[] =
     "s.last_scheduled_at_ms, s.state_version, s.published_at_ms, s.exhausted, s.updated_at_ms, "
     "s.claim_version, s.claim_expires_at_ms, clock.now_ms, "
     "g.revision, g.mutation_id, g.task_id, g.task_revision, g.task_digest, g.expression, "
-    "g.timezone, g.misfire, g.enabled, g.content_digest, g.created_at_ms, e.id";
+    "g.timezone, g.misfire, g.enabled, g.content_digest, g.created_at_ms, e.id, s.ctid::text";
 
 bool Before(const ScheduleClaim& a, const ScheduleClaim& b) {
   const auto& x = a.due.schedule;
@@ -235,6 +242,7 @@ Result<std::vector<ScheduleClaim>> PostgresClusterSchedules::ClaimDueSchedules(
       t.content_digest = rows.Text(i, 21);
       t.created_at_ms = rows.Int(i, 22);
       c.execution_revision_id = rows.OptText(i, 23).value_or("");
+      c.row_address = rows.Text(i, 24);
       c.owner = request.owner;
       c.token = request.token;
       claims.push_back(std::move(c));
@@ -266,36 +274,50 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
   if (decisions.empty() || decisions.size() > 256) {
     return InvalidArgument("invalid_claim", "a batch holds 1..256 decisions");
   }
-  std::vector<std::optional<std::string>> ids;
+  std::vector<std::optional<std::string>> ids, addresses;
   int64_t earliest_claimed_expiry = INT64_MAX;
+  // The rows are reached by the addresses their claims wrote while every claim has one.
+  bool by_address = true;
   for (const ClaimDecision& d : decisions) {
     QL_RETURN_IF_ERROR(ValidateDecision(d));
     ids.push_back(d.claim.due.schedule.trigger_id);
+    addresses.push_back(d.claim.row_address);
+    by_address = by_address && !d.claim.row_address.empty();
     earliest_claimed_expiry = std::min(earliest_claimed_expiry, d.claim.expires_at_ms);
   }
   const int64_t session_idle_bound = pool_.options().session.idle_in_transaction_timeout_ms;
+  // Whether the transaction looks for runs that already hold the occurrences' keys before it
+  // inserts. It does not at first: the unique key refuses a second run anyway, and reading its
+  // index pages would make a SERIALIZABLE admission conflict with every other replica's inserts
+  // there. A refused insert reruns the transaction with the probe.
+  bool probe_keys = false;
   std::vector<ClaimCommitResult> results;
   int attempts = 0;
   const pg::TxOptions options{isolation_ == AdmissionIsolation::kSerializable
                                   ? pg::Isolation::kSerializable
                                   : pg::Isolation::kReadCommitted,
                               false};
-  Status status = pool_.Transact(options, "admitting a claimed occurrence", [&](Tx& tx) -> Status {
+  const auto admit = [&](Tx& tx) -> Status {
     ++attempts;
     results.assign(decisions.size(), ClaimCommitResult{});
     std::vector<bool> go(decisions.size(), true);
     // The occurrence's key is taken already: advance past it without a run.
     std::vector<bool> already(decisions.size(), false);
-    QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(kLockSchedules, {pg::PArray(ids),
-                                                            P(earliest_claimed_expiry),
-                                                            P(std::max<int64_t>(
-                                                                session_idle_bound, 1)),
-                                                            P(kMinIdleBoundMs),
-                                                            P(pg::kGovernanceLockKey)}));
+    std::vector<pg::Param> lock_params = {pg::PArray(ids), P(earliest_claimed_expiry),
+                                          P(std::max<int64_t>(session_idle_bound, 1)),
+                                          P(kMinIdleBoundMs), P(pg::kGovernanceLockKey)};
+    if (by_address) lock_params.push_back(pg::PArray(addresses));
+    QL_ASSIGN_OR_RETURN(Rows rows,
+                        tx.Exec(by_address ? kLockByAddress : kLockByKey, lock_params));
     std::map<std::string, int> row_of;
     for (int i = 0; i < rows.size(); ++i) row_of[rows.Text(i, 0)] = i;
     const int64_t now_ms = rows.empty() ? 0 : rows.Int(0, 11);
     QL_RETURN_IF_ERROR(rows.status());
+    if (by_address && row_of.size() < std::set<std::optional<std::string>>(ids.begin(), ids.end())
+                                          .size()) {
+      // A row has a newer version than its claim wrote: look the rows up by key instead.
+      return Busy("schedule_row_moved", "a claimed schedule row moved since its claim");
+    }
     // The earliest stored claim expiry among the rows still to write.
     std::vector<int64_t> expiry(decisions.size(), 0);
     for (size_t k = 0; k < decisions.size(); ++k) {
@@ -418,7 +440,7 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
     // An occurrence admitted already (its key is taken) gets no second run; its cursor moves on
     // like an admission's, so the trigger does not stall on it. The unique key stays the last
     // word against a writer that has not committed yet.
-    if (!runs.empty()) {
+    if (!runs.empty() && probe_keys) {
       std::vector<std::optional<std::string>> projects, keys;
       for (const NewRun* run : runs) {
         projects.push_back(run->project_id);
@@ -448,12 +470,9 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
         }
       }
     }
-    QL_RETURN_IF_ERROR(pg::InsertQueuedRuns(tx, runs, now_ms));
-    if (write_fault_ && !runs.empty()) QL_RETURN_IF_ERROR(write_fault_("run", tx));
-
     // Advance every schedule row under its full fence, forward only; the claim is cleared.
     std::vector<std::optional<std::string>> tid, cursor, exhausted, last, state, owner, token,
-        version;
+        version, at;
     int64_t earliest_expiry = INT64_MAX;
     for (size_t k = 0; k < decisions.size(); ++k) {
       if (!go[k]) continue;
@@ -470,6 +489,7 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
       owner.push_back(d.claim.owner);
       token.push_back(d.claim.token);
       version.push_back(std::to_string(d.claim.claim_version));
+      at.push_back(rows.Text(row_of[d.claim.due.schedule.trigger_id], 12));
       earliest_expiry = std::min(earliest_expiry, expiry[k]);
     }
     if (tid.empty()) return Status::Ok();
@@ -483,19 +503,26 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
                 "FROM unnest($1::text[], $2::bigint[], $3::boolean[], $4::bigint[], "
                 "$5::bigint[], $6::text[], $7::uuid[], $8::bigint[]) "
                 "AS v(trigger_id, cursor, exhausted, last, state, owner, token, version) "
-                "WHERE s.trigger_id = v.trigger_id AND s.state_version = v.state AND "
+                "WHERE s.ctid = ANY($10::tid[]) AND s.trigger_id = v.trigger_id AND "
+                "s.state_version = v.state AND "
                 "s.claim_owner = v.owner AND s.claim_token = v.token AND "
                 "s.claim_version = v.version AND s.claim_expires_at_ms > $9::bigint AND "
                 "(s.next_fire_at_ms IS NULL OR v.cursor IS NULL OR "
                 "v.cursor > s.next_fire_at_ms)",
                 {pg::PArray(tid), pg::PArray(cursor), pg::PArray(exhausted), pg::PArray(last),
                  pg::PArray(state), pg::PArray(owner), pg::PArray(token), pg::PArray(version),
-                 P(now_ms)}));
+                 P(now_ms), pg::PArray(at)}));
     if (advanced.affected() != static_cast<int64_t>(tid.size())) {
       // Locked and checked above, so only a bug gets here; write nothing.
       return Conflict("schedule_raced", "a locked schedule row moved during its admission");
     }
     if (write_fault_) QL_RETURN_IF_ERROR(write_fault_("schedule", tx));
+    // The runs go in last: the foreign-key checks of their attempts and events read index pages
+    // that every replica's admissions insert into, and under SERIALIZABLE the shorter the time
+    // from those reads to COMMIT, the less often a concurrent admission can commit in between
+    // and make this one the pivot of a read/write cycle.
+    QL_RETURN_IF_ERROR(pg::InsertQueuedRuns(tx, runs, now_ms));
+    if (write_fault_ && !runs.empty()) QL_RETURN_IF_ERROR(write_fault_("run", tx));
 
     // The fence is decided at COMMIT, not only at lock time: a holder that stalled inside this
     // transaction until its claim expired writes nothing, because another replica may take the
@@ -513,8 +540,20 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
       }
     }
     return Status::Ok();
-  });
-  retries_ += std::max(attempts - 1, 0);
+  };
+  Status status;
+  for (;;) {
+    attempts = 0;
+    status = pool_.Transact(options, "admitting a claimed occurrence", admit);
+    retries_ += std::max(attempts - 1, 0);
+    if (by_address && status.reason() == "schedule_row_moved") {
+      by_address = false;
+    } else if (!probe_keys && status.reason() == "idempotency_key_duplicate") {
+      probe_keys = true;
+    } else {
+      break;
+    }
+  }
   if (status.reason() == "retry_exhausted") ++retries_exhausted_;
   QL_RETURN_IF_ERROR(status);
   return results;
