@@ -46,10 +46,10 @@ class PostgresClusterSchedules final : public ClusterScheduleRepository {
   // for benchmarks that show its plan.
   static std::string ClaimStatement(int limit);
 
-  // Tests only: called inside the admission transaction after each write step ("run", then
-  // "schedule", the latter right before the claims' expiry is read again for COMMIT); a non-ok
-  // return aborts the transaction there, as a failed write would. A call that blocks stands
-  // for a holder frozen inside its admission.
+  // Tests only: called inside the admission transaction after each write step ("schedule",
+  // then "run" when the batch admits runs; the last one right before the claims' expiry is read
+  // again for COMMIT); a non-ok return aborts the transaction there, as a failed write would.
+  // A call that blocks stands for a holder frozen inside its admission.
   // `tx` is the admission's transaction (a fault may run a statement in it, such as pg_sleep).
   using WriteFault = std::function<Status(std::string_view step, pg::Tx& tx)>;
   void SetWriteFaultForTesting(WriteFault fault) { write_fault_ = std::move(fault); }
