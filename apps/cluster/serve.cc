@@ -348,7 +348,7 @@ int Serve(const ServeConfig& config) {
         metrics.SetGauge("ql_ready", "", verdict.ok() ? 1 : 0);
         return verdict.ok() ? kReadinessIntervalMs : kNotReadyIntervalMs;
       },
-      readiness_sleeper);
+      readiness_sleeper, LoopOptions("readiness", metrics));
   readiness_thread = std::thread([&] {
     readiness_sleeper.SleepFor(kReadinessIntervalMs);
     readiness_loop.Run();

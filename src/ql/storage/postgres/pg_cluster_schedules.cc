@@ -546,6 +546,7 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
     attempts = 0;
     status = pool_.Transact(options, "admitting a claimed occurrence", admit);
     retries_ += std::max(attempts - 1, 0);
+    // Both reruns below repeat the whole transaction, so they count as retries too.
     if (by_address && status.reason() == "schedule_row_moved") {
       by_address = false;
     } else if (!probe_keys && status.reason() == "idempotency_key_duplicate") {
@@ -553,6 +554,7 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
     } else {
       break;
     }
+    ++retries_;
   }
   if (status.reason() == "retry_exhausted") ++retries_exhausted_;
   QL_RETURN_IF_ERROR(status);

@@ -841,7 +841,7 @@ TEST_P(ClusterScheduleTest, AHolderStalledInsideItsAdmissionPastItsExpiryAdmitsN
   // transaction (busy, so no idle bound ends it) until the database clock passes the expiry.
   int64_t woke_ms = 0;
   a_->SetWriteFaultForTesting([&](std::string_view step, pg::Tx& tx) -> Status {
-    if (step != "schedule") return Status::Ok();
+    if (step != "run") return Status::Ok();
     QL_ASSIGN_OR_RETURN(
         pg::Rows slept,
         tx.Exec("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM "
@@ -875,7 +875,7 @@ TEST_P(ClusterScheduleTest, AFrozenHolderLosesItsRowsToAnotherReplicaWithinTheLe
   // the expiry (as a SIGSTOPped process would).
   std::atomic<bool> frozen{false};
   a_->SetWriteFaultForTesting([&](std::string_view step, pg::Tx&) -> Status {
-    if (step != "schedule") return Status::Ok();
+    if (step != "run") return Status::Ok();
     frozen = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs + 4'000));
     return Status::Ok();
