@@ -7,7 +7,8 @@ PACKAGES="build-essential cmake pkg-config ca-certificates tzdata procps curl \
   libabsl-dev nlohmann-json3-dev libcli11-dev \
   libsqlite3-dev libmd-dev libpq-dev libsodium-dev libssl-dev openssl \
   libgtest-dev libgmock-dev libbenchmark-dev \
-  postgresql-15 postgresql-client-15"
+  postgresql-15 postgresql-client-15 \
+  python3 python3-selenium chromium chromium-driver"
 
 missing=""
 for p in $PACKAGES; do

@@ -27,7 +27,9 @@
 #include "ql/engine/worker_service.h"
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
+#include "ql/http/panel_assets.h"
 #include "ql/http/worker_api_server.h"
+#include "ql/panel/embedded_panel.h"
 #include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_cluster_recovery.h"
 #include "ql/storage/postgres/pg_cluster_schedules.h"
@@ -319,6 +321,8 @@ int Serve(const ServeConfig& config) {
   };
   api_options.log_reader = &logs;
   api_options.tls = *tls;
+  const PanelAssets panel(EmbeddedPanelFiles());
+  api_options.panel = &panel;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     stop_lifecycles();

@@ -35,6 +35,8 @@
 #include "ql/exec/supervision_runner.h"
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
+#include "ql/http/panel_assets.h"
+#include "ql/panel/embedded_panel.h"
 #include "ql/secrets/file_key_provider.h"
 #include "ql/secrets/secret_bytes.h"
 #include "ql/storage/sqlite/sqlite_store.h"
@@ -293,6 +295,8 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   };
   api_options.log_reader = &log_reader;
   api_options.tls = *tls;
+  const PanelAssets panel(EmbeddedPanelFiles());
+  api_options.panel = &panel;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     scheduler_loop.Stop();
@@ -309,6 +313,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   api.SetReady(true);
   std::cout << "ql-local " << profile << " listening on " << url << "\n"
             << "data directory: " << data.string() << "\n"
+            << (panel.size() > 0 ? "web panel: " + url + "/\n" : std::string())
             << "owner API token: " << (data / "owner.token").string()
             << (token_created ? " (created)" : "") << "\n"
             << "secret key: " << (data / "secret.key").string() << " ("

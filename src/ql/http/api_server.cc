@@ -342,6 +342,10 @@ struct ApiServer::Impl {
   std::condition_variable wake_cv;  // wakes log followers on withdrawal
 
   void Configure();
+  // Answers with a panel file and its headers (the caller has checked method and body).
+  void ServePanelFile(const PanelFile& file, httplib::Response& res) const;
+  // Returns the panel file served at `req`'s path, or nullptr.
+  const PanelFile* PanelFileFor(const httplib::Request& req) const;
   httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
   void Dispatch(const httplib::Request& req, httplib::Response& res, const std::string& body);
   void Handle(const RouteMatch& match, const httplib::Request& req, httplib::Response& res,
@@ -421,6 +425,17 @@ httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Reques
     return reject(431, "too_many_headers",
                   "a request may carry at most " + std::to_string(kMaxClientHeaders) + " headers");
   }
+  if (const PanelFile* file = PanelFileFor(req); file != nullptr) {
+    if (req.method != "GET" && req.method != "HEAD") {
+      res.set_header("Allow", "GET, HEAD");
+      return reject(405, "method_not_allowed",
+                    req.method + " is not allowed on " + QuoteForMessage(req.path, 128) +
+                        " (allowed: GET, HEAD)");
+    }
+    if (has_body) return reject(400, "unexpected_body", "GET requests carry no body");
+    ServePanelFile(*file, res);
+    return HR::Handled;
+  }
   if (IsApiPath(req.path)) {
     if (withdrawn.load()) {
       return reject(503, "shutting_down", "the server is shutting down and admits no requests");
@@ -491,6 +506,22 @@ httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Reques
   return HR::Unhandled;
 }
 
+const PanelFile* ApiServer::Impl::PanelFileFor(const httplib::Request& req) const {
+  if (options.panel == nullptr || IsApiPath(req.path)) return nullptr;
+  return options.panel->Find(req.path);
+}
+
+void ApiServer::Impl::ServePanelFile(const PanelFile& file, httplib::Response& res) const {
+  res.headers.erase("Cache-Control");
+  res.set_header("Cache-Control", std::string(file.immutable ? kPanelImmutableCacheControl
+                                                             : kPanelPageCacheControl));
+  res.set_header("Content-Security-Policy", std::string(kPanelContentSecurityPolicy));
+  res.set_header("Referrer-Policy", "no-referrer");
+  res.set_header("X-Frame-Options", "DENY");
+  res.status = 200;
+  res.set_content(std::string(file.body), std::string(file.content_type));
+}
+
 void ApiServer::Impl::Configure() {
   transport::Limits limits;
   limits.threads = options.threads;
@@ -504,6 +535,9 @@ void ApiServer::Impl::Configure() {
       [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
   // Bodies up to the drain bound reach our reader, which keeps at most max_body_bytes.
   server->set_payload_max_length(options.max_body_bytes * kDrainFactor);
+  // Every answer, errors from httplib itself included; a panel file replaces Cache-Control.
+  server->set_default_headers(
+      {{"X-Content-Type-Options", "nosniff"}, {"Cache-Control", "no-store"}});
   // Fills the JSON body of errors httplib produces itself (malformed request line, URI too
   // long, ...); responses that already carry a body are left alone.
   server->set_error_handler(
@@ -558,8 +592,9 @@ void ApiServer::Impl::Configure() {
       });
   server->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const RouteMatch match = MatchRoute(req.method, req.path);
-    const std::string_view route =
-        match.kind == RouteMatch::Kind::kFound ? match.route->name : std::string_view("none");
+    const std::string_view route = match.kind == RouteMatch::Kind::kFound ? match.route->name
+                                   : PanelFileFor(req) != nullptr         ? "panel"
+                                                                          : "none";
     metrics.Increment("ql_http_requests_total", "route=\"" + std::string(route) + "\",code=\"" +
                                                     std::to_string(res.status) + "\"");
   });
@@ -1212,9 +1247,9 @@ Status ApiServer::Start(const std::string& host, int port) {
   if (port < 0 || port > 65535) return invalid("port must be 0..65535");
 
   Result<std::unique_ptr<httplib::Server>> server = transport::NewServer(o.tls);
-  if (!server.ok()) {
+  if (!server->ok()) {
     s.started = false;
-    return server.status();
+    return server->status();
   }
   s.server = std::move(server).value();
   s.Configure();

@@ -1,9 +1,10 @@
 #pragma once
 
-// The HTTP API of QingLong (docs/api.md): /livez, /readyz, /metrics and the authenticated
-// JSON API under /api/v1 over a ControlService. One listener thread plus a small worker pool;
-// hard bounds on request line, headers, body size, in-flight requests, timeouts and log-follow
-// duration. Every rejected request gets a JSON error {"code", "message"} and changes nothing.
+// The HTTP API of QingLong (docs/api.md): /livez, /readyz, /metrics, the authenticated JSON
+// API under /api/v1 over a ControlService, and the web panel's files when given. One listener
+// thread plus a small worker pool; hard bounds on request line, headers, body size, in-flight
+// requests, timeouts and log-follow duration. Every rejected request gets a JSON error {"code",
+// "message"} and changes nothing.
 
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
 #include "ql/http/listener_tls.h"
+#include "ql/http/panel_assets.h"
 
 namespace ql {
 
@@ -50,6 +52,9 @@ struct ApiServerOptions {
   const LogSource* log_reader = nullptr;
   // Serve HTTPS with these files; plain HTTP when unset.
   std::optional<ListenerTls> tls;
+  // The web panel served at "/" and under "/ui/" (GET and HEAD, no token); null or empty serves
+  // none, and those paths answer 404 route_not_found. Must outlive the server.
+  const PanelAssets* panel = nullptr;
 };
 
 // One route of the API as the route table declares it, for documentation and tests.

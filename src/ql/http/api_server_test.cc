@@ -35,6 +35,7 @@ using testing::ConnectLoopback;
 using testing::Exchange;
 using testing::Exchanged;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::ReadAnswer;
 
 constexpr char kToken[] = "owner-token-0123456789abcdef";
@@ -1205,6 +1206,103 @@ TEST_F(ApiServerTlsTest, UnusableTlsFilesFailTheStartWithTheirCode) {
   mismatched.tls = ListenerTls{pki_.server_cert, pki_.client_key, ""};
   ApiServer b(*service_, metrics_, mismatched);
   EXPECT_EQ(b.Start("127.0.0.1", 0).reason(), "tls_invalid");
+}
+
+// A panel of three files, as ql_panel embeds them.
+constexpr PanelFile kPanelFiles[] = {
+    {"/", "text/html; charset=utf-8", "<!doctype html><title>panel</title>", false},
+    {"/ui/0123456789abcdef/app.js", "text/javascript; charset=utf-8", "export const x = 1;\n",
+     true},
+    {"/ui/0123456789abcdef/panel.css", "text/css; charset=utf-8", "body{}", true},
+};
+
+TEST_F(ApiServerTest, ServesThePanelWithoutATokenUnderStrictHeaders) {
+  const PanelAssets panel(kPanelFiles);
+  ApiServerOptions options = DefaultOptions();
+  options.panel = &panel;
+  StartServer(std::move(options));
+  auto client = NewClient(/*auth=*/false);
+
+  Reply page = ToReply(client->Get("/"));
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.raw, "<!doctype html><title>panel</title>");
+  EXPECT_EQ(page.Header("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_EQ(page.Header("Content-Security-Policy"), kPanelContentSecurityPolicy);
+  EXPECT_THAT(page.Header("Content-Security-Policy"), Not(HasSubstr("unsafe-inline")));
+  EXPECT_EQ(page.Header("X-Content-Type-Options"), "nosniff");
+  EXPECT_EQ(page.Header("Cache-Control"), "no-cache");
+  EXPECT_EQ(page.headers.count("Cache-Control"), 1u);
+  EXPECT_EQ(page.Header("Referrer-Policy"), "no-referrer");
+  EXPECT_EQ(page.Header("X-Frame-Options"), "DENY");
+
+  Reply script = ToReply(client->Get("/ui/0123456789abcdef/app.js"));
+  EXPECT_EQ(script.status, 200);
+  EXPECT_EQ(script.raw, "export const x = 1;\n");
+  EXPECT_EQ(script.Header("Content-Type"), "text/javascript; charset=utf-8");
+  EXPECT_EQ(script.Header("Cache-Control"), "public, max-age=31536000, immutable");
+  EXPECT_EQ(script.headers.count("Cache-Control"), 1u);
+
+  Reply head = ToReply(client->Head("/ui/0123456789abcdef/panel.css"));
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.raw, "");
+  EXPECT_EQ(head.Header("Content-Type"), "text/css; charset=utf-8");
+
+  // Only exact paths: another bundle hash, a directory or a query-less variant is not a file.
+  for (const char* path : {"/ui/ffffffffffffffff/app.js", "/ui/0123456789abcdef/",
+                           "/ui/0123456789abcdef", "/index.html", "/ui/../"}) {
+    Reply missing = ToReply(client->Get(path));
+    EXPECT_EQ(missing.status, 404) << path;
+    EXPECT_EQ(missing.code(), "route_not_found") << path;
+    EXPECT_EQ(missing.Header("Cache-Control"), "no-store") << path;
+  }
+  Reply posted = ToReply(client->Post("/", "{}", "application/json"));
+  EXPECT_EQ(posted.status, 405);
+  EXPECT_EQ(posted.code(), "method_not_allowed");
+  EXPECT_EQ(posted.Header("Allow"), "GET, HEAD");
+
+  // The API keeps its own rules beside the panel.
+  Reply api = ToReply(client->Get("/api/v1/tasks"));
+  EXPECT_EQ(api.status, 401);
+  Reply unknown = Get("/api/v1/no-such-route");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.code(), "route_not_found");
+
+  Reply metrics = ToReply(client->Get("/metrics"));
+  EXPECT_THAT(metrics.raw, HasSubstr("ql_http_requests_total{route=\"panel\",code=\"200\"} 3"));
+}
+
+TEST_F(ApiServerTest, WithoutAPanelTheRootIsNotARoute) {
+  const PanelAssets empty(std::span<const PanelFile>{});
+  ApiServerOptions options = DefaultOptions();
+  options.panel = &empty;
+  StartServer(std::move(options));
+  Reply root = ToReply(NewClient(false)->Get("/"));
+  EXPECT_EQ(root.status, 404);
+  EXPECT_EQ(root.code(), "route_not_found");
+  EXPECT_EQ(root.Header("Content-Security-Policy"), "");
+}
+
+// API answers, successes and errors alike (httplib's own included), are never cached and
+// never sniffed.
+TEST_F(ApiServerTest, ApiAnswersAreNoStoreAndNoSniff) {
+  StartServer();
+  std::vector<Reply> replies = {Get("/api/v1/status"),
+                                Get("/api/v1/tasks/not-an-id"),
+                                ToReply(NewClient(false)->Get("/api/v1/status")),
+                                Get("/api/v1/nope"),
+                                ToReply(NewClient(false)->Get("/readyz")),
+                                ToReply(NewClient(false)->Get("/metrics"))};
+  for (const Reply& reply : replies) {
+    EXPECT_EQ(reply.Header("Cache-Control"), "no-store") << reply.status << " " << reply.raw;
+    EXPECT_EQ(reply.headers.count("Cache-Control"), 1u);
+    EXPECT_EQ(reply.Header("X-Content-Type-Options"), "nosniff") << reply.status;
+  }
+  EXPECT_EQ(replies[0].status, 200);
+  EXPECT_EQ(replies[1].status, 400);
+  EXPECT_EQ(replies[2].status, 401);
+  const std::string malformed = RawExchange(server_->port(), "GARBAGE\r\n\r\n");
+  EXPECT_THAT(malformed, HasSubstr("Cache-Control: no-store"));
+  EXPECT_THAT(malformed, HasSubstr("X-Content-Type-Options: nosniff"));
 }
 
 }  // namespace

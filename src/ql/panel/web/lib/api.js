@@ -1,0 +1,131 @@
+// The panel's only way to the server: JSON over /api/v1 with the bearer token, errors as
+// ApiError carrying the server's code and message, pages followed by cursor, and log streams.
+
+import {session} from './session.js';
+
+// An answer other than 2xx: `status` (HTTP), `code` (stable) and `message` (the server's).
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message || code || `HTTP ${status}`);
+    this.status = status;
+    this.code = code || `http_${status}`;
+  }
+}
+
+// Called with the error when the server refuses the token (401): the app signs out.
+let onUnauthorized = () => {};
+export function setUnauthorizedHandler(fn) {
+  onUnauthorized = fn;
+}
+
+// Returns `path` with the query (undefined, null and '' are left out) and the current project.
+// Values are percent-encoded by hand: a space must be %20 and a '+' %2B (docs/api.md).
+export function apiUrl(path, query = {}, withProject = true) {
+  const parts = [];
+  for (const [k, v] of Object.entries(query)) {
+    if (v === undefined || v === null || v === '') continue;
+    parts.push(`${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`);
+  }
+  if (withProject) parts.push(`project=${encodeURIComponent(session.project)}`);
+  return parts.length ? `${path}?${parts.join('&')}` : path;
+}
+
+function headers(json) {
+  const out = {Accept: 'application/json', Authorization: `Bearer ${session.token}`};
+  if (json) out['Content-Type'] = 'application/json';
+  return out;
+}
+
+async function errorOf(res) {
+  let code = '';
+  let message = '';
+  try {
+    const body = await res.json();
+    code = body.code || '';
+    message = body.message || '';
+  } catch {
+    message = `${res.status} ${res.statusText}`;
+  }
+  const err = new ApiError(res.status, code, message);
+  if (res.status === 401) onUnauthorized(err);
+  return err;
+}
+
+// Sends one request and returns the parsed JSON body (or throws ApiError). `body` (an object)
+// is sent as JSON; `signal` aborts it.
+export async function call(method, path, {query, body, signal} = {}) {
+  const res = await fetch(apiUrl(path, query), {
+    method,
+    headers: headers(body !== undefined),
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal,
+    cache: 'no-store',
+    credentials: 'omit',
+  });
+  if (!res.ok) throw await errorOf(res);
+  return res.status === 204 ? null : res.json();
+}
+
+export const get = (path, query, signal) => call('GET', path, {query, signal});
+export const post = (path, body = {}, signal) => call('POST', path, {body, signal});
+
+// Returns a pager over a listing with `next_cursor`: next() resolves to the next page's items
+// (an empty array once done), `done` tells whether another page exists.
+export function pager(path, query = {}, limit = 50) {
+  let cursor = null;
+  let done = false;
+  return {
+    get done() {
+      return done;
+    },
+    async next(signal) {
+      if (done) return [];
+      const page = await get(path, {...query, limit, cursor}, signal);
+      cursor = page.next_cursor ?? null;
+      done = cursor === null;
+      return page.items || [];
+    },
+  };
+}
+
+// Reads a public endpoint (/readyz, /metrics) without a token: {status, text}.
+export async function publicText(path, signal) {
+  const res = await fetch(path, {cache: 'no-store', credentials: 'omit', signal});
+  return {status: res.status, text: await res.text()};
+}
+
+// Streams a run's log (follow=true) into `onText` until the server ends it (run finished,
+// 10 minutes passed) or `signal` aborts. Throws ApiError when the server refuses to start
+// (e.g. 503 overloaded: at most 2 streams at once).
+export async function followLog(runId, attempt, signal, onText) {
+  const res = await fetch(apiUrl(`/api/v1/runs/${runId}/log`, {follow: 'true', attempt}), {
+    headers: headers(false),
+    cache: 'no-store',
+    credentials: 'omit',
+    signal,
+  });
+  if (!res.ok) throw await errorOf(res);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) return;
+    if (value) onText(value);
+  }
+}
+
+// Reads up to `limit` log bytes from `offset`: {bytes, next, eof, exists}.
+export async function readLog(runId, attempt, offset, limit, signal) {
+  const res = await fetch(apiUrl(`/api/v1/runs/${runId}/log`, {attempt, offset, limit}), {
+    headers: headers(false),
+    cache: 'no-store',
+    credentials: 'omit',
+    signal,
+  });
+  if (!res.ok) throw await errorOf(res);
+  return {
+    bytes: new Uint8Array(await res.arrayBuffer()),
+    next: Number(res.headers.get('X-QL-Log-Next-Offset') || offset),
+    eof: res.headers.get('X-QL-Log-Eof') === 'true',
+    exists: res.headers.get('X-QL-Log-Exists') !== 'false',
+  };
+}

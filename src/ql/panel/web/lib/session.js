@@ -1,0 +1,63 @@
+// Who is signed in: the token (sessionStorage only: it leaves with the tab, never goes into a
+// URL or a cookie), the answer of GET /api/v1/whoami, and the project being looked at.
+
+const TOKEN_KEY = 'ql.token';
+const PROJECT_KEY = 'ql.project';
+const RANK = {
+  none: 0,
+  viewer: 1,
+  operator: 2,
+  admin: 3,
+  owner: 4
+};
+
+export const session = {
+  who: null,     // GET /api/v1/whoami
+  projects: [],  // GET /api/v1/projects
+
+  get token() {
+    return sessionStorage.getItem(TOKEN_KEY) || '';
+  },
+  setToken(token) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+  },
+  clear() {
+    sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(PROJECT_KEY);
+    this.who = null;
+    this.projects = [];
+  },
+
+  // The project slug every request names (`?project=`): the URL's, else the last one used.
+  get project() {
+    return sessionStorage.getItem(PROJECT_KEY) || 'default';
+  },
+  setProject(slug) {
+    sessionStorage.setItem(PROJECT_KEY, slug || 'default');
+  },
+
+  // Returns the caller's role in the current project: the higher of the installation role
+  // (an installation owner or admin holds it in every project) and the project binding.
+  role() {
+    if (!this.who) return 'none';
+    let best = this.who.installation_role || 'none';
+    const current = this.project;
+    for (const p of this.who.projects || []) {
+      if ((p.slug === current || p.id === current) && RANK[p.role] > RANK[best]) best = p.role;
+    }
+    return RANK[best] === undefined ? 'none' : best;
+  },
+  // True when the caller's role in the current project is at least `role`.
+  can(role) {
+    return RANK[this.role()] >= RANK[role];
+  },
+  // True for an installation owner or admin (principals, tokens, audit, new projects).
+  installationAdmin() {
+    const r = this.who?.installation_role;
+    return r === 'owner' || r === 'admin';
+  },
+};
+
+export function roleRank(role) {
+  return RANK[role] ?? 0;
+}

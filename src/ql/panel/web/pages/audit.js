@@ -1,0 +1,48 @@
+// The security audit (installation admins): governance changes, refusals and failed
+// sign-ins, newest first, paged by the API's cursor.
+
+import {get, pager} from '../lib/api.js';
+import {h, replace} from '../lib/dom.js';
+import {shortId, timeEl} from '../lib/format.js';
+import {badge, errorBox, pagedTable, pageHeader, table} from '../lib/ui.js';
+
+export const nav = {
+  label: 'Audit',
+  path: '/audit',
+  visible: (s) => s.installationAdmin()
+};
+export const routes = [{pattern: '/audit', render}];
+
+async function render(ctx) {
+  ctx.title('Audit');
+  const errors = errorBox();
+  let names = new Map();
+  try {
+    names = new Map(
+        ((await get('/api/v1/principals', {}, ctx.signal)).items || []).map((p) => [p.id, p.name]));
+  } catch (err) {
+    if (err.name === 'AbortError') throw err;
+  }
+  const id = (v) => (v ? h('code', {title: v, text: names.get(v) || shortId(v)}) : '—');
+  const tbl = table(
+      [
+        {label: 'At', cell: (a) => timeEl(a.at)},
+        {label: 'Action', cell: (a) => h('code', {text: a.action})},
+        {label: 'Outcome', cell: (a) => badge(a.outcome)},
+        {label: 'Code', cell: (a) => a.code || '—'},
+        {label: 'Actor', cell: (a) => id(a.actor_id)},
+        {
+          label: 'Target',
+          class: 'wide',
+          cell: (a) => (a.target_kind ? h('span', {}, `${a.target_kind} `, id(a.target_id)) : '—')
+        },
+        {label: 'Project', class: 'wide', cell: (a) => id(a.project_id)},
+        {label: 'Request', class: 'wide', cell: (a) => a.request_id || '—'},
+      ],
+      [],
+      'No fact recorded.',
+  );
+  const pagerEl = pagedTable(tbl, pager('/api/v1/audit', {}, 50), {errors, signal: ctx.signal});
+  replace(ctx.main, pageHeader('Audit'), errors, tbl, pagerEl);
+  await pagerEl.ready;
+}

@@ -1,0 +1,444 @@
+// Runs: the list with filters (task, trigger, status from the API; a time window applied to
+// the pages as they arrive, newest first), and one run with its attempts, events and log,
+// followed live while it runs. Cancel and retry for operators.
+
+import {followLog, get, pager, post, readLog} from '../lib/api.js';
+import {h, replace} from '../lib/dom.js';
+import {between, durationText, isoFromLocalInput, localInputFromIso, shortId, timeEl} from '../lib/format.js';
+import {taskNames} from '../lib/lookup.js';
+import {actionButton, badge, errorBox, facts, field, link, notice, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
+
+export const nav = {
+  label: 'Runs',
+  path: '/runs'
+};
+export const routes = [
+  {pattern: '/runs', render: renderList},
+  {pattern: '/runs/:id', render: renderRun},
+];
+
+const STATUSES = [
+  'created', 'queued', 'dispatching', 'running', 'succeeded', 'failed', 'cancelled', 'timed_out',
+  'retry_wait', 'lost'
+];
+const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'timed_out']);
+// Text kept in the log view; older output is dropped from the top.
+const LOG_KEEP_CHARS = 512 * 1024;
+
+// Returns a table of runs; `names` maps task ids to names.
+export function runTable(rows, names = new Map()) {
+  return table(
+      [
+        {
+          label: 'Run',
+          cell: (r) =>
+              link(shortId(r.id), `/runs/${r.id}`, {}, {class: 'mono run-link', title: r.id})
+        },
+        {
+          label: 'Task',
+          cell: (r) => link(names.get(r.task_id) || shortId(r.task_id), `/tasks/${r.task_id}`)
+        },
+        {label: 'Status', cell: (r) => badge(r.status)},
+        {label: 'Type', class: 'wide', cell: (r) => r.trigger_type},
+        {label: 'Created', cell: (r) => timeEl(r.created_at)},
+        {
+          label: 'Duration',
+          class: 'wide num',
+          cell: (r) => durationText(between(r.started_at, r.finished_at))
+        },
+        {
+          label: 'Exit',
+          class: 'wide num',
+          cell: (r) => (r.exit_code === null ? '—' : String(r.exit_code))
+        },
+      ],
+      rows,
+      'No run.',
+  );
+}
+
+async function renderList(ctx) {
+  ctx.title('Runs');
+  const q = ctx.query;
+  const errors = errorBox();
+  const tasks = (await get('/api/v1/tasks', {limit: 500}, ctx.signal)).items || [];
+  const names = new Map(tasks.map((t) => [t.id, t.name]));
+  const taskSel = select(
+      [['', 'any task'], ...tasks.map((t) => [t.id, t.name])], q.task || '', {id: 'runs-task'});
+  const statusSel = select([['', 'any status'], ...STATUSES], q.status || '', {id: 'runs-status'});
+  const since =
+      h('input', {type: 'datetime-local', id: 'runs-since', value: localInputFromIso(q.since)});
+  const until =
+      h('input', {type: 'datetime-local', id: 'runs-until', value: localInputFromIso(q.until)});
+  const live = h('input', {type: 'checkbox', id: 'runs-live', checked: q.live !== '0'});
+  const form = h(
+      'form',
+      {class: 'filters', id: 'runs-filters'},
+      field('Task', taskSel),
+      field('Status', statusSel),
+      field('Created after', since),
+      field('Created before', until),
+      h('div', {class: 'field check'}, live,
+        h('label',
+          { for: live.id, text: 'Refresh every 2 s'
+          })),
+      h('div', {class: 'field'}, h('button', {type: 'submit', class: 'btn', text: 'Apply'})),
+  );
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    ctx.navigate('/runs', {
+      task: taskSel.value,
+      trigger: q.trigger || '',
+      status: statusSel.value,
+      since: isoFromLocalInput(since.value),
+      until: isoFromLocalInput(until.value),
+      live: live.checked ? '' : '0',
+    });
+  });
+  const sinceIso = q.since || '';
+  const untilIso = q.until || '';
+  const inWindow = (r) =>
+      (!sinceIso || r.created_at >= sinceIso) && (!untilIso || r.created_at < untilIso);
+  const apiQuery = {task_id: q.task, trigger_id: q.trigger, status: q.status};
+  const collect = async (items, signal) => {
+    for (const [k, v] of await taskNames(
+             items.map((r) => r.task_id).filter((id) => !names.has(id)), signal))
+      names.set(k, v);
+    return items;
+  };
+  const tbl = runTable([], names);
+  const p = pager('/api/v1/runs', apiQuery, 50);
+  let pagesLoaded = 0;
+  const pagerEl = pagedTable(
+      tbl,
+      {
+        get done() {
+          return p.done;
+        },
+        async next(signal) {
+          pagesLoaded++;
+          return collect(await p.next(signal), signal);
+        },
+      },
+      {
+        errors,
+        signal: ctx.signal,
+        filter: (items) => items.filter(inWindow),
+        // Newest first: once a page reaches past the window's start, later pages are older still.
+        stop: (items) =>
+            !!sinceIso && items.length > 0 && items[items.length - 1].created_at < sinceIso,
+      },
+  );
+  replace(
+      ctx.main,
+      pageHeader('Runs'),
+      errors,
+      form,
+      q.trigger ? notice(`Only the runs of trigger ${shortId(q.trigger)}.`) : null,
+      sinceIso || untilIso ? h('p', {
+        class: 'muted small',
+        text: 'The time window is applied to the pages as they load (the API lists newest first).'
+      }) :
+                             null,
+      tbl,
+      pagerEl,
+  );
+  await pagerEl.ready;
+  // Live: re-read the first page while only it is shown, so new runs appear without a jump.
+  ctx.every(2000, async () => {
+    if (!live.checked || pagesLoaded > 1) return;
+    try {
+      const page = await get('/api/v1/runs', {...apiQuery, limit: 50}, ctx.signal);
+      tbl.setRows((await collect(page.items || [], ctx.signal)).filter(inWindow));
+      pagerEl.recount();
+    } catch (err) {
+      if (err.name !== 'AbortError') errors.show(err);
+    }
+  });
+}
+
+function attemptTable(attempts) {
+  return table(
+      [
+        {label: '#', class: 'num', cell: (a) => String(a.attempt)},
+        {label: 'Status', cell: (a) => badge(a.status)},
+        {label: 'Started', cell: (a) => timeEl(a.started_at)},
+        {
+          label: 'Duration',
+          class: 'num',
+          cell: (a) => durationText(between(a.started_at, a.finished_at))
+        },
+        {
+          label: 'Exit',
+          class: 'num',
+          cell: (a) => (a.exit_code === null ? '—' : String(a.exit_code))
+        },
+        {
+          label: 'Executor',
+          class: 'wide',
+          cell: (a) => `${a.executor_type}${a.pid ? ` pid ${a.pid}` : ''}`
+        },
+        {
+          label: 'Error',
+          class: 'wide',
+          cell: (a) => (a.error_code ? `${a.error_code}: ${a.error_summary || ''}` : '—')
+        },
+      ],
+      attempts,
+      'No attempt yet.',
+  );
+}
+
+// The log view: a fixed-height box (no layout shift while text arrives) that follows the end
+// unless the reader scrolled up.
+function logView(attemptSelect) {
+  const pre = h('pre', {class: 'log', id: 'log', tabindex: '0', 'aria-label': 'Run log'});
+  const state = h('span', {class: 'log-state', id: 'log-state', text: ''});
+  const box =
+      h('div', {class: 'log-box'}, h('div', {class: 'log-head'}, attemptSelect, state), pre);
+  let text = '';
+  let trimmed = false;
+  let pending = '';
+  let frame = 0;
+  const flush = () => {
+    frame = 0;
+    const atEnd = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24;
+    text += pending;
+    pending = '';
+    if (text.length > LOG_KEEP_CHARS) {
+      text = text.slice(text.length - LOG_KEEP_CHARS);
+      trimmed = true;
+    }
+    pre.textContent = trimmed ? `[earlier output not shown]\n${text}` : text;
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+  };
+  box.add = (chunk) => {
+    pending += chunk;
+    if (!frame) frame = requestAnimationFrame(flush);
+  };
+  box.reset = () => {
+    text = '';
+    pending = '';
+    trimmed = false;
+    pre.textContent = '';
+  };
+  box.state = (s) => {
+    state.textContent = s;
+  };
+  return box;
+}
+
+// Shows attempt `attempt` of the run in `view` until `signal` aborts: follows the stream
+// while the run is not finished (polling when the server has no stream slot free), else reads
+// the file to its end.
+async function showLog(runId, attempt, finished, view, signal) {
+  view.reset();
+  if (!finished()) {
+    view.state('following…');
+    try {
+      await followLog(runId, attempt, signal, (chunk) => view.add(chunk));
+      view.state(
+          finished() ? 'end of log' : 'stream ended (the server closes streams after 10 minutes)');
+      return;
+    } catch (err) {
+      if (err.name === 'AbortError') return;
+      if (err.code !== 'overloaded') {
+        view.state(`${err.code}: ${err.message}`);
+        return;
+      }
+      view.state('polling every second (no free stream)');
+    }
+  }
+  const decoder = new TextDecoder();
+  let offset = 0;
+  for (;;) {
+    try {
+      const chunk = await readLog(runId, attempt, offset, 1 << 20, signal);
+      view.add(decoder.decode(chunk.bytes, {stream: true}));
+      offset = chunk.next;
+      if (chunk.eof && finished()) {
+        view.state(chunk.exists ? 'end of log' : 'no log');
+        return;
+      }
+      if (chunk.eof) await new Promise((r) => setTimeout(r, 1000));
+    } catch (err) {
+      if (err.name !== 'AbortError') view.state(`${err.code}: ${err.message}`);
+      return;
+    }
+  }
+}
+
+async function renderRun(ctx) {
+  const id = ctx.params.id;
+  const errors = errorBox();
+  let run = await get(`/api/v1/runs/${id}`, {}, ctx.signal);
+  const names = await taskNames([run.task_id], ctx.signal);
+  ctx.title(`Run ${shortId(id)}`);
+  const headActions = h('div', {class: 'actions'});
+  const summary = h('div');
+  const attemptsBox = h('div');
+  const eventsBody = table(
+      [
+        {label: '#', class: 'num', cell: (e) => String(e.sequence)},
+        {label: 'Event', cell: (e) => h('code', {text: e.type})},
+        {label: 'At', cell: (e) => timeEl(e.created_at)},
+        {label: 'By', class: 'wide', cell: (e) => e.actor_type},
+        {
+          label: 'Detail',
+          class: 'wide mono clip',
+          cell: (e) => (e.payload && Object.keys(e.payload).length ? JSON.stringify(e.payload) : '')
+        },
+      ],
+      [],
+      'No event.',
+  );
+  const attemptSel = h('select', {id: 'log-attempt', 'aria-label': 'Attempt'});
+  const log = logView(attemptSel);
+  let paintedActions = null;  // whether the buttons on screen are for a finished run
+  let paintedKey = '';
+
+  // Repaints what changed since the last paint (buttons only when the run finished, so an
+  // armed Cancel survives the refresh).
+  const paint = () => {
+    const key = `${run.version}|${JSON.stringify(run.attempts || [])}`;
+    if (key === paintedKey) return;
+    paintedKey = key;
+    if (paintedActions !== TERMINAL.has(run.status)) paintActions();
+    paintFacts();
+  };
+  const paintActions = () => {
+    paintedActions = TERMINAL.has(run.status);
+    replace(
+        headActions,
+        !TERMINAL.has(run.status) ?
+            actionButton(
+                'Cancel run',
+                'operator',
+                async () => {
+                  await post(`/api/v1/runs/${id}/cancel`, {reason: 'cancelled from the web panel'});
+                  run = await get(`/api/v1/runs/${id}`, {}, ctx.signal);
+                  paint();
+                },
+                {errors, kind: 'danger', confirm: 'Confirm cancel'},
+                ) :
+            actionButton(
+                'Retry',
+                'operator',
+                async () => {
+                  const next = await post(`/api/v1/runs/${id}/retry`);
+                  ctx.navigate(`/runs/${next.id}`);
+                },
+                {errors, kind: 'primary'},
+                ),
+    );
+  };
+  const paintFacts = () => {
+    replace(
+        summary,
+        facts(
+            [
+              ['Status', h('span', {id: 'run-status'}, badge(run.status))],
+              ['Task', link(names.get(run.task_id), `/tasks/${run.task_id}`)],
+              [
+                'Started by',
+                run.trigger_id ? h('span', {}, `${run.trigger_type}, `,
+                                   link('trigger', `/triggers/${run.trigger_id}`)) :
+                                 run.trigger_type
+              ],
+              run.scheduled_for ? ['Scheduled for', timeEl(run.scheduled_for)] : null,
+              ['Created', timeEl(run.created_at)],
+              ['Started', timeEl(run.started_at)],
+              ['Finished', timeEl(run.finished_at)],
+              ['Duration', durationText(between(run.started_at, run.finished_at))],
+              run.exit_code !== null ? ['Exit code', String(run.exit_code)] : null,
+              run.error_code ? ['Error', `${run.error_code}: ${run.error_summary || ''}`] : null,
+              run.cancel_requested_at ?
+                  [
+                    'Cancel requested',
+                    h('span', {}, timeEl(run.cancel_requested_at), ` (${run.cancel_reason})`)
+                  ] :
+                  null,
+              run.retry_at ? ['Next attempt at', timeEl(run.retry_at)] : null,
+              run.retry_of_run_id ?
+                  ['Retry of', link(shortId(run.retry_of_run_id), `/runs/${run.retry_of_run_id}`)] :
+                  null,
+              ['Task revision', String(run.task_revision)],
+              ['Id', h('code', {text: run.id})],
+            ],
+            2),
+    );
+    replace(attemptsBox, attemptTable(run.attempts || []));
+  };
+  paint();
+  replace(
+      ctx.main,
+      h('div', {class: 'page-head'},
+        h('h1', {}, 'Run ', h('span', {class: 'mono', text: shortId(id)})), headActions),
+      errors,
+      section(null, summary),
+      section('Attempts', attemptsBox),
+      section('Log', log),
+      section('Events', eventsBody),
+  );
+
+  // Events: read from the last sequence seen.
+  let after = 0;
+  const events = [];
+  const loadEvents = async () => {
+    for (;;) {
+      const page = await get(`/api/v1/runs/${id}/events`, {after, limit: 500}, ctx.signal);
+      const items = page.items || [];
+      if (!items.length) break;
+      events.push(...items);
+      after = page.next_after;
+      if (items.length < 500) break;
+    }
+    eventsBody.setRows(events);
+  };
+
+  // Log: one stream per attempt chosen; a new attempt is followed as it appears.
+  let logController = null;
+  let shownAttempt = 0;
+  const finishedAttempt = (n) => () => {
+    const a = (run.attempts || []).find((x) => x.attempt === n);
+    return TERMINAL.has(run.status) ||
+        (a && ['succeeded', 'failed', 'cancelled', 'timed_out', 'lost'].includes(a.status));
+  };
+  const startLog = (n) => {
+    logController?.abort();
+    logController = new AbortController();
+    ctx.signal.addEventListener('abort', () => logController.abort());
+    shownAttempt = n;
+    showLog(id, n, finishedAttempt(n), log, logController.signal);
+  };
+  const syncAttempts = () => {
+    const numbers = (run.attempts || []).map((a) => a.attempt);
+    const had = [...attemptSel.options].map((o) => Number(o.value));
+    if (numbers.join() !== had.join()) {
+      const latest = numbers[numbers.length - 1];
+      replace(attemptSel, numbers.map((n) => h('option', {value: n, text: `attempt ${n}`})));
+      attemptSel.value =
+          String(shownAttempt && shownAttempt !== had[had.length - 1] ? shownAttempt : latest);
+      if (latest && Number(attemptSel.value) !== shownAttempt) startLog(Number(attemptSel.value));
+    }
+  };
+  attemptSel.addEventListener('change', () => startLog(Number(attemptSel.value)));
+  if (!(run.attempts || []).length) log.state('waiting for the first attempt…');
+  syncAttempts();
+  await loadEvents();
+
+  // Poll while the run goes on, and once more after it finished for its last events.
+  let finishedPolls = TERMINAL.has(run.status) ? 1 : 0;
+  ctx.every(1500, async () => {
+    if (finishedPolls > 1) return;
+    try {
+      run = await get(`/api/v1/runs/${id}`, {}, ctx.signal);
+      if (TERMINAL.has(run.status)) finishedPolls++;
+      paint();
+      syncAttempts();
+      await loadEvents();
+    } catch (err) {
+      if (err.name !== 'AbortError') errors.show(err);
+    }
+  });
+}

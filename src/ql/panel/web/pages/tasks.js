@@ -1,0 +1,418 @@
+// Tasks: the list (search over the loaded pages), one task with its triggers, recent runs and
+// revision history, and the form that creates a task or publishes its next revision.
+
+import {get, pager, post} from '../lib/api.js';
+import {h, randomId, replace} from '../lib/dom.js';
+import {durationText, timeEl} from '../lib/format.js';
+import {forgetTask} from '../lib/lookup.js';
+import {session} from '../lib/session.js';
+import {actionButton, actionLink, badge, errorBox, facts, field, href, link, notice, onSubmit, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
+
+import {runTable} from './runs.js';
+import {triggerTable} from './triggers.js';
+
+export const nav = {
+  label: 'Tasks',
+  path: '/tasks'
+};
+export const routes = [
+  {pattern: '/tasks', render: renderList},
+  {pattern: '/tasks/new', render: (ctx) => renderForm(ctx, null)},
+  {
+    pattern: '/tasks/:id/edit',
+    render: async (ctx) =>
+        renderForm(ctx, await get(`/api/v1/tasks/${ctx.params.id}`, {}, ctx.signal))
+  },
+  {pattern: '/tasks/:id', render: renderTask},
+];
+
+// Returns a one-line summary of a task's command.
+export function commandText(spec) {
+  const c = spec?.command || {};
+  if (c.kind === 'shell') return c.command;
+  if (c.kind === 'argv') return [c.file, ...(c.args || [])].join(' ');
+  return '';
+}
+
+function searchText(task) {
+  return [
+    task.name, commandText(task.spec),
+    ...Object.entries(task.labels || {}).map(([k, v]) => `${k}=${v}`)
+  ].join(' ')
+      .toLowerCase();
+}
+
+async function renderList(ctx) {
+  ctx.title('Tasks');
+  const errors = errorBox();
+  const search = h('input', {
+    type: 'search',
+    id: 'task-search',
+    placeholder: 'Search name, command, label',
+    value: ctx.query.q || ''
+  });
+  const all = [];
+  const tbl = table(
+      [
+        {label: 'Name', cell: (t) => link(t.name, `/tasks/${t.id}`, {}, {class: 'task-link'})},
+        {label: 'State', cell: (t) => badge(t.enabled ? 'active' : 'disabled')},
+        {label: 'Command', class: 'wide mono clip', cell: (t) => commandText(t.spec)},
+        {label: 'Rev.', class: 'num', cell: (t) => String(t.revision)},
+        {label: 'Updated', class: 'wide', cell: (t) => timeEl(t.updated_at)},
+      ],
+      [],
+      'No task yet.',
+  );
+  const matches = () => {
+    const q = search.value.trim().toLowerCase();
+    return q ? all.filter((t) => searchText(t).includes(q)) : all;
+  };
+  const p = pager('/api/v1/tasks', {}, 50);
+  const pagerEl = pagedTable(tbl, p, {
+    errors,
+    signal: ctx.signal,
+    filter: (items) => {
+      all.push(...items);
+      const q = search.value.trim().toLowerCase();
+      return q ? items.filter((t) => searchText(t).includes(q)) : items;
+    },
+  });
+  search.addEventListener('input', () => tbl.setRows(matches()));
+  replace(
+      ctx.main,
+      pageHeader('Tasks', actionLink('New task', 'admin', href('/tasks/new'))),
+      errors,
+      h('div', {class: 'toolbar'},
+        field('Search', search, 'Searches the tasks loaded so far; "Load more" widens it.')),
+      tbl,
+      pagerEl,
+  );
+  await pagerEl.ready;
+}
+
+function retryText(retry) {
+  if (!retry) return 'none (disabled revision)';
+  const extra = retry.max_attempts > 1 ?
+      `, backoff ${durationText(retry.backoff_base_ms)}–${durationText(retry.backoff_max_ms)}` :
+      '';
+  return `${retry.max_attempts} attempt(s)${extra}, safety ${retry.safety}${
+      retry.retry_on_lost ? ', retried when lost' : ''}`;
+}
+
+function envList(env) {
+  const entries = Object.entries(env || {});
+  if (!entries.length) return h('span', {class: 'muted', text: 'none'});
+  return h('ul', {class: 'plain mono'}, entries.map(([k, v]) => h('li', {text: `${k}=${v}`})));
+}
+
+async function renderTask(ctx) {
+  const id = ctx.params.id;
+  const errors = errorBox();
+  const task = await get(`/api/v1/tasks/${id}`, {}, ctx.signal);
+  ctx.title(task.name);
+  const spec = task.spec || {};
+  const runNow = actionButton(
+      'Run now',
+      'operator',
+      async () => {
+        const run = await post('/api/v1/runs', {task_id: id, idempotency_key: randomId()});
+        ctx.navigate(`/runs/${run.id}`);
+      },
+      {errors, kind: 'primary'},
+  );
+  const toggle = task.enabled ?
+      actionButton(
+          'Disable',
+          'admin',
+          async () => {
+            const body = {
+              expected_revision: task.revision,
+              name: task.name,
+              spec,
+              labels: task.labels || {},
+              enabled: false,
+              mutation_id: randomId()
+            };
+            await post(`/api/v1/tasks/${id}/revisions`, body);
+            forgetTask(id);
+            ctx.navigate(`/tasks/${id}`, {t: Date.now()});
+          },
+          {errors, confirm: 'Confirm disable'},
+          ) :
+      actionLink('Enable…', 'admin', href(`/tasks/${id}/edit`, {enable: '1'}));
+  replace(
+      ctx.main,
+      pageHeader(
+          task.name,
+          runNow,
+          actionLink('Edit', 'admin', href(`/tasks/${id}/edit`)),
+          toggle,
+          actionLink('Add trigger', 'admin', href('/triggers/new', {task: id})),
+          ),
+      errors,
+      section(
+          null,
+          facts(
+              [
+                ['State', badge(task.enabled ? 'active' : 'disabled')],
+                ['Command', h('code', {class: 'wrap', text: commandText(spec)})],
+                spec.command?.kind === 'shell' ? ['Shell', spec.command.shell] : null,
+                ['Environment', envList(spec.environment)],
+                [
+                  'Working directory',
+                  spec.workingDirectory ||
+                      h('span', {class: 'muted', text: 'the task\'s own directory'})
+                ],
+                ['Timeout', durationText(spec.timeoutMs)],
+                ['Retries', retryText(task.retry)],
+                [
+                  'Labels',
+                  Object.keys(task.labels || {}).length ?
+                      Object.entries(task.labels)
+                          .map(([k, v]) => h('span', {class: 'chip', text: `${k}=${v}`})) :
+                      null
+                ],
+                [
+                  'Revision',
+                  h('span', {}, `${task.revision}, published `, timeEl(task.revision_created_at))
+                ],
+                ['Id', h('code', {text: task.id})],
+              ],
+              2),
+          ),
+  );
+  const triggersBox = h('div');
+  const runsBox = h('div');
+  const historyBox = h('div');
+  ctx.main.append(
+      section('Triggers', triggersBox),
+      section('Recent runs', runsBox, link('All runs of this task', '/runs', {task: id})),
+      section('Revision history', historyBox),
+  );
+  const [triggers, runs, revisions] = await Promise.all([
+    get('/api/v1/triggers', {task_id: id, limit: 100}, ctx.signal),
+    get('/api/v1/runs', {task_id: id, limit: 10}, ctx.signal),
+    get(`/api/v1/tasks/${id}/revisions`, {}, ctx.signal),
+  ]);
+  const stale = (triggers.items || []).filter((t) => t.state === 'pin_stale');
+  if (stale.length) {
+    triggersBox.append(notice(
+        `${stale.length} trigger(s) still run an older revision of this task and admit nothing until repinned.`,
+        'warn'));
+  }
+  triggersBox.append(triggerTable(
+      triggers.items || [],
+      {errors, onChange: () => ctx.navigate(`/tasks/${id}`, {t: Date.now()}), showTask: false}));
+  runsBox.append(runTable(runs.items || [], new Map([[id, task.name]])));
+  historyBox.append(
+      table(
+          [
+            {label: 'Rev.', class: 'num', cell: (r) => String(r.revision)},
+            {label: 'Published', cell: (r) => timeEl(r.created_at)},
+            {label: 'State', cell: (r) => badge(r.enabled ? 'active' : 'disabled')},
+            {label: 'Name', class: 'wide', cell: (r) => r.name},
+            {
+              label: 'Spec',
+              cell: (r) =>
+                  h('details', {}, h('summary', {text: commandText(r.spec) || 'spec'}), h('pre', {
+                      class: 'json',
+                      text: JSON.stringify(
+                          {spec: r.spec, labels: r.labels, digest: r.content_digest}, null, 2)
+                    })),
+            },
+          ],
+          revisions.items || [],
+          ),
+  );
+}
+
+function linesToMap(text, what) {
+  const out = {};
+  text.split('\n').forEach((raw, i) => {
+    const line = raw.trim();
+    if (!line) return;
+    const eq = line.indexOf('=');
+    if (eq <= 0)
+      throw Object.assign(
+          new Error(`${what} line ${i + 1} ("${line}") is not NAME=value`), {code: 'form'});
+    out[line.slice(0, eq)] = line.slice(eq + 1);
+  });
+  return out;
+}
+
+const mapToLines = (m) => Object.entries(m || {}).map(([k, v]) => `${k}=${v}`).join('\n');
+
+async function renderForm(ctx, task) {
+  const editing = !!task;
+  ctx.title(editing ? `Edit ${task.name}` : 'New task');
+  if (!session.can('admin')) {
+    replace(
+        ctx.main, pageHeader(editing ? `Edit ${task.name}` : 'New task'),
+        notice(`Publishing tasks needs the admin role; yours here is ${session.role()}.`, 'warn'));
+    return;
+  }
+  const spec = task?.spec || {};
+  const cmd = spec.command || {kind: 'shell', command: '', shell: '/bin/sh'};
+  const retry = task?.retry || {
+    max_attempts: 1,
+    backoff_base_ms: 1000,
+    backoff_max_ms: 60000,
+    safety: 'unknown',
+    retry_on_lost: false
+  };
+  const errors = errorBox();
+  const name =
+      h('input', {id: 'task-name', required: true, maxlength: 128, value: task?.name || ''});
+  const kind = select(
+      [['shell', 'Shell command'], ['argv', 'Program and arguments']], cmd.kind, {id: 'task-kind'});
+  const shellCommand =
+      h('textarea', {id: 'task-command', rows: 3, class: 'mono', spellcheck: 'false'});
+  shellCommand.value = cmd.kind === 'shell' ? cmd.command : '';
+  const shell = select(['/bin/sh', '/bin/bash'], cmd.shell || '/bin/sh', {id: 'task-shell'});
+  const file = h('input', {
+    id: 'task-file',
+    class: 'mono',
+    value: cmd.kind === 'argv' ? cmd.file : '',
+    placeholder: '/usr/bin/tar'
+  });
+  const args = h('textarea', {id: 'task-args', rows: 3, class: 'mono', spellcheck: 'false'});
+  args.value = cmd.kind === 'argv' ? (cmd.args || []).join('\n') : '';
+  const env =
+      h('textarea',
+        {id: 'task-env', rows: 3, class: 'mono', spellcheck: 'false', placeholder: 'TZ=UTC'});
+  env.value = mapToLines(spec.environment);
+  const workdir = h('input', {
+    id: 'task-workdir',
+    class: 'mono',
+    value: spec.workingDirectory || '',
+    placeholder: '(the task\'s own directory)'
+  });
+  const timeout = h('input', {
+    id: 'task-timeout',
+    type: 'number',
+    min: '0.001',
+    step: 'any',
+    value: spec.timeoutMs ? String(spec.timeoutMs / 1000) : '',
+    placeholder: '86400'
+  });
+  const whole = (id, value, min, max) =>
+      h('input', {id, type: 'number', min, max, step: 1, value: String(value)});
+  const attempts = whole('task-attempts', retry.max_attempts, 1, 16);
+  const backoffBase = whole('task-backoff-base', retry.backoff_base_ms, 0);
+  const backoffMax = whole('task-backoff-max', retry.backoff_max_ms, 0);
+  const safety =
+      select(['unknown', 'idempotent', 'deduplicated'], retry.safety, {id: 'task-safety'});
+  const onLost = h('input', {type: 'checkbox', id: 'task-on-lost', checked: retry.retry_on_lost});
+  const labels =
+      h('textarea',
+        {id: 'task-labels', rows: 2, class: 'mono', spellcheck: 'false', placeholder: 'team=ops'});
+  labels.value = mapToLines(task?.labels);
+  const enabled = h('input', {
+    type: 'checkbox',
+    id: 'task-enabled',
+    checked: editing ? task.enabled || ctx.query.enable === '1' : true
+  });
+
+  const shellFields =
+      h('div', {class: 'group'}, field('Command', shellCommand, 'Run by the shell below with -c.'),
+        field('Shell', shell));
+  const argvFields =
+      h('div', {class: 'group'}, field('Program', file, 'Absolute path of the executable.'),
+        field('Arguments', args, 'One argument per line.'));
+  const syncKind = () => {
+    shellFields.hidden = kind.value !== 'shell';
+    argvFields.hidden = kind.value !== 'argv';
+  };
+  kind.addEventListener('change', syncKind);
+  syncKind();
+
+  const mutationId = randomId();
+  const submit = h('button', {
+    type: 'submit',
+    class: 'btn primary',
+    id: 'task-save',
+    text: editing ? 'Publish revision' : 'Create task'
+  });
+  const form = h(
+      'form',
+      {class: 'card form', id: 'task-form', novalidate: true},
+      errors,
+      field('Name', name),
+      field('Command kind', kind),
+      shellFields,
+      argvFields,
+      field('Environment', env, 'One NAME=value per line.'),
+      field(
+          'Working directory', workdir,
+          'Absolute path; empty runs the command in the task\'s own directory.'),
+      field('Timeout (seconds)', timeout, 'Empty: 24 hours.'),
+      h(
+          'fieldset',
+          {},
+          h('legend', {text: 'Retries'}),
+          h('div', {class: 'row'}, field('Attempts', attempts, '1–16'),
+            field('Backoff base (ms)', backoffBase), field('Backoff max (ms)', backoffMax)),
+          h('div', {class: 'row'},
+            field('Safety', safety, 'Whether running the command twice is harmless.'),
+            h('div', {class: 'field check'}, onLost,
+              h('label',
+                { for: onLost.id, text: 'Retry when the attempt is lost'
+                }))),
+          ),
+      field('Labels', labels, 'One key=value per line.'),
+      h('div', {class: 'field check'}, enabled,
+        h('label',
+          { for: enabled.id, text: 'Enabled (runs may start)'
+          })),
+      editing && !task.retry ?
+          notice(
+              'This revision is disabled and kept no retry policy: check the retries above before enabling it.',
+              'warn') :
+          null,
+      h('div', {class: 'actions'}, submit, h('a', {
+          class: 'btn subtle',
+          href: editing ? href(`/tasks/${task.id}`) : href('/tasks'),
+          text: 'Cancel'
+        })),
+  );
+  onSubmit(form, errors, async () => {
+    const command = kind.value === 'shell' ?
+        {kind: 'shell', command: shellCommand.value, shell: shell.value} :
+        {
+          kind: 'argv',
+          file: file.value.trim(),
+          args: args.value === '' ? [] : args.value.split('\n')
+        };
+    const body = {
+      name: name.value.trim(),
+      spec: {command, environment: linesToMap(env.value, 'environment')},
+      labels: linesToMap(labels.value, 'labels'),
+      enabled: enabled.checked,
+      mutation_id: mutationId,
+    };
+    if (workdir.value.trim()) body.spec.workingDirectory = workdir.value.trim();
+    if (timeout.value !== '') body.spec.timeoutMs = Math.round(Number(timeout.value) * 1000);
+    if (enabled.checked) {
+      body.retry = {
+        max_attempts: Number(attempts.value),
+        backoff_base_ms: Number(backoffBase.value),
+        backoff_max_ms: Number(backoffMax.value),
+        safety: safety.value,
+        retry_on_lost: onLost.checked,
+      };
+    }
+    let saved;
+    if (editing) {
+      saved = await post(
+          `/api/v1/tasks/${task.id}/revisions`, {...body, expected_revision: task.revision});
+      forgetTask(task.id);
+    } else {
+      saved = await post('/api/v1/tasks', body);
+    }
+    ctx.navigate(`/tasks/${saved.id}`);
+  });
+  replace(
+      ctx.main, pageHeader(editing ? `Edit ${task.name} (revision ${task.revision})` : 'New task'),
+      form);
+  name.focus();
+}

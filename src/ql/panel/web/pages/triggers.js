@@ -1,0 +1,325 @@
+// Triggers: the list, one trigger with the next fire times the scheduler will admit, and the
+// form that creates one with a live preview of its next 5 fire times in its own zone.
+
+import {get, pager, post} from '../lib/api.js';
+import {debounce, h, randomId, replace} from '../lib/dom.js';
+import {offsetOf, shortId, timeEl, timeText, viewerZone} from '../lib/format.js';
+import {taskNames} from '../lib/lookup.js';
+import {session} from '../lib/session.js';
+import {actionButton, actionLink, badge, errorBox, facts, field, href, link, notice, onSubmit, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
+
+export const nav = {
+  label: 'Triggers',
+  path: '/triggers'
+};
+export const routes = [
+  {pattern: '/triggers', render: renderList},
+  {pattern: '/triggers/new', render: renderForm},
+  {pattern: '/triggers/:id', render: renderTrigger},
+];
+
+export const DST_RULE =
+    'Daylight saving: a wall time skipped when clocks spring forward fires once, at the first instant after the gap; ' +
+    'a wall time that occurs twice when clocks fall back fires once, at its first occurrence — unless the hour field is *, ' +
+    'then both passes fire.';
+
+const MISFIRE = [
+  ['skip', 'skip — an occurrence later than the grace is skipped'],
+  ['fire_once', 'fire_once — the oldest missed occurrence runs once'],
+];
+
+// Returns the buttons that change a trigger, for the caller's role.
+function triggerActions(t, errors, onChange) {
+  const change = (verb) => async () => {
+    await post(`/api/v1/triggers/${t.id}/${verb}`);
+    onChange();
+  };
+  return [
+    t.enabled ? actionButton('Disable', 'operator', change('disable'), {errors}) :
+                actionButton('Enable', 'operator', change('enable'), {errors}),
+    t.pin_stale ? actionButton('Repin', 'admin', change('repin'), {errors}) : null,
+  ];
+}
+
+// Returns a table of triggers with their actions; `names` maps task ids to names.
+export function triggerTable(rows, {errors, onChange, names = new Map(), showTask = true}) {
+  return table(
+      [
+        {
+          label: 'Schedule',
+          cell: (t) => link(t.expression, `/triggers/${t.id}`, {}, {class: 'mono trigger-link'})
+        },
+        {label: 'Zone', class: 'wide', cell: (t) => t.timezone},
+        showTask ? {
+          label: 'Task',
+          cell: (t) => link(names.get(t.task_id) || shortId(t.task_id), `/tasks/${t.task_id}`)
+        } :
+                   null,
+        {label: 'State', cell: (t) => badge(t.state)},
+        {label: 'Next fire', cell: (t) => timeEl(t.next_fire_at, t.timezone)},
+        {label: 'Misfire', class: 'wide', cell: (t) => t.misfire},
+        {label: '', class: 'row-actions', cell: (t) => triggerActions(t, errors, onChange)},
+      ].filter(Boolean),
+      rows,
+      'No trigger.',
+  );
+}
+
+async function renderList(ctx) {
+  ctx.title('Triggers');
+  const errors = errorBox();
+  const task = ctx.query.task || '';
+  const p = pager('/api/v1/triggers', {task_id: task}, 50);
+  const names = new Map();
+  const tbl = triggerTable(
+      [], {errors, onChange: () => ctx.navigate('/triggers', {task, t: Date.now()}), names});
+  const pagerEl = pagedTable(
+      tbl, {
+        get done() {
+          return p.done;
+        },
+        async next(signal) {
+          const items = await p.next(signal);
+          for (const [k, v] of await taskNames(items.map((t) => t.task_id), signal))
+            names.set(k, v);
+          return items;
+        },
+      },
+      {errors, signal: ctx.signal});
+  replace(
+      ctx.main,
+      pageHeader('Triggers', actionLink('New trigger', 'admin', href('/triggers/new', {task}))),
+      errors,
+      task ? notice(`Only the triggers of task ${shortId(task)}.`) : null,
+      tbl,
+      pagerEl,
+  );
+  await pagerEl.ready;
+}
+
+// Returns a list of fire times: the trigger zone's wall time (from the server) and the viewer's.
+function fireList(times, zone) {
+  if (!times.length) return h('p', {class: 'muted', text: 'No fire time.'});
+  let lastOffset = null;
+  return h(
+      'ol',
+      {class: 'fire-times'},
+      times.map((f) => {
+        const offset = offsetOf(f.local);
+        const changed = lastOffset !== null && offset !== lastOffset;
+        lastOffset = offset;
+        return h(
+            'li',
+            {},
+            h('span', {class: 'mono local'}, f.local.replace('T', ' ')),
+            h('span', {class: 'zone', text: ` ${zone}`}),
+            changed ? h('span', {class: 'badge warn', text: `UTC offset now ${offset}`}) : null,
+            zone !== viewerZone ? h('span', {class: 'viewer muted', text: ` = ${timeText(f.at)}`}) :
+                                  null,
+        );
+      }),
+  );
+}
+
+async function renderTrigger(ctx) {
+  const id = ctx.params.id;
+  const errors = errorBox();
+  const [t, next] = await Promise.all([
+    get(`/api/v1/triggers/${id}`, {}, ctx.signal),
+    get(`/api/v1/triggers/${id}/next`, {count: 5}, ctx.signal)
+  ]);
+  const names = await taskNames([t.task_id], ctx.signal);
+  ctx.title(`Trigger ${t.expression}`);
+  const reload = () => ctx.navigate(`/triggers/${id}`, {t: Date.now()});
+  replace(
+      ctx.main,
+      pageHeader(
+          `Trigger ${t.expression}`,
+          triggerActions(t, errors, reload),
+          actionLink(
+              'Change schedule…', 'admin', href('/triggers/new', {task: t.task_id, replace: t.id})),
+          ),
+      errors,
+      section(
+          null,
+          facts(
+              [
+                ['Task', link(names.get(t.task_id), `/tasks/${t.task_id}`)],
+                ['Expression', h('code', {text: t.expression})],
+                ['Time zone', t.timezone],
+                ['State', badge(t.state)],
+                ['Misfire', t.misfire],
+                [
+                  'Pinned to',
+                  `task revision ${t.task_revision}${
+                      t.pin_stale ? ' (stale: the task changed since)' : ''}`
+                ],
+                ['Last scheduled', timeEl(t.last_scheduled_at, t.timezone)],
+                [
+                  'Revision',
+                  h('span', {}, `${t.revision}, published `, timeEl(t.revision_created_at))
+                ],
+                ['Id', h('code', {text: t.id})],
+              ],
+              2),
+          ),
+      section(
+          'Next 5 occurrences',
+          next.admitting ?
+              null :
+              notice(
+                  'This trigger is not active: these times are computed, but nothing will run.',
+                  'warn'),
+          fireList(next.fire_times || [], t.timezone),
+          h('p', {class: 'muted small', text: DST_RULE}),
+          ),
+      section('Runs', link('Runs of this trigger', '/runs', {trigger: t.id})),
+  );
+}
+
+async function renderForm(ctx) {
+  if (!session.can('admin')) {
+    replace(
+        ctx.main, pageHeader('New trigger'),
+        notice(
+            `Publishing triggers needs the admin role; yours here is ${session.role()}.`, 'warn'));
+    return;
+  }
+  const replacing =
+      ctx.query.replace ? await get(`/api/v1/triggers/${ctx.query.replace}`, {}, ctx.signal) : null;
+  ctx.title(replacing ? 'Change schedule' : 'New trigger');
+  const errors = errorBox();
+  const tasks = (await get('/api/v1/tasks', {limit: 500}, ctx.signal)).items || [];
+  const chosen = ctx.query.task || replacing?.task_id || tasks[0]?.id || '';
+  const taskSelect = select(
+      tasks.map((t) => [t.id, t.enabled ? t.name : `${t.name} (disabled)`]),
+      chosen,
+      {id: 'trigger-task', required: true, disabled: !!replacing},
+  );
+  const expression = h('input', {
+    id: 'trigger-expression',
+    class: 'mono',
+    required: true,
+    spellcheck: 'false',
+    autocomplete: 'off',
+    value: replacing?.expression || '',
+    placeholder: '*/5 * * * * *  or  30 2 * * *'
+  });
+  const zones =
+      h('datalist', {id: 'zones'},
+        (Intl.supportedValuesOf ? Intl.supportedValuesOf('timeZone') : [])
+            .map((z) => h('option', {value: z})));
+  const zone = h('input', {
+    id: 'trigger-zone',
+    list: 'zones',
+    required: true,
+    spellcheck: 'false',
+    autocomplete: 'off',
+    value: replacing?.timezone || viewerZone
+  });
+  const misfire = select(MISFIRE, replacing?.misfire || 'skip', {id: 'trigger-misfire'});
+  const enabled = h('input', {type: 'checkbox', id: 'trigger-enabled', checked: true});
+  const preview =
+      h('div', {id: 'preview', class: 'preview', 'aria-live': 'polite'},
+        h('p', {class: 'muted', text: 'Type an expression to see its next 5 fire times.'}));
+
+  let seq = 0;
+  const refreshPreview = async () => {
+    const mine = ++seq;
+    if (!expression.value.trim()) {
+      replace(
+          preview,
+          h('p', {class: 'muted', text: 'Type an expression to see its next 5 fire times.'}));
+      return;
+    }
+    try {
+      const out = await get(
+          '/api/v1/cron/next',
+          {expression: expression.value.trim(), timezone: zone.value.trim(), count: 5}, ctx.signal);
+      if (mine !== seq) return;
+      replace(
+          preview,
+          h('p',
+            {class: 'small', text: `Next 5 fire times in ${out.timezone} (your time after "=")`}),
+          fireList(out.fire_times || [], out.timezone));
+    } catch (err) {
+      if (mine !== seq || err.name === 'AbortError') return;
+      const box = errorBox();
+      box.id = 'preview-error';
+      box.show(err);
+      replace(preview, box);
+    }
+  };
+  const later = debounce(refreshPreview, 250);
+  expression.addEventListener('input', () => errors.clear());
+  expression.addEventListener('input', later);
+  zone.addEventListener('input', later);
+  zone.addEventListener('change', later);
+
+  const submit = h('button', {
+    type: 'submit',
+    class: 'btn primary',
+    id: 'trigger-save',
+    text: replacing ? 'Create new trigger and disable the old one' : 'Create trigger'
+  });
+  const mutationId = randomId();
+  const form = h(
+      'form',
+      {class: 'card form split', id: 'trigger-form', novalidate: true},
+      h(
+          'div',
+          {class: 'split-main'},
+          replacing ?
+              notice(
+                  'A trigger revision keeps its schedule: changing it creates a new trigger with the new schedule, then disables this one (two steps; if the second fails, disable it by hand).',
+                  'info') :
+              null,
+          errors,
+          field('Task', taskSelect),
+          field(
+              'Cron expression', expression,
+              'Five fields (minute hour day-of-month month day-of-week) or six with seconds first. Lists, ranges, steps, JAN–DEC, SUN–SAT; no @macros.'),
+          field(
+              'Time zone', zone,
+              'An IANA name, e.g. Asia/Shanghai. The schedule follows wall-clock time there.'),
+          zones,
+          field(
+              'Misfire policy', misfire,
+              'What happens to an occurrence the scheduler sees late (after a stop).'),
+          h('div', {class: 'field check'}, enabled,
+            h('label',
+              { for: enabled.id, text: 'Enabled'
+              })),
+          h('p', {
+            class: 'muted small',
+            text:
+                'Overlapping runs: every occurrence starts its own run; the API has no overlap policy.'
+          }),
+          h('div', {class: 'actions'}, submit, h('a', {
+              class: 'btn subtle',
+              href: replacing ? href(`/triggers/${replacing.id}`) : href('/triggers'),
+              text: 'Cancel'
+            })),
+          ),
+      h('aside', {class: 'split-side', 'aria-label': 'Preview'}, h('h2', {text: 'Preview'}),
+        preview, h('p', {class: 'muted small', text: DST_RULE})),
+  );
+  onSubmit(form, errors, async () => {
+    const created = await post('/api/v1/triggers', {
+      task_id: taskSelect.value,
+      expression: expression.value.trim(),
+      timezone: zone.value.trim(),
+      misfire: misfire.value,
+      enabled: enabled.checked,
+      mutation_id: mutationId,
+    });
+    if (replacing && replacing.enabled) await post(`/api/v1/triggers/${replacing.id}/disable`);
+    ctx.navigate(`/triggers/${created.id}`);
+  });
+  replace(
+      ctx.main,
+      pageHeader(replacing ? `Change schedule of ${replacing.expression}` : 'New trigger'), form);
+  if (!tasks.length) form.prepend(notice('Create a task first: a trigger runs a task.', 'warn'));
+  if (expression.value) refreshPreview();
+  expression.focus();
+}

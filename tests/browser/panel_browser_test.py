@@ -1,0 +1,531 @@
+#!/usr/bin/env python3
+"""The web panel in a real headless browser (Debian chromium + chromedriver + python3-selenium).
+
+Starts a real server on a temporary data directory and a free port, `ql-local serve` or (with
+--server cluster) a throwaway PostgreSQL, `ql-cluster serve` and one `ql-worker`, and drives the
+panel as a person would: sign in; create a task and a trigger every 2 seconds through the
+forms; see runs appear and a log stream live; cancel a long run; a bad cron expression shows
+the server's message; a viewer's token sees no edit control and a forced write is refused with
+403. Every page is saved as a screenshot, desktop and 360 px wide, into --screenshots, and must
+not scroll sideways at 360 px. A missing browser or driver is a failure, never a skip.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+# The browser's own zone, unlike the triggers' (UTC), so both appear next to each other.
+VIEWER_TZ = "Asia/Shanghai"
+DESKTOP = (1280, 1000)
+PHONE = (360, 780)
+
+
+class Failure(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(url, method="GET", token=None, body=None):
+    """Returns (status, headers, body bytes) for one request."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, method=method, data=data)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as res:
+            return res.status, res.headers, res.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read()
+
+
+def wait_until(fn, what, timeout=30.0, interval=0.2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            value = fn()
+            if value:
+                return value
+        except (StaleElementReferenceException, WebDriverException) as err:
+            last = err
+        time.sleep(interval)
+    raise Failure(f"timed out after {timeout:.0f} s waiting for {what}" + (f" ({last})" if last else ""))
+
+
+class Server:
+    """A running QingLong API: `url` and the owner's `token`; stop() ends everything."""
+
+    def __init__(self, args, workdir):
+        self.args = args
+        self.workdir = workdir
+        self.procs = []
+        self.logs = []
+        self.url = ""
+        self.token = ""
+
+    def spawn(self, name, argv, **kwargs):
+        log = open(os.path.join(self.workdir, name + ".log"), "wb")
+        self.logs.append(log.name)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def wait_ready(self):
+        def ready():
+            try:
+                return http(self.url + "/readyz")[0] == 200
+            except OSError:
+                return False
+
+        wait_until(ready, self.url + "/readyz", timeout=60)
+
+    def start(self):
+        if self.args.server == "local":
+            self.start_local()
+        else:
+            self.start_cluster()
+
+    def start_local(self):
+        port = free_port()
+        data = os.path.join(self.workdir, "data")
+        self.spawn("ql-local", [os.path.join(self.args.bin_dir, "ql-local"), "serve", "--data", data,
+                                "--listen", f"127.0.0.1:{port}", "--shutdown-wait", "2"])
+        self.url = f"http://127.0.0.1:{port}"
+        self.wait_ready()
+        with open(os.path.join(data, "owner.token")) as f:
+            self.token = f.read().strip()
+
+    def start_cluster(self):
+        helper = subprocess.Popen([self.args.postgres, self.args.roles_sql], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(helper)
+        line = helper.stdout.readline()
+        if not line:
+            raise Failure("throwaway PostgreSQL did not start: " + helper.stderr.read())
+        urls = json.loads(line)
+        env = dict(os.environ, QL3_POSTGRES_ALLOW_INSECURE="true")
+        cluster = os.path.join(self.args.bin_dir, "ql-cluster")
+
+        def run(argv):
+            out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+            check(out.returncode == 0, f"{' '.join(argv[:3])} failed: {out.stderr}")
+            return out.stdout.strip().splitlines()[-1]
+
+        run([cluster, "migrate", "--database-url", urls["migration"]])
+        self.token = run([cluster, "token", "create", "owner", "--database-url", urls["admin"]])
+        worker_token = run([cluster, "worker-token", "create", "panel-worker", "--database-url", urls["admin"]])
+        token_file = os.path.join(self.workdir, "worker.token")
+        with open(token_file, "w") as f:
+            f.write(worker_token + "\n")
+        os.chmod(token_file, 0o600)
+        port, worker_port = free_port(), free_port()
+        self.spawn("ql-cluster", [cluster, "serve", "--database-url", urls["runtime"],
+                                  "--admin-database-url", urls["admin"],
+                                  "--worker-database-url", urls["worker"],
+                                  "--listen", f"127.0.0.1:{port}",
+                                  "--worker-listen", f"127.0.0.1:{worker_port}",
+                                  "--shutdown-wait", "2"], env=env)
+        self.url = f"http://127.0.0.1:{port}"
+        self.wait_ready()
+        self.spawn("ql-worker", [os.path.join(self.args.bin_dir, "ql-worker"), "--control",
+                                 f"http://127.0.0.1:{worker_port}", "--token-file", token_file,
+                                 "--slots", "4", "--work-dir", os.path.join(self.workdir, "worker")],
+                   env=env)
+
+    def stop(self):
+        for proc in reversed(self.procs):
+            if proc.poll() is not None:
+                continue
+            if proc.stdin:
+                proc.stdin.close()  # the PostgreSQL helper stops on end of input
+            else:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def dump_logs(self):
+        for path in self.logs:
+            with open(path, "rb") as f:
+                tail = f.read()[-4000:].decode(errors="replace")
+            print(f"---- {os.path.basename(path)} (tail)\n{tail}")
+
+
+class Panel:
+    """The browser on the panel, with helpers that wait for what a page shows."""
+
+    def __init__(self, base, shots):
+        check(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing: run scripts/install-deps.sh (package chromium)")
+        check(os.path.exists(CHROMEDRIVER), f"{CHROMEDRIVER} is missing: run scripts/install-deps.sh (package chromium-driver)")
+        self.base = base
+        self.shots = shots
+        self.profile = tempfile.mkdtemp(prefix="ql-panel-chromium-")
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                    "--no-first-run", "--disable-extensions", "--lang=en-US",
+                    f"--window-size={DESKTOP[0]},{DESKTOP[1]}", f"--user-data-dir={self.profile}"):
+            options.add_argument(arg)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        env = dict(os.environ, TZ=VIEWER_TZ)
+        service = Service(executable_path=CHROMEDRIVER, env=env)
+        self.driver = webdriver.Chrome(service=service, options=options)
+        self.driver.set_script_timeout(20)
+        self.console = []
+
+    def quit(self):
+        try:
+            self.driver.quit()
+        finally:
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+    # Navigation and finding ---------------------------------------------------------------
+
+    def go(self, route):
+        self.driver.get(self.base + "/#" + route)
+
+    def css(self, selector):
+        return self.driver.find_elements(By.CSS_SELECTOR, selector)
+
+    def one(self, selector, timeout=20):
+        return wait_until(lambda: (self.css(selector) or [None])[0], selector, timeout)
+
+    def button(self, text, timeout=20):
+        xpath = f"//button[normalize-space()='{text}'] | //a[contains(@class,'btn') and normalize-space()='{text}']"
+        return wait_until(lambda: (self.driver.find_elements(By.XPATH, xpath) or [None])[0], f"button {text!r}", timeout)
+
+    def text(self, selector):
+        els = self.css(selector)
+        return els[0].text if els else ""
+
+    def wait_text(self, selector, needle, timeout=20):
+        return wait_until(lambda: needle in self.text(selector), f"{needle!r} in {selector}", timeout)
+
+    def fill(self, selector, value):
+        el = self.one(selector)
+        el.clear()
+        el.send_keys(value)
+        return el
+
+    def main_text(self):
+        return self.text("main")
+
+    def collect_console(self):
+        self.console += self.driver.get_log("browser")
+
+    # Screenshots ----------------------------------------------------------------------------
+
+    def shoot(self, name):
+        """Saves the page at desktop size and at 360 px (as a phone), which must not scroll sideways."""
+        time.sleep(0.3)
+        self.driver.save_screenshot(os.path.join(self.shots, f"{name}-desktop.png"))
+        self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 1, "mobile": True})
+        try:
+            time.sleep(0.4)
+            width = self.driver.execute_script("return document.documentElement.scrollWidth")
+            self.driver.save_screenshot(os.path.join(self.shots, f"{name}-360.png"))
+            check(width <= PHONE[0], f"page {name} is {width} px wide at {PHONE[0]} px: it scrolls sideways")
+        finally:
+            self.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+            time.sleep(0.2)
+
+
+def api_error(server, path, query):
+    """Returns the server's {code, message} for a GET expected to fail."""
+    status, _, body = http(f"{server.url}{path}?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}",
+                           token=server.token)
+    check(status == 400, f"{path} answered {status}, expected 400")
+    return json.loads(body)
+
+
+def check_headers(server):
+    status, headers, body = http(server.url + "/")
+    check(status == 200, f"GET / answered {status}")
+    check(headers.get("Content-Type", "").startswith("text/html"), "GET / is not text/html")
+    csp = headers.get("Content-Security-Policy", "")
+    check("script-src 'self'" in csp and "unsafe-inline" not in csp, f"weak CSP: {csp!r}")
+    check(headers.get("X-Content-Type-Options") == "nosniff", "GET / lacks nosniff")
+    check(headers.get("Cache-Control") == "no-cache", f"GET / Cache-Control {headers.get('Cache-Control')!r}")
+    page = body.decode()
+    start = page.index('src="/ui/') + len('src="')
+    asset = page[start:page.index('"', start)]
+    status, headers, _ = http(server.url + asset)
+    check(status == 200 and headers.get("Content-Type", "").startswith("text/javascript"), f"{asset}: {status}")
+    check("immutable" in headers.get("Cache-Control", ""), f"{asset} is not cached as immutable")
+    status, headers, body = http(server.url + "/api/v1/no-such-route", token=server.token)
+    check(status == 404 and json.loads(body)["code"] == "route_not_found", "unknown API route is not a JSON 404")
+    status, headers, _ = http(server.url + "/api/v1/status", token=server.token)
+    check(status == 200 and headers.get("Cache-Control") == "no-store", "API answers are not no-store")
+    check(headers.get("X-Content-Type-Options") == "nosniff", "API answers lack nosniff")
+
+
+def sign_in(panel, token, expect_role):
+    panel.go("/")
+    panel.fill("#token", token).send_keys(Keys.ENTER)
+    panel.wait_text("#identity", expect_role)
+    check(panel.text("#role") == expect_role, f"role shown {panel.text('#role')!r}, expected {expect_role!r}")
+
+
+def sign_out(panel):
+    panel.one("#signout").click()
+    panel.one("#token")
+    check(panel.driver.execute_script("return sessionStorage.getItem('ql.token')") is None,
+          "the token is still in sessionStorage after signing out")
+
+
+def create_task(panel, name, command, env="", timeout_s="60"):
+    panel.go("/tasks/new?project=default")
+    panel.fill("#task-name", name)
+    panel.fill("#task-command", command)
+    if env:
+        panel.fill("#task-env", env)
+    panel.fill("#task-timeout", timeout_s)
+    panel.one("#task-save").click()
+    wait_until(lambda: "/tasks/" in panel.driver.current_url and "/new" not in panel.driver.current_url,
+               f"the page of task {name}")
+    panel.wait_text("h1", name)
+    return panel.driver.current_url.split("/tasks/")[1].split("?")[0]
+
+
+def scenario(server, panel):
+    check_headers(server)
+    base = server.url
+
+    # Sign in: a wrong token shows the server's refusal; the owner's signs in.
+    panel.go("/")
+    panel.one("#token")
+    panel.shoot("signin")
+    panel.fill("#token", "not-a-token").send_keys(Keys.ENTER)
+    panel.wait_text("[role=alert]", "unauthorized")
+    sign_in(panel, server.token, "owner")
+    panel.one("#status-tiles .tile")
+    panel.shoot("dashboard")
+
+    # Keyboard: the navigation is reachable with Tab alone.
+    panel.go("/tasks?project=default")
+    panel.one("#task-search")
+    panel.driver.execute_script("document.activeElement.blur()")
+    reached = set()
+    for _ in range(25):
+        ActionChains(panel.driver).send_keys(Keys.TAB).perform()
+        reached.add(panel.driver.execute_script("return document.activeElement.textContent.trim()"))
+    for label in ("Dashboard", "Tasks", "Runs", "New task", "Sign out"):
+        check(label in reached, f"{label!r} is not reachable with the keyboard (reached {sorted(reached)})")
+
+    # A task through the form, with environment, timeout and a shell command.
+    tick = create_task(panel, "panel-tick", 'echo "tick $GREETING $QL_RUN_ID"', env="GREETING=hello")
+    check("GREETING=hello" in panel.main_text(), "the task page does not show its environment")
+    panel.shoot("task")
+    panel.go(f"/tasks/{tick}/edit?project=default")
+    panel.one("#task-form")
+    panel.shoot("task-form")
+
+    # A trigger: a bad expression shows the server's own message, live and on save.
+    panel.go(f"/triggers/new?task={tick}&project=default")
+    panel.fill("#trigger-zone", "UTC")
+    panel.fill("#trigger-expression", "61 * * * *")
+    expected = api_error(server, "/api/v1/cron/next", {"expression": "61 * * * *", "timezone": "UTC"})
+    panel.wait_text("#preview-error", expected["message"])
+    check(expected["code"] in panel.text("#preview-error"), "the preview error lacks the server's code")
+    panel.one("#trigger-save").click()
+    panel.wait_text("#trigger-form [role=alert]", expected["message"])
+    panel.shoot("trigger-form-error")
+    panel.fill("#trigger-expression", "*/2 * * * * *")
+    wait_until(lambda: len(panel.css("#preview ol.fire-times li")) == 5, "5 previewed fire times")
+    panel.shoot("trigger-form")
+    panel.one("#trigger-save").click()
+    wait_until(lambda: "/triggers/" in panel.driver.current_url and "/new" not in panel.driver.current_url,
+               "the trigger's page")
+    panel.wait_text("main", "Next 5 occurrences")
+    check(len(panel.css("ol.fire-times li")) == 5, "the trigger page does not list 5 fire times")
+    panel.shoot("trigger")
+    trigger = panel.driver.current_url.split("/triggers/")[1].split("?")[0]
+
+    # Runs appear by themselves (the list refreshes every 2 s) and their log has the output.
+    panel.go(f"/runs?task={tick}&project=default")
+    wait_until(lambda: len(panel.css("a.run-link")) >= 2, "two cron runs in the list", timeout=40)
+    wait_until(lambda: "succeeded" in panel.text("table"), "a succeeded run", timeout=40)
+    panel.shoot("runs")
+    panel.driver.find_element(By.XPATH, "//tr[.//span[normalize-space()='succeeded']]//a[contains(@class,'run-link')]").click()
+    panel.wait_text("#log", "tick hello")
+    panel.wait_text("#log-state", "end of log")
+    panel.wait_text("main", "run.succeeded")
+
+    # The dashboard now shows the trigger due next and the scheduler's lag from /metrics.
+    panel.go("/?project=default")
+    panel.wait_text("#lag", "Occurrences admitted")
+    panel.wait_text("main", "panel-tick")
+    panel.shoot("dashboard-busy")
+
+    panel.go("/triggers?project=default")
+    panel.one("a.trigger-link")
+    panel.shoot("triggers")
+    panel.go("/tasks?project=default")
+    panel.one("a.task-link")
+    panel.fill("#task-search", "tick")
+    wait_until(lambda: len(panel.css("a.task-link")) == 1, "the search to keep one task")
+    panel.shoot("tasks")
+
+    # A long run: its log streams live without moving the page, then it is cancelled.
+    long_task = create_task(panel, "panel-long", 'for i in $(seq 1 200); do echo "line $i"; sleep 0.25; done',
+                            timeout_s="300")
+    panel.button("Run now").click()
+    wait_until(lambda: "/runs/" in panel.driver.current_url, "the new run's page")
+    panel.wait_text("#log", "line 3", timeout=40)
+    panel.wait_text("#log-state", "following")
+    probe = "return [document.getElementById('log').textContent.length, " \
+            "document.querySelector('section:last-of-type').getBoundingClientRect().top + window.scrollY]"
+    first_len, first_top = panel.driver.execute_script(probe)
+    time.sleep(1.5)
+    second_len, second_top = panel.driver.execute_script(probe)
+    check(second_len > first_len, f"the log did not grow while following ({first_len} -> {second_len})")
+    check(abs(second_top - first_top) < 1, f"the page moved while the log streamed ({first_top} -> {second_top})")
+    panel.shoot("run-streaming")
+    panel.button("Cancel run").click()
+    panel.button("Confirm cancel").click()
+    panel.wait_text("#run-status", "cancelled", timeout=30)
+    panel.button("Retry")
+    panel.shoot("run-cancelled")
+
+    # Projects, people and audit pages, and a viewer made through them.
+    panel.go("/projects?project=default")
+    panel.one("a.project-link")
+    panel.shoot("projects")
+    panel.go("/people?project=default")
+    panel.fill("#principal-name", "vera")
+    panel.one("#principal-form button[type=submit]").click()
+    panel.wait_text("main", "vera")
+    panel.go("/projects/default?project=default")
+    panel.fill("#grant-principal", "vera")
+    Select(panel.one("#grant-role")).select_by_value("viewer")
+    panel.one("#grant-form button[type=submit]").click()
+    wait_until(lambda: "vera" in panel.text("section.card:nth-of-type(2)") or "vera" in panel.main_text(),
+               "vera among the members")
+    panel.shoot("project")
+    panel.go("/people?project=default")
+    Select(panel.one("#token-principal")).select_by_value("vera")
+    panel.one("#token-form button[type=submit]").click()
+    viewer_token = wait_until(lambda: panel.one("#token-value").get_attribute("value"), "the new token")
+    panel.shoot("people")
+    panel.go("/audit?project=default")
+    panel.wait_text("main", "binding.grant")
+    panel.shoot("audit")
+    panel.collect_console()
+
+    # The viewer: no edit control anywhere, and a forced write is refused.
+    sign_out(panel)
+    sign_in(panel, viewer_token, "viewer")
+    run_id = None
+    for route, ready in (("/", "#status-tiles .tile"), ("/tasks", "a.task-link"), (f"/tasks/{tick}", "h1"),
+                         ("/triggers", "a.trigger-link"), (f"/triggers/{trigger}", "ol.fire-times"),
+                         (f"/runs?task={long_task}", "a.run-link"), ("/projects/default", "h1"),
+                         ("/tasks/new", ".banner.warn"), ("/triggers/new", ".banner.warn")):
+        panel.go(route + ("&" if "?" in route else "?") + "project=default")
+        panel.one(ready)
+        time.sleep(0.3)
+        controls = [e.text for e in panel.css("[data-needs]") if e.get_attribute("data-needs") != "self"]
+        check(not controls, f"viewer sees edit controls on {route}: {controls}")
+        if route.startswith("/runs"):
+            run_id = panel.css("a.run-link")[0].get_attribute("title")
+            panel.shoot("viewer-runs")
+        if route == f"/tasks/{tick}":
+            panel.shoot("viewer-task")
+    panel.go(f"/runs/{run_id}?project=default")
+    panel.one("#run-status")
+    check(not panel.css("[data-needs]"), "viewer sees run actions")
+    panel.shoot("run")
+    status, code, message = panel.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch('/api/v1/runs?project=default', {method: 'POST', headers: {
+            'Authorization': 'Bearer ' + sessionStorage.getItem('ql.token'),
+            'Content-Type': 'application/json'}, body: JSON.stringify({task_id: arguments[0]})})
+          .then((r) => r.json().then((b) => done([r.status, b.code, b.message])))
+          .catch((e) => done([0, 'fetch', String(e)]));""", tick)
+    check(status == 403 and code == "permission_denied", f"forced run start as viewer: {status} {code} {message}")
+    panel.collect_console()
+
+    # No page broke the CSP or threw.
+    bad = [m["message"] for m in panel.console
+           if any(s in m["message"] for s in ("Content Security Policy", "Trusted Type", "Uncaught", "SyntaxError"))]
+    check(not bad, "console errors: " + "\n".join(bad))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", choices=("local", "cluster"), required=True)
+    parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--screenshots", required=True)
+    parser.add_argument("--postgres", help="the throwaway_postgres helper (cluster)")
+    parser.add_argument("--roles-sql", help="deploy/postgres/roles.sql (cluster)")
+    args = parser.parse_args()
+    os.makedirs(args.screenshots, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix=f"ql-panel-{args.server}-")
+    server = Server(args, workdir)
+    panel = None
+    started = time.monotonic()
+    try:
+        server.start()
+        panel = Panel(server.url, args.screenshots)
+        scenario(server, panel)
+    except Exception:  # noqa: BLE001 - report everything, then fail
+        traceback.print_exc()
+        if panel:
+            try:
+                panel.driver.save_screenshot(os.path.join(args.screenshots, "failure.png"))
+                print("URL at failure:", panel.driver.current_url)
+                print("page text:", panel.main_text()[:3000])
+                for m in panel.driver.get_log("browser"):
+                    print("console:", m["message"])
+            except WebDriverException:
+                pass
+        server.dump_logs()
+        print(f"panel browser test ({args.server}): FAILED")
+        return 1
+    finally:
+        if panel:
+            panel.quit()
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"panel browser test ({args.server}): passed in {time.monotonic() - started:.0f} s; "
+          f"screenshots in {args.screenshots}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
