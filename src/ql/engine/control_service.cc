@@ -327,6 +327,9 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   json labels = json::object();
   for (const auto& [key, value] : content.labels) labels[key] = value;
   rec.labels_json = internal::CanonicalJsonLossy(labels);
+  if (content.approval.has_value()) {
+    rec.approval_json = internal::CanonicalJsonLossy(ApprovalPolicyToJson(*content.approval));
+  }
   rec.enabled = content.enabled;
   rec.content_digest = digest;
   rec.created_at_ms = now;

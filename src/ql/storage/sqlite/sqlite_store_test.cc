@@ -60,6 +60,7 @@ class TempFileStore final : public Store {
   ScheduleRepository& schedules() override { return store_->schedules(); }
   RunRepository& runs() override { return store_->runs(); }
   GovernanceRepository& governance() override { return store_->governance(); }
+  ApprovalRepository& approvals() override { return store_->approvals(); }
 
  private:
   std::unique_ptr<TempDir> dir_;  // outlives the store: declared first, destroyed last
