@@ -53,7 +53,7 @@ Result<ApprovalPolicy> ParseApprovalPolicy(const json& value) {
         return ApprovalError("approval_ttl_out_of_range", key,
                              std::to_string(ttl) + " is outside " +
                                  std::to_string(kMinApprovalTtlMs) + " .. " +
-                                 std::to_string(kMaxApprovalTtlMs) + " ms (1 minute .. 30 days)");
+                                 std::to_string(kMaxApprovalTtlMs) + " ms (1 second .. 30 days)");
       }
       out.ttl_ms = ttl;
     } else {

@@ -17,7 +17,7 @@
 namespace ql {
 
 inline constexpr int64_t kDefaultApprovalTtlMs = int64_t{24} * 60 * 60 * 1000;
-inline constexpr int64_t kMinApprovalTtlMs = 60'000;
+inline constexpr int64_t kMinApprovalTtlMs = 1000;
 inline constexpr int64_t kMaxApprovalTtlMs = int64_t{30} * 24 * 60 * 60 * 1000;
 inline constexpr size_t kMaxApprovalReasonChars = 512;
 
