@@ -6,6 +6,7 @@
 
 #include "client.h"
 #include "cron_command.h"
+#include "approval_command.h"
 #include "governance_command.h"
 #include "ql_version.h"
 #include "run_command.h"
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   ql::cli::RegisterRunCommands(app);
   ql::cli::RegisterStatusCommand(app);
   ql::cli::RegisterGovernanceCommands(app);
+  ql::cli::RegisterApprovalCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

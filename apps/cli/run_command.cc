@@ -318,8 +318,30 @@ int RunStart(const RunStartArgs& args, CommandContext& context) {
   if (!run.ok()) return context.Fail(run.error());
   if (context.json()) {
     context.out() << JsonOutput(*run) << "\n";
+  } else if (JsonText(*run, "code", "") == "approval_required") {
+    // The task requires approval: the request waits for another principal.
+    context.out() << "approval required: " << JsonText(*run, "approval_id", "") << "\n";
   } else {
     context.out() << JsonText(*run, "id", "") << "\n";
+  }
+  return kExitOk;
+}
+
+int RunResolve(const std::string& run_id, const std::string& as, const std::string& reason,
+               CommandContext& context) {
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> resolved = (*api)->PostJson(RunPath(run_id) + "/resolve",
+                                              json{{"resolution", as}, {"reason", reason}});
+  if (!resolved.ok()) return context.Fail(resolved.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*resolved) << "\n";
+  } else {
+    context.out() << "run " << run_id << " resolved as " << as;
+    if (resolved->contains("retry_run_id") && (*resolved)["retry_run_id"].is_string()) {
+      context.out() << "; new run " << (*resolved)["retry_run_id"].get<std::string>();
+    }
+    context.out() << "\n";
   }
   return kExitOk;
 }
@@ -405,6 +427,24 @@ void RegisterRunCommands(CLI::App& app) {
       "Dispatch priority, -1000..1000 (default 0; higher first)");
   start->callback([start, start_args] {
     RunCommand(*start, [&](CommandContext& context) { return RunStart(*start_args, context); });
+  });
+
+  auto resolve_id = std::make_shared<std::string>();
+  auto resolve_as = std::make_shared<std::string>();
+  auto resolve_reason = std::make_shared<std::string>();
+  CLI::App* resolve = run->add_subcommand(
+      "resolve", "Resolve a run in recovery_required: succeeded, failed, or retry (a new run)");
+  resolve->fallthrough();
+  resolve->add_option("id", *resolve_id, "Run id")->required();
+  resolve->add_option("--as", *resolve_as, "succeeded, failed or retry")
+      ->required()
+      ->check(CLI::IsMember({"succeeded", "failed", "retry"}));
+  resolve->add_option("--reason", *resolve_reason, "Why (recorded with the resolution)")
+      ->required();
+  resolve->callback([resolve, resolve_id, resolve_as, resolve_reason] {
+    RunCommand(*resolve, [&](CommandContext& context) {
+      return RunResolve(*resolve_id, *resolve_as, *resolve_reason, context);
+    });
   });
 
   auto retry_id = std::make_shared<std::string>();

@@ -104,7 +104,19 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
       "--mutation-id", [flags](const std::string& v) { flags->mutation_id = v; },
       "Idempotency id of this write: repeating the command with the same id replays it "
       "instead of writing twice (default: a fresh id)");
+  command->add_flag("--require-approval", flags->require_approval,
+                    "Manual runs wait until another principal approves them");
+  command
+      ->add_option_function<std::string>(
+          "--approver-role", [flags](const std::string& v) { flags->approver_role = v; },
+          "Who approves: admin (default) or owner")
+      ->check(CLI::IsMember({"admin", "owner"}));
+  command->add_option_function<std::string>(
+      "--approval-ttl", [flags](const std::string& v) { flags->approval_ttl = v; },
+      "How long a request waits for a decision (duration, default 24h)");
   if (publish) {
+    command->add_flag("--no-approval", flags->no_approval,
+                      "Publish without an approval requirement");
     command->add_flag("--enabled", flags->enabled, "Publish the revision enabled");
     command->add_flag("--clear-env", flags->clear_env, "Publish with an empty environment");
     command->add_flag("--clear-workdir", flags->clear_workdir,
@@ -277,6 +289,30 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
     retry["backoff_max_ms"] = *ms;
   }
   if (!retry.empty()) body["retry"] = retry;
+
+  // The approval policy is part of the revision too: a publish keeps the current one.
+  if (flags.no_approval && (flags.require_approval || flags.approver_role || flags.approval_ttl)) {
+    return CliError::Usage("flag_conflict",
+                           "--no-approval cannot be combined with the other approval flags");
+  }
+  json approval = json::object();
+  if (current != nullptr && current->contains("approval") &&
+      (*current)["approval"].is_object()) {
+    approval = (*current)["approval"];
+  }
+  if ((flags.approver_role || flags.approval_ttl) && !flags.require_approval &&
+      !approval.value("required", false)) {
+    return CliError::Usage("flag_conflict",
+                           "--approver-role and --approval-ttl need --require-approval");
+  }
+  if (flags.require_approval) approval["required"] = true;
+  if (flags.approver_role) approval["approver_role"] = *flags.approver_role;
+  if (flags.approval_ttl) {
+    CliResult<int64_t> ms = DurationFlag("--approval-ttl", *flags.approval_ttl);
+    if (!ms.ok()) return ms.error();
+    approval["ttl_ms"] = *ms;
+  }
+  if (!flags.no_approval && !approval.empty()) body["approval"] = approval;
   return body;
 }
 

@@ -37,6 +37,10 @@ struct TaskContentFlags {
   std::optional<std::string> backoff;      // --backoff DURATION
   std::optional<std::string> backoff_max;  // --backoff-max DURATION
   std::optional<std::string> mutation_id;  // --mutation-id ID (makes a retried write a replay)
+  bool require_approval = false;              // --require-approval
+  bool no_approval = false;                   // --no-approval (publish)
+  std::optional<std::string> approver_role;   // --approver-role admin|owner
+  std::optional<std::string> approval_ttl;    // --approval-ttl DURATION
 };
 
 // Builds the body of a task publish request (without mutation_id or expected_revision):

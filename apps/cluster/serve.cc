@@ -249,6 +249,9 @@ int Serve(const ServeConfig& config) {
       [&]() -> int64_t {
         // Startup looked at every run; later cycles settle what went beyond the queue.
         Result<RecoveryReport> report = recovery.RunOnce(256, RecoveryScope::kBeyondQueue);
+        // Pending approvals past their expiry (database clock) are swept with recovery.
+        Result<int> expired = control.ExpireApprovals(256);
+        if (!expired.ok()) Diagnose("approval expiry", expired.status());
         if (!report.ok()) {
           Diagnose("recovery", report.status());
         } else if (!report->first_error.ok()) {

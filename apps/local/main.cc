@@ -50,6 +50,8 @@ namespace {
 constexpr int kExitUsage = 2;
 constexpr int kExitFailure = 1;
 constexpr int64_t kDispatcherTickMs = 200;
+// How often pending approval requests are checked for expiry.
+constexpr int64_t kApprovalSweepMs = 5'000;
 
 struct ServeConfig {
   std::string data_dir = "./data";
@@ -278,10 +280,17 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
       },
       scheduler_sleeper, LoopOptions("scheduler", metrics));
   std::atomic<bool> launching{true};
+  int64_t next_expiry_ms = 0;
   RoundLoop dispatcher_loop(
       [&]() -> int64_t {
         Result<TickReport> tick = dispatcher.Tick(launching.load());
         if (!tick.ok()) std::cerr << "dispatcher: " << tick.status().ToString() << "\n";
+        // Pending approvals past their expiry are swept every few seconds.
+        if (clock.NowMs() >= next_expiry_ms) {
+          next_expiry_ms = clock.NowMs() + kApprovalSweepMs;
+          Result<int> expired = control.ExpireApprovals(256);
+          if (!expired.ok()) std::cerr << "approvals: " << expired.status().ToString() << "\n";
+        }
         return kDispatcherTickMs;
       },
       dispatcher_sleeper, LoopOptions("dispatcher", metrics));

@@ -27,6 +27,7 @@
 
 namespace ql {
 
+class ApprovalRepository;
 class GovernanceRepository;
 
 // The policy fence of one store command (DESIGN §9): inside the transaction that writes, the
@@ -471,6 +472,7 @@ class Store {
   virtual ScheduleRepository& schedules() = 0;
   virtual RunRepository& runs() = 0;
   virtual GovernanceRepository& governance() = 0;
+  virtual ApprovalRepository& approvals() = 0;
 };
 
 }  // namespace ql

@@ -45,6 +45,9 @@ struct TaskRevisionRecord {
   bool enabled = true;
   std::string content_digest;
   int64_t created_at_ms = 0;
+  // Canonical JSON of the revision's approval policy (core/approval.h), absent when manual runs
+  // need none. Covered by the content digest, not part of the execution plan.
+  std::optional<std::string> approval_json;
 };
 
 // The frozen plan of one enabled task revision for one executor type.

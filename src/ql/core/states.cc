@@ -44,6 +44,8 @@ std::string_view RunStatusName(RunStatus status) {
       return "retry_wait";
     case RunStatus::kLost:
       return "lost";
+    case RunStatus::kRecoveryRequired:
+      return "recovery_required";
   }
   return "unknown";
 }
@@ -151,6 +153,8 @@ std::string_view TriggerTypeName(TriggerType type) {
       return "manual";
     case TriggerType::kApi:
       return "api";
+    case TriggerType::kApproved:
+      return "approved";
   }
   return "unknown";
 }

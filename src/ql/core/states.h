@@ -25,6 +25,9 @@ enum class RunStatus {
   kTimedOut,
   kRetryWait,
   kLost,
+  // An approved run whose attempt was lost after it started: it may have had its effect, so
+  // nothing retries it; an admin resolves it (succeeded, failed, or a new approved run).
+  kRecoveryRequired,
 };
 
 enum class AttemptStatus {
@@ -39,10 +42,10 @@ enum class AttemptStatus {
 };
 
 // Every value of each enum, in declaration order, for exhaustive iteration.
-inline constexpr std::array<RunStatus, 10> kAllRunStatuses = {
+inline constexpr std::array<RunStatus, 11> kAllRunStatuses = {
     RunStatus::kCreated,   RunStatus::kQueued, RunStatus::kDispatching, RunStatus::kRunning,
     RunStatus::kSucceeded, RunStatus::kFailed, RunStatus::kCancelled,   RunStatus::kTimedOut,
-    RunStatus::kRetryWait, RunStatus::kLost,
+    RunStatus::kRetryWait, RunStatus::kLost,   RunStatus::kRecoveryRequired,
 };
 inline constexpr std::array<AttemptStatus, 8> kAllAttemptStatuses = {
     AttemptStatus::kClaimed,   AttemptStatus::kStarting, AttemptStatus::kRunning,
@@ -60,7 +63,8 @@ std::optional<RunStatus> ParseRunStatus(std::string_view name);
 std::optional<AttemptStatus> ParseAttemptStatus(std::string_view name);
 
 // Returns true for the end states whose rows never change again: succeeded, failed, cancelled,
-// timed_out. A lost run is not terminal (it may still be retried, failed or cancelled).
+// timed_out. A lost run is not terminal (it may still be retried, failed or cancelled), nor is
+// a run that requires recovery (a resolution ends it).
 bool IsTerminal(RunStatus status);
 // Returns true for succeeded, failed, cancelled, timed_out and lost.
 bool IsTerminal(AttemptStatus status);
@@ -89,6 +93,7 @@ inline constexpr RunTransition kRunTransitions[] = {
     {RunStatus::kDispatching, RunStatus::kCancelled},
     {RunStatus::kDispatching, RunStatus::kTimedOut},
     {RunStatus::kDispatching, RunStatus::kLost},
+    {RunStatus::kDispatching, RunStatus::kRecoveryRequired},
 
     {RunStatus::kRunning, RunStatus::kRetryWait},
     {RunStatus::kRunning, RunStatus::kSucceeded},
@@ -96,6 +101,7 @@ inline constexpr RunTransition kRunTransitions[] = {
     {RunStatus::kRunning, RunStatus::kCancelled},
     {RunStatus::kRunning, RunStatus::kTimedOut},
     {RunStatus::kRunning, RunStatus::kLost},
+    {RunStatus::kRunning, RunStatus::kRecoveryRequired},
 
     {RunStatus::kRetryWait, RunStatus::kQueued},
     {RunStatus::kRetryWait, RunStatus::kCancelled},
@@ -104,6 +110,12 @@ inline constexpr RunTransition kRunTransitions[] = {
     {RunStatus::kLost, RunStatus::kRetryWait},
     {RunStatus::kLost, RunStatus::kFailed},
     {RunStatus::kLost, RunStatus::kCancelled},
+    {RunStatus::kLost, RunStatus::kRecoveryRequired},
+
+    // Only a resolution (human, or a late result that proves the outcome) leaves it; a retry
+    // resolution fails this run and creates a new one.
+    {RunStatus::kRecoveryRequired, RunStatus::kSucceeded},
+    {RunStatus::kRecoveryRequired, RunStatus::kFailed},
 };
 
 // The complete list of legal attempt moves; every terminal attempt state has no outgoing move.
@@ -152,6 +164,9 @@ inline constexpr std::string_view kEventAttemptLateCallbackIgnored =
 inline constexpr std::string_view kEventLogTruncated = "attempt.log_truncated";
 // A remote worker was granted a lease on the attempt (payload: offer, session, generation).
 inline constexpr std::string_view kEventAttemptLeased = "attempt.leased";
+// A run that required recovery was resolved (payload: resolution, reason, resolved_by, and the
+// new run of a retry); appended with the run's terminal state event in the same transaction.
+inline constexpr std::string_view kEventRunRecoveryResolved = "run.recovery_resolved";
 
 // Who runs an attempt.
 enum class ExecutorType { kLocalProcess, kRemoteWorker };
@@ -162,11 +177,12 @@ std::string_view ExecutorTypeName(ExecutorType type);
 // Returns the executor type with exactly this wire name, or nullopt.
 std::optional<ExecutorType> ParseExecutorType(std::string_view name);
 
-// What created a run.
-enum class TriggerType { kCron, kManual, kApi };
-inline constexpr std::array<TriggerType, 3> kAllTriggerTypes = {
-    TriggerType::kCron, TriggerType::kManual, TriggerType::kApi};
-// Returns "cron", "manual" or "api".
+// What created a run. kApproved: a manual run a second principal approved (or the retry of
+// one an admin resolved); once started it is never retried automatically.
+enum class TriggerType { kCron, kManual, kApi, kApproved };
+inline constexpr std::array<TriggerType, 4> kAllTriggerTypes = {
+    TriggerType::kCron, TriggerType::kManual, TriggerType::kApi, TriggerType::kApproved};
+// Returns "cron", "manual", "api" or "approved".
 std::string_view TriggerTypeName(TriggerType type);
 // Returns the trigger type with exactly this wire name, or nullopt.
 std::optional<TriggerType> ParseTriggerType(std::string_view name);

@@ -14,10 +14,15 @@ const std::map<std::string, std::set<std::string>>& ExpectedRunMoves() {
   static const auto* moves = new std::map<std::string, std::set<std::string>>{
       {"created", {"queued", "cancelled"}},
       {"queued", {"dispatching", "cancelled", "timed_out"}},
-      {"dispatching", {"running", "retry_wait", "failed", "cancelled", "timed_out", "lost"}},
-      {"running", {"retry_wait", "succeeded", "failed", "cancelled", "timed_out", "lost"}},
+      {"dispatching",
+       {"running", "retry_wait", "failed", "cancelled", "timed_out", "lost", "recovery_required"}},
+      {"running",
+       {"retry_wait", "succeeded", "failed", "cancelled", "timed_out", "lost",
+        "recovery_required"}},
       {"retry_wait", {"queued", "cancelled", "timed_out"}},
-      {"lost", {"retry_wait", "failed", "cancelled"}},
+      {"lost", {"retry_wait", "failed", "cancelled", "recovery_required"}},
+      // DESIGN §9.1: an approved run lost after start waits for a resolution.
+      {"recovery_required", {"succeeded", "failed"}},
   };
   return *moves;
 }
@@ -47,7 +52,8 @@ TEST(RunStateTest, WireNamesRoundTripAndAreDistinct) {
   }
   EXPECT_EQ(names,
             (std::set<std::string_view>{"created", "queued", "dispatching", "running", "succeeded",
-                                        "failed", "cancelled", "timed_out", "retry_wait", "lost"}));
+                                        "failed", "cancelled", "timed_out", "retry_wait", "lost",
+                                        "recovery_required"}));
 }
 
 TEST(RunStateTest, ParseRejectsNearMisses) {
@@ -83,9 +89,9 @@ TEST(RunStateTest, EveryPairIsAllowedExactlyWhenDesignTableListsIt) {
       if (want) ++allowed;
     }
   }
-  EXPECT_EQ(allowed, 23);
+  EXPECT_EQ(allowed, 28);
   // The data table holds each move once, so its size equals the number of legal pairs.
-  EXPECT_EQ(std::size(kRunTransitions), 23u);
+  EXPECT_EQ(std::size(kRunTransitions), 28u);
 }
 
 TEST(AttemptStateTest, EveryPairIsAllowedExactlyWhenDesignTableListsIt) {
@@ -206,7 +212,7 @@ TEST(StateVocabularyTest, ExecutorTriggerAndActorTypesRoundTrip) {
     names.insert(TriggerTypeName(t));
     EXPECT_EQ(ParseTriggerType(TriggerTypeName(t)), t);
   }
-  EXPECT_EQ(names, (std::set<std::string_view>{"cron", "manual", "api"}));
+  EXPECT_EQ(names, (std::set<std::string_view>{"cron", "manual", "api", "approved"}));
 
   names.clear();
   for (ActorType t : kAllActorTypes) {

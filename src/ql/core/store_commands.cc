@@ -180,7 +180,7 @@ Status ValidateNewRun(const NewRun& run) {
   if (!ParseTriggerType(run.trigger_type).has_value()) {
     return InvalidArgument(
         "invalid_trigger_type",
-        Cat({"trigger type must be cron, manual or api, got ", Quote(run.trigger_type)}));
+        Cat({"trigger type must be cron, manual, api or approved, got ", Quote(run.trigger_type)}));
   }
   if (run.trigger_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("trigger_id", *run.trigger_id));
   if (run.trigger_revision.has_value()) {
@@ -473,6 +473,10 @@ Status ValidatePublishTask(const PublishTaskCommand& cmd) {
   QL_RETURN_IF_ERROR(RequireText("task kind", content.kind));
   QL_RETURN_IF_ERROR(RequireCanonicalJson("task spec", content.spec_json, /*object=*/true));
   QL_RETURN_IF_ERROR(RequireCanonicalJson("task labels", content.labels_json, /*object=*/false));
+  if (content.approval_json.has_value()) {
+    QL_RETURN_IF_ERROR(
+        RequireCanonicalJson("task approval", *content.approval_json, /*object=*/true));
+  }
   QL_RETURN_IF_ERROR(RequireDigest("task content_digest", content.content_digest));
   const int64_t new_revision = cmd.expected_revision.value_or(0) + 1;
   if (!content.enabled && !cmd.executions.empty()) {

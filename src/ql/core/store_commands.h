@@ -90,10 +90,10 @@ Result<std::vector<PreparedEvent>> PrepareEvents(const std::vector<NewEvent>& ev
 Status ValidateNewRun(const NewRun& run);
 
 // Checks a task publish before it is stored: canonical ids, a mutation id, an expected
-// revision below the last one, kind, canonical spec and labels, the content digest, and each
-// execution revision (known and unique executor type, plan digest, pinned to the revision's
-// digest, id `ExecutionRevisionId(new revision, plan digest)`, canonical plan); a disabled
-// revision has none (`execution_for_disabled_revision`).
+// revision below the last one, kind, canonical spec, labels and approval policy, the content
+// digest, and each execution revision (known and unique executor type, plan digest, pinned to
+// the revision's digest, id `ExecutionRevisionId(new revision, plan digest)`, canonical plan); a
+// disabled revision has none (`execution_for_disabled_revision`).
 Status ValidatePublishTask(const PublishTaskCommand& cmd);
 
 // Checks a trigger publish before it is stored: canonical ids, a mutation id, an expected

@@ -398,7 +398,7 @@ bool IsAllowedEnvName(std::string_view name) {
 Result<TaskContent> ParseTaskContent(const json& body) {
   if (!body.is_object()) return WrongType("task_invalid_type", "body", "an object", body);
   QL_RETURN_IF_ERROR(CheckFields("task_unknown_field", "", body,
-                                 {"name", "kind", "spec", "labels", "enabled", "retry"},
+                                 {"name", "kind", "spec", "labels", "enabled", "retry", "approval"},
                                  " of a task"));
   TaskContent out;
   if (body.contains("kind")) {
@@ -432,18 +432,23 @@ Result<TaskContent> ParseTaskContent(const json& body) {
   if (body.contains("retry")) {
     QL_ASSIGN_OR_RETURN(out.retry, ParseRetryPolicy(body.at("retry")));
   }
+  if (body.contains("approval")) {
+    QL_ASSIGN_OR_RETURN(out.approval, ParseApprovalPolicy(body.at("approval")));
+  }
   return out;
 }
 
 json TaskContentToJson(const TaskContent& content) {
   json labels = json::object();
   for (const auto& [key, value] : content.labels) labels[key] = value;
-  return json{{"enabled", content.enabled},
-              {"kind", content.kind},
-              {"labels", std::move(labels)},
-              {"name", content.name},
-              {"retry", RetryPolicyToJson(content.retry)},
-              {"spec", CommandSpecToJson(content.spec)}};
+  json out{{"enabled", content.enabled},
+           {"kind", content.kind},
+           {"labels", std::move(labels)},
+           {"name", content.name},
+           {"retry", RetryPolicyToJson(content.retry)},
+           {"spec", CommandSpecToJson(content.spec)}};
+  if (content.approval.has_value()) out["approval"] = ApprovalPolicyToJson(*content.approval);
+  return out;
 }
 
 std::string TaskContentCanonical(const TaskContent& content) {

@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "ql/core/approval.h"
 #include "ql/core/records.h"
 #include "ql/core/status.h"
 
@@ -105,12 +106,15 @@ struct TaskContent {
   std::map<std::string, std::string> labels;
   bool enabled = true;
   RetryPolicy retry;  // snapshot into every run of the revision
+  // Manual runs need a second person's approval (DESIGN §9.1); not part of the execution plan.
+  std::optional<ApprovalPolicy> approval;
   bool operator==(const TaskContent&) const = default;
 };
 
 // Validates a task publish body {"name": ..., "kind": "qinglong/command@v1" (optional),
 // "spec": {...}, "labels": {...} (optional), "enabled": bool (optional, default true),
-// "retry": {...} (optional retry policy, see retry_policy.h)}.
+// "retry": {...} (optional retry policy, see retry_policy.h), "approval": {...} (optional approval
+// policy, see approval.h: every approval_* reason)}.
 // Envelope fields of the request (mutation id, expected revision) must be removed first: any
 // other field is `task_unknown_field`. Errors are InvalidArgument with reasons:
 //   task_invalid_type     the body is not an object, or `kind` / `enabled` has the wrong type;
@@ -125,7 +129,9 @@ struct TaskContent {
 // plus every error of ParseCommandSpec for `spec`. Same duplicate-key caveat as ParseCommandSpec.
 Result<TaskContent> ParseTaskContent(const nlohmann::json& body);
 
-// Returns {"enabled","kind","labels","name","retry","spec"} with the normalised spec and policy;
+// Returns {"enabled","kind","labels","name","retry","spec"} with the normalised spec and policy,
+// plus "approval" when the content has an approval policy (so contents without one keep their
+// digests);
 // ParseTaskContent(TaskContentToJson(c)) == c for every valid `c`.
 nlohmann::json TaskContentToJson(const TaskContent& content);
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <utility>
 
+#include "ql/core/approval.h"
 #include "ql/core/canonical_json.h"
 #include "ql/core/cron.h"
 #include "ql/core/digest.h"
@@ -21,6 +22,7 @@ using nlohmann::json;
 // Cursors are bound to the listing that issued them, so one listing's cursor is rejected by
 // another instead of silently paging from an unrelated key.
 constexpr std::string_view kTasksCursor = "tasks";
+constexpr std::string_view kApprovalsCursor = "approvals";
 constexpr std::string_view kTriggersCursor = "triggers";
 constexpr std::string_view kRunsCursor = "runs";
 constexpr size_t kMaxCursorBytes = 512;
@@ -327,6 +329,9 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   json labels = json::object();
   for (const auto& [key, value] : content.labels) labels[key] = value;
   rec.labels_json = internal::CanonicalJsonLossy(labels);
+  if (content.approval.has_value()) {
+    rec.approval_json = internal::CanonicalJsonLossy(ApprovalPolicyToJson(*content.approval));
+  }
   rec.enabled = content.enabled;
   rec.content_digest = digest;
   rec.created_at_ms = now;
@@ -756,6 +761,10 @@ Result<StartedRun> ControlService::CreateManualRun(
                     "task " + task_id + " revision " + std::to_string(task.revision.revision) +
                         " has no execution revision for executor " + options_.executor_type);
   }
+  QL_ASSIGN_OR_RETURN(std::optional<ApprovalPolicy> approval, RequiredApproval(task.revision));
+  if (approval.has_value()) {
+    return RequestApproval(task, *plan, idempotency_key, priority, caller);
+  }
   NewRun run;
   run.run_id = NewId();
   run.attempt_id = NewId();
@@ -781,6 +790,145 @@ Result<StartedRun> ControlService::CreateManualRun(
     if (replayed.has_value()) return std::move(*replayed);
   }
   return created.status();
+}
+
+Actor ControlService::ActorOf(const Caller& caller) {
+  return Actor{caller.principal_id, caller.request_id};
+}
+
+Result<StartedRun> ControlService::RequestApproval(
+    const TaskView& task, const PinnedPlan& plan,
+    const std::optional<std::string>& idempotency_key, int priority, const Caller& caller) {
+  if (caller.principal_id.empty()) {
+    return PermissionDenied("principal_required",
+                            "task " + task.head.task_id +
+                                " requires approval; only a principal can request a run of it");
+  }
+  RequestApprovalCommand cmd;
+  cmd.actor = ActorOf(caller);
+  cmd.id = NewId();
+  cmd.project_id = task.head.project_id;
+  cmd.task_id = task.head.task_id;
+  cmd.task_revision = task.revision.revision;
+  cmd.task_digest = task.revision.content_digest;
+  cmd.execution_revision_id = plan.record.id;
+  cmd.priority = priority;
+  cmd.idempotency_key = idempotency_key;
+  cmd.now_ms = clock_.NowMs();
+  QL_ASSIGN_OR_RETURN(RequestApprovalResult requested, store_.approvals().RequestApproval(cmd));
+  StartedRun out;
+  out.replayed = requested.replayed;
+  out.approval = std::move(requested.request);
+  return out;
+}
+
+Result<ApprovalRequestRecord> ControlService::AllowedRequest(const std::string& request_id,
+                                                             Action action,
+                                                             std::string_view target,
+                                                             const Caller& caller) {
+  QL_RETURN_IF_ERROR(ValidateId("approval_id", request_id));
+  const Status hidden =
+      NotFound("approval_not_found", "approval request " + request_id + " does not exist");
+  auto view = store_.approvals().GetApproval(request_id);
+  if (!view.ok()) return NotFoundAs(view.status(), "approval_not_found", hidden.message());
+  QL_RETURN_IF_ERROR(Allow(caller, view->request.project_id, action, target, hidden));
+  return std::move(view->request);
+}
+
+Result<PageResult<ApprovalRequestRecord>> ControlService::ListApprovals(
+    const std::optional<std::string>& status, const PageQuery& page, const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(PageRequest request, ToPageRequest(kApprovalsCursor, page));
+  if (status.has_value()) QL_RETURN_IF_ERROR(ValidateApprovalStatus(*status));
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kRead, "approvals.list",
+                           RoleDenied(Role::kViewer, "approvals.list", project_id)));
+  ApprovalFilter filter;
+  filter.project_id = project_id;
+  filter.status = status;
+  QL_ASSIGN_OR_RETURN(Page<ApprovalRequestRecord> listed,
+                      store_.approvals().ListApprovals(filter, request));
+  PageResult<ApprovalRequestRecord> out;
+  out.items = std::move(listed.items);
+  if (listed.next_key.has_value()) {
+    out.next_cursor = EncodeCursor(kApprovalsCursor, *listed.next_key);
+  }
+  return out;
+}
+
+Result<ApprovalView> ControlService::GetApproval(const std::string& request_id,
+                                                 const Caller& caller) {
+  QL_RETURN_IF_ERROR(AllowedRequest(request_id, Action::kRead, "approvals.get", caller).status());
+  return store_.approvals().GetApproval(request_id);
+}
+
+Result<ApproveResult> ControlService::Approve(const std::string& request_id,
+                                              const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(ApprovalRequestRecord request,
+                      AllowedRequest(request_id, Action::kApprove, "approvals.approve", caller));
+  if (caller.principal_id.empty()) {
+    return PermissionDenied("principal_required", "only a principal can approve a request");
+  }
+  // The retry policy of the run comes from the pinned plan; the store re-verifies the pin.
+  auto execution = store_.definitions().GetExecutionRevision(request.execution_revision_id);
+  if (!execution.ok()) {
+    if (execution.status().code() != StatusCode::kNotFound) return execution.status();
+    return Conflict("approval_stale", "the plan of approval request " + request_id +
+                                          " no longer exists");
+  }
+  QL_ASSIGN_OR_RETURN(json plan_json, ParseJsonStrict(execution->plan_json));
+  QL_ASSIGN_OR_RETURN(ExecutionPlan plan, PlanFromJson(plan_json));
+  QL_RETURN_IF_ERROR(VerifyPlanDigest(plan, execution->plan_digest));
+  ApproveCommand cmd;
+  cmd.actor = ActorOf(caller);
+  cmd.request_id = request_id;
+  cmd.decision_id = NewId();
+  cmd.action_id = NewId();
+  cmd.receipt_id = NewId();
+  cmd.run_id = NewId();
+  cmd.attempt_id = NewId();
+  cmd.executor_type = execution->executor_type;
+  cmd.retry_policy = plan.retry_policy;
+  cmd.now_ms = clock_.NowMs();
+  return store_.approvals().Approve(cmd);
+}
+
+Result<ApprovalView> ControlService::Reject(const std::string& request_id,
+                                            const std::string& reason, const Caller& caller) {
+  QL_RETURN_IF_ERROR(ValidateApprovalReason(reason));
+  QL_ASSIGN_OR_RETURN(ApprovalRequestRecord request,
+                      AllowedRequest(request_id, Action::kOperateRuns, "approvals.reject", caller));
+  if (caller.principal_id.empty()) {
+    return PermissionDenied("principal_required", "only a principal can reject a request");
+  }
+  return store_.approvals().Reject(
+      RejectCommand{ActorOf(caller), request.id, NewId(), reason, clock_.NowMs()});
+}
+
+Result<ResolveRunResult> ControlService::ResolveRun(const std::string& run_id,
+                                                    const std::string& resolution,
+                                                    const std::string& reason,
+                                                    const Caller& caller) {
+  QL_RETURN_IF_ERROR(ValidateId("run_id", run_id));
+  QL_RETURN_IF_ERROR(ValidateApprovalReason(reason));
+  QL_ASSIGN_OR_RETURN(RunView view, GetRun(run_id, caller));
+  QL_RETURN_IF_ERROR(Allow(caller, view.run.project_id, Action::kApprove, "runs.resolve",
+                           NotFound("run_not_found", "run " + run_id + " does not exist")));
+  if (caller.principal_id.empty()) {
+    return PermissionDenied("principal_required", "only a principal can resolve a run");
+  }
+  ResolveRunCommand cmd;
+  cmd.actor = ActorOf(caller);
+  cmd.run_id = run_id;
+  cmd.resolution = resolution;
+  cmd.reason = reason;
+  cmd.new_run_id = NewId();
+  cmd.new_attempt_id = NewId();
+  cmd.now_ms = clock_.NowMs();
+  return store_.approvals().ResolveRun(cmd);
+}
+
+Result<int> ControlService::ExpireApprovals(int limit) {
+  return store_.approvals().ExpireDue(limit, clock_.NowMs());
 }
 
 Result<StartedRun> ControlService::StartRun(const StartRunRequest& request,
@@ -831,6 +979,10 @@ Result<RunRecord> ControlService::CancelRun(const std::string& run_id,
   if (status.has_value() && IsTerminal(*status)) {
     return Conflict("run_already_terminal",
                     "run " + run_id + " already finished as " + run->status);
+  }
+  if (status == RunStatus::kRecoveryRequired) {
+    return Conflict("run_recovery_required",
+                    "run " + run_id + " requires recovery; resolve it (ql run resolve) instead");
   }
   return store_.runs().RequestCancel(run_id, why, std::string(ActorTypeName(ActorType::kUser)),
                                      clock_.NowMs(), FenceOf(caller, Action::kOperateRuns));

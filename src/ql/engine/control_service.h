@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "ql/core/approval_ports.h"
 #include "ql/core/clock.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/ports.h"
@@ -154,9 +155,12 @@ struct StartRunRequest {
   std::optional<int> priority;  // kMinRunPriority .. kMaxRunPriority, default 0
 };
 
+// A started run, or — for a task whose revision requires approval — the approval request it
+// became instead (then `run` is empty).
 struct StartedRun {
   RunRecord run;
   bool replayed = false;
+  std::optional<ApprovalRequestRecord> approval;
 };
 
 struct RunView {
@@ -245,6 +249,24 @@ class ControlService {
   // Returns the run's latest attempt; NotFound attempt_not_found when it has none.
   Result<AttemptRecord> LatestAttempt(const std::string& run_id, const Caller& caller = {});
 
+  // Approvals (DESIGN §9.1). Starting a run of a task whose revision requires approval creates
+  // an approval request instead (StartedRun::approval); the caller must be a principal
+  // (PermissionDenied principal_required for the system).
+  // Lists the approval requests of the caller's project, newest first, optionally by status.
+  Result<PageResult<ApprovalRequestRecord>> ListApprovals(const std::optional<std::string>& status,
+                                                          const PageQuery& page,
+                                                          const Caller& caller = {});
+  Result<ApprovalView> GetApproval(const std::string& request_id, const Caller& caller = {});
+  // Approves a request: the run is created in the same transaction (see ApprovalRepository).
+  Result<ApproveResult> Approve(const std::string& request_id, const Caller& caller = {});
+  Result<ApprovalView> Reject(const std::string& request_id, const std::string& reason,
+                              const Caller& caller = {});
+  // Resolves a run in recovery_required as succeeded, failed or retry (admin).
+  Result<ResolveRunResult> ResolveRun(const std::string& run_id, const std::string& resolution,
+                                      const std::string& reason, const Caller& caller = {});
+  // Expires up to `limit` pending requests past their expiry (the sweeper).
+  Result<int> ExpireApprovals(int limit);
+
   // Returns run counts by status and the number of enabled triggers.
   Result<StatusSummary> GetStatus(const Caller& caller = {});
 
@@ -285,6 +307,14 @@ class ControlService {
                                                     TriggerRevisionRecord next,
                                                     const Caller& caller, Action action);
   Result<std::vector<int64_t>> AdmissionPreview(const TriggerView& view, int count);
+  // Turns a manual run of a revision that requires approval into an approval request.
+  Result<StartedRun> RequestApproval(const TaskView& task, const PinnedPlan& plan,
+                                     const std::optional<std::string>& idempotency_key,
+                                     int priority, const Caller& caller);
+  // Returns the request, authorized for `action` in its project (NotFound when hidden).
+  Result<ApprovalRequestRecord> AllowedRequest(const std::string& request_id, Action action,
+                                               std::string_view target, const Caller& caller);
+  static Actor ActorOf(const Caller& caller);
   Result<StartedRun> CreateManualRun(const std::string& task_id,
                                      const std::optional<std::string>& idempotency_key,
                                      int priority, const std::optional<std::string>& retry_of,

@@ -63,6 +63,13 @@ Mapping MapOutcome(const AttemptOutcome& o) {
   return {AttemptStatus::kLost, RunStatus::kLost, false, std::nullopt, "attempt_lost", o.message};
 }
 
+// True for a run a second principal approved: once its attempt may have started, a loss leaves
+// its effect unknown, so it waits for a human instead of any automatic retry (DESIGN §9.1).
+bool NeedsRecovery(const RunRecord& run) {
+  return run.trigger_type == TriggerTypeName(TriggerType::kApproved) &&
+         !run.cancel_requested_at_ms.has_value();
+}
+
 bool CancelWins(RunStatus to) {
   return to == RunStatus::kSucceeded || to == RunStatus::kFailed || to == RunStatus::kTimedOut ||
          to == RunStatus::kRetryWait || to == RunStatus::kLost;
@@ -124,8 +131,12 @@ Status RunSettlement::Finish(const std::string& run_id, const std::string& attem
            "cancelled on request"};
     }
     const bool lost = m.attempt_to == AttemptStatus::kLost;
+    // A claimed attempt never started: losing it is taken over as for any run.
+    const bool recovery =
+        lost && NeedsRecovery(run) && *attempt_status != AttemptStatus::kClaimed;
     const bool retry = !lost && m.retryable && attempt.attempt < run.retry_policy.max_attempts;
-    const RunStatus run_to = retry ? RunStatus::kRetryWait : m.run_to;
+    const RunStatus run_to =
+        recovery ? RunStatus::kRecoveryRequired : retry ? RunStatus::kRetryWait : m.run_to;
     const int64_t now = clock_.NowMs();
 
     RunTransitionCommand t;
@@ -170,7 +181,7 @@ Status RunSettlement::Finish(const std::string& run_id, const std::string& attem
                        "status=\"" + std::string(AttemptStatusName(m.attempt_to)) + "\"");
     metrics_.Increment("ql_run_transitions_total",
                        "to=\"" + std::string(RunStatusName(run_to)) + "\"");
-    if (lost) {
+    if (lost && !recovery) {
       QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> after, runs_.ListAttempts(run_id));
       return SettleLost(*applied, after.back(), m.summary);
     }
@@ -185,7 +196,11 @@ Status RunSettlement::SettleLost(const RunRecord& run, const AttemptRecord& atte
   // A lost attempt may have had side effects: only a policy that says so retries it.
   const bool retry = !run.cancel_requested_at_ms.has_value() && run.retry_policy.retry_on_lost &&
                      attempt.attempt < run.retry_policy.max_attempts;
+  // An approved attempt that reported starting (pid or start time) may have had its effect.
+  const bool recovery = NeedsRecovery(run) && (attempt.started_at_ms.has_value() ||
+                                               attempt.pid.has_value());
   const RunStatus to = run.cancel_requested_at_ms.has_value() ? RunStatus::kCancelled
+                       : recovery                             ? RunStatus::kRecoveryRequired
                        : retry                                ? RunStatus::kRetryWait
                                                               : RunStatus::kFailed;
   const int64_t now = clock_.NowMs();
@@ -193,7 +208,10 @@ Status RunSettlement::SettleLost(const RunRecord& run, const AttemptRecord& atte
   t.run_id = run.id;
   t.expected_version = run.version;
   t.run_to = Name(to);
-  if (retry) {
+  if (recovery) {
+    t.error_code = "attempt_lost";
+    t.error_summary = reason.empty() ? "the attempt was lost after it started" : reason;
+  } else if (retry) {
     t.retry_at_ms = now + RetryBackoffMs(run.retry_policy, attempt.attempt + 1);
   } else {
     t.finished_at_ms = now;

@@ -164,7 +164,9 @@ json TaskJson(const TaskView& t) {
               {"created_at", TimeJson(t.head.created_at_ms)},
               {"updated_at", TimeJson(t.head.updated_at_ms)},
               {"revision_created_at", TimeJson(r.created_at_ms)},
-              {"retry", t.retry.has_value() ? RetryPolicyJson(*t.retry) : json(nullptr)}};
+              {"retry", t.retry.has_value() ? RetryPolicyJson(*t.retry) : json(nullptr)},
+              {"approval", r.approval_json.has_value() ? StoredJson(*r.approval_json)
+                                                       : json(nullptr)}};
 }
 
 json TriggerJson(const TriggerView& t) {
@@ -225,6 +227,83 @@ json RunJson(const RunRecord& r) {
               {"error_code", Nullable(r.error_code)},
               {"error_summary", Nullable(r.error_summary)},
               {"retry_policy", RetryPolicyJson(r.retry_policy)}};
+}
+
+json ApprovalRequestJson(const ApprovalRequestRecord& r) {
+  return json{{"id", r.id},
+              {"project_id", r.project_id},
+              {"action", r.action},
+              {"task_id", r.task_id},
+              {"task_revision", r.task_revision},
+              {"task_digest", r.task_digest},
+              {"execution_revision_id", r.execution_revision_id},
+              {"priority", r.priority},
+              {"idempotency_key", Nullable(r.idempotency_key)},
+              {"payload_digest", r.payload_digest},
+              {"requester_id", r.requester_id},
+              {"requester_binding_version", r.requester_binding_version},
+              {"approver_role", r.approver_role},
+              {"status", r.status},
+              {"created_at", TimeJson(r.created_at_ms)},
+              {"expires_at", TimeJson(r.expires_at_ms)},
+              {"decided_at", TimeJson(r.decided_at_ms)}};
+}
+
+json ApprovalJson(const ApprovalView& v) {
+  json out = ApprovalRequestJson(v.request);
+  out["decision"] = nullptr;
+  if (v.decision.has_value()) {
+    const ApprovalDecisionRecord& d = *v.decision;
+    out["decision"] = json{{"id", d.id},
+                           {"decision", d.decision},
+                           {"decided_by", Nullable(d.decided_by)},
+                           {"decider_binding_version", Nullable(d.decider_binding_version)},
+                           {"reason", Nullable(d.reason)},
+                           {"decided_at", TimeJson(d.decided_at_ms)}};
+  }
+  out["action"] = nullptr;
+  if (v.action.has_value()) {
+    const ApprovedActionRecord& a = *v.action;
+    out["action"] = json{{"id", a.id},
+                         {"action", a.action},
+                         {"payload_digest", a.payload_digest},
+                         {"status", a.status},
+                         {"run_id", a.run_id},
+                         {"consumed_at", TimeJson(a.consumed_at_ms)}};
+  }
+  out["receipt"] = nullptr;
+  if (v.receipt.has_value()) {
+    const ApprovalReceiptRecord& r = *v.receipt;
+    out["receipt"] = json{{"id", r.id},
+                          {"request_id", r.request_id},
+                          {"decision_id", r.decision_id},
+                          {"action_id", r.action_id},
+                          {"run_id", r.run_id},
+                          {"created_at", TimeJson(r.created_at_ms)}};
+  }
+  return out;
+}
+
+json ApprovalRequiredJson(const ApprovalRequestRecord& request) {
+  return json{{"code", "approval_required"},
+              {"message", "task " + request.task_id +
+                              " requires approval before it runs; approval request " +
+                              request.id + " waits for a " + request.approver_role},
+              {"approval_id", request.id},
+              {"approval", ApprovalRequestJson(request)}};
+}
+
+json ResolutionJson(const ResolveRunResult& resolved) {
+  const RunResolutionRecord& r = resolved.resolution;
+  return json{{"run_id", r.run_id},
+              {"resolution", r.resolution},
+              {"reason", r.reason},
+              {"resolved_by", r.resolved_by},
+              {"retry_run_id", Nullable(r.retry_run_id)},
+              {"created_at", TimeJson(r.created_at_ms)},
+              {"run", RunJson(resolved.run)},
+              {"retry_run", resolved.retry_run.has_value() ? RunJson(*resolved.retry_run)
+                                                           : json(nullptr)}};
 }
 
 json RunJson(const RunView& view) {

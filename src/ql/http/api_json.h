@@ -54,6 +54,17 @@ nlohmann::json RunJson(const RunView& run);
 nlohmann::json AttemptJson(const AttemptRecord& attempt);
 nlohmann::json EventJson(const EventRecord& event);
 nlohmann::json StatusJson(const StatusSummary& status);
+// An approval request: id, project_id, action, task_id, task_revision, task_digest,
+// execution_revision_id, priority, idempotency_key, payload_digest, requester_id,
+// requester_binding_version, approver_role, status, created_at, expires_at, decided_at.
+nlohmann::json ApprovalRequestJson(const ApprovalRequestRecord& request);
+// A request with `decision`, `action` and `receipt` (each null until it exists).
+nlohmann::json ApprovalJson(const ApprovalView& view);
+// The 202 answer of a run that needs approval: {"code": "approval_required", "message",
+// "approval_id", "approval": ApprovalRequestJson}.
+nlohmann::json ApprovalRequiredJson(const ApprovalRequestRecord& request);
+// A resolution with the resolved run and the retry's new run (null unless a retry).
+nlohmann::json ResolutionJson(const ResolveRunResult& resolved);
 // Returns [{"at": UTC time, "local": the same instant in `zone` with its offset}, ...].
 nlohmann::json FireTimesJson(const std::vector<int64_t>& times_ms, const TimeZone& zone);
 

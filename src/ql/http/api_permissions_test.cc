@@ -212,6 +212,18 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
   Reply run = AsRoot({"POST", "/api/v1/runs", json{{"task_id", task_id}}.dump()});
   ASSERT_EQ(run.status, 201) << run.raw;
   const std::string run_id = run.body["id"];
+  // A task whose runs need approval, with a request by the operator (so every approver of the
+  // sample is another principal).
+  json guarded_body = json::parse(TaskBody("guarded"));
+  guarded_body["approval"] = {{"required", true}};
+  Reply guarded = AsRoot({"POST", "/api/v1/tasks", guarded_body.dump()});
+  ASSERT_EQ(guarded.status, 201) << guarded.raw;
+  const std::string guarded_id = guarded.body["id"];
+  Reply requested = Send(members_[3].token, {"POST", "/api/v1/tasks/" + guarded_id + "/runs", "{}"});
+  ASSERT_EQ(members_[3].name, "operator");
+  ASSERT_EQ(requested.status, 202) << requested.raw;
+  EXPECT_EQ(requested.code(), "approval_required");
+  const std::string approval_id = requested.body["approval_id"];
 
   int counter = 0;
   const auto fresh = [&] { return "p" + std::to_string(++counter); };
@@ -325,6 +337,25 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
       {"runs.retry",
        [&](const Member&) { return Sample{"POST", "/api/v1/runs/" + run_id + "/retry", "{}"}; }},
       {"status", [](const Member&) { return Sample{"GET", "/api/v1/status", ""}; }},
+      {"runs.resolve",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/runs/" + run_id + "/resolve",
+                       json{{"resolution", "failed"}, {"reason", "checked"}}.dump()};
+       }},
+      {"tasks.runs.create",
+       [&](const Member&) { return Sample{"POST", "/api/v1/tasks/" + task_id + "/runs", "{}"}; }},
+      {"approvals.list", [](const Member&) { return Sample{"GET", "/api/v1/approvals", ""}; }},
+      {"approvals.get",
+       [&](const Member&) { return Sample{"GET", "/api/v1/approvals/" + approval_id, ""}; }},
+      {"approvals.approve",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/approvals/" + approval_id + "/approve", "{}"};
+       }},
+      {"approvals.reject",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/approvals/" + approval_id + "/reject",
+                       json{{"reason", "not now"}}.dump()};
+       }},
   };
 
   std::vector<ApiRoute> routes = ApiRoutes();

@@ -63,6 +63,12 @@ enum class RouteId {
   kRunLog,
   kRunCancel,
   kRunRetry,
+  kRunResolve,
+  kTaskRunsCreate,
+  kApprovalsList,
+  kApprovalGet,
+  kApprovalApprove,
+  kApprovalReject,
   kStatus,
   kWhoami,
   kPrincipalsList,
@@ -150,6 +156,15 @@ constexpr RouteSpec kRoutes[] = {
     {"GET", "/api/v1/runs/{id}/log", RouteId::kRunLog, "runs.log", "viewer"},
     {"POST", "/api/v1/runs/{id}/cancel", RouteId::kRunCancel, "runs.cancel", "operator"},
     {"POST", "/api/v1/runs/{id}/retry", RouteId::kRunRetry, "runs.retry", "operator"},
+    {"POST", "/api/v1/runs/{id}/resolve", RouteId::kRunResolve, "runs.resolve", "admin"},
+    {"POST", "/api/v1/tasks/{id}/runs", RouteId::kTaskRunsCreate, "tasks.runs.create",
+     "operator"},
+    {"GET", "/api/v1/approvals", RouteId::kApprovalsList, "approvals.list", "viewer"},
+    {"GET", "/api/v1/approvals/{id}", RouteId::kApprovalGet, "approvals.get", "viewer"},
+    {"POST", "/api/v1/approvals/{id}/approve", RouteId::kApprovalApprove, "approvals.approve",
+     "admin"},
+    {"POST", "/api/v1/approvals/{id}/reject", RouteId::kApprovalReject, "approvals.reject",
+     "operator"},
     {"GET", "/api/v1/status", RouteId::kStatus, "status", "viewer"},
 };
 
@@ -691,6 +706,8 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
                              match.route->id == RouteId::kTaskRevisionsCreate ||
                              match.route->id == RouteId::kTriggersCreate ||
                              match.route->id == RouteId::kRunsCreate ||
+                             match.route->id == RouteId::kApprovalReject ||
+                             match.route->id == RouteId::kRunResolve ||
                              match.route->id == RouteId::kPrincipalsCreate ||
                              match.route->id == RouteId::kProjectsCreate ||
                              match.route->id == RouteId::kProjectBindingsWrite ||
@@ -899,10 +916,20 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
       return;
     }
-    case RouteId::kRunsCreate: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"task_id", "idempotency_key", "priority"}));
+    case RouteId::kRunsCreate:
+    case RouteId::kTaskRunsCreate: {
+      const bool by_path = match.route->id == RouteId::kTaskRunsCreate;
+      if (by_path) {
+        QL_HTTP_TRY(res, api::CheckFields(body, {"idempotency_key", "priority"}));
+      } else {
+        QL_HTTP_TRY(res, api::CheckFields(body, {"task_id", "idempotency_key", "priority"}));
+      }
       StartRunRequest request;
-      QL_HTTP_ASSIGN(res, request.task_id, api::RequiredString(body, "task_id"));
+      if (by_path) {
+        request.task_id = id;
+      } else {
+        QL_HTTP_ASSIGN(res, request.task_id, api::RequiredString(body, "task_id"));
+      }
       QL_HTTP_ASSIGN(res, request.idempotency_key, api::OptionalString(body, "idempotency_key"));
       QL_HTTP_ASSIGN(res, std::optional<int64_t> priority, api::OptionalInteger(body, "priority"));
       if (priority.has_value()) {
@@ -916,7 +943,58 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       }
       QL_HTTP_ASSIGN(res, StartedRun started, service.StartRun(request, caller));
       res.set_header("X-QL-Replayed", BoolHeader(started.replayed));
+      if (started.approval.has_value()) {
+        SendJson(res, 202, api::ApprovalRequiredJson(*started.approval));
+        return;
+      }
       SendJson(res, started.replayed ? 200 : 201, api::RunJson(started.run));
+      return;
+    }
+    case RouteId::kRunResolve: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"resolution", "reason"}));
+      QL_HTTP_ASSIGN(res, std::string resolution, api::RequiredString(body, "resolution"));
+      QL_HTTP_ASSIGN(res, std::string reason, api::RequiredString(body, "reason"));
+      QL_HTTP_ASSIGN(res, ResolveRunResult resolved,
+                     service.ResolveRun(id, resolution, reason, caller));
+      res.set_header("X-QL-Replayed", BoolHeader(resolved.replayed));
+      SendJson(res, 200, api::ResolutionJson(resolved));
+      return;
+    }
+    case RouteId::kApprovalsList: {
+      QL_HTTP_TRY(res, query.Check({"status", "limit", "cursor"}));
+      PageQuery page;
+      QL_HTTP_ASSIGN(res, page.limit,
+                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+      page.cursor = query.Get("cursor");
+      QL_HTTP_ASSIGN(res, PageResult<ApprovalRequestRecord> listed,
+                     service.ListApprovals(query.Get("status"), page, caller));
+      json items = json::array();
+      for (const ApprovalRequestRecord& r : listed.items) {
+        items.push_back(api::ApprovalRequestJson(r));
+      }
+      SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
+      return;
+    }
+    case RouteId::kApprovalGet: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, ApprovalView view, service.GetApproval(id, caller));
+      SendJson(res, 200, api::ApprovalJson(view));
+      return;
+    }
+    case RouteId::kApprovalApprove: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_ASSIGN(res, ApproveResult approved, service.Approve(id, caller));
+      res.set_header("X-QL-Replayed", BoolHeader(approved.replayed));
+      json out = api::ApprovalJson(approved.approval);
+      out["run"] = api::RunJson(approved.run);
+      SendJson(res, approved.replayed ? 200 : 201, out);
+      return;
+    }
+    case RouteId::kApprovalReject: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"reason"}));
+      QL_HTTP_ASSIGN(res, std::string reason, api::RequiredString(body, "reason"));
+      QL_HTTP_ASSIGN(res, ApprovalView view, service.Reject(id, reason, caller));
+      SendJson(res, 200, api::ApprovalJson(view));
       return;
     }
     case RouteId::kRunGet: {

@@ -18,6 +18,7 @@
 #include <ostream>
 #include <string>
 
+#include "ql/core/approval_ports.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
@@ -113,11 +114,39 @@ class GovernanceContract : public RepositoryContractTest {
   Result<TaskRevisionRecord> PublishAs(const PrincipalRecord& actor, const std::string& name);
 };
 
+// The approval part of the contract (approval_contract.cc): requests, approvals with the run
+// they create, rejections, expiry, staleness and resolutions of runs in recovery_required. Each
+// test starts with an installation owner, a project operator and a project admin.
+class ApprovalContract : public GovernanceContract {
+ protected:
+  void SetUp() override;
+  // Publishes a new enabled task whose manual runs need approval by `approver_role`.
+  Result<TaskRevisionRecord> PublishGuarded(const std::string& name,
+                                            const std::string& approver_role = "admin",
+                                            int64_t ttl_ms = kDefaultApprovalTtlMs);
+  // Returns a request by `requester` to run `task`'s current revision.
+  RequestApprovalCommand RequestCommand(const PrincipalRecord& requester,
+                                        const TaskRevisionRecord& task);
+  // Returns an approval of `request_id` by `approver` with fresh ids.
+  ApproveCommand ApproveAs(const PrincipalRecord& approver, const std::string& request_id);
+  // Returns a resolution of `run_id` by `actor` with a reason (and fresh ids for a retry).
+  ResolveRunCommand ResolveAs(const PrincipalRecord& actor, const std::string& run_id,
+                              const std::string& resolution);
+  // Requests, approves and starts a run of a new guarded task, then loses its attempt after
+  // start: the run is in recovery_required.
+  Result<RunRecord> RecoveryRequiredRun();
+
+  PrincipalRecord owner_;
+  PrincipalRecord operator_;
+  PrincipalRecord admin_;
+};
+
 namespace internal {
 // Return true; referenced by the instantiation macro so the suites' object files, which hold
 // the test registrations, are always linked from the static library.
 bool LinkRepositoryContract();
 bool LinkGovernanceContract();
+bool LinkApprovalContract();
 }  // namespace internal
 
 }  // namespace ql::testing
@@ -127,10 +156,13 @@ bool LinkGovernanceContract();
 #define QL_INSTANTIATE_REPOSITORY_CONTRACT(prefix, ...)                                    \
   namespace ql::testing {                                                                  \
   [[maybe_unused]] static const bool ql_repository_contract_linked_##prefix =              \
-      internal::LinkRepositoryContract() && internal::LinkGovernanceContract();           \
+      internal::LinkRepositoryContract() && internal::LinkGovernanceContract() &&        \
+      internal::LinkApprovalContract();                                                    \
   INSTANTIATE_TEST_SUITE_P(prefix, RepositoryContractTest, ::testing::Values(__VA_ARGS__), \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, GovernanceContract, ::testing::Values(__VA_ARGS__),     \
+                           StoreFactoryName);                                              \
+  INSTANTIATE_TEST_SUITE_P(prefix, ApprovalContract, ::testing::Values(__VA_ARGS__),       \
                            StoreFactoryName);                                              \
   }                                                                                        \
   static_assert(true, "require a semicolon")

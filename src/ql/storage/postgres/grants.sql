@@ -23,6 +23,11 @@ GRANT SELECT ON ql3.installation, ql3.principals, ql3.api_tokens, ql3.role_bindi
 GRANT SELECT, INSERT, UPDATE ON ql3.api_token_usage TO ql3_runtime;
 GRANT INSERT ON ql3.security_audit TO ql3_runtime;
 GRANT SELECT, UPDATE ON ql3.trigger_schedules TO ql3_runtime;
+-- Approvals: requests change state once (pending to a decision); decisions, approved actions,
+-- receipts and resolutions are appended, never changed.
+GRANT SELECT, INSERT, UPDATE ON ql3.approval_requests TO ql3_runtime;
+GRANT SELECT, INSERT ON ql3.approval_decisions, ql3.approved_actions, ql3.approval_receipts,
+  ql3.run_resolutions TO ql3_runtime;
 
 -- ql3_admin: publishes definitions, creates and resets schedule rows, mints credentials.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_admin;

@@ -42,6 +42,11 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"role_bindings", {"SELECT"}},
       {"security_audit", {"INSERT"}},
       {"run_log_chunks", {"SELECT", "INSERT"}},
+      {"approval_requests", {"SELECT", "INSERT", "UPDATE"}},
+      {"approval_decisions", {"SELECT", "INSERT"}},
+      {"approved_actions", {"SELECT", "INSERT"}},
+      {"approval_receipts", {"SELECT", "INSERT"}},
+      {"run_resolutions", {"SELECT", "INSERT"}},
   };
   return *kPrivileges;
 }

@@ -126,11 +126,12 @@ Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCo
     QL_RETURN_IF_ERROR(Execute(
         tx,
         "INSERT INTO task_revisions (task_id, revision, project_id, mutation_id, name, kind, "
-        "spec_json, labels_json, enabled, content_digest, created_at_ms) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        "spec_json, labels_json, enabled, content_digest, created_at_ms, approval_json) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         {P(stored.task_id), P(stored.revision), P(stored.project_id), P(stored.mutation_id),
          P(stored.name), P(stored.kind), P(stored.spec_json), P(stored.labels_json),
-         P(stored.enabled), P(stored.content_digest), P(stored.created_at_ms)}));
+         P(stored.enabled), P(stored.content_digest), P(stored.created_at_ms),
+         P(stored.approval_json)}));
     for (const ExecutionRevisionRecord& exec : cmd.executions) {
       QL_RETURN_IF_ERROR(Execute(
           tx,

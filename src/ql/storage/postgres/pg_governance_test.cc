@@ -1,7 +1,7 @@
-// Races of governance on PostgreSQL (DESIGN §9), each with exactly one serial outcome. Every
-// race is forced into its contended interleaving: a barrier transaction holds the governance
-// lock while the racers start, the test sees them queue on it in pg_locks, and only then lets
-// them go, in the order they queued.
+// Races of governance and approvals on PostgreSQL (DESIGN §9, §9.1), each with exactly one
+// serial outcome. Every race is forced into its contended interleaving: a barrier transaction
+// holds the governance lock while the racers start, the test sees them queue on it in pg_locks,
+// and only then lets them go, in the order they queued.
 
 #include <gtest/gtest.h>
 
@@ -238,6 +238,125 @@ TEST_F(PgGovernanceRaceTest, TwoOwnersRemovingEachOtherLeaveExactlyOneOwner) {
   ASSERT_TRUE(owners.ok());
   ASSERT_EQ(owners->size(), 1u);
   EXPECT_EQ(owners->front().role, "owner");
+}
+
+// Approvals: a guarded task with a pending request by an operator, and two approvers.
+class PgApprovalRaceTest : public PgGovernanceRaceTest {
+ protected:
+  void SetUp() override {
+    PgGovernanceRaceTest::SetUp();
+    if (HasFatalFailure()) return;
+    ops_ = Add("ops", Role::kOperator, project_id_);
+    amy_ = Add("amy", Role::kAdmin, project_id_);
+    TaskWrite write = Task("guarded");
+    write.body["approval"] = {{"required", true}};
+    auto task = control_->PublishTask(write);
+    ASSERT_TRUE(task.ok()) << task.status().ToString();
+    StartRunRequest request;
+    request.task_id = task->task.head.task_id;
+    auto started = control_->StartRun(request, As(ops_));
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    ASSERT_TRUE(started->approval.has_value());
+    approval_id_ = started->approval->id;
+  }
+
+  int64_t Runs() { return Count("SELECT count(*) FROM ql3.runs"); }
+
+  PrincipalRecord ops_;
+  PrincipalRecord amy_;
+  std::string approval_id_;
+};
+
+TEST_F(PgApprovalRaceTest, TwoApprovalsOfOneRequestCreateOneRunAndOneReceipt) {
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto first = std::async(std::launch::async, [&] { return control_->Approve(approval_id_, As(amy_)); });
+  auto second =
+      std::async(std::launch::async, [&] { return control_->Approve(approval_id_, As(root_)); });
+  ASSERT_TRUE(Queued(2)) << "the approvals did not both queue";
+  Release(*barrier);
+  Result<ApproveResult> a = first.get();
+  Result<ApproveResult> b = second.get();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NE(a->replayed, b->replayed) << "exactly one approval commits, the other replays it";
+  EXPECT_EQ(a->approval.receipt->id, b->approval.receipt->id);
+  EXPECT_EQ(a->run.id, b->run.id);
+  EXPECT_EQ(Runs(), 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_receipts"), 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_decisions"), 1);
+}
+
+TEST_F(PgApprovalRaceTest, ApproveAgainstRejectHasOneWinner) {
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto approve =
+      std::async(std::launch::async, [&] { return control_->Approve(approval_id_, As(amy_)); });
+  auto reject = std::async(std::launch::async,
+                           [&] { return control_->Reject(approval_id_, "freeze", As(root_)); });
+  ASSERT_TRUE(Queued(2)) << "approve and reject did not both queue";
+  Release(*barrier);
+  Result<ApproveResult> a = approve.get();
+  Result<ApprovalView> r = reject.get();
+  EXPECT_NE(a.ok(), r.ok()) << a.status().ToString() << " / " << r.status().ToString();
+  const Status& lost = a.ok() ? r.status() : a.status();
+  EXPECT_TRUE(lost.reason() == "approval_rejected" || lost.reason() == "approval_already_approved")
+      << lost.ToString();
+  EXPECT_EQ(Runs(), a.ok() ? 1 : 0);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_decisions"), 1);
+}
+
+TEST_F(PgApprovalRaceTest, ARevokeThatCommitsFirstMakesTheApprovalFailWithNothingWritten) {
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto revoke =
+      std::async(std::launch::async, [&] { return Bind(root_, project_id_, amy_, Role::kNone); });
+  ASSERT_TRUE(Queued(1)) << "the revoke did not queue on the governance lock";
+  auto approve =
+      std::async(std::launch::async, [&] { return control_->Approve(approval_id_, As(amy_)); });
+  ASSERT_TRUE(Queued(2)) << "the approval did not queue behind the revoke";
+  Release(*barrier);
+  ASSERT_TRUE(revoke.get().ok());
+  Result<ApproveResult> approved = approve.get();
+  EXPECT_EQ(approved.status().reason(), "permission_denied") << approved.status().ToString();
+  EXPECT_EQ(Runs(), 0);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_decisions"), 0);
+}
+
+TEST_F(PgApprovalRaceTest, AnArchiveThatCommitsFirstMakesTheApprovalFailWithNothingWritten) {
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto archive = std::async(std::launch::async, [&] {
+    return gov().ArchiveProject(Actor{root_.id, "race"}, project_id_, clock_.NowMs());
+  });
+  ASSERT_TRUE(Queued(1));
+  auto approve =
+      std::async(std::launch::async, [&] { return control_->Approve(approval_id_, As(amy_)); });
+  ASSERT_TRUE(Queued(2)) << "the approval did not queue behind the archive";
+  Release(*barrier);
+  ASSERT_TRUE(archive.get().ok());
+  Result<ApproveResult> approved = approve.get();
+  EXPECT_EQ(approved.status().reason(), "project_archived") << approved.status().ToString();
+  EXPECT_EQ(Runs(), 0);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_decisions"), 0);
+}
+
+TEST_F(PgApprovalRaceTest, ALostCommitReplyOfAnApprovalIsReconciledByApprovingAgain) {
+  int faults = 0;
+  store_->runtime_pool().SetCommitFaultForTesting([&](std::string_view op) -> Status {
+    if (op != "approving a request" || faults++ > 0) return Status::Ok();
+    return pg::StatusFromPg("", "", true, op, pg::PgPhase::kCommit);
+  });
+  Result<ApproveResult> lost = control_->Approve(approval_id_, As(amy_));
+  EXPECT_EQ(lost.status().code(), StatusCode::kOutcomeUnknown) << lost.status().ToString();
+  EXPECT_EQ(faults, 1);
+  // The approval did commit; approving again returns its receipt and creates no second run.
+  Result<ApproveResult> again = control_->Approve(approval_id_, As(amy_));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->replayed);
+  EXPECT_EQ(Runs(), 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_receipts"), 1);
+  EXPECT_EQ(again->run.id, again->approval.receipt->run_id);
 }
 
 }  // namespace

@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "ql/core/approval_ports.h"
+#include "ql/core/approval_store.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
 #include "ql/core/ports.h"
@@ -63,6 +65,8 @@ class PostgresStore final : public Store,
   // Governance (pg_governance.h): reads and audit appends as the runtime role, writes and audit
   // reads as the admin role.
   GovernanceRepository& governance() override { return *governance_; }
+  // Approvals (pg_approvals.h), all on the runtime pool.
+  ApprovalRepository& approvals() override { return *approvals_; }
 
   // ProjectRepository. EnsureProject returns an existing project through the runtime pool;
   // creating one needs the admin pool, else Unavailable `admin_pool_missing`.
@@ -138,6 +142,8 @@ class PostgresStore final : public Store,
   std::unique_ptr<pg::Pool> admin_;
   std::unique_ptr<GovernanceTxRunner> governance_runner_;
   std::unique_ptr<GovernanceRepository> governance_;
+  std::unique_ptr<ApprovalTxRunner> approvals_runner_;
+  std::unique_ptr<ApprovalRepository> approvals_;
 };
 
 }  // namespace ql

@@ -26,6 +26,7 @@ TaskRevisionRecord ReadTaskRevision(const Rows& r, int i) {
   out.enabled = r.Bool(i, 8);
   out.content_digest = r.Text(i, 9);
   out.created_at_ms = r.Int(i, 10);
+  out.approval_json = r.OptText(i, 11);
   return out;
 }
 

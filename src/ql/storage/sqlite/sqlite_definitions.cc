@@ -103,12 +103,12 @@ Result<PublishTaskResult> SqliteStore::PublishTaskRevision(const PublishTaskComm
         QL_RETURN_IF_ERROR(Execute(*db_,
                                    "INSERT INTO task_revisions (task_id, revision, project_id, "
                                    "mutation_id, name, kind, spec_json, labels_json, enabled, "
-                                   "content_digest, created_at_ms) "
-                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   "content_digest, created_at_ms, approval_json) "
+                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                    stored.task_id, stored.revision, stored.project_id,
                                    stored.mutation_id, stored.name, stored.kind, stored.spec_json,
                                    stored.labels_json, stored.enabled, stored.content_digest,
-                                   stored.created_at_ms));
+                                   stored.created_at_ms, stored.approval_json));
         for (const ExecutionRevisionRecord& exec : cmd.executions) {
           QL_RETURN_IF_ERROR(
               Execute(*db_,

@@ -11,6 +11,7 @@
 #include "ql/core/ids.h"
 #include "ql/core/migration_stream.h"
 #include "ql/core/store_commands.h"
+#include "ql/storage/sqlite/sqlite_approvals.h"
 #include "ql/storage/sqlite/sqlite_db.h"
 #include "ql/storage/sqlite/sqlite_governance.h"
 #include "ql/storage/sqlite/sqlite_migrations.h"
@@ -179,7 +180,9 @@ Status CheckCapability(const std::vector<SqliteCapabilityRow>& rows,
 SqliteStore::SqliteStore(std::unique_ptr<sqlite::Db> db)
     : db_(std::move(db)),
       governance_runner_(std::make_unique<sqlite::SqliteGovernanceRunner>(*db_)),
-      governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())) {}
+      governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())),
+      approvals_runner_(std::make_unique<sqlite::SqliteApprovalRunner>(*db_)),
+      approvals_(std::make_unique<ApprovalStore>(*approvals_runner_, SecureRandom())) {}
 
 Status SqliteStore::Fence(const std::optional<PolicyFence>& fence, const std::string& project_id) {
   if (!fence.has_value()) return Status();

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ql/core/approval_ports.h"
+#include "ql/core/approval_store.h"
 #include "ql/core/clock.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
@@ -99,6 +101,7 @@ class SqliteStore final : public Store,
   ScheduleRepository& schedules() override { return *this; }
   RunRepository& runs() override { return *this; }
   GovernanceRepository& governance() override { return *governance_; }
+  ApprovalRepository& approvals() override { return *approvals_; }
 
   // ProjectRepository
   Result<ProjectRecord> EnsureProject(const std::string& id_if_new, const std::string& slug,
@@ -165,6 +168,8 @@ class SqliteStore final : public Store,
   std::unique_ptr<sqlite::Db> db_;
   std::unique_ptr<GovernanceTxRunner> governance_runner_;
   std::unique_ptr<GovernanceRepository> governance_;
+  std::unique_ptr<ApprovalTxRunner> approvals_runner_;
+  std::unique_ptr<ApprovalRepository> approvals_;
 };
 
 }  // namespace ql

@@ -28,6 +28,7 @@ TaskRevisionRecord ReadTaskRevision(const Stmt& s) {
   r.enabled = s.Bool(8);
   r.content_digest = s.Text(9);
   r.created_at_ms = s.Int(10);
+  r.approval_json = s.OptText(11);
   return r;
 }
 

@@ -1,0 +1,436 @@
+// The approval part of the repository contract (DESIGN §9.1): requests, approval with its
+// atomic run creation and receipt, rejection, expiry, staleness, the policy fence of approvers,
+// and the resolution of runs in recovery_required. Runs on every store through
+// RepositoryContractTest.
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "ql/core/approval.h"
+#include "ql/core/approval_ports.h"
+#include "ql/core/canonical_json.h"
+#include "ql/testing/repository_contract.h"
+
+namespace ql::testing {
+
+namespace internal {
+bool LinkApprovalContract() { return true; }
+}  // namespace internal
+
+namespace {
+
+#define QL_EXPECT_ERROR(expr, want_code, want_reason)                         \
+  do {                                                                        \
+    const ::ql::Status ql_st_ = StatusOfAny(expr);                            \
+    EXPECT_EQ(ql_st_.code(), want_code) << ql_st_.ToString();                 \
+    EXPECT_EQ(ql_st_.reason(), want_reason) << ql_st_.ToString();             \
+  } while (0)
+
+#define QL_ASSERT_VALUE(lhs, expr)                                            \
+  auto QL_CONCAT_(ql_value_, __LINE__) = (expr);                              \
+  ASSERT_TRUE(QL_CONCAT_(ql_value_, __LINE__).ok())                           \
+      << QL_CONCAT_(ql_value_, __LINE__).status().ToString();                 \
+  lhs = std::move(QL_CONCAT_(ql_value_, __LINE__)).value()
+
+Status StatusOfAny(const Status& status) { return status; }
+template <typename T>
+Status StatusOfAny(const Result<T>& result) {
+  return result.status();
+}
+
+// Returns the newest audit fact of `action` on `target_id`, or nullopt.
+std::optional<AuditRecord> FindAudit(GovernanceRepository& gov, std::string_view action,
+                                     const std::string& target_id) {
+  Result<Page<AuditRecord>> audit = gov.ListAudit(PageRequest{std::nullopt, 100});
+  if (!audit.ok()) return std::nullopt;
+  for (const AuditRecord& fact : audit->items) {
+    if (fact.action == action && fact.target_id == target_id) return fact;
+  }
+  return std::nullopt;
+}
+
+int64_t CountRuns(Store& store, const std::string& task_id) {
+  RunFilter filter;
+  filter.task_id = task_id;
+  Result<Page<RunRecord>> runs = store.runs().ListRuns(filter, PageRequest{std::nullopt, 100});
+  return runs.ok() ? static_cast<int64_t>(runs->items.size()) : -1;
+}
+
+}  // namespace
+
+void ApprovalContract::SetUp() {
+  GovernanceContract::SetUp();
+  if (HasFatalFailure()) return;
+  owner_ = Owner();
+  Result<PrincipalRecord> op = AddPrincipal(owner_, "operator");
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  operator_ = *op;
+  Result<PrincipalRecord> admin = AddPrincipal(owner_, "approver");
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+  admin_ = *admin;
+  ASSERT_TRUE(Grant(owner_, project().id, operator_, Role::kOperator).ok());
+  ASSERT_TRUE(Grant(owner_, project().id, admin_, Role::kAdmin).ok());
+}
+
+Result<TaskRevisionRecord> ApprovalContract::PublishGuarded(const std::string& name,
+                                                            const std::string& approver_role,
+                                                            int64_t ttl_ms) {
+  PublishTaskCommand cmd = TaskCommand(NewId(), std::nullopt, name);
+  cmd.revision.approval_json = ::ql::internal::CanonicalJsonLossy(ApprovalPolicyToJson(
+      ApprovalPolicy{true, *ParseRole(approver_role), ttl_ms}));
+  QL_ASSIGN_OR_RETURN(PublishTaskResult result, store().definitions().PublishTaskRevision(cmd));
+  return result.revision;
+}
+
+RequestApprovalCommand ApprovalContract::RequestCommand(const PrincipalRecord& requester,
+                                                        const TaskRevisionRecord& task) {
+  RequestApprovalCommand cmd;
+  cmd.actor = Actor{requester.id, "req-request"};
+  cmd.id = NewId();
+  cmd.project_id = task.project_id;
+  cmd.task_id = task.task_id;
+  cmd.task_revision = task.revision;
+  cmd.task_digest = task.content_digest;
+  Result<ExecutionRevisionRecord> exec =
+      store().definitions().FindExecutionRevision(task.task_id, task.revision, "local_process");
+  if (exec.ok()) cmd.execution_revision_id = exec->id;
+  cmd.now_ms = Now();
+  return cmd;
+}
+
+ApproveCommand ApprovalContract::ApproveAs(const PrincipalRecord& approver,
+                                           const std::string& request_id) {
+  ApproveCommand cmd;
+  cmd.actor = Actor{approver.id, "req-approve"};
+  cmd.request_id = request_id;
+  cmd.decision_id = NewId();
+  cmd.action_id = NewId();
+  cmd.receipt_id = NewId();
+  cmd.run_id = NewId();
+  cmd.attempt_id = NewId();
+  cmd.executor_type = "local_process";
+  cmd.now_ms = Now();
+  return cmd;
+}
+
+Result<RunRecord> ApprovalContract::RecoveryRequiredRun() {
+  QL_ASSIGN_OR_RETURN(TaskRevisionRecord task, PublishGuarded("guarded"));
+  QL_ASSIGN_OR_RETURN(RequestApprovalResult requested,
+                      store().approvals().RequestApproval(RequestCommand(operator_, task)));
+  QL_ASSIGN_OR_RETURN(ApproveResult approved,
+                      store().approvals().Approve(ApproveAs(admin_, requested.request.id)));
+  QL_ASSIGN_OR_RETURN(RunRecord running, StartRun(approved.run));
+  QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts,
+                      store().runs().ListAttempts(running.id));
+  RunTransitionCommand lost;
+  lost.run_id = running.id;
+  lost.expected_version = running.version;
+  lost.run_to = "recovery_required";
+  lost.attempt_id = attempts.back().id;
+  lost.expected_attempt_status = "running";
+  lost.attempt_to = "lost";
+  lost.events = {NewEvent{"attempt.lost", "recovery", attempts.back().id, std::nullopt, "{}"},
+                 NewEvent{"run.recovery_required", "recovery", std::nullopt, std::nullopt, "{}"}};
+  lost.now_ms = Now();
+  return store().runs().ApplyTransition(lost);
+}
+
+ResolveRunCommand ApprovalContract::ResolveAs(const PrincipalRecord& actor,
+                                              const std::string& run_id,
+                                              const std::string& resolution) {
+  ResolveRunCommand cmd;
+  cmd.actor = Actor{actor.id, "req-resolve"};
+  cmd.run_id = run_id;
+  cmd.resolution = resolution;
+  cmd.reason = "checked the target system by hand";
+  if (resolution == kResolveRetry) {
+    cmd.new_run_id = NewId();
+    cmd.new_attempt_id = NewId();
+  }
+  cmd.now_ms = Now();
+  return cmd;
+}
+
+TEST_P(ApprovalContract, RequestIsPendingAuditedAndReplayedByItsKey) {
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded", "owner", 3'600'000));
+  RequestApprovalCommand cmd = RequestCommand(operator_, task);
+  cmd.idempotency_key = "deploy-42";
+  QL_ASSERT_VALUE(RequestApprovalResult first, store().approvals().RequestApproval(cmd));
+  EXPECT_FALSE(first.replayed);
+  const ApprovalRequestRecord& r = first.request;
+  EXPECT_EQ(r.status, "pending");
+  EXPECT_EQ(r.action, "run.create");
+  EXPECT_EQ(r.requester_id, operator_.id);
+  EXPECT_GE(r.requester_binding_version, 1);
+  EXPECT_EQ(r.approver_role, "owner");
+  EXPECT_EQ(r.expires_at_ms - r.created_at_ms, 3'600'000);
+  EXPECT_EQ(r.payload_json, ApprovalPayloadCanonical(r));
+  EXPECT_EQ(r.payload_digest, ApprovalPayloadDigest(r.payload_json));
+  EXPECT_EQ(CountRuns(store(), task.task_id), 0);
+
+  RequestApprovalCommand again = RequestCommand(operator_, task);
+  again.idempotency_key = "deploy-42";
+  QL_ASSERT_VALUE(RequestApprovalResult replay, store().approvals().RequestApproval(again));
+  EXPECT_TRUE(replay.replayed);
+  EXPECT_EQ(replay.request.id, r.id);
+
+  QL_ASSERT_VALUE(TaskRevisionRecord other, PublishGuarded("other"));
+  RequestApprovalCommand reused = RequestCommand(operator_, other);
+  reused.idempotency_key = "deploy-42";
+  QL_EXPECT_ERROR(store().approvals().RequestApproval(reused), StatusCode::kConflict,
+                  "idempotency_key_reused");
+
+  std::optional<AuditRecord> fact = FindAudit(gov(), "approval.request", r.id);
+  ASSERT_TRUE(fact.has_value());
+  EXPECT_EQ(fact->actor_id, operator_.id);
+  EXPECT_EQ(fact->project_id, project().id);
+}
+
+TEST_P(ApprovalContract, RequestNeedsAGuardedCurrentTaskAndAnOperator) {
+  QL_ASSERT_VALUE(TaskRevisionRecord plain, PublishTask(NewId(), std::nullopt, "plain"));
+  QL_EXPECT_ERROR(store().approvals().RequestApproval(RequestCommand(operator_, plain)),
+                  StatusCode::kConflict, "approval_not_required");
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded"));
+  QL_ASSERT_VALUE(PrincipalRecord viewer, AddPrincipal(owner_, "viewer"));
+  ASSERT_TRUE(Grant(owner_, project().id, viewer, Role::kViewer).ok());
+  QL_EXPECT_ERROR(store().approvals().RequestApproval(RequestCommand(viewer, task)),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  RequestApprovalCommand stale = RequestCommand(operator_, task);
+  stale.task_revision = 2;
+  QL_EXPECT_ERROR(store().approvals().RequestApproval(stale), StatusCode::kConflict,
+                  "task_revision_not_current");
+  QL_ASSERT_VALUE(Page<ApprovalRequestRecord> none,
+                  store().approvals().ListApprovals({}, PageRequest{std::nullopt, 10}));
+  EXPECT_TRUE(none.items.empty());
+}
+
+TEST_P(ApprovalContract, ApprovalCommitsRunAttemptEventsAndReceiptOnce) {
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded"));
+  RequestApprovalCommand request = RequestCommand(operator_, task);
+  request.priority = 7;
+  QL_ASSERT_VALUE(RequestApprovalResult requested, store().approvals().RequestApproval(request));
+  ApproveCommand approve = ApproveAs(admin_, requested.request.id);
+  QL_ASSERT_VALUE(ApproveResult approved, store().approvals().Approve(approve));
+  EXPECT_FALSE(approved.replayed);
+  EXPECT_EQ(approved.run.id, approve.run_id);
+  EXPECT_EQ(approved.run.status, "queued");
+  EXPECT_EQ(approved.run.trigger_type, "approved");
+  EXPECT_EQ(approved.run.priority, 7);
+  EXPECT_EQ(approved.run.execution_revision_id, request.execution_revision_id);
+  const ApprovalView& view = approved.approval;
+  EXPECT_EQ(view.request.status, "approved");
+  ASSERT_TRUE(view.decision.has_value());
+  EXPECT_EQ(view.decision->decision, "approved");
+  EXPECT_EQ(view.decision->decided_by, admin_.id);
+  ASSERT_TRUE(view.action.has_value());
+  EXPECT_EQ(view.action->status, "consumed");
+  EXPECT_EQ(view.action->run_id, approve.run_id);
+  EXPECT_EQ(view.action->payload_digest, requested.request.payload_digest);
+  ASSERT_TRUE(view.receipt.has_value());
+  EXPECT_EQ(view.receipt->request_id, requested.request.id);
+  EXPECT_EQ(view.receipt->decision_id, view.decision->id);
+  EXPECT_EQ(view.receipt->action_id, view.action->id);
+  EXPECT_EQ(view.receipt->run_id, approve.run_id);
+
+  QL_ASSERT_VALUE(std::vector<AttemptRecord> attempts, store().runs().ListAttempts(approve.run_id));
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].id, approve.attempt_id);
+  EXPECT_EQ(attempts[0].status, "claimed");
+  QL_ASSERT_VALUE(std::vector<EventRecord> events,
+                  store().runs().ListEvents(approve.run_id, 0, 10));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].type, "run.created");
+  EXPECT_EQ(events[1].type, "run.queued");
+
+  // Approving again (a retry after a lost reply) returns the same receipt and no second run.
+  QL_ASSERT_VALUE(ApproveResult again, store().approvals().Approve(ApproveAs(admin_,
+                                                                             requested.request.id)));
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(again.approval.receipt->id, view.receipt->id);
+  EXPECT_EQ(again.run.id, approve.run_id);
+  EXPECT_EQ(CountRuns(store(), task.task_id), 1);
+
+  QL_ASSERT_VALUE(ApprovalView shown, store().approvals().GetApproval(requested.request.id));
+  EXPECT_EQ(shown.receipt->id, view.receipt->id);
+  QL_ASSERT_VALUE(ApprovalReceiptRecord by_run, store().approvals().ReceiptOfRun(approve.run_id));
+  EXPECT_EQ(by_run.id, view.receipt->id);
+  std::optional<AuditRecord> fact = FindAudit(gov(), "approval.approve", requested.request.id);
+  ASSERT_TRUE(fact.has_value());
+  EXPECT_EQ(fact->actor_id, admin_.id);
+}
+
+TEST_P(ApprovalContract, SelfApprovalAndTooLowARoleAreRefusedWithNothingWritten) {
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded", "owner"));
+  QL_ASSERT_VALUE(RequestApprovalResult requested,
+                  store().approvals().RequestApproval(RequestCommand(admin_, task)));
+  // The admin asked: the approver must be another principal with the owner role.
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(admin_, requested.request.id)),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(operator_, requested.request.id)),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  QL_ASSERT_VALUE(RequestApprovalResult own,
+                  store().approvals().RequestApproval(RequestCommand(owner_, task)));
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(owner_, own.request.id)),
+                  StatusCode::kPermissionDenied, "approval_self");
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(owner_, NewId())), StatusCode::kNotFound,
+                  "approval_not_found");
+  QL_ASSERT_VALUE(ApprovalView still, store().approvals().GetApproval(own.request.id));
+  EXPECT_EQ(still.request.status, "pending");
+  EXPECT_FALSE(still.decision.has_value());
+  EXPECT_EQ(CountRuns(store(), task.task_id), 0);
+  // The owner approves the admin's request.
+  QL_ASSERT_VALUE(ApproveResult approved,
+                  store().approvals().Approve(ApproveAs(owner_, requested.request.id)));
+  EXPECT_EQ(approved.run.status, "queued");
+}
+
+TEST_P(ApprovalContract, RejectionEndsTheRequestWithItsReason) {
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded"));
+  QL_ASSERT_VALUE(RequestApprovalResult requested,
+                  store().approvals().RequestApproval(RequestCommand(operator_, task)));
+  RejectCommand reject{Actor{admin_.id, "req-reject"}, requested.request.id, NewId(), "", Now()};
+  QL_EXPECT_ERROR(store().approvals().Reject(reject), StatusCode::kInvalidArgument,
+                  "invalid_reason");
+  reject.reason = "not during the freeze";
+  QL_ASSERT_VALUE(ApprovalView rejected, store().approvals().Reject(reject));
+  EXPECT_EQ(rejected.request.status, "rejected");
+  ASSERT_TRUE(rejected.decision.has_value());
+  EXPECT_EQ(rejected.decision->reason, "not during the freeze");
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(admin_, requested.request.id)),
+                  StatusCode::kConflict, "approval_rejected");
+  EXPECT_EQ(CountRuns(store(), task.task_id), 0);
+  ApprovalFilter pending;
+  pending.status = "pending";
+  QL_ASSERT_VALUE(Page<ApprovalRequestRecord> listed,
+                  store().approvals().ListApprovals(pending, PageRequest{std::nullopt, 10}));
+  EXPECT_TRUE(listed.items.empty());
+  pending.status = "rejected";
+  QL_ASSERT_VALUE(listed, store().approvals().ListApprovals(pending, PageRequest{std::nullopt, 10}));
+  ASSERT_EQ(listed.items.size(), 1u);
+  pending.status = "maybe";
+  QL_EXPECT_ERROR(store().approvals().ListApprovals(pending, PageRequest{std::nullopt, 10}),
+                  StatusCode::kInvalidArgument, "invalid_status");
+}
+
+TEST_P(ApprovalContract, ExpiredRequestsAreNeitherApprovedNorKeptPending) {
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded", "admin", kMinApprovalTtlMs));
+  QL_ASSERT_VALUE(RequestApprovalResult requested,
+                  store().approvals().RequestApproval(RequestCommand(operator_, task)));
+  // Past the TTL on every store's clock: the fake one and the database's.
+  clock().Advance(2 * kMinApprovalTtlMs);
+  std::this_thread::sleep_for(std::chrono::milliseconds(kMinApprovalTtlMs + 100));
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(admin_, requested.request.id)),
+                  StatusCode::kConflict, "approval_expired");
+  EXPECT_EQ(CountRuns(store(), task.task_id), 0);
+  QL_ASSERT_VALUE(int expired, store().approvals().ExpireDue(10, Now()));
+  EXPECT_EQ(expired, 1);
+  QL_ASSERT_VALUE(ApprovalView view, store().approvals().GetApproval(requested.request.id));
+  EXPECT_EQ(view.request.status, "expired");
+  ASSERT_TRUE(view.decision.has_value());
+  EXPECT_EQ(view.decision->decision, "expired");
+  EXPECT_FALSE(view.decision->decided_by.has_value());
+  QL_ASSERT_VALUE(expired, store().approvals().ExpireDue(10, Now()));
+  EXPECT_EQ(expired, 0);
+  std::optional<AuditRecord> fact = FindAudit(gov(), "approval.expire", requested.request.id);
+  ASSERT_TRUE(fact.has_value());
+  EXPECT_FALSE(fact->actor_id.has_value());
+}
+
+TEST_P(ApprovalContract, ARepublishedTaskMakesThePendingRequestStale) {
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded"));
+  QL_ASSERT_VALUE(RequestApprovalResult requested,
+                  store().approvals().RequestApproval(RequestCommand(operator_, task)));
+  PublishTaskCommand next = TaskCommand(task.task_id, task.revision, "guarded-v2");
+  ASSERT_TRUE(store().definitions().PublishTaskRevision(next).ok());
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(admin_, requested.request.id)),
+                  StatusCode::kConflict, "approval_stale");
+  QL_ASSERT_VALUE(ApprovalView view, store().approvals().GetApproval(requested.request.id));
+  EXPECT_EQ(view.request.status, "pending");
+  EXPECT_EQ(CountRuns(store(), task.task_id), 0);
+}
+
+TEST_P(ApprovalContract, ARevokedApproverOrAnArchivedProjectApprovesNothing) {
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded"));
+  QL_ASSERT_VALUE(RequestApprovalResult requested,
+                  store().approvals().RequestApproval(RequestCommand(operator_, task)));
+  ASSERT_TRUE(Grant(owner_, project().id, admin_, Role::kNone).ok());
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(admin_, requested.request.id)),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  ASSERT_TRUE(gov().ArchiveProject(Actor{owner_.id, "req"}, project().id, Now()).ok());
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(owner_, requested.request.id)),
+                  StatusCode::kConflict, "project_archived");
+  QL_ASSERT_VALUE(ApprovalView view, store().approvals().GetApproval(requested.request.id));
+  EXPECT_EQ(view.request.status, "pending");
+  EXPECT_FALSE(view.receipt.has_value());
+  EXPECT_EQ(CountRuns(store(), task.task_id), 0);
+}
+
+TEST_P(ApprovalContract, RecoveryRequiredRunsLeaveOnlyByAResolution) {
+  QL_ASSERT_VALUE(RunRecord run, RecoveryRequiredRun());
+  EXPECT_EQ(run.status, "recovery_required");
+  // No automatic move leaves it: neither a retry nor a requeue.
+  RunTransitionCommand retry;
+  retry.run_id = run.id;
+  retry.expected_version = run.version;
+  retry.run_to = "retry_wait";
+  retry.retry_at_ms = Now();
+  retry.now_ms = Now();
+  QL_EXPECT_ERROR(store().runs().ApplyTransition(retry), StatusCode::kConflict,
+                  "illegal_transition");
+  QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(operator_, run.id, "succeeded")),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  ResolveRunCommand bad = ResolveAs(admin_, run.id, "maybe");
+  QL_EXPECT_ERROR(store().approvals().ResolveRun(bad), StatusCode::kInvalidArgument,
+                  "invalid_resolution");
+
+  QL_ASSERT_VALUE(ResolveRunResult resolved,
+                  store().approvals().ResolveRun(ResolveAs(admin_, run.id, "succeeded")));
+  EXPECT_FALSE(resolved.replayed);
+  EXPECT_EQ(resolved.run.status, "succeeded");
+  EXPECT_EQ(resolved.resolution.resolved_by, admin_.id);
+  QL_ASSERT_VALUE(std::vector<EventRecord> events,
+                  store().runs().ListEvents(run.id, run.event_sequence, 10));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].type, "run.recovery_resolved");
+  EXPECT_EQ(events[1].type, "run.succeeded");
+  QL_ASSERT_VALUE(ResolveRunResult replay,
+                  store().approvals().ResolveRun(ResolveAs(admin_, run.id, "succeeded")));
+  EXPECT_TRUE(replay.replayed);
+  QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(admin_, run.id, "failed")),
+                  StatusCode::kConflict, "run_already_resolved");
+  std::optional<AuditRecord> fact = FindAudit(gov(), "run.resolve", run.id);
+  ASSERT_TRUE(fact.has_value());
+  EXPECT_EQ(fact->actor_id, admin_.id);
+
+  QL_ASSERT_VALUE(RunRecord queued, QueuedRun());
+  QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(admin_, queued.id, "failed")),
+                  StatusCode::kConflict, "run_not_recovery_required");
+}
+
+TEST_P(ApprovalContract, ARetryResolutionFailsTheRunAndQueuesALinkedApprovedRun) {
+  QL_ASSERT_VALUE(RunRecord run, RecoveryRequiredRun());
+  ResolveRunCommand cmd = ResolveAs(admin_, run.id, "retry");
+  QL_ASSERT_VALUE(ResolveRunResult resolved, store().approvals().ResolveRun(cmd));
+  EXPECT_EQ(resolved.run.status, "failed");
+  EXPECT_EQ(resolved.run.error_code, "recovery_retried");
+  ASSERT_TRUE(resolved.retry_run.has_value());
+  EXPECT_EQ(resolved.retry_run->id, cmd.new_run_id);
+  EXPECT_EQ(resolved.retry_run->status, "queued");
+  EXPECT_EQ(resolved.retry_run->trigger_type, "approved");
+  EXPECT_EQ(resolved.retry_run->retry_of_run_id, run.id);
+  EXPECT_EQ(resolved.retry_run->execution_revision_id, run.execution_revision_id);
+  EXPECT_EQ(resolved.resolution.retry_run_id, cmd.new_run_id);
+  QL_ASSERT_VALUE(RunResolutionRecord stored, store().approvals().GetResolution(run.id));
+  EXPECT_EQ(stored.resolution, "retry");
+  // Archived projects resolve nothing.
+  QL_ASSERT_VALUE(RunRecord second, RecoveryRequiredRun());
+  ASSERT_TRUE(gov().ArchiveProject(Actor{owner_.id, "req"}, project().id, Now()).ok());
+  QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(admin_, second.id, "failed")),
+                  StatusCode::kConflict, "project_archived");
+}
+
+}  // namespace ql::testing
