@@ -14,6 +14,7 @@
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
 #include "ql/core/ports.h"
+#include "ql/core/retention.h"
 #include "ql/core/status.h"
 
 namespace ql {
@@ -99,6 +100,7 @@ class SqliteStore final : public Store,
   ScheduleRepository& schedules() override { return *this; }
   RunRepository& runs() override { return *this; }
   GovernanceRepository& governance() override { return *governance_; }
+  RetentionRepository& retention() override { return *retention_; }
 
   // ProjectRepository
   Result<ProjectRecord> EnsureProject(const std::string& id_if_new, const std::string& slug,
@@ -165,6 +167,7 @@ class SqliteStore final : public Store,
   std::unique_ptr<sqlite::Db> db_;
   std::unique_ptr<GovernanceTxRunner> governance_runner_;
   std::unique_ptr<GovernanceRepository> governance_;
+  std::unique_ptr<RetentionRepository> retention_;
 };
 
 }  // namespace ql
