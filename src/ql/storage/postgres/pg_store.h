@@ -23,6 +23,7 @@
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
 #include "ql/core/ports.h"
+#include "ql/core/retention.h"
 #include "ql/core/status.h"
 #include "ql/storage/postgres/pg_client.h"
 
@@ -63,6 +64,9 @@ class PostgresStore final : public Store,
   // Governance (pg_governance.h): reads and audit appends as the runtime role, writes and audit
   // reads as the admin role.
   GovernanceRepository& governance() override { return *governance_; }
+  // Retention (pg_retention.h): settings written as the admin role, the purge as the runtime
+  // role.
+  RetentionRepository& retention() override { return *retention_; }
 
   // ProjectRepository. EnsureProject returns an existing project through the runtime pool;
   // creating one needs the admin pool, else Unavailable `admin_pool_missing`.
@@ -138,6 +142,7 @@ class PostgresStore final : public Store,
   std::unique_ptr<pg::Pool> admin_;
   std::unique_ptr<GovernanceTxRunner> governance_runner_;
   std::unique_ptr<GovernanceRepository> governance_;
+  std::unique_ptr<RetentionRepository> retention_;
 };
 
 }  // namespace ql
