@@ -29,9 +29,11 @@
 #include "ql/engine/local_scheduler.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
 #include "ql/engine/token_authenticator.h"
 #include "ql/exec/executor.h"
+#include "ql/exec/purged_files.h"
 #include "ql/exec/supervision_runner.h"
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
@@ -285,8 +287,23 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
         return kDispatcherTickMs;
       },
       dispatcher_sleeper, LoopOptions("dispatcher", metrics));
+  // Retention: purged runs take their log files and attempt directories with them.
+  RetentionJobOptions retention_options;
+  retention_options.on_purged = [&](const PurgeResult& purged) {
+    const exec::PurgedFiles files =
+        exec::RemovePurgedFiles(purged, (data / "log").string(), (data / "run").string());
+    if (files.errors > 0) {
+      std::cerr << "retention: " << files.errors << " file(s) of purged attempts not removed\n";
+    }
+  };
+  RetentionJob retention((*store)->retention(), clock, random, metrics, retention_options);
+  ConditionSleeper retention_sleeper;
+  const RoundLoopOptions retention_loop_options = LoopOptions("retention", metrics);
+  RoundLoop retention_loop([&] { return retention.RunLoopRound(retention_loop_options.diagnostics); },
+                           retention_sleeper, retention_loop_options);
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
   std::thread dispatcher_thread([&] { dispatcher_loop.Run(); });
+  std::thread retention_thread([&] { retention_loop.Run(); });
 
   LogReader log_reader((data / "log").string());
   ApiServerOptions api_options;
@@ -301,8 +318,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     scheduler_loop.Stop();
     dispatcher_loop.Stop();
+    retention_loop.Stop();
     scheduler_thread.join();
     dispatcher_thread.join();
+    retention_thread.join();
     return Fail(st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure, st);
   }
   const std::string url = std::string(tls->has_value() ? "https://" : "http://") +
@@ -330,6 +349,8 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   api.WithdrawAdmission();
   scheduler_loop.Stop();
   scheduler_thread.join();
+  retention_loop.Stop();
+  retention_thread.join();
   launching = false;
   dispatcher_sleeper.Wake();
   const int64_t deadline = clock.MonotonicMs() + int64_t{config.shutdown_wait_s} * 1000;

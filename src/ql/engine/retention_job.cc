@@ -88,4 +88,13 @@ int64_t RetentionJob::NextDelayMs(const RetentionRound& round) const {
   return round.bounded ? options_.continue_ms : options_.interval_ms;
 }
 
+int64_t RetentionJob::RunLoopRound(const DiagnosticLog& diagnostics) {
+  Result<RetentionRound> round = RunRound();
+  if (!round.ok()) {
+    if (diagnostics) diagnostics("retention", round.status());
+    return options_.interval_ms;
+  }
+  return NextDelayMs(*round);
+}
+
 }  // namespace ql

@@ -15,6 +15,7 @@
 #include "ql/core/clock.h"
 #include "ql/core/retention.h"
 #include "ql/core/status.h"
+#include "ql/engine/diagnostics.h"
 #include "ql/engine/metrics.h"
 
 namespace ql {
@@ -54,6 +55,10 @@ class RetentionJob {
 
   // Returns how long to sleep after `round`.
   int64_t NextDelayMs(const RetentionRound& round) const;
+
+  // Runs one round as a RoundLoop round: returns the delay before the next one, and hands an
+  // error to `diagnostics` (component "retention") before waiting the interval.
+  int64_t RunLoopRound(const DiagnosticLog& diagnostics);
 
  private:
   RetentionRepository& retention_;

@@ -325,6 +325,18 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
       {"runs.retry",
        [&](const Member&) { return Sample{"POST", "/api/v1/runs/" + run_id + "/retry", "{}"}; }},
       {"status", [](const Member&) { return Sample{"GET", "/api/v1/status", ""}; }},
+      {"projects.retention.get",
+       [](const Member&) { return Sample{"GET", "/api/v1/projects/default/retention", ""}; }},
+      {"projects.retention.set",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/projects/default/retention", R"({"keep_days":60})"};
+       }},
+      {"tasks.retention.get",
+       [&](const Member&) { return Sample{"GET", "/api/v1/tasks/" + task_id + "/retention", ""}; }},
+      {"tasks.retention.set",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/tasks/" + task_id + "/retention", R"({"keep_runs":50})"};
+       }},
   };
 
   std::vector<ApiRoute> routes = ApiRoutes();
