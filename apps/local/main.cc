@@ -59,6 +59,7 @@ struct ServeConfig {
   std::string listen = "127.0.0.1:5700";
   ListenSecurityFlags security;
   int shutdown_wait_s = 30;
+  int retention_interval_s = 60;
 };
 
 int Fail(int code, const Status& status) {
@@ -176,6 +177,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   Result<std::optional<ListenerTls>> tls =
       DecideListenSecurity(listen->first, config.security, "--listen");
   if (!tls.ok()) return Fail(kExitUsage, tls.status());
+  if (config.retention_interval_s < 1 || config.retention_interval_s > 86'400) {
+    return Fail(kExitUsage, InvalidArgument("invalid_retention_interval",
+                                            "--retention-interval must be 1..86400 seconds"));
+  }
   if (config.shutdown_wait_s < 0 || config.shutdown_wait_s > 3600) {
     return Fail(kExitUsage, InvalidArgument("invalid_shutdown_wait",
                                             "--shutdown-wait must be 0..3600 seconds"));
@@ -289,6 +294,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
       dispatcher_sleeper, LoopOptions("dispatcher", metrics));
   // Retention: purged runs take their log files and attempt directories with them.
   RetentionJobOptions retention_options;
+  retention_options.interval_ms = int64_t{config.retention_interval_s} * 1000;
   retention_options.on_purged = [&](const PurgeResult& purged) {
     const exec::PurgedFiles files =
         exec::RemovePurgedFiles(purged, (data / "log").string(), (data / "run").string());
@@ -396,6 +402,9 @@ int main(int argc, char** argv) {
                   "Allow plain HTTP on a non-loopback --listen address");
   serve->add_option("--shutdown-wait", config.shutdown_wait_s,
                     "Seconds to let running commands finish on SIGTERM (default 30)");
+  serve->add_option("--retention-interval", config.retention_interval_s,
+                    "Seconds between retention rounds that found nothing more to purge "
+                    "(default 60)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
