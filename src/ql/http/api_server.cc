@@ -1281,9 +1281,9 @@ Status ApiServer::Start(const std::string& host, int port) {
   if (port < 0 || port > 65535) return invalid("port must be 0..65535");
 
   Result<std::unique_ptr<httplib::Server>> server = transport::NewServer(o.tls);
-  if (!server->ok()) {
+  if (!server.ok()) {
     s.started = false;
-    return server->status();
+    return server.status();
   }
   s.server = std::move(server).value();
   s.Configure();
