@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "retention_command.h"
 #include "run_command.h"
 #include "status_command.h"
 #include "task_command.h"
@@ -300,6 +301,47 @@ TEST_F(CommandTest, MalformedDurationExitsTwoBeforeAnyRequest) {
   EXPECT_NE(err_.str().find("error: invalid_duration: --timeout '5 minutes'"), std::string::npos)
       << err_.str();
   EXPECT_TRUE(server_.requests().empty());
+}
+
+TEST_F(CommandTest, RetentionSetSendsOnlyTheFlagsGivenAndShowsWhatApplies) {
+  const json answer = {{"project_id", "p-1"},          {"task_id", nullptr},
+                       {"keep_days", 7},                {"keep_runs", nullptr},
+                       {"effective", {{"keep_days", 7}, {"keep_runs", 1000}}}};
+  server_.http().Post("/api/v1/projects/default/retention",
+                      [&](const httplib::Request& req, httplib::Response& res) {
+                        server_.Record(req);
+                        Json(res, answer);
+                      });
+  server_.http().Get("/api/v1/tasks/t-1/retention",
+                     [&](const httplib::Request& req, httplib::Response& res) {
+                       server_.Record(req);
+                       Json(res, answer);
+                     });
+  RetentionArgs args;
+  args.target = "default";
+  args.keep_days = "7";
+  args.keep_runs = "inherit";
+  CommandContext context = Context();
+  EXPECT_EQ(RetentionSet(args, /*task=*/false, context), kExitOk) << err_.str();
+  EXPECT_EQ(json::parse(server_.bodies().at(0)), json::parse(R"({"keep_days":7,"keep_runs":null})"));
+  EXPECT_EQ(out_.str(),
+            "project default: keep finished runs 7 days (set here), at most 1000 runs per task "
+            "(inherited)\n");
+
+  // No flag: the settings are only read.
+  RetentionArgs show;
+  show.target = "t-1";
+  CommandContext show_context = Context();
+  EXPECT_EQ(RetentionSet(show, /*task=*/true, show_context), kExitOk) << err_.str();
+  EXPECT_EQ(server_.requests().back(), "GET /api/v1/tasks/t-1/retention");
+
+  RetentionArgs bad;
+  bad.target = "default";
+  bad.keep_runs = "0";
+  CommandContext bad_context = Context();
+  EXPECT_EQ(RetentionSet(bad, /*task=*/false, bad_context), kExitUsage);
+  EXPECT_NE(err_.str().find("--keep-runs"), std::string::npos) << err_.str();
+  EXPECT_EQ(server_.requests().size(), 2u);
 }
 
 TEST_F(CommandTest, TaskPublishSendsTheExpectedRevisionAndPrintsTheNewOne) {

@@ -6,6 +6,7 @@
 
 #include "client.h"
 #include "output.h"
+#include "retention_command.h"
 
 namespace ql::cli {
 namespace {
@@ -243,7 +244,8 @@ void AddToken(CLI::App& app) {
 }
 
 void AddProject(CLI::App& app) {
-  CLI::App* project = app.add_subcommand("project", "Add, list, archive projects");
+  CLI::App* project =
+      app.add_subcommand("project", "Add, list, archive projects and set their retention");
   project->require_subcommand(1);
   project->fallthrough();
 
@@ -309,6 +311,8 @@ void AddProject(CLI::App& app) {
       });
     });
   });
+
+  AddRetentionSetCommand(*project, /*task=*/false);
 }
 
 void AddRole(CLI::App& app) {

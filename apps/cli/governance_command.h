@@ -5,7 +5,8 @@
 //   ql whoami
 //   ql principal add NAME [--kind user|service] | list | disable NAME | enable NAME
 //   ql token create [--principal NAME] [--expires 30d] | list | revoke ID
-//   ql project add NAME [--name DISPLAY] | list | archive NAME
+//   ql project add NAME [--name DISPLAY] | list | archive NAME | set NAME [--keep-days N]
+//       [--keep-runs K] (retention_command.h)
 //   ql role grant PRINCIPAL ROLE [--project NAME | --installation]
 //   ql role revoke PRINCIPAL [--project NAME | --installation] | list [--project NAME |
 //       --installation]

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "output.h"
+#include "retention_command.h"
 #include "ql/core/clock.h"
 #include "ql/core/ids.h"
 
@@ -482,6 +483,7 @@ void RegisterTaskCommands(CLI::App& app) {
     RunCommand(*publish,
                [&](CommandContext& context) { return TaskPublish(*publish_args, context); });
   });
+  AddRetentionSetCommand(*task, /*task=*/true);
 }
 
 }  // namespace ql::cli

@@ -22,6 +22,7 @@
 #include "ql/engine/cluster_scheduler.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
 #include "ql/engine/token_authenticator.h"
 #include "ql/engine/worker_service.h"
@@ -260,7 +261,13 @@ int Serve(const ServeConfig& config) {
         return config.recovery_interval_ms;
       },
       recovery_sleeper, LoopOptions("recovery", metrics));
+  // Retention: every replica purges; replicas skip the rows another one holds.
+  RetentionJob retention(store->retention(), clock, random, metrics, RetentionJobOptions{});
+  ConditionSleeper retention_sleeper;
+  RoundLoop retention_loop([&] { return retention.RunLoopRound(Diagnose); }, retention_sleeper,
+                           LoopOptions("retention", metrics));
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
+  std::thread retention_thread([&] { retention_loop.Run(); });
   std::thread recovery_thread([&] {
     recovery_sleeper.SleepFor(config.recovery_interval_ms);
     recovery_loop.Run();
@@ -271,11 +278,13 @@ int Serve(const ServeConfig& config) {
     scheduler.RequestStop();
     scheduler_loop.Stop();
     recovery_loop.Stop();
+    retention_loop.Stop();
     readiness_sleeper.Stop();
     // Bounded: a round stops before its next commit; the wait covers the one in flight.
     auto joined = std::async(std::launch::async, [&] {
       scheduler_thread.join();
       recovery_thread.join();
+      retention_thread.join();
       if (readiness_thread.joinable()) readiness_thread.join();
     });
     if (joined.wait_for(std::chrono::seconds(config.shutdown_wait_s)) !=

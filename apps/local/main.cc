@@ -29,9 +29,11 @@
 #include "ql/engine/local_scheduler.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
 #include "ql/engine/token_authenticator.h"
 #include "ql/exec/executor.h"
+#include "ql/exec/purged_files.h"
 #include "ql/exec/supervision_runner.h"
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
@@ -59,6 +61,7 @@ struct ServeConfig {
   std::string listen = "127.0.0.1:5700";
   ListenSecurityFlags security;
   int shutdown_wait_s = 30;
+  int retention_interval_s = 60;
 };
 
 int Fail(int code, const Status& status) {
@@ -176,6 +179,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   Result<std::optional<ListenerTls>> tls =
       DecideListenSecurity(listen->first, config.security, "--listen");
   if (!tls.ok()) return Fail(kExitUsage, tls.status());
+  if (config.retention_interval_s < 1 || config.retention_interval_s > 86'400) {
+    return Fail(kExitUsage, InvalidArgument("invalid_retention_interval",
+                                            "--retention-interval must be 1..86400 seconds"));
+  }
   if (config.shutdown_wait_s < 0 || config.shutdown_wait_s > 3600) {
     return Fail(kExitUsage, InvalidArgument("invalid_shutdown_wait",
                                             "--shutdown-wait must be 0..3600 seconds"));
@@ -294,8 +301,24 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
         return kDispatcherTickMs;
       },
       dispatcher_sleeper, LoopOptions("dispatcher", metrics));
+  // Retention: purged runs take their log files and attempt directories with them.
+  RetentionJobOptions retention_options;
+  retention_options.interval_ms = int64_t{config.retention_interval_s} * 1000;
+  retention_options.on_purged = [&](const PurgeResult& purged) {
+    const exec::PurgedFiles files =
+        exec::RemovePurgedFiles(purged, (data / "log").string(), (data / "run").string());
+    if (files.errors > 0) {
+      std::cerr << "retention: " << files.errors << " file(s) of purged attempts not removed\n";
+    }
+  };
+  RetentionJob retention((*store)->retention(), clock, random, metrics, retention_options);
+  ConditionSleeper retention_sleeper;
+  const RoundLoopOptions retention_loop_options = LoopOptions("retention", metrics);
+  RoundLoop retention_loop([&] { return retention.RunLoopRound(retention_loop_options.diagnostics); },
+                           retention_sleeper, retention_loop_options);
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
   std::thread dispatcher_thread([&] { dispatcher_loop.Run(); });
+  std::thread retention_thread([&] { retention_loop.Run(); });
 
   LogReader log_reader((data / "log").string());
   ApiServerOptions api_options;
@@ -310,8 +333,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     scheduler_loop.Stop();
     dispatcher_loop.Stop();
+    retention_loop.Stop();
     scheduler_thread.join();
     dispatcher_thread.join();
+    retention_thread.join();
     return Fail(st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure, st);
   }
   const std::string url = std::string(tls->has_value() ? "https://" : "http://") +
@@ -339,6 +364,8 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   api.WithdrawAdmission();
   scheduler_loop.Stop();
   scheduler_thread.join();
+  retention_loop.Stop();
+  retention_thread.join();
   launching = false;
   dispatcher_sleeper.Wake();
   const int64_t deadline = clock.MonotonicMs() + int64_t{config.shutdown_wait_s} * 1000;
@@ -384,6 +411,9 @@ int main(int argc, char** argv) {
                   "Allow plain HTTP on a non-loopback --listen address");
   serve->add_option("--shutdown-wait", config.shutdown_wait_s,
                     "Seconds to let running commands finish on SIGTERM (default 30)");
+  serve->add_option("--retention-interval", config.retention_interval_s,
+                    "Seconds between retention rounds that found nothing more to purge "
+                    "(default 60)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

@@ -29,6 +29,7 @@ namespace ql {
 
 class ApprovalRepository;
 class GovernanceRepository;
+class RetentionRepository;
 
 // The policy fence of one store command (DESIGN §9): inside the transaction that writes, the
 // store re-reads the principal (it must be active), the command's project (active) and the
@@ -473,6 +474,8 @@ class Store {
   virtual RunRepository& runs() = 0;
   virtual GovernanceRepository& governance() = 0;
   virtual ApprovalRepository& approvals() = 0;
+  // Retention settings and the purge of finished runs (core/retention.h).
+  virtual RetentionRepository& retention() = 0;
 };
 
 }  // namespace ql

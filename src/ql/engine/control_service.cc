@@ -183,7 +183,8 @@ ControlService::ControlService(Store& store, Clock& clock, RandomSource& random,
       random_(random),
       options_(std::move(options)),
       // Ids of governance writes need no determinism; their own source keeps random_ to us.
-      governance_(store, clock, SecureRandom(), kDefaultProjectSlug) {}
+      governance_(store, clock, SecureRandom(), kDefaultProjectSlug),
+      retention_(store, governance_, clock, SecureRandom()) {}
 
 Status ControlService::ValidateOptions(const ControlOptions& options) {
   if (!ParseExecutorType(options.executor_type).has_value()) {

@@ -34,6 +34,7 @@
 #include "ql/core/records.h"
 #include "ql/core/status.h"
 #include "ql/engine/governance_service.h"
+#include "ql/engine/retention_service.h"
 
 namespace ql {
 
@@ -273,6 +274,7 @@ class ControlService {
   const ControlOptions& options() const { return options_; }
   // Governance use-cases and the authorization every method here asks.
   GovernanceService& governance() { return governance_; }
+  RetentionService& retention() { return retention_; }
 
  private:
   // An execution revision with its verified plan.
@@ -328,6 +330,7 @@ class ControlService {
   std::mutex project_mu_;
   std::optional<ProjectRecord> project_;  // guarded by project_mu_
   GovernanceService governance_;
+  RetentionService retention_;
 };
 
 }  // namespace ql

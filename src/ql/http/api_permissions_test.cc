@@ -356,6 +356,18 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          return Sample{"POST", "/api/v1/approvals/" + approval_id + "/reject",
                        json{{"reason", "not now"}}.dump()};
        }},
+      {"projects.retention.get",
+       [](const Member&) { return Sample{"GET", "/api/v1/projects/default/retention", ""}; }},
+      {"projects.retention.set",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/projects/default/retention", R"({"keep_days":60})"};
+       }},
+      {"tasks.retention.get",
+       [&](const Member&) { return Sample{"GET", "/api/v1/tasks/" + task_id + "/retention", ""}; }},
+      {"tasks.retention.set",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/tasks/" + task_id + "/retention", R"({"keep_runs":50})"};
+       }},
   };
 
   std::vector<ApiRoute> routes = ApiRoutes();

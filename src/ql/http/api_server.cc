@@ -17,6 +17,7 @@
 #include "ql/core/states.h"
 #include "ql/core/timezone.h"
 #include "ql/http/api_json.h"
+#include "ql/http/retention_json.h"
 #include "ql/http/httplib_config.h"
 #include "ql/http/transport.h"
 
@@ -87,6 +88,10 @@ enum class RouteId {
   kInstallationBindingsList,
   kInstallationBindingsWrite,
   kAuditList,
+  kProjectRetentionGet,
+  kProjectRetentionSet,
+  kTaskRetentionGet,
+  kTaskRetentionSet,
 };
 
 struct RouteSpec {
@@ -166,6 +171,14 @@ constexpr RouteSpec kRoutes[] = {
     {"POST", "/api/v1/approvals/{id}/reject", RouteId::kApprovalReject, "approvals.reject",
      "operator"},
     {"GET", "/api/v1/status", RouteId::kStatus, "status", "viewer"},
+    {"GET", "/api/v1/projects/{id}/retention", RouteId::kProjectRetentionGet,
+     "projects.retention.get", "viewer"},
+    {"POST", "/api/v1/projects/{id}/retention", RouteId::kProjectRetentionSet,
+     "projects.retention.set", "admin"},
+    {"GET", "/api/v1/tasks/{id}/retention", RouteId::kTaskRetentionGet, "tasks.retention.get",
+     "viewer"},
+    {"POST", "/api/v1/tasks/{id}/retention", RouteId::kTaskRetentionSet, "tasks.retention.set",
+     "admin"},
 };
 
 struct RouteMatch {
@@ -1162,6 +1175,27 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       json items = json::array();
       for (const AuditRecord& a : facts.items) items.push_back(api::AuditJson(a));
       SendJson(res, 200, ItemsJson(std::move(items), facts.next_key));
+      return;
+    }
+    case RouteId::kProjectRetentionGet:
+    case RouteId::kProjectRetentionSet:
+    case RouteId::kTaskRetentionGet:
+    case RouteId::kTaskRetentionSet: {
+      RetentionService& retention = service.retention();
+      const bool task = match.route->id == RouteId::kTaskRetentionGet ||
+                        match.route->id == RouteId::kTaskRetentionSet;
+      if (!post) QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, RetentionView view,
+                     task ? retention.GetTaskRetention(caller, id)
+                          : retention.GetProjectRetention(caller, id));
+      if (post) {
+        QL_HTTP_ASSIGN(res, RetentionSettings settings,
+                       api::ApplyRetentionBody(body, view.stored.settings));
+        QL_HTTP_ASSIGN(res, view,
+                       task ? retention.SetTaskRetention(caller, id, settings)
+                            : retention.SetProjectRetention(caller, id, settings));
+      }
+      SendJson(res, 200, api::RetentionJson(view));
       return;
     }
     case RouteId::kStatus: {

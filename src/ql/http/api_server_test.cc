@@ -418,6 +418,44 @@ TEST_F(ApiServerTest, TaskLifecycle) {
   EXPECT_EQ(projects.body["items"][0]["slug"], "default");
 }
 
+TEST_F(ApiServerTest, RetentionSettingsInheritAndPatch) {
+  StartServer();
+  Reply defaults = Get("/api/v1/projects/default/retention");
+  ASSERT_EQ(defaults.status, 200) << defaults.raw;
+  EXPECT_TRUE(defaults.body["keep_days"].is_null());
+  EXPECT_TRUE(defaults.body["updated_at"].is_null());
+  EXPECT_EQ(defaults.body["effective"], (json{{"keep_days", 30}, {"keep_runs", 1000}}));
+
+  Reply project = Post("/api/v1/projects/default/retention", R"({"keep_days":7})");
+  ASSERT_EQ(project.status, 200) << project.raw;
+  EXPECT_EQ(project.body["keep_days"], 7);
+  EXPECT_EQ(project.body["version"], 1);
+
+  Reply created = Post("/api/v1/tasks", ShellTaskBody("noisy"));
+  ASSERT_EQ(created.status, 201);
+  const std::string task = "/api/v1/tasks/" + created.body["id"].get<std::string>() + "/retention";
+  Reply task_set = Post(task, R"({"keep_runs":5})");
+  ASSERT_EQ(task_set.status, 200) << task_set.raw;
+  EXPECT_EQ(task_set.body["task_id"], created.body["id"]);
+  EXPECT_EQ(task_set.body["effective"], (json{{"keep_days", 7}, {"keep_runs", 5}}));
+
+  // A field left out is kept; null inherits again.
+  Reply patched = Post(task, R"({"keep_days":2})");
+  EXPECT_EQ(patched.body["effective"], (json{{"keep_days", 2}, {"keep_runs", 5}}));
+  Reply cleared = Post(task, R"({"keep_runs":null})");
+  EXPECT_EQ(cleared.body["effective"], (json{{"keep_days", 2}, {"keep_runs", 1000}}));
+  EXPECT_EQ(Get(task).body, cleared.body);
+
+  const std::string before = Snapshot();
+  Reply zero = Post(task, R"({"keep_days":0})");
+  EXPECT_EQ(zero.status, 400);
+  EXPECT_EQ(zero.code(), "invalid_keep_days");
+  EXPECT_EQ(Post(task, R"({"keep_runs":"many"})").code(), "invalid_type");
+  EXPECT_EQ(Post(task, R"({"keep":1})").code(), "unknown_field");
+  EXPECT_EQ(Snapshot(), before);
+  EXPECT_EQ(Get("/api/v1/tasks/0190d5d0-0000-7000-8000-000000000000/retention").status, 404);
+}
+
 TEST_F(ApiServerTest, TriggersAndNewYorkDaylightSavingPreview) {
   StartServer();
   const std::string task = CreateTask();

@@ -13,6 +13,7 @@
 #include "ql/core/approval.h"
 #include "ql/core/approval_ports.h"
 #include "ql/core/canonical_json.h"
+#include "ql/core/retention.h"
 #include "ql/testing/repository_contract.h"
 
 namespace ql::testing {
@@ -431,6 +432,24 @@ TEST_P(ApprovalContract, ARetryResolutionFailsTheRunAndQueuesALinkedApprovedRun)
   ASSERT_TRUE(gov().ArchiveProject(Actor{owner_.id, "req"}, project().id, Now()).ok());
   QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(admin_, second.id, "failed")),
                   StatusCode::kConflict, "project_archived");
+}
+
+// Retention never purges an approved run: its approval records (action, receipt, resolution)
+// refer to it and outlive the run history around them.
+TEST_P(ApprovalContract, AnApprovedRunOutlivesRetention) {
+  QL_ASSERT_VALUE(RunRecord run, RecoveryRequiredRun());
+  QL_ASSERT_VALUE(ResolveRunResult resolved,
+                  store().approvals().ResolveRun(ResolveAs(admin_, run.id, "failed")));
+  ASSERT_EQ(resolved.run.status, "failed");
+  clock().Advance(3 * 86'400'000);
+  RetentionScope scope{run.project_id, run.task_id, {}, {1, 1}};
+  QL_ASSERT_VALUE(PurgeResult purged,
+                  store().retention().PurgeRuns(PlanPurge(scope, Now(), 100, NewId())));
+  EXPECT_TRUE(purged.run_ids.empty());
+  QL_ASSERT_VALUE(RunRecord kept, store().runs().GetRun(run.id));
+  EXPECT_EQ(kept.status, "failed");
+  QL_ASSERT_VALUE(RunResolutionRecord resolution, store().approvals().GetResolution(run.id));
+  EXPECT_EQ(resolution.resolution, "failed");
 }
 
 }  // namespace ql::testing

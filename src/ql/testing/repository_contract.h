@@ -22,6 +22,7 @@
 #include "ql/core/governance_ports.h"
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
+#include "ql/core/retention.h"
 #include "ql/testing/fake_clock.h"
 
 namespace ql::testing {
@@ -141,12 +142,29 @@ class ApprovalContract : public GovernanceContract {
   PrincipalRecord admin_;
 };
 
+// The retention part of the contract (retention_contract.cc): settings with inheritance and
+// the policy fence, and the purge of finished runs.
+class RetentionContract : public GovernanceContract {
+ protected:
+  RetentionRepository& retention() { return store().retention(); }
+  // Creates a run of `task` and moves it to succeeded at the current fake time.
+  Result<RunRecord> FinishedRun(const TaskRevisionRecord& task,
+                                std::optional<std::string> retry_of = std::nullopt);
+  // Returns the retention settings command of a project (task empty) or task.
+  SetRetentionCommand Settings(const std::string& task_id, std::optional<int> keep_days,
+                               std::optional<int> keep_runs);
+  // Purges one batch of `task` under the given effective settings at the current fake time.
+  Result<PurgeResult> Purge(const TaskRevisionRecord& task, int keep_days, int keep_runs,
+                            int limit = 100);
+};
+
 namespace internal {
 // Return true; referenced by the instantiation macro so the suites' object files, which hold
 // the test registrations, are always linked from the static library.
 bool LinkRepositoryContract();
 bool LinkGovernanceContract();
 bool LinkApprovalContract();
+bool LinkRetentionContract();
 }  // namespace internal
 
 }  // namespace ql::testing
@@ -157,12 +175,14 @@ bool LinkApprovalContract();
   namespace ql::testing {                                                                  \
   [[maybe_unused]] static const bool ql_repository_contract_linked_##prefix =              \
       internal::LinkRepositoryContract() && internal::LinkGovernanceContract() &&        \
-      internal::LinkApprovalContract();                                                    \
+      internal::LinkApprovalContract() && internal::LinkRetentionContract();               \
   INSTANTIATE_TEST_SUITE_P(prefix, RepositoryContractTest, ::testing::Values(__VA_ARGS__), \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, GovernanceContract, ::testing::Values(__VA_ARGS__),     \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, ApprovalContract, ::testing::Values(__VA_ARGS__),       \
+                           StoreFactoryName);                                              \
+  INSTANTIATE_TEST_SUITE_P(prefix, RetentionContract, ::testing::Values(__VA_ARGS__),      \
                            StoreFactoryName);                                              \
   }                                                                                        \
   static_assert(true, "require a semicolon")

@@ -1,8 +1,9 @@
 -- The exact privileges of the non-owner roles on schema ql3, applied by `ql-cluster migrate`
 -- after the migrations, in one transaction: everything is revoked first, then granted, so a
 -- privilege added by hand is removed. The readiness auditor checks ql3_runtime against the
--- same list (pg_audit.cc). No role but the owner ever gets DELETE, TRUNCATE, REFERENCES,
--- TRIGGER or CREATE.
+-- same list (pg_audit.cc). DELETE is granted only to ql3_runtime and only on the rows of run
+-- history, for the retention purge (the one deletion path; triggers let it delete finished runs
+-- only). No role but the owner ever gets TRUNCATE, REFERENCES, TRIGGER or CREATE.
 
 REVOKE ALL ON SCHEMA ql3 FROM PUBLIC, ql3_runtime, ql3_admin, ql3_worker_ingress;
 REVOKE ALL ON ALL TABLES IN SCHEMA ql3 FROM PUBLIC, ql3_runtime, ql3_admin, ql3_worker_ingress;
@@ -20,6 +21,10 @@ GRANT SELECT, INSERT ON ql3.run_events, ql3.run_log_chunks TO ql3_runtime;
 -- Governance: authentication and the policy fence read; audit facts are written, never read.
 GRANT SELECT ON ql3.installation, ql3.principals, ql3.api_tokens, ql3.role_bindings
   TO ql3_runtime;
+-- Retention: the settings are read, and the purge deletes finished runs with what they own.
+GRANT SELECT ON ql3.project_retention, ql3.task_retention TO ql3_runtime;
+GRANT DELETE ON ql3.runs, ql3.run_attempts, ql3.run_retry_policies, ql3.run_events,
+  ql3.run_log_chunks, ql3.run_dispatch_leases TO ql3_runtime;
 GRANT SELECT, INSERT, UPDATE ON ql3.api_token_usage TO ql3_runtime;
 GRANT INSERT ON ql3.security_audit TO ql3_runtime;
 GRANT SELECT, UPDATE ON ql3.trigger_schedules TO ql3_runtime;
@@ -40,6 +45,8 @@ GRANT SELECT ON ql3.api_token_usage TO ql3_admin;
 GRANT SELECT, INSERT ON ql3.role_bindings, ql3.security_audit TO ql3_admin;
 GRANT SELECT, INSERT ON ql3.task_revisions, ql3.execution_revisions, ql3.trigger_revisions
   TO ql3_admin;
+-- ql3_admin: retention settings of projects and tasks.
+GRANT SELECT, INSERT, UPDATE ON ql3.project_retention, ql3.task_retention TO ql3_admin;
 
 -- ql3_worker_ingress: worker authentication and sessions, nothing else.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_worker_ingress;

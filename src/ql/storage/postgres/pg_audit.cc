@@ -16,7 +16,8 @@ Status Fail(std::string_view code, std::string message) {
   return Corrupt(std::string(code), std::move(message));
 }
 
-// The runtime role's privileges on every ql3 relation; grants.sql grants exactly these.
+// The runtime role's privileges on every ql3 relation; grants.sql grants exactly these. DELETE
+// on the run history tables is the retention purge's, and nothing else's.
 const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
   static const auto* const kPrivileges = new std::map<std::string, std::set<std::string>>{
       {"schema_migrations", {"SELECT"}},
@@ -27,26 +28,28 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"execution_revisions", {"SELECT"}},
       {"trigger_heads", {"SELECT"}},
       {"trigger_revisions", {"SELECT"}},
-      {"runs", {"SELECT", "INSERT", "UPDATE"}},
-      {"run_attempts", {"SELECT", "INSERT", "UPDATE"}},
-      {"run_retry_policies", {"SELECT", "INSERT", "UPDATE"}},
-      {"run_events", {"SELECT", "INSERT"}},
+      {"runs", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"run_attempts", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"run_retry_policies", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"run_events", {"SELECT", "INSERT", "DELETE"}},
       {"trigger_schedules", {"SELECT", "UPDATE"}},
       {"worker_credentials", {}},
       {"worker_sessions", {"SELECT", "INSERT", "UPDATE"}},
-      {"run_dispatch_leases", {"SELECT", "INSERT", "UPDATE"}},
+      {"run_dispatch_leases", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
       {"installation", {"SELECT"}},
       {"principals", {"SELECT"}},
       {"api_tokens", {"SELECT"}},
       {"api_token_usage", {"SELECT", "INSERT", "UPDATE"}},
       {"role_bindings", {"SELECT"}},
       {"security_audit", {"INSERT"}},
-      {"run_log_chunks", {"SELECT", "INSERT"}},
+      {"run_log_chunks", {"SELECT", "INSERT", "DELETE"}},
       {"approval_requests", {"SELECT", "INSERT", "UPDATE"}},
       {"approval_decisions", {"SELECT", "INSERT"}},
       {"approved_actions", {"SELECT", "INSERT"}},
       {"approval_receipts", {"SELECT", "INSERT"}},
       {"run_resolutions", {"SELECT", "INSERT"}},
+      {"project_retention", {"SELECT"}},
+      {"task_retention", {"SELECT"}},
   };
   return *kPrivileges;
 }
@@ -83,6 +86,8 @@ const std::map<std::string, std::set<std::string>>& AdminPrivileges() {
       {"task_revisions", {"SELECT", "INSERT"}},
       {"execution_revisions", {"SELECT", "INSERT"}},
       {"trigger_revisions", {"SELECT", "INSERT"}},
+      {"project_retention", {"SELECT", "INSERT", "UPDATE"}},
+      {"task_retention", {"SELECT", "INSERT", "UPDATE"}},
   };
   return *kPrivileges;
 }

@@ -135,6 +135,8 @@ constexpr ConstraintRule kUniqueRules[] = {
     {"approval_receipts_run_key", StatusCode::kConflict, "approval_decided"},
     {"run_resolutions_pkey", StatusCode::kConflict, "run_already_resolved"},
     {"run_resolutions_retry_run_key", StatusCode::kConflict, "run_already_resolved"},
+    {"project_retention_pkey", StatusCode::kConflict, "retention_conflict"},
+    {"task_retention_pkey", StatusCode::kConflict, "retention_conflict"},
 };
 
 // Every foreign key of the schema: a write that names a row that does not exist.
@@ -158,6 +160,9 @@ constexpr ConstraintRule kForeignKeyRules[] = {
     {"runs_retry_of_run_fkey", StatusCode::kNotFound, "reference_not_found"},
     {"runs_task_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
     {"runs_trigger_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"project_retention_project_fkey", StatusCode::kNotFound, "project_not_found"},
+    {"task_retention_project_fkey", StatusCode::kNotFound, "project_not_found"},
+    {"task_retention_task_fkey", StatusCode::kNotFound, "task_not_found"},
     {"schema_capabilities_migration_fkey", StatusCode::kCorrupt, "capability_invalid"},
     {"task_heads_current_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
     {"task_heads_project_fkey", StatusCode::kNotFound, "reference_not_found"},
@@ -239,6 +244,12 @@ constexpr ConstraintRule kCheckRules[] = {
     {"runs_task_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"runs_trigger_type_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"runs_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"project_retention_keep_days_check", StatusCode::kInvalidArgument, "invalid_keep_days"},
+    {"project_retention_keep_runs_check", StatusCode::kInvalidArgument, "invalid_keep_runs"},
+    {"project_retention_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"task_retention_keep_days_check", StatusCode::kInvalidArgument, "invalid_keep_days"},
+    {"task_retention_keep_runs_check", StatusCode::kInvalidArgument, "invalid_keep_runs"},
+    {"task_retention_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"schema_capabilities_name_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"schema_capabilities_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"schema_migrations_checksum_check", StatusCode::kInvalidArgument, "constraint_violated"},
@@ -411,6 +422,9 @@ Status StatusFromPg(std::string_view sqlstate, std::string_view constraint, bool
     return InvalidArgument("value_too_large", op + ": a value does not fit its column");
   }
   if (sqlstate == "QL001") return Conflict("row_immutable", op + ": the row is immutable");
+  if (sqlstate == "QL002") {
+    return Conflict("run_not_finished", op + ": only a finished run and what it owns are purged");
+  }
   if (sqlstate == "42501") {
     return Internal("insufficient_privilege",
                     op + ": the database role lacks a privilege this operation needs");

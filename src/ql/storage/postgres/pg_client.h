@@ -66,6 +66,7 @@ enum class PgPhase { kConnect, kStatement, kCommit };
 //   23502 not_null, 22xxx data                    → InvalidArgument `constraint_violated` /
 //                                                   `value_too_large`
 //   QL001 (immutable row trigger)                 → Conflict `row_immutable`
+//   QL002 (purge of an unfinished run's rows)     → Conflict `run_not_finished`
 //   class 08, 57P01..57P03, no SQLSTATE with the connection gone → Unavailable
 //         `database_unavailable`, or OutcomeUnknown `commit_outcome_unknown` in phase kCommit
 //   25006 read_only_sql_transaction               → Unavailable `database_read_only`

@@ -97,6 +97,7 @@ TEST(StatusFromPgTest, MapsEveryClassInOnePlace) {
   EXPECT_EQ(map("23502").reason(), "constraint_violated");
   EXPECT_EQ(map("22003").reason(), "value_too_large");
   EXPECT_EQ(map("QL001").reason(), "row_immutable");
+  EXPECT_EQ(map("QL002").reason(), "run_not_finished");
   EXPECT_EQ(map("08006").code(), StatusCode::kUnavailable);
   EXPECT_EQ(map("57P01").code(), StatusCode::kUnavailable);
   EXPECT_EQ(map("", "", true).reason(), "database_unavailable");

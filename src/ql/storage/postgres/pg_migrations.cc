@@ -261,6 +261,11 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("governance":1,"projects":1,"retry_policies":1,"run_logs":1,"runs":3,)"
        R"("schedule_claims":2,"schedules":1,"worker_credentials":1,"worker_sessions":1})",
        "pg-0012-approvals"},
+      {kControlCore, 11,
+       R"({"approvals":1,"attempts":1,"definitions":1,"dispatch_leases":2,"events":1,)"
+       R"("governance":1,"projects":1,"retention":1,"retry_policies":1,"run_logs":1,"runs":3,)"
+       R"("schedule_claims":2,"schedules":1,"worker_credentials":1,"worker_sessions":1})",
+       "pg-0013-retention"},
   };
   return kSteps;
 }

@@ -69,6 +69,7 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0011-cron-runs-carry-their-key",
        "3b4f0beadbc30c3e2b169ad95fe0d8301440979505eb99c6a68279f214035790"},
       {"pg-0012-approvals", "f66a30177e0c6653ee79f924b0dd3173a30a795fcef52cdc9ff101c4699ee116"},
+      {"pg-0013-retention", "6b4e38669ff1ef3cbbfa3da3907a94054ddbba95cec6ff7e59859f8d80c9bc8a"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "ql/core/governance_store.h"
+#include "ql/storage/postgres/pg_retention.h"
 #include "ql/core/ids.h"
 #include "ql/core/store_commands.h"
 #include "ql/storage/postgres/pg_approvals.h"
@@ -40,7 +41,8 @@ PostgresStore::PostgresStore(std::unique_ptr<pg::Pool> runtime, std::unique_ptr<
       governance_runner_(std::make_unique<pg::PgGovernanceRunner>(*runtime_, admin_.get())),
       governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())),
       approvals_runner_(std::make_unique<pg::PgApprovalRunner>(*runtime_)),
-      approvals_(std::make_unique<ApprovalStore>(*approvals_runner_, SecureRandom())) {}
+      approvals_(std::make_unique<ApprovalStore>(*approvals_runner_, SecureRandom())),
+      retention_(pg::NewPgRetention(*runtime_, admin_.get())) {}
 
 Status PostgresStore::Fence(pg::Tx& tx, const std::optional<PolicyFence>& fence,
                             const std::string& project_id) {

@@ -25,6 +25,7 @@
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
 #include "ql/core/ports.h"
+#include "ql/core/retention.h"
 #include "ql/core/status.h"
 #include "ql/storage/postgres/pg_client.h"
 
@@ -67,6 +68,9 @@ class PostgresStore final : public Store,
   GovernanceRepository& governance() override { return *governance_; }
   // Approvals (pg_approvals.h), all on the runtime pool.
   ApprovalRepository& approvals() override { return *approvals_; }
+  // Retention (pg_retention.h): settings written as the admin role, the purge as the runtime
+  // role.
+  RetentionRepository& retention() override { return *retention_; }
 
   // ProjectRepository. EnsureProject returns an existing project through the runtime pool;
   // creating one needs the admin pool, else Unavailable `admin_pool_missing`.
@@ -144,6 +148,7 @@ class PostgresStore final : public Store,
   std::unique_ptr<GovernanceRepository> governance_;
   std::unique_ptr<ApprovalTxRunner> approvals_runner_;
   std::unique_ptr<ApprovalRepository> approvals_;
+  std::unique_ptr<RetentionRepository> retention_;
 };
 
 }  // namespace ql

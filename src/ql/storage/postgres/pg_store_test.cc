@@ -17,6 +17,7 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/retention.h"
 #include "ql/storage/postgres/pg_client.h"
 #include "ql/storage/postgres/pg_migrations.h"
 #include "ql/storage/postgres/pg_test_support.h"
@@ -574,8 +575,10 @@ TEST_F(PgStoreTest, TheRuntimeRoleCannotWriteDefinitionsDeleteOrCreate) {
       "INSERT INTO trigger_schedules (trigger_id, project_id, trigger_revision, enabled, "
       "state_version, published_at_ms, exhausted, claim_version, updated_at_ms) "
       "VALUES ('t', 'p', 1, true, 1, 0, false, 0, 0)");
-  refused("DELETE FROM runs");
-  refused("DELETE FROM run_events");
+  // DELETE exists only on run history, for the retention purge.
+  refused("DELETE FROM task_heads");
+  refused("DELETE FROM trigger_schedules");
+  refused("DELETE FROM security_audit");
   refused("UPDATE task_heads SET updated_at_ms = 0");
   refused("INSERT INTO task_revisions (task_id) VALUES ('t')");
   refused("CREATE TABLE ql3.x (a int)");
@@ -586,6 +589,44 @@ TEST_F(PgStoreTest, TheRuntimeRoleCannotWriteDefinitionsDeleteOrCreate) {
   // What it may do.
   Result<pg::Rows> runs = (*conn)->Exec("SELECT count(*) FROM runs", {}, "counting runs");
   EXPECT_TRUE(runs.ok()) << runs.status().ToString();
+}
+
+// The runtime role's DELETE is held to the purge by the database itself: an unfinished run and
+// its events and log chunks cannot be deleted, and a finished run goes with everything it owns.
+TEST_F(PgStoreTest, TheDatabaseLetsOnlyFinishedRunsBePurged) {
+  const TaskRevisionRecord task = PublishTask("purged");
+  Result<RunRecord> run = a_->CreateRun(ManualRun(task));
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  Result<std::vector<AttemptRecord>> attempts = a_->ListAttempts(run->id);
+  ASSERT_TRUE(attempts.ok()) << attempts.status().ToString();
+  Psql("INSERT INTO ql3.run_log_chunks VALUES ('" + attempts->front().id + "', 0, '" + run->id +
+       "', 'out', 1)");
+
+  Result<std::unique_ptr<pg::Connection>> conn =
+      pg::Connection::Open(PgTestCluster::Get().Url(pg::kRuntimeRole, database_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  auto exec = [&](const std::string& sql) {
+    return (*conn)->Exec(sql, {pg::P(run->id)}, "probing the purge path").status();
+  };
+  EXPECT_TRUE(HasError(exec("DELETE FROM run_events WHERE run_id = $1"), StatusCode::kConflict,
+                       "run_not_finished"));
+  EXPECT_TRUE(HasError(exec("DELETE FROM run_log_chunks WHERE run_id = $1"),
+                       StatusCode::kConflict, "run_not_finished"));
+  EXPECT_TRUE(HasError(exec("DELETE FROM runs WHERE id = $1"), StatusCode::kConflict,
+                       "run_not_finished"));
+
+  ASSERT_TRUE(a_->RequestCancel(run->id, "test", "user", Now()).ok());
+
+  RetentionScope scope{project_.id, task.task_id, {}, {1, 1000}};
+  Result<PurgeResult> purged =
+      a_->retention().PurgeRuns(PlanPurge(scope, Now() + 2 * kDayMs, 10, NewId()));
+  ASSERT_TRUE(purged.ok()) << purged.status().ToString();
+  EXPECT_EQ(purged->run_ids, std::vector<std::string>{run->id});
+  EXPECT_EQ(purged->log_chunks, 1);
+  EXPECT_EQ(Psql("SELECT (SELECT count(*) FROM ql3.runs) + (SELECT count(*) FROM ql3.run_attempts)"
+                 " + (SELECT count(*) FROM ql3.run_events) + (SELECT count(*) FROM "
+                 "ql3.run_log_chunks) + (SELECT count(*) FROM ql3.run_retry_policies)"),
+            "0\n");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"({"approvals":1,"attempts":1,"definitions":1,"events":1,"governance":1,"projects":1,)"
        R"("retry_policies":1,"runs":2,"schedules":1})",
        "0006-approvals"},
+      {kLocalControlCore, 4,
+       R"({"approvals":1,"attempts":1,"definitions":1,"events":1,"governance":1,"projects":1,)"
+       R"("retention":1,"retry_policies":1,"runs":2,"schedules":1})",
+       "0007-retention"},
   };
   return kSteps;
 }

@@ -16,6 +16,7 @@
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
 #include "ql/core/ports.h"
+#include "ql/core/retention.h"
 #include "ql/core/status.h"
 
 namespace ql {
@@ -102,6 +103,7 @@ class SqliteStore final : public Store,
   RunRepository& runs() override { return *this; }
   GovernanceRepository& governance() override { return *governance_; }
   ApprovalRepository& approvals() override { return *approvals_; }
+  RetentionRepository& retention() override { return *retention_; }
 
   // ProjectRepository
   Result<ProjectRecord> EnsureProject(const std::string& id_if_new, const std::string& slug,
@@ -170,6 +172,7 @@ class SqliteStore final : public Store,
   std::unique_ptr<GovernanceRepository> governance_;
   std::unique_ptr<ApprovalTxRunner> approvals_runner_;
   std::unique_ptr<ApprovalRepository> approvals_;
+  std::unique_ptr<RetentionRepository> retention_;
 };
 
 }  // namespace ql

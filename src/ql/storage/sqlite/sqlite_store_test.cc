@@ -61,6 +61,7 @@ class TempFileStore final : public Store {
   RunRepository& runs() override { return store_->runs(); }
   GovernanceRepository& governance() override { return store_->governance(); }
   ApprovalRepository& approvals() override { return store_->approvals(); }
+  RetentionRepository& retention() override { return store_->retention(); }
 
  private:
   std::unique_ptr<TempDir> dir_;  // outlives the store: declared first, destroyed last
@@ -157,6 +158,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0004-runs", "11570c80ca47b59504be7d34e59f071d071daf400153a3ca705367c296bd09e8"},
       {"0005-governance", "7383a50490135e5ad625dee6227a1bc9c7b33150db406296c2d3c7707455cd17"},
       {"0006-approvals", "15b1d407a2fdb125147b894de39f7d407aea5d483c4279192501bfa5667c99f0"},
+      {"0007-retention", "a0e068328c04e39cadd27f2991ec6b25e11a5e3c2201e8ec01191d8135070574"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -174,7 +176,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 3);
+  EXPECT_EQ(capability.version, 4);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);
@@ -358,10 +360,10 @@ TEST(SqliteStoreTest, TamperedCapabilityIsRefused) {
   TempDir dir;
   const std::string path = dir.File("a.db");
   CreateDatabase(path);
-  ASSERT_EQ(RawConnection(path).Exec("UPDATE schema_capabilities SET version = 4"), SQLITE_OK);
+  ASSERT_EQ(RawConnection(path).Exec("UPDATE schema_capabilities SET version = 5"), SQLITE_OK);
   ExpectRefusedUnchanged(path, "capability_invalid");
   ASSERT_EQ(RawConnection(path).Exec(
-                "UPDATE schema_capabilities SET version = 3, capability_map = '{\"runs\":1}'"),
+                "UPDATE schema_capabilities SET version = 4, capability_map = '{\"runs\":1}'"),
             SQLITE_OK);
   ExpectRefusedUnchanged(path, "capability_invalid");
 }
@@ -390,6 +392,28 @@ TEST(SqliteStoreTest, AppendOnlyTablesRefuseUpdatesInTheDatabaseItself) {
   EXPECT_EQ(raw.Exec("UPDATE run_events SET type = 'run.queued'"), SQLITE_CONSTRAINT_TRIGGER);
   EXPECT_EQ(raw.Exec("DELETE FROM run_events"), SQLITE_CONSTRAINT_TRIGGER);
   EXPECT_EQ(raw.Text("SELECT type FROM run_events"), "run.created");
+}
+
+// Purge is the one deletion path: a run goes only once finished, its events only with it.
+TEST(SqliteStoreTest, OnlyFinishedRunsAndTheirEventsCanBeDeleted) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  CreateDatabase(path);
+  RawConnection raw(path);
+  ASSERT_EQ(raw.Exec("PRAGMA foreign_keys = OFF; INSERT INTO runs (id, project_id, task_id, "
+                     "task_revision, task_digest, execution_revision_id, trigger_type, status, "
+                     "version, event_sequence, priority, created_at_ms) VALUES ('r', 'p', 't', 1, '" +
+                     std::string(64, 'a') +
+                     "', 'e', 'manual', 'running', 1, 1, 0, 1); INSERT INTO run_events VALUES "
+                     "('r', 1, 'run.created', 'user', NULL, NULL, '{}', 1)"),
+            SQLITE_OK);
+  EXPECT_EQ(raw.Exec("DELETE FROM run_events"), SQLITE_CONSTRAINT_TRIGGER);
+  EXPECT_EQ(raw.Exec("DELETE FROM runs"), SQLITE_CONSTRAINT_TRIGGER);
+  ASSERT_EQ(raw.Exec("UPDATE runs SET status = 'succeeded'"), SQLITE_OK);
+  EXPECT_EQ(raw.Exec("UPDATE run_events SET type = 'run.queued'"), SQLITE_CONSTRAINT_TRIGGER);
+  EXPECT_EQ(raw.Exec("DELETE FROM run_events"), SQLITE_OK);
+  EXPECT_EQ(raw.Exec("DELETE FROM runs"), SQLITE_OK);
+  EXPECT_EQ(raw.Text("SELECT count(*) FROM runs"), "0");
 }
 
 TEST(SqliteStoreTest, LockedDatabaseAnswersBusyAfterBoundedRetries) {

@@ -1,0 +1,100 @@
+#include "ql/engine/retention_job.h"
+
+#include <vector>
+
+#include "ql/core/ids.h"
+
+namespace ql {
+namespace {
+
+constexpr int kScopePage = 100;
+
+}  // namespace
+
+RetentionJob::RetentionJob(RetentionRepository& retention, Clock& clock, RandomSource& random,
+                           Metrics& metrics, RetentionJobOptions options)
+    : retention_(retention),
+      clock_(clock),
+      random_(random),
+      metrics_(metrics),
+      options_(std::move(options)) {
+  metrics_.Describe("ql_retention_purged_runs_total", "counter",
+                    "Finished runs deleted by retention.");
+  metrics_.Describe("ql_retention_purged_events_total", "counter",
+                    "Run events deleted with their runs by retention.");
+  metrics_.Describe("ql_retention_purged_log_chunks_total", "counter",
+                    "Stored log chunks deleted with their runs by retention.");
+  metrics_.Describe("ql_retention_errors_total", "counter", "Retention batches that failed.");
+}
+
+Status RetentionJob::ValidateOptions(const RetentionJobOptions& options) {
+  if (options.batch_size < 1 || options.batch_size > kMaxPurgeBatch ||
+      options.max_runs_per_round < options.batch_size || options.interval_ms < 1 ||
+      options.continue_ms < 0) {
+    return InvalidArgument("invalid_retention_options",
+                           "retention needs 1 <= batch size <= " + std::to_string(kMaxPurgeBatch) +
+                               " <= runs per round, and a positive interval");
+  }
+  return Status::Ok();
+}
+
+Result<RetentionRound> RetentionJob::RunRound() {
+  std::lock_guard<std::mutex> lock(mu_);
+  RetentionRound round;
+  for (;;) {
+    Result<std::vector<RetentionScope>> scopes =
+        retention_.ListRetentionScopes(after_task_, kScopePage);
+    if (!scopes.ok()) {
+      metrics_.Increment("ql_retention_errors_total");
+      return scopes.status();
+    }
+    for (const RetentionScope& scope : *scopes) {
+      ++round.tasks;
+      for (;;) {
+        const int64_t now = clock_.NowMs();
+        Result<PurgeResult> purged = retention_.PurgeRuns(
+            PlanPurge(scope, now, options_.batch_size, NewUuidV7(now, random_)));
+        if (!purged.ok()) {
+          metrics_.Increment("ql_retention_errors_total");
+          return purged.status();
+        }
+        const int64_t runs = static_cast<int64_t>(purged->run_ids.size());
+        if (runs > 0) {
+          round.runs += runs;
+          round.events += purged->events;
+          round.log_chunks += purged->log_chunks;
+          metrics_.Increment("ql_retention_purged_runs_total", {}, runs);
+          metrics_.Increment("ql_retention_purged_events_total", {}, purged->events);
+          metrics_.Increment("ql_retention_purged_log_chunks_total", {}, purged->log_chunks);
+          if (options_.on_purged) options_.on_purged(*purged);
+        }
+        if (round.runs >= options_.max_runs_per_round) {
+          // Continue with this task next round: it may have more.
+          round.bounded = true;
+          return round;
+        }
+        if (runs < options_.batch_size) break;
+      }
+      after_task_ = scope.task_id;
+    }
+    if (static_cast<int>(scopes->size()) < kScopePage) {
+      after_task_.clear();  // the walk is complete; the next round starts over
+      return round;
+    }
+  }
+}
+
+int64_t RetentionJob::NextDelayMs(const RetentionRound& round) const {
+  return round.bounded ? options_.continue_ms : options_.interval_ms;
+}
+
+int64_t RetentionJob::RunLoopRound(const DiagnosticLog& diagnostics) {
+  Result<RetentionRound> round = RunRound();
+  if (!round.ok()) {
+    if (diagnostics) diagnostics("retention", round.status());
+    return options_.interval_ms;
+  }
+  return NextDelayMs(*round);
+}
+
+}  // namespace ql

@@ -1,0 +1,73 @@
+#pragma once
+
+// The retention job of DESIGN §11, run by every daemon (ql-local, each ql-cluster replica): it
+// walks the tasks in id order and purges, task by task, the finished runs that retention no
+// longer keeps (core/retention.h), one bounded batch per transaction. A round is bounded too:
+// it stops after `max_runs_per_round` purged runs and the next round continues where it
+// stopped, so a large backlog is worked off in slices that leave the store to the schedulers in
+// between. Several replicas may run it at once: the store skips rows another purge holds.
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "ql/core/clock.h"
+#include "ql/core/retention.h"
+#include "ql/core/status.h"
+#include "ql/engine/diagnostics.h"
+#include "ql/engine/metrics.h"
+
+namespace ql {
+
+struct RetentionJobOptions {
+  int batch_size = 100;            // runs per purge transaction, 1 .. kMaxPurgeBatch
+  int max_runs_per_round = 1000;   // a round stops once it purged this many
+  int64_t interval_ms = 60'000;    // sleep after a round that found nothing more to do
+  int64_t continue_ms = 1'000;     // sleep after a round that stopped at its bound
+  // Called after each committed batch (e.g. to delete the local log files and attempt
+  // directories of the purged attempts). Its failures are its own to report.
+  std::function<void(const PurgeResult&)> on_purged;
+};
+
+struct RetentionRound {
+  int64_t runs = 0;
+  int64_t events = 0;
+  int64_t log_chunks = 0;
+  int tasks = 0;           // tasks looked at
+  bool bounded = false;    // stopped at max_runs_per_round; the next round continues
+};
+
+class RetentionJob {
+ public:
+  // `retention`, `clock`, `random` and `metrics` must outlive the job.
+  RetentionJob(RetentionRepository& retention, Clock& clock, RandomSource& random,
+               Metrics& metrics, RetentionJobOptions options);
+
+  // Validates the options: InvalidArgument `invalid_retention_options`.
+  static Status ValidateOptions(const RetentionJobOptions& options);
+
+  // Runs one round from where the last one stopped. Counts purged runs, events and log chunks
+  // in ql_retention_purged_{runs,events,log_chunks}_total and failed batches in
+  // ql_retention_errors_total; returns the first store error after counting it (the next
+  // round starts over from the same task).
+  Result<RetentionRound> RunRound();
+
+  // Returns how long to sleep after `round`.
+  int64_t NextDelayMs(const RetentionRound& round) const;
+
+  // Runs one round as a RoundLoop round: returns the delay before the next one, and hands an
+  // error to `diagnostics` (component "retention") before waiting the interval.
+  int64_t RunLoopRound(const DiagnosticLog& diagnostics);
+
+ private:
+  RetentionRepository& retention_;
+  Clock& clock_;
+  RandomSource& random_;
+  Metrics& metrics_;
+  RetentionJobOptions options_;
+  std::mutex mu_;            // rounds never overlap
+  std::string after_task_;   // the walk's cursor: tasks after this one come next
+};
+
+}  // namespace ql
