@@ -28,6 +28,7 @@
 namespace ql {
 
 class GovernanceRepository;
+class SecretRepository;
 
 // The policy fence of one store command (DESIGN §9): inside the transaction that writes, the
 // store re-reads the principal (it must be active), the command's project (active) and the
@@ -466,6 +467,8 @@ class Store {
   virtual ScheduleRepository& schedules() = 0;
   virtual RunRepository& runs() = 0;
   virtual GovernanceRepository& governance() = 0;
+  // Secrets (secret_store.h): sealed versions only.
+  virtual SecretRepository& secrets() = 0;
 };
 
 }  // namespace ql

@@ -21,6 +21,7 @@
 #include "ql/core/governance_ports.h"
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
+#include "ql/core/secret_store.h"
 #include "ql/testing/fake_clock.h"
 
 namespace ql::testing {
@@ -108,11 +109,25 @@ class GovernanceContract : public RepositoryContractTest {
   Result<TaskRevisionRecord> PublishAs(const PrincipalRecord& actor, const std::string& name);
 };
 
+// The secrets part of the contract (secret_contract.cc): sealed versions, the fence and audit
+// of secret writes, shredding and rotation, on the same stores.
+class SecretContract : public GovernanceContract {
+ protected:
+  SecretRepository& secrets() { return store().secrets(); }
+  // Writes version `version` of `name` in the test project as `actor` (fenced as admin), with
+  // sealed material recognisable by `tag`.
+  Result<SecretVersionRecord> Put(const PrincipalRecord& actor, const std::string& name,
+                                  int64_t version, const std::string& tag);
+  Result<SecretRecord> Delete(const PrincipalRecord& actor, const std::string& name);
+  SecretRef Ref(const std::string& name, std::optional<int64_t> version = std::nullopt);
+};
+
 namespace internal {
 // Return true; referenced by the instantiation macro so the suites' object files, which hold
 // the test registrations, are always linked from the static library.
 bool LinkRepositoryContract();
 bool LinkGovernanceContract();
+bool LinkSecretContract();
 }  // namespace internal
 
 }  // namespace ql::testing
@@ -122,10 +137,13 @@ bool LinkGovernanceContract();
 #define QL_INSTANTIATE_REPOSITORY_CONTRACT(prefix, ...)                                    \
   namespace ql::testing {                                                                  \
   [[maybe_unused]] static const bool ql_repository_contract_linked_##prefix =              \
-      internal::LinkRepositoryContract() && internal::LinkGovernanceContract();           \
+      internal::LinkRepositoryContract() && internal::LinkGovernanceContract() &&        \
+      internal::LinkSecretContract();                                                      \
   INSTANTIATE_TEST_SUITE_P(prefix, RepositoryContractTest, ::testing::Values(__VA_ARGS__), \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, GovernanceContract, ::testing::Values(__VA_ARGS__),     \
+                           StoreFactoryName);                                              \
+  INSTANTIATE_TEST_SUITE_P(prefix, SecretContract, ::testing::Values(__VA_ARGS__),         \
                            StoreFactoryName);                                              \
   }                                                                                        \
   static_assert(true, "require a semicolon")

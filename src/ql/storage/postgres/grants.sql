@@ -23,6 +23,8 @@ GRANT SELECT ON ql3.installation, ql3.principals, ql3.api_tokens, ql3.role_bindi
 GRANT SELECT, INSERT, UPDATE ON ql3.api_token_usage TO ql3_runtime;
 GRANT INSERT ON ql3.security_audit TO ql3_runtime;
 GRANT SELECT, UPDATE ON ql3.trigger_schedules TO ql3_runtime;
+-- Secrets: read (sealed) to put into a worker's lease; written by the admin role only.
+GRANT SELECT ON ql3.secrets, ql3.secret_versions TO ql3_runtime;
 
 -- ql3_admin: publishes definitions, creates and resets schedule rows, mints credentials.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_admin;
@@ -35,6 +37,8 @@ GRANT SELECT ON ql3.api_token_usage TO ql3_admin;
 GRANT SELECT, INSERT ON ql3.role_bindings, ql3.security_audit TO ql3_admin;
 GRANT SELECT, INSERT ON ql3.task_revisions, ql3.execution_revisions, ql3.trigger_revisions
   TO ql3_admin;
+-- ql3_admin: secret versions, their shredding and their rotation.
+GRANT SELECT, INSERT, UPDATE ON ql3.secrets, ql3.secret_versions TO ql3_admin;
 
 -- ql3_worker_ingress: worker authentication and sessions, nothing else.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_worker_ingress;

@@ -42,6 +42,8 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"role_bindings", {"SELECT"}},
       {"security_audit", {"INSERT"}},
       {"run_log_chunks", {"SELECT", "INSERT"}},
+      {"secrets", {"SELECT"}},
+      {"secret_versions", {"SELECT"}},
   };
   return *kPrivileges;
 }
@@ -78,6 +80,8 @@ const std::map<std::string, std::set<std::string>>& AdminPrivileges() {
       {"task_revisions", {"SELECT", "INSERT"}},
       {"execution_revisions", {"SELECT", "INSERT"}},
       {"trigger_revisions", {"SELECT", "INSERT"}},
+      {"secrets", {"SELECT", "INSERT", "UPDATE"}},
+      {"secret_versions", {"SELECT", "INSERT", "UPDATE"}},
   };
   return *kPrivileges;
 }

@@ -120,6 +120,8 @@ constexpr ConstraintRule kUniqueRules[] = {
     {"role_bindings_pkey", StatusCode::kConflict, "binding_version_conflict"},
     {"role_bindings_mutation_id_key", StatusCode::kConflict, "mutation_id_reused"},
     {"security_audit_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"secrets_pkey", StatusCode::kConflict, "secret_version_conflict"},
+    {"secret_versions_pkey", StatusCode::kConflict, "secret_version_conflict"},
 };
 
 // Every foreign key of the schema: a write that names a row that does not exist.
@@ -158,6 +160,8 @@ constexpr ConstraintRule kForeignKeyRules[] = {
     {"trigger_schedules_project_fkey", StatusCode::kNotFound, "reference_not_found"},
     {"trigger_schedules_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
     {"worker_sessions_credential_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"secrets_project_fkey", StatusCode::kNotFound, "project_not_found"},
+    {"secret_versions_secret_fkey", StatusCode::kNotFound, "secret_not_found"},
 };
 
 // Every CHECK constraint of the schema: a value the schema refuses.
@@ -238,6 +242,15 @@ constexpr ConstraintRule kCheckRules[] = {
     {"worker_sessions_slots_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"worker_sessions_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"worker_sessions_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secrets_name_check", StatusCode::kInvalidArgument, "secret_name_invalid"},
+    {"secrets_current_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secrets_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secrets_deleted_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secret_versions_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secret_versions_key_id_check", StatusCode::kInvalidArgument, "secret_sealed_invalid"},
+    {"secret_versions_wrapped_key_check", StatusCode::kInvalidArgument, "secret_sealed_invalid"},
+    {"secret_versions_sealed_value_check", StatusCode::kInvalidArgument, "secret_sealed_invalid"},
+    {"secret_versions_shredded_check", StatusCode::kInvalidArgument, "constraint_violated"},
 };
 
 // The rule of `constraint` in `rules`, or nullptr.

@@ -256,6 +256,11 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("projects":1,"retry_policies":1,"run_logs":1,"runs":2,"schedule_claims":2,)"
        R"("schedules":1,"worker_credentials":1,"worker_sessions":1})",
        "pg-0011-cron-runs-carry-their-key"},
+      {kControlCore, 10,
+       R"({"attempts":1,"definitions":1,"dispatch_leases":2,"events":1,"governance":1,)"
+       R"("projects":1,"retry_policies":1,"run_logs":1,"runs":2,"schedule_claims":2,)"
+       R"("schedules":1,"secrets":1,"worker_credentials":1,"worker_sessions":1})",
+       "pg-0012-secrets"},
   };
   return kSteps;
 }

@@ -68,6 +68,7 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0010-governance", "e4974702f84a0b10f57f6ef1830afb8548571dfb2fbea68665fa0fa95f9bfed0"},
       {"pg-0011-cron-runs-carry-their-key",
        "3b4f0beadbc30c3e2b169ad95fe0d8301440979505eb99c6a68279f214035790"},
+      {"pg-0012-secrets", "0aa2341da31b618d715b707ae010fae4f98348e7c8255965ca6cc1386e4ddc02"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

@@ -10,6 +10,7 @@
 #include "ql/core/ids.h"
 #include "ql/core/store_commands.h"
 #include "ql/storage/postgres/pg_governance.h"
+#include "ql/storage/postgres/pg_secrets.h"
 #include "ql/storage/postgres/pg_store_rows.h"
 
 namespace ql {
@@ -37,7 +38,9 @@ PostgresStore::PostgresStore(std::unique_ptr<pg::Pool> runtime, std::unique_ptr<
     : runtime_(std::move(runtime)),
       admin_(std::move(admin)),
       governance_runner_(std::make_unique<pg::PgGovernanceRunner>(*runtime_, admin_.get())),
-      governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())) {}
+      governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())),
+      secret_runner_(std::make_unique<pg::PgSecretRunner>(*runtime_, admin_.get())),
+      secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())) {}
 
 Status PostgresStore::Fence(pg::Tx& tx, const std::optional<PolicyFence>& fence,
                             const std::string& project_id) {

@@ -22,6 +22,7 @@
 
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
+#include "ql/core/secret_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
 #include "ql/storage/postgres/pg_client.h"
@@ -63,6 +64,8 @@ class PostgresStore final : public Store,
   // Governance (pg_governance.h): reads and audit appends as the runtime role, writes and audit
   // reads as the admin role.
   GovernanceRepository& governance() override { return *governance_; }
+  // Secrets (pg_secrets.h): reads as the runtime role, writes as the admin role.
+  SecretRepository& secrets() override { return *secrets_; }
 
   // ProjectRepository. EnsureProject returns an existing project through the runtime pool;
   // creating one needs the admin pool, else Unavailable `admin_pool_missing`.
@@ -138,6 +141,8 @@ class PostgresStore final : public Store,
   std::unique_ptr<pg::Pool> admin_;
   std::unique_ptr<GovernanceTxRunner> governance_runner_;
   std::unique_ptr<GovernanceRepository> governance_;
+  std::unique_ptr<SecretTxRunner> secret_runner_;
+  std::unique_ptr<SecretRepository> secrets_;
 };
 
 }  // namespace ql

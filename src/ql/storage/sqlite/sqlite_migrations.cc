@@ -30,6 +30,10 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"({"attempts":1,"definitions":1,"events":1,"governance":1,"projects":1,)"
        R"("retry_policies":1,"runs":1,"schedules":1})",
        "0005-governance"},
+      {kLocalControlCore, 3,
+       R"({"attempts":1,"definitions":1,"events":1,"governance":1,"projects":1,)"
+       R"("retry_policies":1,"runs":1,"schedules":1,"secrets":1})",
+       "0006-secrets"},
   };
   return kSteps;
 }

@@ -13,6 +13,7 @@
 #include "ql/core/store_commands.h"
 #include "ql/storage/sqlite/sqlite_db.h"
 #include "ql/storage/sqlite/sqlite_governance.h"
+#include "ql/storage/sqlite/sqlite_secrets.h"
 #include "ql/storage/sqlite/sqlite_migrations.h"
 #include "ql/storage/sqlite/sqlite_store_rows.h"
 
@@ -179,7 +180,9 @@ Status CheckCapability(const std::vector<SqliteCapabilityRow>& rows,
 SqliteStore::SqliteStore(std::unique_ptr<sqlite::Db> db)
     : db_(std::move(db)),
       governance_runner_(std::make_unique<sqlite::SqliteGovernanceRunner>(*db_)),
-      governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())) {}
+      governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())),
+      secret_runner_(std::make_unique<sqlite::SqliteSecretRunner>(*db_)),
+      secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())) {}
 
 Status SqliteStore::Fence(const std::optional<PolicyFence>& fence, const std::string& project_id) {
   if (!fence.has_value()) return Status();

@@ -13,6 +13,7 @@
 #include "ql/core/clock.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
+#include "ql/core/secret_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
 
@@ -99,6 +100,7 @@ class SqliteStore final : public Store,
   ScheduleRepository& schedules() override { return *this; }
   RunRepository& runs() override { return *this; }
   GovernanceRepository& governance() override { return *governance_; }
+  SecretRepository& secrets() override { return *secrets_; }
 
   // ProjectRepository
   Result<ProjectRecord> EnsureProject(const std::string& id_if_new, const std::string& slug,
@@ -165,6 +167,8 @@ class SqliteStore final : public Store,
   std::unique_ptr<sqlite::Db> db_;
   std::unique_ptr<GovernanceTxRunner> governance_runner_;
   std::unique_ptr<GovernanceRepository> governance_;
+  std::unique_ptr<SecretTxRunner> secret_runner_;
+  std::unique_ptr<SecretRepository> secrets_;
 };
 
 }  // namespace ql

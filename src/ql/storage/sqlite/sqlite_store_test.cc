@@ -60,6 +60,7 @@ class TempFileStore final : public Store {
   ScheduleRepository& schedules() override { return store_->schedules(); }
   RunRepository& runs() override { return store_->runs(); }
   GovernanceRepository& governance() override { return store_->governance(); }
+  SecretRepository& secrets() override { return store_->secrets(); }
 
  private:
   std::unique_ptr<TempDir> dir_;  // outlives the store: declared first, destroyed last
@@ -155,6 +156,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0003-schedules", "32042587026ba1244fa8f8edabd6406980f660297c7870937085c21f6b17d210"},
       {"0004-runs", "11570c80ca47b59504be7d34e59f071d071daf400153a3ca705367c296bd09e8"},
       {"0005-governance", "7383a50490135e5ad625dee6227a1bc9c7b33150db406296c2d3c7707455cd17"},
+      {"0006-secrets", "ea66eef9cbd0791fa3e4217ba6e8fb8c03f7770eba53d49d492459d06b8bb4d6"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -172,7 +174,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 2);
+  EXPECT_EQ(capability.version, 3);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);
@@ -356,10 +358,11 @@ TEST(SqliteStoreTest, TamperedCapabilityIsRefused) {
   TempDir dir;
   const std::string path = dir.File("a.db");
   CreateDatabase(path);
-  ASSERT_EQ(RawConnection(path).Exec("UPDATE schema_capabilities SET version = 3"), SQLITE_OK);
+  ASSERT_EQ(RawConnection(path).Exec("UPDATE schema_capabilities SET version = version + 1"),
+            SQLITE_OK);
   ExpectRefusedUnchanged(path, "capability_invalid");
   ASSERT_EQ(RawConnection(path).Exec(
-                "UPDATE schema_capabilities SET version = 2, capability_map = '{\"runs\":1}'"),
+                "UPDATE schema_capabilities SET version = version - 1, capability_map = '{\"runs\":1}'"),
             SQLITE_OK);
   ExpectRefusedUnchanged(path, "capability_invalid");
 }
