@@ -15,6 +15,7 @@
 #include "ql/core/records.h"
 #include "ql/core/status.h"
 #include "ql/core/timezone.h"
+#include "ql/core/secret_store.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/governance_service.h"
 
@@ -54,6 +55,8 @@ nlohmann::json RunJson(const RunView& run);
 nlohmann::json AttemptJson(const AttemptRecord& attempt);
 nlohmann::json EventJson(const EventRecord& event);
 nlohmann::json StatusJson(const StatusSummary& status);
+// Returns a secret's name, project, current version, status and times; never a value.
+nlohmann::json SecretJson(const SecretRecord& secret);
 // Returns [{"at": UTC time, "local": the same instant in `zone` with its offset}, ...].
 nlohmann::json FireTimesJson(const std::vector<int64_t>& times_ms, const TimeZone& zone);
 

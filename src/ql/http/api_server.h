@@ -16,6 +16,7 @@
 #include "ql/core/governance_ports.h"
 #include "ql/core/status.h"
 #include "ql/engine/control_service.h"
+#include "ql/engine/secret_service.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
 #include "ql/http/listener_tls.h"
@@ -50,6 +51,9 @@ struct ApiServerOptions {
   const LogSource* log_reader = nullptr;
   // Serve HTTPS with these files; plain HTTP when unset.
   std::optional<ListenerTls> tls;
+  // Serves /api/v1/secrets; without it those routes answer 503 secrets_unavailable. Must
+  // outlive the server.
+  SecretService* secrets = nullptr;
 };
 
 // One route of the API as the route table declares it, for documentation and tests.
