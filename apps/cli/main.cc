@@ -8,6 +8,7 @@
 #include "cron_command.h"
 #include "governance_command.h"
 #include "ql_version.h"
+#include "secret_command.h"
 #include "run_command.h"
 #include "status_command.h"
 #include "task_command.h"
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   ql::cli::RegisterRunCommands(app);
   ql::cli::RegisterStatusCommand(app);
   ql::cli::RegisterGovernanceCommands(app);
+  ql::cli::RegisterSecretCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
