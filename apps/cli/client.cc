@@ -388,6 +388,14 @@ CliResult<nlohmann::json> ApiClient::PostJson(const std::string& path, const nlo
   return JsonBody(Send("POST", path, body.is_null() ? "{}" : body.dump()), path);
 }
 
+CliResult<nlohmann::json> ApiClient::PutJson(const std::string& path, const std::string& body) {
+  return JsonBody(Send("PUT", path, body), path);
+}
+
+CliResult<nlohmann::json> ApiClient::DeleteJson(const std::string& path) {
+  return JsonBody(Send("DELETE", path), path);
+}
+
 CliResult<int> ApiClient::GetStream(
     const std::string& path,
     const std::function<void(const std::vector<std::pair<std::string, std::string>>&)>& on_headers,

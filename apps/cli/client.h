@@ -182,6 +182,10 @@ class ApiClient {
   CliResult<nlohmann::json> GetJson(const std::string& path);
   // POSTs `body` to `path` and returns the JSON body of a 2xx response (null when empty).
   CliResult<nlohmann::json> PostJson(const std::string& path, const nlohmann::json& body);
+  // PUTs the already serialised JSON `body` to `path`; the JSON body of a 2xx response.
+  CliResult<nlohmann::json> PutJson(const std::string& path, const std::string& body);
+  // DELETEs `path`; the JSON body of a 2xx response.
+  CliResult<nlohmann::json> DeleteJson(const std::string& path);
 
   // GETs `path` and hands each chunk of a 2xx body to `sink` as it arrives (returning false
   // stops the transfer). `on_headers` sees the response headers first. `read_timeout_s` bounds

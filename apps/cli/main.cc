@@ -9,6 +9,7 @@
 #include "approval_command.h"
 #include "governance_command.h"
 #include "ql_version.h"
+#include "secret_command.h"
 #include "run_command.h"
 #include "status_command.h"
 #include "task_command.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   ql::cli::RegisterStatusCommand(app);
   ql::cli::RegisterGovernanceCommands(app);
   ql::cli::RegisterApprovalCommands(app);
+  ql::cli::RegisterSecretCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

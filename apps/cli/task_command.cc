@@ -7,6 +7,7 @@
 #include "retention_command.h"
 #include "ql/core/clock.h"
 #include "ql/core/ids.h"
+#include "ql/core/secret_ref.h"
 
 namespace ql::cli {
 namespace {
@@ -71,6 +72,13 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
       "Kill the command after this long: 500ms, 30s, 5m, 2h, 1d, 1h30m or milliseconds "
       "(server default 1d)");
   command->add_option("--env", flags->env, "Environment variable NAME=VALUE (repeatable)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  command
+      ->add_option("--secret-env", flags->secret_env,
+                   "Environment variable VAR=SECRET[@VERSION] set from a secret of the project "
+                   "when the command starts (repeatable; see `ql secret`)")
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -317,12 +325,61 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
   return body;
 }
 
+CliResult<json> AddSecretEnvironment(const std::vector<std::string>& secret_env,
+                                     const std::vector<std::string>& env,
+                                     const std::string& project_id, json body) {
+  CliResult<json> pairs = PairsFlag("--secret-env", "invalid_secret_env", secret_env);
+  if (!pairs.ok()) return pairs.error();
+  json& environment = body["spec"]["environment"];
+  for (const auto& [variable, target] : pairs->items()) {
+    for (const std::string& plain : env) {
+      if (plain.starts_with(variable + "=")) {
+        return CliError::Usage("invalid_secret_env",
+                               variable + " is given with both --env and --secret-env");
+      }
+    }
+    std::string name = target.get<std::string>();
+    std::optional<int64_t> version;
+    if (const size_t at = name.find('@'); at != std::string::npos) {
+      const std::string digits = name.substr(at + 1);
+      if (digits.empty() || digits.size() > 18 ||
+          digits.find_first_not_of("0123456789") != std::string::npos || digits[0] == '0') {
+        return CliError::Usage("invalid_secret_env", "--secret-env " + variable +
+                                                         ": version '" + digits +
+                                                         "' is not a number from 1");
+      }
+      version = std::stoll(digits);
+      name.resize(at);
+    }
+    Result<std::string> ref = EncodeSecretRef(SecretRef{project_id, name, version});
+    if (!ref.ok()) {
+      return CliError::Usage("invalid_secret_env",
+                             "--secret-env " + variable + ": " + ref.status().message());
+    }
+    environment[variable] = *ref;
+  }
+  return body;
+}
+
+// Returns `body` with the --secret-env variables set, naming secrets of the project the
+// command works in.
+CliResult<json> WithSecretEnvironment(const TaskContentFlags& flags, ApiClient& api, json body) {
+  if (flags.secret_env.empty()) return body;
+  CliResult<json> status = api.GetJson("/api/v1/status");
+  if (!status.ok()) return status.error();
+  const std::string project_id =
+      (*status).value("project", json::object()).value("id", std::string());
+  return AddSecretEnvironment(flags.secret_env, flags.env, project_id, std::move(body));
+}
+
 int TaskAdd(const TaskAddArgs& args, CommandContext& context) {
   CliResult<json> body = BuildTaskBody(args.content, args.name, nullptr);
   if (!body.ok()) return context.Fail(body.error());
   (*body)["mutation_id"] = args.content.mutation_id.value_or(NewMutationId());
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
+  body = WithSecretEnvironment(args.content, **api, std::move(*body));
+  if (!body.ok()) return context.Fail(body.error());
   CliResult<json> task = (*api)->PostJson("/api/v1/tasks", *body);
   if (!task.ok()) return context.Fail(task.error());
   if (context.json()) {
@@ -417,6 +474,8 @@ int TaskPublish(const TaskPublishArgs& args, CommandContext& context) {
   CliResult<json> current = (*api)->GetJson(TaskPath(args.task_id));
   if (!current.ok()) return context.Fail(current.error());
   CliResult<json> body = BuildTaskBody(args.content, args.name, &*current);
+  if (!body.ok()) return context.Fail(body.error());
+  body = WithSecretEnvironment(args.content, **api, std::move(*body));
   if (!body.ok()) return context.Fail(body.error());
   // The server checks the expected revision; the current one only supplies unchanged fields.
   (*body)["expected_revision"] = args.expected_revision;

@@ -23,6 +23,7 @@ struct TaskContentFlags {
   std::vector<std::string> extra_args;     // --arg VALUE (appended after ARGS)
   std::optional<std::string> timeout;      // --timeout DURATION
   std::vector<std::string> env;            // --env NAME=VALUE, repeatable
+  std::vector<std::string> secret_env;     // --secret-env VAR=SECRET[@VERSION], repeatable
   bool clear_env = false;                  // --clear-env (publish)
   std::optional<std::string> workdir;      // --workdir DIR
   bool clear_workdir = false;              // --clear-workdir (publish)
@@ -59,6 +60,15 @@ struct TaskContentFlags {
 CliResult<nlohmann::json> BuildTaskBody(const TaskContentFlags& flags,
                                         const std::optional<std::string>& name,
                                         const nlohmann::json* current);
+
+// Sets one environment variable of `body`'s spec per --secret-env VAR=SECRET[@VERSION] to the
+// SecretRef of that secret in the project with id `project_id` (the value is never sent or
+// known here). Usage errors (exit 2): invalid_secret_env (not VAR=NAME[@N], an invalid secret
+// name or version, a variable given twice or also given with --env).
+CliResult<nlohmann::json> AddSecretEnvironment(const std::vector<std::string>& secret_env,
+                                               const std::vector<std::string>& env,
+                                               const std::string& project_id,
+                                               nlohmann::json body);
 
 struct TaskAddArgs {
   std::string name;

@@ -5,6 +5,7 @@
 //   token         mint or revoke an API credential, as ql3_admin
 //   worker-token  mint or revoke a worker credential, as ql3_admin
 //   catalog       print the catalog of schema ql3 the auditor compares (maintenance)
+//   rotate-secret-key  re-wrap every secret's data key under a new key, as ql3_admin
 // Exit codes: 0 success, 1 failure (database unreachable, lock held, ...), 2 invalid input,
 // 3 not ready (the audit failed; the stable code is printed).
 
@@ -13,12 +14,15 @@
 #include <memory>
 #include <string>
 
+#include "../key_provider_flags.h"
 #include "database_url.h"
 #include "ql/core/clock.h"
+#include "ql/secrets/store_sealer.h"
 #include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_client.h"
 #include "ql/storage/postgres/pg_credentials.h"
 #include "ql/storage/postgres/pg_migrations.h"
+#include "ql/storage/postgres/pg_store.h"
 #include "ql_version.h"
 #include "serve.h"
 
@@ -142,6 +146,45 @@ int Credential(pg::CredentialKind kind, const CredentialCommand& command, bool r
   return 0;
 }
 
+struct RotateCommand {
+  UrlSource url{"", "", "QL3_ADMIN_DATABASE_URL", "--database-url"};
+  secrets::KeyProviderConfig from;
+  secrets::KeyProviderConfig to;
+};
+
+// Re-wraps every live data key from `from` to `to` as the admin role; ciphertexts are not
+// touched, and a rerun after an interruption finishes the job (docs/secret-providers.md).
+int RotateSecretKey(const RotateCommand& command) {
+  Result<std::string> url = ResolveDatabaseUrl(command.url);
+  if (!url.ok()) return Fail(url.status());
+  auto from = secrets::OpenConfiguredKeyProvider(command.from, SystemClock());
+  if (!from.ok()) return Fail(from.status());
+  auto to = secrets::OpenConfiguredKeyProvider(command.to, SystemClock());
+  if (!to.ok()) return Fail(to.status());
+  if (!*from || !*to) {
+    return Fail(InvalidArgument("key_provider_bad_config",
+                                "give the current key (--secret-key-file or --secret-key-exec) "
+                                "and the new one (--new-secret-key-file or "
+                                "--new-secret-key-exec)"));
+  }
+  PostgresStoreOptions options;
+  for (pg::PoolOptions* pool : {&options.runtime, &options.admin.emplace()}) {
+    pool->url = *url;
+    pool->max_connections = 1;
+    pool->session.application_name = "qinglong-admin";
+  }
+  Result<std::unique_ptr<PostgresStore>> store = PostgresStore::Open(options);
+  if (!store.ok()) return Fail(store.status());
+  Result<secrets::RotationReport> report =
+      secrets::RotateSecretKeys((*store)->secrets(), **from, **to, SystemClock());
+  if (!report.ok()) return Fail(report.status());
+  std::cout << "secret key rotated to " << (*to)->key_id() << ": " << report->rewrapped
+            << " data keys re-wrapped, " << report->skipped << " already current, "
+            << report->raced << " changed meanwhile; restart replicas and workers with the new "
+            << "key\n";
+  return 0;
+}
+
 void AddCredentialCommands(CLI::App* parent, CredentialCommand& command, bool& revoke,
                            const std::string& what) {
   parent->require_subcommand(1);
@@ -237,6 +280,16 @@ int Main(int argc, char** argv) {
   CLI::App* worker = app.add_subcommand("worker-token", "worker credentials (as ql3_admin)");
   AddCredentialCommands(worker, worker_token, worker_revoke, "a worker credential");
 
+  RotateCommand rotate_command;
+  CLI::App* rotate = app.add_subcommand(
+      "rotate-secret-key",
+      "re-wrap every secret's data key from one key provider to another (as ql3_admin)");
+  AddUrlOptions(rotate, rotate_command.url, "the admin role's URL (or QL3_ADMIN_DATABASE_URL)");
+  AddKeyProviderFlags(*rotate, rotate_command.from, "", "the current key");
+  AddKeyProviderFlags(*rotate, rotate_command.to, "new-", "the key to rotate to");
+  AddKeyProviderFlags(*serve, serve_config.secret_key, "",
+                      "seals secret values written through the API");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -249,6 +302,7 @@ int Main(int argc, char** argv) {
   if (*migrate) return Migrate(migrate_url);
   if (*audit) return Audit(audit_command);
   if (*catalog) return Catalog(catalog_url);
+  if (*rotate) return RotateSecretKey(rotate_command);
   return kExitUsage;
 }
 

@@ -24,6 +24,7 @@
 #include "ql/engine/metrics.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
+#include "ql/engine/secret_service.h"
 #include "ql/engine/token_authenticator.h"
 #include "ql/engine/worker_service.h"
 #include "ql/http/api_server.h"
@@ -31,6 +32,7 @@
 #include "ql/http/panel_assets.h"
 #include "ql/http/worker_api_server.h"
 #include "ql/panel/embedded_panel.h"
+#include "ql/secrets/store_sealer.h"
 #include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_cluster_recovery.h"
 #include "ql/storage/postgres/pg_cluster_schedules.h"
@@ -156,6 +158,14 @@ int Serve(const ServeConfig& config) {
                 InvalidArgument("invalid_shutdown_wait", "--shutdown-wait must be 1..600 s"));
   }
 
+  // The key provider seals values written through the API. Without one the replica still serves
+  // everything else, and secret writes answer secrets_unavailable.
+  Result<std::unique_ptr<secrets::KeyProvider>> key_provider =
+      secrets::OpenConfiguredKeyProvider(config.secret_key, clock);
+  if (!key_provider.ok()) return Fail(kExitUsage, key_provider.status());
+  std::unique_ptr<secrets::EnvelopeSealer> sealer;
+  if (*key_provider) sealer = std::make_unique<secrets::EnvelopeSealer>(**key_provider);
+
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -207,6 +217,8 @@ int Serve(const ServeConfig& config) {
   pg::PostgresRunLeases leases(store->runtime_pool());
   ClusterRecovery recovery(recovery_source, store->runs(), clock, random, metrics);
   recovery.EnforceTimeouts(leases, worker_options.lease_ttl_ms);
+  // Leases carry the sealed versions of their plans' secrets, looked up as the runtime role.
+  worker_options.secrets = &store->secrets();
   for (int attempt = 1;; ++attempt) {
     Result<RecoveryReport> report = recovery.RunOnce();
     if (report.ok() && report->errors == 0) {
@@ -335,6 +347,8 @@ int Serve(const ServeConfig& config) {
   api_options.tls = *tls;
   const PanelAssets panel(EmbeddedPanelFiles());
   api_options.panel = &panel;
+  SecretService secret_service(*store, control.governance(), sealer.get(), clock);
+  api_options.secrets = &secret_service;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     stop_lifecycles();

@@ -8,6 +8,7 @@
 
 #include "database_url.h"
 #include "ql/http/listen_address.h"
+#include "ql/secrets/configured_provider.h"
 
 namespace ql::cluster {
 
@@ -34,6 +35,8 @@ struct ServeConfig {
   int64_t worker_session_ttl_ms = 30'000;
   int64_t worker_heartbeat_ms = 5'000;
   int64_t worker_log_cap_bytes = 16 * 1024 * 1024;
+  // Seals secret values written through the API; replicas never open a value (workers do).
+  secrets::KeyProviderConfig secret_key;
 };
 
 // Runs the replica until SIGTERM or SIGINT. Start order: configuration validated before any

@@ -41,6 +41,7 @@
 #include "ql/panel/embedded_panel.h"
 #include "ql/secrets/file_key_provider.h"
 #include "ql/secrets/secret_bytes.h"
+#include "ql/secrets/store_sealer.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql_version.h"
 
@@ -264,8 +265,13 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   // owner.token.
   exec::SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(),
                                  (data / "work").string());
+  // Secret values are opened only here, right before a command starts, and masked in its log.
+  secrets::EnvelopeSealer sealer(**secret_key);
+  SecretService secret_service(**store, control.governance(), &sealer, clock);
   LocalDispatcherOptions dopts = *dispatcher_options;
   dopts.log_root = (data / "log").string();
+  dopts.secrets = &(*store)->secrets();
+  dopts.sealer = &sealer;
   LocalDispatcher dispatcher((*store)->runs(), (*store)->definitions(), runner, clock, random,
                              metrics, dopts);
   if (Status st = dispatcher.Recover(); !st.ok()) return Fail(kExitFailure, st);
@@ -329,6 +335,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   api_options.tls = *tls;
   const PanelAssets panel(EmbeddedPanelFiles());
   api_options.panel = &panel;
+  api_options.secrets = &secret_service;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     scheduler_loop.Stop();
@@ -384,6 +391,50 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
 }
 
 }  // namespace
+// Re-wraps every stored data key under a new key file (docs/secret-providers.md, Rotation):
+// data/secret.key.next is created (or reused by a rerun), every data key is re-wrapped to it,
+// the old key is kept as data/secret.key.old and the new one atomically replaces
+// data/secret.key. Needs the daemon stopped (it holds the data directory's lock). A rerun after
+// an interruption finishes the job.
+int RotateSecretKey(const std::string& data_dir) {
+  const fs::path data = fs::absolute(data_dir).lexically_normal();
+  const fs::path current = data / "secret.key";
+  const fs::path next = data / "secret.key.next";
+  const fs::path old = data / "secret.key.old";
+  if (Status st = LockDataDir(data); !st.ok()) {
+    return Fail(st.code() == StatusCode::kConflict ? kExitUsage : kExitFailure, st);
+  }
+  if (Status st = secrets::InitializeSecrets(); !st.ok()) return Fail(kExitFailure, st);
+  auto from = secrets::FileKeyProvider::Open(current.string());
+  if (!from.ok()) return Fail(kExitFailure, from.status());
+  auto to = secrets::FileKeyProvider::OpenOrCreate(next.string());
+  if (!to.ok()) return Fail(kExitFailure, to.status());
+  SqliteOptions store_options;
+  store_options.path = (data / "db" / "qinglong.db").string();
+  auto store = SqliteStore::Open(store_options, SystemClock());
+  if (!store.ok()) return Fail(kExitFailure, store.status());
+  Result<secrets::RotationReport> report =
+      secrets::RotateSecretKeys((*store)->secrets(), **from, **to, SystemClock());
+  if (!report.ok()) return Fail(kExitFailure, report.status());
+  // The old key stays readable beside the new one until the operator removes it; the swap is
+  // one rename, so data/secret.key is always a complete key.
+  std::error_code ec;
+  const fs::path old_tmp = data / "secret.key.old.tmp";
+  fs::remove(old_tmp, ec);
+  fs::create_hard_link(current, old_tmp, ec);
+  if (!ec) fs::rename(old_tmp, old, ec);
+  if (!ec) fs::rename(next, current, ec);
+  if (ec) {
+    return Fail(kExitFailure, Internal("secret_key_file_io",
+                                       "data keys were re-wrapped but the key files could not "
+                                       "be swapped (run again): " + ec.message()));
+  }
+  std::cout << "secret key rotated: " << (*from)->key_id() << " -> " << (*to)->key_id() << " ("
+            << report->rewrapped << " data keys re-wrapped, " << report->skipped
+            << " already current); the old key is kept as " << old.string() << "\n";
+  return 0;
+}
+
 }  // namespace ql::local
 
 int main(int argc, char** argv) {
@@ -414,6 +465,10 @@ int main(int argc, char** argv) {
   serve->add_option("--retention-interval", config.retention_interval_s,
                     "Seconds between retention rounds that found nothing more to purge "
                     "(default 60)");
+  std::string rotate_data = "data";
+  CLI::App* rotate = app.add_subcommand(
+      "rotate-secret-key", "Re-wrap every secret's data key under a new key (daemon stopped)");
+  rotate->add_option("--data", rotate_data, "Data directory (default ./data)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -422,6 +477,7 @@ int main(int argc, char** argv) {
     std::cerr << "error: invalid_arguments: " << e.what() << "\n";
     return ql::local::kExitUsage;
   }
+  if (rotate->parsed()) return ql::local::RotateSecretKey(rotate_data);
   std::error_code ec;
   std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) self = argv[0];

@@ -122,6 +122,14 @@ LeaseOffer DecodeOffer(const json& o) {
   if (plan.contains("timeout_ms") && !plan["timeout_ms"].is_null()) {
     offer.plan.timeout_ms = plan.at("timeout_ms").get<int64_t>();
   }
+  for (const json& s : o.value("secrets", json::array())) {
+    offer.secrets.push_back(SealedVariable{
+        s.at("variable").get<std::string>(),
+        SecretRef{s.at("project_id").get<std::string>(), s.at("name").get<std::string>(),
+                  s.at("version").get<int64_t>()},
+        SealedSecretValue{s.at("key_id").get<std::string>(), s.at("wrapped_key").get<std::string>(),
+                          s.at("sealed_value").get<std::string>()}});
+  }
   return offer;
 }
 
@@ -331,6 +339,7 @@ Result<CompleteAnswer> ControlClient::Complete(const LeaseRef& lease,
     message.resize(cut);
   }
   body["message"] = message;
+  if (!completion.error_code.empty()) body["error_code"] = completion.error_code;
   body["log_truncated"] = completion.log_truncated;
   QL_ASSIGN_OR_RETURN(json answer, Post(path, body));
   return Decode<CompleteAnswer>(path, [&] {

@@ -16,6 +16,7 @@
 
 #include "ql/core/http_endpoint.h"
 #include "ql/core/status.h"
+#include "ql/engine/secret_resolution.h"
 
 namespace httplib {
 class Client;
@@ -98,6 +99,8 @@ struct LeaseOffer {
   int64_t lease_expires_at_ms = 0;
   int64_t lease_ttl_ms = 0;
   WirePlan plan;
+  // The sealed versions of the plan's secret variables, opened only right before spawn.
+  std::vector<SealedVariable> secrets;
 };
 
 struct PullAnswer {
@@ -129,6 +132,9 @@ struct Completion {
   std::optional<int> exit_code;
   std::optional<int> signal;
   std::string message;
+  // spawn_failed only: secret_not_found, secret_unavailable or secret_corrupt when a secret
+  // could not be opened; empty otherwise.
+  std::string error_code;
   bool log_truncated = false;
 };
 

@@ -20,12 +20,14 @@
 #include <thread>
 #include <vector>
 
+#include "../key_provider_flags.h"
 #include "control_client.h"
 #include "ql/core/clock.h"
 #include "ql/core/rfc3339.h"
 #include "ql/core/status.h"
 #include "ql/exec/executor.h"
 #include "ql/exec/supervision_runner.h"
+#include "ql/secrets/store_sealer.h"
 #include "ql_version.h"
 #include "worker.h"
 
@@ -50,6 +52,7 @@ struct Flags {
   std::vector<std::string> labels;
   ClientTls tls;
   bool allow_insecure_http = false;
+  secrets::KeyProviderConfig secret_key;
 };
 
 void Say(const std::string& line) {
@@ -157,7 +160,16 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  // The worker's own key provider opens the sealed secrets of its leases; without one a run that
+  // uses a secret fails with secret_unavailable.
+  Result<std::unique_ptr<secrets::KeyProvider>> key_provider =
+      secrets::OpenConfiguredKeyProvider(flags.secret_key, SystemClock());
+  if (!key_provider.ok()) return Fail(kExitUsage, key_provider.status());
+  std::unique_ptr<secrets::EnvelopeSealer> sealer;
+  if (*key_provider) sealer = std::make_unique<secrets::EnvelopeSealer>(**key_provider);
+
   WorkerOptions options;
+  options.sealer = sealer.get();
   options.slots = flags.slots;
   options.work_dir = work_dir;
   options.log_cap_bytes = flags.log_cap_bytes;
@@ -239,6 +251,7 @@ int main(int argc, char** argv) {
                  "(default 60000)");
   app.add_option("--label", flags.labels,
                  "A capability label announced to the control plane (repeatable)");
+  ql::AddKeyProviderFlags(app, flags.secret_key, "", "opens the secrets of leased runs");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

@@ -62,6 +62,7 @@ Completion ToCompletion(const AttemptOutcome& outcome) {
       break;
   }
   c.message = outcome.message;
+  c.error_code = outcome.error_code;
   c.log_truncated = outcome.log_truncated;
   return c;
 }
@@ -717,6 +718,17 @@ void Worker::RunAttempt(RunContext& ctx) {
   launch.timeout_ms = offer.plan.timeout_ms;
   launch.log_path = ctx.log_path;
   launch.log_cap_bytes = options_.log_cap_bytes;
+  // The only place a secret value exists on this side: opened here, handed to the supervisor
+  // through a memory file, masked in the log.
+  if (Status opened = OpenSecrets(options_.sealer, offer.secrets, launch); !opened.ok()) {
+    Log(ctx.label + ": not started: " + opened.ToString());
+    AttemptOutcome failed;
+    failed.kind = AttemptOutcome::Kind::kSpawnFailed;
+    failed.error_code = opened.reason();
+    failed.message = opened.message();
+    Report(ctx, failed);
+    return;
+  }
   Result<std::unique_ptr<AttemptHandle>> launched = runner_.Launch(launch);
   if (!launched.ok()) {
     AttemptOutcome failed;

@@ -45,6 +45,10 @@ struct WorkerOptions {
   // How long a command being stopped (lease lost, fenced, left over) is waited for.
   int64_t stop_wait_ms = 15'000;
   nlohmann::json capabilities = nlohmann::json::object();
+  // Opens the sealed secrets of a lease right before its command starts (--secret-key-file or
+  // an exec provider); null: a run that uses a secret fails with secret_unavailable. Must
+  // outlive the worker.
+  SecretSealer* sealer = nullptr;
   std::string software_version = "0.1.0";
   // Receives one line per event (without a newline); stderr when unset. Never sees a token.
   std::function<void(const std::string& line)> log;

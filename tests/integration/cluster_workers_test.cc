@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -88,7 +89,8 @@ class ClusterWorkersTest : public ::testing::Test {
   }
 
   std::unique_ptr<ChildProcess> StartWorker(const std::string& name, const Replica& replica,
-                                            int slots = 2, const std::string& ca_file = "") {
+                                            int slots = 2, const std::string& ca_file = "",
+                                            const std::vector<std::string>& extra = {}) {
     auto worker = std::make_unique<ChildProcess>(dir_.path() + "/" + name + ".log");
     std::vector<std::string> argv = {BinDir() + "/ql-worker",
                                      "--control",
@@ -100,6 +102,7 @@ class ClusterWorkersTest : public ::testing::Test {
                                      "--work-dir",
                                      dir_.path() + "/" + name};
     if (!ca_file.empty()) argv.insert(argv.end(), {"--ca-file", ca_file});
+    argv.insert(argv.end(), extra.begin(), extra.end());
     worker->Spawn(argv);
     return worker;
   }
@@ -377,6 +380,105 @@ TEST_F(ClusterWorkersTest, TlsListenersServeWorkersAndQlThatTrustTheirCaAndNoOne
   untrusting->Kill();
   EXPECT_EQ(trusting->Stop(), 0);
   EXPECT_EQ(a.Stop(), 0);
+}
+
+// Secrets in the cluster (DESIGN §10): the replica seals the value it is given and puts only
+// sealed material into the lease; a worker without the key cannot run the task
+// (secret_unavailable), one with it can, and the command gets the value (it writes its digest)
+// while no row of the database, no API answer, no event and no log of a replica or a worker
+// holds it.
+TEST_F(ClusterWorkersTest, SecretsReachOnlyTheCommandOfAWorkerHoldingTheKey) {
+  const std::string key = dir_.path() + "/secret.key";
+  ASSERT_EQ(RunCommand({"/bin/sh", "-c", "head -c 32 /dev/urandom > '" + key + "' && chmod 600 '" +
+                                             key + "'"})
+                .exit_code,
+            0);
+  std::vector<std::string> args = ReplicaArgs(/*admin=*/true);
+  args.insert(args.end(), {"--secret-key-file", key});
+  Replica a("replica-a", Log("a"));
+  ASSERT_TRUE(a.Start(args));
+
+  const std::string value = "qlproof-cluster-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::vector<std::string> answers;
+  CommandResult set = RunCommand(
+      {"/bin/sh", "-c", "printf %s \"$QL_TEST_VALUE\" | \"$0\" secret set API_KEY",
+       BinDir() + "/ql"},
+      {"QL_SERVER=" + a.url(), "QL_TOKEN=" + api_token_, "QL_TEST_VALUE=" + value});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  answers.push_back(set.out + set.err);
+  const std::string out = dir_.path() + "/digest";
+  CommandResult task = Ql(a, {"task", "add", "uses-secret", "--secret-env", "TOKEN=API_KEY",
+                              "--shell",
+                              "echo \"token=$TOKEN\"; printf %s \"$TOKEN\" | sha256sum | "
+                              "cut -c1-64 > '" + out + "'"});
+  ASSERT_EQ(task.exit_code, 0) << task.err;
+  const std::string task_id = task.out.substr(0, task.out.find('\n'));
+  CommandResult missing_task =
+      Ql(a, {"task", "add", "uses-nothing", "--secret-env", "TOKEN=NEVER_SET", "--shell", "true"});
+  ASSERT_EQ(missing_task.exit_code, 0) << missing_task.err;
+
+  // A worker without the key: the run fails, and the command never starts.
+  std::unique_ptr<ChildProcess> keyless = StartWorker("keyless", a);
+  const std::string refused = Start(a, task_id);
+  ASSERT_TRUE(WaitStatus(a, refused, "failed", 30)) << Status(a, refused);
+  EXPECT_EQ(Api(a, "GET", "/api/v1/runs/" + refused).value("error_code", ""),
+            "secret_unavailable");
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // A missing secret fails at lease time, before any worker sees the run.
+  const std::string missing =
+      Start(a, missing_task.out.substr(0, missing_task.out.find('\n')));
+  ASSERT_TRUE(WaitStatus(a, missing, "failed", 30)) << Status(a, missing);
+  EXPECT_EQ(Api(a, "GET", "/api/v1/runs/" + missing).value("error_code", ""), "secret_not_found");
+  EXPECT_EQ(keyless->Stop(), 0);
+
+  // A worker with the key runs it.
+  std::unique_ptr<ChildProcess> keyed = StartWorker("keyed", a, 1, "", {"--secret-key-file", key});
+  const std::string run = Start(a, task_id);
+  ASSERT_TRUE(WaitStatus(a, run, "succeeded", 30)) << Status(a, run);
+  CommandResult sum = RunCommand({"/bin/sh", "-c", "printf %s \"$V\" | sha256sum | cut -c1-64"},
+                                 {"V=" + value});
+  std::ifstream digest(out);
+  std::string written;
+  std::getline(digest, written);
+  EXPECT_EQ(written + "\n", sum.out);
+  CommandResult log = Ql(a, {"run", "log", run});
+  EXPECT_EQ(log.out, "token=***\n");
+  answers.push_back(log.out);
+  for (const std::string& path : std::vector<std::string>{
+           "/api/v1/secrets", "/api/v1/tasks", "/api/v1/tasks/" + task_id, "/api/v1/runs",
+        "/api/v1/runs/" + run, "/api/v1/runs/" + run + "/events?limit=100", "/api/v1/audit",
+        "/api/v1/status"}) {
+    answers.push_back(Api(a, "GET", path).dump());
+  }
+  EXPECT_EQ(keyed->Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+
+  // Every row of every table of schema ql3, as text.
+  Result<std::string> tables = server_->Psql(
+      "qinglong", "SELECT tablename FROM pg_tables WHERE schemaname = 'ql3' ORDER BY 1");
+  ASSERT_TRUE(tables.ok()) << tables.status().ToString();
+  std::istringstream names(*tables);
+  int scanned = 0;
+  for (std::string table; std::getline(names, table);) {
+    if (table.empty()) continue;
+    Result<std::string> rows = server_->Psql("qinglong", "SELECT t::text FROM ql3." + table + " t");
+    ASSERT_TRUE(rows.ok()) << table << ": " << rows.status().ToString();
+    EXPECT_EQ(rows->find(value), std::string::npos) << table;
+    ++scanned;
+  }
+  EXPECT_GE(scanned, 20);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.secret_versions WHERE key_id IS NOT NULL"), 1);
+  for (const std::string& answer : answers) {
+    EXPECT_EQ(answer.find(value), std::string::npos) << answer;
+  }
+  // The logs of the replica and both workers, and every file a worker kept.
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_.path())) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.find(value), std::string::npos) << entry.path();
+  }
 }
 
 }  // namespace

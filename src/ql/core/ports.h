@@ -30,6 +30,7 @@ namespace ql {
 class ApprovalRepository;
 class GovernanceRepository;
 class RetentionRepository;
+class SecretRepository;
 
 // The policy fence of one store command (DESIGN §9): inside the transaction that writes, the
 // store re-reads the principal (it must be active), the command's project (active) and the
@@ -476,6 +477,8 @@ class Store {
   virtual ApprovalRepository& approvals() = 0;
   // Retention settings and the purge of finished runs (core/retention.h).
   virtual RetentionRepository& retention() = 0;
+  // Secrets (secret_store.h): sealed versions only.
+  virtual SecretRepository& secrets() = 0;
 };
 
 }  // namespace ql

@@ -7,6 +7,7 @@
 
 #include "ql/core/canonical_json.h"
 #include "ql/core/digest.h"
+#include "ql/core/secret_ref.h"
 
 namespace ql {
 namespace {
@@ -208,6 +209,11 @@ Result<std::vector<std::pair<std::string, std::string>>> ParseEnvironment(const 
     if (ContainsNul(text)) {
       return SpecError("spec_invalid_env_value", value_path,
                        QuoteForMessage(text) + " contains a NUL byte");
+    }
+    if (LooksLikeSecretRef(text)) {
+      if (Status ref = DecodeSecretRef(text).status(); !ref.ok()) {
+        return SpecError("spec_invalid_secret_ref", value_path, ref.message());
+      }
     }
     out.emplace_back(name, std::move(text));
   }
@@ -465,6 +471,17 @@ std::string TriggerContentDigest(const TriggerRevisionRecord& r) {
       {"task_digest", r.task_digest}, {"task_id", r.task_id},     {"task_revision", r.task_revision},
       {"timezone", r.timezone}};
   return DomainDigest(kCronTriggerKind, internal::CanonicalJsonLossy(content));
+}
+
+Result<std::vector<std::pair<std::string, SecretRef>>> SecretEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& environment) {
+  std::vector<std::pair<std::string, SecretRef>> out;
+  for (const auto& [name, value] : environment) {
+    if (!LooksLikeSecretRef(value)) continue;
+    QL_ASSIGN_OR_RETURN(SecretRef ref, DecodeSecretRef(value));
+    out.emplace_back(name, std::move(ref));
+  }
+  return out;
 }
 
 }  // namespace ql

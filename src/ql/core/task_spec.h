@@ -13,6 +13,7 @@
 
 #include "ql/core/approval.h"
 #include "ql/core/records.h"
+#include "ql/core/secret_ref.h"
 #include "ql/core/status.h"
 
 namespace ql {
@@ -77,6 +78,9 @@ struct CommandSpec {
 //   spec_invalid_env_name     a name not matching [A-Za-z_][A-Za-z0-9_]*, starting with QL3_,
 //                             or equal to QL_RUN_ID / QL_ATTEMPT_ID (the executor sets those);
 //   spec_invalid_env_value    a value containing NUL;
+//   spec_invalid_secret_ref   a value starting with `qlsecret:v1:` that is not a canonical
+//                             SecretRef (secret_ref.h); such a value names a secret, never holds
+//                             one;
 //   spec_timeout_out_of_range `timeoutMs` outside [kMinTimeoutMs, kMaxTimeoutMs];
 //   spec_invalid_utf8         a string that is not valid UTF-8;
 //   spec_too_large            canonical encoding of the normalised spec over 64 KiB.
@@ -93,6 +97,11 @@ nlohmann::json CommandSpecToJson(const CommandSpec& spec);
 // is normalised (environment sorted by name without duplicates); otherwise the error
 // ParseCommandSpec would give, or InvalidArgument `spec_not_normalized`.
 Status ValidateCommandSpec(const CommandSpec& spec);
+
+// Returns the variables of `environment` whose value is a SecretRef, decoded, in order. Errors:
+// those of DecodeSecretRef (never for a validated spec).
+Result<std::vector<std::pair<std::string, SecretRef>>> SecretEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& environment);
 
 // Returns true when `name` may be set in a task's environment: it matches [A-Za-z_][A-Za-z0-9_]*,
 // does not start with "QL3_" and is neither QL_RUN_ID nor QL_ATTEMPT_ID.

@@ -271,6 +271,22 @@ TEST(ParseCommandSpecTest, RejectsNulInEnvironmentValues) {
                   {"spec.environment.A", "NUL"});
 }
 
+TEST(ParseCommandSpecTest, EnvironmentValuesThatLookLikeSecretRefsMustBeCanonicalRefs) {
+  const SecretRef ref{"0190a5b2-7c3e-7a1b-8c4d-5e6f708192a5", "API_KEY", 2};
+  Result<std::string> text = EncodeSecretRef(ref);
+  ASSERT_TRUE(text.ok());
+  Result<CommandSpec> spec = ParseCommandSpec(WithEnv({{"KEY", *text}, {"PLAIN", "public"}}));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  Result<std::vector<std::pair<std::string, SecretRef>>> refs =
+      SecretEnvironment(spec->environment);
+  ASSERT_TRUE(refs.ok()) << refs.status().ToString();
+  ASSERT_EQ(refs->size(), 1u);
+  EXPECT_EQ(refs->front().first, "KEY");
+  EXPECT_EQ(refs->front().second, ref);
+  ExpectSpecError(WithEnv({{"KEY", "qlsecret:v1:not-a-ref"}}), "spec_invalid_secret_ref",
+                  {"spec.environment.KEY"});
+}
+
 TEST(ParseCommandSpecTest, DuplicateEnvironmentNamesAreCaughtByTheStrictParser) {
   Result<json> r = ParseJsonStrict(
       R"({"command":{"kind":"shell","command":"x"},"environment":{"A":"1","A":"2"}})");

@@ -39,6 +39,9 @@ struct AttemptOutcome {
   int exit_code = 0;  // kExited
   int signal = 0;     // kSignaled
   std::string message;
+  // kSpawnFailed only: why the command was not started when that is not the executor's fault
+  // (secret_not_found, secret_unavailable, secret_corrupt); empty: exec_spawn_failed.
+  std::string error_code;
   bool log_truncated = false;
   int64_t log_bytes = 0;
 };

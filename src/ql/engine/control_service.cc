@@ -309,6 +309,15 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
                                                             std::to_string(*expected_revision) +
                                                             " leaves no room for another revision");
   }
+  QL_ASSIGN_OR_RETURN(auto secret_refs, SecretEnvironment(content.spec.environment));
+  for (const auto& [variable, ref] : secret_refs) {
+    if (ref.project_id != project_id) {
+      return InvalidArgument("secret_ref_other_project",
+                             "spec.environment." + variable + " names secret " + ref.name +
+                                 " of project " + ref.project_id +
+                                 "; a task may only use secrets of its own project " + project_id);
+    }
+  }
   const int64_t now = clock_.NowMs();
   const std::string digest = TaskContentDigest(content);
 

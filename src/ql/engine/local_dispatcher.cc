@@ -7,6 +7,8 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/ids.h"
 #include "ql/core/states.h"
+#include "ql/core/task_spec.h"
+#include "ql/engine/secret_resolution.h"
 
 namespace ql {
 namespace {
@@ -56,6 +58,19 @@ LocalDispatcher::LocalDispatcher(RunRepository& runs, DefinitionRepository& defi
 
 std::string LocalDispatcher::LogPathFor(const RunRecord& run) const {
   return options_.log_root + "/" + run.task_id + "/" + run.id + ".log";
+}
+
+Status LocalDispatcher::ResolveSecrets(const RunRecord& run, AttemptLaunch& launch) {
+  if (options_.secrets == nullptr) {
+    QL_ASSIGN_OR_RETURN(auto refs, SecretEnvironment(launch.environment));
+    if (refs.empty()) return Status::Ok();
+    return Unavailable("secret_unavailable", "variable " + refs.front().first +
+                                                 " names a secret, and this daemon has no "
+                                                 "secret store");
+  }
+  QL_ASSIGN_OR_RETURN(std::vector<SealedVariable> sealed,
+                      LookUpSecrets(*options_.secrets, run.project_id, launch.environment));
+  return OpenSecrets(options_.sealer, sealed, launch);
 }
 
 Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
@@ -131,6 +146,7 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   launch.timeout_ms = plan->timeout_ms;
   launch.log_path = log_path;
   launch.log_cap_bytes = options_.log_cap_bytes;
+  if (Status st = ResolveSecrets(run, launch); !st.ok()) return fail(st.reason(), st.message());
   Result<std::unique_ptr<AttemptHandle>> handle = runner_.Launch(launch);
   if (!handle.ok()) return fail("exec_spawn_failed", handle.status().message());
 

@@ -10,6 +10,7 @@
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
 #include "ql/core/status.h"
+#include "ql/core/secret_store.h"
 #include "ql/engine/attempt_runner.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/run_settlement.h"
@@ -21,6 +22,11 @@ struct LocalDispatcherOptions {
   int64_t log_cap_bytes = 64LL * 1024 * 1024;  // edge 4 MiB, standalone 64 MiB
   std::string log_root;                        // data/log; logs go to <root>/<task>/<run>.log
   std::string executor_type = "local_process";
+  // Resolve a plan's SecretRefs right before its command starts (secret_resolution.h); both
+  // must outlive the dispatcher. Without them a plan that names a secret fails with
+  // secret_unavailable.
+  SecretRepository* secrets = nullptr;
+  SecretSealer* sealer = nullptr;
 };
 
 // Returns the dispatcher options of "edge" or "standalone" (log_root left empty).
@@ -65,6 +71,9 @@ class LocalDispatcher {
   };
 
   Status Launch(const RunRecord& run, TickReport& report);
+  // Resolves the plan's secret variables of `launch` into its secret environment; a run whose
+  // secret cannot be resolved fails with the error's reason (secret_resolution.h).
+  Status ResolveSecrets(const RunRecord& run, AttemptLaunch& launch);
   Status Watch(Active& active, bool& done);
   std::string LogPathFor(const RunRecord& run) const;
 

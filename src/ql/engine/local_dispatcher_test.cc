@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <map>
 
+#include "ql/core/store_commands.h"
 #include "ql/engine/control_service.h"
+#include "ql/engine/secret_service.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
 
@@ -313,6 +315,114 @@ TEST(RetryBackoffTest, DoublesUpToTheMaximum) {
   EXPECT_EQ(RetryBackoffMs(p, 4), 4000);
   EXPECT_EQ(RetryBackoffMs(p, 5), 5000);
   EXPECT_EQ(RetryBackoffMs(p, 16), 5000);
+}
+
+}  // namespace
+}  // namespace ql
+
+namespace ql {
+namespace {
+
+// Seals by encoding (the dispatcher's part is looking up and opening, not the crypto), binding
+// the version like the real envelope does; refuses to open anything under another key id.
+class FakeSealer final : public SecretSealer {
+ public:
+  const std::string& key_id() const override { return key_id_; }
+  Result<SealedSecretValue> Seal(const SecretRef& v, std::string_view value) override {
+    return SealedSecretValue{key_id_, Base64UrlEncode("wrapped"),
+                             Base64UrlEncode(std::to_string(*v.version) + ":" + std::string(value))};
+  }
+  Result<std::string> Open(const SecretRef& v, const SealedSecretValue& sealed) override {
+    if (sealed.key_id != key_id_) return NotFound("secret_key_unknown", "other key");
+    std::string text = Base64UrlDecode(sealed.sealed_value).value_or("");
+    const std::string prefix = std::to_string(*v.version) + ":";
+    if (!text.starts_with(prefix)) return Corrupt("secret_corrupt", "other version");
+    return text.substr(prefix.size());
+  }
+  std::string key_id_ = "fake:1";
+};
+
+class LocalDispatcherSecretsTest : public LocalDispatcherTest {
+ protected:
+  // Publishes a task whose API_KEY names secret `name` of the default project.
+  void UseSecret(const std::string& name) {
+    Result<ProjectRecord> project = control_->EnsureDefaultProject();
+    ASSERT_TRUE(project.ok());
+    project_id_ = project->id;
+    const std::string ref = EncodeSecretRef(SecretRef{project_id_, name, {}}).value();
+    TaskWrite write;
+    write.body = {{"name", "uses-secret"},
+                  {"spec",
+                   {{"command", {{"kind", "shell"}, {"command", "echo $API_KEY"}}},
+                    {"environment", {{"API_KEY", ref}, {"PLAIN", "public"}}}}}};
+    Result<PublishedTask> published = control_->PublishTask(write);
+    ASSERT_TRUE(published.ok()) << published.status().ToString();
+    task_id_ = published->task.head.task_id;
+  }
+  SecretService Secrets() {
+    return SecretService(*store_, control_->governance(), &sealer_, clock_);
+  }
+  FakeSealer sealer_;
+  std::string project_id_;
+};
+
+TEST_F(LocalDispatcherSecretsTest, ResolvesSecretsIntoTheSecretEnvironmentRightBeforeLaunch) {
+  UseSecret("API_KEY");
+  ASSERT_TRUE(Secrets().Set(Caller{}, "API_KEY", "first-value").ok());
+  ASSERT_TRUE(Secrets().Set(Caller{}, "API_KEY", "current-value-42").ok());
+  const std::string run = Start();
+  options_.secrets = &store_->secrets();
+  options_.sealer = &sealer_;
+  LocalDispatcher d = Make();
+  Tick(d);
+  std::shared_ptr<FakeProcess> p = Process(run);
+  ASSERT_NE(p, nullptr);
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(p->launch.secret_environment, (Env{{"API_KEY", "current-value-42"}}));
+  EXPECT_EQ(p->launch.mask_values, std::vector<std::string>{"current-value-42"});
+  for (const auto& [name, value] : p->launch.environment) EXPECT_NE(name, "API_KEY");
+  EXPECT_EQ(Get(run).status, "running");
+}
+
+TEST_F(LocalDispatcherSecretsTest, AMissingOrDeletedSecretFailsTheRunWithSecretNotFound) {
+  UseSecret("MISSING");
+  options_.secrets = &store_->secrets();
+  options_.sealer = &sealer_;
+  const std::string missing = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  EXPECT_EQ(Process(missing), nullptr);
+  EXPECT_EQ(Get(missing).status, "failed");
+  EXPECT_EQ(Get(missing).error_code, "secret_not_found");
+
+  ASSERT_TRUE(Secrets().Set(Caller{}, "MISSING", "now-it-exists").ok());
+  ASSERT_TRUE(Secrets().Remove(Caller{}, "MISSING").ok());
+  const std::string deleted = Start();
+  Tick(d);
+  EXPECT_EQ(Process(deleted), nullptr);
+  EXPECT_EQ(Get(deleted).error_code, "secret_not_found");
+}
+
+TEST_F(LocalDispatcherSecretsTest, SecretsThatCannotBeOpenedFailTheRunAsUnavailable) {
+  UseSecret("API_KEY");
+  ASSERT_TRUE(Secrets().Set(Caller{}, "API_KEY", "value-under-old-key").ok());
+  options_.secrets = &store_->secrets();
+  options_.sealer = &sealer_;
+  sealer_.key_id_ = "fake:2";  // the key was replaced
+  const std::string run = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  EXPECT_EQ(Process(run), nullptr);
+  EXPECT_EQ(Get(run).error_code, "secret_unavailable");
+  EXPECT_EQ(Get(run).error_summary.value_or("").find("value-under-old-key"), std::string::npos);
+
+  // A daemon without a secret store never runs the command with the ref as its value.
+  options_.secrets = nullptr;
+  LocalDispatcher bare = Make();
+  const std::string unresolved = Start();
+  Tick(bare);
+  EXPECT_EQ(Process(unresolved), nullptr);
+  EXPECT_EQ(Get(unresolved).error_code, "secret_unavailable");
 }
 
 }  // namespace

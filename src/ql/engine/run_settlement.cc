@@ -55,8 +55,12 @@ Mapping MapOutcome(const AttemptOutcome& o) {
       return {AttemptStatus::kCancelled, RunStatus::kCancelled, false, std::nullopt, "cancelled",
               "cancelled on request"};
     case K::kSpawnFailed:
-      return {AttemptStatus::kFailed, RunStatus::kFailed,  false,
-              std::nullopt,           "exec_spawn_failed", o.message};
+      return {AttemptStatus::kFailed,
+              RunStatus::kFailed,
+              false,
+              std::nullopt,
+              o.error_code.empty() ? std::string("exec_spawn_failed") : o.error_code,
+              o.message};
     case K::kLost:
       break;
   }

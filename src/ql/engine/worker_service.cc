@@ -7,6 +7,7 @@
 #include "ql/core/digest.h"
 #include "ql/core/ids.h"
 #include "ql/core/states.h"
+#include "ql/core/task_spec.h"
 
 namespace ql {
 namespace {
@@ -135,6 +136,18 @@ Result<WorkerSessionRecord> WorkerService::SetStatus(const std::string& worker_i
   return sessions_.SetSessionStatus(worker_id, session_id, generation, status);
 }
 
+Result<std::vector<SealedVariable>> WorkerService::SealedSecretsOf(
+    const std::string& project_id, const ExecutionPlan& plan) {
+  if (options_.secrets != nullptr) {
+    return LookUpSecrets(*options_.secrets, project_id, plan.environment);
+  }
+  QL_ASSIGN_OR_RETURN(auto refs, SecretEnvironment(plan.environment));
+  if (refs.empty()) return std::vector<SealedVariable>();
+  return Unavailable("secret_unavailable", "variable " + refs.front().first +
+                                               " names a secret, and this control plane has "
+                                               "no secret store");
+}
+
 Result<PullAnswer> WorkerService::Pull(const std::string& worker_id, const std::string& session_id,
                                        int64_t generation, int available_slots,
                                        const std::vector<OfferToken>& offers) {
@@ -180,19 +193,29 @@ Result<PullAnswer> WorkerService::Pull(const std::string& worker_id, const std::
                                 return o.offer_id == g.offer_id;
                               })->lease_token;
     LeaseCall call{worker_id, g.offer_id, session_id, generation, token};
-    if (!plan.ok()) {
+    // The sealed secrets travel in the lease; a missing one fails the run before it leaves.
+    Result<std::vector<SealedVariable>> sealed = std::vector<SealedVariable>();
+    if (plan.ok()) sealed = SealedSecretsOf(g.project_id, *plan);
+    // A store that could not be read fails the pull; the worker's retry replays the offer.
+    if (!sealed.ok() && !IsSecretRunError(sealed.status().reason())) return sealed.status();
+    if (!plan.ok() || !sealed.ok()) {
       // The run cannot be executed by anyone: it fails here, under the lease just granted.
       Result<std::string> started = Starting(call);
       if (started.ok()) {
         AttemptOutcome failed;
         failed.kind = AttemptOutcome::Kind::kSpawnFailed;
-        failed.message = "execution revision is unusable: " + plan.status().message();
+        if (!plan.ok()) {
+          failed.message = "execution revision is unusable: " + plan.status().message();
+        } else {
+          failed.error_code = sealed.status().reason();
+          failed.message = sealed.status().message();
+        }
         (void)Complete(call, failed);
       }
       continue;
     }
     if (!g.replay) metrics_.Increment("ql_worker_leases_granted_total");
-    out.offers.push_back({std::move(g), std::move(plan).value()});
+    out.offers.push_back({std::move(g), std::move(plan).value(), std::move(sealed).value()});
   }
   QL_ASSIGN_OR_RETURN(out.cancel, leases_.ListCancelledOffers(worker_id, session_id));
   return out;

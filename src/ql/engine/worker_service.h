@@ -21,6 +21,7 @@
 #include "ql/engine/attempt_runner.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/run_settlement.h"
+#include "ql/engine/secret_resolution.h"
 
 namespace ql {
 
@@ -29,6 +30,9 @@ struct WorkerServiceOptions {
   int64_t heartbeat_interval_ms = 5'000;
   int64_t lease_ttl_ms = 30'000;
   int64_t log_cap_bytes = 16 * 1024 * 1024;
+  // Looks up the sealed versions of a plan's secrets for its lease (secret_resolution.h); must
+  // outlive the service. Without it a plan that names a secret fails with secret_unavailable.
+  SecretRepository* secrets = nullptr;
 };
 
 // Returns ok when the options are within bounds (ttl 1..600 s, heartbeat < session ttl, log cap
@@ -52,6 +56,8 @@ struct OfferToken {
 struct WorkerOffer {
   GrantedLease lease;
   ExecutionPlan plan;
+  // The sealed versions of the plan's secret variables; only the worker opens them.
+  std::vector<SealedVariable> secrets;
 };
 
 struct PullAnswer {
@@ -108,6 +114,10 @@ class WorkerService {
   // ended, and returns the fence error.
   Status Refused(const LeaseCall& call, std::string_view step, const Status& error);
   Result<std::string> Step(const LeaseCall& call, bool to_running, int64_t pid);
+  // Looks up the plan's secrets for a lease (errors of LookUpSecrets, or secret_unavailable
+  // without a secret store).
+  Result<std::vector<SealedVariable>> SealedSecretsOf(const std::string& project_id,
+                                                      const ExecutionPlan& plan);
 
   WorkerSessionRepository& sessions_;
   RunLeaseRepository& leases_;

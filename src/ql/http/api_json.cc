@@ -78,6 +78,16 @@ json ProjectJson(const ProjectRecord& p) {
               {"updated_at", TimeJson(p.updated_at_ms)}};
 }
 
+json SecretJson(const SecretRecord& s) {
+  return json{{"name", s.name},
+              {"project_id", s.project_id},
+              {"current_version", s.current_version},
+              {"status", s.status},
+              {"created_at", TimeJson(s.created_at_ms)},
+              {"updated_at", TimeJson(s.updated_at_ms)},
+              {"deleted_at", TimeJson(s.deleted_at_ms)}};
+}
+
 json PrincipalJson(const PrincipalRecord& p) {
   return json{{"id", p.id},
               {"kind", p.kind},

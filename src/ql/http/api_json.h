@@ -15,6 +15,7 @@
 #include "ql/core/records.h"
 #include "ql/core/status.h"
 #include "ql/core/timezone.h"
+#include "ql/core/secret_store.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/governance_service.h"
 
@@ -65,6 +66,8 @@ nlohmann::json ApprovalJson(const ApprovalView& view);
 nlohmann::json ApprovalRequiredJson(const ApprovalRequestRecord& request);
 // A resolution with the resolved run and the retry's new run (null unless a retry).
 nlohmann::json ResolutionJson(const ResolveRunResult& resolved);
+// Returns a secret's name, project, current version, status and times; never a value.
+nlohmann::json SecretJson(const SecretRecord& secret);
 // Returns [{"at": UTC time, "local": the same instant in `zone` with its offset}, ...].
 nlohmann::json FireTimesJson(const std::vector<int64_t>& times_ms, const TimeZone& zone);
 

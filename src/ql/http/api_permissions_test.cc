@@ -23,6 +23,8 @@
 #include "ql/engine/metrics.h"
 #include "ql/engine/token_authenticator.h"
 #include "ql/http/api_server.h"
+#include "ql/secrets/file_key_provider.h"
+#include "ql/secrets/store_sealer.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
 
@@ -100,6 +102,13 @@ class ApiPermissionsTest : public ::testing::Test {
       return authenticator_->Authenticate(digest);
     };
     options.log_reader = log_reader_.get();
+    ASSERT_TRUE(secrets::InitializeSecrets().ok());
+    secret_key_ = std::move(secrets::FileKeyProvider::FromKey(secrets::SecretBytes::Random(32)))
+                      .value();
+    sealer_ = std::make_unique<secrets::EnvelopeSealer>(*secret_key_);
+    secret_service_ =
+        std::make_unique<SecretService>(*store_, service_->governance(), sealer_.get(), clock_);
+    options.secrets = secret_service_.get();
     server_ = std::make_unique<ApiServer>(*service_, metrics_, options);
     ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
     server_->SetReady(true);
@@ -152,9 +161,11 @@ class ApiPermissionsTest : public ::testing::Test {
     httplib::Client client("127.0.0.1", server_->port());
     client.set_read_timeout(15, 0);
     client.set_default_headers({{"Authorization", "Bearer " + token}});
-    httplib::Result result = sample.method == "GET"
-                                 ? client.Get(sample.path.c_str())
-                                 : client.Post(sample.path.c_str(), sample.body, "application/json");
+    httplib::Result result =
+        sample.method == "GET"      ? client.Get(sample.path.c_str())
+        : sample.method == "PUT"    ? client.Put(sample.path.c_str(), sample.body, "application/json")
+        : sample.method == "DELETE" ? client.Delete(sample.path.c_str())
+                                    : client.Post(sample.path.c_str(), sample.body, "application/json");
     Reply reply;
     if (!result) return reply;
     reply.status = result->status;
@@ -170,6 +181,9 @@ class ApiPermissionsTest : public ::testing::Test {
   testing::SeededRandom random_{11};
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<ControlService> service_;
+  std::unique_ptr<secrets::FileKeyProvider> secret_key_;
+  std::unique_ptr<secrets::EnvelopeSealer> sealer_;
+  std::unique_ptr<SecretService> secret_service_;
   std::unique_ptr<LogReader> log_reader_;
   std::unique_ptr<TokenAuthenticator> authenticator_;
   Metrics metrics_;
@@ -367,6 +381,17 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
       {"tasks.retention.set",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/tasks/" + task_id + "/retention", R"({"keep_runs":50})"};
+       }},
+      {"secrets.list", [](const Member&) { return Sample{"GET", "/api/v1/secrets", ""}; }},
+      {"secrets.put",
+       [&](const Member&) {
+         return Sample{"PUT", "/api/v1/secrets/" + fresh(), json{{"value", "v4lue"}}.dump()};
+       }},
+      {"secrets.delete",
+       [&](const Member&) {
+         const std::string name = fresh();
+         EXPECT_TRUE(secret_service_->Set(Caller{}, name, "v4lue").ok());
+         return Sample{"DELETE", "/api/v1/secrets/" + name, ""};
        }},
   };
 

@@ -92,6 +92,9 @@ enum class RouteId {
   kProjectRetentionSet,
   kTaskRetentionGet,
   kTaskRetentionSet,
+  kSecretsList,
+  kSecretPut,
+  kSecretDelete,
 };
 
 struct RouteSpec {
@@ -179,6 +182,9 @@ constexpr RouteSpec kRoutes[] = {
      "viewer"},
     {"POST", "/api/v1/tasks/{id}/retention", RouteId::kTaskRetentionSet, "tasks.retention.set",
      "admin"},
+    {"GET", "/api/v1/secrets", RouteId::kSecretsList, "secrets.list", "viewer"},
+    {"PUT", "/api/v1/secrets/{id}", RouteId::kSecretPut, "secrets.put", "admin"},
+    {"DELETE", "/api/v1/secrets/{id}", RouteId::kSecretDelete, "secrets.delete", "admin"},
 };
 
 struct RouteMatch {
@@ -378,6 +384,9 @@ struct ApiServer::Impl {
   void Dispatch(const httplib::Request& req, httplib::Response& res, const std::string& body);
   void Handle(const RouteMatch& match, const httplib::Request& req, httplib::Response& res,
               const std::string& body);
+  // Serves the /api/v1/secrets routes; `name` is the path's secret name.
+  void HandleSecrets(RouteId route, const std::string& name, const Query& query, const json& body,
+                     const Caller& caller, httplib::Response& res);
   enum class Auth { kOk, kDenied, kUnavailable };
   // Authenticates the bearer token of `req`; on kOk fills `who`, on kDenied `why` (a code).
   Auth Authenticate(const httplib::Request& req, Authentication* who, std::string* why) const;
@@ -662,6 +671,8 @@ void ApiServer::Impl::Configure() {
   server->Get(".*", plain);
   server->Post(".*", plain);
   server->Post(".*", with_body);
+  server->Put(".*", with_body);
+  server->Delete(".*", plain);
 }
 
 void ApiServer::Impl::Dispatch(const httplib::Request& req, httplib::Response& res,
@@ -713,7 +724,7 @@ Result<std::optional<std::string>> TakeString(json& body, std::string_view name)
 void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& req,
                              httplib::Response& res, const std::string& body_text) {
   const Query query(req);
-  const bool post = match.route->method == "POST";
+  const bool post = match.route->method == "POST" || match.route->method == "PUT";
   // Only task bodies are required; the action routes accept an empty body as {}.
   const bool body_required = match.route->id == RouteId::kTasksCreate ||
                              match.route->id == RouteId::kTaskRevisionsCreate ||
@@ -724,7 +735,8 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
                              match.route->id == RouteId::kPrincipalsCreate ||
                              match.route->id == RouteId::kProjectsCreate ||
                              match.route->id == RouteId::kProjectBindingsWrite ||
-                             match.route->id == RouteId::kInstallationBindingsWrite;
+                             match.route->id == RouteId::kInstallationBindingsWrite ||
+                             match.route->id == RouteId::kSecretPut;
   json body = json::object();
   if (post) {
     QL_HTTP_TRY(res, query.Check({}));
@@ -1198,6 +1210,11 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       SendJson(res, 200, api::RetentionJson(view));
       return;
     }
+    case RouteId::kSecretsList:
+    case RouteId::kSecretPut:
+    case RouteId::kSecretDelete:
+      HandleSecrets(match.route->id, id, query, body, caller, res);
+      return;
     case RouteId::kStatus: {
       QL_HTTP_TRY(res, query.Check({}));
       QL_HTTP_ASSIGN(res, StatusSummary summary, service.GetStatus(caller));
@@ -1208,6 +1225,43 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     }
   }
   SendError(res, 404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
+}
+
+void ApiServer::Impl::HandleSecrets(RouteId route, const std::string& name, const Query& query,
+                                    const json& body, const Caller& caller,
+                                    httplib::Response& res) {
+  if (options.secrets == nullptr) {
+    SendError(res, 503, "secrets_unavailable", "this server does not hold secrets");
+    return;
+  }
+  SecretService& secrets = *options.secrets;
+  switch (route) {
+    case RouteId::kSecretsList: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, std::vector<SecretRecord> listed, secrets.List(caller));
+      json items = json::array();
+      for (const SecretRecord& secret : listed) items.push_back(api::SecretJson(secret));
+      SendJson(res, 200, json{{"items", std::move(items)}});
+      return;
+    }
+    case RouteId::kSecretPut: {
+      // The value is answered by nothing: the reply is the secret's head.
+      QL_HTTP_TRY(res, api::CheckFields(body, {"value"}));
+      QL_HTTP_ASSIGN(res, std::string value, api::RequiredString(body, "value"));
+      QL_HTTP_ASSIGN(res, SecretRecord stored, secrets.Set(caller, name, value));
+      SendJson(res, 200, api::SecretJson(stored));
+      return;
+    }
+    case RouteId::kSecretDelete: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_ASSIGN(res, SecretRecord deleted, secrets.Remove(caller, name));
+      SendJson(res, 200, api::SecretJson(deleted));
+      return;
+    }
+    default:
+      break;
+  }
+  SendError(res, 404, "route_not_found", "no secrets route");
 }
 
 void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request& req,

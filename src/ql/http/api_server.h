@@ -17,6 +17,7 @@
 #include "ql/core/governance_ports.h"
 #include "ql/core/status.h"
 #include "ql/engine/control_service.h"
+#include "ql/engine/secret_service.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
 #include "ql/http/listener_tls.h"
@@ -55,6 +56,9 @@ struct ApiServerOptions {
   // The web panel served at "/" and under "/ui/" (GET and HEAD, no token); null or empty serves
   // none, and those paths answer 404 route_not_found. Must outlive the server.
   const PanelAssets* panel = nullptr;
+  // Serves /api/v1/secrets; without it those routes answer 503 secrets_unavailable. Must
+  // outlive the server.
+  SecretService* secrets = nullptr;
 };
 
 // One route of the API as the route table declares it, for documentation and tests.

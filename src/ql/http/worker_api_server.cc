@@ -76,6 +76,17 @@ json OfferJson(const WorkerOffer& offer, const WorkerServiceOptions& o) {
   const GrantedLease& g = offer.lease;
   json env = json::object();
   for (const auto& [k, v] : offer.plan.environment) env[k] = v;
+  // Sealed material only: the worker unwraps the data keys with its own key provider.
+  json secrets = json::array();
+  for (const SealedVariable& s : offer.secrets) {
+    secrets.push_back({{"variable", s.variable},
+                       {"project_id", s.version.project_id},
+                       {"name", s.version.name},
+                       {"version", *s.version.version},
+                       {"key_id", s.sealed.key_id},
+                       {"wrapped_key", s.sealed.wrapped_key},
+                       {"sealed_value", s.sealed.sealed_value}});
+  }
   return json{{"offer_id", g.offer_id},
               {"run_id", g.run_id},
               {"attempt_id", g.attempt_id},
@@ -93,7 +104,8 @@ json OfferJson(const WorkerOffer& offer, const WorkerServiceOptions& o) {
                 {"working_directory", offer.plan.working_directory.has_value()
                                           ? json(*offer.plan.working_directory)
                                           : json(nullptr)},
-                {"timeout_ms", offer.plan.timeout_ms}}}};
+                {"timeout_ms", offer.plan.timeout_ms}}},
+              {"secrets", std::move(secrets)}};
 }
 
 Result<AttemptOutcome> ParseOutcome(const json& body) {
@@ -122,6 +134,15 @@ Result<AttemptOutcome> ParseOutcome(const json& body) {
     o.kind = K::kCancelled;
   } else if (kind == "spawn_failed") {
     o.kind = K::kSpawnFailed;
+    QL_ASSIGN_OR_RETURN(std::optional<std::string> code, api::OptionalString(body, "error_code"));
+    if (code.has_value()) {
+      if (!IsSecretRunError(*code)) {
+        return InvalidArgument("invalid_argument",
+                               "error_code must be secret_not_found, secret_unavailable or "
+                               "secret_corrupt");
+      }
+      o.error_code = *code;
+    }
   } else {
     return InvalidArgument("invalid_argument",
                            "outcome must be exited, signaled, timed_out, cancelled or "
@@ -374,7 +395,8 @@ struct WorkerApiServer::Impl {
            QL_ASSIGN_OR_RETURN(LeaseCall call,
                                ParseLeaseCall(worker, id, body,
                                               {"session_id", "generation", "lease_token", "outcome",
-                                               "exit_code", "signal", "message", "log_truncated"}));
+                                               "exit_code", "signal", "message", "log_truncated",
+                                               "error_code"}));
            QL_ASSIGN_OR_RETURN(AttemptOutcome outcome, ParseOutcome(body));
            QL_ASSIGN_OR_RETURN(CompleteAnswer a, service.Complete(call, outcome));
            SendJson(res, 200,

@@ -23,6 +23,7 @@
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
 #include "ql/core/retention.h"
+#include "ql/core/secret_store.h"
 #include "ql/testing/fake_clock.h"
 
 namespace ql::testing {
@@ -158,6 +159,19 @@ class RetentionContract : public GovernanceContract {
                             int limit = 100);
 };
 
+// The secrets part of the contract (secret_contract.cc): sealed versions, the fence and audit
+// of secret writes, shredding and rotation, on the same stores.
+class SecretContract : public GovernanceContract {
+ protected:
+  SecretRepository& secrets() { return store().secrets(); }
+  // Writes version `version` of `name` in the test project as `actor` (fenced as admin), with
+  // sealed material recognisable by `tag`.
+  Result<SecretVersionRecord> Put(const PrincipalRecord& actor, const std::string& name,
+                                  int64_t version, const std::string& tag);
+  Result<SecretRecord> Delete(const PrincipalRecord& actor, const std::string& name);
+  SecretRef Ref(const std::string& name, std::optional<int64_t> version = std::nullopt);
+};
+
 namespace internal {
 // Return true; referenced by the instantiation macro so the suites' object files, which hold
 // the test registrations, are always linked from the static library.
@@ -165,6 +179,7 @@ bool LinkRepositoryContract();
 bool LinkGovernanceContract();
 bool LinkApprovalContract();
 bool LinkRetentionContract();
+bool LinkSecretContract();
 }  // namespace internal
 
 }  // namespace ql::testing
@@ -175,7 +190,8 @@ bool LinkRetentionContract();
   namespace ql::testing {                                                                  \
   [[maybe_unused]] static const bool ql_repository_contract_linked_##prefix =              \
       internal::LinkRepositoryContract() && internal::LinkGovernanceContract() &&        \
-      internal::LinkApprovalContract() && internal::LinkRetentionContract();               \
+      internal::LinkApprovalContract() && internal::LinkRetentionContract() &&            \
+      internal::LinkSecretContract();                                                      \
   INSTANTIATE_TEST_SUITE_P(prefix, RepositoryContractTest, ::testing::Values(__VA_ARGS__), \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, GovernanceContract, ::testing::Values(__VA_ARGS__),     \
@@ -183,6 +199,8 @@ bool LinkRetentionContract();
   INSTANTIATE_TEST_SUITE_P(prefix, ApprovalContract, ::testing::Values(__VA_ARGS__),       \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, RetentionContract, ::testing::Values(__VA_ARGS__),      \
+                           StoreFactoryName);                                              \
+  INSTANTIATE_TEST_SUITE_P(prefix, SecretContract, ::testing::Values(__VA_ARGS__),         \
                            StoreFactoryName);                                              \
   }                                                                                        \
   static_assert(true, "require a semicolon")

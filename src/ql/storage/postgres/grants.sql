@@ -33,6 +33,8 @@ GRANT SELECT, UPDATE ON ql3.trigger_schedules TO ql3_runtime;
 GRANT SELECT, INSERT, UPDATE ON ql3.approval_requests TO ql3_runtime;
 GRANT SELECT, INSERT ON ql3.approval_decisions, ql3.approved_actions, ql3.approval_receipts,
   ql3.run_resolutions TO ql3_runtime;
+-- Secrets: read (sealed) to put into a worker's lease; written by the admin role only.
+GRANT SELECT ON ql3.secrets, ql3.secret_versions TO ql3_runtime;
 
 -- ql3_admin: publishes definitions, creates and resets schedule rows, mints credentials.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_admin;
@@ -47,6 +49,8 @@ GRANT SELECT, INSERT ON ql3.task_revisions, ql3.execution_revisions, ql3.trigger
   TO ql3_admin;
 -- ql3_admin: retention settings of projects and tasks.
 GRANT SELECT, INSERT, UPDATE ON ql3.project_retention, ql3.task_retention TO ql3_admin;
+-- ql3_admin: secret versions, their shredding and their rotation.
+GRANT SELECT, INSERT, UPDATE ON ql3.secrets, ql3.secret_versions TO ql3_admin;
 
 -- ql3_worker_ingress: worker authentication and sessions, nothing else.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_worker_ingress;

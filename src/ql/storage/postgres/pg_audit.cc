@@ -50,6 +50,8 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"run_resolutions", {"SELECT", "INSERT"}},
       {"project_retention", {"SELECT"}},
       {"task_retention", {"SELECT"}},
+      {"secrets", {"SELECT"}},
+      {"secret_versions", {"SELECT"}},
   };
   return *kPrivileges;
 }
@@ -88,6 +90,8 @@ const std::map<std::string, std::set<std::string>>& AdminPrivileges() {
       {"trigger_revisions", {"SELECT", "INSERT"}},
       {"project_retention", {"SELECT", "INSERT", "UPDATE"}},
       {"task_retention", {"SELECT", "INSERT", "UPDATE"}},
+      {"secrets", {"SELECT", "INSERT", "UPDATE"}},
+      {"secret_versions", {"SELECT", "INSERT", "UPDATE"}},
   };
   return *kPrivileges;
 }

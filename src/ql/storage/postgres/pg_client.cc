@@ -137,6 +137,8 @@ constexpr ConstraintRule kUniqueRules[] = {
     {"run_resolutions_retry_run_key", StatusCode::kConflict, "run_already_resolved"},
     {"project_retention_pkey", StatusCode::kConflict, "retention_conflict"},
     {"task_retention_pkey", StatusCode::kConflict, "retention_conflict"},
+    {"secrets_pkey", StatusCode::kConflict, "secret_version_conflict"},
+    {"secret_versions_pkey", StatusCode::kConflict, "secret_version_conflict"},
 };
 
 // Every foreign key of the schema: a write that names a row that does not exist.
@@ -194,6 +196,8 @@ constexpr ConstraintRule kForeignKeyRules[] = {
     {"run_resolutions_run_fkey", StatusCode::kNotFound, "run_not_found"},
     {"run_resolutions_resolver_fkey", StatusCode::kNotFound, "principal_not_found"},
     {"run_resolutions_retry_run_fkey", StatusCode::kNotFound, "reference_not_found"},
+    {"secrets_project_fkey", StatusCode::kNotFound, "project_not_found"},
+    {"secret_versions_secret_fkey", StatusCode::kNotFound, "secret_not_found"},
 };
 
 // Every CHECK constraint of the schema: a value the schema refuses.
@@ -300,6 +304,15 @@ constexpr ConstraintRule kCheckRules[] = {
     {"run_resolutions_resolution_check", StatusCode::kInvalidArgument, "invalid_resolution"},
     {"run_resolutions_reason_check", StatusCode::kInvalidArgument, "invalid_reason"},
     {"run_resolutions_retry_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secrets_name_check", StatusCode::kInvalidArgument, "secret_name_invalid"},
+    {"secrets_current_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secrets_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secrets_deleted_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secret_versions_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"secret_versions_key_id_check", StatusCode::kInvalidArgument, "secret_sealed_invalid"},
+    {"secret_versions_wrapped_key_check", StatusCode::kInvalidArgument, "secret_sealed_invalid"},
+    {"secret_versions_sealed_value_check", StatusCode::kInvalidArgument, "secret_sealed_invalid"},
+    {"secret_versions_shredded_check", StatusCode::kInvalidArgument, "constraint_violated"},
 };
 
 // The rule of `constraint` in `rules`, or nullptr.

@@ -12,6 +12,7 @@
 #include "ql/core/store_commands.h"
 #include "ql/storage/postgres/pg_approvals.h"
 #include "ql/storage/postgres/pg_governance.h"
+#include "ql/storage/postgres/pg_secrets.h"
 #include "ql/storage/postgres/pg_store_rows.h"
 
 namespace ql {
@@ -42,7 +43,9 @@ PostgresStore::PostgresStore(std::unique_ptr<pg::Pool> runtime, std::unique_ptr<
       governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())),
       approvals_runner_(std::make_unique<pg::PgApprovalRunner>(*runtime_)),
       approvals_(std::make_unique<ApprovalStore>(*approvals_runner_, SecureRandom())),
-      retention_(pg::NewPgRetention(*runtime_, admin_.get())) {}
+      retention_(pg::NewPgRetention(*runtime_, admin_.get())),
+      secret_runner_(std::make_unique<pg::PgSecretRunner>(*runtime_, admin_.get())),
+      secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())) {}
 
 Status PostgresStore::Fence(pg::Tx& tx, const std::optional<PolicyFence>& fence,
                             const std::string& project_id) {

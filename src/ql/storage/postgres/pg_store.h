@@ -24,6 +24,7 @@
 #include "ql/core/approval_store.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
+#include "ql/core/secret_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/retention.h"
 #include "ql/core/status.h"
@@ -71,6 +72,8 @@ class PostgresStore final : public Store,
   // Retention (pg_retention.h): settings written as the admin role, the purge as the runtime
   // role.
   RetentionRepository& retention() override { return *retention_; }
+  // Secrets (pg_secrets.h): reads as the runtime role, writes as the admin role.
+  SecretRepository& secrets() override { return *secrets_; }
 
   // ProjectRepository. EnsureProject returns an existing project through the runtime pool;
   // creating one needs the admin pool, else Unavailable `admin_pool_missing`.
@@ -149,6 +152,8 @@ class PostgresStore final : public Store,
   std::unique_ptr<ApprovalTxRunner> approvals_runner_;
   std::unique_ptr<ApprovalRepository> approvals_;
   std::unique_ptr<RetentionRepository> retention_;
+  std::unique_ptr<SecretTxRunner> secret_runner_;
+  std::unique_ptr<SecretRepository> secrets_;
 };
 
 }  // namespace ql

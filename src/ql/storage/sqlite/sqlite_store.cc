@@ -15,6 +15,7 @@
 #include "ql/storage/sqlite/sqlite_db.h"
 #include "ql/storage/sqlite/sqlite_governance.h"
 #include "ql/storage/sqlite/sqlite_retention.h"
+#include "ql/storage/sqlite/sqlite_secrets.h"
 #include "ql/storage/sqlite/sqlite_migrations.h"
 #include "ql/storage/sqlite/sqlite_store_rows.h"
 
@@ -184,7 +185,9 @@ SqliteStore::SqliteStore(std::unique_ptr<sqlite::Db> db)
       governance_(std::make_unique<GovernanceStore>(*governance_runner_, SecureRandom())),
       approvals_runner_(std::make_unique<sqlite::SqliteApprovalRunner>(*db_)),
       approvals_(std::make_unique<ApprovalStore>(*approvals_runner_, SecureRandom())),
-      retention_(sqlite::NewSqliteRetention(*db_)) {}
+      retention_(sqlite::NewSqliteRetention(*db_)),
+      secret_runner_(std::make_unique<sqlite::SqliteSecretRunner>(*db_)),
+      secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())) {}
 
 Status SqliteStore::Fence(const std::optional<PolicyFence>& fence, const std::string& project_id) {
   if (!fence.has_value()) return Status();

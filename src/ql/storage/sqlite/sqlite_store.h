@@ -15,6 +15,7 @@
 #include "ql/core/clock.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
+#include "ql/core/secret_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/retention.h"
 #include "ql/core/status.h"
@@ -104,6 +105,7 @@ class SqliteStore final : public Store,
   GovernanceRepository& governance() override { return *governance_; }
   ApprovalRepository& approvals() override { return *approvals_; }
   RetentionRepository& retention() override { return *retention_; }
+  SecretRepository& secrets() override { return *secrets_; }
 
   // ProjectRepository
   Result<ProjectRecord> EnsureProject(const std::string& id_if_new, const std::string& slug,
@@ -173,6 +175,8 @@ class SqliteStore final : public Store,
   std::unique_ptr<ApprovalTxRunner> approvals_runner_;
   std::unique_ptr<ApprovalRepository> approvals_;
   std::unique_ptr<RetentionRepository> retention_;
+  std::unique_ptr<SecretTxRunner> secret_runner_;
+  std::unique_ptr<SecretRepository> secrets_;
 };
 
 }  // namespace ql

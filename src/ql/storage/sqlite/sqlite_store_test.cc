@@ -62,6 +62,7 @@ class TempFileStore final : public Store {
   GovernanceRepository& governance() override { return store_->governance(); }
   ApprovalRepository& approvals() override { return store_->approvals(); }
   RetentionRepository& retention() override { return store_->retention(); }
+  SecretRepository& secrets() override { return store_->secrets(); }
 
  private:
   std::unique_ptr<TempDir> dir_;  // outlives the store: declared first, destroyed last
@@ -159,6 +160,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0005-governance", "7383a50490135e5ad625dee6227a1bc9c7b33150db406296c2d3c7707455cd17"},
       {"0006-approvals", "15b1d407a2fdb125147b894de39f7d407aea5d483c4279192501bfa5667c99f0"},
       {"0007-retention", "a0e068328c04e39cadd27f2991ec6b25e11a5e3c2201e8ec01191d8135070574"},
+      {"0008-secrets", "ea66eef9cbd0791fa3e4217ba6e8fb8c03f7770eba53d49d492459d06b8bb4d6"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -176,7 +178,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 4);
+  EXPECT_EQ(capability.version, 5);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);
@@ -360,10 +362,11 @@ TEST(SqliteStoreTest, TamperedCapabilityIsRefused) {
   TempDir dir;
   const std::string path = dir.File("a.db");
   CreateDatabase(path);
-  ASSERT_EQ(RawConnection(path).Exec("UPDATE schema_capabilities SET version = 5"), SQLITE_OK);
+  ASSERT_EQ(RawConnection(path).Exec("UPDATE schema_capabilities SET version = version + 1"),
+            SQLITE_OK);
   ExpectRefusedUnchanged(path, "capability_invalid");
   ASSERT_EQ(RawConnection(path).Exec(
-                "UPDATE schema_capabilities SET version = 4, capability_map = '{\"runs\":1}'"),
+                "UPDATE schema_capabilities SET version = version - 1, capability_map = '{\"runs\":1}'"),
             SQLITE_OK);
   ExpectRefusedUnchanged(path, "capability_invalid");
 }
