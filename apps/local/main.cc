@@ -2,6 +2,7 @@
 // picks adapters (SQLite, POSIX supervisor, HTTP) and owns threads and sleeps.
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -352,6 +353,9 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
     std::cerr << "warning: " << st.message() << "\n";
   }
   api.SetReady(true);
+  // Start-up (migrations, recovery) leaves freed heap behind: give it back to the system, so an
+  // idle edge daemon holds only what it uses.
+  ::malloc_trim(0);
   std::cout << "ql-local " << profile << " listening on " << url << "\n"
             << "data directory: " << data.string() << "\n"
             << (panel.size() > 0 ? "web panel: " + url + "/\n" : std::string())

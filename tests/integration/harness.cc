@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -91,6 +93,49 @@ bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds t
   return condition();
 }
 
+namespace {
+
+std::string Base64(const std::string& in, bool url) {
+  const char* alphabet = url ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+                             : "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 3 <= in.size(); i += 3) {
+    const uint32_t n = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int shift = 18; shift >= 0; shift -= 6) out += alphabet[(n >> shift) & 63];
+  }
+  return out;  // a trailing partial group depends on what follows: left out
+}
+
+}  // namespace
+
+std::vector<std::string> LeakForms(const std::string& value) {
+  std::vector<std::string> forms = {value};
+  std::string hex;
+  for (unsigned char c : value) {
+    static const char* digits = "0123456789abcdef";
+    hex += digits[c >> 4];
+    hex += digits[c & 15];
+  }
+  forms.push_back(hex);
+  for (bool url : {false, true}) {
+    for (size_t lead = 0; lead < 3; ++lead) {
+      // `lead` bytes of something else before the value: the first group mixes them in.
+      std::string encoded = Base64(std::string(lead, '\0') + value, url);
+      if (lead > 0) encoded = encoded.substr(std::min<size_t>(4, encoded.size()));
+      if (encoded.size() >= 16) forms.push_back(encoded);
+    }
+  }
+  return forms;
+}
+
+std::string FindLeak(const std::string& text, const std::string& value) {
+  for (const std::string& form : LeakForms(value)) {
+    if (text.find(form) != std::string::npos) return form;
+  }
+  return "";
+}
+
 int HttpGetStatus(const std::string& url, const std::string& ca_file) {
   // url = http[s]://host:port/path
   const size_t scheme_end = url.find("://") + 3;
@@ -135,7 +180,7 @@ bool LocalDaemon::Start(const std::vector<std::string>& extra_args) {
         auto j = nlohmann::json::parse(in, nullptr, false);
         if (j.is_discarded() || !j.contains("server")) return false;
         server_ = j["server"].get<std::string>();
-        return HttpGetStatus(server_ + "/readyz") == 200;
+        return HttpGetStatus(server_ + "/readyz", ca_file_) == 200;
       },
       std::chrono::seconds(20));
   return ready;

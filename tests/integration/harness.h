@@ -48,6 +48,8 @@ class LocalDaemon {
   ~LocalDaemon();
   // Starts the daemon and waits until /readyz answers 200. Returns false on failure.
   bool Start(const std::vector<std::string>& extra_args = {});
+  // The CA that signed the daemon's TLS certificate, for its readiness check (https).
+  void set_ca_file(std::string ca_file) { ca_file_ = std::move(ca_file); }
   void Kill();           // SIGKILL, then reap
   int Stop();            // SIGTERM, wait, return exit status
   bool running() const { return pid_ > 0; }
@@ -63,7 +65,16 @@ class LocalDaemon {
   std::string profile_;
   pid_t pid_ = -1;
   std::string server_;
+  std::string ca_file_;
 };
+
+// The forms a leaked secret value could take in a file, a row or an answer: the value itself,
+// its lowercase hex, and its base64 and base64url text at each of the three alignments it can
+// have inside a longer encoded string (only the characters that depend on the value alone).
+std::vector<std::string> LeakForms(const std::string& value);
+
+// Returns the first of LeakForms(value) found in `text`, or an empty string.
+std::string FindLeak(const std::string& text, const std::string& value);
 
 // Returns the HTTP status of GET url (0 when unreachable).
 int HttpGetStatus(const std::string& url, const std::string& ca_file = "");

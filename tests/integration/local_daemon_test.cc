@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "ql/testing/test_pki.h"
 
 namespace ql::itest {
 namespace {
@@ -302,6 +304,53 @@ TEST_F(EdgeDaemonTest, NoisyCommandHitsTheLogCapAndTheTruncationIsRecorded) {
   const auto size = std::filesystem::file_size(data_ + "/log/" + task + "/" + run_id + ".log");
   EXPECT_GE(size, 4u * 1024 * 1024);
   EXPECT_LT(size, 4u * 1024 * 1024 + 1024);
+}
+
+// Which shared objects a running process has mapped, by file name (e.g. "libssl.so.3").
+std::set<std::string> MappedLibraries(pid_t pid) {
+  std::set<std::string> out;
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const size_t slash = line.rfind('/');
+    if (slash != std::string::npos) out.insert(line.substr(slash + 1));
+  }
+  return out;
+}
+
+bool MapsTls(const std::set<std::string>& libraries) {
+  return std::any_of(libraries.begin(), libraries.end(), [](const std::string& name) {
+    return name.rfind("libssl.so", 0) == 0 || name.rfind("libcrypto.so", 0) == 0;
+  });
+}
+
+// An edge daemon on plain loopback HTTP never maps OpenSSL; one given a certificate opens it and
+// serves HTTPS that ql verifies with the CA (and refuses without it).
+TEST(LocalDaemonTls, TheTlsLibraryIsMappedOnlyWhenServingTls) {
+  TempDir tmp;
+  LocalDaemon plain(tmp.path() + "/plain", "edge");
+  ASSERT_TRUE(plain.Start()) << plain.log();
+  EXPECT_EQ(plain.server().rfind("http://", 0), 0u) << plain.server();
+  EXPECT_FALSE(MapsTls(MappedLibraries(plain.pid())));
+  EXPECT_EQ(plain.Ql({"status"}).exit_code, 0);
+  EXPECT_FALSE(MapsTls(MappedLibraries(plain.pid())));
+  plain.Stop();
+
+  const std::string pki_dir = tmp.path() + "/pki";
+  std::filesystem::create_directories(pki_dir);
+  Result<testing::TestPki> pki = testing::MakeTestPki(pki_dir);
+  ASSERT_TRUE(pki.ok()) << pki.status().ToString();
+  LocalDaemon tls(tmp.path() + "/tls", "edge");
+  tls.set_ca_file(pki->ca_cert);
+  ASSERT_TRUE(tls.Start({"--tls-cert", pki->server_cert, "--tls-key", pki->server_key}))
+      << tls.log();
+  EXPECT_EQ(tls.server().rfind("https://", 0), 0u) << tls.server();
+  EXPECT_TRUE(MapsTls(MappedLibraries(tls.pid())));
+  CommandResult trusted = tls.Ql({"--ca-file", pki->ca_cert, "status"});
+  EXPECT_EQ(trusted.exit_code, 0) << trusted.err;
+  CommandResult other = tls.Ql({"--ca-file", pki->other_ca_cert, "status"});
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("tls_verification_failed"), std::string::npos) << other.err;
 }
 
 TEST(LocalDaemonStartup, UnknownProfileIsAUsageError) {

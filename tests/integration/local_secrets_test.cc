@@ -149,7 +149,7 @@ TEST_F(LocalSecretsTest, TheCommandGetsTheValueAndNoRowAnswerEventOrLogHoldsIt) 
   for (const fs::directory_entry& entry : fs::recursive_directory_iterator(data_)) {
     if (!entry.is_regular_file()) continue;
     ++files;
-    EXPECT_EQ(ReadFile(entry.path()).find(value), std::string::npos) << entry.path();
+    EXPECT_EQ(FindLeak(ReadFile(entry.path()), value), "") << entry.path();
   }
   EXPECT_GE(files, 3);
   // Every row of every table, decoded by SQLite (not only the file's bytes).
@@ -159,16 +159,48 @@ TEST_F(LocalSecretsTest, TheCommandGetsTheValueAndNoRowAnswerEventOrLogHoldsIt) 
        SqliteQuery(db, "SELECT name FROM sqlite_master WHERE type = 'table'")) {
     for (const std::string& row : SqliteQuery(db, "SELECT * FROM \"" + table + "\"")) {
       ++rows;
-      EXPECT_EQ(row.find(value), std::string::npos) << table << ": " << row;
+      EXPECT_EQ(FindLeak(row, value), "") << table << ": " << row;
     }
   }
   EXPECT_GT(rows, 10);
   EXPECT_EQ(SqliteQuery(db, "SELECT count(*) FROM secret_versions WHERE key_id IS NOT NULL"),
             std::vector<std::string>{"1"});
   for (const std::string& answer : answers_) {
-    EXPECT_EQ(answer.find(value), std::string::npos) << answer;
+    EXPECT_EQ(FindLeak(answer, value), "") << answer;
   }
-  EXPECT_EQ(daemon_->log().find(value), std::string::npos);
+  EXPECT_EQ(FindLeak(daemon_->log(), value), "");
+}
+
+// `--from-file` takes the file's bytes as they are (a trailing newline included), `--secret-env`
+// refuses a malformed entry with a usage error, and a file that cannot be read changes nothing.
+TEST_F(LocalSecretsTest, AValueFromAFileIsUsedByteForByteAndBadFlagsChangeNothing) {
+  const std::string value = UniqueValue("file") + "\n";
+  const std::string file = tmp_.path() + "/value.txt";
+  {
+    std::ofstream f(file, std::ios::binary);
+    f << value;
+  }
+  CommandResult set = Ql({"secret", "set", "FROM_FILE", "--from-file", file});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_EQ(FindLeak(set.out + set.err, value.substr(0, value.size() - 1)), "");
+  const std::string task = AddTask("from-file", "TOKEN=FROM_FILE");
+  const json run = RunToEnd(task);
+  ASSERT_EQ(run.value("status", ""), "succeeded") << run.dump();
+  EXPECT_EQ(ReadFile(out_ + "/from-file").substr(0, 64), Sha256Of(value));
+
+  CommandResult unreadable = Ql({"secret", "set", "OTHER", "--from-file", tmp_.path() + "/none"});
+  EXPECT_EQ(unreadable.exit_code, 2) << unreadable.err;
+  EXPECT_NE(unreadable.err.find("secret_file_unreadable"), std::string::npos) << unreadable.err;
+  for (const std::string& bad : {"NOEQUALS", "=NAME", "VAR=", "VAR=bad name", "VAR=NAME@0"}) {
+    CommandResult r = Ql({"task", "add", "bad", "--secret-env", bad, "--shell", "true"});
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_FALSE(r.err.empty()) << bad;
+  }
+  CommandResult list = Ql({"secret", "list", "--json"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(list.out.find("OTHER"), std::string::npos) << list.out;
+  CommandResult tasks = Ql({"task", "list", "--json"});
+  EXPECT_EQ(tasks.out.find("\"bad\""), std::string::npos) << tasks.out;
 }
 
 TEST_F(LocalSecretsTest, AMissingOrDeletedSecretFailsTheRunAndRotationKeepsSecretsReadable) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ql/core/rfc3339.h"
+#include "ql/core/secret_ref.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
 
@@ -231,6 +232,15 @@ TEST_F(ControlServiceTest, RejectsInvalidTaskBodiesWithoutWriting) {
     EXPECT_EQ(result.status().reason(), c.reason)
         << c.body.dump() << " -> " << result.status().ToString();
   }
+  // A SecretRef of another project's secret: a task may only use its own project's secrets.
+  Result<std::string> foreign =
+      EncodeSecretRef(SecretRef{"019ca869-5000-784e-9a8e-3849b4090010", "token", std::nullopt});
+  ASSERT_TRUE(foreign.ok()) << foreign.status().ToString();
+  json foreign_body = ShellTask("foreign");
+  foreign_body["spec"]["environment"] = json{{"TOKEN", *foreign}};
+  auto cross = service_->PublishTask(TaskWrite{foreign_body, std::nullopt});
+  EXPECT_EQ(cross.status().reason(), "secret_ref_other_project") << cross.status().ToString();
+  EXPECT_NE(cross.status().message().find("TOKEN"), std::string::npos);
   auto bad_mutation = service_->PublishTask(TaskWrite{ShellTask("y"), std::string("has space")});
   EXPECT_EQ(bad_mutation.status().reason(), "invalid_mutation_id");
   auto bad_id = service_->PublishTaskRevision("not-a-uuid", 1, TaskWrite{ShellTask("y"), {}});

@@ -55,8 +55,11 @@ Result<RetentionRound> RetentionJob::RunRound() {
         Result<PurgeResult> purged = retention_.PurgeRuns(
             PlanPurge(scope, now, options_.batch_size, NewUuidV7(now, random_)));
         if (!purged.ok()) {
+          // One task that cannot be purged (a damaged row, a trigger refusing) must not stop
+          // retention for every task after it: count it and go on; the next walk retries it.
           metrics_.Increment("ql_retention_errors_total");
-          return purged.status();
+          if (round.errors++ == 0) round.first_error = purged.status();
+          break;
         }
         const int64_t runs = static_cast<int64_t>(purged->run_ids.size());
         if (runs > 0) {
@@ -93,6 +96,10 @@ int64_t RetentionJob::RunLoopRound(const DiagnosticLog& diagnostics) {
   if (!round.ok()) {
     if (diagnostics) diagnostics("retention", round.status());
     return options_.interval_ms;
+  }
+  if (round->errors > 0 && diagnostics) {
+    diagnostics("retention: " + std::to_string(round->errors) + " task(s) could not be purged",
+                round->first_error);
   }
   return NextDelayMs(*round);
 }

@@ -36,6 +36,8 @@ struct RetentionRound {
   int64_t log_chunks = 0;
   int tasks = 0;           // tasks looked at
   bool bounded = false;    // stopped at max_runs_per_round; the next round continues
+  int errors = 0;          // tasks whose purge failed; the walk went on past them
+  Status first_error;      // the first of those failures (ok when none)
 };
 
 class RetentionJob {

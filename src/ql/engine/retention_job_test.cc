@@ -102,19 +102,25 @@ TEST_F(RetentionJobTest, RoundsAreBoundedAndContinueWhereTheyStopped) {
   EXPECT_NE(text.find("ql_retention_purged_events_total 36"), std::string::npos) << text;
 }
 
-TEST_F(RetentionJobTest, AFailedBatchIsCountedAndRetriedFromTheSameTask) {
+TEST_F(RetentionJobTest, ATaskThatCannotBePurgedIsCountedAndSkippedAndRetriedNextWalk) {
   store_.runs = {{"a", 1}, {"b", 3}, {"c", 1}};
   store_.fail_task = "b";
   RetentionJob job = Job(10, 100);
-  Result<RetentionRound> failed = job.RunRound();
-  EXPECT_EQ(failed.status().reason(), "database_unavailable");
+  Result<RetentionRound> first = job.RunRound();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->runs, 2);  // a and c: the failing task does not hold up the ones after it
+  EXPECT_EQ(first->tasks, 3);
+  EXPECT_EQ(first->errors, 1);
+  EXPECT_EQ(first->first_error.reason(), "database_unavailable");
+  EXPECT_EQ(store_.runs["c"], 0);
   EXPECT_NE(metrics_.RenderPrometheus().find("ql_retention_errors_total 1"), std::string::npos);
 
   store_.fail_task.clear();
   Result<RetentionRound> next = job.RunRound();
   ASSERT_TRUE(next.ok());
-  EXPECT_EQ(next->runs, 4);  // b and c; a was done before the failure
-  EXPECT_EQ(next->tasks, 2);
+  EXPECT_EQ(next->runs, 3);  // b, retried by the next walk
+  EXPECT_EQ(next->errors, 0);
+  EXPECT_EQ(store_.runs["b"], 0);
 }
 
 TEST_F(RetentionJobTest, OptionsAreValidated) {

@@ -11,6 +11,11 @@
 #include "ql/core/canonical_json.h"
 #include "ql/http/api_json.h"
 
+// Defined only by executables that load the TLS library when a TLS listener is configured
+// rather than at start (ql-local, apps/local/tls_library.cc): returns whether it could be
+// loaded, else writes why into `error`. Null elsewhere: the library is linked as usual.
+extern "C" __attribute__((weak)) int ql_load_tls_library(char* error, size_t size);
+
 namespace ql::transport {
 namespace {
 
@@ -122,6 +127,13 @@ Status RequireReadable(const std::string& file, std::string_view flag) {
 Result<std::unique_ptr<httplib::Server>> NewServer(const std::optional<ListenerTls>& tls) {
   if (!tls.has_value()) return std::make_unique<httplib::Server>();
 #if QL_TLS
+  if (ql_load_tls_library != nullptr) {
+    char error[512] = {};
+    if (ql_load_tls_library(error, sizeof error) == 0) {
+      return Unavailable("tls_library_unavailable",
+                         std::string("the TLS library cannot be loaded: ") + error);
+    }
+  }
   QL_RETURN_IF_ERROR(RequireReadable(tls->cert_file, "--tls-cert"));
   QL_RETURN_IF_ERROR(RequireReadable(tls->key_file, "--tls-key"));
   if (!tls->client_ca_file.empty()) {

@@ -279,6 +279,13 @@ Result<std::string> PostgresServer::PsqlFile(const std::string& database,
   return r.out;
 }
 
+Result<std::string> PostgresServer::PgDump(const std::string& database) const {
+  Output r = Run({bin_dir_ + "/pg_dump", "-h", "127.0.0.1", "-p", std::to_string(port_), "-U",
+                  kSuperuser, "-d", database});
+  if (r.exit_code != 0) return Internal("pg_dump_failed", "pg_dump: " + r.err.substr(0, 2000));
+  return r.out;
+}
+
 Status PostgresServer::Stop() {
   if (!running_) return Status::Ok();
   Output r = Run(As(run_as_, {bin_dir_ + "/pg_ctl", "-D", data_dir_, "-m", "fast", "-w", "stop"}));

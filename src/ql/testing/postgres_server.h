@@ -53,6 +53,8 @@ class PostgresServer {
                              const std::string& sql) const;
   // Runs a file with psql as the superuser (e.g. deploy/postgres/roles.sql).
   Result<std::string> PsqlFile(const std::string& database, const std::string& path) const;
+  // Returns a plain-text pg_dump of `database` (schema and data of every schema).
+  Result<std::string> PgDump(const std::string& database) const;
 
   // Stops the server (fast shutdown) / starts it again on the same port.
   Status Stop();

@@ -335,6 +335,11 @@ Result<std::string> Db::QueryText(std::string_view sql, std::string_view operati
 
 int64_t Db::Changes() const { return sqlite3_changes(handle_); }
 
+void Db::ReleaseMemory() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ::sqlite3_db_release_memory(handle_);
+}
+
 std::string Db::ErrorMessage() const { return sqlite3_errmsg(handle_); }
 
 }  // namespace ql::sqlite

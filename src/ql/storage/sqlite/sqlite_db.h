@@ -145,6 +145,10 @@ class Db {
   // Returns the last error message of the connection.
   std::string ErrorMessage() const;
 
+  // Frees the page cache pages no statement holds (after migrations, which read every page);
+  // takes the connection mutex itself.
+  void ReleaseMemory();
+
  private:
   friend class Stmt;
   struct CachedStatement {

@@ -295,6 +295,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& opti
         QL_ASSIGN_OR_RETURN(capabilities, ReadCapabilities(*db));
         return CheckCapability(capabilities, &sqlite::ExpectedCapability());
       }));
+  // Migrations touched every page of the schema; an edge daemon need not keep them cached.
+  if (!pending.empty()) db->ReleaseMemory();
   return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(db)));
 }
 
