@@ -5,9 +5,12 @@ Starts a real server on a temporary data directory and a free port, `ql-local se
 --server cluster) a throwaway PostgreSQL, `ql-cluster serve` and one `ql-worker`, and drives the
 panel as a person would: sign in; create a task and a trigger every 2 seconds through the
 forms; see runs appear and a log stream live; cancel a long run; a bad cron expression shows
-the server's message; a viewer's token sees no edit control and a forced write is refused with
-403. Every page is saved as a screenshot, desktop and 360 px wide, into --screenshots, and must
-not scroll sideways at 360 px. A missing browser or driver is a failure, never a skip.
+the server's message; set a secret (its value never shows again) and run a task that names it;
+an operator requests a run of a task that requires approval, the owner's own request is refused
+approval (approval_self) and the operator's is approved in the page, and the run happens; a
+viewer's token sees no edit control and a forced write is refused with 403. Every page is saved
+as a screenshot, desktop and 360 px wide, into --screenshots, and must not scroll sideways at
+360 px. A missing browser or driver is a failure, never a skip.
 """
 
 import argparse
@@ -39,6 +42,8 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 VIEWER_TZ = "Asia/Shanghai"
 DESKTOP = (1280, 1000)
 PHONE = (360, 780)
+# Typed into the Secrets page; it must never be shown by any page afterwards.
+SECRET_VALUE = "pv-7f1c-s3cr3t-value"
 
 
 class Failure(Exception):
@@ -152,17 +157,22 @@ class Server:
             f.write(worker_token + "\n")
         os.chmod(token_file, 0o600)
         port, worker_port = free_port(), free_port()
+        key_file = os.path.join(self.workdir, "secret.key")
+        with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(os.urandom(32))
         self.spawn("ql-cluster", [cluster, "serve", "--database-url", urls["runtime"],
                                   "--admin-database-url", urls["admin"],
                                   "--worker-database-url", urls["worker"],
                                   "--listen", f"127.0.0.1:{port}",
                                   "--worker-listen", f"127.0.0.1:{worker_port}",
+                                  "--secret-key-file", key_file,
                                   "--shutdown-wait", "2"], env=env)
         self.url = f"http://127.0.0.1:{port}"
         self.wait_ready()
         self.spawn("ql-worker", [os.path.join(self.args.bin_dir, "ql-worker"), "--control",
                                  f"http://127.0.0.1:{worker_port}", "--token-file", token_file,
-                                 "--slots", "4", "--work-dir", os.path.join(self.workdir, "worker")],
+                                 "--slots", "4", "--work-dir", os.path.join(self.workdir, "worker"),
+                                 "--secret-key-file", key_file],
                    env=env)
 
     def stop(self):
@@ -266,6 +276,21 @@ class Panel:
             time.sleep(0.2)
 
 
+def api(server, method, path, body=None, token=None):
+    """Returns the JSON answer of one API call that must succeed (the owner's token by default)."""
+    status, _, data = http(server.url + path, method=method, token=token or server.token, body=body)
+    check(200 <= status < 300, f"{method} {path} answered {status}: {data[:300]!r}")
+    return json.loads(data) if data else None
+
+
+def principal_with_role(server, name, role):
+    """Creates principal `name` with `role` in the default project; returns a token of it."""
+    api(server, "POST", "/api/v1/principals", {"name": name, "kind": "user"})
+    api(server, "POST", "/api/v1/projects/default/bindings",
+        {"principal": name, "role": role, "mutation_id": f"panel-test-grant-{name}"})
+    return api(server, "POST", "/api/v1/tokens", {"principal": name})["token"]
+
+
 def api_error(server, path, query):
     """Returns the server's {code, message} for a GET expected to fail."""
     status, _, body = http(f"{server.url}{path}?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}",
@@ -309,18 +334,157 @@ def sign_out(panel):
           "the token is still in sessionStorage after signing out")
 
 
-def create_task(panel, name, command, env="", timeout_s="60"):
+def create_task(panel, name, command, env="", timeout_s="60", secret_env="", approval=False):
     panel.go("/tasks/new?project=default")
     panel.fill("#task-name", name)
     panel.fill("#task-command", command)
     if env:
         panel.fill("#task-env", env)
+    if secret_env:
+        panel.fill("#task-secret-env", secret_env)
+    if approval:
+        panel.one("#task-approval").click()
+        Select(panel.one("#task-approver-role")).select_by_value("admin")
+        panel.fill("#task-approval-ttl", "1")
     panel.fill("#task-timeout", timeout_s)
     panel.one("#task-save").click()
     wait_until(lambda: "/tasks/" in panel.driver.current_url and "/new" not in panel.driver.current_url,
                f"the page of task {name}")
     panel.wait_text("h1", name)
     return panel.driver.current_url.split("/tasks/")[1].split("?")[0]
+
+
+def alert_with(panel, needle):
+    """Waits for an error banner holding `needle`; returns its text."""
+    return wait_until(lambda: next((e.text for e in panel.css("main [role=alert]") if needle in e.text), None),
+                      f"an error banner with {needle!r}")
+
+
+def no_secret_shown(panel, where):
+    check(SECRET_VALUE not in panel.main_text(), f"the secret's value shows in the text of {where}")
+    check(SECRET_VALUE not in panel.driver.page_source, f"the secret's value is in the DOM of {where}")
+
+
+def secrets_and_approvals(server, panel):
+    """Secrets and approvals, signed in as the owner; ends signed in as the owner. Returns the
+    approval request's id."""
+    # A secret set in its page: the field is emptied and the value never shows again.
+    panel.go("/secrets?project=default")
+    panel.fill("#secret-name", "panel-secret")
+    panel.fill("#secret-value", SECRET_VALUE)
+    panel.one("#secret-form button[type=submit]").click()
+    panel.wait_text("#secret-saved", "version 1")
+    wait_until(lambda: "panel-secret" in panel.text("table"), "the secret in the list")
+    check(panel.one("#secret-value").get_attribute("value") == "", "the value field was not emptied")
+    check(panel.one("#secret-value").get_attribute("type") == "password", "the value field is not a password field")
+    no_secret_shown(panel, "the Secrets page")
+    panel.shoot("secrets")
+    # A second value is version 2; an invalid name shows the server's message.
+    panel.button("New value").click()
+    check(panel.one("#secret-name").get_attribute("value") == "panel-secret", "New value did not fill the name")
+    panel.fill("#secret-value", SECRET_VALUE)
+    panel.one("#secret-form button[type=submit]").click()
+    panel.wait_text("#secret-saved", "version 2")
+    panel.fill("#secret-name", "9bad")
+    panel.fill("#secret-value", "x")
+    panel.one("#secret-form button[type=submit]").click()
+    alert_with(panel, "secret_name_invalid")
+    no_secret_shown(panel, "the Secrets page after two writes")
+    # Another one deleted with a confirming second click: kept as a tombstone.
+    panel.fill("#secret-name", "panel-doomed")
+    panel.fill("#secret-value", "short-lived")
+    panel.one("#secret-form button[type=submit]").click()
+    panel.wait_text("#secret-saved", "panel-doomed is at version 1")
+    row = "//tr[.//code[normalize-space()='panel-doomed']]"
+    panel.driver.find_element(By.XPATH, row + "//button[normalize-space()='Delete']").click()
+    panel.driver.find_element(By.XPATH, row + "//button[normalize-space()='Confirm delete']").click()
+    panel.wait_text("#secret-saved", "panel-doomed deleted")
+    wait_until(lambda: panel.driver.find_elements(By.XPATH, row + "//span[normalize-space()='deleted']"),
+               "panel-doomed shown as deleted")
+
+    # A task naming it in its secret environment: shown as a reference, and the run gets it.
+    secret_task = create_task(panel, "panel-secret-user", 'echo "secret length ${#PANEL_SECRET}"',
+                              secret_env="PANEL_SECRET=panel-secret")
+    panel.wait_text("#task-env-list", "PANEL_SECRET ← secret panel-secret (current)")
+    no_secret_shown(panel, "the task page")
+    panel.go(f"/tasks/{secret_task}/edit?project=default")
+    check(panel.one("#task-secret-env").get_attribute("value") == "PANEL_SECRET=panel-secret",
+          "the form does not show the secret environment as NAME=secret")
+    panel.go(f"/tasks/{secret_task}?project=default")
+    panel.button("Run now").click()
+    wait_until(lambda: "/runs/" in panel.driver.current_url, "the secret task's run")
+    panel.wait_text("#log", f"secret length {len(SECRET_VALUE)}", timeout=40)
+    panel.wait_text("#run-status", "succeeded", timeout=30)
+    no_secret_shown(panel, "the run page")
+
+    # A task whose manual runs need approval; the owner's own request cannot be approved by it.
+    gated = create_task(panel, "panel-gated", "echo gated-run-ok", approval=True)
+    panel.wait_text("#task-approval", "wait for an admin")
+    panel.go(f"/tasks/{gated}/edit?project=default")
+    check(panel.one("#task-approval").is_selected(), "the form does not show the approval policy")
+    check(panel.one("#task-approval-ttl").get_attribute("value") == "1", "the form lost the approval TTL")
+    panel.driver.execute_script("document.getElementById('task-approval').scrollIntoView()")
+    panel.shoot("task-form-approval")
+    panel.go(f"/tasks/{gated}?project=default")
+    panel.button("Run now").click()
+    panel.wait_text("#approval-requested", "Approval requested")
+    panel.one("#approval-requested a.approval-link").click()
+    panel.wait_text("#approval-status", "pending")
+    panel.button("Approve").click()
+    expected = "approval_self"
+    alert_with(panel, expected)
+    panel.shoot("approval-self")
+    panel.fill("#reject-reason", "asked by mistake")
+    panel.one("#reject-form button[type=submit]").click()
+    panel.wait_text("#approval-status", "rejected")
+    panel.wait_text("main", "asked by mistake")
+
+    # An operator requests a run in the page: "approval requested", no Approve button for it.
+    operator_token = principal_with_role(server, "otto", "operator")
+    sign_out(panel)
+    sign_in(panel, operator_token, "operator")
+    panel.go(f"/tasks/{gated}?project=default")
+    panel.button("Run now").click()
+    panel.wait_text("#approval-requested", "Approval requested")
+    check(not panel.css("main [role=alert]:not([hidden])"), "Run now of a gated task shows an error")
+    panel.shoot("task-approval-requested")
+    request_link = panel.one("#approval-requested a.approval-link")
+    approval_id = request_link.get_attribute("href").split("/approvals/")[1].split("?")[0]
+    request_link.click()
+    panel.wait_text("#approval-status", "pending")
+    panel.button("Withdraw")
+    check(not [b.text for b in panel.css("main button") if b.text in ("Approve", "Reject")],
+          "the operator sees the approver's buttons")
+    panel.go("/approvals?project=default")
+    panel.one(f"a.approval-link[title='{approval_id}']")
+    panel.shoot("approvals")
+    sign_out(panel)
+
+    # The owner approves it in the page, and the run happens.
+    sign_in(panel, server.token, "owner")
+    panel.go("/approvals?project=default")
+    panel.one(f"a.approval-link[title='{approval_id}']").click()
+    panel.wait_text("#approval-status", "pending")
+    panel.wait_text("main", "otto")
+    panel.shoot("approval")
+    panel.button("Approve").click()
+    panel.wait_text("#approval-status", "approved")
+    panel.wait_text("main", "Receipt")
+    panel.shoot("approval-approved")
+    panel.one("#approval-run a.run-link").click()
+    panel.wait_text("#log", "gated-run-ok", timeout=40)
+    panel.wait_text("#run-status", "succeeded", timeout=30)
+    panel.wait_text("main", "approved")
+    # The filter: approved lists it, pending no longer does.
+    panel.go("/approvals?status=approved&project=default")
+    panel.one(f"a.approval-link[title='{approval_id}']")
+    panel.go("/approvals?status=pending&project=default")
+    panel.wait_text("main", "No request waits for approval.")
+    panel.go("/runs?status=recovery_required&project=default")
+    panel.wait_text("main", "No run.")
+    check(Select(panel.one("#runs-status")).first_selected_option.get_attribute("value") == "recovery_required",
+          "the runs filter lacks recovery_required")
+    return approval_id
 
 
 def scenario(server, panel):
@@ -447,6 +611,8 @@ def scenario(server, panel):
     panel.wait_text("main", "binding.grant")
     panel.shoot("audit")
     panel.collect_console()
+    approval_id = secrets_and_approvals(server, panel)
+    panel.collect_console()
 
     # The viewer: no edit control anywhere, and a forced write is refused.
     sign_out(panel)
@@ -455,6 +621,8 @@ def scenario(server, panel):
     for route, ready in (("/", "#status-tiles .tile"), ("/tasks", "a.task-link"), (f"/tasks/{tick}", "h1"),
                          ("/triggers", "a.trigger-link"), (f"/triggers/{trigger}", "ol.fire-times"),
                          (f"/runs?task={long_task}", "a.run-link"), ("/projects/default", "h1"),
+                         ("/approvals?status=all", "a.approval-link"), (f"/approvals/{approval_id}", "#approval-status"),
+                         ("/secrets", "code.secret-name"),
                          ("/tasks/new", ".banner.warn"), ("/triggers/new", ".banner.warn")):
         panel.go(route + ("&" if "?" in route else "?") + "project=default")
         panel.one(ready)

@@ -68,6 +68,8 @@ export async function call(method, path, {query, body, signal} = {}) {
 
 export const get = (path, query, signal) => call('GET', path, {query, signal});
 export const post = (path, body = {}, signal) => call('POST', path, {body, signal});
+export const put = (path, body, signal) => call('PUT', path, {body, signal});
+export const del = (path, signal) => call('DELETE', path, {signal});
 
 // Returns a pager over a listing with `next_cursor`: next() resolves to the next page's items
 // (an empty array once done), `done` tells whether another page exists.

@@ -260,6 +260,12 @@ const STATUS_KIND = {
   created: 'wait',
   retry_wait: 'wait',
   claimed: 'wait',
+  recovery_required: 'bad',
+  pending: 'wait',
+  approved: 'ok',
+  rejected: 'bad',
+  expired: 'muted',
+  deleted: 'muted',
 };
 
 // Returns a coloured status label.

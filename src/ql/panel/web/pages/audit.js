@@ -1,9 +1,10 @@
 // The security audit (installation admins): governance changes, refusals and failed
 // sign-ins, newest first, paged by the API's cursor.
 
-import {get, pager} from '../lib/api.js';
+import {pager} from '../lib/api.js';
 import {h, replace} from '../lib/dom.js';
 import {shortId, timeEl} from '../lib/format.js';
+import {principalNames} from '../lib/lookup.js';
 import {badge, errorBox, pagedTable, pageHeader, table} from '../lib/ui.js';
 
 export const nav = {
@@ -16,13 +17,7 @@ export const routes = [{pattern: '/audit', render}];
 async function render(ctx) {
   ctx.title('Audit');
   const errors = errorBox();
-  let names = new Map();
-  try {
-    names = new Map(
-        ((await get('/api/v1/principals', {}, ctx.signal)).items || []).map((p) => [p.id, p.name]));
-  } catch (err) {
-    if (err.name === 'AbortError') throw err;
-  }
+  const names = await principalNames(ctx.signal);
   const id = (v) => (v ? h('code', {title: v, text: names.get(v) || shortId(v)}) : '—');
   const tbl = table(
       [

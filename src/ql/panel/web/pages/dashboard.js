@@ -143,7 +143,9 @@ async function render(ctx) {
             ['Succeeded', counts.succeeded || 0],
             ['Failed', (counts.failed || 0) + (counts.timed_out || 0) + (counts.lost || 0)],
             ['Enabled triggers', status.enabled_triggers],
+            counts.recovery_required ? ['Need resolution', counts.recovery_required] : null,
           ]
+              .filter(Boolean)
               .map(
                   ([label, value]) => h(
                       'div', {class: 'tile'}, h('span', {class: 'tile-value', text: String(value)}),

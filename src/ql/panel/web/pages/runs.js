@@ -1,12 +1,13 @@
 // Runs: the list with filters (task, trigger, status from the API; a time window applied to
 // the pages as they arrive, newest first), and one run with its attempts, events and log,
-// followed live while it runs. Cancel and retry for operators.
+// followed live while it runs. Cancel and retry for operators; admins resolve a run in
+// recovery_required.
 
 import {followLog, get, pager, post, readLog} from '../lib/api.js';
 import {h, replace} from '../lib/dom.js';
 import {between, durationText, isoFromLocalInput, localInputFromIso, shortId, timeEl} from '../lib/format.js';
 import {taskNames} from '../lib/lookup.js';
-import {actionButton, badge, errorBox, facts, field, link, notice, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
+import {actionButton, allowed, badge, errorBox, facts, field, inlineForm, link, notice, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
 
 export const nav = {
   label: 'Runs',
@@ -19,7 +20,7 @@ export const routes = [
 
 const STATUSES = [
   'created', 'queued', 'dispatching', 'running', 'succeeded', 'failed', 'cancelled', 'timed_out',
-  'retry_wait', 'lost'
+  'retry_wait', 'lost', 'recovery_required'
 ];
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'timed_out']);
 // Text kept in the log view; older output is dropped from the top.
@@ -294,23 +295,29 @@ async function renderRun(ctx) {
   );
   const attemptSel = h('select', {id: 'log-attempt', 'aria-label': 'Attempt'});
   const log = logView(attemptSel);
-  let paintedActions = null;  // whether the buttons on screen are for a finished run
+  const resolveBox = h('div', {id: 'resolve-box'});
+  let paintedActions = null;  // what the buttons on screen are for: finished, recovery, going
   let paintedKey = '';
+  const actionsMode = () => TERMINAL.has(run.status) ? 'finished' :
+      run.status === 'recovery_required'           ? 'recovery' :
+                                                     'going';
 
-  // Repaints what changed since the last paint (buttons only when the run finished, so an
-  // armed Cancel survives the refresh).
+  // Repaints what changed since the last paint (buttons only when the run's mode changed, so an
+  // armed Cancel or a half-written resolution survives the refresh).
   const paint = () => {
     const key = `${run.version}|${JSON.stringify(run.attempts || [])}`;
     if (key === paintedKey) return;
     paintedKey = key;
-    if (paintedActions !== TERMINAL.has(run.status)) paintActions();
+    if (paintedActions !== actionsMode()) paintActions();
     paintFacts();
   };
   const paintActions = () => {
-    paintedActions = TERMINAL.has(run.status);
+    paintedActions = actionsMode();
+    replace(resolveBox, paintedActions === 'recovery' ? resolveForm() : null);
     replace(
         headActions,
-        !TERMINAL.has(run.status) ?
+        paintedActions === 'recovery' ? null :
+        paintedActions === 'going'    ?
             actionButton(
                 'Cancel run',
                 'operator',
@@ -331,6 +338,40 @@ async function renderRun(ctx) {
                 {errors, kind: 'primary'},
                 ),
     );
+  };
+  // A run in recovery_required (an approved run whose attempt was lost after it started) waits
+  // for an admin to say how it ended; nothing retries it by itself.
+  const resolveForm = () => {
+    const explain = notice(
+        'An attempt of this approved run was lost after it started, so it may or may not have ' +
+            'done its work. Nothing retries it: an admin resolves it as succeeded, failed, or ' +
+            'failed and retried (a new approved run of the same revision).',
+        'warn');
+    if (!allowed('admin')) return section('Needs resolution', explain);
+    const resolution = select(
+        [
+          ['succeeded', 'succeeded (it did its work)'], ['failed', 'failed'],
+          ['retry', 'retry (fail it and run it again)']
+        ],
+        'failed', {id: 'resolve-resolution'});
+    const reason =
+        h('input', {id: 'resolve-reason', required: true, maxlength: 512, autocomplete: 'off'});
+    return section(
+        'Needs resolution', explain,
+        inlineForm(
+            'resolve-form',
+            [field('Resolution', resolution), field('Reason', reason, '1–512 characters')],
+            'Resolve', 'admin', async () => {
+              const answer = await post(
+                  `/api/v1/runs/${id}/resolve`,
+                  {resolution: resolution.value, reason: reason.value.trim()});
+              if (answer.retry_run_id) {
+                ctx.navigate(`/runs/${answer.retry_run_id}`);
+                return;
+              }
+              run = await get(`/api/v1/runs/${id}`, {}, ctx.signal);
+              paint();
+            }));
   };
   const paintFacts = () => {
     replace(
@@ -375,6 +416,7 @@ async function renderRun(ctx) {
       h('div', {class: 'page-head'},
         h('h1', {}, 'Run ', h('span', {class: 'mono', text: shortId(id)})), headActions),
       errors,
+      resolveBox,
       section(null, summary),
       section('Attempts', attemptsBox),
       section('Log', log),

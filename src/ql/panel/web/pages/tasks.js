@@ -1,10 +1,12 @@
 // Tasks: the list (search over the loaded pages), one task with its triggers, recent runs and
-// revision history, and the form that creates a task or publishes its next revision.
+// revision history, and the form that creates a task or publishes its next revision (with its
+// approval policy and the secrets its environment names).
 
 import {get, pager, post} from '../lib/api.js';
 import {h, randomId, replace} from '../lib/dom.js';
-import {durationText, timeEl} from '../lib/format.js';
+import {durationText, shortId, timeEl} from '../lib/format.js';
 import {forgetTask} from '../lib/lookup.js';
+import {decodeSecretRef, encodeSecretRef, isSecretRef, parseSecretTarget, secretTargetText} from '../lib/secretref.js';
 import {session} from '../lib/session.js';
 import {actionButton, actionLink, badge, errorBox, facts, field, href, link, notice, onSubmit, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
 
@@ -99,10 +101,49 @@ function retryText(retry) {
       retry.retry_on_lost ? ', retried when lost' : ''}`;
 }
 
+// Lists a spec's environment; a secret shows as the reference it is (name and version), with
+// a link to the secrets page: the spec never holds a secret's value.
 function envList(env) {
   const entries = Object.entries(env || {});
   if (!entries.length) return h('span', {class: 'muted', text: 'none'});
-  return h('ul', {class: 'plain mono'}, entries.map(([k, v]) => h('li', {text: `${k}=${v}`})));
+  return h('ul', {class: 'plain mono', id: 'task-env-list'}, entries.map(([k, v]) => {
+    if (!isSecretRef(v)) return h('li', {text: `${k}=${v}`});
+    const ref = decodeSecretRef(v);
+    if (!ref) return h('li', {}, `${k}=`, h('span', {class: 'muted', text: '(unreadable ref)'}));
+    return h(
+        'li', {class: 'secret-env'}, `${k} ← secret `,
+        link(ref.name, '/secrets', {}, {class: 'chip'}),
+        h('span', {class: 'muted', text: ref.version ? ` version ${ref.version}` : ' (current)'}));
+  }));
+}
+
+// Returns a task's approval policy in words.
+function approvalText(approval) {
+  if (!approval?.required) return 'not required for manual runs';
+  const role = approval.approver_role || 'admin';
+  const ttl = durationText(approval.ttl_ms ?? 86400000);
+  return `manual runs wait for an ${role} to approve (requests expire after ${ttl})`;
+}
+
+// Returns the panel's answer to starting a run of task `id`: the run's page, or — when the
+// task's revision requires approval (202 approval_required) — a notice with the request.
+async function startRun(ctx, id, shown) {
+  const answer = await post('/api/v1/runs', {task_id: id, idempotency_key: randomId()});
+  if (answer.code !== 'approval_required') {
+    ctx.navigate(`/runs/${answer.id}`);
+    return;
+  }
+  const role = answer.approval?.approver_role || 'admin';
+  replace(
+      shown,
+      h('div', {class: 'banner info', role: 'status', id: 'approval-requested'},
+        h('strong', {text: 'Approval requested. '}),
+        `This task's manual runs wait for an ${role} to approve them: `,
+        link(
+            `request ${shortId(answer.approval_id)}`, `/approvals/${answer.approval_id}`, {},
+            {class: 'approval-link', title: answer.approval_id}),
+        '.'));
+  shown.hidden = false;
 }
 
 async function renderTask(ctx) {
@@ -111,15 +152,9 @@ async function renderTask(ctx) {
   const task = await get(`/api/v1/tasks/${id}`, {}, ctx.signal);
   ctx.title(task.name);
   const spec = task.spec || {};
+  const requested = h('div', {hidden: true});
   const runNow = actionButton(
-      'Run now',
-      'operator',
-      async () => {
-        const run = await post('/api/v1/runs', {task_id: id, idempotency_key: randomId()});
-        ctx.navigate(`/runs/${run.id}`);
-      },
-      {errors, kind: 'primary'},
-  );
+      'Run now', 'operator', () => startRun(ctx, id, requested), {errors, kind: 'primary'});
   const toggle = task.enabled ?
       actionButton(
           'Disable',
@@ -150,6 +185,7 @@ async function renderTask(ctx) {
           actionLink('Add trigger', 'admin', href('/triggers/new', {task: id})),
           ),
       errors,
+      requested,
       section(
           null,
           facts(
@@ -165,6 +201,7 @@ async function renderTask(ctx) {
                 ],
                 ['Timeout', durationText(spec.timeoutMs)],
                 ['Retries', retryText(task.retry)],
+                ['Approval', h('span', {id: 'task-approval', text: approvalText(task.approval)})],
                 [
                   'Labels',
                   Object.keys(task.labels || {}).length ?
@@ -242,6 +279,36 @@ function linesToMap(text, what) {
 
 const mapToLines = (m) => Object.entries(m || {}).map(([k, v]) => `${k}=${v}`).join('\n');
 
+// Splits a spec's environment into the plain entries and the secret ones as VAR=NAME[@VERSION]
+// lines (a ref that cannot be read stays a plain entry, as stored).
+function splitEnvironment(env) {
+  const plain = {};
+  const secret = {};
+  for (const [k, v] of Object.entries(env || {})) {
+    const ref = decodeSecretRef(v);
+    if (ref)
+      secret[k] = secretTargetText(ref);
+    else
+      plain[k] = v;
+  }
+  return {plain, secret};
+}
+
+// Returns the spec's environment: the plain entries, and each VAR=NAME[@VERSION] line of
+// `secretText` as a SecretRef of project `projectId` (as `ql task add --secret-env` writes it).
+function environmentOf(plainText, secretText, projectId) {
+  const env = linesToMap(plainText, 'environment');
+  for (const [variable, target] of Object.entries(linesToMap(secretText, 'secret environment'))) {
+    if (variable in env) {
+      throw Object.assign(
+          new Error(`${variable} is given both as a value and as a secret`), {code: 'form'});
+    }
+    const {name, version} = parseSecretTarget(target.trim(), `secret environment ${variable}`);
+    env[variable] = encodeSecretRef(projectId, name, version);
+  }
+  return env;
+}
+
 async function renderForm(ctx, task) {
   const editing = !!task;
   ctx.title(editing ? `Edit ${task.name}` : 'New task');
@@ -280,7 +347,16 @@ async function renderForm(ctx, task) {
   const env =
       h('textarea',
         {id: 'task-env', rows: 3, class: 'mono', spellcheck: 'false', placeholder: 'TZ=UTC'});
-  env.value = mapToLines(spec.environment);
+  const {plain: plainEnv, secret: secretEnvMap} = splitEnvironment(spec.environment);
+  env.value = mapToLines(plainEnv);
+  const secretEnv = h('textarea', {
+    id: 'task-secret-env',
+    rows: 2,
+    class: 'mono',
+    spellcheck: 'false',
+    placeholder: 'GITHUB_TOKEN=github-token'
+  });
+  secretEnv.value = mapToLines(secretEnvMap);
   const workdir = h('input', {
     id: 'task-workdir',
     class: 'mono',
@@ -307,6 +383,29 @@ async function renderForm(ctx, task) {
       h('textarea',
         {id: 'task-labels', rows: 2, class: 'mono', spellcheck: 'false', placeholder: 'team=ops'});
   labels.value = mapToLines(task?.labels);
+  const approval = task?.approval || null;
+  const needsApproval =
+      h('input', {type: 'checkbox', id: 'task-approval', checked: !!approval?.required});
+  const approverRole = select(
+      [['admin', 'admin (or owner)'], ['owner', 'owner']], approval?.approver_role || 'admin',
+      {id: 'task-approver-role'});
+  const approvalTtl = h('input', {
+    id: 'task-approval-ttl',
+    type: 'number',
+    min: '0.001',
+    max: '720',
+    step: 'any',
+    value: approval?.ttl_ms ? String(approval.ttl_ms / 3600000) : '',
+    placeholder: '24'
+  });
+  const approvalFields = h(
+      'div', {class: 'row'}, field('Approver role', approverRole),
+      field('Request expires after (hours)', approvalTtl, 'Empty: 24 hours; 1 s – 30 days.'));
+  const syncApproval = () => {
+    approvalFields.hidden = !needsApproval.checked;
+  };
+  needsApproval.addEventListener('change', syncApproval);
+  syncApproval();
   const enabled = h('input', {
     type: 'checkbox',
     id: 'task-enabled',
@@ -343,6 +442,9 @@ async function renderForm(ctx, task) {
       argvFields,
       field('Environment', env, 'One NAME=value per line.'),
       field(
+          'Secret environment', secretEnv,
+          'One NAME=secret[@version] per line: the variable gets the secret\'s value when an attempt starts (no version: its current one). The task keeps only the reference.'),
+      field(
           'Working directory', workdir,
           'Absolute path; empty runs the command in the task\'s own directory.'),
       field('Timeout (seconds)', timeout, 'Empty: 24 hours.'),
@@ -359,6 +461,13 @@ async function renderForm(ctx, task) {
                 { for: onLost.id, text: 'Retry when the attempt is lost'
                 }))),
           ),
+      h('fieldset', {}, h('legend', {text: 'Approval'}),
+        h('div', {class: 'field check'}, needsApproval,
+          h('label',
+            { for: needsApproval.id,
+              text: 'Manual runs need approval (cron occurrences run as usual)'
+            })),
+        approvalFields),
       field('Labels', labels, 'One key=value per line.'),
       h('div', {class: 'field check'}, enabled,
         h('label',
@@ -383,9 +492,14 @@ async function renderForm(ctx, task) {
           file: file.value.trim(),
           args: args.value === '' ? [] : args.value.split('\n')
         };
+    // A ref names a secret of the task's own project: the one the server resolves `?project=`
+    // to, asked only when the form names a secret (as `ql task add --secret-env` does).
+    const projectId = editing ? task.project_id :
+        secretEnv.value.trim() ? (await get('/api/v1/status')).project.id :
+                                 '';
     const body = {
       name: name.value.trim(),
-      spec: {command, environment: linesToMap(env.value, 'environment')},
+      spec: {command, environment: environmentOf(env.value, secretEnv.value, projectId)},
       labels: linesToMap(labels.value, 'labels'),
       enabled: enabled.checked,
       mutation_id: mutationId,
@@ -400,6 +514,11 @@ async function renderForm(ctx, task) {
         safety: safety.value,
         retry_on_lost: onLost.checked,
       };
+    }
+    if (needsApproval.checked) {
+      body.approval = {required: true, approver_role: approverRole.value};
+      if (approvalTtl.value !== '')
+        body.approval.ttl_ms = Math.round(Number(approvalTtl.value) * 3600000);
     }
     let saved;
     if (editing) {
