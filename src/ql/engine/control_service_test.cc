@@ -10,6 +10,7 @@
 
 #include "ql/core/rfc3339.h"
 #include "ql/core/secret_ref.h"
+#include "ql/core/states.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
 
@@ -549,7 +550,9 @@ TEST_F(ControlServiceTest, ListsRunsWithFiltersAndPages) {
   }
   EXPECT_EQ(queued, 3);
   EXPECT_EQ(cancelled_count, 1);
-  EXPECT_EQ(status->runs_by_status.size(), 10u);
+  // Every run status is listed, with 0 where no run has it (recovery_required included).
+  EXPECT_EQ(status->runs_by_status.size(), kAllRunStatuses.size());
+  EXPECT_EQ(status->runs_by_status.size(), 11u);
 }
 
 }  // namespace
