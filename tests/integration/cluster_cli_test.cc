@@ -95,12 +95,12 @@ TEST_F(ClusterCliTest, FreshMigrationPrintsEveryAppliedMigration) {
 
 TEST_F(ClusterCliTest, DriftIsNotReadyWithItsStableCode) {
   Migrated();
-  ASSERT_TRUE(server_->Psql("qinglong", "GRANT DELETE ON ql3.runs TO ql3_runtime").ok());
+  ASSERT_TRUE(server_->Psql("qinglong", "GRANT DELETE ON ql3.projects TO ql3_runtime").ok());
   CommandResult r = Cluster({"audit", "--database-url", Url("ql3_runtime")});
-  ASSERT_TRUE(server_->Psql("qinglong", "REVOKE DELETE ON ql3.runs FROM ql3_runtime").ok());
+  ASSERT_TRUE(server_->Psql("qinglong", "REVOKE DELETE ON ql3.projects FROM ql3_runtime").ok());
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.out.rfind("not ready: runtime_role_invalid: ", 0), 0u) << r.out;
-  EXPECT_NE(r.out.find("DELETE on runs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("DELETE on projects"), std::string::npos) << r.out;
 
   // Migrating again restores the exact grants.
   ASSERT_TRUE(server_->Psql("qinglong", "GRANT TRUNCATE ON ql3.runs TO ql3_runtime").ok());
@@ -161,8 +161,8 @@ const DriftCase kDriftCases[] = {
      "policy runs.runs_all"},
     {"reloptions", "ALTER TABLE ql3.trigger_schedules RESET (fillfactor)",
      "schema_contract_invalid", "reloptions trigger_schedules fillfactor=70"},
-    {"runtime_extra_privilege", "GRANT DELETE ON ql3.runs TO ql3_runtime", "runtime_role_invalid",
-     "has DELETE on runs"},
+    {"runtime_extra_privilege", "GRANT DELETE ON ql3.projects TO ql3_runtime", "runtime_role_invalid",
+     "has DELETE on projects"},
     {"runtime_missing_privilege", "REVOKE INSERT ON ql3.run_events FROM ql3_runtime",
      "runtime_role_invalid", "lacks INSERT on run_events"},
     {"ingress_extra_privilege", "GRANT SELECT ON ql3.runs TO ql3_worker_ingress",

@@ -303,10 +303,10 @@ TEST_F(ClusterReplicasTest, ReadinessFollowsTheDatabase) {
   EXPECT_GE(read_only_ms, 0) << "/readyz stayed 200 on a read-only primary";
   EXPECT_GE(writable_ms, 0);
 
-  ASSERT_TRUE(server_->Psql("qinglong", "GRANT DELETE ON ql3.runs TO ql3_runtime").ok());
+  ASSERT_TRUE(server_->Psql("qinglong", "GRANT DELETE ON ql3.projects TO ql3_runtime").ok());
   const int64_t drift_ms =
       wait_readyz(503, "runtime_role_invalid", kReadinessPeriodMs + kSlackMs);
-  ASSERT_TRUE(server_->Psql("qinglong", "REVOKE DELETE ON ql3.runs FROM ql3_runtime").ok());
+  ASSERT_TRUE(server_->Psql("qinglong", "REVOKE DELETE ON ql3.projects FROM ql3_runtime").ok());
   const int64_t healed_ms = wait_readyz(200, "", kNotReadyPeriodMs + kSlackMs);
   EXPECT_GE(drift_ms, 0) << "/readyz stayed 200 under drift";
   EXPECT_GE(healed_ms, 0);
