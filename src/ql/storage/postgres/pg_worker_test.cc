@@ -27,6 +27,7 @@
 #include "ql/storage/postgres/pg_store.h"
 #include "ql/storage/postgres/pg_test_support.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/test_principals.h"
 
 namespace ql {
 namespace {
@@ -451,6 +452,108 @@ TEST_F(PgWorkerTest, AnExpiredUnstartedLeaseIsGrantedAgainAndTheOldOfferIsGone) 
   EXPECT_EQ(again->offers[0].lease.lease_version, 2);
   EXPECT_TRUE(Fails(service_->Starting(Call(slow, offer)), "lease_not_found"));
   EXPECT_EQ(Run(run_id).status, "queued");
+}
+
+// Approved runs (DESIGN §9.1): once a worker acknowledged the start, a lost lease leaves the
+// effect unknown, so the run waits for a human whatever its retry policy says.
+class PgWorkerApprovalTest : public PgWorkerTest {
+ protected:
+  void SetUp() override {
+    WorkerServiceOptions options;
+    options.lease_ttl_ms = 1000;
+    options.heartbeat_interval_ms = 500;
+    Open(options);
+    testing::TestPrincipals people(store_->governance(), SystemClock(), random_);
+    ASSERT_TRUE(people.Bootstrap().ok());
+    const std::string project = control_->EnsureDefaultProject()->id;
+    ops_ = people.Add("ops", Role::kOperator, project).value();
+    amy_ = people.Add("amy", Role::kAdmin, project).value();
+    json body{{"name", "guarded"},
+              {"spec", {{"command", {{"kind", "shell"}, {"command", "sleep 5"}}}}},
+              {"retry",
+               {{"max_attempts", 3},
+                {"retry_on_lost", true},
+                {"safety", "idempotent"},
+                {"backoff_base_ms", 0},
+                {"backoff_max_ms", 0}}},
+              {"approval", {{"required", true}}}};
+    Result<PublishedTask> task = control_->PublishTask(TaskWrite{body, std::nullopt});
+    ASSERT_TRUE(task.ok()) << task.status().ToString();
+    StartRunRequest request;
+    request.task_id = task->task.head.task_id;
+    Result<StartedRun> requested = control_->StartRun(request, Caller{ops_.id, "", "req"});
+    ASSERT_TRUE(requested.ok() && requested->approval.has_value()) << requested.status().ToString();
+    Result<ApproveResult> approved =
+        control_->Approve(requested->approval->id, Caller{amy_.id, "", "approve"});
+    ASSERT_TRUE(approved.ok()) << approved.status().ToString();
+    run_id_ = approved->run.id;
+  }
+
+  Result<RecoveryReport> Recover() {
+    PostgresClusterRecovery candidates(store_->runtime_pool());
+    ClusterRecovery recovery(candidates, store_->runs(), SystemClock(), random_, metrics_);
+    return recovery.RunOnce();
+  }
+
+  PrincipalRecord ops_;
+  PrincipalRecord amy_;
+  std::string run_id_;
+};
+
+TEST_F(PgWorkerApprovalTest, AStartedApprovedRunWhoseLeaseExpiredWaitsForRecovery) {
+  Worker dead = NewWorker("w1");
+  OfferToken offer = Take(dead);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  Result<RecoveryReport> report = Recover();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->lost, 1);
+  EXPECT_EQ(report->requeued, 0);
+  RunRecord run = Run(run_id_);
+  EXPECT_EQ(run.status, "recovery_required");
+  EXPECT_EQ(run.error_code, "attempt_lost");
+  std::vector<AttemptRecord> attempts = store_->runs().ListAttempts(run_id_).value();
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].status, "lost");
+  std::vector<std::string> types = EventTypes(run_id_);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_required"), 1);
+
+  // Nothing runs it again: no later cycle requeues it, no worker is offered it.
+  ASSERT_TRUE(Recover().ok());
+  Worker other = NewWorker("w2");
+  EXPECT_EQ(Pull(other, {NewOffer()}).value().offers.size(), 0u);
+  // The dead worker's late result is refused and recorded; the run still waits for a human.
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  EXPECT_TRUE(Fails(service_->Complete(Call(dead, offer), exited), "attempt_finished"));
+  EXPECT_EQ(Run(run_id_).status, "recovery_required");
+  EXPECT_EQ(store_->runs().ListAttempts(run_id_).value().size(), 1u);
+  types = EventTypes(run_id_);
+  EXPECT_NE(std::find(types.begin(), types.end(), "attempt.late_callback_ignored"), types.end());
+}
+
+TEST_F(PgWorkerApprovalTest, AnApprovedRunWhoseWorkerNeverStartedItIsGrantedAgain) {
+  Worker slow = NewWorker("w1");
+  OfferToken offer = NewOffer();
+  ASSERT_EQ(Pull(slow, {offer}).value().offers.size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  Result<RecoveryReport> report = Recover();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->redispatch, 1);
+  EXPECT_EQ(report->lost, 0);
+  EXPECT_EQ(Run(run_id_).status, "queued");
+  Worker other = NewWorker("w2");
+  OfferToken second = Take(other);
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  exited.exit_code = 0;
+  Result<CompleteAnswer> done = service_->Complete(Call(other, second), exited);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->run_status, "succeeded");
+  std::vector<AttemptRecord> attempts = store_->runs().ListAttempts(run_id_).value();
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].status, "succeeded");
+  const std::vector<std::string> types = EventTypes(run_id_);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_required"), 0);
 }
 
 TEST_F(PgWorkerTest, CancelReachesTheWorkerAndTheRunEndsCancelled) {
