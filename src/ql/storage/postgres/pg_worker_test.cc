@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -529,6 +530,61 @@ TEST_F(PgWorkerApprovalTest, AStartedApprovedRunWhoseLeaseExpiredWaitsForRecover
   EXPECT_EQ(store_->runs().ListAttempts(run_id_).value().size(), 1u);
   types = EventTypes(run_id_);
   EXPECT_NE(std::find(types.begin(), types.end(), "attempt.late_callback_ignored"), types.end());
+}
+
+TEST_F(PgWorkerApprovalTest, AHumanResolutionAndALateWorkerResultHaveOneTerminalWinner) {
+  Worker dead = NewWorker("w1");
+  OfferToken offer = Take(dead);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  ASSERT_TRUE(Recover().ok());
+  ASSERT_EQ(Run(run_id_).status, "recovery_required");
+  // A barrier holds the run's row: the resolution queues on it while the late result arrives.
+  auto conn = pg::Connection::Open(PgTestCluster::Get().Url(pg::kMigrationRole, db_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  pg::Connection& barrier = **conn;
+  ASSERT_TRUE(barrier.Exec("BEGIN", {}, "barrier").ok());
+  auto locked =
+      barrier.Exec("SELECT 1 FROM ql3.runs WHERE id = $1 FOR UPDATE", {pg::P(run_id_)}, "barrier");
+  ASSERT_TRUE(locked.ok()) << locked.status().ToString();
+  auto resolve = std::async(std::launch::async, [&] {
+    return control_->ResolveRun(run_id_, "succeeded", "the deploy log shows it finished",
+                                Caller{amy_.id, "", "resolve"});
+  });
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  exited.exit_code = 1;
+  auto late =
+      std::async(std::launch::async, [&] { return service_->Complete(Call(dead, offer), exited); });
+  // Both queue on the run's row: the resolution to end it, the late result to record itself.
+  const std::string waiting =
+      "SELECT count(*) FROM pg_stat_activity WHERE datname = '" + db_ +
+      "' AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple')";
+  bool queued = false;
+  for (int i = 0; i < 500 && !queued; ++i) {
+    queued = Count(waiting) == 2;
+    if (!queued) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(queued) << "the resolution and the late result did not both queue on the run";
+  ASSERT_TRUE(barrier.Exec("COMMIT", {}, "barrier").ok());
+  EXPECT_TRUE(Fails(late.get(), "attempt_finished"));
+  Result<ResolveRunResult> resolved = resolve.get();
+  ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
+  // And a result arriving after the resolution changes nothing either.
+  EXPECT_TRUE(Fails(service_->Complete(Call(dead, offer), exited), "attempt_finished"));
+  RunRecord run = Run(run_id_);
+  EXPECT_EQ(run.status, "succeeded");
+  EXPECT_FALSE(run.exit_code.has_value());
+  const std::vector<std::string> types = EventTypes(run_id_);
+  int terminal = 0;
+  for (const std::string& t : types) {
+    if (t == "run.succeeded" || t == "run.failed" || t == "run.cancelled" || t == "run.timed_out") {
+      ++terminal;
+    }
+  }
+  EXPECT_EQ(terminal, 1);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_resolved"), 1);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "attempt.late_callback_ignored"), 1);
+  ASSERT_EQ(store_->runs().ListAttempts(run_id_).value().back().status, "lost");
 }
 
 TEST_F(PgWorkerApprovalTest, AnApprovedRunWhoseWorkerNeverStartedItIsGrantedAgain) {
