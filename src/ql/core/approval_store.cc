@@ -93,6 +93,51 @@ Status RequireUndecided(const ApprovalRequestRecord& request, int64_t now_ms) {
   return Status::Ok();
 }
 
+// How far a retry resolution follows retry_of_run_id back to the approval it re-runs.
+constexpr int kMaxRetryChain = 64;
+
+// Returns the principal whose request authorised `run`: the requester of its receipt's request,
+// or, for the retry of a resolved run, of the run it retries; nullopt when none is found.
+Result<std::optional<std::string>> OriginalRequester(ApprovalTx& tx, RunRecord run) {
+  for (int hop = 0; hop < kMaxRetryChain; ++hop) {
+    QL_ASSIGN_OR_RETURN(std::optional<ApprovalReceiptRecord> receipt, tx.LoadReceiptByRun(run.id));
+    if (receipt.has_value()) {
+      QL_ASSIGN_OR_RETURN(std::optional<ApprovalRequestRecord> request,
+                          tx.LoadRequest(receipt->request_id, /*lock=*/false));
+      if (!request.has_value()) return std::optional<std::string>();
+      return std::optional<std::string>(request->requester_id);
+    }
+    if (!run.retry_of_run_id.has_value()) break;
+    QL_ASSIGN_OR_RETURN(std::optional<RunRecord> previous,
+                        tx.LoadRun(*run.retry_of_run_id, /*lock=*/false));
+    if (!previous.has_value()) break;
+    run = std::move(*previous);
+  }
+  return std::optional<std::string>();
+}
+
+// A retry resolution executes the approved action again, so it passes the same policy as an
+// approval: the approver role of the run's revision (at least admin, which every resolution
+// needs) and a principal other than the one who requested the original run.
+Status RequireRetryAuthority(ApprovalTx& tx, const RunRecord& run, const Actor& actor) {
+  Role required = RequiredRole(Action::kApprove);
+  QL_ASSIGN_OR_RETURN(std::optional<TaskRevisionRecord> revision,
+                      tx.LoadTaskRevision(run.task_id, run.task_revision));
+  if (revision.has_value()) {
+    QL_ASSIGN_OR_RETURN(std::optional<ApprovalPolicy> policy, RequiredApproval(*revision));
+    if (policy.has_value() && policy->approver_role > required) required = policy->approver_role;
+  }
+  QL_RETURN_IF_ERROR(
+      CheckPolicyFence(tx.governance(), PolicyFence{actor.principal_id, required}, run.project_id));
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> requester, OriginalRequester(tx, run));
+  if (requester.has_value() && *requester == actor.principal_id) {
+    return PermissionDenied("approval_self", "run " + run.id +
+                                                 " was requested by the same principal; another "
+                                                 "one must authorise running it again");
+  }
+  return Status::Ok();
+}
+
 Status RequireResolution(std::string_view resolution) {
   if (resolution == kResolveSucceeded || resolution == kResolveFailed ||
       resolution == kResolveRetry) {
@@ -139,71 +184,76 @@ Result<RequestApprovalResult> ApprovalStore::RequestApproval(const RequestApprov
     QL_RETURN_IF_ERROR(RequireText("idempotency key", *cmd.idempotency_key));
   }
   RequestApprovalResult out;
-  QL_RETURN_IF_ERROR(runner_.Run(
-      ApprovalTxKind::kWrite, "requesting an approval", [&](ApprovalTx& tx) -> Status {
-        GovernanceTx& gov = tx.governance();
-        QL_RETURN_IF_ERROR(CheckPolicyFence(
-            gov, PolicyFence{cmd.actor.principal_id, RequiredRole(Action::kOperateRuns)},
-            cmd.project_id));
-        if (cmd.idempotency_key.has_value()) {
-          QL_ASSIGN_OR_RETURN(std::optional<ApprovalRequestRecord> same,
-                              tx.LoadRequestByKey(cmd.project_id, *cmd.idempotency_key));
-          if (same.has_value()) {
-            if (same->task_id != cmd.task_id) {
-              return Conflict("idempotency_key_reused",
-                              "idempotency_key " + Quote(*cmd.idempotency_key) +
-                                  " already names approval request " + same->id + " of task " +
-                                  same->task_id);
-            }
-            out = RequestApprovalResult{std::move(*same), true};
-            return Status::Ok();
-          }
+  const std::function<Status(ApprovalTx&)> request = [&](ApprovalTx& tx) -> Status {
+    GovernanceTx& gov = tx.governance();
+    QL_RETURN_IF_ERROR(CheckPolicyFence(
+        gov, PolicyFence{cmd.actor.principal_id, RequiredRole(Action::kOperateRuns)},
+        cmd.project_id));
+    if (cmd.idempotency_key.has_value()) {
+      QL_ASSIGN_OR_RETURN(std::optional<ApprovalRequestRecord> same,
+                          tx.LoadRequestByKey(cmd.project_id, *cmd.idempotency_key));
+      if (same.has_value()) {
+        if (same->task_id != cmd.task_id) {
+          return Conflict("idempotency_key_reused", "idempotency_key " +
+                                                        Quote(*cmd.idempotency_key) +
+                                                        " already names approval request " +
+                                                        same->id + " of task " + same->task_id);
         }
-        QL_ASSIGN_OR_RETURN(TaskRevisionRecord revision,
-                            RequireCurrentRevision(tx, cmd.project_id, cmd.task_id,
-                                                   cmd.task_revision, cmd.task_digest,
-                                                   "task_revision_not_current"));
-        QL_ASSIGN_OR_RETURN(std::optional<ApprovalPolicy> policy, RequiredApproval(revision));
-        if (!policy.has_value()) {
-          return Conflict("approval_not_required",
-                          "task " + cmd.task_id + " revision " +
-                              std::to_string(cmd.task_revision) + " needs no approval to run");
-        }
-        QL_ASSIGN_OR_RETURN(bool exec_ok,
-                            tx.ExecutionRevisionMatches(cmd.execution_revision_id, cmd.task_id,
-                                                        cmd.task_revision, cmd.task_digest));
-        if (!exec_ok) {
-          return Conflict("execution_revision_missing",
-                          "execution revision " + Quote(cmd.execution_revision_id) +
-                              " is not a plan of task " + cmd.task_id + " revision " +
-                              std::to_string(cmd.task_revision));
-        }
-        QL_ASSIGN_OR_RETURN(const int64_t now, tx.ClockMs(cmd.now_ms));
-        ApprovalRequestRecord r;
-        r.id = cmd.id;
-        r.project_id = cmd.project_id;
-        r.action = std::string(kApprovalActionRunCreate);
-        r.task_id = cmd.task_id;
-        r.task_revision = cmd.task_revision;
-        r.task_digest = cmd.task_digest;
-        r.execution_revision_id = cmd.execution_revision_id;
-        r.priority = cmd.priority;
-        r.idempotency_key = cmd.idempotency_key;
-        r.payload_json = ApprovalPayloadCanonical(r);
-        r.payload_digest = ApprovalPayloadDigest(r.payload_json);
-        r.requester_id = cmd.actor.principal_id;
-        QL_ASSIGN_OR_RETURN(r.requester_binding_version,
-                            GrantingBindingVersion(gov, r.requester_id, r.project_id));
-        r.approver_role = std::string(RoleName(policy->approver_role));
-        r.status = std::string(kApprovalPending);
-        r.created_at_ms = now;
-        r.expires_at_ms = now + policy->ttl_ms;
-        QL_RETURN_IF_ERROR(tx.InsertRequest(r));
-        QL_RETURN_IF_ERROR(gov.InsertAudit(
-            Fact(cmd.actor, "approval.request", "approval", r.id, r.project_id, now)));
-        out = RequestApprovalResult{std::move(r), false};
+        out = RequestApprovalResult{std::move(*same), true};
         return Status::Ok();
-      }));
+      }
+    }
+    QL_ASSIGN_OR_RETURN(TaskRevisionRecord revision,
+                        RequireCurrentRevision(tx, cmd.project_id, cmd.task_id, cmd.task_revision,
+                                               cmd.task_digest, "task_revision_not_current"));
+    QL_ASSIGN_OR_RETURN(std::optional<ApprovalPolicy> policy, RequiredApproval(revision));
+    if (!policy.has_value()) {
+      return Conflict("approval_not_required", "task " + cmd.task_id + " revision " +
+                                                   std::to_string(cmd.task_revision) +
+                                                   " needs no approval to run");
+    }
+    QL_ASSIGN_OR_RETURN(bool exec_ok,
+                        tx.ExecutionRevisionMatches(cmd.execution_revision_id, cmd.task_id,
+                                                    cmd.task_revision, cmd.task_digest));
+    if (!exec_ok) {
+      return Conflict("execution_revision_missing",
+                      "execution revision " + Quote(cmd.execution_revision_id) +
+                          " is not a plan of task " + cmd.task_id + " revision " +
+                          std::to_string(cmd.task_revision));
+    }
+    QL_ASSIGN_OR_RETURN(const int64_t now, tx.ClockMs(cmd.now_ms));
+    ApprovalRequestRecord r;
+    r.id = cmd.id;
+    r.project_id = cmd.project_id;
+    r.action = std::string(kApprovalActionRunCreate);
+    r.task_id = cmd.task_id;
+    r.task_revision = cmd.task_revision;
+    r.task_digest = cmd.task_digest;
+    r.execution_revision_id = cmd.execution_revision_id;
+    r.priority = cmd.priority;
+    r.idempotency_key = cmd.idempotency_key;
+    r.payload_json = ApprovalPayloadCanonical(r);
+    r.payload_digest = ApprovalPayloadDigest(r.payload_json);
+    r.requester_id = cmd.actor.principal_id;
+    QL_ASSIGN_OR_RETURN(r.requester_binding_version,
+                        GrantingBindingVersion(gov, r.requester_id, r.project_id));
+    r.approver_role = std::string(RoleName(policy->approver_role));
+    r.status = std::string(kApprovalPending);
+    r.created_at_ms = now;
+    r.expires_at_ms = now + policy->ttl_ms;
+    QL_RETURN_IF_ERROR(tx.InsertRequest(r));
+    QL_RETURN_IF_ERROR(
+        gov.InsertAudit(Fact(cmd.actor, "approval.request", "approval", r.id, r.project_id, now)));
+    out = RequestApprovalResult{std::move(r), false};
+    return Status::Ok();
+  };
+  Status st = runner_.Run(ApprovalTxKind::kWrite, "requesting an approval", request);
+  if (st.code() == StatusCode::kDuplicate && st.reason() == "idempotency_key_duplicate" &&
+      cmd.idempotency_key.has_value()) {
+    // A concurrent request with the same key committed first: this one is its replay.
+    st = runner_.Run(ApprovalTxKind::kWrite, "requesting an approval", request);
+  }
+  QL_RETURN_IF_ERROR(st);
   return out;
 }
 
@@ -455,6 +505,7 @@ Result<ResolveRunResult> ApprovalStore::ResolveRun(const ResolveRunCommand& cmd)
         QL_RETURN_IF_ERROR(CheckPolicyFence(
             gov, PolicyFence{cmd.actor.principal_id, RequiredRole(Action::kApprove)},
             run->project_id));
+        if (retry) QL_RETURN_IF_ERROR(RequireRetryAuthority(tx, *run, cmd.actor));
         QL_ASSIGN_OR_RETURN(std::optional<RunResolutionRecord> earlier,
                             tx.LoadResolution(run->id));
         if (earlier.has_value()) {

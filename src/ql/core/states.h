@@ -112,8 +112,8 @@ inline constexpr RunTransition kRunTransitions[] = {
     {RunStatus::kLost, RunStatus::kCancelled},
     {RunStatus::kLost, RunStatus::kRecoveryRequired},
 
-    // Only a resolution (human, or a late result that proves the outcome) leaves it; a retry
-    // resolution fails this run and creates a new one.
+    // Only a human resolution leaves it (a late worker result is refused: its attempt is lost);
+    // a retry resolution fails this run and queues a new approved one.
     {RunStatus::kRecoveryRequired, RunStatus::kSucceeded},
     {RunStatus::kRecoveryRequired, RunStatus::kFailed},
 };

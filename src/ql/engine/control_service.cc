@@ -826,6 +826,16 @@ Result<StartedRun> ControlService::RequestApproval(
   cmd.idempotency_key = idempotency_key;
   cmd.now_ms = clock_.NowMs();
   QL_ASSIGN_OR_RETURN(RequestApprovalResult requested, store_.approvals().RequestApproval(cmd));
+  if (requested.replayed && requested.request.status != kApprovalPending) {
+    // The key names a request that was decided: answering 202 would read as still pending.
+    const ApprovalRequestRecord& r = requested.request;
+    const std::string reason = r.status == kApprovalApproved
+                                   ? std::string("approval_already_approved")
+                                   : "approval_" + r.status;
+    return Conflict(reason, "idempotency_key " + QuoteForMessage(*idempotency_key) +
+                                " names approval request " + r.id + ", which was " + r.status +
+                                "; request the run again with a new idempotency_key");
+  }
   StartedRun out;
   out.replayed = requested.replayed;
   out.approval = std::move(requested.request);
@@ -874,10 +884,19 @@ Result<ApprovalView> ControlService::GetApproval(const std::string& request_id,
 Result<ApproveResult> ControlService::Approve(const std::string& request_id,
                                               const Caller& caller) {
   QL_ASSIGN_OR_RETURN(ApprovalRequestRecord request,
-                      AllowedRequest(request_id, Action::kApprove, "approvals.approve", caller));
+                      AllowedRequest(request_id, Action::kRead, "approvals.approve", caller));
   if (caller.principal_id.empty()) {
     return PermissionDenied("principal_required", "only a principal can approve a request");
   }
+  if (caller.principal_id == request.requester_id) {
+    // Whatever roles the requester holds, the second pair of eyes must be someone else's.
+    return PermissionDenied("approval_self", "approval request " + request_id +
+                                                 " was made by the same principal; another one "
+                                                 "must approve it");
+  }
+  QL_RETURN_IF_ERROR(
+      Allow(caller, request.project_id, Action::kApprove, "approvals.approve",
+            NotFound("approval_not_found", "approval request " + request_id + " does not exist")));
   // The retry policy of the run comes from the pinned plan; the store re-verifies the pin.
   auto execution = store_.definitions().GetExecutionRevision(request.execution_revision_id);
   if (!execution.ok()) {

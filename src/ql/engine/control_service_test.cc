@@ -13,6 +13,7 @@
 #include "ql/core/states.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/test_principals.h"
 
 namespace ql {
 namespace {
@@ -553,6 +554,85 @@ TEST_F(ControlServiceTest, ListsRunsWithFiltersAndPages) {
   // Every run status is listed, with 0 where no run has it (recovery_required included).
   EXPECT_EQ(status->runs_by_status.size(), kAllRunStatuses.size());
   EXPECT_EQ(status->runs_by_status.size(), 11u);
+}
+
+}  // namespace
+}  // namespace ql
+
+namespace ql {
+namespace {
+
+// Manual runs of a task that requires approval, with an operator who requests and an admin.
+class ControlServiceApprovalTest : public ControlServiceTest {
+ protected:
+  void SetUp() override {
+    ControlServiceTest::SetUp();
+    if (HasFatalFailure()) return;
+    testing::TestPrincipals people(store_->governance(), clock_, random_);
+    ASSERT_TRUE(people.Bootstrap().ok());
+    ops_ = people.Add("ops", Role::kOperator, project_id()).value();
+    amy_ = people.Add("amy", Role::kAdmin, project_id()).value();
+    json body = ShellTask("guarded");
+    body["approval"] = {{"required", true}};
+    task_id_ = CreateTask(body).head.task_id;
+  }
+  Result<StartedRun> Request(const std::string& key) {
+    StartRunRequest request;
+    request.task_id = task_id_;
+    request.idempotency_key = key;
+    return service_->StartRun(request, Caller{ops_.id, "", "req"});
+  }
+
+  PrincipalRecord ops_;
+  PrincipalRecord amy_;
+  std::string task_id_;
+};
+
+TEST_F(ControlServiceApprovalTest, AReplayedKeyAnswersWithWhatBecameOfItsRequest) {
+  Result<StartedRun> first = Request("deploy-1");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(first->approval.has_value());
+  Result<StartedRun> pending = Request("deploy-1");
+  ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+  EXPECT_TRUE(pending->replayed);
+  EXPECT_EQ(pending->approval->id, first->approval->id);
+
+  ASSERT_TRUE(service_->Reject(first->approval->id, "not today", Caller{amy_.id, "", "r"}).ok());
+  Result<StartedRun> rejected = Request("deploy-1");
+  EXPECT_EQ(rejected.status().reason(), "approval_rejected") << rejected.status().ToString();
+  EXPECT_THAT(rejected.status().message(), HasSubstr(first->approval->id));
+
+  Result<StartedRun> second = Request("deploy-2");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  clock_.Advance(kDefaultApprovalTtlMs);
+  ASSERT_EQ(service_->ExpireApprovals(10).value(), 1);
+  EXPECT_EQ(Request("deploy-2").status().reason(), "approval_expired");
+
+  // An approved request's key names its run, which a replay returns.
+  Result<StartedRun> third = Request("deploy-3");
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  Result<ApproveResult> approved = service_->Approve(third->approval->id, Caller{amy_.id, "", "a"});
+  ASSERT_TRUE(approved.ok()) << approved.status().ToString();
+  Result<StartedRun> run = Request("deploy-3");
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_TRUE(run->replayed);
+  EXPECT_FALSE(run->approval.has_value());
+  EXPECT_EQ(run->run.id, approved->run.id);
+}
+
+TEST_F(ControlServiceApprovalTest, RetryingARunOfAGuardedTaskRequestsApproval) {
+  Result<StartedRun> requested = Request("deploy-1");
+  ASSERT_TRUE(requested.ok()) << requested.status().ToString();
+  Result<ApproveResult> approved =
+      service_->Approve(requested->approval->id, Caller{amy_.id, "", "a"});
+  ASSERT_TRUE(approved.ok()) << approved.status().ToString();
+  ASSERT_TRUE(
+      service_->CancelRun(approved->run.id, std::string("stop"), Caller{ops_.id, "", "c"}).ok());
+  Result<StartedRun> retry = service_->RetryRun(approved->run.id, Caller{ops_.id, "", "r"});
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  ASSERT_TRUE(retry->approval.has_value());
+  EXPECT_EQ(retry->approval->status, "pending");
+  EXPECT_EQ(retry->approval->requester_id, ops_.id);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "ql/engine/secret_service.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/test_principals.h"
 
 namespace ql {
 namespace {
@@ -423,6 +424,161 @@ TEST_F(LocalDispatcherSecretsTest, SecretsThatCannotBeOpenedFailTheRunAsUnavaila
   Tick(bare);
   EXPECT_EQ(Process(unresolved), nullptr);
   EXPECT_EQ(Get(unresolved).error_code, "secret_unavailable");
+}
+
+}  // namespace
+}  // namespace ql
+
+namespace ql {
+namespace {
+
+// Approved runs (DESIGN §9.1): a guarded task whose retry policy would retry a lost attempt, an
+// operator who requests and an admin who approves.
+class LocalDispatcherApprovalTest : public LocalDispatcherTest {
+ protected:
+  void SetUp() override {
+    LocalDispatcherTest::SetUp();
+    if (HasFatalFailure()) return;
+    testing::TestPrincipals people(store_->governance(), clock_, random_);
+    ASSERT_TRUE(people.Bootstrap().ok());
+    const std::string project = control_->EnsureDefaultProject()->id;
+    ops_ = people.Add("ops", Role::kOperator, project).value();
+    amy_ = people.Add("amy", Role::kAdmin, project).value();
+    TaskWrite write;
+    write.body = {{"name", "guarded"},
+                  {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}},
+                  {"retry",
+                   {{"max_attempts", 3},
+                    {"retry_on_lost", true},
+                    {"safety", "idempotent"},
+                    {"backoff_base_ms", 0},
+                    {"backoff_max_ms", 0}}},
+                  {"approval", {{"required", true}}}};
+    Result<PublishedTask> task = control_->PublishTask(write);
+    ASSERT_TRUE(task.ok()) << task.status().ToString();
+    task_id_ = task->task.head.task_id;
+  }
+
+  // Requests a run as the operator and approves it as the admin; returns the queued run.
+  std::string Approved() {
+    StartRunRequest request;
+    request.task_id = task_id_;
+    Result<StartedRun> requested = control_->StartRun(request, Caller{ops_.id, "", "req"});
+    EXPECT_TRUE(requested.ok() && requested->approval.has_value()) << requested.status().ToString();
+    if (!requested.ok() || !requested->approval.has_value()) return "";
+    Result<ApproveResult> approved =
+        control_->Approve(requested->approval->id, Caller{amy_.id, "", "approve"});
+    EXPECT_TRUE(approved.ok()) << approved.status().ToString();
+    return approved.ok() ? approved->run.id : "";
+  }
+
+  // Moves `run` and its latest attempt as a daemon that stops right after would leave them.
+  bool Move(const std::string& run, const std::string& run_to, const std::string& attempt_from,
+            const std::string& attempt_to, const std::vector<std::string>& events) {
+    auto attempts = *store_->runs().ListAttempts(run);
+    RunTransitionCommand t;
+    t.run_id = run;
+    t.expected_version = Get(run).version;
+    t.run_to = run_to;
+    t.attempt_id = attempts.back().id;
+    t.expected_attempt_status = attempt_from;
+    t.attempt_to = attempt_to;
+    if (attempt_to == "lost") t.error_code = "attempt_lost";
+    for (const std::string& type : events) {
+      t.events.push_back(MakeRunEvent(type, "dispatcher", attempts.back().id));
+    }
+    t.now_ms = clock_.NowMs();
+    Result<RunRecord> moved = store_->runs().ApplyTransition(t);
+    EXPECT_TRUE(moved.ok()) << moved.status().ToString();
+    return moved.ok();
+  }
+
+  // Checks that `run` waits for a human after its loss: recovery_required with its event, one
+  // lost attempt, and no new attempt however long the dispatcher goes on.
+  void ExpectWaitsForRecovery(LocalDispatcher& d, const std::string& run, size_t launches) {
+    RunRecord r = Get(run);
+    EXPECT_EQ(r.status, "recovery_required");
+    EXPECT_EQ(r.error_code, "attempt_lost");
+    EXPECT_FALSE(r.finished_at_ms.has_value());
+    auto types = EventTypes(run);
+    EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_required"), 1);
+    EXPECT_EQ(std::count(types.begin(), types.end(), "run.retry_wait"), 0);
+    for (int i = 0; i < 3; ++i) {
+      clock_.Advance(60'000);
+      Tick(d);
+    }
+    EXPECT_EQ(Get(run).status, "recovery_required");
+    auto attempts = *store_->runs().ListAttempts(run);
+    ASSERT_EQ(attempts.size(), 1u);
+    EXPECT_EQ(attempts[0].status, "lost");
+    EXPECT_EQ(runner_.order.size(), launches);
+  }
+
+  PrincipalRecord ops_;
+  PrincipalRecord amy_;
+};
+
+TEST_F(LocalDispatcherApprovalTest, AnApprovedRunWhoseProcessVanishedWaitsForRecovery) {
+  const std::string run = Approved();
+  {
+    LocalDispatcher before = Make();
+    Tick(before);
+  }
+  ASSERT_EQ(Get(run).status, "running");
+  runner_.processes.erase(runner_.order[0]);  // the supervisor and its child are gone
+  LocalDispatcher after = Make();
+  ASSERT_TRUE(after.Recover().ok());
+  ExpectWaitsForRecovery(after, run, 1);
+}
+
+TEST_F(LocalDispatcherApprovalTest, AnApprovedRunStoppedBetweenDispatchAndSpawnWaitsForRecovery) {
+  // The daemon recorded dispatching and may or may not have spawned the command.
+  const std::string run = Approved();
+  ASSERT_TRUE(Move(run, "dispatching", "claimed", "starting", {"run.dispatching"}));
+  LocalDispatcher after = Make();
+  ASSERT_TRUE(after.Recover().ok());
+  ExpectWaitsForRecovery(after, run, 0);
+}
+
+TEST_F(LocalDispatcherApprovalTest, AnApprovedRunLeftLostByACrashGoesToRecoveryOnRestart) {
+  // The daemon stopped between recording the loss and settling the run.
+  const std::string run = Approved();
+  {
+    LocalDispatcher before = Make();
+    Tick(before);
+  }
+  ASSERT_TRUE(Move(run, "lost", "running", "lost", {"attempt.lost", "run.lost"}));
+  LocalDispatcher after = Make();
+  ASSERT_TRUE(after.Recover().ok());
+  ExpectWaitsForRecovery(after, run, 1);
+}
+
+TEST_F(LocalDispatcherApprovalTest, AnApprovedRunClaimedButNeverStartedIsTakenOverNormally) {
+  const std::string run = Approved();
+  // The daemon stopped before launching it; the next incarnation starts it as any queued run.
+  LocalDispatcher after = Make();
+  ASSERT_TRUE(after.Recover().ok());
+  EXPECT_EQ(Get(run).status, "queued");
+  Tick(after);
+  ASSERT_EQ(runner_.order.size(), 1u);
+  runner_.processes[runner_.order[0]]->outcome = Exited(0);
+  Tick(after);
+  EXPECT_EQ(Get(run).status, "succeeded");
+  auto attempts = *store_->runs().ListAttempts(run);
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].status, "succeeded");
+  auto types = EventTypes(run);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_required"), 0);
+}
+
+TEST_F(LocalDispatcherApprovalTest, AFailedExitOfAnApprovedRunStillRetriesByItsPolicy) {
+  // Only a loss has an unknown effect; a reported exit follows the retry policy as usual.
+  const std::string run = Approved();
+  LocalDispatcher d = Make();
+  Tick(d);
+  runner_.processes[runner_.order[0]]->outcome = Exited(1);
+  Tick(d);
+  EXPECT_EQ(Get(run).status, "retry_wait");
 }
 
 }  // namespace

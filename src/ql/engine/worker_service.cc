@@ -380,6 +380,14 @@ Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
   if (!attempt || !IsTerminal(*attempt)) {
     return Refused(call, "complete", Conflict("attempt_finished", "the attempt did not end"));
   }
+  if (*attempt == AttemptStatus::kLost) {
+    // A worker never reports a loss: the control plane declared this attempt lost after its
+    // lease expired, and a result arriving now is too late to change the run.
+    return Refused(call, "complete",
+                   Conflict("attempt_finished",
+                            "the attempt was declared lost; its late result "
+                            "is ignored"));
+  }
   return CompleteAnswer{after.run_status, after.attempt_status};
 }
 

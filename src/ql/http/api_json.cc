@@ -297,8 +297,9 @@ json ApprovalJson(const ApprovalView& v) {
 json ApprovalRequiredJson(const ApprovalRequestRecord& request) {
   return json{{"code", "approval_required"},
               {"message", "task " + request.task_id +
-                              " requires approval before it runs; approval request " +
-                              request.id + " waits for a " + request.approver_role},
+                              " requires approval before it runs; approval request " + request.id +
+                              " waits for approval by a principal with the " +
+                              request.approver_role + " role"},
               {"approval_id", request.id},
               {"approval", ApprovalRequestJson(request)}};
 }

@@ -119,12 +119,22 @@ ApproveCommand ApprovalContract::ApproveAs(const PrincipalRecord& approver,
 }
 
 Result<RunRecord> ApprovalContract::RecoveryRequiredRun() {
-  QL_ASSIGN_OR_RETURN(TaskRevisionRecord task, PublishGuarded("guarded"));
+  return RecoveryRequiredRun("admin", operator_, admin_);
+}
+
+Result<RunRecord> ApprovalContract::RecoveryRequiredRun(const std::string& approver_role,
+                                                        const PrincipalRecord& requester,
+                                                        const PrincipalRecord& approver) {
+  QL_ASSIGN_OR_RETURN(TaskRevisionRecord task, PublishGuarded("guarded", approver_role));
   QL_ASSIGN_OR_RETURN(RequestApprovalResult requested,
-                      store().approvals().RequestApproval(RequestCommand(operator_, task)));
+                      store().approvals().RequestApproval(RequestCommand(requester, task)));
   QL_ASSIGN_OR_RETURN(ApproveResult approved,
-                      store().approvals().Approve(ApproveAs(admin_, requested.request.id)));
-  QL_ASSIGN_OR_RETURN(RunRecord running, StartRun(approved.run));
+                      store().approvals().Approve(ApproveAs(approver, requested.request.id)));
+  return LoseAfterStart(approved.run);
+}
+
+Result<RunRecord> ApprovalContract::LoseAfterStart(const RunRecord& queued) {
+  QL_ASSIGN_OR_RETURN(RunRecord running, StartRun(queued));
   QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts,
                       store().runs().ListAttempts(running.id));
   RunTransitionCommand lost;
@@ -432,6 +442,38 @@ TEST_P(ApprovalContract, ARetryResolutionFailsTheRunAndQueuesALinkedApprovedRun)
   ASSERT_TRUE(gov().ArchiveProject(Actor{owner_.id, "req"}, project().id, Now()).ok());
   QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(admin_, second.id, "failed")),
                   StatusCode::kConflict, "project_archived");
+}
+
+// A retry runs the approved action again, so it passes the approval's policy: the task's
+// approver role, and never the principal who requested the run (also through earlier retries).
+TEST_P(ApprovalContract, ARetryResolutionNeedsTheApproverRoleAndAnotherPrincipal) {
+  // The admin requested this run (the owner approved it): the admin may not re-run it.
+  QL_ASSERT_VALUE(RunRecord own, RecoveryRequiredRun("admin", admin_, owner_));
+  QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(admin_, own.id, "retry")),
+                  StatusCode::kPermissionDenied, "approval_self");
+  QL_ASSERT_VALUE(RunRecord still, store().runs().GetRun(own.id));
+  EXPECT_EQ(still.status, "recovery_required");
+  EXPECT_FALSE(FindAudit(gov(), "run.resolve", own.id).has_value());
+  // Without a new execution the requester may still settle what it knows.
+  QL_ASSERT_VALUE(ResolveRunResult failed,
+                  store().approvals().ResolveRun(ResolveAs(admin_, own.id, "failed")));
+  EXPECT_EQ(failed.run.status, "failed");
+
+  // A task approved by owners is re-run only by an owner.
+  QL_ASSERT_VALUE(RunRecord guarded, RecoveryRequiredRun("owner", operator_, owner_));
+  QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(admin_, guarded.id, "retry")),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  QL_ASSERT_VALUE(ResolveRunResult retried,
+                  store().approvals().ResolveRun(ResolveAs(owner_, guarded.id, "retry")));
+  ASSERT_TRUE(retried.retry_run.has_value());
+  EXPECT_EQ(retried.resolution.resolved_by, owner_.id);
+
+  // The retry of a retry still knows who requested the original run.
+  QL_ASSERT_VALUE(RunRecord waiting, LoseAfterStart(*retried.retry_run));
+  ASSERT_EQ(waiting.status, "recovery_required");
+  ASSERT_TRUE(Grant(owner_, project().id, operator_, Role::kOwner).ok());
+  QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(operator_, waiting.id, "retry")),
+                  StatusCode::kPermissionDenied, "approval_self");
 }
 
 // Retention never purges an approved run: its approval records (action, receipt, resolution)

@@ -134,9 +134,16 @@ class ApprovalContract : public GovernanceContract {
   // Returns a resolution of `run_id` by `actor` with a reason (and fresh ids for a retry).
   ResolveRunCommand ResolveAs(const PrincipalRecord& actor, const std::string& run_id,
                               const std::string& resolution);
-  // Requests, approves and starts a run of a new guarded task, then loses its attempt after
-  // start: the run is in recovery_required.
+  // Requests (operator_), approves (admin_) and starts a run of a new guarded task, then loses
+  // its attempt after start: the run is in recovery_required.
   Result<RunRecord> RecoveryRequiredRun();
+  // The same with the task's approver role, the requester and the approver given.
+  Result<RunRecord> RecoveryRequiredRun(const std::string& approver_role,
+                                        const PrincipalRecord& requester,
+                                        const PrincipalRecord& approver);
+  // Starts `queued` (an approved run) and loses its attempt after start, as the executor's
+  // settlement records it: the run moves to recovery_required.
+  Result<RunRecord> LoseAfterStart(const RunRecord& queued);
 
   PrincipalRecord owner_;
   PrincipalRecord operator_;

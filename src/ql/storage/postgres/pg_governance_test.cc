@@ -1,22 +1,28 @@
 // Races of governance and approvals on PostgreSQL (DESIGN §9, §9.1), each with exactly one
 // serial outcome. Every race is forced into its contended interleaving: a barrier transaction
-// holds the governance lock while the racers start, the test sees them queue on it in pg_locks,
-// and only then lets them go, in the order they queued.
+// holds the governance lock (or a row) while the racers start, the test sees them queue on it
+// in pg_locks (or pg_stat_activity), and only then lets them go, in the order they queued.
+
+#include "ql/storage/postgres/pg_governance.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
+#include "ql/core/approval_store.h"
 #include "ql/core/digest.h"
 #include "ql/core/governance.h"
 #include "ql/core/ids.h"
 #include "ql/engine/control_service.h"
+#include "ql/storage/postgres/pg_approvals.h"
 #include "ql/storage/postgres/pg_client.h"
-#include "ql/storage/postgres/pg_governance.h"
 #include "ql/storage/postgres/pg_migrations.h"
 #include "ql/storage/postgres/pg_store.h"
 #include "ql/storage/postgres/pg_test_support.h"
@@ -240,6 +246,50 @@ TEST_F(PgGovernanceRaceTest, TwoOwnersRemovingEachOtherLeaveExactlyOneOwner) {
   EXPECT_EQ(owners->front().role, "owner");
 }
 
+// Runs approval transactions on `pool`, holding the one named `operation` after its last write
+// and before its COMMIT until Resume(), so a test can run a competitor against its locks.
+class PausingApprovalRunner final : public ApprovalTxRunner {
+ public:
+  PausingApprovalRunner(pg::Pool& pool, std::string operation)
+      : inner_(pool), operation_(std::move(operation)) {}
+  Status Run(ApprovalTxKind kind, std::string_view operation,
+             const std::function<Status(ApprovalTx&)>& body) override {
+    return inner_.Run(kind, operation, [&](ApprovalTx& tx) -> Status {
+      Status st = body(tx);
+      if (st.ok() && operation == operation_) {
+        std::unique_lock<std::mutex> lock(mu_);
+        paused_ = true;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return resumed_; });
+      }
+      return st;
+    });
+  }
+  bool WaitUntilPaused() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return paused_; });
+  }
+  void Resume() {
+    std::lock_guard<std::mutex> lock(mu_);
+    resumed_ = true;
+    cv_.notify_all();
+  }
+  // Resumes on destruction, so a failed assertion never leaves the paused transaction waiting
+  // (declare it right after the future of the paused transaction).
+  struct ResumeOnExit {
+    PausingApprovalRunner& runner;
+    ~ResumeOnExit() { runner.Resume(); }
+  };
+
+ private:
+  pg::PgApprovalRunner inner_;
+  std::string operation_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool paused_ = false;
+  bool resumed_ = false;
+};
+
 // Approvals: a guarded task with a pending request by an operator, and two approvers.
 class PgApprovalRaceTest : public PgGovernanceRaceTest {
  protected:
@@ -261,6 +311,68 @@ class PgApprovalRaceTest : public PgGovernanceRaceTest {
   }
 
   int64_t Runs() { return Count("SELECT count(*) FROM ql3.runs"); }
+
+  // Publishes a guarded task whose requests expire after `ttl_ms` and requests a run of it as
+  // the operator; returns the request's id.
+  std::string RequestExpiringAfter(int64_t ttl_ms) {
+    TaskWrite write = Task("brief");
+    write.body["approval"] = {{"required", true}, {"ttl_ms", ttl_ms}};
+    auto task = control_->PublishTask(write);
+    EXPECT_TRUE(task.ok()) << task.status().ToString();
+    if (!task.ok()) return "";
+    StartRunRequest request;
+    request.task_id = task->task.head.task_id;
+    auto started = control_->StartRun(request, As(ops_));
+    EXPECT_TRUE(started.ok() && started->approval.has_value()) << started.status().ToString();
+    return started.ok() && started->approval.has_value() ? started->approval->id : "";
+  }
+
+  // Queues amy's approval of approval_id_ on the governance lock, then `competitor` (a write
+  // that takes the lock exclusively) behind it; checks that both commit in that order, the
+  // approval with its one run and receipt.
+  void ApproveBefore(const std::string& what, const std::function<Status()>& competitor) {
+    auto barrier = HoldGovernanceLock();
+    ASSERT_NE(barrier, nullptr);
+    auto approve =
+        std::async(std::launch::async, [&] { return control_->Approve(approval_id_, As(amy_)); });
+    ASSERT_TRUE(Queued(1)) << "the approval did not queue on the governance lock";
+    auto other = std::async(std::launch::async, competitor);
+    ASSERT_TRUE(Queued(2)) << "the " << what << " did not queue behind the approval";
+    Release(*barrier);
+    Result<ApproveResult> approved = approve.get();
+    ASSERT_TRUE(approved.ok()) << approved.status().ToString();
+    Status st = other.get();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(Runs(), 1);
+    EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_receipts"), 1);
+  }
+
+  std::string Decisions(const std::string& request_id) {
+    auto out = PgTestCluster::Get().server().Psql(
+        database_,
+        "SELECT coalesce(string_agg(decision, ','), '') FROM ql3.approval_decisions "
+        "WHERE request_id = '" +
+            request_id + "'");
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    if (!out.ok()) return "?";
+    std::string decisions = *out;
+    while (!decisions.empty() && decisions.back() == '\n') decisions.pop_back();
+    return decisions;
+  }
+
+  // Waits until `n` sessions of this database wait for a row lock (another transaction's
+  // uncommitted row).
+  bool WaitingOnRows(int n) {
+    const std::string sql =
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '" + database_ +
+        "' AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple')";
+    for (int i = 0; i < 500; ++i) {
+      auto out = PgTestCluster::Get().server().Psql("postgres", sql);
+      if (out.ok() && !out->empty() && std::stoll(*out) == n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
 
   PrincipalRecord ops_;
   PrincipalRecord amy_;
@@ -339,6 +451,114 @@ TEST_F(PgApprovalRaceTest, AnArchiveThatCommitsFirstMakesTheApprovalFailWithNoth
   EXPECT_EQ(approved.status().reason(), "project_archived") << approved.status().ToString();
   EXPECT_EQ(Runs(), 0);
   EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_decisions"), 0);
+}
+
+TEST_F(PgApprovalRaceTest, AnExpirySweepThatCommitsFirstRefusesTheApproval) {
+  const std::string id = RequestExpiringAfter(1000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // due by the database clock
+  PausingApprovalRunner runner(store_->runtime_pool(), "expiring approvals");
+  ApprovalStore sweeper(runner, random_);
+  auto sweep = std::async(std::launch::async, [&] { return sweeper.ExpireDue(10, 0); });
+  PausingApprovalRunner::ResumeOnExit resume_on_exit{runner};
+  ASSERT_TRUE(runner.WaitUntilPaused()) << "the sweep did not reach its commit";
+  auto approve = std::async(std::launch::async, [&] { return control_->Approve(id, As(amy_)); });
+  ASSERT_TRUE(WaitingOnRows(1)) << "the approval did not queue on the request the sweep holds";
+  runner.Resume();
+  Result<int> expired = sweep.get();
+  ASSERT_TRUE(expired.ok()) << expired.status().ToString();
+  EXPECT_EQ(*expired, 1);
+  Result<ApproveResult> approved = approve.get();
+  EXPECT_EQ(approved.status().reason(), "approval_expired") << approved.status().ToString();
+  EXPECT_EQ(Runs(), 0);
+  EXPECT_EQ(Decisions(id), "expired");
+}
+
+TEST_F(PgApprovalRaceTest, AnApprovalInFlightIsNeverExpiredByASweep) {
+  const std::string id = RequestExpiringAfter(1000);
+  PausingApprovalRunner runner(store_->runtime_pool(), "approving a request");
+  ApprovalStore approver(runner, random_);
+  ApproveCommand cmd;
+  cmd.actor = Actor{amy_.id, "race"};
+  cmd.request_id = id;
+  cmd.decision_id = Id();
+  cmd.action_id = Id();
+  cmd.receipt_id = Id();
+  cmd.run_id = Id();
+  cmd.attempt_id = Id();
+  cmd.executor_type = "remote_worker";
+  cmd.now_ms = clock_.NowMs();
+  auto approve = std::async(std::launch::async, [&] { return approver.Approve(cmd); });
+  PausingApprovalRunner::ResumeOnExit resume_on_exit{runner};
+  ASSERT_TRUE(runner.WaitUntilPaused()) << "the approval did not reach its commit";
+  // The request falls due while the approval holds it; a sweep now passes it by.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto sweep = std::async(std::launch::async, [&] { return control_->ExpireApprovals(10); });
+  ASSERT_EQ(sweep.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the sweep waited for the approval instead of passing it by";
+  runner.Resume();
+  Result<int> expired = sweep.get();
+  ASSERT_TRUE(expired.ok()) << expired.status().ToString();
+  EXPECT_EQ(*expired, 0);
+  Result<ApproveResult> approved = approve.get();
+  ASSERT_TRUE(approved.ok()) << approved.status().ToString();
+  // Past the request's expiry, later sweeps leave the approved request alone.
+  Result<int> later = control_->ExpireApprovals(10);
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  EXPECT_EQ(*later, 0);
+  EXPECT_EQ(Decisions(id), "approved");
+  EXPECT_EQ(Runs(), 1);
+}
+
+TEST_F(PgApprovalRaceTest, AnApprovalThatCommitsFirstStandsAndTheRevokeFollowsIt) {
+  const std::string second = RequestExpiringAfter(3'600'000);
+  ApproveBefore("revoke", [&] { return Bind(root_, project_id_, amy_, Role::kNone).status(); });
+  // Now the revoke stands: the same approver approves nothing more.
+  EXPECT_EQ(control_->Approve(second, As(amy_)).status().reason(), "approval_not_found");
+  EXPECT_EQ(Decisions(second), "");
+  EXPECT_EQ(Runs(), 1);
+}
+
+TEST_F(PgApprovalRaceTest, AnApprovalThatCommitsFirstStandsAndTheArchiveFollowsIt) {
+  const std::string second = RequestExpiringAfter(3'600'000);
+  ApproveBefore("archive", [&] {
+    return gov().ArchiveProject(Actor{root_.id, "race"}, project_id_, clock_.NowMs()).status();
+  });
+  // Now the archive stands: nothing else of the project is approved.
+  EXPECT_EQ(control_->Approve(second, As(root_)).status().reason(), "project_archived");
+  EXPECT_EQ(Decisions(second), "");
+  EXPECT_EQ(Runs(), 1);
+}
+
+TEST_F(PgApprovalRaceTest, TwoRequestsWithOneKeyAtOnceAnswerTheSameRequest) {
+  // A barrier holds the key on an uncommitted row, so both requests look it up, find nothing
+  // and queue at the insert; once it rolls back, one inserts and the other hits its key.
+  auto conn = pg::Connection::Open(PgTestCluster::Get().Url(pg::kMigrationRole, database_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  pg::Connection& barrier = **conn;
+  ASSERT_TRUE(barrier.Exec("BEGIN", {}, "barrier").ok());
+  ASSERT_TRUE(barrier
+                  .Exec("UPDATE ql3.approval_requests SET idempotency_key = 'deploy-7' "
+                        "WHERE id = $1",
+                        {pg::P(approval_id_)}, "barrier")
+                  .ok());
+  StartRunRequest request;
+  request.task_id = control_->GetApproval(approval_id_, As(amy_))->request.task_id;
+  request.idempotency_key = "deploy-7";
+  auto first =
+      std::async(std::launch::async, [&] { return control_->StartRun(request, As(ops_)); });
+  auto second =
+      std::async(std::launch::async, [&] { return control_->StartRun(request, As(ops_)); });
+  ASSERT_TRUE(WaitingOnRows(2)) << "the requests did not both reach the insert";
+  ASSERT_TRUE(barrier.Exec("ROLLBACK", {}, "barrier").ok());
+  Result<StartedRun> a = first.get();
+  Result<StartedRun> b = second.get();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(a->approval.has_value() && b->approval.has_value());
+  EXPECT_EQ(a->approval->id, b->approval->id);
+  EXPECT_NE(a->replayed, b->replayed) << "exactly one request commits, the other replays it";
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_requests WHERE idempotency_key = 'deploy-7'"),
+            1);
 }
 
 TEST_F(PgApprovalRaceTest, ALostCommitReplyOfAnApprovalIsReconciledByApprovingAgain) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -27,6 +28,7 @@
 #include "ql/storage/postgres/pg_store.h"
 #include "ql/storage/postgres/pg_test_support.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/test_principals.h"
 
 namespace ql {
 namespace {
@@ -451,6 +453,163 @@ TEST_F(PgWorkerTest, AnExpiredUnstartedLeaseIsGrantedAgainAndTheOldOfferIsGone) 
   EXPECT_EQ(again->offers[0].lease.lease_version, 2);
   EXPECT_TRUE(Fails(service_->Starting(Call(slow, offer)), "lease_not_found"));
   EXPECT_EQ(Run(run_id).status, "queued");
+}
+
+// Approved runs (DESIGN §9.1): once a worker acknowledged the start, a lost lease leaves the
+// effect unknown, so the run waits for a human whatever its retry policy says.
+class PgWorkerApprovalTest : public PgWorkerTest {
+ protected:
+  void SetUp() override {
+    WorkerServiceOptions options;
+    options.lease_ttl_ms = 1000;
+    options.heartbeat_interval_ms = 500;
+    Open(options);
+    testing::TestPrincipals people(store_->governance(), SystemClock(), random_);
+    ASSERT_TRUE(people.Bootstrap().ok());
+    const std::string project = control_->EnsureDefaultProject()->id;
+    ops_ = people.Add("ops", Role::kOperator, project).value();
+    amy_ = people.Add("amy", Role::kAdmin, project).value();
+    json body{{"name", "guarded"},
+              {"spec", {{"command", {{"kind", "shell"}, {"command", "sleep 5"}}}}},
+              {"retry",
+               {{"max_attempts", 3},
+                {"retry_on_lost", true},
+                {"safety", "idempotent"},
+                {"backoff_base_ms", 0},
+                {"backoff_max_ms", 0}}},
+              {"approval", {{"required", true}}}};
+    Result<PublishedTask> task = control_->PublishTask(TaskWrite{body, std::nullopt});
+    ASSERT_TRUE(task.ok()) << task.status().ToString();
+    StartRunRequest request;
+    request.task_id = task->task.head.task_id;
+    Result<StartedRun> requested = control_->StartRun(request, Caller{ops_.id, "", "req"});
+    ASSERT_TRUE(requested.ok() && requested->approval.has_value()) << requested.status().ToString();
+    Result<ApproveResult> approved =
+        control_->Approve(requested->approval->id, Caller{amy_.id, "", "approve"});
+    ASSERT_TRUE(approved.ok()) << approved.status().ToString();
+    run_id_ = approved->run.id;
+  }
+
+  Result<RecoveryReport> Recover() {
+    PostgresClusterRecovery candidates(store_->runtime_pool());
+    ClusterRecovery recovery(candidates, store_->runs(), SystemClock(), random_, metrics_);
+    return recovery.RunOnce();
+  }
+
+  PrincipalRecord ops_;
+  PrincipalRecord amy_;
+  std::string run_id_;
+};
+
+TEST_F(PgWorkerApprovalTest, AStartedApprovedRunWhoseLeaseExpiredWaitsForRecovery) {
+  Worker dead = NewWorker("w1");
+  OfferToken offer = Take(dead);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  Result<RecoveryReport> report = Recover();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->lost, 1);
+  EXPECT_EQ(report->requeued, 0);
+  RunRecord run = Run(run_id_);
+  EXPECT_EQ(run.status, "recovery_required");
+  EXPECT_EQ(run.error_code, "attempt_lost");
+  std::vector<AttemptRecord> attempts = store_->runs().ListAttempts(run_id_).value();
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].status, "lost");
+  std::vector<std::string> types = EventTypes(run_id_);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_required"), 1);
+
+  // Nothing runs it again: no later cycle requeues it, no worker is offered it.
+  ASSERT_TRUE(Recover().ok());
+  Worker other = NewWorker("w2");
+  EXPECT_EQ(Pull(other, {NewOffer()}).value().offers.size(), 0u);
+  // The dead worker's late result is refused and recorded; the run still waits for a human.
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  EXPECT_TRUE(Fails(service_->Complete(Call(dead, offer), exited), "attempt_finished"));
+  EXPECT_EQ(Run(run_id_).status, "recovery_required");
+  EXPECT_EQ(store_->runs().ListAttempts(run_id_).value().size(), 1u);
+  types = EventTypes(run_id_);
+  EXPECT_NE(std::find(types.begin(), types.end(), "attempt.late_callback_ignored"), types.end());
+}
+
+TEST_F(PgWorkerApprovalTest, AHumanResolutionAndALateWorkerResultHaveOneTerminalWinner) {
+  Worker dead = NewWorker("w1");
+  OfferToken offer = Take(dead);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  ASSERT_TRUE(Recover().ok());
+  ASSERT_EQ(Run(run_id_).status, "recovery_required");
+  // A barrier holds the run's row: the resolution queues on it while the late result arrives.
+  auto conn = pg::Connection::Open(PgTestCluster::Get().Url(pg::kMigrationRole, db_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  pg::Connection& barrier = **conn;
+  ASSERT_TRUE(barrier.Exec("BEGIN", {}, "barrier").ok());
+  auto locked =
+      barrier.Exec("SELECT 1 FROM ql3.runs WHERE id = $1 FOR UPDATE", {pg::P(run_id_)}, "barrier");
+  ASSERT_TRUE(locked.ok()) << locked.status().ToString();
+  auto resolve = std::async(std::launch::async, [&] {
+    return control_->ResolveRun(run_id_, "succeeded", "the deploy log shows it finished",
+                                Caller{amy_.id, "", "resolve"});
+  });
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  exited.exit_code = 1;
+  auto late =
+      std::async(std::launch::async, [&] { return service_->Complete(Call(dead, offer), exited); });
+  // Both queue on the run's row: the resolution to end it, the late result to record itself.
+  const std::string waiting =
+      "SELECT count(*) FROM pg_stat_activity WHERE datname = '" + db_ +
+      "' AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple')";
+  bool queued = false;
+  for (int i = 0; i < 500 && !queued; ++i) {
+    queued = Count(waiting) == 2;
+    if (!queued) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(queued) << "the resolution and the late result did not both queue on the run";
+  ASSERT_TRUE(barrier.Exec("COMMIT", {}, "barrier").ok());
+  EXPECT_TRUE(Fails(late.get(), "attempt_finished"));
+  Result<ResolveRunResult> resolved = resolve.get();
+  ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
+  // And a result arriving after the resolution changes nothing either.
+  EXPECT_TRUE(Fails(service_->Complete(Call(dead, offer), exited), "attempt_finished"));
+  RunRecord run = Run(run_id_);
+  EXPECT_EQ(run.status, "succeeded");
+  EXPECT_FALSE(run.exit_code.has_value());
+  const std::vector<std::string> types = EventTypes(run_id_);
+  int terminal = 0;
+  for (const std::string& t : types) {
+    if (t == "run.succeeded" || t == "run.failed" || t == "run.cancelled" || t == "run.timed_out") {
+      ++terminal;
+    }
+  }
+  EXPECT_EQ(terminal, 1);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_resolved"), 1);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "attempt.late_callback_ignored"), 1);
+  ASSERT_EQ(store_->runs().ListAttempts(run_id_).value().back().status, "lost");
+}
+
+TEST_F(PgWorkerApprovalTest, AnApprovedRunWhoseWorkerNeverStartedItIsGrantedAgain) {
+  Worker slow = NewWorker("w1");
+  OfferToken offer = NewOffer();
+  ASSERT_EQ(Pull(slow, {offer}).value().offers.size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  Result<RecoveryReport> report = Recover();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->redispatch, 1);
+  EXPECT_EQ(report->lost, 0);
+  EXPECT_EQ(Run(run_id_).status, "queued");
+  Worker other = NewWorker("w2");
+  OfferToken second = Take(other);
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  exited.exit_code = 0;
+  Result<CompleteAnswer> done = service_->Complete(Call(other, second), exited);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->run_status, "succeeded");
+  std::vector<AttemptRecord> attempts = store_->runs().ListAttempts(run_id_).value();
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].status, "succeeded");
+  const std::vector<std::string> types = EventTypes(run_id_);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_required"), 0);
 }
 
 TEST_F(PgWorkerTest, CancelReachesTheWorkerAndTheRunEndsCancelled) {
