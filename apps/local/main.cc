@@ -352,7 +352,6 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   if (Status st = WriteServerFile(data / "server.json", url); !st.ok()) {
     std::cerr << "warning: " << st.message() << "\n";
   }
-  api.SetReady(true);
   // Start-up (migrations, recovery) leaves freed heap behind: give it back to the system, so an
   // idle edge daemon holds only what it uses.
   ::malloc_trim(0);
@@ -364,6 +363,8 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
             << "secret key: " << (data / "secret.key").string() << " ("
             << (*secret_key)->key_id() << (key_created ? ", created" : "") << ")\n"
             << std::flush;
+  // Ready only once the banner is out, so whoever waits for /readyz can read it.
+  api.SetReady(true);
 
   int received = 0;
   sigwait(&signals, &received);
