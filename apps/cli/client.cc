@@ -435,37 +435,57 @@ CliResult<int> ApiClient::GetStream(
   return status;
 }
 
-CliResult<nlohmann::json> ListPages(ApiClient& api, const std::string& path,
-                                    const std::vector<std::pair<std::string, std::string>>& params,
-                                    int64_t limit) {
-  nlohmann::json items = nlohmann::json::array();
-  std::string cursor;
+nlohmann::json Listing::ToJson() const {
+  return nlohmann::json{{"items", items}, {"next_cursor", next_cursor}};
+}
+
+CliResult<Listing> ListFrom(ApiClient& api, const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& params,
+                            int64_t limit, const std::string& cursor) {
+  Listing listing;
+  std::string next = cursor;
   std::vector<std::string> seen;
-  while (static_cast<int64_t>(items.size()) < limit) {
+  while (static_cast<int64_t>(listing.items.size()) < limit) {
     std::vector<std::pair<std::string, std::string>> query = params;
-    const int64_t page = std::min<int64_t>(kMaxPageSize, limit - items.size());
+    // The last page asks for exactly what is missing, so a listing that stops at `limit` stops
+    // at a page boundary and the page's next_cursor is where it continues.
+    const int64_t page = std::min<int64_t>(kMaxPageSize, limit - listing.items.size());
     query.emplace_back("limit", std::to_string(page));
-    query.emplace_back("cursor", cursor);
+    query.emplace_back("cursor", next);
     CliResult<nlohmann::json> body = api.GetJson(WithQuery(path, query));
     if (!body.ok()) return body.error();
     if (!body->is_object() || !(*body)["items"].is_array()) {
       return CliError::Failure("invalid_response",
                                "the server's answer to " + path + " has no items array");
     }
-    for (nlohmann::json& item : (*body)["items"]) {
-      if (static_cast<int64_t>(items.size()) >= limit) break;
-      items.push_back(std::move(item));
+    if (static_cast<int64_t>((*body)["items"].size()) > page) {
+      return CliError::Failure("invalid_response",
+                               "the server's answer to " + path + " is longer than asked for");
     }
-    const nlohmann::json& next = (*body)["next_cursor"];
-    if (!next.is_string() || next.get<std::string>().empty() || (*body)["items"].empty()) break;
-    cursor = next.get<std::string>();
-    if (std::find(seen.begin(), seen.end(), cursor) != seen.end()) {
+    for (nlohmann::json& item : (*body)["items"]) listing.items.push_back(std::move(item));
+    const nlohmann::json& page_next = (*body)["next_cursor"];
+    if (!page_next.is_string() || page_next.get<std::string>().empty() ||
+        (*body)["items"].empty()) {
+      listing.next_cursor = nullptr;
+      break;
+    }
+    next = page_next.get<std::string>();
+    listing.next_cursor = next;
+    if (std::find(seen.begin(), seen.end(), next) != seen.end()) {
       return CliError::Failure("invalid_response",
                                "the server returned the same cursor twice for " + path);
     }
-    seen.push_back(cursor);
+    seen.push_back(next);
   }
-  return items;
+  return listing;
+}
+
+CliResult<nlohmann::json> ListPages(ApiClient& api, const std::string& path,
+                                    const std::vector<std::pair<std::string, std::string>>& params,
+                                    int64_t limit) {
+  CliResult<Listing> listing = ListFrom(api, path, params, limit, "");
+  if (!listing.ok()) return listing.error();
+  return std::move(listing->items);
 }
 
 CommandContext::CommandContext(GlobalOptions options, EnvLookup env, std::ostream& out,

@@ -206,10 +206,24 @@ class ApiClient {
   std::unique_ptr<httplib::Client> http_;
 };
 
-// Lists a keyset-paged collection: GETs `path` with `params` plus limit and cursor, following
-// each page's next_cursor until `limit` items are collected or the listing ends. Returns the
-// items as one array, in the server's order. Fails with the first failing page's error, or
+// Part of a keyset-paged collection, shaped like one page of the API.
+struct Listing {
+  nlohmann::json items = nlohmann::json::array();  // in the server's order
+  // Where the listing continues (pass it back as `cursor`), or null when it has ended.
+  nlohmann::json next_cursor;
+  // Returns {"items": [...], "next_cursor": ...}, the API's page shape.
+  nlohmann::json ToJson() const;
+};
+
+// Lists a keyset-paged collection: GETs `path` with `params` plus limit and cursor, starting at
+// `cursor` ("" = the beginning) and following each page's next_cursor until `limit` items are
+// collected or the listing ends. Fails with the first failing page's error, or
 // invalid_response when a page has no `items` array or repeats a cursor.
+CliResult<Listing> ListFrom(ApiClient& api, const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& params,
+                            int64_t limit, const std::string& cursor);
+
+// Returns ListFrom(...) from the beginning, items only, as one array.
 CliResult<nlohmann::json> ListPages(ApiClient& api, const std::string& path,
                                     const std::vector<std::pair<std::string, std::string>>& params,
                                     int64_t limit);

@@ -391,30 +391,51 @@ void ServeRuns(FakeServer& server, int total) {
       });
 }
 
-TEST_F(CommandTest, RunListFollowsCursorsUntilTheLimitAndPrintsAJsonArray) {
+// Runs `ql run list --json` with `args` and returns what it printed, parsed.
+json RunListJson(const RunListArgs& args, CommandContext context, std::ostringstream& out) {
+  EXPECT_EQ(RunList(args, context), kExitOk);
+  return json::parse(out.str(), nullptr, false);
+}
+
+TEST_F(CommandTest, RunListFollowsCursorsUntilTheLimitAndPrintsTheApiPageShape) {
   ServeRuns(server_, 1200);
   RunListArgs args;
   args.limit = 700;
   args.task_id = "t";
-  CommandContext context = Context(/*json=*/true);
-  EXPECT_EQ(RunList(args, context), kExitOk) << err_.str();
-  const json runs = json::parse(out_.str());
+  const json listing = RunListJson(args, Context(/*json=*/true), out_);
+  ASSERT_TRUE(listing.is_object()) << out_.str() << err_.str();
+  const json& runs = listing["items"];
   ASSERT_TRUE(runs.is_array());
   ASSERT_EQ(runs.size(), 700u);
   EXPECT_EQ(runs[0]["id"], "r0");
   EXPECT_EQ(runs[699]["id"], "r699");
   EXPECT_TRUE(runs[0]["scheduled_for"].is_null());
+  EXPECT_EQ(listing["next_cursor"], "700");
   EXPECT_EQ(server_.requests(),
             (std::vector<std::string>{"GET /api/v1/runs?limit=500&task_id=t",
                                       "GET /api/v1/runs?cursor=500&limit=200&task_id=t"}));
 }
 
-TEST_F(CommandTest, RunListStopsWhenTheListingEnds) {
-  ServeRuns(server_, 3);
+TEST_F(CommandTest, RunListContinuesFromTheCursorItPrinted) {
+  ServeRuns(server_, 5);
   RunListArgs args;
-  CommandContext context = Context(/*json=*/true);
-  EXPECT_EQ(RunList(args, context), kExitOk);
-  EXPECT_EQ(json::parse(out_.str()).size(), 3u);
+  args.limit = 2;
+  args.cursor = "2";
+  const json listing = RunListJson(args, Context(/*json=*/true), out_);
+  ASSERT_TRUE(listing.is_object()) << out_.str() << err_.str();
+  ASSERT_EQ(listing["items"].size(), 2u);
+  EXPECT_EQ(listing["items"][0]["id"], "r2");
+  EXPECT_EQ(listing["next_cursor"], "4");
+  EXPECT_EQ(server_.requests(), (std::vector<std::string>{"GET /api/v1/runs?cursor=2&limit=2"}));
+}
+
+TEST_F(CommandTest, RunListStopsWhenTheListingEndsWithANullCursor) {
+  ServeRuns(server_, 3);
+  const json listing = RunListJson(RunListArgs{}, Context(/*json=*/true), out_);
+  ASSERT_TRUE(listing.is_object()) << out_.str() << err_.str();
+  EXPECT_EQ(listing["items"].size(), 3u);
+  ASSERT_TRUE(listing.contains("next_cursor"));
+  EXPECT_TRUE(listing["next_cursor"].is_null());
   EXPECT_EQ(server_.requests().size(), 1u);
 }
 

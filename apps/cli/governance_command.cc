@@ -387,14 +387,14 @@ void AddAudit(CLI::App& app) {
         return context.Fail(CliError::Usage("invalid_limit", "--limit must be at least 1"));
       }
       return WithApi(context, [&](ApiClient& api) {
-        CliResult<json> facts = ListPages(api, "/api/v1/audit", {}, *limit);
+        CliResult<Listing> facts = ListFrom(api, "/api/v1/audit", {}, *limit, "");
         if (!facts.ok()) return context.Fail(facts.error());
         if (context.json()) {
-          context.out() << JsonOutput(json{{"items", *facts}}) << "\n";
+          context.out() << JsonOutput(facts->ToJson()) << "\n";
           return kExitOk;
         }
         Table table({"AT", "ACTOR", "ACTION", "TARGET", "OUTCOME", "CODE"});
-        for (const json& f : *facts) {
+        for (const json& f : facts->items) {
           table.AddRow({JsonText(f, "at"), JsonText(f, "actor_id"), JsonText(f, "action"),
                         JsonText(f, "target_kind") + " " + JsonText(f, "target_id"),
                         JsonText(f, "outcome"), JsonText(f, "code")});

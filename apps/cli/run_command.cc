@@ -116,18 +116,18 @@ int RunList(const RunListArgs& args, CommandContext& context) {
   }
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
-  CliResult<json> runs = ListPages(**api, "/api/v1/runs",
-                                   {{"task_id", args.task_id.value_or("")},
-                                    {"trigger_id", args.trigger_id.value_or("")},
-                                    {"status", args.status.value_or("")}},
-                                   args.limit);
+  CliResult<Listing> runs = ListFrom(**api, "/api/v1/runs",
+                                     {{"task_id", args.task_id.value_or("")},
+                                      {"trigger_id", args.trigger_id.value_or("")},
+                                      {"status", args.status.value_or("")}},
+                                     args.limit, args.cursor);
   if (!runs.ok()) return context.Fail(runs.error());
   if (context.json()) {
-    context.out() << JsonOutput(*runs) << "\n";
+    context.out() << JsonOutput(runs->ToJson()) << "\n";
     return kExitOk;
   }
   Table table({"ID", "TASK", "TYPE", "STATUS", "SCHEDULED", "STARTED", "DURATION", "EXIT"});
-  for (const json& run : *runs) {
+  for (const json& run : runs->items) {
     table.AddRow({JsonText(run, "id"), JsonText(run, "task_id"), JsonText(run, "trigger_type"),
                   JsonText(run, "status"), JsonText(run, "scheduled_for"),
                   JsonText(run, "started_at"), JsonElapsed(run, "started_at", "finished_at"),
@@ -378,6 +378,8 @@ void RegisterRunCommands(CLI::App& app) {
       "--status", [list_args](const std::string& v) { list_args->status = v; },
       "Only runs in this state (queued, running, succeeded, failed, ...)");
   list->add_option("--limit", list_args->limit, "Show at most N runs")->capture_default_str();
+  list->add_option("--cursor", list_args->cursor,
+                   "Continue a listing where a --json listing's next_cursor says");
   list->callback([list, list_args] {
     RunCommand(*list, [&](CommandContext& context) { return RunList(*list_args, context); });
   });

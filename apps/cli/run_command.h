@@ -17,6 +17,7 @@ struct RunListArgs {
   std::optional<std::string> trigger_id;  // --trigger
   std::optional<std::string> status;      // --status
   int64_t limit = 50;                     // --limit
+  std::string cursor;                     // --cursor: a next_cursor printed before
 };
 
 struct RunLogArgs {
@@ -37,9 +38,11 @@ struct RunStartArgs {
   std::optional<int64_t> priority;
 };
 
-// GET /api/v1/runs with the filters, following next_cursor until `limit` runs are collected.
-// Prints a table; with --json an array of the server's run objects (id, task_id, trigger_id,
-// status, scheduled_for, exit_code, ...), newest first as the server orders them. An unknown
+// GET /api/v1/runs with the filters, from --cursor (default: the newest run), following
+// next_cursor until `limit` runs are collected. Prints a table; with --json the API's page shape
+// {"items": [...], "next_cursor": ...}: the server's run objects (id, task_id, trigger_id,
+// status, scheduled_for, exit_code, ...), newest first, and where the listing continues (null
+// once it has ended). An unknown
 // --status is a usage error (exit 2) naming the valid states.
 int RunList(const RunListArgs& args, CommandContext& context);
 // GET /api/v1/runs/{id} (with attempts) and every page of /api/v1/runs/{id}/events. Prints the

@@ -64,7 +64,7 @@ class LocalDaemonTest : public ::testing::Test {
     CommandResult r = daemon_->Ql(args);
     if (r.exit_code != 0) return json::array();
     json j = json::parse(r.out, nullptr, false);
-    return j.is_array() ? j : json::array();
+    return j.is_object() && j["items"].is_array() ? j["items"] : json::array();
   }
 
   json Run(const std::string& run_id) {

@@ -38,7 +38,8 @@ ClusterScheduler::ClusterScheduler(ClusterScheduleRepository& schedules,
                     "already_admitted).");
   metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
   metrics_.Describe("ql_scheduler_claims_total", "counter", "Schedule rows claimed.");
-  metrics_.Describe("ql_scheduler_round_rows", "histogram", "Rows claimed per round.");
+  metrics_.DescribeHistogram("ql_scheduler_round_rows", "Rows claimed per round.",
+                             Metrics::kRowBuckets);
   metrics_.Describe("ql_scheduler_errors_total", "counter",
                     "Claim statements and decisions that failed.");
   metrics_.Describe("ql_scheduler_lag_seconds", "histogram",

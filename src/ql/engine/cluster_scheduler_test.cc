@@ -223,6 +223,17 @@ TEST_F(ClusterSchedulerTest, RunIdentityIsAllocatedOnlyForAnAdmission) {
   EXPECT_EQ(Sample(metrics_, R"(ql_scheduler_occurrences_total{outcome="admit"})"), 1);
 }
 
+TEST_F(ClusterSchedulerTest, RoundRowsAreCountedInRowBuckets) {
+  for (int i = 0; i < 3; ++i) repo_.due.push_back(Row("0 0 1 1 *", std::nullopt));
+  ClusterScheduler scheduler(repo_, store_->definitions(), random_, metrics_, Options());
+  Result<RoundReport> round = scheduler.RunRound();
+  ASSERT_TRUE(round.ok()) << round.status().ToString();
+  EXPECT_EQ(round->rows, 3);
+  EXPECT_EQ(Sample(metrics_, R"(ql_scheduler_round_rows_bucket{le="2"})"), 0);
+  EXPECT_EQ(Sample(metrics_, R"(ql_scheduler_round_rows_bucket{le="4"})"), 1);
+  EXPECT_EQ(Sample(metrics_, R"(ql_scheduler_round_rows_bucket{le="1024"})"), 1);
+}
+
 TEST_F(ClusterSchedulerTest, RoundsOfOneSchedulerNeverOverlap) {
   repo_.due = {Row("0 0 1 1 *", std::nullopt)};
   ClusterScheduler scheduler(repo_, store_->definitions(), random_, metrics_, Options());

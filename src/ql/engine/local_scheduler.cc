@@ -45,7 +45,8 @@ LocalScheduler::LocalScheduler(ScheduleRepository& schedules, DefinitionReposito
                     "Schedule decisions applied, by outcome (initialize, admit, skip, raced, "
                     "already_admitted).");
   metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
-  metrics_.Describe("ql_scheduler_round_rows", "histogram", "Rows decided per round.");
+  metrics_.DescribeHistogram("ql_scheduler_round_rows", "Rows decided per round.",
+                             Metrics::kRowBuckets);
   metrics_.Describe("ql_scheduler_lag_seconds", "histogram",
                     "Admission time minus scheduled time of admitted occurrences.");
   metrics_.Describe("ql_scheduler_errors_total", "counter", "Scheduler storage errors.");

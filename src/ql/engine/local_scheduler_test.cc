@@ -288,6 +288,19 @@ TEST_F(LocalSchedulerTest, PagesAreBoundedAndAFullPageStartsTheNextRoundAtOnce) 
   EXPECT_EQ(*scheduler.NextDelayMs(second), 300);  // wakes for the due time, not a cadence late
 }
 
+TEST_F(LocalSchedulerTest, RoundRowsAreCountedInRowBuckets) {
+  const std::string task = AddTask();
+  for (int i = 0; i < 20; ++i) AddTrigger(task, "0 * * * * *");
+  LocalScheduler scheduler = MakeScheduler();
+  EXPECT_EQ(Round(scheduler).rows, 16);
+  const std::string text = metrics_.RenderPrometheus();
+  EXPECT_NE(text.find("ql_scheduler_round_rows_bucket{le=\"8\"} 0\n"
+                      "ql_scheduler_round_rows_bucket{le=\"16\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("ql_scheduler_round_rows_bucket{le=\"1024\"} 1\n"), std::string::npos);
+}
+
 TEST_F(LocalSchedulerTest, ProfilesHaveTheirBounds) {
   EXPECT_EQ(LocalSchedulerOptionsForProfile("edge")->page_size, 4);
   EXPECT_EQ(LocalSchedulerOptionsForProfile("edge")->cadence_ms, 5000);

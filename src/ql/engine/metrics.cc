@@ -1,5 +1,6 @@
 #include "ql/engine/metrics.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <iterator>
@@ -7,7 +8,6 @@
 namespace ql {
 namespace {
 
-constexpr size_t kBucketCount = std::size(Metrics::kHistogramBuckets);
 constexpr std::string_view kRejectedName = "ql_metrics_rejected_samples_total";
 
 bool IsNameStart(char c) {
@@ -148,10 +148,11 @@ void Metrics::Observe(std::string_view name, double value) {
   Family* family = FamilyFor(name, {}, Type::kHistogram);
   if (family == nullptr) return;
   Histogram& h = family->histogram;
-  if (h.buckets.empty()) h.buckets.assign(kBucketCount + 1, 0);
-  size_t bucket = kBucketCount;
-  for (size_t i = 0; i < kBucketCount; ++i) {
-    if (value <= kHistogramBuckets[i]) {
+  if (h.bounds.empty()) h.bounds.assign(std::begin(kHistogramBuckets), std::end(kHistogramBuckets));
+  if (h.buckets.empty()) h.buckets.assign(h.bounds.size() + 1, 0);
+  size_t bucket = h.bounds.size();
+  for (size_t i = 0; i < h.bounds.size(); ++i) {
+    if (value <= h.bounds[i]) {
       bucket = i;
       break;
     }
@@ -177,6 +178,32 @@ void Metrics::Describe(std::string_view name, std::string_view type, std::string
   }
   Family* family = FamilyFor(name, {}, parsed);
   if (family == nullptr) return;
+  family->help = std::string(help);
+}
+
+void Metrics::DescribeHistogram(std::string_view name, std::string_view help,
+                                std::span<const double> bounds) {
+  bool increasing = !bounds.empty();
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (!std::isfinite(bounds[i]) || (i > 0 && bounds[i] <= bounds[i - 1])) increasing = false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!increasing) {
+    RejectLocked();
+    return;
+  }
+  Family* family = FamilyFor(name, {}, Type::kHistogram);
+  if (family == nullptr) return;
+  Histogram& h = family->histogram;
+  const bool same = std::equal(h.bounds.begin(), h.bounds.end(), bounds.begin(), bounds.end());
+  if (h.count > 0 && !same) {
+    RejectLocked();
+    return;
+  }
+  if (!same) {
+    h.bounds.assign(bounds.begin(), bounds.end());
+    h.buckets.assign(h.bounds.size() + 1, 0);
+  }
   family->help = std::string(help);
 }
 
@@ -209,12 +236,13 @@ std::string Metrics::RenderPrometheus() const {
       case Type::kHistogram: {
         header(name, family.help, "histogram");
         const Histogram& h = family.histogram;
+        const std::span<const double> bounds =
+            h.bounds.empty() ? std::span<const double>(kHistogramBuckets) : h.bounds;
         const std::string bucket_name = name + "_bucket";
         uint64_t cumulative = 0;
-        for (size_t i = 0; i <= kBucketCount; ++i) {
+        for (size_t i = 0; i <= bounds.size(); ++i) {
           if (!h.buckets.empty()) cumulative += h.buckets[i];
-          const std::string le =
-              i < kBucketCount ? FormatDouble(kHistogramBuckets[i]) : std::string("+Inf");
+          const std::string le = i < bounds.size() ? FormatDouble(bounds[i]) : std::string("+Inf");
           AppendSeries(out, bucket_name, "le=\"" + le + "\"", std::to_string(cumulative));
         }
         AppendSeries(out, name + "_sum", {}, FormatDouble(h.sum));

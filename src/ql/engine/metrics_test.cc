@@ -71,6 +71,49 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeWithSumAndCount) {
                               "ql_schedule_lag_seconds_count 4\n"));
 }
 
+TEST(MetricsTest, AHistogramCanCountRowsInItsOwnBuckets) {
+  Metrics m;
+  m.DescribeHistogram("ql_round_rows", "Rows.", Metrics::kRowBuckets);
+  m.Observe("ql_round_rows", 0);     // le 0
+  m.Observe("ql_round_rows", 3);     // le 4
+  m.Observe("ql_round_rows", 200);   // le 256
+  m.Observe("ql_round_rows", 5000);  // only +Inf
+  const std::string text = m.RenderPrometheus();
+  std::string buckets;
+  const int cumulative[] = {1, 1, 1, 2, 2, 2, 2, 2, 2, 3, 3, 3};
+  for (size_t i = 0; i < std::size(Metrics::kRowBuckets); ++i) {
+    buckets += "ql_round_rows_bucket{le=\"" + std::to_string(static_cast<int>(Metrics::kRowBuckets[i])) +
+               "\"} " + std::to_string(cumulative[i]) + "\n";
+  }
+  EXPECT_EQ(Metrics::kRowBuckets[11], 1024);
+  EXPECT_THAT(text, HasSubstr("# HELP ql_round_rows Rows.\n# TYPE ql_round_rows histogram\n" +
+                              buckets + "ql_round_rows_bucket{le=\"+Inf\"} 4\n" +
+                              "ql_round_rows_sum 5203\nql_round_rows_count 4\n"));
+  // Other histograms keep the seconds buckets.
+  m.Observe("ql_lag_seconds", 0.2);
+  EXPECT_THAT(m.RenderPrometheus(), HasSubstr("ql_lag_seconds_bucket{le=\"0.005\"} 0\n"));
+}
+
+TEST(MetricsTest, BucketsCannotChangeUnderSamplesAndMustIncrease) {
+  Metrics m;
+  m.Observe("ql_round_rows", 3);  // seconds buckets, fixed by the first sample
+  m.DescribeHistogram("ql_round_rows", "Rows.", Metrics::kRowBuckets);
+  const double descending[] = {2, 1};
+  m.DescribeHistogram("ql_other_rows", "Rows.", descending);
+  const std::string text = m.RenderPrometheus();
+  EXPECT_THAT(text, HasSubstr("ql_round_rows_bucket{le=\"5\"} 1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("ql_other_rows")));
+  EXPECT_THAT(text, HasSubstr("ql_metrics_rejected_samples_total 2\n"));
+  // The same buckets again only change the help text.
+  Metrics same;
+  same.DescribeHistogram("ql_round_rows", "Rows.", Metrics::kRowBuckets);
+  same.Observe("ql_round_rows", 1);
+  same.DescribeHistogram("ql_round_rows", "Rows per round.", Metrics::kRowBuckets);
+  EXPECT_THAT(same.RenderPrometheus(), HasSubstr("# HELP ql_round_rows Rows per round.\n"));
+  EXPECT_THAT(same.RenderPrometheus(), HasSubstr("ql_round_rows_count 1\n"));
+  EXPECT_THAT(same.RenderPrometheus(), HasSubstr("ql_metrics_rejected_samples_total 0\n"));
+}
+
 TEST(MetricsTest, EscapesHelpText) {
   Metrics m;
   m.Describe("ql_x_total", "counter", "a\\b\nc");
