@@ -119,7 +119,7 @@ TEST_F(LocalApprovalTest, AnOperatorAsksAnAdminApprovesAndExactlyOneRunSucceeds)
   EXPECT_EQ(Executions(), 1);
   CommandResult runs = daemon_->Ql({"run", "list", "--task", task_id, "--json"});
   ASSERT_EQ(runs.exit_code, 0) << runs.err;
-  EXPECT_EQ(json::parse(runs.out).size(), 1u) << runs.out;
+  EXPECT_EQ(json::parse(runs.out)["items"].size(), 1u) << runs.out;
   std::vector<std::string> events;
   for (const json& e : run["events"]) events.push_back(e["type"]);
   for (const char* want : {"run.created", "run.queued", "run.running", "run.succeeded"}) {

@@ -69,7 +69,12 @@ class PgGovernanceRaceTest : public ::testing::Test {
   }
 
   GovernanceRepository& gov() { return store_->governance(); }
-  std::string Id() { return NewUuidV7(clock_.NowMs(), random_); }
+  // Races call it from two threads at once: the seeded source is not thread-safe.
+  std::string Id() {
+    std::lock_guard<std::mutex> lock(id_mu_);
+    return NewUuidV7(clock_.NowMs(), random_);
+  }
+  std::mutex id_mu_;
   Caller As(const PrincipalRecord& p) { return Caller{p.id, "", "race"}; }
 
   PrincipalRecord Add(const std::string& name, Role role, const std::string& scope) {
