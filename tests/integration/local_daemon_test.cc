@@ -286,6 +286,20 @@ TEST_F(LocalDaemonTest, SecondDaemonOnTheSameDataDirectoryExits2AndTheFirstKeeps
   ASSERT_TRUE(daemon_->Start()) << daemon_->log();
 }
 
+TEST_F(LocalDaemonTest, MetricsNameTheBuildAndDescribeTheProcessAndTheQueue) {
+  CommandResult version = RunCommand({BinDir() + "/ql-local", "--version"});
+  ASSERT_EQ(version.out.rfind("ql-local ", 0), 0u) << version.out;
+  const std::string built = Trim(version.out.substr(9));
+  CommandResult metrics = RunCommand({"/usr/bin/curl", "-s", daemon_->server() + "/metrics"});
+  EXPECT_NE(metrics.out.find("\nql_build_info{version=\"" + built + "\"} 1\n"), std::string::npos)
+      << metrics.out;
+  EXPECT_NE(metrics.out.find("\nql_runs_queued 0\n"), std::string::npos) << metrics.out;
+  for (const char* name : {"process_resident_memory_bytes", "process_cpu_seconds_total",
+                           "process_open_fds", "process_start_time_seconds"}) {
+    EXPECT_NE(metrics.out.find(std::string("\n") + name + " "), std::string::npos) << name;
+  }
+}
+
 class EdgeDaemonTest : public LocalDaemonTest {
  protected:
   std::string profile() const override { return "edge"; }
