@@ -187,6 +187,37 @@ TEST_F(LocalDaemonTest, CancelEndsARunningCommandCancelled) {
   EXPECT_EQ(RunCommand({"/usr/bin/pgrep", "-f", "sleep 29.5"}).out, "");
 }
 
+TEST_F(LocalDaemonTest, AChildStartedWithSetsidDoesNotOutliveItsRun) {
+  // `setsid sh -c 'sleep ...' &` leaves the run's process group and session; the command waits
+  // until it has, so the group's signals cannot end it by chance.
+  auto escaping = [&](const std::string& name, const std::string& then) {
+    const std::string seconds = "301." + std::to_string(getpid()) + std::to_string(name.size());
+    const std::string file = tmp_.path() + "/" + name;
+    const std::string shell = "setsid sh -c 'touch " + file + "; exec sleep " + seconds +
+                              "' & while [ ! -e " + file + " ]; do sleep 0.01; done; " + then;
+    return std::make_pair(AddTask(name, shell), "sleep " + seconds);
+  };
+  auto [finishes, finishes_sleep] = escaping("finishes", "echo started");
+  CommandResult start = daemon_->Ql({"run", "start", finishes});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string finished_run = Trim(start.out);
+  EXPECT_EQ(WaitForStatus(finished_run, {"succeeded", "failed"}), "succeeded");
+  EXPECT_EQ(RunCommand({"/usr/bin/pgrep", "-f", finishes_sleep}).out, "");
+
+  auto [cancelled, cancelled_sleep] = escaping("cancelled-one", "sleep 30");
+  start = daemon_->Ql({"run", "start", cancelled});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string cancelled_run = Trim(start.out);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return !RunCommand({"/usr/bin/pgrep", "-f", cancelled_sleep}).out.empty();
+      },
+      seconds(20)));
+  ASSERT_EQ(daemon_->Ql({"run", "cancel", cancelled_run}).exit_code, 0);
+  EXPECT_EQ(WaitForStatus(cancelled_run, {"cancelled", "failed", "succeeded"}), "cancelled");
+  EXPECT_EQ(RunCommand({"/usr/bin/pgrep", "-f", cancelled_sleep}).out, "");
+}
+
 TEST_F(LocalDaemonTest, FailingCommandRecordsItsExitCode) {
   const std::string task = AddTask("fails", "echo oops >&2; exit 7");
   CommandResult start = daemon_->Ql({"run", "start", task});
