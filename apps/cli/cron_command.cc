@@ -15,8 +15,8 @@ namespace ql::cli {
 namespace {
 
 constexpr int kMaxCount = 1000;
-// Set from --json before the command runs.
-bool json_errors = false;
+// Set from --json before the command runs: errors and output as JSON.
+bool json_output = false;
 
 struct CronNextOptions {
   std::string expression;
@@ -26,7 +26,7 @@ struct CronNextOptions {
 };
 
 [[noreturn]] void Fail(const Status& status, int exit_code = kExitInvalidInput) {
-  std::cerr << ErrorLine(status.reason(), status.message(), json_errors) << std::endl;
+  std::cerr << ErrorLine(status.reason(), status.message(), json_output) << std::endl;
   throw CLI::RuntimeError(exit_code);
 }
 
@@ -46,12 +46,25 @@ void RunCronNext(const CronNextOptions& options) {
     if (!parsed.ok()) Fail(parsed.status());
     after = *parsed;
   }
+  // With --json, the API's /cron/next answer: each time in UTC and in the zone's offset.
+  nlohmann::json fire_times = nlohmann::json::array();
   int printed = 0;
   for (; printed < options.count; ++printed) {
     std::optional<int64_t> next = schedule->NextAfter(after);
     if (!next) break;
-    std::cout << FormatRfc3339(*next, schedule->zone()) << '\n';
+    if (json_output) {
+      fire_times.push_back(
+          {{"at", FormatRfc3339Utc(*next)}, {"local", FormatRfc3339(*next, schedule->zone())}});
+    } else {
+      std::cout << FormatRfc3339(*next, schedule->zone()) << '\n';
+    }
     after = *next;
+  }
+  if (json_output && printed > 0) {
+    std::cout << JsonOutput(nlohmann::json{{"expression", schedule->expression()},
+                                           {"timezone", schedule->zone().name()},
+                                           {"fire_times", std::move(fire_times)}})
+              << '\n';
   }
   std::cout.flush();
   if (printed == 0) {
@@ -83,7 +96,7 @@ void RegisterCronCommands(CLI::App& app) {
   next->add_option("--count", options->count, "number of fire times, 1-1000")
       ->capture_default_str();
   next->callback([options, next] {
-    json_errors = GlobalOptionsOf(*next).json;
+    json_output = GlobalOptionsOf(*next).json;
     RunCronNext(*options);
   });
 }

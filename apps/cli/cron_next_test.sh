@@ -104,6 +104,36 @@ run json_error 2 cron next '0 24 * * *' --tz Asia/Shanghai --json &&
 run json_usage_error 2 --json cron next '0 0 * * *' --tz Asia/Shanghai --count many &&
   expect_err_prefix json_usage_error '{"code":"invalid_usage","message":"'
 
+# With --json the fire times are one object in the API's /cron/next shape.
+run json_spring_forward 0 --json cron next '30 2 * * *' --tz America/New_York \
+  --from 2026-03-07T12:00:00-05:00 --count 2 &&
+  expect_out json_spring_forward '{
+  "expression": "30 2 * * *",
+  "fire_times": [
+    {
+      "at": "2026-03-08T07:00:00Z",
+      "local": "2026-03-08T03:00:00-04:00"
+    },
+    {
+      "at": "2026-03-09T06:30:00Z",
+      "local": "2026-03-09T02:30:00-04:00"
+    }
+  ],
+  "timezone": "America/New_York"
+}'
+run json_after 0 cron next '0 0 9 * * MON-FRI' --tz Asia/Shanghai --from 2026-01-02T09:00:00+08:00 \
+  --count 1 --json &&
+  expect_out json_after '{
+  "expression": "0 0 9 * * MON-FRI",
+  "fire_times": [
+    {
+      "at": "2026-01-05T01:00:00Z",
+      "local": "2026-01-05T09:00:00+08:00"
+    }
+  ],
+  "timezone": "Asia/Shanghai"
+}'
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

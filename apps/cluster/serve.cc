@@ -40,6 +40,7 @@
 #include "ql/storage/postgres/pg_log_source.h"
 #include "ql/storage/postgres/pg_store.h"
 #include "ql/storage/postgres/pg_worker.h"
+#include "ql_version.h"
 
 namespace ql::cluster {
 namespace {
@@ -349,6 +350,7 @@ int Serve(const ServeConfig& config) {
   api_options.panel = &panel;
   SecretService secret_service(*store, control.governance(), sealer.get(), clock);
   api_options.secrets = &secret_service;
+  api_options.version = kProjectVersion;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     stop_lifecycles();

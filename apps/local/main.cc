@@ -337,6 +337,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   const PanelAssets panel(EmbeddedPanelFiles());
   api_options.panel = &panel;
   api_options.secrets = &secret_service;
+  api_options.version = kProjectVersion;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     scheduler_loop.Stop();

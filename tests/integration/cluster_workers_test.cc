@@ -326,6 +326,21 @@ TEST_F(ClusterWorkersTest, WrongOrRevokedWorkerTokensAreRefusedAndChangeNothing)
   EXPECT_EQ(a.Stop(), 0);
 }
 
+TEST_F(ClusterWorkersTest, WithoutWorkersRunsWaitQueuedAndTheGaugeCountsThem) {
+  Replica a("replica-a", Log("a"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  const std::string task = Task(a, "waiting", "true");
+  const std::string first = Start(a, task);
+  const std::string second = Start(a, task);
+  ASSERT_EQ(Status(a, first), "queued");
+  ASSERT_EQ(Status(a, second), "queued");
+  CommandResult metrics = RunCommand({"/usr/bin/curl", "-s", a.url() + "/metrics"});
+  EXPECT_NE(metrics.out.find("\nql_runs_queued 2\n"), std::string::npos) << metrics.out;
+  EXPECT_NE(metrics.out.find("\nql_build_info{version=\""), std::string::npos) << metrics.out;
+  EXPECT_NE(metrics.out.find("\nprocess_open_fds "), std::string::npos) << metrics.out;
+  EXPECT_EQ(a.Stop(), 0);
+}
+
 TEST_F(ClusterWorkersTest, TlsListenersServeWorkersAndQlThatTrustTheirCaAndNoOneElse) {
   std::filesystem::create_directories(dir_.path() + "/pki");
   Result<::ql::testing::TestPki> pki = ::ql::testing::MakeTestPki(dir_.path() + "/pki");

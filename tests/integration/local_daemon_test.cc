@@ -187,6 +187,37 @@ TEST_F(LocalDaemonTest, CancelEndsARunningCommandCancelled) {
   EXPECT_EQ(RunCommand({"/usr/bin/pgrep", "-f", "sleep 29.5"}).out, "");
 }
 
+TEST_F(LocalDaemonTest, AChildStartedWithSetsidDoesNotOutliveItsRun) {
+  // `setsid sh -c 'sleep ...' &` leaves the run's process group and session; the command waits
+  // until it has, so the group's signals cannot end it by chance.
+  auto escaping = [&](const std::string& name, const std::string& then) {
+    const std::string seconds = "301." + std::to_string(getpid()) + std::to_string(name.size());
+    const std::string file = tmp_.path() + "/" + name;
+    const std::string shell = "setsid sh -c 'touch " + file + "; exec sleep " + seconds +
+                              "' & while [ ! -e " + file + " ]; do sleep 0.01; done; " + then;
+    return std::make_pair(AddTask(name, shell), "sleep " + seconds);
+  };
+  auto [finishes, finishes_sleep] = escaping("finishes", "echo started");
+  CommandResult start = daemon_->Ql({"run", "start", finishes});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string finished_run = Trim(start.out);
+  EXPECT_EQ(WaitForStatus(finished_run, {"succeeded", "failed"}), "succeeded");
+  EXPECT_EQ(RunCommand({"/usr/bin/pgrep", "-f", finishes_sleep}).out, "");
+
+  auto [cancelled, cancelled_sleep] = escaping("cancelled-one", "sleep 30");
+  start = daemon_->Ql({"run", "start", cancelled});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string cancelled_run = Trim(start.out);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return !RunCommand({"/usr/bin/pgrep", "-f", cancelled_sleep}).out.empty();
+      },
+      seconds(20)));
+  ASSERT_EQ(daemon_->Ql({"run", "cancel", cancelled_run}).exit_code, 0);
+  EXPECT_EQ(WaitForStatus(cancelled_run, {"cancelled", "failed", "succeeded"}), "cancelled");
+  EXPECT_EQ(RunCommand({"/usr/bin/pgrep", "-f", cancelled_sleep}).out, "");
+}
+
 TEST_F(LocalDaemonTest, FailingCommandRecordsItsExitCode) {
   const std::string task = AddTask("fails", "echo oops >&2; exit 7");
   CommandResult start = daemon_->Ql({"run", "start", task});
@@ -284,6 +315,20 @@ TEST_F(LocalDaemonTest, SecondDaemonOnTheSameDataDirectoryExits2AndTheFirstKeeps
   EXPECT_EQ(daemon_->Stop(), 0);
   EXPECT_FALSE(std::filesystem::exists(data_ + "/server.json"));
   ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+}
+
+TEST_F(LocalDaemonTest, MetricsNameTheBuildAndDescribeTheProcessAndTheQueue) {
+  CommandResult version = RunCommand({BinDir() + "/ql-local", "--version"});
+  ASSERT_EQ(version.out.rfind("ql-local ", 0), 0u) << version.out;
+  const std::string built = Trim(version.out.substr(9));
+  CommandResult metrics = RunCommand({"/usr/bin/curl", "-s", daemon_->server() + "/metrics"});
+  EXPECT_NE(metrics.out.find("\nql_build_info{version=\"" + built + "\"} 1\n"), std::string::npos)
+      << metrics.out;
+  EXPECT_NE(metrics.out.find("\nql_runs_queued 0\n"), std::string::npos) << metrics.out;
+  for (const char* name : {"process_resident_memory_bytes", "process_cpu_seconds_total",
+                           "process_open_fds", "process_start_time_seconds"}) {
+    EXPECT_NE(metrics.out.find(std::string("\n") + name + " "), std::string::npos) << name;
+  }
 }
 
 class EdgeDaemonTest : public LocalDaemonTest {

@@ -23,6 +23,7 @@
 
 #include "ql/core/governance.h"
 #include "ql/core/records.h"
+#include "ql/core/states.h"
 #include "ql/core/status.h"
 
 namespace ql {
@@ -463,6 +464,9 @@ class RunRepository {
   virtual Result<std::vector<RunRecord>> ListRetryDue(int64_t now_ms, int limit) = 0;
   // Counts runs by status (for metrics).
   virtual Result<std::vector<std::pair<std::string, int64_t>>> CountRunsByStatus() = 0;
+  // Counts the runs in `status` alone: a walk of that status's range of the runs_by_status
+  // index, so its cost follows the number of such runs, not of all runs (read at every scrape).
+  virtual Result<int64_t> CountRunsInStatus(RunStatus status) = 0;
 };
 
 // Everything a resident process needs, from one store.

@@ -1083,6 +1083,10 @@ Result<std::vector<EventRecord>> ControlService::ListRunEvents(const std::string
   return store_.runs().ListEvents(run_id, after_sequence, limit);
 }
 
+Result<int64_t> ControlService::CountQueuedRuns() {
+  return store_.runs().CountRunsInStatus(RunStatus::kQueued);
+}
+
 Result<StatusSummary> ControlService::GetStatus(const Caller& caller) {
   StatusSummary out;
   QL_RETURN_IF_ERROR(EnsureDefaultProject().status());

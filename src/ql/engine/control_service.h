@@ -270,6 +270,9 @@ class ControlService {
 
   // Returns run counts by status and the number of enabled triggers.
   Result<StatusSummary> GetStatus(const Caller& caller = {});
+  // Counts the queued runs of every project, for the queue-depth gauge of /metrics (which no
+  // caller owns: it carries no project or run id).
+  Result<int64_t> CountQueuedRuns();
 
   const ControlOptions& options() const { return options_; }
   // Governance use-cases and the authorization every method here asks.

@@ -115,7 +115,7 @@ void Metrics::Increment(std::string_view name, std::string_view labels, int64_t 
   std::lock_guard<std::mutex> lock(mu_);
   Family* family = FamilyFor(name, labels, Type::kCounter);
   if (family == nullptr) return;
-  if (by < 0) {  // counters never go down
+  if (by < 0 || family->set_counters.count(labels) > 0) {  // counters never go down
     RejectLocked();
     return;
   }
@@ -124,6 +124,23 @@ void Metrics::Increment(std::string_view name, std::string_view labels, int64_t 
     family->counters.emplace(std::string(labels), by);
   } else {
     it->second += by;
+  }
+}
+
+void Metrics::SetCounter(std::string_view name, std::string_view labels, double value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Family* family = FamilyFor(name, labels, Type::kCounter);
+  if (family == nullptr) return;
+  auto it = family->set_counters.find(labels);
+  const bool backwards = it != family->set_counters.end() && value < it->second;
+  if (std::isnan(value) || value < 0 || backwards || family->counters.count(labels) > 0) {
+    RejectLocked();
+    return;
+  }
+  if (it == family->set_counters.end()) {
+    family->set_counters.emplace(std::string(labels), value);
+  } else {
+    it->second = value;
   }
 }
 
@@ -222,9 +239,14 @@ std::string Metrics::RenderPrometheus() const {
         break;
       case Type::kCounter:
         header(name, family.help, "counter");
-        if (family.counters.empty()) AppendSeries(out, name, {}, "0");
+        if (family.counters.empty() && family.set_counters.empty()) {
+          AppendSeries(out, name, {}, "0");
+        }
         for (const auto& [labels, value] : family.counters) {
           AppendSeries(out, name, labels, std::to_string(value));
+        }
+        for (const auto& [labels, value] : family.set_counters) {
+          AppendSeries(out, name, labels, FormatDouble(value));
         }
         break;
       case Type::kGauge:

@@ -30,6 +30,11 @@ class Metrics {
   // the exposition. Using a gauge or histogram name as a counter is rejected the same way.
   void Increment(std::string_view name, std::string_view labels = {}, int64_t by = 1);
 
+  // Sets the counter `name` with `labels` to `value`, for a total kept elsewhere (the kernel's
+  // CPU time of the process). Rejections as for Increment; a value below the last one, NaN, or
+  // labels that Increment already counts are rejected too.
+  void SetCounter(std::string_view name, std::string_view labels, double value);
+
   // Sets the gauge `name` with `labels` to `value`. Rejections as for Increment.
   void SetGauge(std::string_view name, std::string_view labels, double value);
 
@@ -66,6 +71,7 @@ class Metrics {
     Type type = Type::kUnset;
     std::string help;
     std::map<std::string, int64_t, std::less<>> counters;
+    std::map<std::string, double, std::less<>> set_counters;  // by SetCounter
     std::map<std::string, double, std::less<>> gauges;
     Histogram histogram;
   };

@@ -114,6 +114,17 @@ TEST(MetricsTest, BucketsCannotChangeUnderSamplesAndMustIncrease) {
   EXPECT_THAT(same.RenderPrometheus(), HasSubstr("ql_metrics_rejected_samples_total 0\n"));
 }
 
+TEST(MetricsTest, ACounterKeptElsewhereIsSetAndNeverGoesBack) {
+  Metrics m;
+  m.Describe("process_cpu_seconds_total", "counter", "CPU.");
+  m.SetCounter("process_cpu_seconds_total", "", 1.25);
+  m.SetCounter("process_cpu_seconds_total", "", 0.5);  // backwards: rejected
+  m.Increment("process_cpu_seconds_total");            // the same series counted here: rejected
+  EXPECT_THAT(m.RenderPrometheus(), HasSubstr("# TYPE process_cpu_seconds_total counter\n"
+                                              "process_cpu_seconds_total 1.25\n"));
+  EXPECT_THAT(m.RenderPrometheus(), HasSubstr("ql_metrics_rejected_samples_total 2\n"));
+}
+
 TEST(MetricsTest, EscapesHelpText) {
   Metrics m;
   m.Describe("ql_x_total", "counter", "a\\b\nc");

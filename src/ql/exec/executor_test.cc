@@ -36,21 +36,36 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-// Returns the pids of live (non-zombie) processes in process group `pgid`.
-std::vector<pid_t> LiveMembersOfGroup(pid_t pgid) {
-  std::vector<pid_t> members;
+// Returns the pids of live (non-zombie) processes for which `wanted(pid, stat)` holds.
+template <typename F>
+std::vector<pid_t> LiveProcesses(F wanted) {
+  std::vector<pid_t> found;
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) return members;
+  if (proc == nullptr) return found;
   while (dirent* entry = readdir(proc)) {
     pid_t pid = static_cast<pid_t>(atoi(entry->d_name));
     if (pid <= 0) continue;
     std::optional<ProcessStat> stat = ReadProcessStat(pid);
-    if (stat && stat->pgrp == pgid && stat->state != 'Z' && stat->state != 'X') {
-      members.push_back(pid);
+    if (stat && stat->state != 'Z' && stat->state != 'X' && wanted(pid, *stat)) {
+      found.push_back(pid);
     }
   }
   closedir(proc);
-  return members;
+  return found;
+}
+
+// Returns the pids of live (non-zombie) processes in process group `pgid`.
+std::vector<pid_t> LiveMembersOfGroup(pid_t pgid) {
+  return LiveProcesses([pgid](pid_t, const ProcessStat& stat) { return stat.pgrp == pgid; });
+}
+
+// Returns the pids of live (non-zombie) processes whose command line is exactly `argv`.
+std::vector<pid_t> LiveProcessesRunning(const std::vector<std::string>& argv) {
+  std::string wanted;
+  for (const std::string& a : argv) wanted += a + '\0';
+  return LiveProcesses([&wanted](pid_t pid, const ProcessStat&) {
+    return ReadFile("/proc/" + std::to_string(pid) + "/cmdline") == wanted;
+  });
 }
 
 // Waits up to `timeout_ms` for `done` to hold.
@@ -288,6 +303,81 @@ TEST_F(ExecutorTest, LeftoversOfAFinishedCommandAreStopped) {
   EXPECT_EQ(s.outcome()->exit_code, 0);
   EXPECT_EQ(ReadFile(spec.log_path), "started\n");
   EXPECT_TRUE(WaitUntil([&] { return LiveMembersOfGroup(s.command()->pid).empty(); }, 1000));
+}
+
+// A sleep whose command line no other test or process uses: `sleep 300.<pid><n>`.
+std::string UniqueSleep(int n) { return "300." + std::to_string(getpid()) + std::to_string(n); }
+
+// A shell command that starts `inner` with setsid in the background, in a session and process
+// group of its own, and waits until `inner` has touched `file`, so the escape has happened
+// before the command goes on with `then`.
+std::string EscapeAndThen(const std::string& inner, const std::string& file,
+                          const std::string& then) {
+  return "setsid sh -c '" + inner + "' & while [ ! -e " + file + " ]; do sleep 0.01; done; " + then;
+}
+
+TEST_F(ExecutorTest, ADaemonisingChildInItsOwnSessionEndsWithTheAttempt) {
+  // The escaped sleep still holds the output pipe.
+  const std::string seconds = UniqueSleep(1);
+  const std::string file = root_ + "/escaped1";
+  LaunchSpec spec =
+      Spec({"/bin/sh", "-c",
+            EscapeAndThen("touch " + file + "; exec sleep " + seconds, file, "echo started")});
+  Clock::time_point start = Clock::now();
+  Supervision s = Launch(spec);
+  ASSERT_EQ(WaitForEnd(s), State::kFinished);
+  EXPECT_LT(MsSince(start), 1000) << "the attempt must not wait for the escaped child";
+  EXPECT_EQ(s.outcome()->kind, OutcomeKind::kExited);
+  EXPECT_EQ(s.outcome()->exit_code, 0);
+  EXPECT_EQ(ReadFile(spec.log_path), "started\n");
+  EXPECT_TRUE(LiveProcessesRunning({"sleep", seconds}).empty()) << "gone when the result is";
+}
+
+TEST_F(ExecutorTest, ADoubleForkedDaemonWithoutTheOutputPipeEndsWithTheAttempt) {
+  // The classic daemon: fork, setsid, fork again, the middle exits, the output goes elsewhere.
+  // Its parent is gone, so the sleep is nobody's child in the attempt any more.
+  const std::string seconds = UniqueSleep(2);
+  const std::string file = root_ + "/escaped2";
+  LaunchSpec spec =
+      Spec({"/bin/sh", "-c",
+            EscapeAndThen("sleep " + seconds + " </dev/null >/dev/null 2>&1 & touch " + file, file,
+                          "echo started")});
+  Supervision s = Launch(spec);
+  ASSERT_EQ(WaitForEnd(s), State::kFinished);
+  EXPECT_EQ(s.outcome()->exit_code, 0);
+  EXPECT_TRUE(LiveProcessesRunning({"sleep", seconds}).empty());
+}
+
+TEST_F(ExecutorTest, CancelEndsAChildThatLeftTheSession) {
+  const std::string seconds = UniqueSleep(3);
+  const std::string file = root_ + "/escaped3";
+  LaunchSpec spec = Spec(
+      {"/bin/sh", "-c",
+       EscapeAndThen("sleep " + seconds + " >/dev/null 2>&1 & touch " + file, file, "sleep 30")});
+  spec.kill_grace_ms = 2000;
+  Supervision s = Launch(spec);
+  ASSERT_TRUE(WaitUntil([&] { return !LiveProcessesRunning({"sleep", seconds}).empty(); }));
+  const pid_t escaped = LiveProcessesRunning({"sleep", seconds}).front();
+  ASSERT_NE(ReadProcessStat(escaped)->pgrp, s.command()->pid) << "it left the attempt's group";
+  Clock::time_point start = Clock::now();
+  ASSERT_TRUE(s.RequestCancel().ok());
+  ASSERT_EQ(WaitForEnd(s), State::kFinished);
+  EXPECT_LT(MsSince(start), 1000) << "SIGTERM reaches it; the grace is not waited out";
+  EXPECT_EQ(s.outcome()->kind, OutcomeKind::kCancelled);
+  EXPECT_TRUE(LiveProcessesRunning({"sleep", seconds}).empty());
+}
+
+TEST_F(ExecutorTest, AChildIgnoringSigtermOutsideTheGroupIsKilled) {
+  const std::string seconds = UniqueSleep(4);
+  const std::string file = root_ + "/escaped4";
+  LaunchSpec spec = Spec({"/bin/sh", "-c",
+                          EscapeAndThen("trap \"\" TERM; touch " + file + "; exec sleep " +
+                                            seconds + " >/dev/null 2>&1",
+                                        file, "echo started")});
+  Supervision s = Launch(spec);
+  ASSERT_EQ(WaitForEnd(s), State::kFinished);
+  EXPECT_EQ(s.outcome()->exit_code, 0);
+  EXPECT_TRUE(LiveProcessesRunning({"sleep", seconds}).empty());
 }
 
 TEST_F(ExecutorTest, LogIsCappedWhileOutputKeepsDraining) {

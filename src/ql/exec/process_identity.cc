@@ -53,6 +53,8 @@ std::optional<ProcessStat> ParseProcessStat(std::string_view text) {
     if (field == 3) {
       if (token.size() != 1) return std::nullopt;
       stat.state = token[0];
+    } else if (field == 4) {
+      if (!ParseNumber(token, stat.ppid)) return std::nullopt;
     } else if (field == 5) {
       if (!ParseNumber(token, stat.pgrp)) return std::nullopt;
     } else if (field == 22) {

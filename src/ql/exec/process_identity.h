@@ -22,6 +22,7 @@ struct ProcessIdentity {
 struct ProcessStat {
   pid_t pid = 0;
   char state = '?';  // R, S, D, T, Z (zombie), X (dead), ...
+  pid_t ppid = 0;
   pid_t pgrp = 0;
   uint64_t start_time_ticks = 0;
 };

@@ -46,6 +46,7 @@ TEST(ParseProcessStatTest, CountsFieldsFromTheLastParenthesis) {
   ASSERT_TRUE(stat.has_value());
   EXPECT_EQ(stat->pid, 4242);
   EXPECT_EQ(stat->state, 'S');
+  EXPECT_EQ(stat->ppid, 1);
   EXPECT_EQ(stat->pgrp, 4200);
   EXPECT_EQ(stat->start_time_ticks, 987654321u);
 }

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "ql/exec/executor.h"
 #include "ql/exec/log_masker.h"
 #include "ql/exec/posix_util.h"
+#include "ql/exec/process_tree.h"
 
 namespace ql::exec {
 namespace {
@@ -33,6 +35,10 @@ constexpr int kMaxReadsPerWakeup = 16;
 // group can still hold the pipe then, and it must not keep the attempt open.
 constexpr int64_t kDrainAfterKillMs = 1000;
 constexpr size_t kMaxSpecBytes = 1024 * 1024;
+// How long the supervisor keeps killing what is left of the attempt before it writes the result
+// anyway (a process in uninterruptible sleep dies only when its I/O returns).
+constexpr int64_t kEndDescendantsMs = 2000;
+constexpr int64_t kEndDescendantsPauseMs = 5;
 constexpr int64_t kNever = INT64_MAX;
 
 // Static so the supervisor's stack stays small; one supervisor runs one command.
@@ -85,7 +91,13 @@ class Supervisor {
   // Starts the command; on failure fills outcome_ as kSpawnFailed and returns false.
   bool Spawn();
   void Supervise();
-  void SignalGroup(int sig) { kill(-command_pid_, sig); }
+  // Signals the command's process group and every other process descended from the supervisor:
+  // those that left the group (setpgid) or the session (setsid), and those orphaned by their
+  // parent, which the kernel hands to the supervisor because it is their subreaper.
+  void SignalAttempt(int sig);
+  // SIGKILLs every descendant until none is left alive (bounded by kEndDescendantsMs), reaping
+  // the orphans among them, so no process of the attempt outlives its result.
+  void EndDescendants();
   // Sends SIGTERM to the group (once) and arms the SIGKILL that follows after the grace.
   void BeginStop(int64_t now);
   void HandleSignals(int64_t now);
@@ -144,6 +156,10 @@ int Supervisor::Run() {
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   setsid();  // already a session leader when started by Launch; needed when run by hand
+  // Orphaned descendants (a daemon's double fork, a parent that exits before its setsid child)
+  // become the supervisor's children instead of PID 1's, so they stay in reach. Without it
+  // (not Linux 3.4+) only processes whose parents are alive can be found.
+  (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
   // Every path used from here on is absolute, and the supervisor must not pin the directory (or
   // mount) it was started from.
   if (!dir_.empty() && dir_.front() != '/') {
@@ -168,6 +184,7 @@ int Supervisor::Run() {
     SignalReady();
     Supervise();
     FlushOutput();
+    EndDescendants();
     int status = 0;
     while (waitpid(command_pid_, &status, 0) < 0 && errno == EINTR) {
     }
@@ -352,9 +369,27 @@ bool Supervisor::Spawn() {
   return true;
 }
 
+void Supervisor::SignalAttempt(int sig) {
+  kill(-command_pid_, sig);
+  internal::SignalDescendants(internal::Descendants(getpid()), getpid(), sig,
+                              /*skip_group=*/command_pid_);
+}
+
+void Supervisor::EndDescendants() {
+  const int64_t until = clock_.MonotonicMs() + kEndDescendantsMs;
+  while (true) {
+    internal::ReapChildrenExcept(command_pid_);
+    std::vector<internal::Descendant> left = internal::Descendants(getpid());
+    std::erase_if(left, [](const internal::Descendant& d) { return d.state == 'Z'; });
+    if (left.empty() || clock_.MonotonicMs() >= until) return;
+    internal::SignalDescendants(left, getpid(), SIGKILL, /*skip_group=*/0);
+    usleep(kEndDescendantsPauseMs * 1000);
+  }
+}
+
 void Supervisor::BeginStop(int64_t now) {
   if (term_sent_) return;
-  SignalGroup(SIGTERM);
+  SignalAttempt(SIGTERM);
   term_sent_ = true;
   kill_at_ = now + spec_.kill_grace_ms;
 }
@@ -362,7 +397,12 @@ void Supervisor::BeginStop(int64_t now) {
 void Supervisor::HandleSignals(int64_t now) {
   signalfd_siginfo info;
   while (read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
-    if (info.ssi_signo == SIGCHLD) continue;  // CheckLeaderExit looks at the child every turn
+    if (info.ssi_signo == SIGCHLD) {
+      // CheckLeaderExit looks at the command every turn; other children are orphans handed over
+      // by the kernel, reaped here so their zombies do not pile up.
+      internal::ReapChildrenExcept(command_pid_);
+      continue;
+    }
     // A cancel only counts while the command runs and nothing else is stopping it.
     if (!leader_exited_ && stop_reason_ == StopReason::kNone) {
       stop_reason_ = StopReason::kCancel;
@@ -464,12 +504,12 @@ void Supervisor::Supervise() {
       BeginStop(now);
     }
     if (!kill_sent_ && now >= kill_at_) {
-      SignalGroup(SIGKILL);
+      SignalAttempt(SIGKILL);
       kill_sent_ = true;
     }
     if (leader_exited_) {
       if (output_fd_ < 0) {
-        if (!kill_sent_) SignalGroup(SIGKILL);
+        if (!kill_sent_) SignalAttempt(SIGKILL);
         return;
       }
       if (kill_sent_ && drain_until_ == kNever) drain_until_ = now + kDrainAfterKillMs;

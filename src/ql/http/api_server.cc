@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -17,8 +18,9 @@
 #include "ql/core/states.h"
 #include "ql/core/timezone.h"
 #include "ql/http/api_json.h"
-#include "ql/http/retention_json.h"
 #include "ql/http/httplib_config.h"
+#include "ql/http/process_metrics.h"
+#include "ql/http/retention_json.h"
 #include "ql/http/transport.h"
 
 namespace ql {
@@ -405,6 +407,10 @@ ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions
   metrics.Describe("ql_http_in_flight", "gauge",
                    "HTTP connections queued or being served when /metrics was read.");
   metrics.Describe("ql_http_log_followers", "gauge", "Log follow streams open.");
+  metrics.Describe("ql_runs_queued", "gauge",
+                   "Runs in the queued state when /metrics was read (NaN: the store could not "
+                   "be read).");
+  DescribeProcessMetrics(metrics, impl_->options.version);
 }
 
 ApiServer::~ApiServer() { Stop(); }
@@ -770,6 +776,15 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_TRY(res, query.Check({}));
       metrics.SetGauge("ql_http_in_flight", "", in_flight.load());
       metrics.SetGauge("ql_http_log_followers", "", followers.load());
+      {
+        // Read at every scrape: an index range of the queued runs, and a few /proc files. A
+        // failure shows as NaN (the queue) or as the last values (the process), never as 5xx.
+        const Result<int64_t> queued = service.CountQueuedRuns();
+        metrics.SetGauge(
+            "ql_runs_queued", "",
+            queued.ok() ? static_cast<double>(*queued) : std::numeric_limits<double>::quiet_NaN());
+        (void)RecordProcessMetrics(metrics);
+      }
       res.status = 200;
       res.set_content(metrics.RenderPrometheus(), "text/plain; version=0.0.4; charset=utf-8");
       return;

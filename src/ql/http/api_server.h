@@ -59,6 +59,8 @@ struct ApiServerOptions {
   // Serves /api/v1/secrets; without it those routes answer 503 secrets_unavailable. Must
   // outlive the server.
   SecretService* secrets = nullptr;
+  // The build's version, in ql_build_info{version="..."} on /metrics.
+  std::string version = "unknown";
 };
 
 // One route of the API as the route table declares it, for documentation and tests.

@@ -872,6 +872,25 @@ TEST_F(ApiServerTest, MetricsAreExposedAsPrometheusText) {
   EXPECT_THAT(reply.raw, HasSubstr("# TYPE ql_http_in_flight gauge\n"));
 }
 
+TEST_F(ApiServerTest, MetricsCarryTheQueueDepthTheProcessAndTheBuild) {
+  ApiServerOptions options = DefaultOptions();
+  options.version = "9.8.7";
+  StartServer(options);
+  Reply empty = Get("/metrics");
+  EXPECT_THAT(empty.raw, HasSubstr("# TYPE ql_runs_queued gauge\nql_runs_queued 0\n"));
+  const std::string task = CreateTask();
+  StartRun(task);
+  StartRun(task);
+  Reply two = Get("/metrics");
+  EXPECT_THAT(two.raw, HasSubstr("\nql_runs_queued 2\n"));
+  EXPECT_THAT(two.raw, HasSubstr("\nql_build_info{version=\"9.8.7\"} 1\n"));
+  EXPECT_THAT(two.raw, HasSubstr("\nprocess_resident_memory_bytes "));
+  EXPECT_THAT(two.raw, HasSubstr("\nprocess_cpu_seconds_total "));
+  EXPECT_THAT(two.raw, HasSubstr("\nprocess_open_fds "));
+  EXPECT_THAT(two.raw, HasSubstr("\nprocess_start_time_seconds "));
+  EXPECT_THAT(two.raw, HasSubstr("\nql_metrics_rejected_samples_total 0\n"));
+}
+
 TEST_F(ApiServerTest, ReadsAndFollowsRunLogs) {
   StartServer();
   const std::string task = CreateTask();

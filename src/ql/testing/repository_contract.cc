@@ -1545,6 +1545,9 @@ TEST_P(RepositoryContractTest, ActiveRunsAndStatusCounts) {
   EXPECT_EQ(by_status["cancelled"], 1);
   EXPECT_EQ(by_status["lost"], 1);
   EXPECT_EQ(by_status.size(), 4u);
+  EXPECT_EQ(*store().runs().CountRunsInStatus(RunStatus::kQueued), 1);
+  EXPECT_EQ(*store().runs().CountRunsInStatus(RunStatus::kLost), 1);
+  EXPECT_EQ(*store().runs().CountRunsInStatus(RunStatus::kSucceeded), 0);
   EXPECT_EQ(b.status, "queued");
 }
 

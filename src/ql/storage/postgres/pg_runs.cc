@@ -436,4 +436,17 @@ Result<std::vector<std::pair<std::string, int64_t>>> PostgresStore::CountRunsByS
   return out;
 }
 
+Result<int64_t> PostgresStore::CountRunsInStatus(RunStatus status) {
+  int64_t out = 0;
+  QL_RETURN_IF_ERROR(Read("counting runs", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(std::vector<int64_t> rows,
+                        QueryAll<int64_t>(tx, "SELECT count(*) FROM runs WHERE status = $1",
+                                          {P(std::string(RunStatusName(status)))},
+                                          [](const Rows& r, int i) { return r.Int(i, 0); }));
+    out = rows.empty() ? 0 : rows.front();
+    return Status();
+  }));
+  return out;
+}
+
 }  // namespace ql

@@ -130,6 +130,7 @@ class PostgresStore final : public Store,
   Result<std::vector<RunRecord>> ListActive() override;
   Result<std::vector<RunRecord>> ListRetryDue(int64_t now_ms, int limit) override;
   Result<std::vector<std::pair<std::string, int64_t>>> CountRunsByStatus() override;
+  Result<int64_t> CountRunsInStatus(RunStatus status) override;
 
  private:
   PostgresStore(std::unique_ptr<pg::Pool> runtime, std::unique_ptr<pg::Pool> admin);

@@ -416,4 +416,18 @@ Result<std::vector<std::pair<std::string, int64_t>>> SqliteStore::CountRunsBySta
   return out;
 }
 
+Result<int64_t> SqliteStore::CountRunsInStatus(RunStatus status) {
+  int64_t out = 0;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "counting runs", [&](Tx&) -> Status {
+    QL_ASSIGN_OR_RETURN(
+        std::vector<int64_t> rows,
+        QueryAll<int64_t>(
+            *db_, "SELECT count(*) FROM runs WHERE status = ?",
+            [](const Stmt& s) { return s.Int(0); }, std::string(RunStatusName(status))));
+    out = rows.empty() ? 0 : rows.front();
+    return Status();
+  }));
+  return out;
+}
+
 }  // namespace ql

@@ -160,6 +160,7 @@ class SqliteStore final : public Store,
   Result<std::vector<RunRecord>> ListActive() override;
   Result<std::vector<RunRecord>> ListRetryDue(int64_t now_ms, int limit) override;
   Result<std::vector<std::pair<std::string, int64_t>>> CountRunsByStatus() override;
+  Result<int64_t> CountRunsInStatus(RunStatus status) override;
 
  private:
   explicit SqliteStore(std::unique_ptr<sqlite::Db> db);
