@@ -25,20 +25,20 @@ int Answer(CommandContext& context, const json& answer, const std::string& text)
 }
 
 int ApprovalList(const std::optional<std::string>& status, int64_t limit,
-                 CommandContext& context) {
+                 const std::string& cursor, CommandContext& context) {
   if (limit < 1) return context.Fail(CliError::Usage("invalid_limit", "--limit must be at least 1"));
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
   std::vector<std::pair<std::string, std::string>> params;
   if (status) params.emplace_back("status", *status);
-  CliResult<json> items = ListPages(**api, "/api/v1/approvals", params, limit);
+  CliResult<Listing> items = ListFrom(**api, "/api/v1/approvals", params, limit, cursor);
   if (!items.ok()) return context.Fail(items.error());
   if (context.json()) {
-    context.out() << JsonOutput(*items) << "\n";
+    context.out() << JsonOutput(items->ToJson()) << "\n";
     return kExitOk;
   }
   Table table({"ID", "STATUS", "TASK", "REV", "REQUESTER", "APPROVER", "EXPIRES"});
-  for (const json& r : *items) {
+  for (const json& r : items->items) {
     table.AddRow({JsonText(r, "id"), JsonText(r, "status"), JsonText(r, "task_id"),
                   JsonText(r, "task_revision"), JsonText(r, "requester_id"),
                   JsonText(r, "approver_role"), JsonText(r, "expires_at")});
@@ -123,9 +123,13 @@ void RegisterApprovalCommands(CLI::App& app) {
           "--status", [status](const std::string& v) { *status = v; },
           "Only requests in this state")
       ->check(CLI::IsMember({"pending", "approved", "rejected", "expired"}));
+  auto cursor = std::make_shared<std::string>();
   list->add_option("--limit", *limit, "Show at most N requests")->capture_default_str();
-  list->callback([list, status, limit] {
-    RunCommand(*list, [&](CommandContext& c) { return ApprovalList(*status, *limit, c); });
+  list->add_option("--cursor", *cursor,
+                   "Continue a listing where a --json listing's next_cursor says");
+  list->callback([list, status, limit, cursor] {
+    RunCommand(*list,
+               [&](CommandContext& c) { return ApprovalList(*status, *limit, *cursor, c); });
   });
 
   auto show_id = std::make_shared<std::string>();

@@ -3,7 +3,7 @@
 // Approval commands of `ql` (DESIGN §9.1): a second person approves manual runs of tasks that
 // require it, and an admin resolves approved runs whose fate is unknown.
 //
-//   ql approval list [--status pending|approved|rejected|expired] [--limit N]
+//   ql approval list [--status pending|approved|rejected|expired] [--limit N] [--cursor C]
 //   ql approval show ID
 //   ql approval approve ID
 //   ql approval reject ID --reason TEXT

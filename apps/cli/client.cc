@@ -480,14 +480,6 @@ CliResult<Listing> ListFrom(ApiClient& api, const std::string& path,
   return listing;
 }
 
-CliResult<nlohmann::json> ListPages(ApiClient& api, const std::string& path,
-                                    const std::vector<std::pair<std::string, std::string>>& params,
-                                    int64_t limit) {
-  CliResult<Listing> listing = ListFrom(api, path, params, limit, "");
-  if (!listing.ok()) return listing.error();
-  return std::move(listing->items);
-}
-
 CommandContext::CommandContext(GlobalOptions options, EnvLookup env, std::ostream& out,
                                std::ostream& err)
     : options_(std::move(options)), env_(std::move(env)), out_(out), err_(err) {}

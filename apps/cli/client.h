@@ -223,11 +223,6 @@ CliResult<Listing> ListFrom(ApiClient& api, const std::string& path,
                             const std::vector<std::pair<std::string, std::string>>& params,
                             int64_t limit, const std::string& cursor);
 
-// Returns ListFrom(...) from the beginning, items only, as one array.
-CliResult<nlohmann::json> ListPages(ApiClient& api, const std::string& path,
-                                    const std::vector<std::pair<std::string, std::string>>& params,
-                                    int64_t limit);
-
 // The largest page the API serves.
 inline constexpr int64_t kMaxPageSize = 500;
 

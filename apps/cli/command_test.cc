@@ -439,6 +439,48 @@ TEST_F(CommandTest, RunListStopsWhenTheListingEndsWithANullCursor) {
   EXPECT_EQ(server_.requests().size(), 1u);
 }
 
+// Serves `total` objects {id: "<prefix><i>"} at `path` in pages, cursor = next index.
+void ServeIds(FakeServer& server, const std::string& path, const std::string& prefix, int total) {
+  server.http().Get(path, [&server, prefix, total](const httplib::Request& req,
+                                                   httplib::Response& res) {
+    server.Record(req);
+    const int start = req.has_param("cursor") ? std::stoi(req.get_param_value("cursor")) : 0;
+    const int limit = std::stoi(req.get_param_value("limit"));
+    json items = json::array();
+    for (int i = start; i < std::min(total, start + limit); ++i) {
+      items.push_back({{"id", prefix + std::to_string(i)}});
+    }
+    json next = start + limit < total ? json(std::to_string(start + limit)) : json(nullptr);
+    res.set_content(json{{"items", items}, {"next_cursor", next}}.dump(), "application/json");
+  });
+}
+
+TEST_F(CommandTest, TaskAndTriggerListsPrintTheApiPageShapeAndContinueFromACursor) {
+  ServeIds(server_, "/api/v1/tasks", "task", 5);
+  ServeIds(server_, "/api/v1/triggers", "trigger", 5);
+  TaskListArgs tasks;
+  tasks.limit = 2;
+  tasks.cursor = "1";
+  CommandContext task_context = Context(/*json=*/true);
+  ASSERT_EQ(TaskList(tasks, task_context), kExitOk) << err_.str();
+  const json task_page = json::parse(out_.str(), nullptr, false);
+  ASSERT_TRUE(task_page.is_object()) << out_.str();
+  ASSERT_EQ(task_page["items"].size(), 2u);
+  EXPECT_EQ(task_page["items"][0]["id"], "task1");
+  EXPECT_EQ(task_page["next_cursor"], "3");
+
+  out_.str("");
+  TriggerListArgs triggers;
+  CommandContext trigger_context = Context(/*json=*/true);
+  ASSERT_EQ(TriggerList(triggers, trigger_context), kExitOk) << err_.str();
+  const json trigger_page = json::parse(out_.str(), nullptr, false);
+  ASSERT_TRUE(trigger_page.is_object()) << out_.str();
+  EXPECT_EQ(trigger_page["items"].size(), 5u);
+  EXPECT_TRUE(trigger_page["next_cursor"].is_null());
+  EXPECT_EQ(server_.requests(), (std::vector<std::string>{"GET /api/v1/tasks?cursor=1&limit=2",
+                                                          "GET /api/v1/triggers?limit=500"}));
+}
+
 TEST_F(CommandTest, RunListTableAlignsColumns) {
   ServeRuns(server_, 2);
   RunListArgs args;

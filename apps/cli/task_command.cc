@@ -396,14 +396,14 @@ int TaskList(const TaskListArgs& args, CommandContext& context) {
   }
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
-  CliResult<json> tasks = ListPages(**api, "/api/v1/tasks", {}, args.limit);
+  CliResult<Listing> tasks = ListFrom(**api, "/api/v1/tasks", {}, args.limit, args.cursor);
   if (!tasks.ok()) return context.Fail(tasks.error());
   if (context.json()) {
-    context.out() << JsonOutput(*tasks) << "\n";
+    context.out() << JsonOutput(tasks->ToJson()) << "\n";
     return kExitOk;
   }
   Table table({"ID", "NAME", "REV", "ENABLED", "TIMEOUT", "COMMAND", "UPDATED"});
-  for (const json& task : *tasks) {
+  for (const json& task : tasks->items) {
     const json spec = task.value("spec", json::object());
     table.AddRow({JsonText(task, "id"), Ellipsize(JsonText(task, "name"), 32),
                   JsonText(task, "revision"), JsonText(task, "enabled") == "true" ? "yes" : "no",
@@ -511,6 +511,8 @@ void RegisterTaskCommands(CLI::App& app) {
   CLI::App* list = task->add_subcommand("list", "List tasks with their current revision");
   list->fallthrough();
   list->add_option("--limit", list_args->limit, "Show at most N tasks")->capture_default_str();
+  list->add_option("--cursor", list_args->cursor,
+                   "Continue a listing where a --json listing's next_cursor says");
   list->callback([list, list_args] {
     RunCommand(*list, [&](CommandContext& context) { return TaskList(*list_args, context); });
   });

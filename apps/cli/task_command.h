@@ -77,6 +77,7 @@ struct TaskAddArgs {
 
 struct TaskListArgs {
   int64_t limit = 1000;  // tasks to show at most
+  std::string cursor;    // --cursor: a next_cursor printed before
 };
 
 struct TaskPublishArgs {

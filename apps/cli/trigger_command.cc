@@ -48,15 +48,15 @@ int TriggerList(const TriggerListArgs& args, CommandContext& context) {
   }
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
-  CliResult<json> triggers =
-      ListPages(**api, "/api/v1/triggers", {{"task_id", args.task_id.value_or("")}}, args.limit);
+  CliResult<Listing> triggers = ListFrom(
+      **api, "/api/v1/triggers", {{"task_id", args.task_id.value_or("")}}, args.limit, args.cursor);
   if (!triggers.ok()) return context.Fail(triggers.error());
   if (context.json()) {
-    context.out() << JsonOutput(*triggers) << "\n";
+    context.out() << JsonOutput(triggers->ToJson()) << "\n";
     return kExitOk;
   }
   Table table({"ID", "TASK", "CRON", "TIMEZONE", "MISFIRE", "STATE", "NEXT FIRE"});
-  for (const json& trigger : *triggers) {
+  for (const json& trigger : triggers->items) {
     table.AddRow({JsonText(trigger, "id"), JsonText(trigger, "task_id"),
                   JsonText(trigger, "expression"), JsonText(trigger, "timezone"),
                   JsonText(trigger, "misfire"), JsonText(trigger, "state"), NextFire(trigger)});
@@ -182,6 +182,8 @@ void RegisterTriggerCommands(CLI::App& app) {
       "--task", [list_args](const std::string& v) { list_args->task_id = v; },
       "Only the triggers of this task");
   list->add_option("--limit", list_args->limit, "Show at most N triggers")->capture_default_str();
+  list->add_option("--cursor", list_args->cursor,
+                   "Continue a listing where a --json listing's next_cursor says");
   list->callback([list, list_args] {
     RunCommand(*list, [&](CommandContext& context) { return TriggerList(*list_args, context); });
   });

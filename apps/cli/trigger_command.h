@@ -24,6 +24,7 @@ struct TriggerAddArgs {
 struct TriggerListArgs {
   std::optional<std::string> task_id;  // --task
   int64_t limit = 1000;
+  std::string cursor;  // --cursor: a next_cursor printed before
 };
 
 // What `trigger enable|disable|repin` asks for.

@@ -74,6 +74,10 @@ class ChildProcess {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  // Sends `signal` (SIGSTOP freezes, SIGCONT thaws) without waiting.
+  void Signal(int signal) {
+    if (pid_ > 0) ::kill(pid_, signal);
+  }
   // SIGTERM, then waits; returns the exit status (128 + signal when killed by one).
   int Stop() {
     if (pid_ <= 0) return -1;
@@ -139,6 +143,8 @@ class Replica {
                    std::chrono::seconds(30));
   }
   void Kill() { process_.Kill(); }
+  void Freeze() { process_.Signal(SIGSTOP); }
+  void Thaw() { process_.Signal(SIGCONT); }
   int Stop() { return process_.Stop(); }
   std::string url() const { return scheme() + "127.0.0.1:" + std::to_string(port_); }
   std::string worker_url() const { return scheme() + "127.0.0.1:" + std::to_string(worker_port_); }

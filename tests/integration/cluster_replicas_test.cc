@@ -141,7 +141,9 @@ TEST_F(ClusterReplicasTest, KilledReplicasClaimsAreTakenOverOnlyAfterExpiry) {
   std::this_thread::sleep_for(std::chrono::seconds(5));
 
   // Kill the victim at a moment it holds claims. Rounds are short (a claim lives a few
-  // milliseconds before its admission clears it), so watch through one open connection.
+  // milliseconds before its admission clears it), so watch through one open connection; when
+  // a claim shows, freeze the victim, let a COMMIT already on the wire land, and read what it
+  // still holds. If its admission cleared the claims in between, thaw it and watch again.
   Result<std::unique_ptr<pg::Connection>> watch =
       pg::Connection::Open(server_->Url(PostgresServer::kSuperuser, "qinglong"), {});
   ASSERT_TRUE(watch.ok()) << watch.status().ToString();
@@ -151,26 +153,34 @@ TEST_F(ClusterReplicasTest, KilledReplicasClaimsAreTakenOverOnlyAfterExpiry) {
     int64_t expires;
   };
   std::vector<Held> held;
+  int thawed = 0;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (held.empty() && std::chrono::steady_clock::now() < give_up) {
     Result<pg::Rows> claimed = (*watch)->Exec(
         "SELECT count(*) FROM ql3.trigger_schedules WHERE claim_owner = 'victim'", {}, "watch");
     ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
     if (claimed->Int(0, 0) > 0) {
-      victim.Kill();
-      Result<std::string> rows = server_->Psql(
-          "qinglong",
-          "SELECT trigger_id || ' ' || next_fire_at_ms || ' ' || claim_expires_at_ms FROM "
-          "ql3.trigger_schedules WHERE claim_owner = 'victim'");
-      ASSERT_TRUE(rows.ok());
-      std::istringstream in(*rows);
-      Held h;
-      while (in >> h.trigger >> h.cursor >> h.expires) held.push_back(h);
-      break;
+      victim.Freeze();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      Result<pg::Rows> rows = (*watch)->Exec(
+          "SELECT trigger_id, next_fire_at_ms, claim_expires_at_ms FROM ql3.trigger_schedules "
+          "WHERE claim_owner = 'victim'",
+          {}, "held");
+      ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+      for (int i = 0; i < rows->size(); ++i) {
+        held.push_back({rows->Text(i, 0), rows->Int(i, 1), rows->Int(i, 2)});
+      }
+      if (!held.empty()) {
+        victim.Kill();
+        break;
+      }
+      victim.Thaw();
+      ++thawed;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
   if (held.empty()) victim.Kill();
+  std::cout << "victim thawed " << thawed << " time(s) before it was caught holding claims\n";
   ASSERT_FALSE(held.empty()) << "the victim never held a claim while watched";
 
   // Wait past the lease, then a little more so the takeover can finish.

@@ -514,6 +514,16 @@ class LocalDispatcherApprovalTest : public LocalDispatcherTest {
     EXPECT_EQ(runner_.order.size(), launches);
   }
 
+  // Checks that `run` succeeded with its one attempt and never waited for a human.
+  void ExpectSucceededOnFirstAttempt(const std::string& run) {
+  EXPECT_EQ(Get(run).status, "succeeded");
+  auto attempts = *store_->runs().ListAttempts(run);
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].status, "succeeded");
+  auto types = EventTypes(run);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_required"), 0);
+  }
+
   PrincipalRecord ops_;
   PrincipalRecord amy_;
 };
@@ -553,6 +563,22 @@ TEST_F(LocalDispatcherApprovalTest, AnApprovedRunLeftLostByACrashGoesToRecoveryO
   ExpectWaitsForRecovery(after, run, 1);
 }
 
+TEST_F(LocalDispatcherApprovalTest, AnApprovedRunThatEndedWhileTheDaemonWasDownSettlesFromItsEvidence) {
+  // The supervisor outlived the daemon and recorded the command's exit: that record is evidence
+  // of the outcome, so the restart settles the run from it and no human is asked.
+  const std::string run = Approved();
+  {
+    LocalDispatcher before = Make();
+    Tick(before);
+  }
+  ASSERT_EQ(Get(run).status, "running");
+  runner_.processes[runner_.order[0]]->outcome = Exited(0);
+  LocalDispatcher after = Make();
+  ASSERT_TRUE(after.Recover().ok());
+  ExpectSucceededOnFirstAttempt(run);
+  EXPECT_EQ(runner_.order.size(), 1u);  // settled, never relaunched
+}
+
 TEST_F(LocalDispatcherApprovalTest, AnApprovedRunClaimedButNeverStartedIsTakenOverNormally) {
   const std::string run = Approved();
   // The daemon stopped before launching it; the next incarnation starts it as any queued run.
@@ -563,12 +589,7 @@ TEST_F(LocalDispatcherApprovalTest, AnApprovedRunClaimedButNeverStartedIsTakenOv
   ASSERT_EQ(runner_.order.size(), 1u);
   runner_.processes[runner_.order[0]]->outcome = Exited(0);
   Tick(after);
-  EXPECT_EQ(Get(run).status, "succeeded");
-  auto attempts = *store_->runs().ListAttempts(run);
-  ASSERT_EQ(attempts.size(), 1u);
-  EXPECT_EQ(attempts[0].status, "succeeded");
-  auto types = EventTypes(run);
-  EXPECT_EQ(std::count(types.begin(), types.end(), "run.recovery_required"), 0);
+  ExpectSucceededOnFirstAttempt(run);
 }
 
 TEST_F(LocalDispatcherApprovalTest, AFailedExitOfAnApprovedRunStillRetriesByItsPolicy) {
