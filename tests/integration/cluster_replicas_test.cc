@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,6 +104,73 @@ class ClusterReplicasTest : public ::testing::Test {
     return Count("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint");
   }
 
+  // Starts `a` (which publishes `triggers` every-second triggers), `b` and `victim`, which
+  // claims big batches so that it is likely to hold claims when it is stopped; `from` is the
+  // first scheduled second all three see. Returns once they have run for 5 s.
+  void StartTwoAndAVictim(Replica& a, Replica& b, Replica& victim, int triggers, int64_t& from) {
+    ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+    PublishEverySecond(a, triggers);
+    ASSERT_TRUE(b.Start(ReplicaArgs(false)));
+    std::vector<std::string> victim_args = ReplicaArgs(false);
+    victim_args.insert(victim_args.end(), {"--claims-per-round", "256"});
+    ASSERT_TRUE(victim.Start(victim_args));
+    from = (DbNowMs() / 1000 + 2) * 1000;
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+  }
+
+  // A schedule row a replica held claimed: its trigger, cursor and claim expiry.
+  struct Held {
+    std::string trigger;
+    int64_t cursor;
+    int64_t expires;
+  };
+
+  // Freezes `victim` (SIGSTOP) at a moment it holds claims and returns what it holds, with the
+  // victim left frozen; empty when it was never caught within 60 s. Rounds are short (a claim
+  // lives a few milliseconds before its admission clears it), so the watch runs through one open
+  // connection; after the freeze a COMMIT already on the wire gets 200 ms to land. With
+  // `inside_transaction` it also has to have stopped inside a transaction (a backend idle in
+  // transaction for longer than a live replica leaves one). Otherwise it is thawed and watched
+  // again; `thawed` counts how often.
+  std::vector<Held> FreezeHoldingClaims(Replica& victim, bool inside_transaction, int& thawed) {
+    std::vector<Held> held;
+    Result<std::unique_ptr<pg::Connection>> watch =
+        pg::Connection::Open(server_->Url(PostgresServer::kSuperuser, "qinglong"), {});
+    EXPECT_TRUE(watch.ok()) << watch.status().ToString();
+    if (!watch.ok()) return held;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (held.empty() && std::chrono::steady_clock::now() < give_up) {
+      Result<pg::Rows> claimed = (*watch)->Exec(
+          "SELECT count(*) FROM ql3.trigger_schedules WHERE claim_owner = 'victim'", {}, "watch");
+      EXPECT_TRUE(claimed.ok()) << claimed.status().ToString();
+      if (!claimed.ok()) return held;
+      if (claimed->Int(0, 0) > 0) {
+        victim.Freeze();
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        Result<pg::Rows> stuck = (*watch)->Exec(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = 'qinglong' AND state = "
+            "'idle in transaction' AND clock_timestamp() - state_change > interval '150 ms'",
+            {}, "stuck");
+        Result<pg::Rows> rows = (*watch)->Exec(
+            "SELECT trigger_id, next_fire_at_ms, claim_expires_at_ms FROM "
+            "ql3.trigger_schedules WHERE claim_owner = 'victim'",
+            {}, "held");
+        EXPECT_TRUE(stuck.ok() && rows.ok());
+        if (!stuck.ok() || !rows.ok()) return held;
+        if (!inside_transaction || stuck->Int(0, 0) > 0) {
+          for (int i = 0; i < rows->size(); ++i) {
+            held.push_back({rows->Text(i, 0), rows->Int(i, 1), rows->Int(i, 2)});
+          }
+        }
+        if (!held.empty()) break;
+        victim.Thaw();
+        ++thawed;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+    return held;
+  }
+
   TempDir dir_;
   std::unique_ptr<PostgresServer> server_;
   std::string token_;
@@ -130,56 +196,13 @@ TEST_F(ClusterReplicasTest, ThreeReplicasAdmitEveryOccurrenceExactlyOnce) {
 TEST_F(ClusterReplicasTest, KilledReplicasClaimsAreTakenOverOnlyAfterExpiry) {
   constexpr int kTriggers = 300;
   Replica a("replica-a", Log("a")), b("replica-b", Log("b")), victim("victim", Log("v"));
-  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
-  PublishEverySecond(a, kTriggers);
-  ASSERT_TRUE(b.Start(ReplicaArgs(false)));
-  // The victim claims big batches so that it is likely to hold claims when it dies.
-  std::vector<std::string> victim_args = ReplicaArgs(false);
-  victim_args.insert(victim_args.end(), {"--claims-per-round", "256"});
-  ASSERT_TRUE(victim.Start(victim_args));
-  const int64_t from = (DbNowMs() / 1000 + 2) * 1000;
-  std::this_thread::sleep_for(std::chrono::seconds(5));
+  int64_t from = 0;
+  ASSERT_NO_FATAL_FAILURE(StartTwoAndAVictim(a, b, victim, kTriggers, from));
 
-  // Kill the victim at a moment it holds claims. Rounds are short (a claim lives a few
-  // milliseconds before its admission clears it), so watch through one open connection; when
-  // a claim shows, freeze the victim, let a COMMIT already on the wire land, and read what it
-  // still holds. If its admission cleared the claims in between, thaw it and watch again.
-  Result<std::unique_ptr<pg::Connection>> watch =
-      pg::Connection::Open(server_->Url(PostgresServer::kSuperuser, "qinglong"), {});
-  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
-  struct Held {
-    std::string trigger;
-    int64_t cursor;
-    int64_t expires;
-  };
-  std::vector<Held> held;
+  // Kill the victim at a moment it holds claims.
   int thawed = 0;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (held.empty() && std::chrono::steady_clock::now() < give_up) {
-    Result<pg::Rows> claimed = (*watch)->Exec(
-        "SELECT count(*) FROM ql3.trigger_schedules WHERE claim_owner = 'victim'", {}, "watch");
-    ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
-    if (claimed->Int(0, 0) > 0) {
-      victim.Freeze();
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      Result<pg::Rows> rows = (*watch)->Exec(
-          "SELECT trigger_id, next_fire_at_ms, claim_expires_at_ms FROM ql3.trigger_schedules "
-          "WHERE claim_owner = 'victim'",
-          {}, "held");
-      ASSERT_TRUE(rows.ok()) << rows.status().ToString();
-      for (int i = 0; i < rows->size(); ++i) {
-        held.push_back({rows->Text(i, 0), rows->Int(i, 1), rows->Int(i, 2)});
-      }
-      if (!held.empty()) {
-        victim.Kill();
-        break;
-      }
-      victim.Thaw();
-      ++thawed;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-  }
-  if (held.empty()) victim.Kill();
+  std::vector<Held> held = FreezeHoldingClaims(victim, /*inside_transaction=*/false, thawed);
+  victim.Kill();
   std::cout << "victim thawed " << thawed << " time(s) before it was caught holding claims\n";
   ASSERT_FALSE(held.empty()) << "the victim never held a claim while watched";
 
@@ -201,6 +224,57 @@ TEST_F(ClusterReplicasTest, KilledReplicasClaimsAreTakenOverOnlyAfterExpiry) {
         << "taken over before the claim expired";
   }
   std::cout << "victim held " << held.size() << " claim(s) when killed\n";
+  ExpectExactlyOncePerOccurrence(kTriggers, from, to);
+}
+
+// The chaos finding behind the lease-derived idle-in-transaction bound: a replica SIGSTOPped
+// inside its admission transaction, holding its claimed rows locked, must not delay the
+// takeover past lease + 2 s, and once thawed it must admit nothing of what it had claimed.
+TEST_F(ClusterReplicasTest, AReplicaFrozenInsideItsAdmissionIsTakenOverAndAdmitsNothingAfter) {
+  constexpr int kTriggers = 300;
+  constexpr int64_t kLeaseMs = 5000;
+  Replica a("replica-a", Log("a")), b("replica-b", Log("b")), victim("victim", Log("v"));
+  int64_t from = 0;
+  ASSERT_NO_FATAL_FAILURE(StartTwoAndAVictim(a, b, victim, kTriggers, from));
+
+  // Freeze the victim inside its admission transaction, holding claimed rows locked.
+  int thawed = 0;
+  std::vector<Held> held = FreezeHoldingClaims(victim, /*inside_transaction=*/true, thawed);
+  std::cout << "victim thawed " << thawed
+            << " time(s) before it was frozen inside a transaction holding " << held.size()
+            << " claim(s)\n";
+  ASSERT_FALSE(held.empty()) << "the victim was never frozen inside its admission";
+
+  // While it stays frozen, the others take each held occurrence over once the claim expired by
+  // the database clock, and within 2 s of that.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs + 4000));
+  for (const Held& h : held) {
+    const std::string occurrence = "trigger_id = '" + h.trigger +
+                                   "' AND scheduled_for_ms = " + std::to_string(h.cursor);
+    EXPECT_EQ(Count("SELECT count(*) FROM ql3.runs WHERE " + occurrence), 1) << h.trigger;
+    const int64_t admitted = Count("SELECT min(created_at_ms) FROM ql3.runs WHERE " + occurrence);
+    EXPECT_GE(admitted, h.expires) << "taken over before the claim expired";
+    // The claim was taken before the freeze, so this is within lease + 2 s of the freeze.
+    EXPECT_LE(admitted, h.expires + 2000) << "taken over more than 2 s after the claim expired";
+  }
+
+  // Thawed, the victim finds its transaction ended and its claims gone: it admits nothing twice
+  // and goes on serving.
+  victim.Thaw();
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  for (const Held& h : held) {
+    EXPECT_EQ(Count("SELECT count(*) FROM ql3.runs WHERE trigger_id = '" + h.trigger +
+                    "' AND scheduled_for_ms = " + std::to_string(h.cursor)),
+              1)
+        << h.trigger;
+  }
+  httplib::Client probe("127.0.0.1", victim.port());
+  auto live = probe.Get("/livez");
+  EXPECT_TRUE(live && live->status == 200) << "the thawed replica stopped serving";
+  const int64_t to = (DbNowMs() / 1000 - 3) * 1000;
+  EXPECT_EQ(victim.Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
   ExpectExactlyOncePerOccurrence(kTriggers, from, to);
 }
 
