@@ -1,6 +1,7 @@
 // Remote execution end to end: real `ql-cluster serve` replicas and real `ql-worker`s against a
 // PostgreSQL the test starts. Runs succeed with their output in `ql run log`, fail with their
-// exit code, time out, are cancelled on the worker, and survive a worker killed mid-run.
+// exit code, time out, are cancelled on the worker, and survive a worker killed mid-run; an
+// approved run whose worker is killed after the start waits for a human and never runs twice.
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -107,11 +108,12 @@ class ClusterWorkersTest : public ::testing::Test {
     return worker;
   }
 
+  // Calls the API with `token` (the installation owner's when empty).
   json Api(const Replica& r, const std::string& method, const std::string& path,
-           const json& body = json()) {
+           const json& body = json(), const std::string& token = "") {
     httplib::Client client(r.url());
     if (!r.ca_file().empty()) client.set_ca_cert_path(r.ca_file().c_str());
-    client.set_bearer_token_auth(api_token_.c_str());
+    client.set_bearer_token_auth(token.empty() ? api_token_.c_str() : token.c_str());
     client.set_keep_alive(false);
     client.set_read_timeout(30, 0);
     auto res = method == "GET" ? client.Get(path.c_str())
@@ -255,6 +257,72 @@ TEST_F(ClusterWorkersTest, AWorkerKilledMidRunLosesItsAttemptAndTheRetryRunsElse
   EXPECT_EQ(Api(a, "GET", "/api/v1/runs/" + once_run).value("error_code", ""), "attempt_lost");
   // Never two live leases on one run.
   EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE status = 'granted'"), 0);
+  EXPECT_EQ(survivor->Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+}
+
+// An approved run is never executed twice (DESIGN §9.1): its worker dies after the command
+// started, and once the lease expires the run waits in recovery_required for a human, although
+// its retry policy would retry a lost attempt at once and another worker is waiting.
+TEST_F(ClusterWorkersTest, AnApprovedRunWhoseWorkerDiedAfterTheStartWaitsForAHuman) {
+  Replica a("replica-a", Log("a"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  const std::string ran = dir_.path() + "/ran.txt";
+  json body{{"name", "guarded"},
+            {"spec",
+             {{"command", {{"kind", "shell"}, {"command", "echo ran >> " + ran + "; sleep 20"}}}}},
+            {"retry",
+             {{"max_attempts", 3},
+              {"retry_on_lost", true},
+              {"safety", "idempotent"},
+              {"backoff_base_ms", 0},
+              {"backoff_max_ms", 0}}},
+            {"approval", {{"required", true}}}};
+  const std::string task_id = Api(a, "POST", "/api/v1/tasks", body).value("id", "");
+  ASSERT_FALSE(task_id.empty());
+  // An operator asks, the installation owner approves.
+  Api(a, "POST", "/api/v1/principals", {{"name", "ops"}});
+  Api(a, "POST", "/api/v1/projects/default/bindings", {{"principal", "ops"}, {"role", "operator"}});
+  const std::string ops_token =
+      Api(a, "POST", "/api/v1/tokens", {{"principal", "ops"}}).value("token", "");
+  ASSERT_FALSE(ops_token.empty());
+  const json requested =
+      Api(a, "POST", "/api/v1/tasks/" + task_id + "/runs", json::object(), ops_token);
+  ASSERT_EQ(requested.value("code", ""), "approval_required") << requested.dump();
+  const json approved =
+      Api(a, "POST", "/api/v1/approvals/" + requested.value("approval_id", "") + "/approve",
+          json::object());
+  const std::string run_id = approved.value("run", json::object()).value("id", "");
+  ASSERT_FALSE(run_id.empty()) << approved.dump();
+
+  std::unique_ptr<ChildProcess> victim = StartWorker("victim", a, 1);
+  ASSERT_TRUE(WaitStatus(a, run_id, "running", 30)) << Status(a, run_id);
+  const auto lines = [&] {
+    std::ifstream in(ran);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return lines() == 1; }, std::chrono::seconds(30)));
+  victim->Kill();
+  std::unique_ptr<ChildProcess> survivor = StartWorker("survivor", a, 1);
+
+  // Lease (3 s) + recovery cycle (1 s), with room for a loaded machine.
+  ASSERT_TRUE(WaitStatus(a, run_id, "recovery_required", 60)) << Status(a, run_id);
+  // Well past another lease, several recovery cycles and a retry backoff of zero: nothing ran
+  // it again.
+  std::this_thread::sleep_for(std::chrono::seconds(8));
+  EXPECT_EQ(Status(a, run_id), "recovery_required");
+  EXPECT_EQ(lines(), 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_attempts WHERE run_id = '" + run_id + "'"), 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_attempts WHERE run_id = '" + run_id +
+                  "' AND status = 'lost'"),
+            1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE run_id = '" + run_id + "'"),
+            1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_events WHERE run_id = '" + run_id +
+                  "' AND type = 'run.recovery_required'"),
+            1);
   EXPECT_EQ(survivor->Stop(), 0);
   EXPECT_EQ(a.Stop(), 0);
 }

@@ -15,6 +15,7 @@
 #include "ql/core/canonical_json.h"
 #include "ql/core/retention.h"
 #include "ql/testing/repository_contract.h"
+#include "ql/testing/run_steps.h"
 
 namespace ql::testing {
 
@@ -134,20 +135,7 @@ Result<RunRecord> ApprovalContract::RecoveryRequiredRun(const std::string& appro
 }
 
 Result<RunRecord> ApprovalContract::LoseAfterStart(const RunRecord& queued) {
-  QL_ASSIGN_OR_RETURN(RunRecord running, StartRun(queued));
-  QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts,
-                      store().runs().ListAttempts(running.id));
-  RunTransitionCommand lost;
-  lost.run_id = running.id;
-  lost.expected_version = running.version;
-  lost.run_to = "recovery_required";
-  lost.attempt_id = attempts.back().id;
-  lost.expected_attempt_status = "running";
-  lost.attempt_to = "lost";
-  lost.events = {NewEvent{"attempt.lost", "recovery", attempts.back().id, std::nullopt, "{}"},
-                 NewEvent{"run.recovery_required", "recovery", std::nullopt, std::nullopt, "{}"}};
-  lost.now_ms = Now();
-  return store().runs().ApplyTransition(lost);
+  return testing::LoseAfterStart(store().runs(), queued, Now());
 }
 
 ResolveRunCommand ApprovalContract::ResolveAs(const PrincipalRecord& actor,

@@ -27,6 +27,7 @@
 #include "ql/storage/postgres/pg_store.h"
 #include "ql/storage/postgres/pg_test_support.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/run_steps.h"
 
 namespace ql {
 namespace {
@@ -379,6 +380,27 @@ class PgApprovalRaceTest : public PgGovernanceRaceTest {
     return false;
   }
 
+  // Approves approval_id_ as root and loses the run after its start: it waits in
+  // recovery_required for amy (an admin) to resolve it.
+  RunRecord RecoveryRequiredRun() {
+    Result<ApproveResult> approved = control_->Approve(approval_id_, As(root_));
+    EXPECT_TRUE(approved.ok()) << approved.status().ToString();
+    if (!approved.ok()) return RunRecord{};
+    Result<RunRecord> lost = testing::LoseAfterStart(store_->runs(), approved->run, clock_.NowMs());
+    EXPECT_TRUE(lost.ok()) << lost.status().ToString();
+    return lost.ok() ? *lost : RunRecord{};
+  }
+
+  Result<ResolveRunResult> ResolveAsAmy(const std::string& run_id) {
+    return control_->ResolveRun(run_id, "failed", "the target shows no change", As(amy_));
+  }
+
+  // Resolutions and their audit facts.
+  int64_t Resolutions() {
+    return Count("SELECT count(*) FROM ql3.run_resolutions") +
+           Count("SELECT count(*) FROM ql3.security_audit WHERE action = 'run.resolve'");
+  }
+
   PrincipalRecord ops_;
   PrincipalRecord amy_;
   std::string approval_id_;
@@ -582,6 +604,50 @@ TEST_F(PgApprovalRaceTest, ALostCommitReplyOfAnApprovalIsReconciledByApprovingAg
   EXPECT_EQ(Runs(), 1);
   EXPECT_EQ(Count("SELECT count(*) FROM ql3.approval_receipts"), 1);
   EXPECT_EQ(again->run.id, again->approval.receipt->run_id);
+}
+
+TEST_F(PgApprovalRaceTest, ARevokeThatCommitsFirstMakesTheResolutionFailWithNothingWritten) {
+  const RunRecord run = RecoveryRequiredRun();
+  ASSERT_EQ(run.status, "recovery_required");
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto revoke =
+      std::async(std::launch::async, [&] { return Bind(root_, project_id_, amy_, Role::kNone); });
+  ASSERT_TRUE(Queued(1)) << "the revoke did not queue on the governance lock";
+  auto resolve = std::async(std::launch::async, [&] { return ResolveAsAmy(run.id); });
+  ASSERT_TRUE(Queued(2)) << "the resolution did not queue behind the revoke";
+  Release(*barrier);
+  ASSERT_TRUE(revoke.get().ok());
+  Result<ResolveRunResult> resolved = resolve.get();
+  EXPECT_EQ(resolved.status().reason(), "permission_denied") << resolved.status().ToString();
+  EXPECT_EQ(Resolutions(), 0);
+  Result<RunRecord> after = store_->runs().GetRun(run.id);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->status, "recovery_required");
+  EXPECT_EQ(after->version, run.version);
+  EXPECT_EQ(after->event_sequence, run.event_sequence);
+}
+
+TEST_F(PgApprovalRaceTest, AResolutionThatCommitsFirstStandsAndTheRevokeFollowsIt) {
+  const RunRecord run = RecoveryRequiredRun();
+  ASSERT_EQ(run.status, "recovery_required");
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto resolve = std::async(std::launch::async, [&] { return ResolveAsAmy(run.id); });
+  ASSERT_TRUE(Queued(1)) << "the resolution did not queue on the governance lock";
+  auto revoke =
+      std::async(std::launch::async, [&] { return Bind(root_, project_id_, amy_, Role::kNone); });
+  ASSERT_TRUE(Queued(2)) << "the revoke did not queue behind the resolution";
+  Release(*barrier);
+  Result<ResolveRunResult> resolved = resolve.get();
+  ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
+  EXPECT_EQ(resolved->run.status, "failed");
+  ASSERT_TRUE(revoke.get().ok());
+  EXPECT_EQ(Resolutions(), 2);
+  EXPECT_EQ(store_->runs().GetRun(run.id)->status, "failed");
+  // Now the revoke stands: amy resolves nothing more, not even a replay of her own resolution.
+  EXPECT_FALSE(ResolveAsAmy(run.id).ok());
+  EXPECT_EQ(Resolutions(), 2);
 }
 
 }  // namespace
