@@ -588,7 +588,7 @@ TEST_F(CommandTest, RunLogFollowStreamsUntilTheRunEndsAndPrintsTheTail) {
 }
 
 TEST_F(CommandTest, RunLogFollowContinuesIntoTheNextAttemptWithoutRepeatingOutput) {
-  // Attempt 1 wrote "first\n" and failed; attempt 2 appends "second\n" to the run's log.
+  // Attempt 1 wrote "first\n" and failed; attempt 2 writes "second\n" to a log of its own.
   std::atomic<int> run_reads{0};
   server_.http().Get("/api/v1/runs/r1", [&](const httplib::Request&, httplib::Response& res) {
     const int n = run_reads.fetch_add(1);
@@ -600,7 +600,7 @@ TEST_F(CommandTest, RunLogFollowContinuesIntoTheNextAttemptWithoutRepeatingOutpu
                                                 httplib::Response& res) {
     server_.Record(req);
     const std::string attempt = req.has_param("attempt") ? req.get_param_value("attempt") : "1";
-    const std::string file = attempt == "1" && run_reads.load() < 2 ? "first\n" : "first\nsecond\n";
+    const std::string file = attempt == "1" ? "first\n" : run_reads.load() < 2 ? "" : "second\n";
     const size_t offset = req.has_param("offset") ? std::stoul(req.get_param_value("offset")) : 0;
     const std::string data = file.substr(std::min(offset, file.size()));
     res.set_header("X-QL-Attempt", attempt);
@@ -616,6 +616,73 @@ TEST_F(CommandTest, RunLogFollowContinuesIntoTheNextAttemptWithoutRepeatingOutpu
   EXPECT_EQ(RunLog(args, context), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "first\nsecond\n");
   EXPECT_NE(err_.str().find("attempt 2"), std::string::npos) << err_.str();
+}
+
+// Serves `log` as attempt 1 of run r1, honouring offset and limit, with the size header.
+void ServeLog(FakeServer& server, const std::string& log, std::atomic<int64_t>& served) {
+  server.http().Get("/api/v1/runs/r1/log", [&](const httplib::Request& req,
+                                               httplib::Response& res) {
+    server.Record(req);
+    const size_t offset = req.has_param("offset") ? std::stoul(req.get_param_value("offset")) : 0;
+    const size_t limit = req.has_param("limit") ? std::stoul(req.get_param_value("limit")) : 65536;
+    const std::string data = log.substr(std::min(offset, log.size()), limit);
+    served += static_cast<int64_t>(data.size());
+    res.set_header("X-QL-Attempt", "1");
+    res.set_header("X-QL-Log-Size", std::to_string(log.size()));
+    res.set_header("X-QL-Log-Next-Offset", std::to_string(offset + data.size()));
+    res.set_header("X-QL-Log-Eof", offset + data.size() >= log.size() ? "true" : "false");
+    res.set_content(data, "text/plain");
+  });
+}
+
+TEST_F(CommandTest, RunLogTailPrintsTheLastLinesReadingOnlyTheEndOfTheLog) {
+  std::string log;
+  for (int i = 0; i < 100000; ++i) log += "line " + std::to_string(i) + "\n";
+  std::atomic<int64_t> served{0};
+  ServeLog(server_, log, served);
+  for (const int lines : {1, 3, 20000}) {
+    out_.str("");
+    served = 0;
+    RunLogArgs args;
+    args.run_id = "r1";
+    args.tail = std::to_string(lines);
+    CommandContext context = Context();
+    EXPECT_EQ(RunLog(args, context), kExitOk) << err_.str();
+    std::string expected;
+    for (int i = 100000 - lines; i < 100000; ++i) expected += "line " + std::to_string(i) + "\n";
+    EXPECT_TRUE(out_.str() == expected) << lines << ": " << out_.str().substr(0, 40);
+    EXPECT_LT(served.load(), static_cast<int64_t>(log.size() / 2)) << lines;
+  }
+}
+
+TEST_F(CommandTest, RunLogTailOfAShortLogPrintsItAll) {
+  const std::string log = "one\ntwo\nthree without newline";
+  std::atomic<int64_t> served{0};
+  ServeLog(server_, log, served);
+  RunLogArgs args;
+  args.run_id = "r1";
+  args.tail = "2";
+  CommandContext context = Context();
+  EXPECT_EQ(RunLog(args, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "two\nthree without newline");
+  out_.str("");
+  args.tail = "10";
+  EXPECT_EQ(RunLog(args, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), log);
+}
+
+TEST_F(CommandTest, RunLogTailRefusesAnythingButAPositiveInteger) {
+  for (const std::string bad : {"0", "-3", "abc", "", "5x", "99999999999"}) {
+    err_.str("");
+    RunLogArgs args;
+    args.run_id = "r1";
+    args.tail = bad;
+    CommandContext context = Context();
+    EXPECT_EQ(RunLog(args, context), kExitUsage) << bad;
+    EXPECT_NE(err_.str().find("--tail must be a positive integer"), std::string::npos)
+        << err_.str();
+  }
+  EXPECT_TRUE(server_.requests().empty());
 }
 
 TEST_F(CommandTest, RunLogFollowReopensAStreamThatStaysSilent) {

@@ -54,16 +54,94 @@ struct LogCursor {
   int64_t offset = 0;
 };
 
-std::string LogPath(const std::string& run_id, const LogCursor& cursor, bool follow) {
+std::string LogPath(const std::string& run_id, const LogCursor& cursor, bool follow,
+                    int64_t limit = kLogChunk) {
   std::vector<std::pair<std::string, std::string>> query;
   if (cursor.attempt > 0) query.emplace_back("attempt", std::to_string(cursor.attempt));
   if (cursor.offset > 0) query.emplace_back("offset", std::to_string(cursor.offset));
   if (follow) {
     query.emplace_back("follow", "true");
   } else {
-    query.emplace_back("limit", std::to_string(kLogChunk));
+    query.emplace_back("limit", std::to_string(limit));
   }
   return WithQuery(RunPath(run_id) + "/log", query);
+}
+
+// Returns the lines of --tail, or a usage error unless it is a positive integer.
+CliResult<int64_t> ParseTail(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 9 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stoll(text) < 1) {
+    return CliError::Usage("invalid_tail",
+                           "--tail must be a positive integer (lines), got '" + text + "'");
+  }
+  return std::stoll(text);
+}
+
+// Returns the offset in `text` where its last `lines` lines begin, or nullopt when it holds
+// fewer (a final line without a newline counts as a line).
+std::optional<size_t> LastLinesStart(std::string_view text, int64_t lines) {
+  size_t end = text.size();
+  if (end > 0 && text[end - 1] == '\n') --end;
+  int64_t seen = 0;
+  for (size_t i = end; i > 0; --i) {
+    if (text[i - 1] == '\n' && ++seen == lines) return i;
+  }
+  return std::nullopt;
+}
+
+// Reads the attempt's log from `from` up to `to` (or its end when `to` < 0) into `text`,
+// naming the attempt in `cursor` once the server does.
+std::optional<CliError> ReadRange(ApiClient& api, const std::string& run_id, LogCursor& cursor,
+                                  int64_t from, int64_t to, std::string& text) {
+  LogCursor at = cursor;
+  at.offset = from;
+  while (to < 0 || at.offset < to) {
+    const int64_t limit = to < 0 ? kLogChunk : std::min(kLogChunk, to - at.offset);
+    CliResult<HttpResponse> response = api.Send("GET", LogPath(run_id, at, false, limit));
+    if (!response.ok()) return response.error();
+    if (response->status < 200 || response->status > 299) {
+      return ErrorFromResponse(response->status, response->body);
+    }
+    at.attempt = cursor.attempt = HeaderInt(*response, "X-QL-Attempt", at.attempt);
+    text += response->body;
+    const int64_t next = HeaderInt(*response, "X-QL-Log-Next-Offset",
+                                   at.offset + static_cast<int64_t>(response->body.size()));
+    const bool advanced = next > at.offset;
+    at.offset = next;
+    if (response->Header("X-QL-Log-Eof") != "false" || !advanced) break;
+  }
+  return std::nullopt;
+}
+
+// Prints the last `lines` lines of the attempt's log and leaves `cursor` at the end of what it
+// read, so a follow goes on from there. Reads a window from the end of the log (its size is
+// the X-QL-Log-Size header), widened until it holds enough lines or the whole log.
+std::optional<CliError> PrintTail(ApiClient& api, const std::string& run_id, LogCursor& cursor,
+                                  int64_t lines, std::ostream& out) {
+  CliResult<HttpResponse> head = api.Send("GET", LogPath(run_id, cursor, false, 1));
+  if (!head.ok()) return head.error();
+  if (head->status < 200 || head->status > 299) {
+    return ErrorFromResponse(head->status, head->body);
+  }
+  cursor.attempt = HeaderInt(*head, "X-QL-Attempt", cursor.attempt);
+  // Without the size header (an older server) the whole log is read.
+  const int64_t size = HeaderInt(*head, "X-QL-Log-Size", -1);
+  std::string text;
+  int64_t start = 0;
+  for (int64_t window = 64 * 1024;; window *= 4) {
+    start = size < 0 ? 0 : std::max<int64_t>(0, size - window);
+    text.clear();
+    if (std::optional<CliError> error = ReadRange(api, run_id, cursor, start, size, text)) {
+      return error;
+    }
+    if (start == 0 || LastLinesStart(text, lines).has_value()) break;
+  }
+  const size_t from = LastLinesStart(text, lines).value_or(0);
+  out.write(text.data() + from, static_cast<std::streamsize>(text.size() - from));
+  out.flush();
+  cursor.offset = start + static_cast<int64_t>(text.size());
+  return std::nullopt;
 }
 
 // Reads the log from `cursor` to the current end of the file, writing it to `out`.
@@ -216,11 +294,25 @@ int RunLog(const RunLogArgs& args, CommandContext& context) {
   if (args.attempt < 0) {
     return context.Fail(CliError::Usage("invalid_attempt", "--attempt must be 1 or more"));
   }
+  std::optional<int64_t> tail;
+  if (args.tail.has_value()) {
+    CliResult<int64_t> lines = ParseTail(*args.tail);
+    if (!lines.ok()) return context.Fail(lines.error());
+    tail = *lines;
+  }
   CliResult<ApiClient*> api_result = context.Api();
   if (!api_result.ok()) return context.Fail(api_result.error());
   ApiClient& api = **api_result;
   LogCursor cursor;
   cursor.attempt = args.attempt;
+  if (tail.has_value()) {
+    std::optional<CliError> error = PrintTail(api, args.run_id, cursor, *tail, context.out());
+    // A followed run that has no attempt yet has no lines to skip.
+    if (error && !(args.follow && error->reason() == "attempt_not_found")) {
+      return context.Fail(*error);
+    }
+    if (!args.follow) return kExitOk;
+  }
   if (!args.follow) {
     std::optional<CliError> error = DrainLog(api, args.run_id, cursor, context.out());
     return error ? context.Fail(*error) : kExitOk;
@@ -278,9 +370,9 @@ int RunLog(const RunLogArgs& args, CommandContext& context) {
         return context.Fail(*drain);
       }
       if (newer_attempt) {
-        // The run was retried. Attempts of a run append to the run's one log file, so the new
-        // attempt's log continues at the offset reached.
+        // The run was retried: the new attempt has a log of its own, read from its start.
         cursor.attempt = latest;
+        cursor.offset = 0;
         context.err() << "ql: attempt " << cursor.attempt << " of run " << args.run_id << "\n";
         context.err().flush();
         continue;
@@ -399,6 +491,9 @@ void RegisterRunCommands(CLI::App& app) {
   log->add_option("id", log_args->run_id, "Run id")->required();
   log->add_flag("-f,--follow", log_args->follow, "Keep printing new output until the run ends");
   log->add_option("--attempt", log_args->attempt, "Attempt number (default: the latest)");
+  log->add_option_function<std::string>(
+      "--tail", [log_args](const std::string& v) { log_args->tail = v; },
+      "Print only the last N lines (with -f, then follow from there)");
   log->callback([log, log_args] {
     RunCommand(*log, [&](CommandContext& context) { return RunLog(*log_args, context); });
   });

@@ -24,6 +24,9 @@ struct RunLogArgs {
   std::string run_id;
   int64_t attempt = 0;  // --attempt N; 0 = the latest attempt
   bool follow = false;  // --follow
+  // --tail N: print only the last N lines (then follow from there with --follow); checked by
+  // RunLog, which refuses anything but a positive integer.
+  std::optional<std::string> tail;
   // Pause between polls while following without a stream (run not started yet, or the server's
   // follow streams are all taken).
   int64_t poll_ms = 500;

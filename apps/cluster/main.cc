@@ -248,7 +248,9 @@ int Main(int argc, char** argv) {
   serve->add_option("--worker-heartbeat-ms", serve_config.worker_heartbeat_ms,
                     "heartbeat interval told to workers (default 5000)");
   serve->add_option("--worker-log-cap-bytes", serve_config.worker_log_cap_bytes,
-                    "output kept per remote attempt (default 16777216)");
+                    "output kept per remote attempt, head and tail (default 8388608)");
+  serve->add_option("--worker-run-log-cap-bytes", serve_config.worker_run_log_cap_bytes,
+                    "output kept over all attempts of a remote run; 0: none (default 33554432)");
   serve->add_option("--shutdown-wait", serve_config.shutdown_wait_s,
                     "seconds to drain the scheduler on SIGTERM, 1..600 (default 10)");
 

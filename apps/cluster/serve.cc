@@ -128,6 +128,7 @@ int Serve(const ServeConfig& config) {
   worker_options.session_ttl_ms = config.worker_session_ttl_ms;
   worker_options.heartbeat_interval_ms = config.worker_heartbeat_ms;
   worker_options.log_cap_bytes = config.worker_log_cap_bytes;
+  worker_options.run_log_cap_bytes = config.worker_run_log_cap_bytes;
   if (Status st = ValidateWorkerServiceOptions(worker_options); !st.ok()) {
     return Fail(kExitUsage, st);
   }
@@ -220,6 +221,8 @@ int Serve(const ServeConfig& config) {
   recovery.EnforceTimeouts(leases, worker_options.lease_ttl_ms);
   // Leases carry the sealed versions of their plans' secrets, looked up as the runtime role.
   worker_options.secrets = &store->secrets();
+  PostgresLogSource logs(store->runtime_pool());
+  worker_options.logs = &logs;
   for (int attempt = 1;; ++attempt) {
     Result<RecoveryReport> report = recovery.RunOnce();
     if (report.ok() && report->errors == 0) {
@@ -339,7 +342,6 @@ int Serve(const ServeConfig& config) {
   }
 
   TokenAuthenticator authenticator(store->governance(), SystemClock());
-  PostgresLogSource logs(store->runtime_pool());
   ApiServerOptions api_options;
   api_options.authenticate = [&](const std::string& digest) {
     return authenticator.Authenticate(digest);

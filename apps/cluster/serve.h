@@ -34,7 +34,8 @@ struct ServeConfig {
   int64_t worker_lease_ms = 30'000;
   int64_t worker_session_ttl_ms = 30'000;
   int64_t worker_heartbeat_ms = 5'000;
-  int64_t worker_log_cap_bytes = 16 * 1024 * 1024;
+  int64_t worker_log_cap_bytes = 8 * 1024 * 1024;
+  int64_t worker_run_log_cap_bytes = 32 * 1024 * 1024;
   // Seals secret values written through the API; replicas never open a value (workers do).
   secrets::KeyProviderConfig secret_key;
 };

@@ -269,8 +269,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   // Secret values are opened only here, right before a command starts, and masked in its log.
   secrets::EnvelopeSealer sealer(**secret_key);
   SecretService secret_service(**store, control.governance(), &sealer, clock);
+  LogReader log_reader((data / "log").string());
   LocalDispatcherOptions dopts = *dispatcher_options;
   dopts.log_root = (data / "log").string();
+  dopts.logs = &log_reader;
   dopts.secrets = &(*store)->secrets();
   dopts.sealer = &sealer;
   LocalDispatcher dispatcher((*store)->runs(), (*store)->definitions(), runner, clock, random,
@@ -327,7 +329,6 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   std::thread dispatcher_thread([&] { dispatcher_loop.Run(); });
   std::thread retention_thread([&] { retention_loop.Run(); });
 
-  LogReader log_reader((data / "log").string());
   ApiServerOptions api_options;
   api_options.authenticate = [&](const std::string& digest) {
     return authenticator.Authenticate(digest);

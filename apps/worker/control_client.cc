@@ -111,6 +111,7 @@ LeaseOffer DecodeOffer(const json& o) {
   offer.lease_version = o.value("lease_version", int64_t{0});
   offer.lease_expires_at_ms = o.value("lease_expires_at_ms", int64_t{0});
   offer.lease_ttl_ms = o.value("lease_ttl_ms", int64_t{0});
+  offer.log_cap_bytes = o.value("log_cap_bytes", int64_t{0});
   const json& plan = o.at("plan");
   offer.plan.argv = plan.at("argv").get<std::vector<std::string>>();
   if (plan.contains("environment") && !plan["environment"].is_null()) {

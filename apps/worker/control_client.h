@@ -98,6 +98,9 @@ struct LeaseOffer {
   int64_t lease_version = 0;
   int64_t lease_expires_at_ms = 0;
   int64_t lease_ttl_ms = 0;
+  // The output this attempt's log should hold, marker line included; 0 when the control plane
+  // names none.
+  int64_t log_cap_bytes = 0;
   WirePlan plan;
   // The sealed versions of the plan's secret variables, opened only right before spawn.
   std::vector<SealedVariable> secrets;

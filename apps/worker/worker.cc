@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ql/core/ids.h"
+#include "ql/core/log_source.h"
 #include "ql/core/rfc3339.h"
 
 namespace fs = std::filesystem;
@@ -132,6 +133,11 @@ struct Worker::RunContext {
 
 std::string RunRootOf(const std::string& work_dir) { return work_dir + "/run"; }
 std::string LogRootOf(const std::string& work_dir) { return work_dir + "/log"; }
+
+int64_t SupervisorLogCap(int64_t own, int64_t offered) {
+  if (offered <= 0) return own;
+  return std::min(own, std::max<int64_t>(offered - kLogMarkerRoomBytes, 0));
+}
 std::string WorkRootOf(const std::string& work_dir) { return work_dir + "/work"; }
 
 Worker::Worker(WorkerOptions options, ControlClient& control, AttemptRunner& runner, Clock& clock,
@@ -717,7 +723,7 @@ void Worker::RunAttempt(RunContext& ctx) {
   launch.working_directory = offer.plan.working_directory;
   launch.timeout_ms = offer.plan.timeout_ms;
   launch.log_path = ctx.log_path;
-  launch.log_cap_bytes = options_.log_cap_bytes;
+  launch.log_cap_bytes = SupervisorLogCap(options_.log_cap_bytes, offer.log_cap_bytes);
   // The only place a secret value exists on this side: opened here, handed to the supervisor
   // through a memory file, masked in the log.
   if (Status opened = OpenSecrets(options_.sealer, offer.secrets, launch); !opened.ok()) {

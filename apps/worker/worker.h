@@ -31,7 +31,8 @@ struct WorkerOptions {
   // Absolute directory owned by this worker: attempt directories under RunRootOf(work_dir) (the
   // AttemptRunner must use the same root), command output under LogRootOf(work_dir).
   std::string work_dir;
-  // Bytes of each attempt's output kept and shipped; the rest is discarded by the supervisor.
+  // Bytes of each attempt's output kept and shipped at most (head and tail, see
+  // exec::LaunchSpec::log_cap_bytes); an offer that names a smaller cap lowers it.
   int64_t log_cap_bytes = 16LL * 1024 * 1024;
   // How long running commands may take to finish after a drain request before they are cancelled.
   int64_t drain_timeout_ms = 60'000;
@@ -53,6 +54,11 @@ struct WorkerOptions {
   // Receives one line per event (without a newline); stderr when unset. Never sees a token.
   std::function<void(const std::string& line)> log;
 };
+
+// Returns the cap the supervisor keeps an attempt's output to: `own`, lowered to the offer's cap
+// (when it names one) less kLogMarkerRoomBytes, so that the log with its marker line fits what
+// the control plane stores.
+int64_t SupervisorLogCap(int64_t own, int64_t offered);
 
 // Returns `<work_dir>/run`, where attempt directories live.
 std::string RunRootOf(const std::string& work_dir);

@@ -31,6 +31,7 @@
 
 #include "control_client.h"
 #include "ql/core/clock.h"
+#include "ql/core/log_source.h"
 #include "ql/exec/executor.h"
 #include "ql/exec/process_identity.h"
 #include "ql/exec/supervision_runner.h"
@@ -125,6 +126,12 @@ class FakeControlPlane {
   void SetSessionState(const std::string& state) {
     std::lock_guard<std::mutex> lock(mu_);
     session_state_ = state;
+  }
+
+  // The log cap the next offers name (0: the field is left out).
+  void SetOfferLogCap(int64_t cap) {
+    std::lock_guard<std::mutex> lock(mu_);
+    offer_log_cap_ = cap;
   }
 
   void SetOverride(const std::string& step, Override fn) {
@@ -296,6 +303,7 @@ class FakeControlPlane {
                    {"lease_expires_at_ms", 1790000030000},
                    {"lease_ttl_ms", lease_ttl_ms_},
                    {"plan", run.plan}};
+        if (offer_log_cap_ > 0) offer["log_cap_bytes"] = offer_log_cap_;
         grants_[offer_id] = Grant{token, offer, b.value("session_id", "")};
         offers.push_back(offer);
       }
@@ -334,6 +342,7 @@ class FakeControlPlane {
   }
 
   const int64_t lease_ttl_ms_;
+  int64_t offer_log_cap_ = 0;
   const int64_t heartbeat_interval_ms_;
   httplib::Server server_;
   int port_ = 0;
@@ -560,6 +569,27 @@ TEST(WorkerTest, ShipsOutputInChunksAtTheControlPlanesOffsets) {
   }
   const std::string output = fake.OutputOf(logs.front().offer_id);
   EXPECT_EQ(output, std::string(600000, 'x'));
+}
+
+TEST(WorkerTest, KeepsHeadAndTailWithinTheOffersLogCap) {
+  FakeControlPlane fake;
+  fake.SetOfferLogCap(2000);
+  fake.AddRun({"/bin/sh", "-c", "seq 1 100000; echo 'ERROR: the last line'; exit 3"});
+  WorkerUnderTest worker(fake);
+  ASSERT_TRUE(fake.WaitForStep("complete", 15000));
+  ASSERT_TRUE(worker.Drain().ok());
+  const std::vector<Call> logs = fake.CallsOf("log");
+  ASSERT_FALSE(logs.empty());
+  const std::string output = fake.OutputOf(logs.front().offer_id);
+  EXPECT_LE(output.size(), 2000u) << "the marker line fits in the offer's cap";
+  EXPECT_GE(output.size(), 2000u - kLogMarkerRoomBytes);
+  EXPECT_TRUE(output.starts_with("1\n2\n3\n")) << output.substr(0, 20);
+  EXPECT_NE(output.find(" bytes truncated ---\n"), std::string::npos);
+  EXPECT_TRUE(output.ends_with("\n100000\nERROR: the last line\n"))
+      << output.substr(output.size() - 40);
+  EXPECT_EQ(SupervisorLogCap(16 << 20, 0), 16 << 20);
+  EXPECT_EQ(SupervisorLogCap(16 << 20, 8 << 20), (8 << 20) - kLogMarkerRoomBytes);
+  EXPECT_EQ(SupervisorLogCap(1000, 8 << 20), 1000);
 }
 
 TEST(WorkerTest, CancelRequestedOnRenewEndsTheCommandAsCancelled) {

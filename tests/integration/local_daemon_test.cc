@@ -346,9 +346,69 @@ TEST_F(EdgeDaemonTest, NoisyCommandHitsTheLogCapAndTheTruncationIsRecorded) {
   bool truncated = false;
   for (const json& e : run["events"]) truncated |= e["type"] == "attempt.log_truncated";
   EXPECT_TRUE(truncated) << run.dump();
-  const auto size = std::filesystem::file_size(data_ + "/log/" + task + "/" + run_id + ".log");
-  EXPECT_GE(size, 4u * 1024 * 1024);
-  EXPECT_LT(size, 4u * 1024 * 1024 + 1024);
+  const auto size = std::filesystem::file_size(data_ + "/log/" + task + "/" + run_id + "/1.log");
+  EXPECT_GE(size, 2u * 1024 * 1024);
+  EXPECT_LT(size, 2u * 1024 * 1024 + 1024);
+}
+
+TEST_F(EdgeDaemonTest, EachRetryHasItsOwnBoundedLogEndingInItsError) {
+  // Over 3 MB per attempt against the edge caps (2 MiB per attempt, 8 MiB per run), five
+  // attempts, each failing with a last line of its own.
+  const std::string task =
+      AddTask("retried", "echo \"starting $QL_ATTEMPT_ID\"; seq 1 500000; "
+                         "echo \"FATAL: attempt $QL_ATTEMPT_ID failed\"; exit 1",
+              {"--max-attempts", "5", "--backoff", "100ms", "--backoff-max", "100ms"});
+  CommandResult start = daemon_->Ql({"run", "start", task});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const std::string run_id = Trim(start.out);
+  ASSERT_EQ(WaitForStatus(run_id, {"failed", "succeeded"}, seconds(60)), "failed")
+      << daemon_->log();
+  json run = Run(run_id);
+  ASSERT_EQ(run["attempts"].size(), 5u) << run.dump();
+
+  constexpr uintmax_t kAttemptCap = 2u * 1024 * 1024;
+  uintmax_t total = 0;
+  for (const json& attempt : run["attempts"]) {
+    const int n = attempt["attempt"].get<int>();
+    const std::string id = attempt["id"].get<std::string>();
+    const std::string path =
+        data_ + "/log/" + task + "/" + run_id + "/" + std::to_string(n) + ".log";
+    const uintmax_t size = std::filesystem::file_size(path);
+    total += size;
+    // The first four take (about) the attempt cap, the fourth what the first three left of the
+    // run cap (their marker lines count too); the fifth keeps the 64 KiB floor.
+    EXPECT_LE(size, (n < 5 ? kAttemptCap : 64u * 1024) + 64) << n;
+    EXPECT_GE(size, (n < 5 ? kAttemptCap - 512 : 64u * 1024 - 64)) << n;
+
+    // The API (through ql run log --attempt N) serves exactly this attempt's file.
+    CommandResult log = daemon_->Ql({"run", "log", run_id, "--attempt", std::to_string(n)});
+    ASSERT_EQ(log.exit_code, 0) << log.err;
+    std::ifstream in(path, std::ios::binary);
+    const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(log.out == file) << n << ": " << log.out.size() << " bytes, file " << file.size();
+    EXPECT_EQ(log.out.rfind("starting " + id + "\n1\n2\n", 0), 0u) << n;
+    EXPECT_NE(log.out.find(" bytes truncated ---\n"), std::string::npos) << n;
+    const std::string last = "\n500000\nFATAL: attempt " + id + " failed\n";
+    EXPECT_TRUE(log.out.ends_with(last)) << n << ": " << log.out.substr(log.out.size() - 60);
+    EXPECT_EQ(log.out.find("FATAL"), log.out.size() - last.size() + 8) << "only its own error";
+
+    CommandResult tail =
+        daemon_->Ql({"run", "log", run_id, "--attempt", std::to_string(n), "--tail", "2"});
+    ASSERT_EQ(tail.exit_code, 0) << tail.err;
+    EXPECT_EQ(tail.out, "500000\nFATAL: attempt " + id + " failed\n");
+  }
+  EXPECT_LE(total, 8u * 1024 * 1024 + 64u * 1024 + 5 * 64);
+  // Without --attempt the latest attempt is served.
+  const std::string latest = run["attempts"][4]["id"].get<std::string>();
+  CommandResult tail = daemon_->Ql({"run", "log", run_id, "--tail", "1"});
+  EXPECT_EQ(tail.out, "FATAL: attempt " + latest + " failed\n");
+  CommandResult bad = daemon_->Ql({"run", "log", run_id, "--tail", "0"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--tail must be a positive integer"), std::string::npos) << bad.err;
+
+  int truncations = 0;
+  for (const json& e : run["events"]) truncations += e["type"] == "attempt.log_truncated";
+  EXPECT_EQ(truncations, 5) << run.dump();
 }
 
 // Which shared objects a running process has mapped, by file name (e.g. "libssl.so.3").

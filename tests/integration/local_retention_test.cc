@@ -51,7 +51,7 @@ TEST(LocalRetentionTest, PurgedRunsTakeTheirRowsLogsAndAttemptDirectoriesWithThe
     attempts.push_back(SqliteQuery(db, "SELECT id FROM run_attempts WHERE run_id = '" + run + "'")
                            .at(0));
     ASSERT_TRUE(fs::exists(data + "/run/" + attempts.back()));
-    ASSERT_TRUE(fs::exists(data + "/log/" + task + "/" + run + ".log"));
+    ASSERT_TRUE(fs::exists(data + "/log/" + task + "/" + run + "/1.log"));
   }
 
   CommandResult set = daemon.Ql({"task", "set", task, "--keep-runs", "1"});
@@ -70,7 +70,7 @@ TEST(LocalRetentionTest, PurgedRunsTakeTheirRowsLogsAndAttemptDirectoriesWithThe
     EXPECT_TRUE(SqliteQuery(db, "SELECT 1 FROM run_attempts WHERE run_id = '" + runs[i] + "'")
                     .empty());
     EXPECT_FALSE(fs::exists(data + "/run/" + attempts[i]));
-    EXPECT_FALSE(fs::exists(data + "/log/" + task + "/" + runs[i] + ".log"));
+    EXPECT_FALSE(fs::exists(data + "/log/" + task + "/" + runs[i]));  // the run's log directory
   }
   // The newest run is intact: row, events, log and attempt directory.
   EXPECT_EQ(SqliteQuery(db, "SELECT status FROM runs"), std::vector<std::string>{"succeeded"});

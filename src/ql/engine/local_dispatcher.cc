@@ -29,10 +29,12 @@ Result<LocalDispatcherOptions> LocalDispatcherOptionsForProfile(std::string_view
   LocalDispatcherOptions options;
   if (profile == "edge") {
     options.max_concurrency = 1;
-    options.log_cap_bytes = 4LL * 1024 * 1024;
+    options.log_cap_bytes = 2LL * 1024 * 1024;
+    options.run_log_cap_bytes = 8LL * 1024 * 1024;
   } else if (profile == "standalone") {
     options.max_concurrency = 4;
-    options.log_cap_bytes = 64LL * 1024 * 1024;
+    options.log_cap_bytes = 8LL * 1024 * 1024;
+    options.run_log_cap_bytes = 32LL * 1024 * 1024;
   } else {
     return InvalidArgument(
         "unknown_profile",
@@ -56,8 +58,20 @@ LocalDispatcher::LocalDispatcher(RunRepository& runs, DefinitionRepository& defi
   metrics_.Describe("ql_dispatcher_errors_total", "counter", "Dispatcher storage errors.");
 }
 
-std::string LocalDispatcher::LogPathFor(const RunRecord& run) const {
-  return options_.log_root + "/" + run.task_id + "/" + run.id + ".log";
+std::string LocalDispatcher::LogPathFor(const RunRecord& run, const AttemptRecord& attempt) const {
+  return options_.log_root + "/" + run.task_id + "/" + run.id + "/" +
+         std::to_string(attempt.attempt) + ".log";
+}
+
+int64_t LocalDispatcher::LogCapFor(const std::vector<AttemptRecord>& attempts,
+                                   size_t index) const {
+  if (options_.run_log_cap_bytes <= 0 || options_.logs == nullptr) return options_.log_cap_bytes;
+  int64_t used = 0;
+  for (size_t i = 0; i < index && i < attempts.size(); ++i) {
+    Result<int64_t> size = options_.logs->LogSize(attempts[i]);
+    used += size.ok() ? *size : options_.log_cap_bytes;
+  }
+  return AttemptLogCap(options_.log_cap_bytes, options_.run_log_cap_bytes, used);
 }
 
 Status LocalDispatcher::ResolveSecrets(const RunRecord& run, AttemptLaunch& launch) {
@@ -80,7 +94,8 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   }
   const AttemptRecord& attempt = attempts.back();
   const int64_t now = clock_.NowMs();
-  const std::string log_path = LogPathFor(run);
+  const std::string log_path = LogPathFor(run, attempt);
+  const int64_t log_cap = LogCapFor(attempts, attempts.size() - 1);
 
   RunTransitionCommand dispatching;
   dispatching.run_id = run.id;
@@ -145,7 +160,7 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   launch.working_directory = plan->working_directory;
   launch.timeout_ms = plan->timeout_ms;
   launch.log_path = log_path;
-  launch.log_cap_bytes = options_.log_cap_bytes;
+  launch.log_cap_bytes = log_cap;
   if (Status st = ResolveSecrets(run, launch); !st.ok()) return fail(st.reason(), st.message());
   Result<std::unique_ptr<AttemptHandle>> handle = runner_.Launch(launch);
   if (!handle.ok()) return fail("exec_spawn_failed", handle.status().message());
@@ -167,6 +182,7 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
                     Event(RunEventType(RunStatus::kRunning), "dispatcher", attempt.id)};
   running.now_ms = started;
   Active entry{run.id, attempt.id, std::move(handle).value()};
+  entry.log_cap_bytes = log_cap;
   Result<RunRecord> r = runs_.ApplyTransition(running);
   // Whatever happened to the write, the process exists now and must be watched to its end.
   active_.emplace(attempt.id, std::move(entry));
@@ -224,7 +240,9 @@ Status LocalDispatcher::Recover() {
       Result<RunRecord> r = runs_.ApplyTransition(t);
       if (!r.ok()) return r.status();
     }
-    active_.emplace(attempt.id, Active{run.id, attempt.id, std::move(handle).value()});
+    Active entry{run.id, attempt.id, std::move(handle).value()};
+    entry.log_cap_bytes = LogCapFor(attempts, attempts.size() - 1);
+    active_.emplace(attempt.id, std::move(entry));
   }
   active_count_ = static_cast<int>(active_.size());
   return Status::Ok();
@@ -239,7 +257,7 @@ Status LocalDispatcher::Watch(Active& a, bool& done) {
   }
   if (!a.truncation_recorded && a.handle->LogTruncated()) {
     NewEvent e = Event(std::string(kEventLogTruncated), "executor", a.attempt_id,
-                       {{"cap_bytes", options_.log_cap_bytes}});
+                       {{"cap_bytes", a.log_cap_bytes}});
     e.dedupe_key = "log_truncated:" + a.attempt_id;
     Result<EventRecord> r = runs_.AppendEvent(a.run_id, e, clock_.NowMs());
     if (r.ok() || r.status().code() == StatusCode::kDuplicate) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ql/core/clock.h"
+#include "ql/core/log_source.h"
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
 #include "ql/core/status.h"
@@ -18,9 +19,19 @@
 namespace ql {
 
 struct LocalDispatcherOptions {
-  int max_concurrency = 4;                     // edge 1
-  int64_t log_cap_bytes = 64LL * 1024 * 1024;  // edge 4 MiB, standalone 64 MiB
-  std::string log_root;                        // data/log; logs go to <root>/<task>/<run>.log
+  int max_concurrency = 4;  // edge 1
+  // Output kept in one attempt's log (head and tail, see exec::LaunchSpec::log_cap_bytes):
+  // standalone 8 MiB, edge 2 MiB.
+  int64_t log_cap_bytes = 8LL * 1024 * 1024;
+  // Output kept in the logs of all attempts of one run: a retry gets the per-attempt cap, or
+  // what its run's earlier attempts left of this one if less, but never less than
+  // kMinAttemptLogBytes (AttemptLogCap). Standalone 32 MiB, edge 8 MiB; 0 means no run cap.
+  int64_t run_log_cap_bytes = 32LL * 1024 * 1024;
+  // data/log; each attempt's output goes to <root>/<task>/<run>/<attempt number>.log
+  std::string log_root;
+  // Measures the logs of a run's earlier attempts for the per-run cap; required when
+  // run_log_cap_bytes > 0 (must outlive the dispatcher).
+  const LogSource* logs = nullptr;
   std::string executor_type = "local_process";
   // Resolve a plan's SecretRefs right before its command starts (secret_resolution.h); both
   // must outlive the dispatcher. Without them a plan that names a secret fails with
@@ -29,7 +40,7 @@ struct LocalDispatcherOptions {
   SecretSealer* sealer = nullptr;
 };
 
-// Returns the dispatcher options of "edge" or "standalone" (log_root left empty).
+// Returns the dispatcher options of "edge" or "standalone" (log_root and logs left empty).
 Result<LocalDispatcherOptions> LocalDispatcherOptionsForProfile(std::string_view profile);
 
 struct TickReport {
@@ -68,6 +79,7 @@ class LocalDispatcher {
     std::unique_ptr<AttemptHandle> handle;
     bool cancel_sent = false;
     bool truncation_recorded = false;
+    int64_t log_cap_bytes = 0;  // the cap this attempt runs with
   };
 
   Status Launch(const RunRecord& run, TickReport& report);
@@ -75,7 +87,10 @@ class LocalDispatcher {
   // secret cannot be resolved fails with the error's reason (secret_resolution.h).
   Status ResolveSecrets(const RunRecord& run, AttemptLaunch& launch);
   Status Watch(Active& active, bool& done);
-  std::string LogPathFor(const RunRecord& run) const;
+  std::string LogPathFor(const RunRecord& run, const AttemptRecord& attempt) const;
+  // Returns the log cap of `attempts[index]`: the per-attempt cap, lowered by the per-run cap
+  // after the logs of the attempts before it (an unreadable one counts as a full attempt cap).
+  int64_t LogCapFor(const std::vector<AttemptRecord>& attempts, size_t index) const;
 
   RunRepository& runs_;
   DefinitionRepository& definitions_;

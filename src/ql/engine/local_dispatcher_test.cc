@@ -60,6 +60,19 @@ class FakeRunner final : public AttemptRunner {
   std::vector<std::string> order;
 };
 
+// Log sizes by attempt id, as a test sets them.
+class FakeLogSizes final : public LogSource {
+ public:
+  Result<LogChunk> ReadLog(const AttemptRecord&, int64_t, size_t) const override {
+    return LogChunk{};
+  }
+  Result<int64_t> LogSize(const AttemptRecord& attempt) const override {
+    auto it = sizes.find(attempt.id);
+    return it == sizes.end() ? 0 : it->second;
+  }
+  std::map<std::string, int64_t> sizes;
+};
+
 AttemptOutcome Exited(int code) {
   AttemptOutcome o;
   o.kind = AttemptOutcome::Kind::kExited;
@@ -140,7 +153,7 @@ TEST_F(LocalDispatcherTest, LaunchesThePinnedPlanAndRecordsSuccess) {
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->launch.argv, (std::vector<std::string>{"/bin/sh", "-c", "echo hi"}));
   EXPECT_EQ(p->launch.timeout_ms, 5000);
-  EXPECT_EQ(p->launch.log_path, dir_ + "/log/" + task_id_ + "/" + run + ".log");
+  EXPECT_EQ(p->launch.log_path, dir_ + "/log/" + task_id_ + "/" + run + "/1.log");
   std::map<std::string, std::string> env(p->launch.environment.begin(),
                                          p->launch.environment.end());
   EXPECT_EQ(env["GREETING"], "hello");
@@ -305,6 +318,48 @@ TEST_F(LocalDispatcherTest, AutomaticRetryAddsAttemptTwoOnTheSameRunAfterTheBack
   EXPECT_EQ(failed.status, "failed");  // attempts exhausted: no third attempt
   EXPECT_EQ(failed.exit_code, 1);
   EXPECT_EQ(store_->runs().ListAttempts(run)->size(), 2u);
+}
+
+TEST_F(LocalDispatcherTest, EachAttemptHasItsOwnLogWithinWhatTheRunCapLeaves) {
+  constexpr int64_t kMiB = 1024 * 1024;
+  TaskWrite write;
+  write.body = {{"name", "noisy"},
+                {"spec", {{"command", {{"kind", "shell"}, {"command", "exit 1"}}}}},
+                {"retry", {{"max_attempts", 4}, {"backoff_base_ms", 1000}}}};
+  task_id_ = control_->PublishTask(write)->task.head.task_id;
+  FakeLogSizes logs;
+  options_.log_cap_bytes = 8 * kMiB;
+  options_.run_log_cap_bytes = 20 * kMiB;
+  options_.logs = &logs;
+  const std::string run = Start();
+  LocalDispatcher d = Make();
+  std::vector<int64_t> caps;
+  std::vector<std::string> paths;
+  for (int attempt = 1; attempt <= 4; ++attempt) {
+    Tick(d);
+    ASSERT_EQ(runner_.order.size(), static_cast<size_t>(attempt));
+    FakeProcess& p = *runner_.processes[runner_.order.back()];
+    caps.push_back(p.launch.log_cap_bytes);
+    paths.push_back(p.launch.log_path);
+    logs.sizes[p.launch.attempt_id] = p.launch.log_cap_bytes;  // each filled its cap
+    if (attempt == 3) {
+      p.truncated = true;
+      Tick(d);
+    }
+    p.outcome = Exited(1);
+    Tick(d);
+    clock_.Advance(60'000);
+  }
+  EXPECT_EQ(caps, (std::vector<int64_t>{8 * kMiB, 8 * kMiB, 4 * kMiB, kMinAttemptLogBytes}));
+  const std::string dir = dir_ + "/log/" + task_id_ + "/" + run + "/";
+  EXPECT_EQ(paths, (std::vector<std::string>{dir + "1.log", dir + "2.log", dir + "3.log",
+                                             dir + "4.log"}));
+  for (const EventRecord& e : *store_->runs().ListEvents(run, 0, 100)) {
+    if (e.type == "attempt.log_truncated") {
+      EXPECT_EQ(e.payload_json, R"({"cap_bytes":4194304})") << "the attempt's own cap";
+    }
+  }
+  EXPECT_EQ(Get(run).status, "failed");
 }
 
 TEST(RetryBackoffTest, DoublesUpToTheMaximum) {

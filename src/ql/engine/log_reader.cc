@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 namespace ql {
@@ -42,13 +43,10 @@ LogReader::LogReader(std::string log_root) : root_(CanonicalOrSelf(log_root)) {
   while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
 }
 
-Result<LogChunk> LogReader::ReadLog(const AttemptRecord& attempt, int64_t offset,
-                                    size_t max_bytes) const {
-  if (offset < 0) {
-    return InvalidArgument("invalid_offset",
-                           "log offset must be >= 0, got " + std::to_string(offset));
+Result<std::optional<std::string>> LogReader::Resolve(const AttemptRecord& attempt) const {
+  if (!attempt.log_path.has_value() || attempt.log_path->empty()) {
+    return std::optional<std::string>();
   }
-  if (!attempt.log_path.has_value() || attempt.log_path->empty()) return Empty(offset, false);
   const std::string& raw = *attempt.log_path;
   if (raw.find('\0') != std::string::npos) {
     return Corrupt("log_path_invalid", "log path of attempt " + attempt.id + " contains NUL");
@@ -68,7 +66,35 @@ Result<LogChunk> LogReader::ReadLog(const AttemptRecord& attempt, int64_t offset
     return Corrupt("log_path_invalid",
                    "log path of attempt " + attempt.id + " is outside the log root " + root_);
   }
-  if (!present) return Empty(offset, false);
+  if (!present) return std::optional<std::string>();
+  return std::optional<std::string>(resolved);
+}
+
+Result<int64_t> LogReader::LogSize(const AttemptRecord& attempt) const {
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> resolved, Resolve(attempt));
+  if (!resolved.has_value()) return int64_t{0};
+  struct stat st {};
+  if (::lstat(resolved->c_str(), &st) != 0) {
+    if (errno == ENOENT) return int64_t{0};
+    return Unavailable("log_unreadable",
+                       "cannot inspect log of attempt " + attempt.id + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Corrupt("log_path_invalid",
+                   "log path of attempt " + attempt.id + " is not a regular file");
+  }
+  return static_cast<int64_t>(st.st_size);
+}
+
+Result<LogChunk> LogReader::ReadLog(const AttemptRecord& attempt, int64_t offset,
+                                    size_t max_bytes) const {
+  if (offset < 0) {
+    return InvalidArgument("invalid_offset",
+                           "log offset must be >= 0, got " + std::to_string(offset));
+  }
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> found, Resolve(attempt));
+  if (!found.has_value()) return Empty(offset, false);
+  const std::string& resolved = *found;
 
   const int fd = ::open(resolved.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
@@ -85,12 +111,15 @@ Result<LogChunk> LogReader::ReadLog(const AttemptRecord& attempt, int64_t offset
   const int64_t size = st.st_size;
   if (offset >= size) {
     ::close(fd);
-    return Empty(offset, true);
+    LogChunk chunk = Empty(offset, true);
+    chunk.size = size;
+    return chunk;
   }
   const size_t want = static_cast<size_t>(std::min<int64_t>(
       size - offset, static_cast<int64_t>(std::min(max_bytes, kMaxLogChunkBytes))));
   LogChunk chunk;
   chunk.exists = true;
+  chunk.size = size;
   chunk.data.resize(want);
   size_t got = 0;
   while (got < want) {

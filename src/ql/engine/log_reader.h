@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ql/core/log_source.h"
@@ -28,10 +29,16 @@ class LogReader final : public LogSource {
   // not a regular file; Unavailable `log_unreadable` when the file cannot be opened or read.
   Result<LogChunk> ReadLog(const AttemptRecord& attempt, int64_t offset,
                            size_t max_bytes) const override;
+  // Returns the size of the attempt's log file, 0 when it has none. Errors as ReadLog's.
+  Result<int64_t> LogSize(const AttemptRecord& attempt) const override;
 
   const std::string& log_root() const { return root_; }
 
  private:
+  // Returns the canonical path of the attempt's log file, nullopt when it has none (no log_path
+  // or no file). Errors: Corrupt `log_path_invalid`, Unavailable `log_unreadable`.
+  Result<std::optional<std::string>> Resolve(const AttemptRecord& attempt) const;
+
   std::string root_;  // canonical absolute path, no trailing slash (except "/")
 };
 

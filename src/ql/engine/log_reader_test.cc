@@ -38,6 +38,22 @@ class LogReaderTest : public ::testing::Test {
   fs::path dir_;
 };
 
+TEST_F(LogReaderTest, LogSizeIsTheFileSizeOrZeroWithoutAFile) {
+  const fs::path file = dir_ / "log" / "task" / "run.log";
+  Write(file, "hello world\n");
+  LogReader reader((dir_ / "log").string());
+  Result<int64_t> size = reader.LogSize(AttemptWithLog(file.string()));
+  ASSERT_TRUE(size.ok()) << size.status().ToString();
+  EXPECT_EQ(*size, 12);
+  Result<int64_t> missing = reader.LogSize(AttemptWithLog((dir_ / "log" / "none.log").string()));
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(*missing, 0);
+  Write(dir_ / "elsewhere.log", "x");
+  Result<int64_t> outside = reader.LogSize(AttemptWithLog((dir_ / "elsewhere.log").string()));
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.status().reason(), "log_path_invalid");
+}
+
 TEST_F(LogReaderTest, ReadsChunksAndReportsEof) {
   const fs::path file = dir_ / "log" / "task" / "run.log";
   Write(file, "hello world\n");
@@ -48,6 +64,7 @@ TEST_F(LogReaderTest, ReadsChunksAndReportsEof) {
   EXPECT_EQ(first->next_offset, 5);
   EXPECT_FALSE(first->eof);
   EXPECT_TRUE(first->exists);
+  EXPECT_EQ(first->size, 12);
 
   auto rest = reader.ReadLog(AttemptWithLog(file.string()), first->next_offset, 1000);
   ASSERT_TRUE(rest.ok());

@@ -67,6 +67,10 @@ Status ValidateWorkerServiceOptions(const WorkerServiceOptions& o) {
   if (o.log_cap_bytes < 1024 || o.log_cap_bytes > (int64_t{1} << 30)) {
     return bad("worker log cap must be 1 KiB..1 GiB");
   }
+  if (o.run_log_cap_bytes != 0 &&
+      (o.run_log_cap_bytes < 1024 || o.run_log_cap_bytes > (int64_t{1} << 36))) {
+    return bad("worker run log cap must be 0 (none) or 1 KiB..64 GiB");
+  }
   return Status::Ok();
 }
 
@@ -215,10 +219,30 @@ Result<PullAnswer> WorkerService::Pull(const std::string& worker_id, const std::
       continue;
     }
     if (!g.replay) metrics_.Increment("ql_worker_leases_granted_total");
-    out.offers.push_back({std::move(g), std::move(plan).value(), std::move(sealed).value()});
+    const int64_t log_cap = LogCapOf(g);
+    out.offers.push_back(
+        {std::move(g), std::move(plan).value(), std::move(sealed).value(), log_cap});
   }
   QL_ASSIGN_OR_RETURN(out.cancel, leases_.ListCancelledOffers(worker_id, session_id));
   return out;
+}
+
+int64_t WorkerService::LogCapOf(const GrantedLease& lease) {
+  if (options_.logs == nullptr || options_.run_log_cap_bytes <= 0 || lease.attempt <= 1) {
+    return options_.log_cap_bytes;
+  }
+  Result<std::vector<AttemptRecord>> attempts = runs_.ListAttempts(lease.run_id);
+  int64_t used = 0;
+  if (!attempts.ok()) {
+    used = options_.log_cap_bytes * (lease.attempt - 1);  // as if each had filled its cap
+  } else {
+    for (const AttemptRecord& a : *attempts) {
+      if (a.attempt >= lease.attempt) continue;
+      Result<int64_t> size = options_.logs->LogSize(a);
+      used += size.ok() ? *size : options_.log_cap_bytes;
+    }
+  }
+  return AttemptLogCap(options_.log_cap_bytes, options_.run_log_cap_bytes, used);
 }
 
 Result<LeaseFence> WorkerService::Fence(const LeaseCall& call) const {

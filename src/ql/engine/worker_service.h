@@ -15,6 +15,7 @@
 
 #include "ql/core/clock.h"
 #include "ql/core/execution_plan.h"
+#include "ql/core/log_source.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
 #include "ql/core/worker_ports.h"
@@ -29,14 +30,22 @@ struct WorkerServiceOptions {
   int64_t session_ttl_ms = 30'000;
   int64_t heartbeat_interval_ms = 5'000;
   int64_t lease_ttl_ms = 30'000;
-  int64_t log_cap_bytes = 16 * 1024 * 1024;
+  // Bytes of one remote attempt's log the control plane stores; chunks past it are dropped.
+  int64_t log_cap_bytes = 8 * 1024 * 1024;
+  // Bytes of all of a run's attempts' logs: each offer carries the cap its attempt should keep
+  // (AttemptLogCap over the logs of the run's earlier attempts). 0 means no run cap.
+  int64_t run_log_cap_bytes = 32 * 1024 * 1024;
+  // Measures the stored logs of a run's earlier attempts for the offers' caps; without it every
+  // offer carries log_cap_bytes. Must outlive the service.
+  const LogSource* logs = nullptr;
   // Looks up the sealed versions of a plan's secrets for its lease (secret_resolution.h); must
   // outlive the service. Without it a plan that names a secret fails with secret_unavailable.
   SecretRepository* secrets = nullptr;
 };
 
 // Returns ok when the options are within bounds (ttl 1..600 s, heartbeat < session ttl, log cap
-// 1 KiB..1 GiB); InvalidArgument `invalid_worker_options` naming the option otherwise.
+// 1 KiB..1 GiB, run log cap 0 or 1 KiB..64 GiB); InvalidArgument `invalid_worker_options`
+// naming the option otherwise.
 Status ValidateWorkerServiceOptions(const WorkerServiceOptions& options);
 
 // Which lease a call is about, as the worker presents it.
@@ -58,6 +67,9 @@ struct WorkerOffer {
   ExecutionPlan plan;
   // The sealed versions of the plan's secret variables; only the worker opens them.
   std::vector<SealedVariable> secrets;
+  // The output this attempt should keep in its log, marker line included (see
+  // WorkerServiceOptions::run_log_cap_bytes).
+  int64_t log_cap_bytes = 0;
 };
 
 struct PullAnswer {
@@ -110,6 +122,10 @@ class WorkerService {
 
  private:
   Result<LeaseFence> Fence(const LeaseCall& call) const;
+  // Returns the log cap of the attempt `lease` offers: the per-attempt cap, lowered by the
+  // per-run cap after the stored logs of the run's earlier attempts (one that cannot be
+  // measured counts as a full attempt cap).
+  int64_t LogCapOf(const GrantedLease& lease);
   // Applies one lease-fenced step; on a broken fence records a late call when the attempt has
   // ended, and returns the fence error.
   Status Refused(const LeaseCall& call, std::string_view step, const Status& error);

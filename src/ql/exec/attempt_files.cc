@@ -157,6 +157,7 @@ std::string EncodeResult(const ResultRecord& r) {
          {"exit_code", OptionalJson(o.exit_code)},
          {"signal", OptionalJson(o.signal)},
          {"log_bytes_written", o.log_bytes_written},
+         {"log_bytes_dropped", o.log_bytes_dropped},
          {"output_bytes", o.output_bytes},
          {"log_truncated", o.log_truncated},
          {"truncated_at_bytes", OptionalJson(o.truncated_at_bytes)},
@@ -295,6 +296,9 @@ Result<ResultRecord> DecodeResult(std::string_view text, std::string_view what) 
   if (exit_code) o.exit_code = static_cast<int>(*exit_code);
   if (signal) o.signal = static_cast<int>(*signal);
   QL_ASSIGN_OR_RETURN(o.log_bytes_written, f.Int("log_bytes_written"));
+  // Optional, so that a result.json written by an older supervisor still reads.
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> dropped, f.OptionalInt("log_bytes_dropped"));
+  o.log_bytes_dropped = dropped.value_or(0);
   QL_ASSIGN_OR_RETURN(o.output_bytes, f.Int("output_bytes"));
   QL_ASSIGN_OR_RETURN(o.log_truncated, f.Bool("log_truncated"));
   QL_ASSIGN_OR_RETURN(o.truncated_at_bytes, f.OptionalInt("truncated_at_bytes"));

@@ -39,7 +39,11 @@ struct LaunchSpec {
   // Output (stdout and stderr interleaved, masked) is appended here; the parent directory is
   // created.
   std::string log_path;
-  // Bytes of this attempt's masked output kept in the log; the rest is drained and discarded.
+  // Bytes of this attempt's masked output kept in the log: past it, the head (the first
+  // `cap - min(cap / 2, 1 MiB)` bytes, written as they come) and the tail (the last
+  // `min(cap / 2, 1 MiB)` bytes, held in memory and written when the command has ended) are
+  // kept, with one marker line `--- qinglong: N bytes truncated ---` between them; the middle is
+  // drained and discarded.
   int64_t log_cap_bytes = 0;
   // Time between SIGTERM and SIGKILL when the command group is stopped.
   int64_t kill_grace_ms = 5000;
@@ -64,9 +68,10 @@ struct Outcome {
   std::optional<int> exit_code;   // set when the command exited (also after timeout or cancel)
   std::optional<int> signal;      // set when a signal ended the command
   int64_t log_bytes_written = 0;  // masked output kept in the log (without the marker line)
+  int64_t log_bytes_dropped = 0;  // masked output left out between head and tail
   int64_t output_bytes = 0;       // all command output read, kept or discarded, before masking
   bool log_truncated = false;
-  std::optional<int64_t> truncated_at_bytes;
+  std::optional<int64_t> truncated_at_bytes;  // the cap, when the log was truncated
   int64_t started_at_ms = 0;   // UTC ms when the command was started (or the spawn attempted)
   int64_t finished_at_ms = 0;  // UTC ms when the command's exit was observed
   std::string message;         // human-readable detail; the errno text for spawn failures

@@ -389,21 +389,62 @@ TEST_F(ExecutorTest, LogIsCappedWhileOutputKeepsDraining) {
   EXPECT_TRUE(o.log_truncated);
   EXPECT_EQ(o.truncated_at_bytes, 64 * 1024);
   EXPECT_EQ(o.log_bytes_written, 64 * 1024);
+  EXPECT_EQ(o.log_bytes_dropped, 10000000 - 64 * 1024);
   EXPECT_EQ(o.output_bytes, 10000000);
 
-  std::string expected;
-  for (int i = 0; i < 32 * 1024; ++i) expected += "y\n";
-  expected += "[qinglong: log truncated at 65536 bytes]\n";
+  std::string half;
+  for (int i = 0; i < 16 * 1024; ++i) half += "y\n";
+  const std::string expected = half + "--- qinglong: 9934464 bytes truncated ---\n" + half;
   std::string log = ReadFile(spec.log_path);
   EXPECT_EQ(log.size(), expected.size());
-  EXPECT_TRUE(log == expected) << "log differs from 64 KiB of output plus the marker line";
+  EXPECT_TRUE(log == expected) << "log differs from 32 KiB of head, the marker and 32 KiB of tail";
+}
+
+TEST_F(ExecutorTest, TruncationKeepsTheHeadAndTheLastLinesOfAFailingCommand) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c",
+                          "echo 'starting up'; seq 1 400000; echo 'ERROR: disk full' >&2; exit 1"});
+  spec.log_cap_bytes = 100 * 1000;
+  Outcome o = Run(spec);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_TRUE(o.log_truncated);
+  const std::string log = ReadFile(spec.log_path);
+  EXPECT_TRUE(log.starts_with("starting up\n1\n2\n3\n")) << log.substr(0, 40);
+  EXPECT_TRUE(log.ends_with("\n399999\n400000\nERROR: disk full\n")) << log.substr(log.size() - 80);
+  const std::string marker = "--- qinglong: " + std::to_string(o.log_bytes_dropped) +
+                             " bytes truncated ---\n";
+  const size_t at = log.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  // The head is half the cap and ends mid-line, so the marker starts a line of its own.
+  EXPECT_EQ(at, 50u * 1000 + 1);
+  EXPECT_EQ(log[at - 1], '\n');
+  EXPECT_EQ(o.log_bytes_written + o.log_bytes_dropped, o.output_bytes);
+  EXPECT_EQ(log.size(), static_cast<size_t>(o.log_bytes_written) + marker.size() + 1);
+  EXPECT_LE(o.log_bytes_written, spec.log_cap_bytes);
+  // The tail starts with a whole line: its first two lines are consecutive numbers.
+  const std::string tail = log.substr(at + marker.size());
+  const size_t first_end = tail.find('\n');
+  const int first = std::stoi(tail.substr(0, first_end));
+  const int second = std::stoi(tail.substr(first_end + 1));
+  EXPECT_EQ(second, first + 1) << tail.substr(0, 20);
+}
+
+TEST_F(ExecutorTest, TheHeadOfATruncatedLogSurvivesTheSupervisor) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "seq 1 100000; sleep 30"});
+  spec.log_cap_bytes = 1000;
+  Supervision s = Launch(spec);
+  ASSERT_TRUE(WaitUntil([&] { return s.LogTruncated(); }));
+  ASSERT_TRUE(s.Kill().ok());
+  EXPECT_EQ(WaitForEnd(s), State::kLost);
+  const std::string log = ReadFile(spec.log_path);
+  EXPECT_EQ(log.size(), 500u);
+  EXPECT_TRUE(log.starts_with("1\n2\n3\n"));
 }
 
 TEST_F(ExecutorTest, MarkerStartsOnItsOwnLine) {
   LaunchSpec spec = Spec({"/bin/sh", "-c", "printf 'abcdefgh'"});
   spec.log_cap_bytes = 5;
   Outcome o = Run(spec);
-  EXPECT_EQ(ReadFile(spec.log_path), "abcde\n[qinglong: log truncated at 5 bytes]\n");
+  EXPECT_EQ(ReadFile(spec.log_path), "abc\n--- qinglong: 3 bytes truncated ---\ngh");
   EXPECT_EQ(o.output_bytes, 8);
 }
 
@@ -417,8 +458,12 @@ TEST_F(ExecutorTest, TruncationIsVisibleWhileTheCommandRuns) {
   ASSERT_EQ(WaitForEnd(s), State::kFinished);
   EXPECT_EQ(s.outcome()->kind, OutcomeKind::kCancelled);
   EXPECT_TRUE(s.outcome()->log_truncated);
+  // The cancel may come before the command wrote all of its output.
+  const Outcome& o = *s.outcome();
+  EXPECT_EQ(o.log_bytes_written + o.log_bytes_dropped, o.output_bytes);
   EXPECT_EQ(ReadFile(spec.log_path),
-            std::string(1000, '\0') + "\n[qinglong: log truncated at 1000 bytes]\n");
+            std::string(500, '\0') + "\n--- qinglong: " + std::to_string(o.log_bytes_dropped) +
+                " bytes truncated ---\n" + std::string(500, '\0'));
 }
 
 TEST_F(ExecutorTest, MissingExecutableIsASpawnFailure) {
@@ -579,7 +624,19 @@ TEST_F(ExecutorTest, TheLogCapCountsMaskedBytes) {
   spec.log_cap_bytes = 10;
   Outcome o = Run(spec);
   EXPECT_TRUE(o.log_truncated);
-  EXPECT_EQ(ReadFile(spec.log_path), "***0123456\n[qinglong: log truncated at 10 bytes]\n");
+  EXPECT_EQ(ReadFile(spec.log_path), "***01\n--- qinglong: 3 bytes truncated ---\n56789");
+}
+
+TEST_F(ExecutorTest, SecretsAreMaskedInTheTailAcrossReads) {
+  LaunchSpec spec = Spec({"/bin/sh", "-c",
+                          "seq 1 20000; printf 'end s3cr3t-VA'; sleep 0.3; "
+                          "printf 'LUE-4242 done\\n'"});
+  spec.mask_values = {kSecret};
+  spec.log_cap_bytes = 2000;
+  Outcome o = Run(spec);
+  EXPECT_TRUE(o.log_truncated);
+  EXPECT_TRUE(ReadFile(spec.log_path).ends_with("\n20000\nend *** done\n"));
+  EXPECT_EQ(FilesHolding(root_, kSecret), std::vector<std::string>{});
 }
 
 TEST_F(ExecutorTest, SupervisionRunnerPassesSecretsAndMaskValues) {

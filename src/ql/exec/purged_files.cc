@@ -45,9 +45,10 @@ PurgedFiles RemovePurgedFiles(const PurgeResult& purged, const std::string& log_
         std::error_code ec;
         if (fs::remove(path, ec)) ++out.logs;
         if (ec) ++out.errors;
-        // The directory of the task (or run) goes once its last log is gone.
-        const fs::path dir = path.parent_path();
-        if (IsBelow(dir, logs)) fs::remove(dir, ec);  // fails harmlessly while not empty
+        // The directories of the run and of the task go once their last log is gone.
+        for (fs::path dir = path.parent_path(); IsBelow(dir, logs); dir = dir.parent_path()) {
+          if (!fs::remove(dir, ec)) break;  // fails harmlessly while not empty
+        }
       }
     }
     if (!IsPlainComponent(attempt.id)) {

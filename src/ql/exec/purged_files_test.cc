@@ -68,5 +68,25 @@ TEST_F(PurgedFilesTest, RemovesLogsAndAttemptDirectoriesOfPurgedAttemptsOnly) {
   EXPECT_EQ(again.logs + again.attempt_dirs + again.errors, 0);
 }
 
+TEST_F(PurgedFilesTest, TheRunAndTaskDirectoriesOfPerAttemptLogsGoWithTheirLastLog) {
+  Touch(root_ / "log" / "task-c" / "run-4" / "1.log");
+  Touch(root_ / "log" / "task-c" / "run-4" / "2.log");
+  Touch(root_ / "log" / "task-c" / "run-5" / "1.log");
+  PurgeResult purged;
+  purged.attempts = {{"att-4a", "run-4", std::string("task-c/run-4/1.log")},
+                     {"att-4b", "run-4", std::string("task-c/run-4/2.log")}};
+  const PurgedFiles removed =
+      RemovePurgedFiles(purged, (root_ / "log").string(), (root_ / "run").string());
+  EXPECT_EQ(removed.logs, 2);
+  EXPECT_EQ(removed.errors, 0);
+  EXPECT_FALSE(fs::exists(root_ / "log" / "task-c" / "run-4"));
+  EXPECT_TRUE(fs::exists(root_ / "log" / "task-c" / "run-5" / "1.log"));
+
+  purged.attempts = {{"att-5", "run-5", std::string("task-c/run-5/1.log")}};
+  EXPECT_EQ(RemovePurgedFiles(purged, (root_ / "log").string(), (root_ / "run").string()).logs, 1);
+  EXPECT_FALSE(fs::exists(root_ / "log" / "task-c"));
+  EXPECT_TRUE(fs::exists(root_ / "log"));
+}
+
 }  // namespace
 }  // namespace ql::exec

@@ -17,6 +17,7 @@
 #include "ql/core/clock.h"
 #include "ql/exec/attempt_files.h"
 #include "ql/exec/executor.h"
+#include "ql/exec/head_tail_log.h"
 #include "ql/exec/log_masker.h"
 #include "ql/exec/posix_util.h"
 #include "ql/exec/process_tree.h"
@@ -103,11 +104,13 @@ class Supervisor {
   void HandleSignals(int64_t now);
   void CheckLeaderExit();
   void DrainOutput();
-  // Masks freshly read output and keeps what is final; FlushOutput() keeps the rest at the end.
+  // Masks freshly read output and keeps what is final; FlushOutput() keeps the rest at the end
+  // and writes the log's tail.
   void MaskAndKeep(const char* data, size_t size);
   void FlushOutput();
+  // Hands masked output to the head+tail log; records the truncation the moment it begins.
   void KeepOutput(const char* data, size_t size);
-  bool WriteLog(const char* data, size_t size);
+  void LogWriteFailed();
   void FinishOutcome();
   void SpawnFailed(std::string message) {
     outcome_.kind = OutcomeKind::kSpawnFailed;
@@ -130,6 +133,7 @@ class Supervisor {
 
   int ready_fd_ = -1;
   int log_fd_ = -1;
+  std::optional<internal::HeadTailLog> log_;  // set once log_fd_ is open
   int output_fd_ = -1;  // read end of the command's stdout+stderr pipe; -1 after EOF
   int signal_fd_ = -1;
   pid_t command_pid_ = -1;  // also the command's process group id
@@ -142,7 +146,6 @@ class Supervisor {
   int64_t kill_at_ = kNever;      // monotonic ms
   int64_t drain_until_ = kNever;  // monotonic ms
   bool log_failed_ = false;
-  char last_logged_byte_ = '\n';
   Outcome outcome_;
 };
 
@@ -283,6 +286,7 @@ bool Supervisor::Spawn() {
     SpawnFailed(ErrnoMessage("cannot open log file " + spec_.log_path, errno));
     return false;
   }
+  log_.emplace(log_fd_, spec_.log_cap_bytes);
 
   std::string path_value;
   std::vector<std::string> env_strings;
@@ -427,14 +431,10 @@ void Supervisor::CheckLeaderExit() {
   }
 }
 
-bool Supervisor::WriteLog(const char* data, size_t size) {
-  if (log_failed_ || size == 0) return !log_failed_;
-  if (!internal::WriteAll(log_fd_, data, size)) {
-    log_failed_ = true;
-    outcome_.message = ErrnoMessage("log write failed", errno);
-    return false;
-  }
-  return true;
+void Supervisor::LogWriteFailed() {
+  if (log_failed_) return;
+  log_failed_ = true;
+  outcome_.message = ErrnoMessage("log write failed", errno);
 }
 
 void Supervisor::MaskAndKeep(const char* data, size_t size) {
@@ -452,22 +452,20 @@ void Supervisor::FlushOutput() {
   masked_.clear();
   masker_.Finish(masked_);
   KeepOutput(masked_.data(), masked_.size());
+  if (!log_) return;
+  if (!log_->Finish()) LogWriteFailed();
+  outcome_.log_bytes_written = log_->kept_bytes();
+  outcome_.log_bytes_dropped = log_->dropped_bytes();
 }
 
 void Supervisor::KeepOutput(const char* data, size_t size) {
-  if (outcome_.log_truncated || size == 0) return;
-  size_t room = static_cast<size_t>(spec_.log_cap_bytes - outcome_.log_bytes_written);
-  size_t keep = std::min(size, room);
-  if (keep > 0 && WriteLog(data, keep)) {
-    outcome_.log_bytes_written += static_cast<int64_t>(keep);
-    last_logged_byte_ = data[keep - 1];
-  }
-  if (size == keep) return;
+  if (!log_ || size == 0) return;
+  const bool was_truncated = log_->truncated();
+  if (!log_->Append(std::string_view(data, size))) LogWriteFailed();
+  outcome_.log_bytes_written = log_->kept_bytes();
+  if (was_truncated || !log_->truncated()) return;
   outcome_.log_truncated = true;
   outcome_.truncated_at_bytes = spec_.log_cap_bytes;
-  std::string marker = last_logged_byte_ == '\n' ? "" : "\n";
-  marker += "[qinglong: log truncated at " + std::to_string(spec_.log_cap_bytes) + " bytes]\n";
-  WriteLog(marker.data(), marker.size());
   // Lets the daemon record the truncation while the command still runs. If this write fails the
   // result still carries the truncation; the daemon only learns it later.
   (void)internal::WriteFileAtomically(PathIn(dir_, internal::kTruncatedFile),

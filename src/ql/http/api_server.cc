@@ -1313,6 +1313,7 @@ void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request
   res.set_header("X-QL-Log-Next-Offset", std::to_string(chunk.next_offset));
   res.set_header("X-QL-Log-Eof", chunk.eof ? "true" : "false");
   res.set_header("X-QL-Log-Exists", chunk.exists ? "true" : "false");
+  res.set_header("X-QL-Log-Size", std::to_string(chunk.size));
   res.status = 200;
   res.set_content(std::move(chunk.data), "text/plain; charset=utf-8");
 }

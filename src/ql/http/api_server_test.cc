@@ -949,6 +949,55 @@ TEST_F(ApiServerTest, ReadsAndFollowsRunLogs) {
   EXPECT_EQ(finished.raw, "line3\n");
 }
 
+TEST_F(ApiServerTest, ALogReadServesExactlyTheAttemptAskedForAndTheLatestByDefault) {
+  StartServer();
+  json body = json::parse(ShellTaskBody("retried", "exit 1"));
+  body["retry"] = {{"max_attempts", 2}};
+  Reply task = Post("/api/v1/tasks", body.dump());
+  ASSERT_EQ(task.status, 201) << task.raw;
+  const std::string run = StartRun(task.body.value("id", ""));
+  fs::create_directories(dir_ / "log" / "t" / run);
+  const fs::path first = dir_ / "log" / "t" / run / "1.log";
+  const fs::path second = dir_ / "log" / "t" / run / "2.log";
+  std::ofstream(first) << "first attempt\nERROR one\n";
+  std::ofstream(second) << "second\n";
+  StartAttempt(run, first.string());
+  Advance(run, "running", "starting", "running");
+  // Attempt 1 fails; attempt 2 is created on the same run and starts with its own log.
+  RunTransitionCommand failed;
+  failed.run_id = run;
+  failed.expected_version = store_->runs().GetRun(run).value().version;
+  failed.run_to = "retry_wait";
+  failed.retry_at_ms = clock_.NowMs();
+  failed.attempt_id = store_->runs().ListAttempts(run).value().back().id;
+  failed.expected_attempt_status = "running";
+  failed.attempt_to = "failed";
+  failed.now_ms = clock_.NowMs();
+  ASSERT_TRUE(store_->runs().ApplyTransition(failed).ok());
+  RunTransitionCommand retry;
+  retry.run_id = run;
+  retry.expected_version = store_->runs().GetRun(run).value().version;
+  retry.run_to = "queued";
+  retry.new_attempt_id = NewUuidV7(clock_.NowMs(), random_);
+  retry.now_ms = clock_.NowMs();
+  Result<RunRecord> retried = store_->runs().ApplyTransition(retry);
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  StartAttempt(run, second.string());
+
+  Reply one = Get("/api/v1/runs/" + run + "/log?attempt=1");
+  ASSERT_EQ(one.status, 200) << one.raw;
+  EXPECT_EQ(one.raw, "first attempt\nERROR one\n");
+  EXPECT_EQ(one.Header("X-QL-Attempt"), "1");
+  EXPECT_EQ(one.Header("X-QL-Log-Size"), "24");
+  Reply two = Get("/api/v1/runs/" + run + "/log?attempt=2");
+  EXPECT_EQ(two.raw, "second\n");
+  EXPECT_EQ(two.Header("X-QL-Attempt"), "2");
+  Reply latest = Get("/api/v1/runs/" + run + "/log");
+  EXPECT_EQ(latest.raw, "second\n");
+  EXPECT_EQ(latest.Header("X-QL-Attempt"), "2");
+  EXPECT_EQ(latest.Header("X-QL-Log-Size"), "7");
+}
+
 TEST_F(ApiServerTest, LogPathOutsideTheLogRootIsRefused) {
   StartServer();
   const std::string run = StartRun(CreateTask());

@@ -98,6 +98,7 @@ json OfferJson(const WorkerOffer& offer, const WorkerServiceOptions& o) {
               {"lease_version", g.lease_version},
               {"lease_expires_at_ms", g.lease_expires_at_ms},
               {"lease_ttl_ms", o.lease_ttl_ms},
+              {"log_cap_bytes", offer.log_cap_bytes},
               {"plan",
                {{"argv", offer.plan.argv},
                 {"environment", env},

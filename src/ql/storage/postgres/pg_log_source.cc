@@ -29,6 +29,7 @@ Result<LogChunk> PostgresLogSource::ReadLog(const AttemptRecord& attempt, int64_
         chunk.exists = end.size() == 1;
         const int64_t total = chunk.exists ? end.Int(0, 0) : 0;
         QL_RETURN_IF_ERROR(end.status());
+        chunk.size = total;
         if (!chunk.exists || offset >= total || want == 0) {
           chunk.eof = offset >= total;
           return Status::Ok();
@@ -57,6 +58,20 @@ Result<LogChunk> PostgresLogSource::ReadLog(const AttemptRecord& attempt, int64_
         return Status::Ok();
       }));
   return chunk;
+}
+
+Result<int64_t> PostgresLogSource::LogSize(const AttemptRecord& attempt) const {
+  int64_t size = 0;
+  QL_RETURN_IF_ERROR(pool_.Transact(
+      {pg::Isolation::kReadCommitted, true}, "measuring a run log", [&](Tx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(
+            Rows end, tx.Exec("SELECT byte_offset + octet_length(data) FROM ql3.run_log_chunks "
+                              "WHERE attempt_id = $1 ORDER BY byte_offset DESC LIMIT 1",
+                              {P(attempt.id)}));
+        size = end.size() == 1 ? end.Int(0, 0) : 0;
+        return end.status();
+      }));
+  return size;
 }
 
 }  // namespace ql

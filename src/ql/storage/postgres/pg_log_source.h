@@ -14,6 +14,8 @@ class PostgresLogSource final : public LogSource {
 
   Result<LogChunk> ReadLog(const AttemptRecord& attempt, int64_t offset,
                            size_t max_bytes) const override;
+  // Returns the bytes of the attempt's stored chunks (the end of the last one), 0 without any.
+  Result<int64_t> LogSize(const AttemptRecord& attempt) const override;
 
  private:
   pg::Pool& pool_;

@@ -81,6 +81,8 @@ class PgWorkerTest : public ::testing::Test {
     control_options.executor_type = "remote_worker";
     control_ = std::make_unique<ControlService>(*store_, SystemClock(), random_, control_options);
     ASSERT_TRUE(control_->EnsureDefaultProject().ok());
+    logs_ = std::make_unique<PostgresLogSource>(store_->runtime_pool());
+    options.logs = logs_.get();
     service_ = std::make_unique<WorkerService>(*sessions_, *leases_, store_->runs(), SystemClock(),
                                                random_, metrics_, options);
   }
@@ -169,6 +171,7 @@ class PgWorkerTest : public ::testing::Test {
   std::unique_ptr<pg::PostgresWorkerSessions> sessions_;
   std::unique_ptr<pg::PostgresRunLeases> leases_;
   std::unique_ptr<ControlService> control_;
+  std::unique_ptr<PostgresLogSource> logs_;
   std::unique_ptr<WorkerService> service_;
 };
 
@@ -662,6 +665,54 @@ TEST_F(PgWorkerTest, LogsAreAppendedInOrderAndCappedWithOneTruncationEvent) {
   EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_events WHERE type = 'attempt.log_truncated'"), 1);
   EXPECT_TRUE(Fails(service_->AppendLog(Call(w, offer), 0, ""), "invalid_argument"));
   EXPECT_EQ(Run(run_id).status, "running");
+}
+
+TEST_F(PgWorkerTest, EachAttemptHasItsOwnLogAndRetriesAreOfferedWhatTheRunCapLeaves) {
+  WorkerServiceOptions options;
+  options.log_cap_bytes = 200 * 1024;
+  options.run_log_cap_bytes = 300 * 1024;
+  Open(options);
+  const std::string run_id = StartRun(PublishTask(
+      "exit 1", json{{"max_attempts", 3}, {"backoff_base_ms", 0}, {"backoff_max_ms", 0}}));
+  Worker w = NewWorker("w1");
+  PostgresClusterRecovery candidates(store_->runtime_pool());
+  ClusterRecovery recovery(candidates, store_->runs(), SystemClock(), random_, metrics_);
+  std::vector<int64_t> caps;
+  std::vector<std::string> texts;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    OfferToken offer = NewOffer();
+    Result<PullAnswer> pulled = Pull(w, {offer});
+    ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+    ASSERT_EQ(pulled->offers.size(), 1u) << attempt;
+    caps.push_back(pulled->offers[0].log_cap_bytes);
+    ASSERT_TRUE(service_->Starting(Call(w, offer)).ok());
+    ASSERT_TRUE(service_->Running(Call(w, offer), 4242).ok());
+    const std::string head = "attempt " + std::to_string(attempt) + "\n";
+    const std::string tail = "\nERROR in attempt " + std::to_string(attempt) + "\n";
+    texts.push_back(head + std::string(150 * 1024 - head.size() - tail.size(), 'x') + tail);
+    ASSERT_TRUE(service_->AppendLog(Call(w, offer), 0, texts.back()).ok());
+    AttemptOutcome failed;
+    failed.kind = AttemptOutcome::Kind::kExited;
+    failed.exit_code = 1;
+    ASSERT_TRUE(service_->Complete(Call(w, offer), failed).ok());
+    if (attempt < 3) {
+      ASSERT_TRUE(recovery.RunOnce().ok());
+      ASSERT_EQ(Run(run_id).status, "queued") << attempt;
+    }
+  }
+  // 150 KiB of the run's 300 KiB are left for attempt 2, none for attempt 3, which still keeps
+  // its head and tail.
+  EXPECT_EQ(caps, (std::vector<int64_t>{200 * 1024, 150 * 1024, kMinAttemptLogBytes}));
+  EXPECT_EQ(Run(run_id).status, "failed");
+  const std::vector<AttemptRecord> attempts = store_->runs().ListAttempts(run_id).value();
+  ASSERT_EQ(attempts.size(), 3u);
+  for (size_t i = 0; i < attempts.size(); ++i) {
+    Result<LogChunk> read = logs_->ReadLog(attempts[i], 0, kMaxLogChunkBytes);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_TRUE(read->data == texts[i]) << "attempt " << i + 1 << " reads only its own log";
+    EXPECT_EQ(read->size, static_cast<int64_t>(texts[i].size()));
+    EXPECT_EQ(logs_->LogSize(attempts[i]).value(), static_cast<int64_t>(texts[i].size()));
+  }
 }
 
 TEST_F(PgWorkerTest, TheControlPlaneEndsARunThatOutlivesItsTimeout) {
