@@ -220,6 +220,7 @@ int Serve(const ServeConfig& config) {
   recovery.EnforceTimeouts(leases, worker_options.lease_ttl_ms);
   // Leases carry the sealed versions of their plans' secrets, looked up as the runtime role.
   worker_options.secrets = &store->secrets();
+  worker_options.approvals = &store->approvals();
   for (int attempt = 1;; ++attempt) {
     Result<RecoveryReport> report = recovery.RunOnce();
     if (report.ok() && report->errors == 0) {
