@@ -223,6 +223,7 @@ int Serve(const ServeConfig& config) {
   worker_options.secrets = &store->secrets();
   PostgresLogSource logs(store->runtime_pool());
   worker_options.logs = &logs;
+  worker_options.approvals = &store->approvals();
   for (int attempt = 1;; ++attempt) {
     Result<RecoveryReport> report = recovery.RunOnce();
     if (report.ok() && report->errors == 0) {

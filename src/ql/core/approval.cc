@@ -104,6 +104,7 @@ std::string ApprovalPayloadCanonical(const ApprovalRequestRecord& r) {
                   {"task_id", r.task_id},
                   {"task_revision", r.task_revision}};
   if (r.idempotency_key.has_value()) payload["idempotency_key"] = *r.idempotency_key;
+  if (r.retry_of_run_id.has_value()) payload["retry_of_run_id"] = *r.retry_of_run_id;
   return internal::CanonicalJsonLossy(payload);
 }
 

@@ -75,6 +75,9 @@ struct ApprovalRequestRecord {
   int64_t created_at_ms = 0;
   int64_t expires_at_ms = 0;  // database clock in the cluster
   std::optional<int64_t> decided_at_ms;
+  // The run this request retries (POST /runs/{id}/retry of a guarded task): the approved run
+  // records it as retry_of_run_id. A plain reference (no foreign key): retention may purge it.
+  std::optional<std::string> retry_of_run_id;
 };
 
 // The decision on a request: approved or rejected by a principal, or expired by the sweeper.
@@ -119,7 +122,9 @@ struct RunResolutionRecord {
   std::string run_id;
   std::string resolution;  // succeeded | failed | retry
   std::string reason;
-  std::string resolved_by;
+  // The admin who resolved it; empty when the attempt's own late report resolved it
+  // (automatic evidence resolution; `reason` then says what the evidence was).
+  std::optional<std::string> resolved_by;
   std::optional<std::string> retry_run_id;  // the new approved run of a retry
   int64_t created_at_ms = 0;
 };

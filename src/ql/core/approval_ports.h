@@ -40,6 +40,7 @@ struct RequestApprovalCommand {
   std::string execution_revision_id;
   int priority = 0;
   std::optional<std::string> idempotency_key;
+  std::optional<std::string> retry_of_run_id;  // set when the request retries that run
   int64_t now_ms = 0;  // SQLite's clock; PostgreSQL reads its own
 };
 
@@ -98,6 +99,16 @@ struct ResolveRunCommand {
   int64_t now_ms = 0;
 };
 
+// Resolves a run in recovery_required from evidence of its outcome: the lost attempt's own
+// report arriving late (its worker outlived its lease and says how the command ended).
+struct EvidenceResolutionCommand {
+  std::string run_id;
+  std::string attempt_id;  // the lost attempt the evidence is about: the run's latest
+  bool succeeded = false;  // the command exited 0
+  std::string evidence;    // what was reported, for the reason and the event
+  int64_t now_ms = 0;
+};
+
 struct ResolveRunResult {
   RunResolutionRecord resolution;
   RunRecord run;
@@ -139,6 +150,13 @@ class ApprovalRepository {
   // terminal state with run.recovery_resolved and run.<state>, the retry's new run and the audit
   // fact run.resolve commit together. The same resolution again returns it (replayed).
   virtual Result<ResolveRunResult> ResolveRun(const ResolveRunCommand& cmd) = 0;
+  // Resolves a run in recovery_required from the late report of its lost latest attempt, in the
+  // same transaction shape as ResolveRun (no principal: resolved_by empty, audit fact
+  // run.resolve without an actor). A run resolved before (by hand or by evidence) returns that
+  // resolution with replayed set and nothing written: exactly one resolution wins. A run not in
+  // recovery_required → Conflict run_not_recovery_required; another attempt → Conflict
+  // evidence_attempt_mismatch.
+  virtual Result<ResolveRunResult> ResolveFromEvidence(const EvidenceResolutionCommand& cmd) = 0;
   // Returns the resolution of a run, NotFound `resolution_not_found` when it has none.
   virtual Result<RunResolutionRecord> GetResolution(const std::string& run_id) = 0;
   // Returns the receipt whose run is `run_id`, NotFound `receipt_not_found` when it has none.

@@ -147,6 +147,39 @@ Status RequireResolution(std::string_view resolution) {
                                                    " is not succeeded, failed or retry");
 }
 
+// Refuses to resolve a run that is not in recovery_required (`how`: "by hand", "from evidence").
+Status RequireRecoveryRequired(const RunRecord& run, RunStatus from, std::string_view how) {
+  if (from == RunStatus::kRecoveryRequired) return Status::Ok();
+  return Conflict("run_not_recovery_required", "run " + run.id + " is " + run.status +
+                                                   "; only a run in recovery_required is resolved " +
+                                                   std::string(how));
+}
+
+// Ends `run` (in recovery_required) as `to`: run.recovery_resolved with `payload` and run.<to>
+// events, the terminal run row, the resolution row and the audit fact, in the caller's
+// transaction.
+Status WriteResolution(ApprovalTx& tx, const RunRecord& run, RunStatus to, ActorType actor_type,
+                       const std::optional<std::string>& attempt_id, const nlohmann::json& payload,
+                       const std::optional<std::string>& error_code, const std::string& summary,
+                       const RunResolutionRecord& resolution, const AuditRecord& fact,
+                       int64_t now) {
+  QL_ASSIGN_OR_RETURN(std::string resolved_payload,
+                      CanonicalEventPayload(kEventRunRecoveryResolved, payload.dump()));
+  const std::string actor(ActorTypeName(actor_type));
+  int64_t sequence = run.event_sequence;
+  QL_RETURN_IF_ERROR(tx.InsertEvent(run.id, ++sequence,
+                                    NewEvent{std::string(kEventRunRecoveryResolved), actor,
+                                             attempt_id, std::nullopt, resolved_payload},
+                                    resolved_payload, now));
+  QL_RETURN_IF_ERROR(tx.InsertEvent(
+      run.id, ++sequence, NewEvent{RunEventType(to), actor, attempt_id, std::nullopt, "{}"}, "{}",
+      now));
+  QL_RETURN_IF_ERROR(tx.FinishRun(run.id, run.version, std::string(RunStatusName(to)), sequence,
+                                  now, error_code, summary));
+  QL_RETURN_IF_ERROR(tx.InsertResolution(resolution));
+  return tx.governance().InsertAudit(fact);
+}
+
 }  // namespace
 
 ApprovalStore::ApprovalStore(ApprovalTxRunner& runner, RandomSource& random)
@@ -182,6 +215,9 @@ Result<RequestApprovalResult> ApprovalStore::RequestApproval(const RequestApprov
   QL_RETURN_IF_ERROR(RequireText("execution revision", cmd.execution_revision_id));
   if (cmd.idempotency_key.has_value()) {
     QL_RETURN_IF_ERROR(RequireText("idempotency key", *cmd.idempotency_key));
+  }
+  if (cmd.retry_of_run_id.has_value()) {
+    QL_RETURN_IF_ERROR(ValidateId("retried run id", *cmd.retry_of_run_id));
   }
   RequestApprovalResult out;
   const std::function<Status(ApprovalTx&)> request = [&](ApprovalTx& tx) -> Status {
@@ -232,6 +268,7 @@ Result<RequestApprovalResult> ApprovalStore::RequestApproval(const RequestApprov
     r.execution_revision_id = cmd.execution_revision_id;
     r.priority = cmd.priority;
     r.idempotency_key = cmd.idempotency_key;
+    r.retry_of_run_id = cmd.retry_of_run_id;
     r.payload_json = ApprovalPayloadCanonical(r);
     r.payload_digest = ApprovalPayloadDigest(r.payload_json);
     r.requester_id = cmd.actor.principal_id;
@@ -381,6 +418,12 @@ Result<ApproveResult> ApprovalStore::Approve(const ApproveCommand& cmd) {
         run.retry_policy = cmd.retry_policy;
         run.actor_type = std::string(ActorTypeName(ActorType::kUser));
         run.now_ms = now;
+        if (request.retry_of_run_id.has_value()) {
+          // The link is kept while the retried run is (retention may have purged it since).
+          QL_ASSIGN_OR_RETURN(std::optional<RunRecord> retried,
+                              tx.LoadRun(*request.retry_of_run_id, /*lock=*/false));
+          if (retried.has_value()) run.retry_of_run_id = request.retry_of_run_id;
+        }
         QL_RETURN_IF_ERROR(ValidateNewRun(run));
         ApprovedActionRecord action{cmd.action_id,         request.id,
                                     cmd.decision_id,       request.action,
@@ -522,16 +565,12 @@ Result<ResolveRunResult> ApprovalStore::ResolveRun(const ResolveRunCommand& cmd)
           return Status::Ok();
         }
         QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(*run));
-        if (from != RunStatus::kRecoveryRequired) {
-          return Conflict("run_not_recovery_required",
-                          "run " + run->id + " is " + run->status +
-                              "; only a run in recovery_required is resolved by hand");
-        }
+        QL_RETURN_IF_ERROR(RequireRecoveryRequired(*run, from, "by hand"));
         const RunStatus to = cmd.resolution == kResolveSucceeded ? RunStatus::kSucceeded
                                                                  : RunStatus::kFailed;
         QL_RETURN_IF_ERROR(CheckRunTransition(from, to));
         QL_ASSIGN_OR_RETURN(const int64_t now, tx.ClockMs(cmd.now_ms));
-        RunResolutionRecord resolution{run->id, cmd.resolution, cmd.reason,
+        RunResolutionRecord resolution{run->id,         cmd.resolution, cmd.reason,
                                        cmd.actor.principal_id, std::nullopt, now};
         if (retry) {
           QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, tx.LoadLatestAttempt(run->id));
@@ -561,34 +600,71 @@ Result<ResolveRunResult> ApprovalStore::ResolveRun(const ResolveRunCommand& cmd)
                                   {"resolution", cmd.resolution},
                                   {"resolved_by", cmd.actor.principal_id}};
         if (resolution.retry_run_id.has_value()) payload["retry_run_id"] = *resolution.retry_run_id;
-        QL_ASSIGN_OR_RETURN(std::string resolved_payload,
-                            CanonicalEventPayload(kEventRunRecoveryResolved, payload.dump()));
-        const std::string actor(ActorTypeName(ActorType::kUser));
-        int64_t sequence = run->event_sequence;
-        QL_RETURN_IF_ERROR(tx.InsertEvent(
-            run->id, ++sequence,
-            NewEvent{std::string(kEventRunRecoveryResolved), actor, std::nullopt, std::nullopt,
-                     resolved_payload},
-            resolved_payload, now));
-        QL_RETURN_IF_ERROR(tx.InsertEvent(
-            run->id, ++sequence, NewEvent{RunEventType(to), actor, std::nullopt, std::nullopt, "{}"},
-            "{}", now));
         std::optional<std::string> error_code;
         if (to == RunStatus::kFailed) {
           error_code = retry ? "recovery_retried" : "recovery_resolved_failed";
         }
-        QL_RETURN_IF_ERROR(tx.FinishRun(run->id, run->version, std::string(RunStatusName(to)),
-                                        sequence, now, error_code,
-                                        "resolved by hand: " + cmd.reason));
-        QL_RETURN_IF_ERROR(tx.InsertResolution(resolution));
-        QL_RETURN_IF_ERROR(gov.InsertAudit(
-            Fact(cmd.actor, "run.resolve", "run", run->id, run->project_id, now)));
+        QL_RETURN_IF_ERROR(WriteResolution(
+            tx, *run, to, ActorType::kUser, std::nullopt, payload, error_code,
+            "resolved by hand: " + cmd.reason, resolution,
+            Fact(cmd.actor, "run.resolve", "run", run->id, run->project_id, now), now));
         QL_ASSIGN_OR_RETURN(run, tx.LoadRun(cmd.run_id, false));
         out.run = std::move(*run);
         if (resolution.retry_run_id.has_value()) {
           QL_ASSIGN_OR_RETURN(out.retry_run, tx.LoadRun(*resolution.retry_run_id, false));
         }
         out.resolution = std::move(resolution);
+        return Status::Ok();
+      }));
+  return out;
+}
+
+Result<ResolveRunResult> ApprovalStore::ResolveFromEvidence(const EvidenceResolutionCommand& cmd) {
+  QL_RETURN_IF_ERROR(ValidateId("run id", cmd.run_id));
+  QL_RETURN_IF_ERROR(ValidateId("attempt id", cmd.attempt_id));
+  const std::string reason = "resolved from evidence: " + cmd.evidence;
+  QL_RETURN_IF_ERROR(ValidateApprovalReason(reason));
+  ResolveRunResult out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      ApprovalTxKind::kWrite, "resolving a run from evidence", [&](ApprovalTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(std::optional<RunRecord> run, tx.LoadRun(cmd.run_id, /*lock=*/true));
+        if (!run.has_value()) {
+          return NotFound("run_not_found", "run " + cmd.run_id + " does not exist");
+        }
+        QL_ASSIGN_OR_RETURN(std::optional<RunResolutionRecord> earlier,
+                            tx.LoadResolution(run->id));
+        if (earlier.has_value()) {  // a human (or earlier evidence) resolved it first
+          out.resolution = std::move(*earlier);
+          out.run = std::move(*run);
+          out.replayed = true;
+          return Status::Ok();
+        }
+        QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(*run));
+        QL_RETURN_IF_ERROR(RequireRecoveryRequired(*run, from, "from evidence"));
+        QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, tx.LoadLatestAttempt(run->id));
+        if (!latest.has_value() || latest->id != cmd.attempt_id ||
+            latest->status != AttemptStatusName(AttemptStatus::kLost)) {
+          return Conflict("evidence_attempt_mismatch",
+                          "attempt " + cmd.attempt_id + " is not the lost latest attempt of run " +
+                              run->id);
+        }
+        const RunStatus to = cmd.succeeded ? RunStatus::kSucceeded : RunStatus::kFailed;
+        QL_RETURN_IF_ERROR(CheckRunTransition(from, to));
+        QL_ASSIGN_OR_RETURN(const int64_t now, tx.ClockMs(cmd.now_ms));
+        const std::string resolution(cmd.succeeded ? kResolveSucceeded : kResolveFailed);
+        RunResolutionRecord record{run->id, resolution, reason, std::nullopt, std::nullopt, now};
+        const nlohmann::json payload = {{"reason", reason},
+                                        {"resolution", resolution},
+                                        {"resolved_by", nullptr},
+                                        {"attempt_id", cmd.attempt_id}};
+        std::optional<std::string> error_code;
+        if (to == RunStatus::kFailed) error_code = "recovery_evidence_failed";
+        QL_RETURN_IF_ERROR(WriteResolution(
+            tx, *run, to, ActorType::kRecovery, cmd.attempt_id, payload, error_code, reason,
+            record, Fact(Actor{}, "run.resolve", "run", run->id, run->project_id, now), now));
+        QL_ASSIGN_OR_RETURN(run, tx.LoadRun(cmd.run_id, false));
+        out.run = std::move(*run);
+        out.resolution = std::move(record);
         return Status::Ok();
       }));
   return out;

@@ -116,6 +116,7 @@ class ApprovalStore final : public ApprovalRepository {
   Result<ApprovalView> Reject(const RejectCommand& cmd) override;
   Result<int> ExpireDue(int limit, int64_t now_ms) override;
   Result<ResolveRunResult> ResolveRun(const ResolveRunCommand& cmd) override;
+  Result<ResolveRunResult> ResolveFromEvidence(const EvidenceResolutionCommand& cmd) override;
   Result<RunResolutionRecord> GetResolution(const std::string& run_id) override;
   Result<ApprovalReceiptRecord> ReceiptOfRun(const std::string& run_id) override;
 

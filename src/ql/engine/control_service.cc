@@ -773,7 +773,7 @@ Result<StartedRun> ControlService::CreateManualRun(
   }
   QL_ASSIGN_OR_RETURN(std::optional<ApprovalPolicy> approval, RequiredApproval(task.revision));
   if (approval.has_value()) {
-    return RequestApproval(task, *plan, idempotency_key, priority, caller);
+    return RequestApproval(task, *plan, idempotency_key, priority, retry_of, caller);
   }
   NewRun run;
   run.run_id = NewId();
@@ -808,7 +808,8 @@ Actor ControlService::ActorOf(const Caller& caller) {
 
 Result<StartedRun> ControlService::RequestApproval(
     const TaskView& task, const PinnedPlan& plan,
-    const std::optional<std::string>& idempotency_key, int priority, const Caller& caller) {
+    const std::optional<std::string>& idempotency_key, int priority,
+    const std::optional<std::string>& retry_of, const Caller& caller) {
   if (caller.principal_id.empty()) {
     return PermissionDenied("principal_required",
                             "task " + task.head.task_id +
@@ -824,6 +825,7 @@ Result<StartedRun> ControlService::RequestApproval(
   cmd.execution_revision_id = plan.record.id;
   cmd.priority = priority;
   cmd.idempotency_key = idempotency_key;
+  cmd.retry_of_run_id = retry_of;
   cmd.now_ms = clock_.NowMs();
   QL_ASSIGN_OR_RETURN(RequestApprovalResult requested, store_.approvals().RequestApproval(cmd));
   if (requested.replayed && requested.request.status != kApprovalPending) {

@@ -312,10 +312,12 @@ class ControlService {
                                                     TriggerRevisionRecord next,
                                                     const Caller& caller, Action action);
   Result<std::vector<int64_t>> AdmissionPreview(const TriggerView& view, int count);
-  // Turns a manual run of a revision that requires approval into an approval request.
+  // Turns a manual run of a revision that requires approval into an approval request (one that
+  // carries `retry_of` when it retries that run).
   Result<StartedRun> RequestApproval(const TaskView& task, const PinnedPlan& plan,
                                      const std::optional<std::string>& idempotency_key,
-                                     int priority, const Caller& caller);
+                                     int priority, const std::optional<std::string>& retry_of,
+                                     const Caller& caller);
   // Returns the request, authorized for `action` in its project (NotFound when hidden).
   Result<ApprovalRequestRecord> AllowedRequest(const std::string& request_id, Action action,
                                                std::string_view target, const Caller& caller);

@@ -633,6 +633,11 @@ TEST_F(ControlServiceApprovalTest, RetryingARunOfAGuardedTaskRequestsApproval) {
   ASSERT_TRUE(retry->approval.has_value());
   EXPECT_EQ(retry->approval->status, "pending");
   EXPECT_EQ(retry->approval->requester_id, ops_.id);
+  EXPECT_EQ(retry->approval->retry_of_run_id, approved->run.id);
+  // Once approved, the new run says which run it retries.
+  Result<ApproveResult> second = service_->Approve(retry->approval->id, Caller{amy_.id, "", "a2"});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->run.retry_of_run_id, approved->run.id);
 }
 
 }  // namespace

@@ -49,6 +49,25 @@ Status ValidateSlots(int max_concurrent_runs, int available_slots) {
   return Status::Ok();
 }
 
+// Says how a reported attempt ended, for the reason of an evidence resolution.
+std::string DescribeOutcome(const AttemptOutcome& outcome) {
+  switch (outcome.kind) {
+    case AttemptOutcome::Kind::kExited:
+      return "exit code " + std::to_string(outcome.exit_code);
+    case AttemptOutcome::Kind::kSignaled:
+      return "signal " + std::to_string(outcome.signal);
+    case AttemptOutcome::Kind::kTimedOut:
+      return "a timeout";
+    case AttemptOutcome::Kind::kCancelled:
+      return "a cancellation";
+    case AttemptOutcome::Kind::kSpawnFailed:
+      return "a failed start";
+    case AttemptOutcome::Kind::kLost:
+      break;
+  }
+  return "a lost process";
+}
+
 }  // namespace
 
 Status ValidateWorkerServiceOptions(const WorkerServiceOptions& o) {
@@ -86,6 +105,9 @@ WorkerService::WorkerService(WorkerSessionRepository& sessions, RunLeaseReposito
       options_(options),
       settlement_(runs, clock, random, metrics, "worker") {
   metrics_.Describe("ql_worker_leases_granted_total", "counter", "Run leases granted to workers.");
+  metrics_.Describe("ql_worker_evidence_resolutions_total", "counter",
+                    "Approved runs in recovery_required resolved by their lost attempt's late "
+                    "report.");
   metrics_.Describe("ql_worker_calls_refused_total", "counter",
                     "Worker lease calls refused by the fence, by reason.");
 }
@@ -406,7 +428,28 @@ Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
   }
   if (*attempt == AttemptStatus::kLost) {
     // A worker never reports a loss: the control plane declared this attempt lost after its
-    // lease expired, and a result arriving now is too late to change the run.
+    // lease expired. For an approved run waiting in recovery_required the holder's report is
+    // evidence of the outcome nobody knew; anything else is too late to change the run.
+    if (options_.approvals != nullptr &&
+        after.run_status == RunStatusName(RunStatus::kRecoveryRequired)) {
+      EvidenceResolutionCommand evidence;
+      evidence.run_id = state.run_id;
+      evidence.attempt_id = state.attempt_id;
+      evidence.succeeded = outcome.kind == AttemptOutcome::Kind::kExited && outcome.exit_code == 0;
+      evidence.evidence = "worker " + call.worker_id + " reported " + DescribeOutcome(outcome) +
+                          " after its lease ended";
+      evidence.now_ms = clock_.NowMs();
+      Result<ResolveRunResult> resolved = options_.approvals->ResolveFromEvidence(evidence);
+      if (resolved.ok() && !resolved->replayed) {
+        metrics_.Increment("ql_worker_evidence_resolutions_total");
+        return CompleteAnswer{resolved->run.status, after.attempt_status};
+      }
+      // A human resolved it first, or the run moved on: the report is late after all.
+      if (!resolved.ok() && resolved.status().reason() != "run_not_recovery_required" &&
+          resolved.status().reason() != "evidence_attempt_mismatch") {
+        return resolved.status();
+      }
+    }
     return Refused(call, "complete",
                    Conflict("attempt_finished",
                             "the attempt was declared lost; its late result "

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "ql/core/approval_ports.h"
 #include "ql/core/clock.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/log_source.h"
@@ -41,6 +42,9 @@ struct WorkerServiceOptions {
   // Looks up the sealed versions of a plan's secrets for its lease (secret_resolution.h); must
   // outlive the service. Without it a plan that names a secret fails with secret_unavailable.
   SecretRepository* secrets = nullptr;
+  // Resolves approved runs in recovery_required from their lost attempt's late report (automatic
+  // evidence resolution); must outlive the service. Without it such a report is refused as late.
+  ApprovalRepository* approvals = nullptr;
 };
 
 // Returns ok when the options are within bounds (ttl 1..600 s, heartbeat < session ttl, log cap
@@ -117,7 +121,11 @@ class WorkerService {
   Result<std::string> Running(const LeaseCall& call, int64_t pid);
   Result<LeaseRenewal> Renew(const LeaseCall& call);
   Result<LeaseLogAppend> AppendLog(const LeaseCall& call, int64_t offset, std::string_view data);
-  // `outcome.kind` must not be kLost (a worker that lost its process says nothing).
+  // `outcome.kind` must not be kLost (a worker that lost its process says nothing). The holder's
+  // report of an attempt the control plane already declared lost is refused as late, except for
+  // an approved run waiting in recovery_required: the report is evidence of how the command
+  // ended, and resolves the run (exit 0: succeeded, anything else: failed) unless a human
+  // resolved it first.
   Result<CompleteAnswer> Complete(const LeaseCall& call, const AttemptOutcome& outcome);
 
  private:

@@ -262,6 +262,29 @@ TEST_P(ApprovalContract, ApprovalCommitsRunAttemptEventsAndReceiptOnce) {
   EXPECT_EQ(fact->actor_id, admin_.id);
 }
 
+TEST_P(ApprovalContract, ARequestThatRetriesARunLinksTheApprovedRunToIt) {
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded"));
+  QL_ASSERT_VALUE(RequestApprovalResult first,
+                  store().approvals().RequestApproval(RequestCommand(operator_, task)));
+  QL_ASSERT_VALUE(ApproveResult original,
+                  store().approvals().Approve(ApproveAs(admin_, first.request.id)));
+  RequestApprovalCommand retry = RequestCommand(operator_, task);
+  retry.retry_of_run_id = original.run.id;
+  QL_ASSERT_VALUE(RequestApprovalResult requested, store().approvals().RequestApproval(retry));
+  EXPECT_EQ(requested.request.retry_of_run_id, original.run.id);
+  // What is approved names the retried run: it is part of the action's payload and digest.
+  EXPECT_NE(requested.request.payload_json.find(original.run.id), std::string::npos);
+  EXPECT_NE(requested.request.payload_digest, first.request.payload_digest);
+  QL_ASSERT_VALUE(ApprovalView shown, store().approvals().GetApproval(requested.request.id));
+  EXPECT_EQ(shown.request.retry_of_run_id, original.run.id);
+  QL_ASSERT_VALUE(ApproveResult approved,
+                  store().approvals().Approve(ApproveAs(admin_, requested.request.id)));
+  EXPECT_EQ(approved.run.retry_of_run_id, original.run.id);
+  EXPECT_FALSE(original.run.retry_of_run_id.has_value());
+  QL_ASSERT_VALUE(RunRecord stored, store().runs().GetRun(approved.run.id));
+  EXPECT_EQ(stored.retry_of_run_id, original.run.id);
+}
+
 TEST_P(ApprovalContract, SelfApprovalAndTooLowARoleAreRefusedWithNothingWritten) {
   QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded", "owner"));
   QL_ASSERT_VALUE(RequestApprovalResult requested,
@@ -408,6 +431,63 @@ TEST_P(ApprovalContract, RecoveryRequiredRunsLeaveOnlyByAResolution) {
   QL_ASSERT_VALUE(RunRecord queued, QueuedRun());
   QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(admin_, queued.id, "failed")),
                   StatusCode::kConflict, "run_not_recovery_required");
+}
+
+TEST_P(ApprovalContract, TheLostAttemptsLateReportResolvesTheRunOnceAndAHumanAfterItLoses) {
+  QL_ASSERT_VALUE(RunRecord run, RecoveryRequiredRun());
+  QL_ASSERT_VALUE(std::vector<AttemptRecord> attempts, store().runs().ListAttempts(run.id));
+  EvidenceResolutionCommand evidence;
+  evidence.run_id = run.id;
+  evidence.attempt_id = "0190d1b2-0000-7000-8000-00000000dead";
+  evidence.succeeded = false;
+  evidence.evidence = "worker w1 reported exit code 3 after its lease ended";
+  evidence.now_ms = Now();
+  // Evidence about another attempt resolves nothing.
+  QL_EXPECT_ERROR(store().approvals().ResolveFromEvidence(evidence), StatusCode::kConflict,
+                  "evidence_attempt_mismatch");
+  QL_ASSERT_VALUE(RunRecord unchanged, store().runs().GetRun(run.id));
+  EXPECT_EQ(unchanged.status, "recovery_required");
+
+  evidence.attempt_id = attempts.back().id;
+  QL_ASSERT_VALUE(ResolveRunResult resolved, store().approvals().ResolveFromEvidence(evidence));
+  EXPECT_FALSE(resolved.replayed);
+  EXPECT_EQ(resolved.run.status, "failed");
+  EXPECT_EQ(resolved.run.error_code, "recovery_evidence_failed");
+  EXPECT_EQ(resolved.resolution.resolution, "failed");
+  EXPECT_FALSE(resolved.resolution.resolved_by.has_value());
+  EXPECT_NE(resolved.resolution.reason.find("exit code 3"), std::string::npos);
+  QL_ASSERT_VALUE(std::vector<EventRecord> events,
+                  store().runs().ListEvents(run.id, run.event_sequence, 10));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].type, "run.recovery_resolved");
+  EXPECT_EQ(events[0].actor_type, "recovery");
+  EXPECT_EQ(events[1].type, "run.failed");
+  std::optional<AuditRecord> fact = FindAudit(gov(), "run.resolve", run.id);
+  ASSERT_TRUE(fact.has_value());
+  EXPECT_FALSE(fact->actor_id.has_value());
+
+  // Exactly one resolution: the same evidence again and a human afterwards change nothing.
+  QL_ASSERT_VALUE(ResolveRunResult again, store().approvals().ResolveFromEvidence(evidence));
+  EXPECT_TRUE(again.replayed);
+  QL_EXPECT_ERROR(store().approvals().ResolveRun(ResolveAs(admin_, run.id, "succeeded")),
+                  StatusCode::kConflict, "run_already_resolved");
+  QL_ASSERT_VALUE(RunResolutionRecord stored, store().approvals().GetResolution(run.id));
+  EXPECT_FALSE(stored.resolved_by.has_value());
+  EXPECT_EQ(stored.resolution, "failed");
+
+  // A run a human resolved first takes no evidence.
+  QL_ASSERT_VALUE(RunRecord second, RecoveryRequiredRun());
+  QL_ASSERT_VALUE(std::vector<AttemptRecord> second_attempts,
+                  store().runs().ListAttempts(second.id));
+  QL_ASSERT_VALUE(ResolveRunResult by_hand,
+                  store().approvals().ResolveRun(ResolveAs(admin_, second.id, "succeeded")));
+  evidence.run_id = second.id;
+  evidence.attempt_id = second_attempts.back().id;
+  QL_ASSERT_VALUE(ResolveRunResult late, store().approvals().ResolveFromEvidence(evidence));
+  EXPECT_TRUE(late.replayed);
+  EXPECT_EQ(late.resolution.resolved_by, admin_.id);
+  QL_ASSERT_VALUE(RunRecord kept, store().runs().GetRun(second.id));
+  EXPECT_EQ(kept.status, "succeeded");
 }
 
 TEST_P(ApprovalContract, ARetryResolutionFailsTheRunAndQueuesALinkedApprovedRun) {

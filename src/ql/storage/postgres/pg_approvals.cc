@@ -17,7 +17,7 @@ constexpr char kRequestColumns[] =
     "SELECT q.id, q.project_id, q.action, q.task_id, q.task_revision, q.task_digest, "
     "q.execution_revision_id, q.priority, q.idempotency_key, q.payload_json, q.payload_digest, "
     "q.requester_id, q.requester_binding_version, q.approver_role, q.status, q.created_at_ms, "
-    "q.expires_at_ms, q.decided_at_ms FROM approval_requests q ";
+    "q.expires_at_ms, q.decided_at_ms, q.retry_of_run_id FROM approval_requests q ";
 
 ApprovalRequestRecord ReadRequest(const Rows& r, int i) {
   ApprovalRequestRecord out;
@@ -39,6 +39,7 @@ ApprovalRequestRecord ReadRequest(const Rows& r, int i) {
   out.created_at_ms = r.Int(i, 15);
   out.expires_at_ms = r.Int(i, 16);
   out.decided_at_ms = r.OptInt(i, 17);
+  out.retry_of_run_id = r.OptText(i, 18);
   return out;
 }
 
@@ -73,8 +74,8 @@ constexpr char kResolutionColumns[] =
     "FROM run_resolutions ";
 
 RunResolutionRecord ReadResolution(const Rows& r, int i) {
-  return RunResolutionRecord{r.Text(i, 0), r.Text(i, 1),    r.Text(i, 2),
-                             r.Text(i, 3), r.OptText(i, 4), r.Int(i, 5)};
+  return RunResolutionRecord{r.Text(i, 0),    r.Text(i, 1),    r.Text(i, 2),
+                             r.OptText(i, 3), r.OptText(i, 4), r.Int(i, 5)};
 }
 
 class PgApprovalTx final : public ApprovalTx {
@@ -148,14 +149,14 @@ class PgApprovalTx final : public ApprovalTx {
                    "task_revision, task_digest, execution_revision_id, priority, "
                    "idempotency_key, payload_json, payload_digest, requester_id, "
                    "requester_binding_version, approver_role, status, created_at_ms, "
-                   "expires_at_ms, decided_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-                   "$10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                   "expires_at_ms, decided_at_ms, retry_of_run_id) VALUES ($1, $2, $3, $4, $5, "
+                   "$6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
                    {P(r.id), P(r.project_id), P(r.action), P(r.task_id), P(r.task_revision),
                     P(r.task_digest), P(r.execution_revision_id),
                     P(static_cast<int64_t>(r.priority)), P(r.idempotency_key), P(r.payload_json),
                     P(r.payload_digest), P(r.requester_id), P(r.requester_binding_version),
                     P(r.approver_role), P(r.status), P(r.created_at_ms), P(r.expires_at_ms),
-                    P(r.decided_at_ms)});
+                    P(r.decided_at_ms), P(r.retry_of_run_id)});
   }
   Status DecideRequest(const std::string& id, const std::string& status,
                        int64_t decided_at_ms) override {

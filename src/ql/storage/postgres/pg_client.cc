@@ -304,6 +304,7 @@ constexpr ConstraintRule kCheckRules[] = {
     {"run_resolutions_resolution_check", StatusCode::kInvalidArgument, "invalid_resolution"},
     {"run_resolutions_reason_check", StatusCode::kInvalidArgument, "invalid_reason"},
     {"run_resolutions_retry_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"run_resolutions_resolver_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"secrets_name_check", StatusCode::kInvalidArgument, "secret_name_invalid"},
     {"secrets_current_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"secrets_status_check", StatusCode::kInvalidArgument, "constraint_violated"},

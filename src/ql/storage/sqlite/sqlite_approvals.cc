@@ -16,7 +16,7 @@ constexpr char kRequestColumns[] =
     "SELECT q.id, q.project_id, q.action, q.task_id, q.task_revision, q.task_digest, "
     "q.execution_revision_id, q.priority, q.idempotency_key, q.payload_json, q.payload_digest, "
     "q.requester_id, q.requester_binding_version, q.approver_role, q.status, q.created_at_ms, "
-    "q.expires_at_ms, q.decided_at_ms FROM approval_requests q ";
+    "q.expires_at_ms, q.decided_at_ms, q.retry_of_run_id FROM approval_requests q ";
 
 ApprovalRequestRecord ReadRequest(const Stmt& s) {
   ApprovalRequestRecord r;
@@ -38,6 +38,7 @@ ApprovalRequestRecord ReadRequest(const Stmt& s) {
   r.created_at_ms = s.Int(15);
   r.expires_at_ms = s.Int(16);
   r.decided_at_ms = s.OptInt(17);
+  r.retry_of_run_id = s.OptText(18);
   return r;
 }
 
@@ -71,7 +72,8 @@ constexpr char kResolutionColumns[] =
     "FROM run_resolutions ";
 
 RunResolutionRecord ReadResolution(const Stmt& s) {
-  return RunResolutionRecord{s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.OptText(4), s.Int(5)};
+  return RunResolutionRecord{s.Text(0),    s.Text(1),    s.Text(2),
+                             s.OptText(3), s.OptText(4), s.Int(5)};
 }
 
 class SqliteApprovalTx final : public ApprovalTx {
@@ -135,12 +137,13 @@ class SqliteApprovalTx final : public ApprovalTx {
                    "task_revision, task_digest, execution_revision_id, priority, "
                    "idempotency_key, payload_json, payload_digest, requester_id, "
                    "requester_binding_version, approver_role, status, created_at_ms, "
-                   "expires_at_ms, decided_at_ms) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "expires_at_ms, decided_at_ms, retry_of_run_id) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    r.id, r.project_id, r.action, r.task_id, r.task_revision, r.task_digest,
                    r.execution_revision_id, r.priority, r.idempotency_key, r.payload_json,
                    r.payload_digest, r.requester_id, r.requester_binding_version,
-                   r.approver_role, r.status, r.created_at_ms, r.expires_at_ms, r.decided_at_ms);
+                   r.approver_role, r.status, r.created_at_ms, r.expires_at_ms, r.decided_at_ms,
+                   r.retry_of_run_id);
   }
   Status DecideRequest(const std::string& id, const std::string& status,
                        int64_t decided_at_ms) override {
