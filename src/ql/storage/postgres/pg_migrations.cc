@@ -272,6 +272,12 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
        R"("worker_sessions":1})",
        "pg-0014-secrets"},
+      {kControlCore, 13,
+       R"({"approvals":1,"attempts":1,"definitions":2,"dispatch_leases":2,"events":1,)"
+       R"("governance":1,"projects":1,"retention":1,"retry_policies":1,"run_logs":1,"runs":4,)"
+       R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
+       R"("worker_sessions":1})",
+       "pg-0015-overlap"},
   };
   return kSteps;
 }

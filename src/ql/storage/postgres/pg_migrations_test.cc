@@ -71,6 +71,7 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0012-approvals", "f66a30177e0c6653ee79f924b0dd3173a30a795fcef52cdc9ff101c4699ee116"},
       {"pg-0013-retention", "6b4e38669ff1ef3cbbfa3da3907a94054ddbba95cec6ff7e59859f8d80c9bc8a"},
       {"pg-0014-secrets", "0aa2341da31b618d715b707ae010fae4f98348e7c8255965ca6cc1386e4ddc02"},
+      {"pg-0015-overlap", "63da25e085da73849e3e0e07f2b50f0f6a4ec1a6d2472fd90c2d457202fbd216"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

@@ -161,6 +161,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0006-approvals", "15b1d407a2fdb125147b894de39f7d407aea5d483c4279192501bfa5667c99f0"},
       {"0007-retention", "a0e068328c04e39cadd27f2991ec6b25e11a5e3c2201e8ec01191d8135070574"},
       {"0008-secrets", "ea66eef9cbd0791fa3e4217ba6e8fb8c03f7770eba53d49d492459d06b8bb4d6"},
+      {"0009-overlap", "9a8bdf6ec70c37bc36bff906eee0d9e68a3c4dcbaa89223d47b3ec98d7ca988d"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -178,7 +179,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 5);
+  EXPECT_EQ(capability.version, 6);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);
