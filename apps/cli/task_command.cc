@@ -123,7 +123,13 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
   command->add_option_function<std::string>(
       "--approval-ttl", [flags](const std::string& v) { flags->approval_ttl = v; },
       "How long a request waits for a decision (duration, default 24h)");
+  command->add_option_function<int64_t>(
+      "--concurrency", [flags](const int64_t& v) { flags->concurrency = v; },
+      "At most N unfinished runs of the task: a cron occurrence beyond it is recorded as "
+      "skipped (manual runs are not limited)");
   if (publish) {
+    command->add_flag("--no-concurrency", flags->no_concurrency,
+                      "Publish without a concurrency limit");
     command->add_flag("--no-approval", flags->no_approval,
                       "Publish without an approval requirement");
     command->add_flag("--enabled", flags->enabled, "Publish the revision enabled");
@@ -322,6 +328,17 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
     approval["ttl_ms"] = *ms;
   }
   if (!flags.no_approval && !approval.empty()) body["approval"] = approval;
+
+  // So is the concurrency limit: a publish keeps the current one.
+  if (flags.no_concurrency && flags.concurrency) {
+    return CliError::Usage("flag_conflict", "give either --concurrency or --no-concurrency");
+  }
+  if (flags.concurrency) {
+    body["concurrency"] = *flags.concurrency;
+  } else if (!flags.no_concurrency && current != nullptr && current->contains("concurrency") &&
+             (*current)["concurrency"].is_number_integer()) {
+    body["concurrency"] = (*current)["concurrency"];
+  }
   return body;
 }
 

@@ -42,6 +42,8 @@ struct TaskContentFlags {
   bool no_approval = false;                   // --no-approval (publish)
   std::optional<std::string> approver_role;   // --approver-role admin|owner
   std::optional<std::string> approval_ttl;    // --approval-ttl DURATION
+  std::optional<int64_t> concurrency;         // --concurrency N (cron runs at once)
+  bool no_concurrency = false;                // --no-concurrency (publish)
 };
 
 // Builds the body of a task publish request (without mutation_id or expected_revision):

@@ -30,6 +30,7 @@ int TriggerAdd(const TriggerAddArgs& args, CommandContext& context) {
       {"enabled", !args.disabled},
       {"mutation_id", args.mutation_id.value_or(NewUuidV7(SystemClock().NowMs(), SecureRandom()))}};
   if (!args.misfire.empty()) body["misfire"] = args.misfire;
+  if (!args.overlap.empty()) body["overlap"] = args.overlap;
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
   CliResult<json> trigger = (*api)->PostJson("/api/v1/triggers", body);
@@ -82,6 +83,7 @@ int TriggerShow(const std::string& trigger_id, CommandContext& context) {
   fields.AddRow({"cron", JsonText(*trigger, "expression")});
   fields.AddRow({"timezone", JsonText(*trigger, "timezone")});
   fields.AddRow({"misfire", JsonText(*trigger, "misfire")});
+  fields.AddRow({"overlap", JsonText(*trigger, "overlap", "allow")});
   fields.AddRow({"enabled", JsonText(*trigger, "enabled")});
   std::string state = JsonText(*trigger, "state");
   if (state == "pin_stale") state += " (the task was republished: run `ql trigger repin`)";
@@ -167,6 +169,10 @@ void RegisterTriggerCommands(CLI::App& app) {
                   "After downtime: skip missed occurrences, or fire_once for the oldest "
                   "(default skip)")
       ->check(CLI::IsMember({"skip", "fire_once"}));
+  add->add_option("--overlap", add_args->overlap,
+                  "While a run of the trigger is unfinished: allow another (default), forbid "
+                  "it (the occurrence is recorded as skipped) or replace it (cancel the old run)")
+      ->check(CLI::IsMember({"allow", "forbid", "replace"}));
   add->add_flag("--disabled", add_args->disabled, "Create the trigger disabled");
   add->add_option_function<std::string>(
       "--mutation-id", [add_args](const std::string& v) { add_args->mutation_id = v; },

@@ -17,6 +17,7 @@ struct TriggerAddArgs {
   std::string expression;  // --cron
   std::string timezone;    // --tz
   std::string misfire;     // --misfire skip|fire_once (empty: the server default, skip)
+  std::string overlap;     // --overlap allow|forbid|replace (empty: the server default, allow)
   bool disabled = false;   // --disabled
   std::optional<std::string> mutation_id;
 };

@@ -506,5 +506,74 @@ TEST(LocalDaemonStartup, CreatesTheSecretKeyOnceAndRefusesAnExposedOne) {
   EXPECT_NE(r.err.find("chmod 600"), std::string::npos) << r.err;
 }
 
+TEST_F(LocalDaemonTest, ForbidNeverRunsTwoRunsOfATriggerAtOnceAndRecordsTheSkips) {
+  const std::string task = AddTask("slow", "sleep 3");
+  CommandResult add = daemon_->Ql({"trigger", "add", task, "--cron", "* * * * * *", "--tz", "UTC",
+                                   "--overlap", "forbid"});
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  const std::string trigger = Trim(add.out);
+  const std::set<std::string> unfinished = {"created",  "queued", "dispatching",      "running",
+                                            "retry_wait", "lost", "recovery_required"};
+  int samples = 0;
+  const auto end = std::chrono::steady_clock::now() + seconds(8);
+  while (std::chrono::steady_clock::now() < end) {
+    int busy = 0;
+    for (const json& r : Runs({"--trigger", trigger})) busy += unfinished.count(r["status"]);
+    EXPECT_LE(busy, 1) << Runs({"--trigger", trigger}).dump();
+    ++samples;
+    std::this_thread::sleep_for(milliseconds(400));
+  }
+  EXPECT_GE(samples, 8);
+  json skipped = Runs({"--trigger", trigger, "--status", "skipped"});
+  ASSERT_FALSE(skipped.empty()) << Runs({"--trigger", trigger}).dump();
+  for (const json& r : skipped) {
+    EXPECT_EQ(r["status"], "skipped");
+    EXPECT_EQ(r["error_code"], "overlap");
+  }
+  int succeeded = 0;
+  for (const json& r : Runs({"--trigger", trigger})) succeeded += r["status"] == "succeeded";
+  EXPECT_GE(succeeded, 1);
+}
+
+TEST_F(LocalDaemonTest, ReplaceCancelsTheRunningRunOfTheTrigger) {
+  const std::string task = AddTask("long", "sleep 30");
+  CommandResult add = daemon_->Ql({"trigger", "add", task, "--cron", "*/3 * * * * *", "--tz",
+                                   "UTC", "--overlap", "replace"});
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  const std::string trigger = Trim(add.out);
+  std::string first;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& r : Runs({"--trigger", trigger})) {
+          if (r["status"] == "running") first = r["id"].get<std::string>();
+        }
+        return !first.empty();
+      },
+      seconds(15)))
+      << daemon_->log();
+  EXPECT_EQ(WaitForStatus(first, {"cancelled", "failed", "succeeded"}, seconds(15)), "cancelled");
+  EXPECT_EQ(Run(first)["cancel_reason"], "replaced");
+  // The occurrence that replaced it runs.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& r : Runs({"--trigger", trigger})) {
+          if (r["id"] != first && r["status"] == "running") return true;
+        }
+        return false;
+      },
+      seconds(15)));
+  CommandResult trigger_json = daemon_->Ql({"trigger", "show", trigger, "--json"});
+  EXPECT_EQ(json::parse(trigger_json.out, nullptr, false).value("overlap", ""), "replace");
+}
+
+TEST_F(LocalDaemonTest, AnInvalidConcurrencyIsRefusedWithItsCode) {
+  CommandResult bad = daemon_->Ql({"task", "add", "t", "--shell", "true", "--concurrency", "0"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("invalid_concurrency"), std::string::npos) << bad.err;
+  const std::string task = AddTask("limited", "true", {"--concurrency", "2"});
+  CommandResult shown = daemon_->Ql({"task", "show", task, "--json"});
+  EXPECT_EQ(json::parse(shown.out, nullptr, false).value("concurrency", 0), 2) << shown.out;
+}
+
 }  // namespace
 }  // namespace ql::itest

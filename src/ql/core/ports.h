@@ -194,7 +194,9 @@ struct ScheduleAdvance {
 // definition moved). kAlreadyAdmitted (cluster admissions only): the occurrence's idempotency
 // key was taken already, so no run was written, but the cursor moved past the occurrence under
 // the full fence and the claim was cleared; without it such a cursor would stall its trigger.
-enum class AdvanceOutcome { kApplied, kRaced, kAlreadyAdmitted };
+// kSkipped: written, but the occurrence became a run in state skipped (the trigger's overlap
+// policy `forbid` or the task's concurrency limit, DESIGN §11) instead of a queued run.
+enum class AdvanceOutcome { kApplied, kRaced, kAlreadyAdmitted, kSkipped };
 
 class ScheduleRepository {
  public:
@@ -213,6 +215,13 @@ class ScheduleRepository {
   // A second admission of the same idempotency key is impossible (unique key): when a run holds
   // the occurrence's key already, no run is written, the cursor advances as decided and the
   // outcome is kAlreadyAdmitted, so a cursor left on an admitted occurrence does not stall.
+  // The trigger revision's overlap policy and the task revision's concurrency limit are decided
+  // here too, against the unfinished runs (any non-terminal state) as they stand: under
+  // `forbid` while a run of the trigger is unfinished, or when the task has as many unfinished
+  // runs as its limit allows, the occurrence is written as a run in state skipped (error_code
+  // overlap / concurrency, events run.created + run.skipped, no attempt) and the outcome is
+  // kSkipped; under `replace` the trigger's unfinished runs get a cancel intent with reason
+  // "replaced" (those not started are cancelled at once) before the new run is queued.
   // The admitted run must be the cron occurrence at expected_next_fire_at_ms of the expected
   // trigger and task revisions, keyed CronIdempotencyKey(...), else InvalidArgument; a trigger
   // without a schedule row is NotFound.

@@ -48,6 +48,9 @@ struct TaskRevisionRecord {
   // Canonical JSON of the revision's approval policy (core/approval.h), absent when manual runs
   // need none. Covered by the content digest, not part of the execution plan.
   std::optional<std::string> approval_json;
+  // At most this many unfinished runs of the task before a cron occurrence is skipped (reason
+  // "concurrency"); absent = unlimited. Covered by the content digest, not part of the plan.
+  std::optional<int64_t> concurrency;
 };
 
 // The frozen plan of one enabled task revision for one executor type.
@@ -84,6 +87,7 @@ struct TriggerRevisionRecord {
   std::string expression;
   std::string timezone;  // canonical IANA name
   std::string misfire;   // "skip" | "fire_once"
+  std::string overlap = "allow";  // "allow" | "forbid" | "replace" (core/overlap.h)
   bool enabled = true;
   std::string content_digest;
   int64_t created_at_ms = 0;

@@ -36,7 +36,8 @@ inline constexpr std::string_view kAuditRunsPurge = "runs.purge";
 inline constexpr std::string_view kAuditRetentionSet = "retention.set";
 
 // The run statuses a purge may delete (a run never leaves one of them), as an SQL list.
-inline constexpr char kPurgeableStatusesSql[] = "('succeeded', 'failed', 'cancelled', 'timed_out')";
+inline constexpr char kPurgeableStatusesSql[] =
+    "('succeeded', 'failed', 'cancelled', 'timed_out', 'skipped')";
 
 // Retention settings as stored; an empty field inherits.
 struct RetentionSettings {

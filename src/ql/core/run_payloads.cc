@@ -20,4 +20,8 @@ Result<std::string> RunQueuedPayload(int attempt, std::string_view executor_type
   return CanonicalJson(nlohmann::json{{"attempt", attempt}, {"executor_type", executor_type}});
 }
 
+Result<std::string> RunSkippedPayload(std::string_view reason) {
+  return CanonicalJson(nlohmann::json{{"reason", reason}});
+}
+
 }  // namespace ql

@@ -18,4 +18,7 @@ Result<std::string> RunCreatedPayload(const NewRun& run);
 // run.queued for attempt `attempt`: {"attempt", "executor_type"} as canonical JSON.
 Result<std::string> RunQueuedPayload(int attempt, std::string_view executor_type);
 
+// run.skipped: {"reason"} as canonical JSON ("overlap" or "concurrency").
+Result<std::string> RunSkippedPayload(std::string_view reason);
+
 }  // namespace ql

@@ -46,6 +46,8 @@ std::string_view RunStatusName(RunStatus status) {
       return "lost";
     case RunStatus::kRecoveryRequired:
       return "recovery_required";
+    case RunStatus::kSkipped:
+      return "skipped";
   }
   return "unknown";
 }
@@ -86,6 +88,7 @@ bool IsTerminal(RunStatus status) {
     case RunStatus::kFailed:
     case RunStatus::kCancelled:
     case RunStatus::kTimedOut:
+    case RunStatus::kSkipped:
       return true;
     default:
       return false;

@@ -28,6 +28,9 @@ enum class RunStatus {
   // An approved run whose attempt was lost after it started: it may have had its effect, so
   // nothing retries it; an admin resolves it (succeeded, failed, or a new approved run).
   kRecoveryRequired,
+  // A cron occurrence decided not to run at admission (the trigger's overlap policy or the
+  // task's concurrency limit; error_code says which). It never had an attempt.
+  kSkipped,
 };
 
 enum class AttemptStatus {
@@ -42,10 +45,10 @@ enum class AttemptStatus {
 };
 
 // Every value of each enum, in declaration order, for exhaustive iteration.
-inline constexpr std::array<RunStatus, 11> kAllRunStatuses = {
-    RunStatus::kCreated,   RunStatus::kQueued, RunStatus::kDispatching, RunStatus::kRunning,
-    RunStatus::kSucceeded, RunStatus::kFailed, RunStatus::kCancelled,   RunStatus::kTimedOut,
-    RunStatus::kRetryWait, RunStatus::kLost,   RunStatus::kRecoveryRequired,
+inline constexpr std::array<RunStatus, 12> kAllRunStatuses = {
+    RunStatus::kCreated,   RunStatus::kQueued, RunStatus::kDispatching,      RunStatus::kRunning,
+    RunStatus::kSucceeded, RunStatus::kFailed, RunStatus::kCancelled,        RunStatus::kTimedOut,
+    RunStatus::kRetryWait, RunStatus::kLost,   RunStatus::kRecoveryRequired, RunStatus::kSkipped,
 };
 inline constexpr std::array<AttemptStatus, 8> kAllAttemptStatuses = {
     AttemptStatus::kClaimed,   AttemptStatus::kStarting, AttemptStatus::kRunning,
@@ -63,7 +66,7 @@ std::optional<RunStatus> ParseRunStatus(std::string_view name);
 std::optional<AttemptStatus> ParseAttemptStatus(std::string_view name);
 
 // Returns true for the end states whose rows never change again: succeeded, failed, cancelled,
-// timed_out. A lost run is not terminal (it may still be retried, failed or cancelled), nor is
+// timed_out, skipped. A lost run is not terminal (it may still be retried, failed or cancelled), nor is
 // a run that requires recovery (a resolution ends it).
 bool IsTerminal(RunStatus status);
 // Returns true for succeeded, failed, cancelled, timed_out and lost.
@@ -82,6 +85,8 @@ using AttemptTransition = Transition<AttemptStatus>;
 inline constexpr RunTransition kRunTransitions[] = {
     {RunStatus::kCreated, RunStatus::kQueued},
     {RunStatus::kCreated, RunStatus::kCancelled},
+    // Admission recorded the occurrence but did not run it (overlap policy, concurrency limit).
+    {RunStatus::kCreated, RunStatus::kSkipped},
 
     {RunStatus::kQueued, RunStatus::kDispatching},
     {RunStatus::kQueued, RunStatus::kCancelled},

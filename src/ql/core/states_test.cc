@@ -12,7 +12,8 @@ namespace {
 // DESIGN §2's run table, written out independently of kRunTransitions (by wire name).
 const std::map<std::string, std::set<std::string>>& ExpectedRunMoves() {
   static const auto* moves = new std::map<std::string, std::set<std::string>>{
-      {"created", {"queued", "cancelled"}},
+      // DESIGN §11: an occurrence refused at admission by an overlap or concurrency rule.
+      {"created", {"queued", "cancelled", "skipped"}},
       {"queued", {"dispatching", "cancelled", "timed_out"}},
       {"dispatching",
        {"running", "retry_wait", "failed", "cancelled", "timed_out", "lost", "recovery_required"}},
@@ -53,7 +54,7 @@ TEST(RunStateTest, WireNamesRoundTripAndAreDistinct) {
   EXPECT_EQ(names,
             (std::set<std::string_view>{"created", "queued", "dispatching", "running", "succeeded",
                                         "failed", "cancelled", "timed_out", "retry_wait", "lost",
-                                        "recovery_required"}));
+                                        "recovery_required", "skipped"}));
 }
 
 TEST(RunStateTest, ParseRejectsNearMisses) {
@@ -89,9 +90,9 @@ TEST(RunStateTest, EveryPairIsAllowedExactlyWhenDesignTableListsIt) {
       if (want) ++allowed;
     }
   }
-  EXPECT_EQ(allowed, 28);
+  EXPECT_EQ(allowed, 29);
   // The data table holds each move once, so its size equals the number of legal pairs.
-  EXPECT_EQ(std::size(kRunTransitions), 28u);
+  EXPECT_EQ(std::size(kRunTransitions), 29u);
 }
 
 TEST(AttemptStateTest, EveryPairIsAllowedExactlyWhenDesignTableListsIt) {
@@ -109,13 +110,14 @@ TEST(AttemptStateTest, EveryPairIsAllowedExactlyWhenDesignTableListsIt) {
   EXPECT_EQ(std::size(kAttemptTransitions), 13u);
 }
 
-TEST(RunStateTest, TerminalStatesAreExactlyTheFourEndStatesAndHaveNoMoves) {
+TEST(RunStateTest, TerminalStatesAreExactlyTheFiveEndStatesAndHaveNoMoves) {
   std::set<std::string_view> terminal;
   for (RunStatus s : kAllRunStatuses) {
     if (IsTerminal(s)) terminal.insert(RunStatusName(s));
   }
   EXPECT_EQ(terminal,
-            (std::set<std::string_view>{"succeeded", "failed", "cancelled", "timed_out"}));
+            (std::set<std::string_view>{"succeeded", "failed", "cancelled", "timed_out",
+                                        "skipped"}));
   EXPECT_FALSE(IsTerminal(RunStatus::kLost));
   EXPECT_FALSE(IsTerminal(RunStatus::kRetryWait));
 
@@ -132,6 +134,15 @@ TEST(RunStateTest, TerminalStatesAreExactlyTheFourEndStatesAndHaveNoMoves) {
   // A lost run has moves (retry, fail, cancel) although nothing else leads back to running.
   EXPECT_TRUE(IsAllowed(RunStatus::kLost, RunStatus::kRetryWait));
   EXPECT_FALSE(IsAllowed(RunStatus::kLost, RunStatus::kRunning));
+}
+
+TEST(RunStateTest, OnlyACreatedRunIsSkippedAndASkippedRunNeverMoves) {
+  EXPECT_EQ(RunEventType(RunStatus::kSkipped), "run.skipped");
+  EXPECT_TRUE(IsTerminal(RunStatus::kSkipped));
+  for (RunStatus s : kAllRunStatuses) {
+    EXPECT_EQ(IsAllowed(s, RunStatus::kSkipped), s == RunStatus::kCreated) << RunStatusName(s);
+    EXPECT_FALSE(IsAllowed(RunStatus::kSkipped, s)) << RunStatusName(s);
+  }
 }
 
 TEST(AttemptStateTest, TerminalStatesIncludeLostAndHaveNoMoves) {

@@ -13,6 +13,7 @@
 #include "ql/core/digest.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/ids.h"
+#include "ql/core/overlap.h"
 
 namespace ql {
 
@@ -477,6 +478,12 @@ Status ValidatePublishTask(const PublishTaskCommand& cmd) {
     QL_RETURN_IF_ERROR(
         RequireCanonicalJson("task approval", *content.approval_json, /*object=*/true));
   }
+  if (content.concurrency.has_value() &&
+      (*content.concurrency < 1 || *content.concurrency > kMaxConcurrency)) {
+    return InvalidArgument("invalid_concurrency",
+                           Cat({"task concurrency must be 1..", std::to_string(kMaxConcurrency),
+                                ", got ", std::to_string(*content.concurrency)}));
+  }
   QL_RETURN_IF_ERROR(RequireDigest("task content_digest", content.content_digest));
   const int64_t new_revision = cmd.expected_revision.value_or(0) + 1;
   if (!content.enabled && !cmd.executions.empty()) {
@@ -528,6 +535,7 @@ Status ValidatePublishTrigger(const PublishTriggerCommand& cmd) {
     return InvalidArgument("invalid_misfire_policy", Cat({"misfire must be skip or fire_once, got ",
                                                           Quote(content.misfire)}));
   }
+  QL_RETURN_IF_ERROR(ParseOverlapPolicy(content.overlap).status());
   QL_RETURN_IF_ERROR(RequireDigest("trigger content_digest", content.content_digest));
   return Status();
 }

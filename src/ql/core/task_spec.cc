@@ -7,6 +7,7 @@
 
 #include "ql/core/canonical_json.h"
 #include "ql/core/digest.h"
+#include "ql/core/overlap.h"
 #include "ql/core/secret_ref.h"
 
 namespace ql {
@@ -404,7 +405,8 @@ bool IsAllowedEnvName(std::string_view name) {
 Result<TaskContent> ParseTaskContent(const json& body) {
   if (!body.is_object()) return WrongType("task_invalid_type", "body", "an object", body);
   QL_RETURN_IF_ERROR(CheckFields("task_unknown_field", "", body,
-                                 {"name", "kind", "spec", "labels", "enabled", "retry", "approval"},
+                                 {"name", "kind", "spec", "labels", "enabled", "retry", "approval",
+                                  "concurrency"},
                                  " of a task"));
   TaskContent out;
   if (body.contains("kind")) {
@@ -441,6 +443,17 @@ Result<TaskContent> ParseTaskContent(const json& body) {
   if (body.contains("approval")) {
     QL_ASSIGN_OR_RETURN(out.approval, ParseApprovalPolicy(body.at("approval")));
   }
+  if (body.contains("concurrency")) {
+    const json& limit = body.at("concurrency");
+    if (!limit.is_number_integer() || limit.get<int64_t>() < 1 ||
+        limit.get<int64_t>() > kMaxConcurrency) {
+      return InvalidArgument("invalid_concurrency",
+                             "concurrency must be an integer 1.." +
+                                 std::to_string(kMaxConcurrency) + ", got " +
+                                 QuoteForMessage(limit.dump()));
+    }
+    out.concurrency = limit.get<int64_t>();
+  }
   return out;
 }
 
@@ -454,6 +467,7 @@ json TaskContentToJson(const TaskContent& content) {
            {"retry", RetryPolicyToJson(content.retry)},
            {"spec", CommandSpecToJson(content.spec)}};
   if (content.approval.has_value()) out["approval"] = ApprovalPolicyToJson(*content.approval);
+  if (content.concurrency.has_value()) out["concurrency"] = *content.concurrency;
   return out;
 }
 
@@ -466,10 +480,13 @@ std::string TaskContentDigest(const TaskContent& content) {
 }
 
 std::string TriggerContentDigest(const TriggerRevisionRecord& r) {
-  const nlohmann::json content = {
+  nlohmann::json content = {
       {"enabled", r.enabled},       {"expression", r.expression}, {"misfire", r.misfire},
       {"task_digest", r.task_digest}, {"task_id", r.task_id},     {"task_revision", r.task_revision},
       {"timezone", r.timezone}};
+  // Present only when it is not the default, so revisions written before it existed keep
+  // their digests.
+  if (r.overlap != "allow") content["overlap"] = r.overlap;
   return DomainDigest(kCronTriggerKind, internal::CanonicalJsonLossy(content));
 }
 

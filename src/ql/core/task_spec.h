@@ -117,13 +117,17 @@ struct TaskContent {
   RetryPolicy retry;  // snapshot into every run of the revision
   // Manual runs need a second person's approval (DESIGN §9.1); not part of the execution plan.
   std::optional<ApprovalPolicy> approval;
+  // At most this many unfinished runs of the task when a cron occurrence is admitted, else the
+  // occurrence is recorded as skipped (DESIGN §11); absent = unlimited. Manual runs are not
+  // limited. Not part of the execution plan.
+  std::optional<int64_t> concurrency;
   bool operator==(const TaskContent&) const = default;
 };
 
 // Validates a task publish body {"name": ..., "kind": "qinglong/command@v1" (optional),
 // "spec": {...}, "labels": {...} (optional), "enabled": bool (optional, default true),
 // "retry": {...} (optional retry policy, see retry_policy.h), "approval": {...} (optional approval
-// policy, see approval.h: every approval_* reason)}.
+// policy, see approval.h: every approval_* reason), "concurrency": 1..10000 (optional)}.
 // Envelope fields of the request (mutation id, expected revision) must be removed first: any
 // other field is `task_unknown_field`. Errors are InvalidArgument with reasons:
 //   task_invalid_type     the body is not an object, or `kind` / `enabled` has the wrong type;
@@ -132,6 +136,7 @@ struct TaskContent {
 //   task_kind_unsupported a kind other than qinglong/command@v1;
 //   task_invalid_name     not a string, 0 or more than 128 characters (code points), a control
 //                         character, or invalid UTF-8;
+//   invalid_concurrency   `concurrency` not an integer in 1..kMaxConcurrency;
 //   task_invalid_label    `labels` not an object, more than 32 labels, a key not matching
 //                         [a-z0-9][a-z0-9._/-]{0,62}, or a value that is not a string of at most
 //                         256 characters;
@@ -139,8 +144,8 @@ struct TaskContent {
 Result<TaskContent> ParseTaskContent(const nlohmann::json& body);
 
 // Returns {"enabled","kind","labels","name","retry","spec"} with the normalised spec and policy,
-// plus "approval" when the content has an approval policy (so contents without one keep their
-// digests);
+// plus "approval" and "concurrency" when the content has them (so contents without them keep
+// their digests);
 // ParseTaskContent(TaskContentToJson(c)) == c for every valid `c`.
 nlohmann::json TaskContentToJson(const TaskContent& content);
 
@@ -157,7 +162,7 @@ inline constexpr std::string_view kCronTriggerKind = "qinglong/cron@v1";
 
 // Returns the content digest of a cron trigger revision: DomainDigest("qinglong/cron@v1") of
 // the canonical JSON of its enabled flag, expression, misfire policy, pinned task id, revision
-// and digest, and time zone. Written at publish and recomputed by the cluster admission.
+// and digest, and time zone, plus its overlap policy when that is not "allow". Written at publish and recomputed by the cluster admission.
 std::string TriggerContentDigest(const TriggerRevisionRecord& revision);
 
 }  // namespace ql

@@ -634,3 +634,59 @@ TEST(TaskRetryPolicyTest, RejectsEveryInvalidField) {
 
 }  // namespace
 }  // namespace ql
+
+namespace ql {
+namespace {
+
+TEST(TaskConcurrencyTest, ParsesIntoTheDigestedContentAndStaysOutOfItWhenAbsent) {
+  json body = json::parse(kSampleBody);
+  body["concurrency"] = 2;
+  Result<TaskContent> r = ParseTaskContent(body);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->concurrency, 2);
+  EXPECT_EQ(TaskContentToJson(*r)["concurrency"], 2);
+  EXPECT_NE(TaskContentDigest(*r), TaskContentDigest(*TaskFromText(kSampleBody)));
+  EXPECT_EQ(*ParseTaskContent(TaskContentToJson(*r)), *r);
+  // Without a limit the canonical content has no such field (digests of older revisions hold).
+  EXPECT_FALSE(TaskContentToJson(*TaskFromText(kSampleBody)).contains("concurrency"));
+}
+
+TEST(TaskConcurrencyTest, RejectsAnythingButAnIntegerInRange) {
+  for (json bad : {json(0), json(-1), json(10'001), json("2"), json(1.5), json(nullptr)}) {
+    json body = json::parse(kSampleBody);
+    body["concurrency"] = bad;
+    Result<TaskContent> r = ParseTaskContent(body);
+    ASSERT_FALSE(r.ok()) << bad.dump();
+    EXPECT_EQ(r.status().reason(), "invalid_concurrency") << bad.dump();
+  }
+}
+
+TEST(TriggerContentDigestTest, CoversTheOverlapPolicyOnlyWhenItIsNotAllow) {
+  TriggerRevisionRecord r;
+  r.task_id = "0190d5d0-0000-7000-8000-000000000001";
+  r.task_revision = 3;
+  r.task_digest = std::string(64, 'a');
+  r.expression = "*/5 * * * *";
+  r.timezone = "UTC";
+  r.misfire = "skip";
+  // The digest every revision written before the policy existed carries.
+  const std::string legacy = DomainDigest(
+      kCronTriggerKind,
+      ::ql::internal::CanonicalJsonLossy(json{{"enabled", true},
+                                              {"expression", r.expression},
+                                              {"misfire", r.misfire},
+                                              {"task_digest", r.task_digest},
+                                              {"task_id", r.task_id},
+                                              {"task_revision", r.task_revision},
+                                              {"timezone", r.timezone}}));
+  EXPECT_EQ(TriggerContentDigest(r), legacy);
+  r.overlap = "forbid";
+  const std::string forbid = TriggerContentDigest(r);
+  EXPECT_NE(forbid, legacy);
+  r.overlap = "replace";
+  EXPECT_NE(TriggerContentDigest(r), forbid);
+  EXPECT_NE(TriggerContentDigest(r), legacy);
+}
+
+}  // namespace
+}  // namespace ql

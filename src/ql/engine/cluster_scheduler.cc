@@ -35,7 +35,7 @@ ClusterScheduler::ClusterScheduler(ClusterScheduleRepository& schedules,
       batch_(options_.claims_per_round) {
   metrics_.Describe("ql_scheduler_occurrences_total", "counter",
                     "Schedule decisions, by outcome (initialize, admit, skip, raced, "
-                    "already_admitted).");
+                    "already_admitted, refused).");
   metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
   metrics_.Describe("ql_scheduler_claims_total", "counter", "Schedule rows claimed.");
   metrics_.DescribeHistogram("ql_scheduler_round_rows", "Rows claimed per round.",
@@ -94,6 +94,10 @@ void ClusterScheduler::Account(const ClaimDecision& decision, misfire::Decision:
   if (outcome == AdvanceOutcome::kAlreadyAdmitted) {
     ++report.already_admitted;
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="already_admitted")");
+  } else if (outcome == AdvanceOutcome::kSkipped) {
+    // Recorded as a skipped run: the overlap policy or the concurrency limit refused it.
+    ++report.skipped;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="refused")");
   } else if (decision.run.has_value()) {
     ++report.admitted;
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="admit")");

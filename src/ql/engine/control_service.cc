@@ -11,6 +11,7 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/ids.h"
 #include "ql/core/misfire.h"
+#include "ql/core/overlap.h"
 #include "ql/core/states.h"
 #include "ql/core/task_spec.h"
 
@@ -342,6 +343,7 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   if (content.approval.has_value()) {
     rec.approval_json = internal::CanonicalJsonLossy(ApprovalPolicyToJson(*content.approval));
   }
+  rec.concurrency = content.concurrency;
   rec.enabled = content.enabled;
   rec.content_digest = digest;
   rec.created_at_ms = now;
@@ -541,6 +543,7 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   QL_RETURN_IF_ERROR(ValidateId("task_id", write.task_id));
   QL_ASSIGN_OR_RETURN(CronSchedule cron, CronSchedule::Create(write.expression, write.timezone));
   QL_ASSIGN_OR_RETURN(MisfirePolicy misfire, ParseMisfirePolicy(write.misfire));
+  QL_ASSIGN_OR_RETURN(OverlapPolicy overlap, ParseOverlapPolicy(write.overlap));
   QL_ASSIGN_OR_RETURN(std::string mutation_id, MutationIdOrNew(write.mutation_id));
   auto task = GetTask(write.task_id, caller);
   if (!task.ok()) return task.status();
@@ -573,6 +576,7 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   r.expression = cron.expression();
   r.timezone = cron.zone().name();
   r.misfire = std::string(MisfirePolicyName(misfire));
+  r.overlap = std::string(OverlapPolicyName(overlap));
   r.enabled = write.enabled;
   r.content_digest = TriggerContentDigest(r);
   r.created_at_ms = now;
@@ -990,7 +994,7 @@ Result<StartedRun> ControlService::RetryRun(const std::string& run_id, const Cal
   const std::optional<RunStatus> status = ParseRunStatus(run->status);
   if (!status.has_value() || !IsTerminal(*status)) {
     return Conflict("run_not_terminal", "run " + run_id + " is " + run->status +
-                                            "; only succeeded, failed, cancelled or timed_out "
+                                            "; only succeeded, failed, cancelled, timed_out or skipped "
                                             "runs can be retried");
   }
   return CreateManualRun(run->task_id, std::nullopt, run->priority, run_id, caller);

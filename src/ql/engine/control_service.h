@@ -106,6 +106,8 @@ struct TriggerWrite {
   std::string expression;
   std::string timezone;
   std::string misfire = "skip";
+  // "allow" | "forbid" | "replace" (core/overlap.h); anything else → invalid_overlap_policy.
+  std::string overlap = "allow";
   bool enabled = true;
   // As for TaskWrite: replaying a create with the same mutation id returns the same trigger.
   std::optional<std::string> mutation_id;

@@ -551,9 +551,10 @@ TEST_F(ControlServiceTest, ListsRunsWithFiltersAndPages) {
   }
   EXPECT_EQ(queued, 3);
   EXPECT_EQ(cancelled_count, 1);
-  // Every run status is listed, with 0 where no run has it (recovery_required included).
+  // Every run status is listed, with 0 where no run has it (recovery_required and skipped
+  // included).
   EXPECT_EQ(status->runs_by_status.size(), kAllRunStatuses.size());
-  EXPECT_EQ(status->runs_by_status.size(), 11u);
+  EXPECT_EQ(status->runs_by_status.size(), 12u);
 }
 
 }  // namespace

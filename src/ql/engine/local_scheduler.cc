@@ -43,7 +43,7 @@ LocalScheduler::LocalScheduler(ScheduleRepository& schedules, DefinitionReposito
       decider_(definitions, random, options_.executor_type, options_.grace_ms) {
   metrics_.Describe("ql_scheduler_occurrences_total", "counter",
                     "Schedule decisions applied, by outcome (initialize, admit, skip, raced, "
-                    "already_admitted).");
+                    "already_admitted, refused).");
   metrics_.Describe("ql_scheduler_rounds_total", "counter", "Scheduler rounds run.");
   metrics_.DescribeHistogram("ql_scheduler_round_rows", "Rows decided per round.",
                              Metrics::kRowBuckets);
@@ -94,6 +94,10 @@ Status LocalScheduler::DecideAndApply(const DueSchedule& due, int64_t now_ms, Ro
     // The cursor moved past an occurrence whose key a run holds already.
     ++report.already_admitted;
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="already_admitted")");
+  } else if (outcome == AdvanceOutcome::kSkipped) {
+    // Recorded as a skipped run: the overlap policy or the concurrency limit refused it.
+    ++report.skipped;
+    metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="refused")");
   } else if (advance.run.has_value()) {
     ++report.admitted;
     metrics_.Increment("ql_scheduler_occurrences_total", R"(outcome="admit")");

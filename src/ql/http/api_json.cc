@@ -176,7 +176,8 @@ json TaskJson(const TaskView& t) {
               {"revision_created_at", TimeJson(r.created_at_ms)},
               {"retry", t.retry.has_value() ? RetryPolicyJson(*t.retry) : json(nullptr)},
               {"approval", r.approval_json.has_value() ? StoredJson(*r.approval_json)
-                                                       : json(nullptr)}};
+                                                       : json(nullptr)},
+              {"concurrency", r.concurrency.has_value() ? json(*r.concurrency) : json(nullptr)}};
 }
 
 json TriggerJson(const TriggerView& t) {
@@ -196,6 +197,7 @@ json TriggerJson(const TriggerView& t) {
            {"expression", r.expression},
            {"timezone", r.timezone},
            {"misfire", r.misfire},
+           {"overlap", r.overlap},
            {"enabled", r.enabled},
            {"state", t.state},
            {"pin_stale", t.pin_stale},

@@ -854,13 +854,15 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
 
     case RouteId::kTriggersCreate: {
       QL_HTTP_TRY(res, api::CheckFields(body, {"task_id", "expression", "timezone", "misfire",
-                                               "enabled", "mutation_id"}));
+                                               "overlap", "enabled", "mutation_id"}));
       TriggerWrite write;
       QL_HTTP_ASSIGN(res, write.task_id, api::RequiredString(body, "task_id"));
       QL_HTTP_ASSIGN(res, write.expression, api::RequiredString(body, "expression"));
       QL_HTTP_ASSIGN(res, write.timezone, api::RequiredString(body, "timezone"));
       QL_HTTP_ASSIGN(res, std::optional<std::string> misfire, api::OptionalString(body, "misfire"));
       if (misfire.has_value()) write.misfire = *misfire;
+      QL_HTTP_ASSIGN(res, std::optional<std::string> overlap, api::OptionalString(body, "overlap"));
+      if (overlap.has_value()) write.overlap = *overlap;
       QL_HTTP_ASSIGN(res, std::optional<bool> enabled, api::OptionalBool(body, "enabled"));
       write.enabled = enabled.value_or(true);
       QL_HTTP_ASSIGN(res, write.mutation_id, api::OptionalString(body, "mutation_id"));
@@ -916,6 +918,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
                     {"expression", preview.trigger.revision.expression},
                     {"timezone", preview.trigger.revision.timezone},
                     {"misfire", preview.trigger.revision.misfire},
+                    {"overlap", preview.trigger.revision.overlap},
                     {"fire_times", api::FireTimesJson(preview.fire_times_ms, zone)}});
       return;
     }

@@ -470,6 +470,20 @@ TEST_F(ApiServerTest, TriggersAndNewYorkDaylightSavingPreview) {
   EXPECT_EQ(created.body["state"], "active");
   EXPECT_EQ(created.body["next_fire_at"], "2026-01-01T07:30:00Z");
   EXPECT_EQ(created.body["next_fire_at_local"], "2026-01-01T02:30:00-05:00");
+  EXPECT_EQ(created.body["overlap"], "allow");
+  Reply forbid = Post("/api/v1/triggers", json{{"task_id", CreateTask("guarded")},
+                                               {"expression", "0 3 * * *"},
+                                               {"timezone", "UTC"},
+                                               {"overlap", "forbid"}}
+                                              .dump());
+  ASSERT_EQ(forbid.status, 201) << forbid.raw;
+  EXPECT_EQ(forbid.body["overlap"], "forbid");
+  // A new revision of the trigger keeps its policy.
+  Reply forbid_off =
+      Post("/api/v1/triggers/" + forbid.body["id"].get<std::string>() + "/disable", "");
+  ASSERT_EQ(forbid_off.status, 200) << forbid_off.raw;
+  EXPECT_EQ(forbid_off.body["overlap"], "forbid");
+  EXPECT_EQ(forbid_off.body["revision"], 2);
 
   Reply cron =
       Get("/api/v1/cron/next?expression=30%202%20*%20*%20*&timezone=America/New_York"
@@ -486,6 +500,7 @@ TEST_F(ApiServerTest, TriggersAndNewYorkDaylightSavingPreview) {
   Reply next = Get("/api/v1/triggers/" + trigger + "/next?count=2");
   ASSERT_EQ(next.status, 200) << next.raw;
   EXPECT_EQ(next.body["admitting"], true);
+  EXPECT_EQ(next.body["overlap"], "allow");
   EXPECT_EQ(next.body["fire_times"][0]["at"], "2026-01-01T07:30:00Z");
   EXPECT_EQ(next.body["fire_times"][1]["at"], "2026-01-02T07:30:00Z");
 
@@ -646,6 +661,10 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
        "json_number_unsupported"},
       {"POST", "/api/v1/tasks", R"({"name":"a",)" + spec + R"(,"retry":{"max_attempts":0}})", 400,
        "retry_out_of_range"},
+      {"POST", "/api/v1/tasks", R"({"name":"a",)" + spec + R"(,"concurrency":0})", 400,
+       "invalid_concurrency"},
+      {"POST", "/api/v1/tasks", R"({"name":"a",)" + spec + R"(,"concurrency":"2"})", 400,
+       "invalid_concurrency"},
       // tasks.revisions.create
       {"POST", "/api/v1/tasks/{task}/revisions", R"({"name":"a",)" + spec + "}", 400,
        "missing_field"},
@@ -687,6 +706,12 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
       {"POST", "/api/v1/triggers",
        R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","misfire":"later"})", 400,
        "invalid_misfire_policy"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","overlap":"queue"})", 400,
+       "invalid_overlap_policy"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","overlap":1})", 400,
+       "invalid_type"},
       {"POST", "/api/v1/triggers",
        R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","enabled":1})", 400,
        "invalid_type"},

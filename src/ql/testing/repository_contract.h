@@ -166,6 +166,21 @@ class RetentionContract : public GovernanceContract {
                             int limit = 100);
 };
 
+// The overlap part of the contract (overlap_contract.cc): a trigger's overlap policy and a
+// task's concurrency limit decided in the admission transaction (DESIGN §11).
+class OverlapContract : public RepositoryContractTest {
+ protected:
+  // Publishes a task (with `concurrency` as its limit when set).
+  Result<TaskRevisionRecord> LimitedTask(std::optional<int64_t> concurrency);
+  // Publishes a trigger of `task` with policy `overlap` and sets its cursor 1 s ahead.
+  Result<std::string> OverlapTrigger(const TaskRevisionRecord& task, const std::string& overlap);
+  // Moves the clock to the trigger's cursor and admits that occurrence (cursor + 1 s next);
+  // `run_id` receives the id of the run the admission was asked to write.
+  Result<AdvanceOutcome> Fire(const std::string& trigger_id, std::string& run_id);
+  // Moves a running run to succeeded.
+  Result<RunRecord> Succeed(const RunRecord& running);
+};
+
 // The secrets part of the contract (secret_contract.cc): sealed versions, the fence and audit
 // of secret writes, shredding and rotation, on the same stores.
 class SecretContract : public GovernanceContract {
@@ -187,6 +202,7 @@ bool LinkGovernanceContract();
 bool LinkApprovalContract();
 bool LinkRetentionContract();
 bool LinkSecretContract();
+bool LinkOverlapContract();
 }  // namespace internal
 
 }  // namespace ql::testing
@@ -198,7 +214,7 @@ bool LinkSecretContract();
   [[maybe_unused]] static const bool ql_repository_contract_linked_##prefix =              \
       internal::LinkRepositoryContract() && internal::LinkGovernanceContract() &&        \
       internal::LinkApprovalContract() && internal::LinkRetentionContract() &&            \
-      internal::LinkSecretContract();                                                      \
+      internal::LinkSecretContract() && internal::LinkOverlapContract();                   \
   INSTANTIATE_TEST_SUITE_P(prefix, RepositoryContractTest, ::testing::Values(__VA_ARGS__), \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, GovernanceContract, ::testing::Values(__VA_ARGS__),     \
@@ -208,6 +224,8 @@ bool LinkSecretContract();
   INSTANTIATE_TEST_SUITE_P(prefix, RetentionContract, ::testing::Values(__VA_ARGS__),      \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, SecretContract, ::testing::Values(__VA_ARGS__),         \
+                           StoreFactoryName);                                              \
+  INSTANTIATE_TEST_SUITE_P(prefix, OverlapContract, ::testing::Values(__VA_ARGS__),        \
                            StoreFactoryName);                                              \
   }                                                                                        \
   static_assert(true, "require a semicolon")

@@ -105,7 +105,8 @@ constexpr char kClaimTail[] =
     "s.last_scheduled_at_ms, s.state_version, s.published_at_ms, s.exhausted, s.updated_at_ms, "
     "s.claim_version, s.claim_expires_at_ms, clock.now_ms, "
     "g.revision, g.mutation_id, g.task_id, g.task_revision, g.task_digest, g.expression, "
-    "g.timezone, g.misfire, g.enabled, g.content_digest, g.created_at_ms, e.id, s.ctid::text";
+    "g.timezone, g.misfire, g.enabled, g.content_digest, g.created_at_ms, e.id, s.ctid::text, "
+    "g.overlap";
 
 bool Before(const ScheduleClaim& a, const ScheduleClaim& b) {
   const auto& x = a.due.schedule;
@@ -243,6 +244,7 @@ Result<std::vector<ScheduleClaim>> PostgresClusterSchedules::ClaimDueSchedules(
       t.created_at_ms = rows.Int(i, 22);
       c.execution_revision_id = rows.OptText(i, 23).value_or("");
       c.row_address = rows.Text(i, 24);
+      t.overlap = rows.Text(i, 25);
       c.owner = request.owner;
       c.token = request.token;
       claims.push_back(std::move(c));
@@ -353,7 +355,8 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
         Rows defs,
         tx.Exec("SELECT th.trigger_id, p.id, p.status, th.current_revision, g.enabled, "
                 "g.task_id, g.task_revision, g.task_digest, h.current_revision, tr.enabled, "
-                "tr.content_digest, g.expression, g.timezone, g.misfire, g.content_digest "
+                "tr.content_digest, g.expression, g.timezone, g.misfire, g.content_digest, "
+                "g.overlap, tr.concurrency "
                 "FROM ql3.trigger_heads th "
                 "JOIN ql3.projects p ON p.id = th.project_id "
                 "JOIN ql3.trigger_revisions g ON g.trigger_id = th.trigger_id AND "
@@ -366,6 +369,9 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
     std::map<std::string, int> def_of;
     for (int i = 0; i < defs.size(); ++i) def_of[defs.Text(i, 0)] = i;
     std::vector<std::optional<std::string>> exec_ids;
+    // The overlap policy of each decision's trigger and the concurrency limit of its task.
+    std::vector<std::string> overlap(decisions.size(), "allow");
+    std::vector<std::optional<int64_t>> limit(decisions.size());
     for (size_t k = 0; k < decisions.size(); ++k) {
       if (!go[k]) continue;
       const ScheduleRecord& e = decisions[k].claim.due.schedule;
@@ -387,6 +393,9 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
       stored.timezone = defs.Text(i, 12);
       stored.misfire = defs.Text(i, 13);
       stored.content_digest = defs.Text(i, 14);
+      stored.overlap = defs.Text(i, 15);
+      overlap[k] = stored.overlap;
+      limit[k] = defs.OptInt(i, 16);
       if (TriggerContentDigest(stored) != stored.content_digest ||
           TriggerContentDigest(t) != t.content_digest) {
         results[k].error = Corrupt("trigger_digest_mismatch",
@@ -470,6 +479,39 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
         }
       }
     }
+    // The overlap policy and the concurrency limit (DESIGN §11). Only the occurrences of
+    // triggers or tasks that set one read more, each a probe of a small partial index of the
+    // unfinished runs; a refused occurrence is written as a skipped run instead.
+    std::vector<bool> skipped(decisions.size(), false);
+    std::vector<pg::SkippedRun> refused;
+    if (!runs.empty()) {
+      std::map<const NewRun*, size_t> decision_of;
+      bool any_policy = false;
+      for (size_t k = 0; k < decisions.size(); ++k) {
+        if (!decisions[k].run.has_value()) continue;
+        decision_of[&*decisions[k].run] = k;
+        any_policy = any_policy || overlap[k] != "allow" || limit[k].has_value();
+      }
+      if (any_policy) {
+        std::vector<const NewRun*> kept;
+        // Runs of a task this batch admits but has not written yet.
+        std::map<std::string, int64_t> unwritten;
+        for (const NewRun* run : runs) {
+          const size_t k = decision_of.at(run);
+          QL_ASSIGN_OR_RETURN(
+              std::optional<pg::SkippedRun> no,
+              pg::ApplyOverlapInTx(tx, *run, overlap[k], limit[k], unwritten[run->task_id]));
+          if (no.has_value()) {
+            skipped[k] = true;
+            refused.push_back(std::move(*no));
+          } else {
+            kept.push_back(run);
+            ++unwritten[run->task_id];
+          }
+        }
+        runs = std::move(kept);
+      }
+    }
     // Advance every schedule row under its full fence, forward only; the claim is cleared.
     std::vector<std::optional<std::string>> tid, cursor, exhausted, last, state, owner, token,
         version, at;
@@ -522,7 +564,10 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
     // from those reads to COMMIT, the less often a concurrent admission can commit in between
     // and make this one the pivot of a read/write cycle.
     QL_RETURN_IF_ERROR(pg::InsertQueuedRuns(tx, runs, now_ms));
-    if (write_fault_ && !runs.empty()) QL_RETURN_IF_ERROR(write_fault_("run", tx));
+    QL_RETURN_IF_ERROR(pg::InsertSkippedRuns(tx, refused, now_ms));
+    if (write_fault_ && !(runs.empty() && refused.empty())) {
+      QL_RETURN_IF_ERROR(write_fault_("run", tx));
+    }
 
     // The fence is decided at COMMIT, not only at lock time: a holder that stalled inside this
     // transaction until its claim expired writes nothing, because another replica may take the
@@ -536,7 +581,9 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
     }
     for (size_t k = 0; k < decisions.size(); ++k) {
       if (go[k]) {
-        results[k].outcome = already[k] ? AdvanceOutcome::kAlreadyAdmitted : AdvanceOutcome::kApplied;
+        results[k].outcome = already[k]   ? AdvanceOutcome::kAlreadyAdmitted
+                             : skipped[k] ? AdvanceOutcome::kSkipped
+                                          : AdvanceOutcome::kApplied;
       }
     }
     return Status::Ok();

@@ -248,12 +248,14 @@ class ClusterScheduleTest : public ::testing::TestWithParam<AdmissionIsolation> 
     return published.ok() ? published->task : TaskView{};
   }
   std::string NewTrigger(const TaskView& task, const std::string& expression,
-                         const std::string& misfire = "skip") {
+                         const std::string& misfire = "skip",
+                         const std::string& overlap = "allow") {
     TriggerWrite write;
     write.task_id = task.head.task_id;
     write.expression = expression;
     write.timezone = "UTC";
     write.misfire = misfire;
+    write.overlap = overlap;
     Result<PublishedTrigger> published = control_->AddTrigger(write);
     EXPECT_TRUE(published.ok()) << published.status().ToString();
     return published.ok() ? published->trigger.head.trigger_id : "";
@@ -1089,6 +1091,73 @@ TEST_P(ClusterScheduleTest, AnAdmittedOccurrenceIsNotAdmittedAgainAndItsCursorMo
                 Where(trigger)),
             std::to_string(cursor + 1'000) + "|" + std::to_string(cursor) + "|" +
                 std::to_string(replay->due.schedule.state_version + 1) + "|t|t|t");
+}
+
+// DESIGN §11 in the cluster admission: the overlap policy and the concurrency limit are decided
+// in the batch transaction, against the runs as they stand and those the batch admits.
+TEST_P(ClusterScheduleTest, ForbidSkipsAndReplaceCancelsInTheClusterAdmission) {
+  const std::string forbid = NewTrigger(NewTask("forbid"), kEverySecond, "skip", "forbid");
+  const std::string replace = NewTrigger(NewTask("replace"), kEverySecond, "skip", "replace");
+  const int64_t cursor = SecondAgo(3'000);
+  SetCursor(forbid, cursor);
+  SetCursor(replace, cursor);
+  std::vector<ClaimDecision> first;
+  for (const ScheduleClaim& claim : Claim(*a_, Request("replica-a"))) first.push_back(Decide(claim));
+  ASSERT_EQ(first.size(), 2u);
+  Result<std::vector<ClaimCommitResult>> one = a_->CommitClaimDecisions(first);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  for (const ClaimCommitResult& r : *one) EXPECT_EQ(r.outcome, AdvanceOutcome::kApplied);
+
+  // The next occurrences, while both first runs are still queued.
+  std::vector<ClaimDecision> second;
+  for (const ScheduleClaim& claim : Claim(*b_, Request("replica-b"))) {
+    second.push_back(Decide(claim));
+  }
+  ASSERT_EQ(second.size(), 2u);
+  Result<std::vector<ClaimCommitResult>> two = b_->CommitClaimDecisions(second);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  for (size_t k = 0; k < second.size(); ++k) {
+    const std::string& trigger = second[k].claim.due.schedule.trigger_id;
+    const std::string run_id = second[k].run->run_id;
+    const std::string before = first[0].claim.due.schedule.trigger_id == trigger
+                                   ? first[0].run->run_id
+                                   : first[1].run->run_id;
+    if (trigger == forbid) {
+      EXPECT_EQ((*two)[k].outcome, AdvanceOutcome::kSkipped);
+      EXPECT_EQ(Sql("SELECT status, error_code, (SELECT count(*) FROM ql3.run_attempts a WHERE "
+                    "a.run_id = r.id) FROM ql3.runs r WHERE r.id = '" + run_id + "'"),
+                "skipped|overlap|0");
+      EXPECT_EQ(Sql("SELECT status FROM ql3.runs WHERE id = '" + before + "'"), "queued");
+    } else {
+      EXPECT_EQ((*two)[k].outcome, AdvanceOutcome::kApplied);
+      EXPECT_EQ(Sql("SELECT status, cancel_reason FROM ql3.runs WHERE id = '" + before + "'"),
+                "cancelled|replaced");
+      EXPECT_EQ(Sql("SELECT status FROM ql3.runs WHERE id = '" + run_id + "'"), "queued");
+    }
+  }
+}
+
+TEST_P(ClusterScheduleTest, AConcurrencyLimitCountsTheRunsTheSameBatchAdmits) {
+  json body = TaskBody("limited", "echo limited");
+  body["concurrency"] = 1;
+  Result<PublishedTask> task = control_->PublishTask(TaskWrite{body, std::nullopt});
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  const std::string a = NewTrigger(task->task, kEverySecond);
+  const std::string b = NewTrigger(task->task, kEverySecond);
+  SetCursor(a, SecondAgo(2'000));
+  SetCursor(b, SecondAgo(2'000));
+  std::vector<ClaimDecision> decisions;
+  for (const ScheduleClaim& claim : Claim(*a_, Request("replica-a"))) {
+    decisions.push_back(Decide(claim));
+  }
+  ASSERT_EQ(decisions.size(), 2u);
+  Result<std::vector<ClaimCommitResult>> done = a_->CommitClaimDecisions(decisions);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ((*done)[0].outcome, AdvanceOutcome::kApplied);
+  EXPECT_EQ((*done)[1].outcome, AdvanceOutcome::kSkipped);
+  EXPECT_EQ(Sql("SELECT string_agg(status || ':' || coalesce(error_code, '-'), ',' ORDER BY "
+                "status) FROM ql3.runs"),
+            "queued:-,skipped:concurrency");
 }
 
 TEST_P(ClusterScheduleTest, ACoordinatorMovesACursorOffAnAdmittedOccurrenceAndCountsIt) {

@@ -126,12 +126,12 @@ Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCo
     QL_RETURN_IF_ERROR(Execute(
         tx,
         "INSERT INTO task_revisions (task_id, revision, project_id, mutation_id, name, kind, "
-        "spec_json, labels_json, enabled, content_digest, created_at_ms, approval_json) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        "spec_json, labels_json, enabled, content_digest, created_at_ms, approval_json, "
+        "concurrency) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         {P(stored.task_id), P(stored.revision), P(stored.project_id), P(stored.mutation_id),
          P(stored.name), P(stored.kind), P(stored.spec_json), P(stored.labels_json),
          P(stored.enabled), P(stored.content_digest), P(stored.created_at_ms),
-         P(stored.approval_json)}));
+         P(stored.approval_json), P(stored.concurrency)}));
     for (const ExecutionRevisionRecord& exec : cmd.executions) {
       QL_RETURN_IF_ERROR(Execute(
           tx,
@@ -265,11 +265,12 @@ Result<PublishTriggerResult> PostgresStore::PublishTriggerRevision(
         tx,
         "INSERT INTO trigger_revisions (trigger_id, revision, project_id, mutation_id, task_id, "
         "task_revision, task_digest, expression, timezone, misfire, enabled, content_digest, "
-        "created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        "created_at_ms, overlap) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         {P(stored.trigger_id), P(stored.revision), P(stored.project_id), P(stored.mutation_id),
          P(stored.task_id), P(stored.task_revision), P(stored.task_digest), P(stored.expression),
          P(stored.timezone), P(stored.misfire), P(stored.enabled), P(stored.content_digest),
-         P(stored.created_at_ms)}));
+         P(stored.created_at_ms), P(stored.overlap)}));
     // The schedule row follows the new revision from scratch: the cursor is recomputed from
     // this publication, the bumped state_version kills every decision taken before, and the
     // bumped claim_version with the cleared claim fences every claim taken on an older

@@ -278,6 +278,12 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
        R"("worker_sessions":1})",
        "pg-0015-approval-evidence-and-retries"},
+      {kControlCore, 14,
+       R"({"approvals":2,"attempts":1,"definitions":2,"dispatch_leases":2,"events":1,)"
+       R"("governance":1,"projects":1,"retention":1,"retry_policies":1,"run_logs":1,"runs":4,)"
+       R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
+       R"("worker_sessions":1})",
+       "pg-0016-overlap"},
   };
   return kSteps;
 }

@@ -73,6 +73,7 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0014-secrets", "0aa2341da31b618d715b707ae010fae4f98348e7c8255965ca6cc1386e4ddc02"},
       {"pg-0015-approval-evidence-and-retries",
        "9597499b4e590ffadf2da67ba3f50b4177d5365e61d127d68c47f0fa239d94e8"},
+      {"pg-0016-overlap", "63da25e085da73849e3e0e07f2b50f0f6a4ec1a6d2472fd90c2d457202fbd216"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

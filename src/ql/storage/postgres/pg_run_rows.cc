@@ -1,10 +1,16 @@
 #include "ql/storage/postgres/pg_run_rows.h"
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "ql/core/run_payloads.h"
+#include "ql/core/canonical_json.h"
+#include "ql/core/overlap.h"
 #include "ql/core/states.h"
+#include "ql/core/store_commands.h"
+#include "ql/storage/postgres/pg_store_rows.h"
+#include "ql/storage/postgres/pg_worker.h"
 
 namespace ql::pg {
 namespace {
@@ -113,6 +119,183 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
                    P(kEventRunCreated),
                    P(RunEventType(RunStatus::kQueued))})
       .status();
+}
+
+Status CancelRunInTx(Tx& tx, const RunRecord& run, const std::string& reason,
+                     const std::string& actor_type, const std::string& payload, int64_t now_ms) {
+  QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
+  if (IsTerminal(from)) {
+    return Conflict("run_terminal",
+                    Cat({"run ", run.id, " is ", run.status, "; there is nothing to cancel"}));
+  }
+  int64_t sequence = run.event_sequence;
+  const NewEvent requested{std::string(kEventRunCancelRequested), actor_type, std::nullopt,
+                           std::nullopt, payload};
+  QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, requested, payload, now_ms));
+
+  RunStatus next = from;
+  std::optional<int64_t> finished;
+  if (from == RunStatus::kCreated || from == RunStatus::kQueued ||
+      from == RunStatus::kRetryWait) {
+    // Not started: nothing will observe the intent later, so the run stops here.
+    QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(tx, run.id));
+    if (latest.has_value()) {
+      QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*latest));
+      if (!IsTerminal(current)) {
+        QL_RETURN_IF_ERROR(CheckAttemptTransition(current, AttemptStatus::kCancelled));
+        QL_RETURN_IF_ERROR(ExecuteCas(
+            tx, Conflict("attempt_status_conflict", Cat({"attempt ", latest->id, " moved on"})),
+            "UPDATE run_attempts SET status = 'cancelled', "
+            "finished_at_ms = coalesce(finished_at_ms, $1) WHERE id = $2 AND status = $3",
+            {P(now_ms), P(latest->id), P(AttemptStatusName(current))}));
+        QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, latest->id, now_ms));
+        const NewEvent cancelled{AttemptEventType(AttemptStatus::kCancelled), actor_type,
+                                 latest->id, std::nullopt, "{}"};
+        QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, cancelled, "{}", now_ms));
+      }
+    }
+    QL_RETURN_IF_ERROR(CheckRunTransition(from, RunStatus::kCancelled));
+    next = RunStatus::kCancelled;
+    finished = now_ms;
+    const NewEvent cancelled{RunEventType(RunStatus::kCancelled), actor_type, std::nullopt,
+                             std::nullopt, "{}"};
+    QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, cancelled, "{}", now_ms));
+  }
+  QL_RETURN_IF_ERROR(
+      ExecuteCas(tx, Conflict("version_conflict", Cat({"run ", run.id, " moved on"})),
+                 "UPDATE runs SET status = $1, version = version + 1, event_sequence = $2, "
+                 "cancel_requested_at_ms = $3, cancel_reason = $4, "
+                 "finished_at_ms = coalesce($5, finished_at_ms) WHERE id = $6 AND version = $7",
+                 {P(RunStatusName(next)), P(sequence), P(now_ms), P(reason), P(finished),
+                  P(run.id), P(run.version)}));
+  return Status::Ok();
+}
+
+Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t now_ms) {
+  if (runs.empty()) return Status::Ok();
+  Column id, project, task, task_revision, task_digest, execution, trigger, trigger_revision,
+      scheduled, trigger_type, priority, key, reason, summary, max_attempts, retry_on_lost,
+      safety, backoff_base, backoff_max, actor, created, skipped;
+  for (const SkippedRun& s : runs) {
+    const NewRun& run = *s.run;
+    QL_ASSIGN_OR_RETURN(std::string created_payload, RunCreatedPayload(run));
+    QL_ASSIGN_OR_RETURN(std::string skipped_payload, RunSkippedPayload(s.reason));
+    const RetryPolicy& policy = run.retry_policy;
+    id.push_back(run.run_id);
+    project.push_back(run.project_id);
+    task.push_back(run.task_id);
+    task_revision.push_back(std::to_string(run.task_revision));
+    task_digest.push_back(run.task_digest);
+    execution.push_back(run.execution_revision_id);
+    trigger.push_back(run.trigger_id);
+    trigger_revision.push_back(Text(run.trigger_revision));
+    scheduled.push_back(Text(run.scheduled_for_ms));
+    trigger_type.push_back(run.trigger_type);
+    priority.push_back(std::to_string(run.priority));
+    key.push_back(run.idempotency_key);
+    reason.push_back(std::string(s.reason));
+    summary.push_back(s.summary);
+    max_attempts.push_back(std::to_string(policy.max_attempts));
+    retry_on_lost.push_back(policy.retry_on_lost ? "t" : "f");
+    safety.push_back(policy.safety);
+    backoff_base.push_back(std::to_string(policy.backoff_base_ms));
+    backoff_max.push_back(std::to_string(policy.backoff_max_ms));
+    actor.push_back(run.actor_type);
+    created.push_back(std::move(created_payload));
+    skipped.push_back(std::move(skipped_payload));
+  }
+  // As InsertQueuedRuns, without the attempt: the dependent inserts read the runs insert's
+  // RETURNING.
+  static constexpr char kSql[] =
+      "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], "
+      "$5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[], "
+      "$11::integer[], $12::text[], $13::text[], $14::text[], $15::integer[], $16::boolean[], "
+      "$17::text[], $18::bigint[], $19::bigint[], $20::text[], $21::text[], $22::text[]) "
+      "AS v(id, project_id, task_id, task_revision, task_digest, execution, trigger_id, "
+      "trigger_revision, scheduled, trigger_type, priority, key, reason, summary, max_attempts, "
+      "retry_on_lost, safety, backoff_base, backoff_max, actor, created, skipped)), "
+      "r AS (INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
+      "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
+      "status, version, event_sequence, priority, idempotency_key, created_at_ms, "
+      "finished_at_ms, error_code, error_summary) SELECT id, project_id, task_id, "
+      "task_revision, task_digest, execution, trigger_id, trigger_revision, scheduled, "
+      "trigger_type, 'skipped', 1, 2, priority, key, $23::bigint, $23::bigint, reason, summary "
+      "FROM v RETURNING id), "
+      "p AS (INSERT INTO ql3.run_retry_policies (run_id, max_attempts, retry_on_lost, safety, "
+      "backoff_base_ms, backoff_max_ms) SELECT id, max_attempts, retry_on_lost, safety, "
+      "backoff_base, backoff_max FROM v JOIN r USING (id) RETURNING run_id) "
+      "INSERT INTO ql3.run_events (run_id, sequence, type, actor_type, attempt_id, dedupe_key, "
+      "payload_json, created_at_ms) "
+      "SELECT id, 1, $24::text, actor, NULL, NULL, created, $23::bigint FROM v JOIN r USING (id) "
+      "UNION ALL SELECT id, 2, $25::text, actor, NULL, NULL, skipped, $23::bigint "
+      "FROM v JOIN r USING (id)";
+  return tx
+      .Exec(kSql, {PArray(id),           PArray(project),       PArray(task),
+                   PArray(task_revision), PArray(task_digest),   PArray(execution),
+                   PArray(trigger),      PArray(trigger_revision), PArray(scheduled),
+                   PArray(trigger_type), PArray(priority),      PArray(key),
+                   PArray(reason),       PArray(summary),       PArray(max_attempts),
+                   PArray(retry_on_lost), PArray(safety),       PArray(backoff_base),
+                   PArray(backoff_max),  PArray(actor),         PArray(created),
+                   PArray(skipped),      P(now_ms),             P(kEventRunCreated),
+                   P(RunEventType(RunStatus::kSkipped))})
+      .status();
+}
+
+Result<std::optional<SkippedRun>> ApplyOverlapInTx(Tx& tx, const NewRun& run,
+                                                   const std::string& overlap,
+                                                   std::optional<int64_t> concurrency,
+                                                   int64_t unwritten) {
+  QL_ASSIGN_OR_RETURN(OverlapPolicy policy, ParseOverlapPolicy(overlap));
+  std::optional<SkippedRun> none;
+  if (policy == OverlapPolicy::kAllow && !concurrency.has_value()) return none;
+  std::vector<RunRecord> previous;
+  if (policy == OverlapPolicy::kForbid) {
+    // One probe of the partial index runs_unfinished_by_trigger.
+    static const std::string kSql = Cat({"SELECT ", kRunColumns, kRunFrom,
+                                         " WHERE r.trigger_id = $1 AND r.", kUnfinishedRunSql,
+                                         " ORDER BY r.id LIMIT 1"});
+    QL_ASSIGN_OR_RETURN(previous, QueryAll<RunRecord>(tx, kSql, {P(run.trigger_id)}, ReadRun));
+    if (!previous.empty()) {
+      return std::optional<SkippedRun>(
+          SkippedRun{&run, kSkipReasonOverlap,
+                     Cat({"run ", previous.front().id, " of trigger ", *run.trigger_id, " is ",
+                          previous.front().status})});
+    }
+  } else if (policy == OverlapPolicy::kReplace) {
+    // Locked, so a run that finishes meanwhile is read as it ends up (and left alone).
+    static const std::string kSql = Cat({"SELECT ", kRunColumns, kRunFrom,
+                                         " WHERE r.trigger_id = $1 AND r.", kUnfinishedRunSql,
+                                         " ORDER BY r.id FOR UPDATE OF r"});
+    QL_ASSIGN_OR_RETURN(previous, QueryAll<RunRecord>(tx, kSql, {P(run.trigger_id)}, ReadRun));
+  }
+  if (concurrency.has_value()) {
+    static const std::string kCount = Cat(
+        {"SELECT count(*) FROM runs r WHERE r.task_id = $1 AND r.", kUnfinishedRunSql});
+    QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(kCount, {P(run.task_id)}));
+    int64_t busy = rows.Int(0, 0) + unwritten;
+    QL_RETURN_IF_ERROR(rows.status());
+    // The runs a `replace` occurrence cancels make room for it.
+    busy -= static_cast<int64_t>(previous.size());
+    if (busy >= *concurrency) {
+      return std::optional<SkippedRun>(SkippedRun{
+          &run, kSkipReasonConcurrency,
+          Cat({"task ", run.task_id, " has ", std::to_string(busy),
+               " unfinished run(s); its concurrency limit is ", std::to_string(*concurrency)})});
+    }
+  }
+  if (!previous.empty()) {
+    QL_ASSIGN_OR_RETURN(std::string reason_json,
+                        CanonicalJson(nlohmann::json{{"reason", kCancelReasonReplaced}}));
+    QL_ASSIGN_OR_RETURN(std::string payload,
+                        CanonicalEventPayload(kEventRunCancelRequested, reason_json));
+    for (const RunRecord& old : previous) {
+      if (old.cancel_requested_at_ms.has_value()) continue;  // the first intent wins
+      QL_RETURN_IF_ERROR(CancelRunInTx(tx, old, std::string(kCancelReasonReplaced),
+                                       run.actor_type, payload, run.now_ms));
+    }
+  }
+  return none;
 }
 
 Status InsertQueuedRun(Tx& tx, const NewRun& run, int64_t now_ms) {

@@ -314,51 +314,7 @@ Result<RunRecord> PostgresStore::RequestCancel(const std::string& run_id, const 
       out = std::move(run);
       return Status();
     }
-    QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
-    if (IsTerminal(from)) {
-      return Conflict("run_terminal",
-                      Cat({"run ", run.id, " is ", run.status, "; there is nothing to cancel"}));
-    }
-    int64_t sequence = run.event_sequence;
-    const NewEvent requested{std::string(kEventRunCancelRequested), actor_type, std::nullopt,
-                             std::nullopt, payload};
-    QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, requested, payload, now_ms));
-
-    RunStatus next = from;
-    std::optional<int64_t> finished;
-    if (from == RunStatus::kCreated || from == RunStatus::kQueued ||
-        from == RunStatus::kRetryWait) {
-      // Not started: nothing will observe the intent later, so the run stops here.
-      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(tx, run.id));
-      if (latest.has_value()) {
-        QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*latest));
-        if (!IsTerminal(current)) {
-          QL_RETURN_IF_ERROR(CheckAttemptTransition(current, AttemptStatus::kCancelled));
-          QL_RETURN_IF_ERROR(ExecuteCas(
-              tx, Conflict("attempt_status_conflict", Cat({"attempt ", latest->id, " moved on"})),
-              "UPDATE run_attempts SET status = 'cancelled', "
-              "finished_at_ms = coalesce(finished_at_ms, $1) WHERE id = $2 AND status = $3",
-              {P(now_ms), P(latest->id), P(AttemptStatusName(current))}));
-          QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, latest->id, now_ms));
-          const NewEvent cancelled{AttemptEventType(AttemptStatus::kCancelled), actor_type,
-                                   latest->id, std::nullopt, "{}"};
-          QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, cancelled, "{}", now_ms));
-        }
-      }
-      QL_RETURN_IF_ERROR(CheckRunTransition(from, RunStatus::kCancelled));
-      next = RunStatus::kCancelled;
-      finished = now_ms;
-      const NewEvent cancelled{RunEventType(RunStatus::kCancelled), actor_type, std::nullopt,
-                               std::nullopt, "{}"};
-      QL_RETURN_IF_ERROR(InsertEvent(tx, run.id, ++sequence, cancelled, "{}", now_ms));
-    }
-    QL_RETURN_IF_ERROR(
-        ExecuteCas(tx, Conflict("version_conflict", Cat({"run ", run.id, " moved on"})),
-                   "UPDATE runs SET status = $1, version = version + 1, event_sequence = $2, "
-                   "cancel_requested_at_ms = $3, cancel_reason = $4, "
-                   "finished_at_ms = coalesce($5, finished_at_ms) WHERE id = $6 AND version = $7",
-                   {P(RunStatusName(next)), P(sequence), P(now_ms), P(reason), P(finished),
-                    P(run.id), P(run.version)}));
+    QL_RETURN_IF_ERROR(pg::CancelRunInTx(tx, run, reason, actor_type, payload, now_ms));
     QL_ASSIGN_OR_RETURN(out, RequireRun(tx, run.id));
     return Status();
   }));

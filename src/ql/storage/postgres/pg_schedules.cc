@@ -115,7 +115,8 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
     static const std::string kState =
         "SELECT s.project_id, s.trigger_revision, s.state_version, s.next_fire_at_ms, "
         "s.exhausted, s.enabled, p.status, th.current_revision, g.enabled, g.task_id, "
-        "g.task_revision, g.task_digest, h.current_revision, tr.enabled, tr.content_digest "
+        "g.task_revision, g.task_digest, h.current_revision, tr.enabled, tr.content_digest, "
+        "g.overlap, tr.concurrency "
         "FROM trigger_schedules s "
         "JOIN projects p ON p.id = s.project_id "
         "JOIN trigger_heads th ON th.trigger_id = s.trigger_id "
@@ -132,6 +133,8 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
     QL_RETURN_IF_ERROR(state.ExpectRows(1));
     const std::string project_id = state.Text(0, 0);
     const std::string task_id = state.Text(0, 9);
+    const std::string overlap = state.Text(0, 15);
+    const std::optional<int64_t> concurrency = state.OptInt(0, 16);
     const bool unchanged = state.Int(0, 1) == advance.expected_trigger_revision &&
                            state.Int(0, 2) == advance.expected_state_version &&
                            state.OptInt(0, 3) == advance.expected_next_fire_at_ms &&
@@ -152,6 +155,7 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
     // An occurrence admitted already gets no second run; the cursor still moves past it, so
     // the trigger does not stall on it.
     bool already = false;
+    bool skipped = false;
     if (advance.run.has_value()) {
       const NewRun& run = *advance.run;
       if (run.project_id != project_id || run.task_id != task_id) {
@@ -173,7 +177,11 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
     }
     if (advance.run.has_value() && !already) {
       const NewRun& run = *advance.run;
-      Status inserted = pg::InsertQueuedRun(tx, run, run.now_ms);
+      QL_ASSIGN_OR_RETURN(std::optional<pg::SkippedRun> refused,
+                          pg::ApplyOverlapInTx(tx, run, overlap, concurrency));
+      skipped = refused.has_value();
+      Status inserted = skipped ? pg::InsertSkippedRuns(tx, {*refused}, run.now_ms)
+                                : pg::InsertQueuedRun(tx, run, run.now_ms);
       if (inserted.reason() == "idempotency_key_duplicate") {
         // Admitted meanwhile under the unique key. The failed statement aborted the
         // transaction: nothing more runs in it, the runner rolls it back.
@@ -206,7 +214,9 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
       tx.RollbackOnly();
       return Status();
     }
-    out = already ? AdvanceOutcome::kAlreadyAdmitted : AdvanceOutcome::kApplied;
+    out = already   ? AdvanceOutcome::kAlreadyAdmitted
+          : skipped ? AdvanceOutcome::kSkipped
+                    : AdvanceOutcome::kApplied;
     return Status();
   }));
   return out;

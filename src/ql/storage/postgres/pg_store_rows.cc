@@ -27,6 +27,7 @@ TaskRevisionRecord ReadTaskRevision(const Rows& r, int i) {
   out.content_digest = r.Text(i, 9);
   out.created_at_ms = r.Int(i, 10);
   out.approval_json = r.OptText(i, 11);
+  out.concurrency = r.OptInt(i, 12);
   return out;
 }
 
@@ -64,6 +65,7 @@ TriggerRevisionRecord ReadTriggerRevision(const Rows& r, int i, int c) {
   out.enabled = r.Bool(i, c + 10);
   out.content_digest = r.Text(i, c + 11);
   out.created_at_ms = r.Int(i, c + 12);
+  out.overlap = r.Text(i, c + 13);
   return out;
 }
 

@@ -33,7 +33,8 @@ TaskHeadRecord ReadTaskHead(const Rows& r, int i);
 
 inline constexpr char kTaskRevisionColumns[] =
     "tr.project_id, tr.task_id, tr.revision, tr.mutation_id, tr.name, tr.kind, tr.spec_json, "
-    "tr.labels_json, tr.enabled, tr.content_digest, tr.created_at_ms, tr.approval_json";
+    "tr.labels_json, tr.enabled, tr.content_digest, tr.created_at_ms, tr.approval_json, "
+    "tr.concurrency";
 
 TaskRevisionRecord ReadTaskRevision(const Rows& r, int i);
 
@@ -52,7 +53,7 @@ TriggerHeadRecord ReadTriggerHead(const Rows& r, int i);
 inline constexpr char kTriggerRevisionColumns[] =
     "g.project_id, g.trigger_id, g.revision, g.mutation_id, g.task_id, g.task_revision, "
     "g.task_digest, g.expression, g.timezone, g.misfire, g.enabled, g.content_digest, "
-    "g.created_at_ms";
+    "g.created_at_ms, g.overlap";
 
 TriggerRevisionRecord ReadTriggerRevision(const Rows& r, int i, int c = 0);
 

@@ -103,12 +103,13 @@ Result<PublishTaskResult> SqliteStore::PublishTaskRevision(const PublishTaskComm
         QL_RETURN_IF_ERROR(Execute(*db_,
                                    "INSERT INTO task_revisions (task_id, revision, project_id, "
                                    "mutation_id, name, kind, spec_json, labels_json, enabled, "
-                                   "content_digest, created_at_ms, approval_json) "
-                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   "content_digest, created_at_ms, approval_json, concurrency) "
+                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                    stored.task_id, stored.revision, stored.project_id,
                                    stored.mutation_id, stored.name, stored.kind, stored.spec_json,
                                    stored.labels_json, stored.enabled, stored.content_digest,
-                                   stored.created_at_ms, stored.approval_json));
+                                   stored.created_at_ms, stored.approval_json,
+                                   stored.concurrency));
         for (const ExecutionRevisionRecord& exec : cmd.executions) {
           QL_RETURN_IF_ERROR(
               Execute(*db_,
@@ -227,12 +228,12 @@ Result<PublishTriggerResult> SqliteStore::PublishTriggerRevision(const PublishTr
             Execute(*db_,
                     "INSERT INTO trigger_revisions (trigger_id, revision, project_id, "
                     "mutation_id, task_id, task_revision, task_digest, expression, "
-                    "timezone, misfire, enabled, content_digest, created_at_ms) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "timezone, misfire, enabled, content_digest, created_at_ms, overlap) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     stored.trigger_id, stored.revision, stored.project_id, stored.mutation_id,
                     stored.task_id, stored.task_revision, stored.task_digest, stored.expression,
                     stored.timezone, stored.misfire, stored.enabled, stored.content_digest,
-                    stored.created_at_ms));
+                    stored.created_at_ms, stored.overlap));
         // The schedule row follows the new revision from scratch: the cursor is recomputed from
         // this publication and the bumped state_version kills every decision taken before.
         QL_RETURN_IF_ERROR(Execute(*db_,

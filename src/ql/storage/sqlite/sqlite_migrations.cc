@@ -46,6 +46,10 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"({"approvals":2,"attempts":1,"definitions":1,"events":1,"governance":1,"projects":1,)"
        R"("retention":1,"retry_policies":1,"runs":2,"schedules":1,"secrets":1})",
        "0009-approval-evidence-and-retries"},
+      {kLocalControlCore, 7,
+       R"({"approvals":2,"attempts":1,"definitions":2,"events":1,"governance":1,"projects":1,)"
+       R"("retention":1,"retry_policies":1,"runs":3,"schedules":1,"secrets":1})",
+       "0010-overlap"},
   };
   return kSteps;
 }

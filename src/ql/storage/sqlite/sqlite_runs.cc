@@ -12,6 +12,7 @@
 
 namespace ql {
 
+using sqlite::CancelRunInTx;
 using sqlite::CanonicalOf;
 using sqlite::Execute;
 using sqlite::ExecuteCas;
@@ -296,49 +297,7 @@ Result<RunRecord> SqliteStore::RequestCancel(const std::string& run_id, const st
       out = std::move(run);
       return Status();
     }
-    QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
-    if (IsTerminal(from)) {
-      return Conflict("run_terminal",
-                      Cat({"run ", run.id, " is ", run.status, "; there is nothing to cancel"}));
-    }
-    int64_t sequence = run.event_sequence;
-    const NewEvent requested{std::string(kEventRunCancelRequested), actor_type, std::nullopt,
-                             std::nullopt, payload};
-    QL_RETURN_IF_ERROR(InsertEvent(*db_, run.id, ++sequence, requested, payload, now_ms));
-
-    RunStatus next = from;
-    std::optional<int64_t> finished;
-    if (from == RunStatus::kCreated || from == RunStatus::kQueued ||
-        from == RunStatus::kRetryWait) {
-      // Not started: nothing will observe the intent later, so the run stops here.
-      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(*db_, run.id));
-      if (latest.has_value()) {
-        QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*latest));
-        if (!IsTerminal(current)) {
-          QL_RETURN_IF_ERROR(CheckAttemptTransition(current, AttemptStatus::kCancelled));
-          QL_RETURN_IF_ERROR(ExecuteCas(
-              *db_, Conflict("attempt_status_conflict", Cat({"attempt ", latest->id, " moved on"})),
-              "UPDATE run_attempts SET status = 'cancelled', "
-              "finished_at_ms = coalesce(finished_at_ms, ?) WHERE id = ? AND status = ?",
-              now_ms, latest->id, AttemptStatusName(current)));
-          const NewEvent cancelled{AttemptEventType(AttemptStatus::kCancelled), actor_type,
-                                   latest->id, std::nullopt, "{}"};
-          QL_RETURN_IF_ERROR(InsertEvent(*db_, run.id, ++sequence, cancelled, "{}", now_ms));
-        }
-      }
-      QL_RETURN_IF_ERROR(CheckRunTransition(from, RunStatus::kCancelled));
-      next = RunStatus::kCancelled;
-      finished = now_ms;
-      const NewEvent cancelled{RunEventType(RunStatus::kCancelled), actor_type, std::nullopt,
-                               std::nullopt, "{}"};
-      QL_RETURN_IF_ERROR(InsertEvent(*db_, run.id, ++sequence, cancelled, "{}", now_ms));
-    }
-    QL_RETURN_IF_ERROR(
-        ExecuteCas(*db_, Conflict("version_conflict", Cat({"run ", run.id, " moved on"})),
-                   "UPDATE runs SET status = ?, version = version + 1, event_sequence = ?, "
-                   "cancel_requested_at_ms = ?, cancel_reason = ?, "
-                   "finished_at_ms = coalesce(?, finished_at_ms) WHERE id = ? AND version = ?",
-                   RunStatusName(next), sequence, now_ms, reason, finished, run.id, run.version));
+    QL_RETURN_IF_ERROR(CancelRunInTx(*db_, run, reason, actor_type, payload, now_ms));
     QL_ASSIGN_OR_RETURN(out, RequireRun(*db_, run.id));
     return Status();
   }));

@@ -1,8 +1,11 @@
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/overlap.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
 #include "ql/storage/sqlite/sqlite_db.h"
@@ -13,7 +16,9 @@ namespace ql {
 
 using sqlite::ExecuteCas;
 using sqlite::ExecutionRevisionMatches;
+using sqlite::Db;
 using sqlite::InsertQueuedRun;
+using sqlite::InsertSkippedRun;
 using sqlite::kEligibleSchedules;
 using sqlite::kScheduleColumns;
 using sqlite::kTriggerRevisionColumns;
@@ -24,6 +29,76 @@ using sqlite::ReadTriggerRevision;
 using sqlite::Stmt;
 using sqlite::Tx;
 using sqlite::TxMode;
+
+namespace {
+
+// Why admission recorded an occurrence as skipped.
+struct Refusal {
+  std::string_view reason;  // kSkipReasonOverlap | kSkipReasonConcurrency
+  std::string summary;
+};
+
+Result<std::vector<RunRecord>> UnfinishedRunsOfTrigger(Db& db, const std::string& trigger_id) {
+  // Repeats the predicate of the partial index runs_unfinished_by_trigger.
+  static const std::string kSql =
+      Cat({"SELECT ", sqlite::kRunColumns, sqlite::kRunFrom,
+           " WHERE r.trigger_id = ? AND r.", kUnfinishedRunSql, " ORDER BY r.id"});
+  return QueryAll<RunRecord>(db, kSql, sqlite::ReadRun, trigger_id);
+}
+
+Result<int64_t> UnfinishedRunCountOfTask(Db& db, const std::string& task_id) {
+  static const std::string kSql = Cat(
+      {"SELECT count(*) FROM runs r WHERE r.task_id = ? AND r.", kUnfinishedRunSql});
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> n,
+                      QueryOne<int64_t>(db, kSql, [](const Stmt& s) { return s.Int(0); },
+                                        task_id));
+  return n.value_or(0);
+}
+
+// The overlap policy and concurrency limit of one admitted occurrence, decided in the admission
+// transaction: returns the refusal when the occurrence is to be recorded as skipped; under
+// `replace` it first cancels (reason "replaced") the trigger's unfinished runs. Triggers under
+// `allow` of tasks without a limit read nothing.
+Result<std::optional<Refusal>> ApplyOverlap(Db& db, const NewRun& run, const std::string& overlap,
+                                            std::optional<int64_t> concurrency) {
+  QL_ASSIGN_OR_RETURN(OverlapPolicy policy, ParseOverlapPolicy(overlap));
+  if (policy == OverlapPolicy::kAllow && !concurrency.has_value()) return std::optional<Refusal>();
+  std::vector<RunRecord> previous;
+  if (policy != OverlapPolicy::kAllow) {
+    QL_ASSIGN_OR_RETURN(previous, UnfinishedRunsOfTrigger(db, *run.trigger_id));
+  }
+  if (policy == OverlapPolicy::kForbid && !previous.empty()) {
+    return std::optional<Refusal>(Refusal{
+        kSkipReasonOverlap, Cat({"run ", previous.front().id, " of trigger ", *run.trigger_id,
+                                 " is ", previous.front().status})});
+  }
+  if (concurrency.has_value()) {
+    QL_ASSIGN_OR_RETURN(int64_t busy, UnfinishedRunCountOfTask(db, run.task_id));
+    // The runs a `replace` occurrence cancels make room for it.
+    if (policy == OverlapPolicy::kReplace) busy -= static_cast<int64_t>(previous.size());
+    if (busy >= *concurrency) {
+      return std::optional<Refusal>(
+          Refusal{kSkipReasonConcurrency,
+                  Cat({"task ", run.task_id, " has ", std::to_string(busy),
+                       " unfinished run(s); its concurrency limit is ",
+                       std::to_string(*concurrency)})});
+    }
+  }
+  if (policy == OverlapPolicy::kReplace) {
+    QL_ASSIGN_OR_RETURN(std::string reason_json,
+                        sqlite::CanonicalOf(nlohmann::json{{"reason", kCancelReasonReplaced}}));
+    QL_ASSIGN_OR_RETURN(std::string payload,
+                        CanonicalEventPayload(kEventRunCancelRequested, reason_json));
+    for (const RunRecord& old : previous) {
+      if (old.cancel_requested_at_ms.has_value()) continue;  // the first intent wins
+      QL_RETURN_IF_ERROR(sqlite::CancelRunInTx(db, old, std::string(kCancelReasonReplaced),
+                                               run.actor_type, payload, run.now_ms));
+    }
+  }
+  return std::optional<Refusal>();
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Schedules
@@ -104,7 +179,8 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
     static const std::string kState =
         "SELECT s.project_id, s.trigger_revision, s.state_version, s.next_fire_at_ms, "
         "s.exhausted, p.status, th.current_revision, g.enabled, g.task_id, g.task_revision, "
-        "g.task_digest, h.current_revision, tr.enabled, tr.content_digest "
+        "g.task_digest, h.current_revision, tr.enabled, tr.content_digest, g.overlap, "
+        "tr.concurrency "
         "FROM trigger_schedules s "
         "JOIN projects p ON p.id = s.project_id "
         "JOIN trigger_heads th ON th.trigger_id = s.trigger_id "
@@ -115,6 +191,8 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
         "WHERE s.trigger_id = ?";
     std::string project_id;
     std::string task_id;
+    std::string overlap;
+    std::optional<int64_t> concurrency;
     bool unchanged = false;
     {
       QL_ASSIGN_OR_RETURN(Stmt state, db_->Prepare(kState));
@@ -126,6 +204,8 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
       }
       project_id = state.Text(0);
       task_id = state.Text(8);
+      overlap = state.Text(14);
+      concurrency = state.OptInt(15);
       unchanged = state.Int(1) == advance.expected_trigger_revision &&
                   state.Int(2) == advance.expected_state_version &&
                   state.OptInt(3) == advance.expected_next_fire_at_ms && state.Int(4) == 0 &&
@@ -145,6 +225,7 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
     // An occurrence admitted already gets no second run; the cursor still moves past it, so
     // the trigger does not stall on it.
     bool already = false;
+    bool skipped = false;
     if (advance.run.has_value()) {
       const NewRun& run = *advance.run;
       if (run.project_id != project_id || run.task_id != task_id) {
@@ -166,7 +247,12 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
     }
     if (advance.run.has_value() && !already) {
       const NewRun& run = *advance.run;
-      Status inserted = InsertQueuedRun(*db_, run);
+      QL_ASSIGN_OR_RETURN(std::optional<Refusal> refused,
+                          ApplyOverlap(*db_, run, overlap, concurrency));
+      Status inserted = refused.has_value()
+                            ? InsertSkippedRun(*db_, run, refused->reason, refused->summary)
+                            : InsertQueuedRun(*db_, run);
+      skipped = refused.has_value();
       if (inserted.reason() == "idempotency_key_duplicate") {
         tx.RollbackOnly();
         return Status();
@@ -186,7 +272,9 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
       return Status();
     }
     QL_RETURN_IF_ERROR(cas);
-    out = already ? AdvanceOutcome::kAlreadyAdmitted : AdvanceOutcome::kApplied;
+    out = already   ? AdvanceOutcome::kAlreadyAdmitted
+          : skipped ? AdvanceOutcome::kSkipped
+                    : AdvanceOutcome::kApplied;
     return Status();
   }));
   return out;

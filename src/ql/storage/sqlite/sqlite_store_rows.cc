@@ -29,6 +29,7 @@ TaskRevisionRecord ReadTaskRevision(const Stmt& s) {
   r.content_digest = s.Text(9);
   r.created_at_ms = s.Int(10);
   r.approval_json = s.OptText(11);
+  r.concurrency = s.OptInt(12);
   return r;
 }
 
@@ -65,6 +66,7 @@ TriggerRevisionRecord ReadTriggerRevision(const Stmt& s, int c) {
   r.enabled = s.Bool(c + 10);
   r.content_digest = s.Text(c + 11);
   r.created_at_ms = s.Int(c + 12);
+  r.overlap = s.Text(c + 13);
   return r;
 }
 
@@ -258,6 +260,20 @@ Status InsertEvent(Db& db, const std::string& run_id, int64_t sequence, const Ne
 
 Result<std::string> CanonicalOf(const nlohmann::json& value) { return CanonicalJson(value); }
 
+namespace {
+
+// Inserts the retry policy snapshot of a new run.
+Status InsertRetryPolicy(Db& db, const NewRun& run) {
+  static const std::string kPolicy =
+      "INSERT INTO run_retry_policies (run_id, max_attempts, retry_on_lost, safety, "
+      "backoff_base_ms, backoff_max_ms) VALUES (?, ?, ?, ?, ?, ?)";
+  return Execute(db, kPolicy, run.run_id, run.retry_policy.max_attempts,
+                 run.retry_policy.retry_on_lost, run.retry_policy.safety,
+                 run.retry_policy.backoff_base_ms, run.retry_policy.backoff_max_ms);
+}
+
+}  // namespace
+
 // Inserts a queued run with its claimed first attempt, its retry policy and the events
 // run.created (sequence 1) and run.queued (sequence 2).
 Status InsertQueuedRun(Db& db, const NewRun& run) {
@@ -272,12 +288,7 @@ Status InsertQueuedRun(Db& db, const NewRun& run) {
                              run.trigger_revision, run.scheduled_for_ms, run.trigger_type,
                              run.priority, run.idempotency_key, run.retry_of_run_id, run.now_ms,
                              run.now_ms));
-  static const std::string kPolicy =
-      "INSERT INTO run_retry_policies (run_id, max_attempts, retry_on_lost, safety, "
-      "backoff_base_ms, backoff_max_ms) VALUES (?, ?, ?, ?, ?, ?)";
-  QL_RETURN_IF_ERROR(Execute(db, kPolicy, run.run_id, run.retry_policy.max_attempts,
-                             run.retry_policy.retry_on_lost, run.retry_policy.safety,
-                             run.retry_policy.backoff_base_ms, run.retry_policy.backoff_max_ms));
+  QL_RETURN_IF_ERROR(InsertRetryPolicy(db, run));
   static const std::string kAttempt =
       "INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, callback_sequence, "
       "created_at_ms) VALUES (?, ?, 1, 'claimed', ?, 0, ?)";
@@ -293,6 +304,83 @@ Status InsertQueuedRun(Db& db, const NewRun& run) {
   NewEvent queued_event{RunEventType(RunStatus::kQueued), run.actor_type, run.attempt_id,
                         std::nullopt, queued_payload};
   return InsertEvent(db, run.run_id, 2, queued_event, queued_payload, run.now_ms);
+}
+
+// Records a cancel intent on `run` (no intent yet): a run that has not started is cancelled
+// at once with its claimed attempt; a started one keeps running until its executor honours it.
+Status CancelRunInTx(Db& db, const RunRecord& run, const std::string& reason,
+                     const std::string& actor_type, const std::string& payload, int64_t now_ms) {
+  QL_ASSIGN_OR_RETURN(RunStatus from, StoredRunStatus(run));
+  if (IsTerminal(from)) {
+    return Conflict("run_terminal",
+                    Cat({"run ", run.id, " is ", run.status, "; there is nothing to cancel"}));
+  }
+  int64_t sequence = run.event_sequence;
+  const NewEvent requested{std::string(kEventRunCancelRequested), actor_type, std::nullopt,
+                           std::nullopt, payload};
+  QL_RETURN_IF_ERROR(InsertEvent(db, run.id, ++sequence, requested, payload, now_ms));
+
+  RunStatus next = from;
+  std::optional<int64_t> finished;
+  if (from == RunStatus::kCreated || from == RunStatus::kQueued ||
+      from == RunStatus::kRetryWait) {
+    // Not started: nothing will observe the intent later, so the run stops here.
+    QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(db, run.id));
+    if (latest.has_value()) {
+      QL_ASSIGN_OR_RETURN(AttemptStatus current, StoredAttemptStatus(*latest));
+      if (!IsTerminal(current)) {
+        QL_RETURN_IF_ERROR(CheckAttemptTransition(current, AttemptStatus::kCancelled));
+        QL_RETURN_IF_ERROR(ExecuteCas(
+            db, Conflict("attempt_status_conflict", Cat({"attempt ", latest->id, " moved on"})),
+            "UPDATE run_attempts SET status = 'cancelled', "
+            "finished_at_ms = coalesce(finished_at_ms, ?) WHERE id = ? AND status = ?",
+            now_ms, latest->id, AttemptStatusName(current)));
+        const NewEvent cancelled{AttemptEventType(AttemptStatus::kCancelled), actor_type,
+                                 latest->id, std::nullopt, "{}"};
+        QL_RETURN_IF_ERROR(InsertEvent(db, run.id, ++sequence, cancelled, "{}", now_ms));
+      }
+    }
+    QL_RETURN_IF_ERROR(CheckRunTransition(from, RunStatus::kCancelled));
+    next = RunStatus::kCancelled;
+    finished = now_ms;
+    const NewEvent cancelled{RunEventType(RunStatus::kCancelled), actor_type, std::nullopt,
+                             std::nullopt, "{}"};
+    QL_RETURN_IF_ERROR(InsertEvent(db, run.id, ++sequence, cancelled, "{}", now_ms));
+  }
+  QL_RETURN_IF_ERROR(
+      ExecuteCas(db, Conflict("version_conflict", Cat({"run ", run.id, " moved on"})),
+                 "UPDATE runs SET status = ?, version = version + 1, event_sequence = ?, "
+                 "cancel_requested_at_ms = ?, cancel_reason = ?, "
+                 "finished_at_ms = coalesce(?, finished_at_ms) WHERE id = ? AND version = ?",
+                 RunStatusName(next), sequence, now_ms, reason, finished, run.id, run.version));
+  return Status();
+}
+
+// Inserts a cron occurrence that admission refused: the run in state skipped with its retry
+// policy, no attempt, and the events run.created (sequence 1) and run.skipped {reason}
+// (sequence 2). It keeps the occurrence's idempotency key, so the occurrence is decided once.
+Status InsertSkippedRun(Db& db, const NewRun& run, std::string_view reason,
+                        const std::string& summary) {
+  static const std::string kRun =
+      "INSERT INTO runs (id, project_id, task_id, task_revision, task_digest, "
+      "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
+      "status, version, event_sequence, priority, idempotency_key, retry_of_run_id, "
+      "created_at_ms, finished_at_ms, error_code, error_summary) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'skipped', 1, 2, ?, ?, ?, ?, ?, ?, ?)";
+  QL_RETURN_IF_ERROR(Execute(db, kRun, run.run_id, run.project_id, run.task_id, run.task_revision,
+                             run.task_digest, run.execution_revision_id, run.trigger_id,
+                             run.trigger_revision, run.scheduled_for_ms, run.trigger_type,
+                             run.priority, run.idempotency_key, run.retry_of_run_id, run.now_ms,
+                             run.now_ms, std::string(reason), summary));
+  QL_RETURN_IF_ERROR(InsertRetryPolicy(db, run));
+  QL_ASSIGN_OR_RETURN(std::string created_payload, RunCreatedPayload(run));
+  NewEvent created_event{std::string(kEventRunCreated), run.actor_type, std::nullopt, std::nullopt,
+                         created_payload};
+  QL_RETURN_IF_ERROR(InsertEvent(db, run.run_id, 1, created_event, created_payload, run.now_ms));
+  QL_ASSIGN_OR_RETURN(std::string skipped_payload, RunSkippedPayload(reason));
+  NewEvent skipped_event{RunEventType(RunStatus::kSkipped), run.actor_type, std::nullopt,
+                         std::nullopt, skipped_payload};
+  return InsertEvent(db, run.run_id, 2, skipped_event, skipped_payload, run.now_ms);
 }
 
 // Requires an execution revision `id` of (task, revision, executor type) with the task digest.

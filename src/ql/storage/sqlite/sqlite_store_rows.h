@@ -30,7 +30,8 @@ TaskHeadRecord ReadTaskHead(const Stmt& s);
 
 inline constexpr char kTaskRevisionColumns[] =
     "tr.project_id, tr.task_id, tr.revision, tr.mutation_id, tr.name, tr.kind, tr.spec_json, "
-    "tr.labels_json, tr.enabled, tr.content_digest, tr.created_at_ms, tr.approval_json";
+    "tr.labels_json, tr.enabled, tr.content_digest, tr.created_at_ms, tr.approval_json, "
+    "tr.concurrency";
 
 TaskRevisionRecord ReadTaskRevision(const Stmt& s);
 
@@ -49,8 +50,8 @@ TriggerHeadRecord ReadTriggerHead(const Stmt& s);
 inline constexpr char kTriggerRevisionColumns[] =
     "g.project_id, g.trigger_id, g.revision, g.mutation_id, g.task_id, g.task_revision, "
     "g.task_digest, g.expression, g.timezone, g.misfire, g.enabled, g.content_digest, "
-    "g.created_at_ms";
-inline constexpr int kTriggerRevisionColumnCount = 13;
+    "g.created_at_ms, g.overlap";
+inline constexpr int kTriggerRevisionColumnCount = 14;
 
 TriggerRevisionRecord ReadTriggerRevision(const Stmt& s, int c = 0);
 
@@ -162,6 +163,18 @@ Result<std::string> CanonicalOf(const nlohmann::json& value);
 // Inserts a queued run with its claimed first attempt, its retry policy and the events
 // run.created (sequence 1) and run.queued (sequence 2).
 Status InsertQueuedRun(Db& db, const NewRun& run);
+
+// Inserts a cron occurrence refused at admission as a skipped run (error_code `reason`) with
+// its retry policy and the events run.created and run.skipped {reason}; no attempt.
+Status InsertSkippedRun(Db& db, const NewRun& run, std::string_view reason,
+                        const std::string& summary);
+
+// Records a cancel intent with `reason` (payload: the run.cancel_requested event's canonical
+// payload) on `run`, which has none yet: a run that has not started (created, queued,
+// retry_wait) is cancelled at once with its attempt; a started run keeps its state until the
+// executor honours the intent. A terminal run → Conflict run_terminal.
+Status CancelRunInTx(Db& db, const RunRecord& run, const std::string& reason,
+                     const std::string& actor_type, const std::string& payload, int64_t now_ms);
 
 // Requires an execution revision `id` of (task, revision, executor type) with the task digest.
 Result<bool> ExecutionRevisionMatches(Db& db, const NewRun& run);

@@ -163,6 +163,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0008-secrets", "ea66eef9cbd0791fa3e4217ba6e8fb8c03f7770eba53d49d492459d06b8bb4d6"},
       {"0009-approval-evidence-and-retries",
        "dfb60aebf996f2d0752bcbf917e3254501b6e269e13635a09e742ce0a189d915"},
+      {"0010-overlap", "9a8bdf6ec70c37bc36bff906eee0d9e68a3c4dcbaa89223d47b3ec98d7ca988d"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -180,7 +181,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 6);
+  EXPECT_EQ(capability.version, 7);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);

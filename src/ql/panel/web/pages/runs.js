@@ -20,9 +20,9 @@ export const routes = [
 
 const STATUSES = [
   'created', 'queued', 'dispatching', 'running', 'succeeded', 'failed', 'cancelled', 'timed_out',
-  'retry_wait', 'lost', 'recovery_required'
+  'retry_wait', 'lost', 'recovery_required', 'skipped'
 ];
-const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'timed_out']);
+const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'timed_out', 'skipped']);
 // Text kept in the log view; older output is dropped from the top.
 const LOG_KEEP_CHARS = 512 * 1024;
 

@@ -1,0 +1,215 @@
+// The overlap part of the repository contract (DESIGN §11): a trigger's overlap policy (allow,
+// forbid, replace) and a task's concurrency limit, decided by ApplyScheduleAdvance inside the
+// admission transaction. Runs on every store through OverlapContract.
+
+#include <string>
+#include <vector>
+
+#include "ql/core/overlap.h"
+#include "ql/testing/repository_contract.h"
+
+namespace ql::testing {
+
+namespace internal {
+bool LinkOverlapContract() { return true; }
+}  // namespace internal
+
+namespace {
+
+[[maybe_unused]] Status StatusOfAny(const Status& status) { return status; }
+template <typename T>
+Status StatusOfAny(const Result<T>& result) {
+  return result.status();
+}
+
+#define QL_ASSERT_OK(expr)                                        \
+  do {                                                            \
+    const ::ql::Status ql_status_ = StatusOfAny(expr);            \
+    ASSERT_TRUE(ql_status_.ok()) << ql_status_.ToString();        \
+  } while (0)
+
+#define QL_ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  QL_ASSERT_OK_AND_ASSIGN_IMPL_(QL_CONCAT_(ql_assert_result_, __LINE__), lhs, expr)
+#define QL_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                  \
+  ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();   \
+  lhs = std::move(tmp).value()
+
+std::vector<std::string> EventTypes(const std::vector<EventRecord>& events) {
+  std::vector<std::string> out;
+  for (const EventRecord& event : events) out.push_back(event.type);
+  return out;
+}
+
+}  // namespace
+
+Result<TaskRevisionRecord> OverlapContract::LimitedTask(std::optional<int64_t> concurrency) {
+  PublishTaskCommand cmd = TaskCommand(NewId(), std::nullopt, "job");
+  cmd.revision.concurrency = concurrency;
+  QL_ASSIGN_OR_RETURN(PublishTaskResult result, store().definitions().PublishTaskRevision(cmd));
+  return result.revision;
+}
+
+Result<std::string> OverlapContract::OverlapTrigger(const TaskRevisionRecord& task,
+                                                    const std::string& overlap) {
+  const std::string trigger_id = NewId();
+  PublishTriggerCommand cmd = TriggerCommand(trigger_id, std::nullopt, task);
+  cmd.revision.overlap = overlap;
+  QL_RETURN_IF_ERROR(store().definitions().PublishTriggerRevision(cmd).status());
+  QL_ASSIGN_OR_RETURN(DueSchedule fresh, DueRow(trigger_id, Now()));
+  QL_ASSIGN_OR_RETURN(AdvanceOutcome outcome,
+                      store().schedules().ApplyScheduleAdvance(MoveCursor(fresh, Now() + 1000)));
+  if (outcome != AdvanceOutcome::kApplied) return Internal("test_setup", "cursor not set");
+  return trigger_id;
+}
+
+Result<AdvanceOutcome> OverlapContract::Fire(const std::string& trigger_id, std::string& run_id) {
+  QL_ASSIGN_OR_RETURN(ScheduleRecord schedule, store().definitions().GetSchedule(trigger_id));
+  clock().SetNowMs(*schedule.next_fire_at_ms);
+  QL_ASSIGN_OR_RETURN(DueSchedule due, DueRow(trigger_id, Now()));
+  QL_ASSIGN_OR_RETURN(ScheduleAdvance advance, Admit(due, Now() + 1000));
+  run_id = advance.run->run_id;
+  return store().schedules().ApplyScheduleAdvance(advance);
+}
+
+Result<RunRecord> OverlapContract::Succeed(const RunRecord& running) {
+  QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, store().runs().ListAttempts(running.id));
+  RunTransitionCommand done;
+  done.run_id = running.id;
+  done.expected_version = running.version;
+  done.run_to = "succeeded";
+  done.exit_code = 0;
+  done.attempt_id = attempts.back().id;
+  done.expected_attempt_status = "running";
+  done.attempt_to = "succeeded";
+  done.attempt_exit_code = 0;
+  done.events = {
+      NewEvent{"attempt.succeeded", "executor", attempts.back().id, std::nullopt, "{}"},
+      NewEvent{"run.succeeded", "executor", std::nullopt, std::nullopt, R"({"exit_code":0})"}};
+  done.now_ms = Now();
+  return store().runs().ApplyTransition(done);
+}
+
+TEST_P(OverlapContract, ForbidRecordsTheOccurrenceAsSkippedWhileARunOfTheTriggerIsUnfinished) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, LimitedTask(std::nullopt));
+  QL_ASSERT_OK_AND_ASSIGN(std::string trigger_id, OverlapTrigger(task, "forbid"));
+  std::string first, second, third, fourth;
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome admitted, Fire(trigger_id, first));
+  EXPECT_EQ(admitted, AdvanceOutcome::kApplied);
+
+  // Queued, not started: still unfinished.
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome refused, Fire(trigger_id, second));
+  EXPECT_EQ(refused, AdvanceOutcome::kSkipped);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord skipped, store().runs().GetRun(second));
+  EXPECT_EQ(skipped.status, "skipped");
+  EXPECT_EQ(skipped.error_code, "overlap");
+  EXPECT_EQ(skipped.trigger_type, "cron");
+  EXPECT_EQ(skipped.finished_at_ms, Now());
+  EXPECT_FALSE(skipped.queued_at_ms.has_value());
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> attempts, store().runs().ListAttempts(second));
+  EXPECT_TRUE(attempts.empty());
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<EventRecord> events, store().runs().ListEvents(second, 0, 10));
+  EXPECT_EQ(EventTypes(events), (std::vector<std::string>{"run.created", "run.skipped"}));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].payload_json, R"({"reason":"overlap"})");
+  // The skipped run holds the occurrence's key: the occurrence is decided once.
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord by_key, store().runs().FindRunByIdempotencyKey(
+                                                project().id, *skipped.idempotency_key));
+  EXPECT_EQ(by_key.id, second);
+
+  // Running: still unfinished.
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord queued, store().runs().GetRun(first));
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord running, StartRun(queued));
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome again, Fire(trigger_id, third));
+  EXPECT_EQ(again, AdvanceOutcome::kSkipped);
+
+  // Finished: the next occurrence is admitted.
+  QL_ASSERT_OK(Succeed(running));
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome after, Fire(trigger_id, fourth));
+  EXPECT_EQ(after, AdvanceOutcome::kApplied);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord next, store().runs().GetRun(fourth));
+  EXPECT_EQ(next.status, "queued");
+}
+
+TEST_P(OverlapContract, ReplaceCancelsTheUnfinishedRunOfTheTriggerAndQueuesTheNewOne) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, LimitedTask(std::nullopt));
+  QL_ASSERT_OK_AND_ASSIGN(std::string trigger_id, OverlapTrigger(task, "replace"));
+  std::string first, second, third;
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome one, Fire(trigger_id, first));
+  ASSERT_EQ(one, AdvanceOutcome::kApplied);
+
+  // A queued run has not started: it is cancelled at once.
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome two, Fire(trigger_id, second));
+  EXPECT_EQ(two, AdvanceOutcome::kApplied);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord cancelled, store().runs().GetRun(first));
+  EXPECT_EQ(cancelled.status, "cancelled");
+  EXPECT_EQ(cancelled.cancel_reason, "replaced");
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord queued, store().runs().GetRun(second));
+  EXPECT_EQ(queued.status, "queued");
+
+  // A running run gets the cancel intent its executor honours, and the new run is queued.
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord running, StartRun(queued));
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome three, Fire(trigger_id, third));
+  EXPECT_EQ(three, AdvanceOutcome::kApplied);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord intent, store().runs().GetRun(second));
+  EXPECT_EQ(intent.status, "running");
+  EXPECT_EQ(intent.cancel_requested_at_ms, Now());
+  EXPECT_EQ(intent.cancel_reason, "replaced");
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<EventRecord> events, store().runs().ListEvents(second, 0, 20));
+  EXPECT_EQ(EventTypes(events).back(), "run.cancel_requested");
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord newest, store().runs().GetRun(third));
+  EXPECT_EQ(newest.status, "queued");
+}
+
+TEST_P(OverlapContract, ConcurrencyLimitSkipsCronOccurrencesWhileTheTaskIsAtItsLimit) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, LimitedTask(1));
+  EXPECT_EQ(task.concurrency, 1);
+  QL_ASSERT_OK_AND_ASSIGN(std::string trigger_id, OverlapTrigger(task, "allow"));
+  // A manual run counts against the limit (it is not limited itself).
+  QL_ASSERT_OK_AND_ASSIGN(NewRun manual, ManualRun(task));
+  QL_ASSERT_OK(store().runs().CreateRun(manual));
+  std::string first, second, third;
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome refused, Fire(trigger_id, first));
+  EXPECT_EQ(refused, AdvanceOutcome::kSkipped);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord skipped, store().runs().GetRun(first));
+  EXPECT_EQ(skipped.status, "skipped");
+  EXPECT_EQ(skipped.error_code, "concurrency");
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<EventRecord> events, store().runs().ListEvents(first, 0, 10));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].payload_json, R"({"reason":"concurrency"})");
+
+  QL_ASSERT_OK(store().runs().RequestCancel(manual.run_id, "test", "user", Now(), std::nullopt));
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome admitted, Fire(trigger_id, second));
+  EXPECT_EQ(admitted, AdvanceOutcome::kApplied);
+  // Under `allow` the trigger's own queued run is what holds the limit now.
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome again, Fire(trigger_id, third));
+  EXPECT_EQ(again, AdvanceOutcome::kSkipped);
+}
+
+TEST_P(OverlapContract, AllowWithoutALimitAdmitsOverlappingOccurrences) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, LimitedTask(std::nullopt));
+  QL_ASSERT_OK_AND_ASSIGN(std::string trigger_id, OverlapTrigger(task, "allow"));
+  std::string first, second;
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome one, Fire(trigger_id, first));
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome two, Fire(trigger_id, second));
+  EXPECT_EQ(one, AdvanceOutcome::kApplied);
+  EXPECT_EQ(two, AdvanceOutcome::kApplied);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord a, store().runs().GetRun(first));
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord b, store().runs().GetRun(second));
+  EXPECT_EQ(a.status, "queued");
+  EXPECT_EQ(b.status, "queued");
+}
+
+TEST_P(OverlapContract, TheStoresRefuseAnUnknownPolicyOrLimit) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, LimitedTask(std::nullopt));
+  PublishTriggerCommand trigger = TriggerCommand(NewId(), std::nullopt, task);
+  trigger.revision.overlap = "sometimes";
+  Status bad_policy = store().definitions().PublishTriggerRevision(trigger).status();
+  EXPECT_EQ(bad_policy.reason(), "invalid_overlap_policy") << bad_policy.ToString();
+  PublishTaskCommand limited = TaskCommand(NewId(), std::nullopt, "job");
+  limited.revision.concurrency = 0;
+  Status bad_limit = store().definitions().PublishTaskRevision(limited).status();
+  EXPECT_EQ(bad_limit.reason(), "invalid_concurrency") << bad_limit.ToString();
+}
+
+}  // namespace ql::testing
