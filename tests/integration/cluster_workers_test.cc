@@ -157,6 +157,45 @@ class ClusterWorkersTest : public ::testing::Test {
     return out.ok() && !out->empty() ? std::stoll(*out) : -1;
   }
 
+  // Publishes a task running `command` that requires approval (its retry policy would retry a
+  // lost attempt at once); an operator requests a run and the installation owner approves it
+  // through `r`. `run_id` is the approved run.
+  void ApproveGuardedRun(const Replica& r, const std::string& command, std::string& run_id) {
+    json body{{"name", "guarded"},
+              {"spec", {{"command", {{"kind", "shell"}, {"command", command}}}}},
+              {"retry",
+               {{"max_attempts", 3},
+                {"retry_on_lost", true},
+                {"safety", "idempotent"},
+                {"backoff_base_ms", 0},
+                {"backoff_max_ms", 0}}},
+              {"approval", {{"required", true}}}};
+    const std::string task_id = Api(r, "POST", "/api/v1/tasks", body).value("id", "");
+    ASSERT_FALSE(task_id.empty());
+    Api(r, "POST", "/api/v1/principals", {{"name", "ops"}});
+    Api(r, "POST", "/api/v1/projects/default/bindings",
+        {{"principal", "ops"}, {"role", "operator"}});
+    const std::string ops_token =
+        Api(r, "POST", "/api/v1/tokens", {{"principal", "ops"}}).value("token", "");
+    ASSERT_FALSE(ops_token.empty());
+    const json requested =
+        Api(r, "POST", "/api/v1/tasks/" + task_id + "/runs", json::object(), ops_token);
+    ASSERT_EQ(requested.value("code", ""), "approval_required") << requested.dump();
+    const json approved =
+        Api(r, "POST", "/api/v1/approvals/" + requested.value("approval_id", "") + "/approve",
+            json::object());
+    run_id = approved.value("run", json::object()).value("id", "");
+    ASSERT_FALSE(run_id.empty()) << approved.dump();
+  }
+
+  // The number of lines in `path` (0 when it does not exist).
+  static int LineCount(const std::string& path) {
+    std::ifstream in(path);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  }
+
   std::string Log(const std::string& name) const { return dir_.path() + "/" + name + ".log"; }
 
   TempDir dir_;
@@ -261,6 +300,30 @@ TEST_F(ClusterWorkersTest, AWorkerKilledMidRunLosesItsAttemptAndTheRetryRunsElse
   EXPECT_EQ(a.Stop(), 0);
 }
 
+// The approval commits the run with its claimed attempt in the database, so a replica killed
+// right after approving it loses nothing: another replica hands the run to a worker, which
+// runs it once on that attempt.
+TEST_F(ClusterWorkersTest, AnApprovedRunWhoseReplicaWasKilledBeforeDispatchRunsOnceElsewhere) {
+  Replica a("replica-a", Log("a")), b("replica-b", Log("b"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  const std::string ran = dir_.path() + "/ran.txt";
+  std::string run_id;
+  ASSERT_NO_FATAL_FAILURE(ApproveGuardedRun(a, "echo ran >> " + ran, run_id));
+  a.Kill();  // no worker has seen the run yet
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE run_id = '" + run_id + "'"),
+            0);
+  ASSERT_TRUE(b.Start(ReplicaArgs(false)));
+  std::unique_ptr<ChildProcess> worker = StartWorker("w1", b, 1);
+  ASSERT_TRUE(WaitStatus(b, run_id, "succeeded", 60)) << Status(b, run_id);
+  EXPECT_EQ(LineCount(ran), 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_attempts WHERE run_id = '" + run_id + "'"), 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_events WHERE run_id = '" + run_id +
+                  "' AND type = 'run.recovery_required'"),
+            0);
+  EXPECT_EQ(worker->Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
+}
+
 // An approved run is never executed twice (DESIGN §9.1): its worker dies after the command
 // started, and once the lease expires the run waits in recovery_required for a human, although
 // its retry policy would retry a lost attempt at once and another worker is waiting.
@@ -268,41 +331,12 @@ TEST_F(ClusterWorkersTest, AnApprovedRunWhoseWorkerDiedAfterTheStartWaitsForAHum
   Replica a("replica-a", Log("a"));
   ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
   const std::string ran = dir_.path() + "/ran.txt";
-  json body{{"name", "guarded"},
-            {"spec",
-             {{"command", {{"kind", "shell"}, {"command", "echo ran >> " + ran + "; sleep 20"}}}}},
-            {"retry",
-             {{"max_attempts", 3},
-              {"retry_on_lost", true},
-              {"safety", "idempotent"},
-              {"backoff_base_ms", 0},
-              {"backoff_max_ms", 0}}},
-            {"approval", {{"required", true}}}};
-  const std::string task_id = Api(a, "POST", "/api/v1/tasks", body).value("id", "");
-  ASSERT_FALSE(task_id.empty());
-  // An operator asks, the installation owner approves.
-  Api(a, "POST", "/api/v1/principals", {{"name", "ops"}});
-  Api(a, "POST", "/api/v1/projects/default/bindings", {{"principal", "ops"}, {"role", "operator"}});
-  const std::string ops_token =
-      Api(a, "POST", "/api/v1/tokens", {{"principal", "ops"}}).value("token", "");
-  ASSERT_FALSE(ops_token.empty());
-  const json requested =
-      Api(a, "POST", "/api/v1/tasks/" + task_id + "/runs", json::object(), ops_token);
-  ASSERT_EQ(requested.value("code", ""), "approval_required") << requested.dump();
-  const json approved =
-      Api(a, "POST", "/api/v1/approvals/" + requested.value("approval_id", "") + "/approve",
-          json::object());
-  const std::string run_id = approved.value("run", json::object()).value("id", "");
-  ASSERT_FALSE(run_id.empty()) << approved.dump();
+  std::string run_id;
+  ASSERT_NO_FATAL_FAILURE(ApproveGuardedRun(a, "echo ran >> " + ran + "; sleep 20", run_id));
 
   std::unique_ptr<ChildProcess> victim = StartWorker("victim", a, 1);
   ASSERT_TRUE(WaitStatus(a, run_id, "running", 30)) << Status(a, run_id);
-  const auto lines = [&] {
-    std::ifstream in(ran);
-    int n = 0;
-    for (std::string line; std::getline(in, line);) ++n;
-    return n;
-  };
+  const auto lines = [&] { return LineCount(ran); };
   ASSERT_TRUE(WaitFor([&] { return lines() == 1; }, std::chrono::seconds(30)));
   victim->Kill();
   std::unique_ptr<ChildProcess> survivor = StartWorker("survivor", a, 1);
