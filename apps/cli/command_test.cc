@@ -732,6 +732,37 @@ TEST_F(CommandTest, RunLogFollowReopensAStreamThatStaysSilent) {
   EXPECT_EQ(err_.str(), "");
 }
 
+TEST_F(CommandTest, TriggerEditSendsOnlyTheChangedFieldsOverTheCurrentRevision) {
+  const std::string id = "0190d5d0-0000-7000-8000-0000000000aa";
+  server_.http().Get("/api/v1/triggers/" + id,
+                     [&](const httplib::Request& req, httplib::Response& res) {
+                       server_.Record(req);
+                       Json(res, {{"id", id}, {"revision", 3}, {"state", "active"}});
+                     });
+  server_.http().Post("/api/v1/triggers/" + id + "/revisions",
+                      [&](const httplib::Request& req, httplib::Response& res) {
+                        server_.Record(req);
+                        Json(res, {{"id", id}, {"revision", 4}, {"state", "active"}}, 201);
+                      });
+  TriggerEditArgs nothing;
+  nothing.trigger_id = id;
+  CommandContext refused = Context();
+  EXPECT_EQ(TriggerEdit(nothing, refused), kExitUsage);
+  EXPECT_NE(err_.str().find("nothing_to_edit"), std::string::npos) << err_.str();
+  EXPECT_TRUE(server_.bodies().empty());
+
+  TriggerEditArgs args;
+  args.trigger_id = id;
+  args.expression = "0 4 * * *";
+  args.overlap = "forbid";
+  CommandContext context = Context();
+  ASSERT_EQ(TriggerEdit(args, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), id + " active revision 4\n");
+  ASSERT_EQ(server_.bodies().size(), 2u);
+  EXPECT_EQ(json::parse(server_.bodies()[1]),
+            (json{{"expected_revision", 3}, {"expression", "0 4 * * *"}, {"overlap", "forbid"}}));
+}
+
 TEST_F(CommandTest, TriggerNextPrintsLocalTimesAndWarnsWhenNotActive) {
   server_.http().Get("/api/v1/triggers/g1/next",
                      [&](const httplib::Request& req, httplib::Response& res) {

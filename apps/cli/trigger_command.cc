@@ -13,6 +13,29 @@ using nlohmann::json;
 
 std::string TriggerPath(const std::string& id) { return "/api/v1/triggers/" + UrlEncode(id); }
 
+// Prints a published trigger answer: "<id> <state> revision <n>" ("(unchanged)" when the
+// server changed nothing), or the trigger with --json.
+int PrintPublished(const CliResult<HttpResponse>& response, CommandContext& context) {
+  if (!response.ok()) return context.Fail(response.error());
+  if (response->status < 200 || response->status > 299) {
+    return context.Fail(ErrorFromResponse(response->status, response->body));
+  }
+  const json trigger = json::parse(response->body, nullptr, false);
+  if (!trigger.is_object()) {
+    return context.Fail(CliError::Failure("invalid_response", "the server's answer is not JSON"));
+  }
+  if (context.json()) {
+    context.out() << JsonOutput(trigger) << "\n";
+    return kExitOk;
+  }
+  context.out() << JsonText(trigger, "id") << " " << JsonText(trigger, "state") << " revision "
+                << JsonText(trigger, "revision");
+  // The server marks a request that changed nothing (already in that state) as replayed.
+  if (response->Header("X-QL-Replayed") == "true") context.out() << " (unchanged)";
+  context.out() << "\n";
+  return kExitOk;
+}
+
 // The next fire time in the trigger's zone when the server gives it, else in UTC.
 std::string NextFire(const json& trigger) {
   std::string local = JsonText(trigger, "next_fire_at_local", "");
@@ -102,26 +125,26 @@ int TriggerChange(const std::string& trigger_id, TriggerAction action, CommandCo
                                                          : "repin";
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
-  CliResult<HttpResponse> response =
-      (*api)->Send("POST", TriggerPath(trigger_id) + "/" + verb, "{}");
-  if (!response.ok()) return context.Fail(response.error());
-  if (response->status < 200 || response->status > 299) {
-    return context.Fail(ErrorFromResponse(response->status, response->body));
+  return PrintPublished((*api)->Send("POST", TriggerPath(trigger_id) + "/" + verb, "{}"),
+                        context);
+}
+
+int TriggerEdit(const TriggerEditArgs& args, CommandContext& context) {
+  if (!args.expression && !args.timezone && !args.misfire && !args.overlap) {
+    return context.Fail(CliError::Usage(
+        "nothing_to_edit", "say what to change: --cron, --tz, --misfire or --overlap"));
   }
-  const json trigger = json::parse(response->body, nullptr, false);
-  if (!trigger.is_object()) {
-    return context.Fail(CliError::Failure("invalid_response", "the server's answer is not JSON"));
-  }
-  if (context.json()) {
-    context.out() << JsonOutput(trigger) << "\n";
-    return kExitOk;
-  }
-  context.out() << JsonText(trigger, "id") << " " << JsonText(trigger, "state") << " revision "
-                << JsonText(trigger, "revision");
-  // The server marks a request that changed nothing (already in that state) as replayed.
-  if (response->Header("X-QL-Replayed") == "true") context.out() << " (unchanged)";
-  context.out() << "\n";
-  return kExitOk;
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> current = (*api)->GetJson(TriggerPath(args.trigger_id));
+  if (!current.ok()) return context.Fail(current.error());
+  json body = {{"expected_revision", current->value("revision", int64_t{0})}};
+  if (args.expression) body["expression"] = *args.expression;
+  if (args.timezone) body["timezone"] = *args.timezone;
+  if (args.misfire) body["misfire"] = *args.misfire;
+  if (args.overlap) body["overlap"] = *args.overlap;
+  return PrintPublished(
+      (*api)->Send("POST", TriggerPath(args.trigger_id) + "/revisions", body.dump()), context);
 }
 
 int TriggerNext(const TriggerNextArgs& args, CommandContext& context) {
@@ -179,6 +202,28 @@ void RegisterTriggerCommands(CLI::App& app) {
       "Idempotency id of this write (default: a fresh id)");
   add->callback([add, add_args] {
     RunCommand(*add, [&](CommandContext& context) { return TriggerAdd(*add_args, context); });
+  });
+
+  auto edit_args = std::make_shared<TriggerEditArgs>();
+  CLI::App* edit = trigger->add_subcommand(
+      "edit", "Publish a new revision of a trigger with a new expression, zone or policy");
+  edit->fallthrough();
+  edit->add_option("id", edit_args->trigger_id, "Trigger id")->required();
+  edit->add_option_function<std::string>(
+      "--cron", [edit_args](const std::string& v) { edit_args->expression = v; },
+      "New cron expression (5 fields, or 6 with seconds first)");
+  edit->add_option_function<std::string>(
+      "--tz", [edit_args](const std::string& v) { edit_args->timezone = v; }, "New IANA zone");
+  edit->add_option_function<std::string>(
+          "--misfire", [edit_args](const std::string& v) { edit_args->misfire = v; },
+          "skip or fire_once")
+      ->check(CLI::IsMember({"skip", "fire_once"}));
+  edit->add_option_function<std::string>(
+          "--overlap", [edit_args](const std::string& v) { edit_args->overlap = v; },
+          "allow, forbid or replace")
+      ->check(CLI::IsMember({"allow", "forbid", "replace"}));
+  edit->callback([edit, edit_args] {
+    RunCommand(*edit, [&](CommandContext& context) { return TriggerEdit(*edit_args, context); });
   });
 
   auto list_args = std::make_shared<TriggerListArgs>();

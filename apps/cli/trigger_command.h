@@ -22,6 +22,15 @@ struct TriggerAddArgs {
   std::optional<std::string> mutation_id;
 };
 
+// What `trigger edit` changes; a flag left out keeps the trigger's current value.
+struct TriggerEditArgs {
+  std::string trigger_id;
+  std::optional<std::string> expression;  // --cron
+  std::optional<std::string> timezone;    // --tz
+  std::optional<std::string> misfire;     // --misfire
+  std::optional<std::string> overlap;     // --overlap
+};
+
 struct TriggerListArgs {
   std::optional<std::string> task_id;  // --task
   int64_t limit = 1000;
@@ -45,6 +54,10 @@ int TriggerShow(const std::string& trigger_id, CommandContext& context);
 // POST /api/v1/triggers/{id}/{enable|disable|repin}; prints "<id> <state> revision <n>", noting
 // when nothing changed (--json: the trigger object).
 int TriggerChange(const std::string& trigger_id, TriggerAction action, CommandContext& context);
+// GET /api/v1/triggers/{id} for its revision, then POST /api/v1/triggers/{id}/revisions with the
+// changed fields: a new revision whose schedule follows the new expression from now on. Prints
+// as TriggerChange. Nothing to change is a usage error (nothing_to_edit).
+int TriggerEdit(const TriggerEditArgs& args, CommandContext& context);
 // GET /api/v1/triggers/{id}/next?count=N; prints the next fire times the scheduler will admit,
 // one RFC 3339 line each with the trigger zone's offset (--json: the server's answer). When the
 // trigger is not active (disabled, stale pin, exhausted) a note on stderr says nothing will be

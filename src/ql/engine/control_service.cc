@@ -676,6 +676,40 @@ Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger
   return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish);
 }
 
+Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_id,
+                                                     int64_t expected_revision,
+                                                     const TriggerEdit& edit,
+                                                     const Caller& caller) {
+  if (expected_revision < 1) {
+    return InvalidArgument("invalid_expected_revision",
+                           "expected_revision must be at least 1, got " +
+                               std::to_string(expected_revision));
+  }
+  QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id, caller));
+  QL_RETURN_IF_ERROR(
+      Allow(caller, current.head.project_id, Action::kPublish, "triggers.edit",
+            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
+  TriggerRevisionRecord next = current.revision;
+  QL_ASSIGN_OR_RETURN(CronSchedule cron,
+                      CronSchedule::Create(edit.expression.value_or(next.expression),
+                                           edit.timezone.value_or(next.timezone)));
+  QL_ASSIGN_OR_RETURN(MisfirePolicy misfire,
+                      ParseMisfirePolicy(edit.misfire.value_or(next.misfire)));
+  QL_ASSIGN_OR_RETURN(OverlapPolicy overlap,
+                      ParseOverlapPolicy(edit.overlap.value_or(next.overlap)));
+  next.expression = cron.expression();
+  next.timezone = cron.zone().name();
+  next.misfire = std::string(MisfirePolicyName(misfire));
+  next.overlap = std::string(OverlapPolicyName(overlap));
+  if (expected_revision == current.head.current_revision &&
+      TriggerContentDigest(next) == current.revision.content_digest) {
+    return PublishedTrigger{std::move(current), true};
+  }
+  // The store publishes only over `expected_revision`: a trigger that moved on is a conflict.
+  current.head.current_revision = expected_revision;
+  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish);
+}
+
 Result<PageResult<TriggerView>> ControlService::ListTriggers(
     const std::optional<std::string>& task_id, const PageQuery& page, const Caller& caller) {
   if (task_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("task_id", *task_id));

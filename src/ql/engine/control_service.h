@@ -113,6 +113,14 @@ struct TriggerWrite {
   std::optional<std::string> mutation_id;
 };
 
+// What `EditTrigger` changes; a field left empty keeps the current revision's value.
+struct TriggerEdit {
+  std::optional<std::string> expression;
+  std::optional<std::string> timezone;
+  std::optional<std::string> misfire;
+  std::optional<std::string> overlap;
+};
+
 struct PublishedTrigger {
   TriggerView trigger;
   bool replayed = false;
@@ -221,6 +229,13 @@ class ControlService {
   // a no-op (replayed) when the pin is already current. Conflict task_disabled when the trigger
   // is enabled and the task's current revision is disabled.
   Result<PublishedTrigger> RepinTrigger(const std::string& trigger_id, const Caller& caller = {});
+  // Publishes the next revision of a trigger with `edit` applied (expression, zone, misfire or
+  // overlap policy), the rest as it was, if the trigger is still at `expected_revision` (else
+  // Conflict revision_conflict). The schedule follows the new revision from its publication:
+  // the cursor is recomputed, so no occurrence of the old expression is admitted after it.
+  // An edit that changes nothing answers the current trigger (replayed).
+  Result<PublishedTrigger> EditTrigger(const std::string& trigger_id, int64_t expected_revision,
+                                       const TriggerEdit& edit, const Caller& caller = {});
   Result<TriggerView> GetTrigger(const std::string& trigger_id, const Caller& caller = {});
   Result<PageResult<TriggerView>> ListTriggers(const std::optional<std::string>& task_id,
                                                const PageQuery& page, const Caller& caller = {});

@@ -330,6 +330,13 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
        [&](const Member&) {
          return Sample{"POST", "/api/v1/triggers/" + trigger_id + "/repin", "{}"};
        }},
+      {"triggers.revisions.create",
+       [&](const Member&) {
+         auto head = store_->definitions().GetTriggerHead(trigger_id);
+         json body{{"expected_revision", head.ok() ? head->current_revision : 1},
+                   {"expression", "0 2 * * *"}};
+         return Sample{"POST", "/api/v1/triggers/" + trigger_id + "/revisions", body.dump()};
+       }},
       {"triggers.next",
        [&](const Member&) { return Sample{"GET", "/api/v1/triggers/" + trigger_id + "/next", ""}; }},
       {"cron.next",

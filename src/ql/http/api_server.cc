@@ -57,6 +57,7 @@ enum class RouteId {
   kTriggerEnable,
   kTriggerDisable,
   kTriggerRepin,
+  kTriggerRevisionsCreate,
   kTriggerNext,
   kCronNext,
   kRunsList,
@@ -157,6 +158,8 @@ constexpr RouteSpec kRoutes[] = {
     {"POST", "/api/v1/triggers/{id}/disable", RouteId::kTriggerDisable, "triggers.disable",
      "operator"},
     {"POST", "/api/v1/triggers/{id}/repin", RouteId::kTriggerRepin, "triggers.repin", "admin"},
+    {"POST", "/api/v1/triggers/{id}/revisions", RouteId::kTriggerRevisionsCreate,
+     "triggers.revisions.create", "admin"},
     {"GET", "/api/v1/triggers/{id}/next", RouteId::kTriggerNext, "triggers.next", "viewer"},
     {"GET", "/api/v1/cron/next", RouteId::kCronNext, "cron.next", "authenticated"},
     {"GET", "/api/v1/runs", RouteId::kRunsList, "runs.list", "viewer"},
@@ -735,6 +738,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
   const bool body_required = match.route->id == RouteId::kTasksCreate ||
                              match.route->id == RouteId::kTaskRevisionsCreate ||
                              match.route->id == RouteId::kTriggersCreate ||
+                             match.route->id == RouteId::kTriggerRevisionsCreate ||
                              match.route->id == RouteId::kRunsCreate ||
                              match.route->id == RouteId::kApprovalReject ||
                              match.route->id == RouteId::kRunResolve ||
@@ -867,6 +871,27 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       write.enabled = enabled.value_or(true);
       QL_HTTP_ASSIGN(res, write.mutation_id, api::OptionalString(body, "mutation_id"));
       QL_HTTP_ASSIGN(res, PublishedTrigger published, service.AddTrigger(write, caller));
+      res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
+      SendJson(res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
+      return;
+    }
+    case RouteId::kTriggerRevisionsCreate: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"expected_revision", "expression", "timezone",
+                                               "misfire", "overlap"}));
+      QL_HTTP_ASSIGN(res, std::optional<int64_t> expected,
+                     api::OptionalInteger(body, "expected_revision"));
+      if (!expected.has_value()) {
+        SendError(res, 400, "missing_field",
+                  "field expected_revision is required: the revision this edit replaces");
+        return;
+      }
+      TriggerEdit edit;
+      QL_HTTP_ASSIGN(res, edit.expression, api::OptionalString(body, "expression"));
+      QL_HTTP_ASSIGN(res, edit.timezone, api::OptionalString(body, "timezone"));
+      QL_HTTP_ASSIGN(res, edit.misfire, api::OptionalString(body, "misfire"));
+      QL_HTTP_ASSIGN(res, edit.overlap, api::OptionalString(body, "overlap"));
+      QL_HTTP_ASSIGN(res, PublishedTrigger published,
+                     service.EditTrigger(id, *expected, edit, caller));
       res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
       SendJson(res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
       return;

@@ -534,6 +534,55 @@ TEST_F(ApiServerTest, TriggersAndNewYorkDaylightSavingPreview) {
   EXPECT_EQ(got.body["revision"], 4);
 }
 
+TEST_F(ApiServerTest, ATriggerIsEditedInPlaceAndItsScheduleFollowsTheNewExpression) {
+  StartServer();
+  const std::string task = CreateTask();
+  Reply created = Post("/api/v1/triggers", json{{"task_id", task},
+                                                {"expression", "30 2 * * *"},
+                                                {"timezone", "UTC"}}
+                                               .dump());
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string trigger = created.body["id"];
+  const std::string path = "/api/v1/triggers/" + trigger + "/revisions";
+
+  // Bad input is refused with its code and changes nothing.
+  const std::string before = Snapshot();
+  EXPECT_EQ(Post(path, R"({"expression":"0 4 * * *"})").code(), "missing_field");
+  EXPECT_EQ(Post(path, R"({"expected_revision":1,"expression":"61 * * * *"})").code(),
+            "cron_value_out_of_range");
+  EXPECT_EQ(Post(path, R"({"expected_revision":1,"timezone":"Mars/Olympus"})").code(),
+            "timezone_unknown");
+  EXPECT_EQ(Post(path, R"({"expected_revision":1,"overlap":"queue"})").code(),
+            "invalid_overlap_policy");
+  EXPECT_EQ(Post(path, R"({"expected_revision":1,"task_id":"x"})").code(), "unknown_field");
+  Reply stale = Post(path, R"({"expected_revision":7,"expression":"0 4 * * *"})");
+  EXPECT_EQ(stale.status, 409);
+  EXPECT_EQ(stale.code(), "revision_conflict");
+  EXPECT_EQ(Snapshot(), before);
+
+  Reply edited = Post(path, json{{"expected_revision", 1},
+                                 {"expression", "0 4 * * *"},
+                                 {"timezone", "Asia/Shanghai"},
+                                 {"overlap", "forbid"}}
+                                .dump());
+  ASSERT_EQ(edited.status, 201) << edited.raw;
+  EXPECT_EQ(edited.body["id"], trigger);
+  EXPECT_EQ(edited.body["revision"], 2);
+  EXPECT_EQ(edited.body["expression"], "0 4 * * *");
+  EXPECT_EQ(edited.body["timezone"], "Asia/Shanghai");
+  EXPECT_EQ(edited.body["overlap"], "forbid");
+  EXPECT_EQ(edited.body["misfire"], created.body["misfire"]);
+  EXPECT_EQ(edited.body["task_revision"], created.body["task_revision"]);
+  // 04:00 in Shanghai is 20:00 UTC the day before: the next fire follows the new expression.
+  Reply next = Get("/api/v1/triggers/" + trigger + "/next?count=1");
+  ASSERT_EQ(next.status, 200) << next.raw;
+  EXPECT_EQ(next.body["fire_times"][0]["at"], "2026-01-01T20:00:00Z");
+  // The same edit again changes nothing.
+  Reply again = Post(path, json{{"expected_revision", 2}, {"expression", "0 4 * * *"}}.dump());
+  EXPECT_EQ(again.status, 200) << again.raw;
+  EXPECT_EQ(again.body["revision"], 2);
+}
+
 TEST_F(ApiServerTest, RunsLifecycle) {
   StartServer();
   const std::string a = CreateTask("a");
