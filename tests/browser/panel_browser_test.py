@@ -8,7 +8,11 @@ forms; see runs appear and a log stream live; cancel a long run; a bad cron expr
 the server's message; set a secret (its value never shows again) and run a task that names it;
 an operator requests a run of a task that requires approval, the owner's own request is refused
 approval (approval_self) and the operator's is approved in the page, and the run happens; a
-viewer's token sees no edit control and a forced write is refused with 403. Every page is saved
+viewer's token sees no edit control and a forced write is refused with 403; a trigger with
+overlap `forbid` every second on a task that sleeps 3 s records skipped runs with their reason;
+a task's concurrency limit round-trips through its form; and (ql-local only) an approved run left
+in recovery_required by killing ql-local and the attempt's supervisor is resolved in the run
+page's Resolve form. Every page is saved
 as a screenshot, desktop and 360 px wide, into --screenshots, and must not scroll sideways at
 360 px. A missing browser or driver is a failure, never a skip.
 """
@@ -123,15 +127,25 @@ class Server:
         else:
             self.start_cluster()
 
-    def start_local(self):
-        port = free_port()
-        data = os.path.join(self.workdir, "data")
-        self.spawn("ql-local", [os.path.join(self.args.bin_dir, "ql-local"), "serve", "--data", data,
-                                "--listen", f"127.0.0.1:{port}", "--shutdown-wait", "2"])
+    def start_local(self, port=None, log_name="ql-local"):
+        port = port or free_port()
+        self.data = os.path.join(self.workdir, "data")
+        self.local = self.spawn(log_name, [os.path.join(self.args.bin_dir, "ql-local"), "serve", "--data", self.data,
+                                           "--listen", f"127.0.0.1:{port}", "--shutdown-wait", "2"])
+        self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.wait_ready()
-        with open(os.path.join(data, "owner.token")) as f:
+        with open(os.path.join(self.data, "owner.token")) as f:
             self.token = f.read().strip()
+
+    def crash_local(self):
+        """SIGKILLs ql-local (no shutdown of any kind)."""
+        self.local.kill()
+        self.local.wait()
+
+    def restart_local(self):
+        """Starts ql-local again on the same data directory and port."""
+        self.start_local(self.port, "ql-local-restarted")
 
     def start_cluster(self):
         helper = subprocess.Popen([self.args.postgres, self.args.roles_sql], stdin=subprocess.PIPE,
@@ -260,14 +274,21 @@ class Panel:
 
     # Screenshots ----------------------------------------------------------------------------
 
-    def shoot(self, name):
-        """Saves the page at desktop size and at 360 px (as a phone), which must not scroll sideways."""
+    def shoot(self, name, show=None):
+        """Saves the page at desktop size and at 360 px (as a phone), which must not scroll sideways;
+        `show`, a selector, is scrolled into view in both."""
+        scroll = f"document.querySelector({json.dumps(show)}).scrollIntoView({{block: 'center'}})"
+        if show:
+            self.driver.execute_script(scroll)
         time.sleep(0.3)
         self.driver.save_screenshot(os.path.join(self.shots, f"{name}-desktop.png"))
         self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
             "width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 1, "mobile": True})
         try:
             time.sleep(0.4)
+            if show:
+                self.driver.execute_script(scroll)
+                time.sleep(0.1)
             width = self.driver.execute_script("return document.documentElement.scrollWidth")
             self.driver.save_screenshot(os.path.join(self.shots, f"{name}-360.png"))
             check(width <= PHONE[0], f"page {name} is {width} px wide at {PHONE[0]} px: it scrolls sideways")
@@ -334,7 +355,7 @@ def sign_out(panel):
           "the token is still in sessionStorage after signing out")
 
 
-def create_task(panel, name, command, env="", timeout_s="60", secret_env="", approval=False):
+def create_task(panel, name, command, env="", timeout_s="60", secret_env="", approval=False, concurrency=""):
     panel.go("/tasks/new?project=default")
     panel.fill("#task-name", name)
     panel.fill("#task-command", command)
@@ -347,6 +368,8 @@ def create_task(panel, name, command, env="", timeout_s="60", secret_env="", app
         Select(panel.one("#task-approver-role")).select_by_value("admin")
         panel.fill("#task-approval-ttl", "1")
     panel.fill("#task-timeout", timeout_s)
+    if concurrency:
+        panel.fill("#task-concurrency", concurrency)
     panel.one("#task-save").click()
     wait_until(lambda: "/tasks/" in panel.driver.current_url and "/new" not in panel.driver.current_url,
                f"the page of task {name}")
@@ -487,6 +510,140 @@ def secrets_and_approvals(server, panel):
     return approval_id
 
 
+def overlap_and_concurrency(server, panel):
+    """A task's concurrency limit through its form, and a trigger with overlap forbid every second
+    on a task that sleeps 3 s: its skipped runs show why. Signed in as the owner."""
+    # Concurrency: the server's refusal shows, a limit round-trips, and empty is unlimited again.
+    panel.go("/tasks/new?project=default")
+    panel.fill("#task-name", "panel-sleeper")
+    panel.fill("#task-command", "sleep 3")
+    panel.fill("#task-concurrency", "0")
+    panel.one("#task-save").click()
+    alert_with(panel, "invalid_concurrency")
+    panel.fill("#task-concurrency", "2")
+    panel.one("#task-save").click()
+    wait_until(lambda: "/tasks/" in panel.driver.current_url and "/new" not in panel.driver.current_url,
+               "the page of task panel-sleeper")
+    sleeper = panel.driver.current_url.split("/tasks/")[1].split("?")[0]
+    panel.wait_text("#task-concurrency-limit", "at most 2 unfinished runs")
+    check(api(server, "GET", f"/api/v1/tasks/{sleeper}")["concurrency"] == 2, "the task was not saved with concurrency 2")
+    panel.go(f"/tasks/{sleeper}/edit?project=default")
+    check(panel.one("#task-concurrency").get_attribute("value") == "2", "the form lost the concurrency limit")
+    panel.shoot("task-form-concurrency", show="#task-concurrency")
+    panel.one("#task-concurrency").clear()
+    panel.one("#task-save").click()
+    panel.wait_text("#task-concurrency-limit", "unlimited")
+    check(api(server, "GET", f"/api/v1/tasks/{sleeper}")["concurrency"] is None, "emptying the field kept a limit")
+
+    # Overlap forbid, chosen in the form: while one run sleeps, the next occurrences are skipped.
+    panel.go(f"/triggers/new?task={sleeper}&project=default")
+    panel.fill("#trigger-zone", "UTC")
+    panel.fill("#trigger-expression", "* * * * * *")
+    Select(panel.one("#trigger-overlap")).select_by_value("forbid")
+    panel.wait_text("#trigger-overlap-choices li.chosen", "forbid")
+    wait_until(lambda: len(panel.css("#preview ol.fire-times li")) == 5, "5 previewed fire times")
+    panel.shoot("trigger-form-overlap", show="#trigger-overlap-choices")
+    panel.one("#trigger-save").click()
+    wait_until(lambda: "/triggers/" in panel.driver.current_url and "/new" not in panel.driver.current_url,
+               "the forbid trigger's page")
+    panel.wait_text("#trigger-overlap-policy", "forbid")
+    trigger = panel.driver.current_url.split("/triggers/")[1].split("?")[0]
+    check(api(server, "GET", f"/api/v1/triggers/{trigger}")["overlap"] == "forbid", "the trigger was not created with forbid")
+    panel.shoot("trigger-overlap")
+    panel.go(f"/runs?task={sleeper}&project=default")
+    skipped = "//tr[.//span[normalize-space()='skipped']]"
+    wait_until(lambda: any("overlap" in e.text for e in panel.driver.find_elements(By.XPATH, skipped + "//span[contains(@class,'skip-reason')]")),
+               "a skipped run with reason overlap in the list", timeout=30)
+    api(server, "POST", f"/api/v1/triggers/{trigger}/disable")
+    badge = panel.driver.find_element(By.XPATH, skipped + "//span[contains(@class,'badge')]")
+    check(badge.rect["x"] > 0 and badge.value_of_css_property("border-top-style") == "dashed",
+          f"skipped has no badge of its own (x {badge.rect['x']}, border {badge.value_of_css_property('border-top-style')})")
+    Select(panel.one("#runs-status")).select_by_value("skipped")
+    panel.one("#runs-filters button[type=submit]").click()
+    wait_until(lambda: "status=skipped" in panel.driver.current_url, "the skipped filter applied")
+    panel.one("a.run-link")
+    check("running" not in panel.text("table") and "succeeded" not in panel.text("table"),
+          "the skipped filter lists other runs")
+    panel.shoot("runs-skipped")
+    panel.driver.find_element(By.XPATH, skipped + "//a[contains(@class,'run-link')]").click()
+    panel.wait_text("#run-skip-reason", "overlap")
+    panel.wait_text("#run-skip-reason", "forbid")
+    panel.wait_text("#log-state", "no attempt")
+    panel.wait_text("main", "run.skipped")
+    panel.shoot("run-skipped")
+    panel.go("/triggers?project=default")
+    wait_until(lambda: panel.driver.find_elements(By.XPATH, "//tr[.//td[normalize-space()='forbid']]"),
+               "the trigger list showing forbid")
+
+
+def supervisor_pids(attempt_id):
+    """Returns the pids of supervisor processes (`... supervise <run root>/<attempt id>`)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"supervise" in argv and any(a.endswith(attempt_id.encode()) for a in argv):
+            pids.append(int(entry))
+    return pids
+
+
+def resolve_recovery(server, panel):
+    """An approved run whose attempt is lost after it started (ql-local and its supervisor
+    SIGKILLed, ql-local restarted on the same data): recovery_required, resolved by the owner in
+    the run page's Resolve form. Signed in as the owner; ql-local only."""
+    requester = principal_with_role(server, "rhea", "operator")
+    task = api(server, "POST", "/api/v1/tasks?project=default", {
+        "name": "panel-guarded", "spec": {"command": {"kind": "shell", "command": "sleep 30", "shell": "/bin/sh"}},
+        "approval": {"required": True, "approver_role": "admin"}})
+    requested = api(server, "POST", "/api/v1/runs?project=default", {"task_id": task["id"]}, token=requester)
+    check(requested.get("code") == "approval_required", f"the guarded run was not held for approval: {requested}")
+    run_id = api(server, "POST", f"/api/v1/approvals/{requested['approval_id']}/approve")["run"]["id"]
+
+    def started():
+        run = api(server, "GET", f"/api/v1/runs/{run_id}")
+        attempts = run.get("attempts") or []
+        return run if run["status"] == "running" and attempts and attempts[-1].get("pid") else None
+
+    run = wait_until(started, "the approved run running", timeout=30)
+    attempt = run["attempts"][-1]
+    supervisors = wait_until(lambda: supervisor_pids(attempt["id"]), f"the supervisor of attempt {attempt['id']}")
+    server.crash_local()
+    for pid in supervisors:
+        os.kill(pid, signal.SIGKILL)
+    try:
+        os.killpg(attempt["pid"], signal.SIGKILL)  # the command's own group, orphaned now
+    except ProcessLookupError:
+        pass
+    server.restart_local()
+    wait_until(lambda: api(server, "GET", f"/api/v1/runs/{run_id}")["status"] == "recovery_required",
+               "the run in recovery_required after the restart", timeout=30)
+
+    panel.go(f"/runs/{run_id}?project=default")
+    panel.wait_text("#run-status", "recovery_required")
+    panel.one("#resolve-form")
+    check(not panel.driver.find_elements(By.XPATH, "//button[normalize-space()='Cancel run']"),
+          "a run in recovery_required offers Cancel")
+    Select(panel.one("#resolve-resolution")).select_by_value("succeeded")
+    reason = "checked the target by hand: the job completed"
+    panel.fill("#resolve-reason", reason)
+    panel.shoot("run-resolve-form", show="#resolve-form")
+    panel.one("#resolve-form button[type=submit]").click()
+    panel.wait_text("#run-status", "succeeded")
+    panel.wait_text("#run-resolution", reason)
+    owner_name = api(server, "GET", "/api/v1/whoami")["principal"]["name"]
+    panel.wait_text("#run-resolution", f"by {owner_name}")
+    check(not panel.css("#resolve-form"), "the Resolve form stays after the run was resolved")
+    panel.wait_text("main", "run.recovery_resolved")
+    panel.shoot("run-resolved")
+    resolved = api(server, "GET", f"/api/v1/runs/{run_id}")
+    check(resolved["status"] == "succeeded", f"the run is {resolved['status']} after resolving")
+
+
 def scenario(server, panel):
     check_headers(server)
     base = server.url
@@ -552,6 +709,8 @@ def scenario(server, panel):
     panel.wait_text("main", "run.succeeded")
 
     # The dashboard now shows the trigger due next and the scheduler's lag from /metrics.
+    overlap_and_concurrency(server, panel)
+
     panel.go("/?project=default")
     panel.wait_text("#lag", "Occurrences admitted")
     panel.wait_text("main", "panel-tick")
@@ -613,6 +772,9 @@ def scenario(server, panel):
     panel.collect_console()
     approval_id = secrets_and_approvals(server, panel)
     panel.collect_console()
+    if server.args.server == "local":
+        resolve_recovery(server, panel)
+        panel.collect_console()
 
     # The viewer: no edit control anywhere, and a forced write is refused.
     sign_out(panel)

@@ -250,7 +250,7 @@ const STATUS_KIND = {
   timed_out: 'bad',
   lost: 'bad',
   cancelled: 'warn',
-  skipped: 'muted',
+  skipped: 'skipped',
   pin_stale: 'warn',
   exhausted: 'muted',
   disabled: 'muted',

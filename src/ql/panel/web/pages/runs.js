@@ -1,12 +1,12 @@
 // Runs: the list with filters (task, trigger, status from the API; a time window applied to
 // the pages as they arrive, newest first), and one run with its attempts, events and log,
-// followed live while it runs. Cancel and retry for operators; admins resolve a run in
-// recovery_required.
+// followed live while it runs, why a skipped run was skipped and how a recovery_required run
+// was resolved. Cancel and retry for operators; admins resolve a run in recovery_required.
 
 import {followLog, get, pager, post, readLog} from '../lib/api.js';
 import {h, replace} from '../lib/dom.js';
 import {between, durationText, isoFromLocalInput, localInputFromIso, shortId, timeEl} from '../lib/format.js';
-import {taskNames} from '../lib/lookup.js';
+import {principalNames, taskNames} from '../lib/lookup.js';
 import {actionButton, allowed, badge, errorBox, facts, field, inlineForm, link, notice, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
 
 export const nav = {
@@ -23,6 +23,28 @@ const STATUSES = [
   'retry_wait', 'lost', 'recovery_required', 'skipped'
 ];
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'timed_out', 'skipped']);
+// Why admission recorded a cron occurrence as skipped, by the run's error_code.
+const SKIP_REASONS = {
+  overlap:
+      'an earlier run of its trigger was unfinished and the trigger\'s overlap policy is forbid',
+  concurrency: 'the task already had as many unfinished runs as its concurrency limit allows',
+};
+
+// Returns why a skipped run was skipped, in words.
+export function skipReasonText(run) {
+  const why = SKIP_REASONS[run.error_code];
+  return why ? `${run.error_code}: ${why}` :
+               `${run.error_code || 'unknown'}: ${run.error_summary || ''}`;
+}
+
+// Returns a run's status badge; a skipped run's reason (overlap, concurrency) follows it.
+function statusCell(r) {
+  if (r.status !== 'skipped') return badge(r.status);
+  return h(
+      'span', {class: 'status-skipped'}, badge(r.status),
+      h('span', {class: 'muted small skip-reason', text: ` ${r.error_code || ''}`}));
+}
+
 // Text kept in the log view; older output is dropped from the top.
 const LOG_KEEP_CHARS = 512 * 1024;
 
@@ -39,7 +61,7 @@ export function runTable(rows, names = new Map()) {
           label: 'Task',
           cell: (r) => link(names.get(r.task_id) || shortId(r.task_id), `/tasks/${r.task_id}`)
         },
-        {label: 'Status', cell: (r) => badge(r.status)},
+        {label: 'Status', cell: statusCell},
         {label: 'Type', class: 'wide', cell: (r) => r.trigger_type},
         {label: 'Created', cell: (r) => timeEl(r.created_at)},
         {
@@ -158,7 +180,7 @@ async function renderList(ctx) {
   });
 }
 
-function attemptTable(attempts) {
+function attemptTable(attempts, empty) {
   return table(
       [
         {label: '#', class: 'num', cell: (a) => String(a.attempt)},
@@ -186,7 +208,7 @@ function attemptTable(attempts) {
         },
       ],
       attempts,
-      'No attempt yet.',
+      empty,
   );
 }
 
@@ -296,6 +318,8 @@ async function renderRun(ctx) {
   const attemptSel = h('select', {id: 'log-attempt', 'aria-label': 'Attempt'});
   const log = logView(attemptSel);
   const resolveBox = h('div', {id: 'resolve-box'});
+  let resolution = null;      // the payload of run.recovery_resolved, once there is one
+  let resolverNames = null;   // principal names, read when a person resolved the run
   let paintedActions = null;  // what the buttons on screen are for: finished, recovery, going
   let paintedKey = '';
   const actionsMode = () => TERMINAL.has(run.status) ? 'finished' :
@@ -305,7 +329,7 @@ async function renderRun(ctx) {
   // Repaints what changed since the last paint (buttons only when the run's mode changed, so an
   // armed Cancel or a half-written resolution survives the refresh).
   const paint = () => {
-    const key = `${run.version}|${JSON.stringify(run.attempts || [])}`;
+    const key = `${run.version}|${JSON.stringify(run.attempts || [])}|${!!resolution}`;
     if (key === paintedKey) return;
     paintedKey = key;
     if (paintedActions !== actionsMode()) paintActions();
@@ -373,6 +397,19 @@ async function renderRun(ctx) {
               paint();
             }));
   };
+  // A resolution by a person names them; one without (resolved_by null) came from evidence, such
+  // as the late report of the worker that held the lost attempt.
+  const resolutionText = () => {
+    const by = resolution.resolved_by;
+    const who =
+        by ? `by ${resolverNames?.get(by) || shortId(by)}` : 'resolved automatically from evidence';
+    return h(
+        'span', {id: 'run-resolution'}, h('strong', {text: resolution.resolution}), ` — ${who}: `,
+        h('q', {text: resolution.reason || ''}),
+        resolution.retry_run_id ?
+            h('span', {}, ' (', link('the new run', `/runs/${resolution.retry_run_id}`), ')') :
+            null);
+  };
   const paintFacts = () => {
     replace(
         summary,
@@ -392,7 +429,13 @@ async function renderRun(ctx) {
               ['Finished', timeEl(run.finished_at)],
               ['Duration', durationText(between(run.started_at, run.finished_at))],
               run.exit_code !== null ? ['Exit code', String(run.exit_code)] : null,
-              run.error_code ? ['Error', `${run.error_code}: ${run.error_summary || ''}`] : null,
+              run.status === 'skipped' ?
+                  [
+                    'Skipped because', h('span', {id: 'run-skip-reason', text: skipReasonText(run)})
+                  ] :
+                  run.error_code ? ['Error', `${run.error_code}: ${run.error_summary || ''}`] :
+                                   null,
+              resolution ? ['Resolution', resolutionText()] : null,
               run.cancel_requested_at ?
                   [
                     'Cancel requested',
@@ -408,7 +451,12 @@ async function renderRun(ctx) {
             ],
             2),
     );
-    replace(attemptsBox, attemptTable(run.attempts || []));
+    replace(
+        attemptsBox,
+        attemptTable(
+            run.attempts || [],
+            run.status === 'skipped' ? 'No attempt: the occurrence was skipped.' :
+                                       'No attempt yet.'));
   };
   paint();
   replace(
@@ -436,6 +484,12 @@ async function renderRun(ctx) {
       if (items.length < 500) break;
     }
     eventsBody.setRows(events);
+    const resolved = !resolution && events.find((e) => e.type === 'run.recovery_resolved');
+    if (resolved) {
+      if (resolved.payload?.resolved_by) resolverNames = await principalNames(ctx.signal);
+      resolution = resolved.payload || {};
+      paint();
+    }
   };
 
   // Log: one stream per attempt chosen; a new attempt is followed as it appears.
@@ -465,7 +519,10 @@ async function renderRun(ctx) {
     }
   };
   attemptSel.addEventListener('change', () => startLog(Number(attemptSel.value)));
-  if (!(run.attempts || []).length) log.state('waiting for the first attempt…');
+  if (!(run.attempts || []).length)
+    log.state(
+        run.status === 'skipped' ? 'no attempt: the occurrence was skipped' :
+                                   'waiting for the first attempt…');
   syncAttempts();
   await loadEvents();
 

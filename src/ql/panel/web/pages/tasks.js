@@ -117,6 +117,13 @@ function envList(env) {
   }));
 }
 
+// Returns a task's concurrency limit in words.
+function concurrencyText(limit) {
+  if (limit === null || limit === undefined) return 'unlimited';
+  return `at most ${limit} unfinished run${limit === 1 ? '' : 's'}: ` +
+      'a cron occurrence due beyond that is skipped';
+}
+
 // Returns a task's approval policy in words.
 function approvalText(approval) {
   if (!approval?.required) return 'not required for manual runs';
@@ -168,6 +175,7 @@ async function renderTask(ctx) {
               enabled: false,
               mutation_id: randomId()
             };
+            if (task.concurrency != null) body.concurrency = task.concurrency;
             await post(`/api/v1/tasks/${id}/revisions`, body);
             forgetTask(id);
             ctx.navigate(`/tasks/${id}`, {t: Date.now()});
@@ -201,6 +209,10 @@ async function renderTask(ctx) {
                 ],
                 ['Timeout', durationText(spec.timeoutMs)],
                 ['Retries', retryText(task.retry)],
+                [
+                  'Concurrency',
+                  h('span', {id: 'task-concurrency-limit', text: concurrencyText(task.concurrency)})
+                ],
                 ['Approval', h('span', {id: 'task-approval', text: approvalText(task.approval)})],
                 [
                   'Labels',
@@ -371,6 +383,15 @@ async function renderForm(ctx, task) {
     value: spec.timeoutMs ? String(spec.timeoutMs / 1000) : '',
     placeholder: '86400'
   });
+  const concurrency = h('input', {
+    id: 'task-concurrency',
+    type: 'number',
+    min: 1,
+    max: 10000,
+    step: 1,
+    value: task?.concurrency != null ? String(task.concurrency) : '',
+    placeholder: 'unlimited'
+  });
   const whole = (id, value, min, max) =>
       h('input', {id, type: 'number', min, max, step: 1, value: String(value)});
   const attempts = whole('task-attempts', retry.max_attempts, 1, 16);
@@ -448,6 +469,9 @@ async function renderForm(ctx, task) {
           'Working directory', workdir,
           'Absolute path; empty runs the command in the task\'s own directory.'),
       field('Timeout (seconds)', timeout, 'Empty: 24 hours.'),
+      field(
+          'Concurrency', concurrency,
+          'At most this many unfinished runs (1–10000) when a cron occurrence comes due; one beyond it is recorded as skipped. Manual runs are not limited but count. Empty: unlimited.'),
       h(
           'fieldset',
           {},
@@ -506,6 +530,11 @@ async function renderForm(ctx, task) {
     };
     if (workdir.value.trim()) body.spec.workingDirectory = workdir.value.trim();
     if (timeout.value !== '') body.spec.timeoutMs = Math.round(Number(timeout.value) * 1000);
+    // A number field reads as '' when what was typed is not a number: refuse rather than
+    // publish "unlimited". Out-of-range and fractional values go to the server, which names them.
+    if (concurrency.validity.badInput)
+      throw Object.assign(new Error('concurrency is not a number'), {code: 'form'});
+    if (concurrency.value !== '') body.concurrency = Number(concurrency.value);
     if (enabled.checked) {
       body.retry = {
         max_attempts: Number(attempts.value),

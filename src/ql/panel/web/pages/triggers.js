@@ -28,6 +28,20 @@ const MISFIRE = [
   ['fire_once', 'fire_once — the oldest missed occurrence runs once'],
 ];
 
+// What admission does with an occurrence while an earlier run of the same trigger is unfinished.
+export const OVERLAP = [
+  ['allow', 'every occurrence starts its own run, even while earlier ones go on'],
+  ['forbid', 'the occurrence is not run: it is recorded as a skipped run (reason overlap)'],
+  ['replace', 'the unfinished runs are cancelled (reason replaced), then the occurrence runs'],
+];
+
+// Returns a trigger's overlap policy in words.
+export function overlapText(policy) {
+  const p = policy || 'allow';
+  const line = OVERLAP.find(([v]) => v === p);
+  return line ? `${p} — ${line[1]}` : p;
+}
+
 // Returns the buttons that change a trigger, for the caller's role.
 function triggerActions(t, errors, onChange) {
   const change = (verb) => async () => {
@@ -58,6 +72,7 @@ export function triggerTable(rows, {errors, onChange, names = new Map(), showTas
         {label: 'State', cell: (t) => badge(t.state)},
         {label: 'Next fire', cell: (t) => timeEl(t.next_fire_at, t.timezone)},
         {label: 'Misfire', class: 'wide', cell: (t) => t.misfire},
+        {label: 'Overlap', class: 'wide', cell: (t) => t.overlap || 'allow'},
         {label: '', class: 'row-actions', cell: (t) => triggerActions(t, errors, onChange)},
       ].filter(Boolean),
       rows,
@@ -150,6 +165,9 @@ async function renderTrigger(ctx) {
                 ['State', badge(t.state)],
                 ['Misfire', t.misfire],
                 [
+                  'Overlap', h('span', {id: 'trigger-overlap-policy', text: overlapText(t.overlap)})
+                ],
+                [
                   'Pinned to',
                   `task revision ${t.task_revision}${
                       t.pin_stale ? ' (stale: the task changed since)' : ''}`
@@ -218,6 +236,23 @@ async function renderForm(ctx) {
     value: replacing?.timezone || viewerZone
   });
   const misfire = select(MISFIRE, replacing?.misfire || 'skip', {id: 'trigger-misfire'});
+  const overlap =
+      select(OVERLAP.map(([v]) => v), replacing?.overlap || 'allow', {id: 'trigger-overlap'});
+  const overlapChoices =
+      h('ul', {class: 'choices small', id: 'trigger-overlap-choices'},
+        OVERLAP.map(([v, text]) => h('li', {}, h('code', {text: v}), ` ${text}`)));
+  const markOverlap = () => {
+    for (const li of overlapChoices.children)
+      li.classList.toggle('chosen', li.firstChild.textContent === overlap.value);
+  };
+  overlap.addEventListener('change', markOverlap);
+  markOverlap();
+  const overlapField = field(
+      'Overlap policy', overlap,
+      'When an occurrence comes due while an earlier run of this trigger is unfinished:');
+  overlapField.append(overlapChoices);
+  overlap.setAttribute(
+      'aria-describedby', `${overlap.getAttribute('aria-describedby')} ${overlapChoices.id}`);
   const enabled = h('input', {type: 'checkbox', id: 'trigger-enabled', checked: true});
   const preview =
       h('div', {id: 'preview', class: 'preview', 'aria-live': 'polite'},
@@ -286,15 +321,11 @@ async function renderForm(ctx) {
           field(
               'Misfire policy', misfire,
               'What happens to an occurrence the scheduler sees late (after a stop).'),
+          overlapField,
           h('div', {class: 'field check'}, enabled,
             h('label',
               { for: enabled.id, text: 'Enabled'
               })),
-          h('p', {
-            class: 'muted small',
-            text:
-                'Overlapping runs: every occurrence starts its own run; the API has no overlap policy.'
-          }),
           h('div', {class: 'actions'}, submit, h('a', {
               class: 'btn subtle',
               href: replacing ? href(`/triggers/${replacing.id}`) : href('/triggers'),
@@ -310,6 +341,7 @@ async function renderForm(ctx) {
       expression: expression.value.trim(),
       timezone: zone.value.trim(),
       misfire: misfire.value,
+      overlap: overlap.value,
       enabled: enabled.checked,
       mutation_id: mutationId,
     });
