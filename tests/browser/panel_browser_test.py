@@ -719,6 +719,24 @@ def scenario(server, panel):
     panel.go("/triggers?project=default")
     panel.one("a.trigger-link")
     panel.shoot("triggers")
+
+    # A schedule is edited in place: the same trigger, its next revision, the new expression.
+    before = api(server, "GET", f"/api/v1/triggers/{trigger}")
+    panel.go(f"/triggers/{trigger}?project=default")
+    panel.button("Change schedule…").click()
+    panel.wait_text("#trigger-form", "next revision of this trigger")
+    panel.fill("#trigger-expression", "*/3 * * * * *")
+    panel.shoot("trigger-edit")
+    panel.one("#trigger-save").click()
+    wait_until(lambda: panel.driver.current_url.split("?")[0].endswith("/triggers/" + trigger),
+               "the edited trigger's own page")
+    panel.wait_text("main", "*/3 * * * * *")
+    after = api(server, "GET", f"/api/v1/triggers/{trigger}")
+    check(after["expression"] == "*/3 * * * * *", f"the edit did not reach the trigger: {after}")
+    check(after["revision"] == before["revision"] + 1, "the edit is not the trigger's next revision")
+    check(after["state"] == before["state"], "the edit changed whether the trigger is enabled")
+    listed = api(server, "GET", f"/api/v1/triggers?task_id={tick}")["items"]
+    check(len(listed) == 1, f"editing the schedule made {len(listed)} triggers")
     panel.go("/tasks?project=default")
     panel.one("a.task-link")
     panel.fill("#task-search", "tick")

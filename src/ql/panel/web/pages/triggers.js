@@ -295,7 +295,7 @@ async function renderForm(ctx) {
     type: 'submit',
     class: 'btn primary',
     id: 'trigger-save',
-    text: replacing ? 'Create new trigger and disable the old one' : 'Create trigger'
+    text: replacing ? 'Save new revision' : 'Create trigger'
   });
   const mutationId = randomId();
   const form = h(
@@ -306,7 +306,7 @@ async function renderForm(ctx) {
           {class: 'split-main'},
           replacing ?
               notice(
-                  'A trigger revision keeps its schedule: changing it creates a new trigger with the new schedule, then disables this one (two steps; if the second fails, disable it by hand).',
+                  'Saving publishes the next revision of this trigger (same id, same task pin, enabled as it is); its schedule follows the new expression from the moment you save.',
                   'info') :
               null,
           errors,
@@ -322,10 +322,11 @@ async function renderForm(ctx) {
               'Misfire policy', misfire,
               'What happens to an occurrence the scheduler sees late (after a stop).'),
           overlapField,
-          h('div', {class: 'field check'}, enabled,
-            h('label',
-              { for: enabled.id, text: 'Enabled'
-              })),
+          replacing ? null :
+                      h('div', {class: 'field check'}, enabled,
+                        h('label',
+                          { for: enabled.id, text: 'Enabled'
+                          })),
           h('div', {class: 'actions'}, submit, h('a', {
               class: 'btn subtle',
               href: replacing ? href(`/triggers/${replacing.id}`) : href('/triggers'),
@@ -336,6 +337,17 @@ async function renderForm(ctx) {
         preview, h('p', {class: 'muted small', text: DST_RULE})),
   );
   onSubmit(form, errors, async () => {
+    if (replacing) {
+      const edited = await post(`/api/v1/triggers/${replacing.id}/revisions`, {
+        expected_revision: replacing.revision,
+        expression: expression.value.trim(),
+        timezone: zone.value.trim(),
+        misfire: misfire.value,
+        overlap: overlap.value,
+      });
+      ctx.navigate(`/triggers/${edited.id}`);
+      return;
+    }
     const created = await post('/api/v1/triggers', {
       task_id: taskSelect.value,
       expression: expression.value.trim(),
@@ -345,7 +357,6 @@ async function renderForm(ctx) {
       enabled: enabled.checked,
       mutation_id: mutationId,
     });
-    if (replacing && replacing.enabled) await post(`/api/v1/triggers/${replacing.id}/disable`);
     ctx.navigate(`/triggers/${created.id}`);
   });
   replace(
