@@ -212,8 +212,8 @@ std::optional<std::string> Stmt::OptText(int column) const {
 // ---------------------------------------------------------------------------------------------
 // Db
 
-Db::Db(sqlite3* handle, int max_busy_retries)
-    : handle_(handle), max_busy_retries_(max_busy_retries) {}
+Db::Db(sqlite3* handle, int busy_timeout_ms, int max_busy_retries)
+    : handle_(handle), busy_timeout_ms_(busy_timeout_ms), max_busy_retries_(max_busy_retries) {}
 
 Db::~Db() {
   for (auto& [sql, entry] : cache_) sqlite3_finalize(entry->stmt);
@@ -238,13 +238,22 @@ Result<std::unique_ptr<Db>> Db::Open(const std::string& path, int busy_timeout_m
   sqlite3_busy_timeout(handle, busy_timeout_ms);
   // Defensive mode refuses writable_schema and similar ways of corrupting the file by SQL.
   sqlite3_db_config(handle, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
-  return std::unique_ptr<Db>(new Db(handle, max_busy_retries));
+  return std::unique_ptr<Db>(new Db(handle, busy_timeout_ms, max_busy_retries));
 }
 
 Status Db::WithConnection(const std::function<Status()>& body) {
   std::lock_guard<std::mutex> lock(mu_);
   operation_ = "configuring the connection";
-  return body();
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms_);
+  for (int attempt = 0;; ++attempt) {
+    Status status = body();
+    if (status.code() != StatusCode::kBusy ||
+        (attempt >= max_busy_retries_ && std::chrono::steady_clock::now() >= give_up)) {
+      return status;
+    }
+    Backoff(attempt);
+  }
 }
 
 Status Db::Transact(TxMode mode, std::string_view operation,

@@ -128,7 +128,10 @@ class Db {
   Status Transact(TxMode mode, std::string_view operation, const std::function<Status(Tx&)>& body);
 
   // Runs `body` holding the connection mutex outside any transaction (for pragmas that cannot
-  // run inside one).
+  // run inside one). SQLite answers some lock requests Busy at once instead of waiting (a
+  // journal-mode change while another connection migrates, to avoid a deadlock), so a Busy body
+  // is run again after a short backoff until the busy timeout has passed: `body` must be
+  // idempotent.
   Status WithConnection(const std::function<Status()>& body);
 
   // The calls below require the connection mutex (inside Transact or WithConnection).
@@ -156,13 +159,14 @@ class Db {
     bool in_use = false;
   };
 
-  Db(sqlite3* handle, int max_busy_retries);
+  Db(sqlite3* handle, int busy_timeout_ms, int max_busy_retries);
   Status RunOnce(TxMode mode, std::string_view operation, const std::function<Status(Tx&)>& body);
   Status ExecControl(std::string_view sql, std::string_view operation, SqlitePhase phase);
   void RollbackIfActive();
 
   std::mutex mu_;
   sqlite3* handle_;
+  int busy_timeout_ms_;
   int max_busy_retries_;
   std::string operation_;  // names the running work in statement error messages
   std::unordered_map<std::string, std::unique_ptr<CachedStatement>> cache_;

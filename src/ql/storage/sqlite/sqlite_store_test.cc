@@ -562,6 +562,31 @@ TEST(SqliteStoreTest, ConcurrentOpensMigrateOnce) {
   EXPECT_EQ(history.size(), sqlite::SqliteMainStream().migrations.size());
 }
 
+// SQLite answers some lock requests Busy at once rather than through the busy handler (a
+// journal-mode change while another connection migrates): connection set-up runs again until
+// the busy timeout has passed, then gives up with Busy.
+TEST(SqliteStoreTest, ConnectionSetUpRetriesBusyAnswersUntilTheBusyTimeout) {
+  TempDir dir;
+  auto db = sqlite::Db::Open(dir.File("c.db"), /*busy_timeout_ms=*/300, /*max_busy_retries=*/2);
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  int calls = 0;
+  Status passes = (*db)->WithConnection([&]() -> Status {
+    return ++calls < 4 ? Busy("store_busy", "locked") : Status();
+  });
+  EXPECT_TRUE(passes.ok()) << passes.ToString();
+  EXPECT_EQ(calls, 4);
+
+  calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  Status refused = (*db)->WithConnection([&]() -> Status {
+    ++calls;
+    return Busy("store_busy", "locked");
+  });
+  EXPECT_EQ(refused.code(), StatusCode::kBusy);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  EXPECT_GT(calls, 3);
+}
+
 TEST(SqliteErrorMappingTest, ResultCodesMapToStableCategories) {
   using sqlite::StatusFromSqlite;
   EXPECT_EQ(StatusFromSqlite(SQLITE_BUSY, "database is locked", "op").code(), StatusCode::kBusy);
