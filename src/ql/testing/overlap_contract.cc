@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ql/core/overlap.h"
+#include "ql/testing/contract_assertions.h"
 #include "ql/testing/repository_contract.h"
 
 namespace ql::testing {
@@ -15,25 +16,6 @@ bool LinkOverlapContract() { return true; }
 }  // namespace internal
 
 namespace {
-
-[[maybe_unused]] Status StatusOfAny(const Status& status) { return status; }
-template <typename T>
-Status StatusOfAny(const Result<T>& result) {
-  return result.status();
-}
-
-#define QL_ASSERT_OK(expr)                                        \
-  do {                                                            \
-    const ::ql::Status ql_status_ = StatusOfAny(expr);            \
-    ASSERT_TRUE(ql_status_.ok()) << ql_status_.ToString();        \
-  } while (0)
-
-#define QL_ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  QL_ASSERT_OK_AND_ASSIGN_IMPL_(QL_CONCAT_(ql_assert_result_, __LINE__), lhs, expr)
-#define QL_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                                  \
-  ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();   \
-  lhs = std::move(tmp).value()
 
 std::vector<std::string> EventTypes(const std::vector<EventRecord>& events) {
   std::vector<std::string> out;

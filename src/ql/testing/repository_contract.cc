@@ -17,29 +17,7 @@
 #include "ql/core/ids.h"
 #include "ql/core/states.h"
 #include "ql/core/status.h"
-
-namespace ql::testing {
-
-Status StatusOf(const Status& status) { return status; }
-template <typename T>
-Status StatusOf(const Result<T>& result) {
-  return result.status();
-}
-
-}  // namespace ql::testing
-
-#define QL_ASSERT_OK(expr)                                         \
-  do {                                                             \
-    const ::ql::Status ql_status_ = ::ql::testing::StatusOf(expr); \
-    ASSERT_TRUE(ql_status_.ok()) << ql_status_.ToString();         \
-  } while (0)
-
-#define QL_ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  QL_ASSERT_OK_AND_ASSIGN_IMPL_(QL_CONCAT_(ql_assert_result_, __LINE__), lhs, expr)
-#define QL_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                                  \
-  ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();   \
-  lhs = std::move(tmp).value()
+#include "ql/testing/contract_assertions.h"
 
 namespace ql::testing {
 

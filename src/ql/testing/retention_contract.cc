@@ -8,6 +8,7 @@
 
 #include "ql/core/governance.h"
 #include "ql/core/retention.h"
+#include "ql/testing/contract_assertions.h"
 #include "ql/testing/repository_contract.h"
 
 namespace ql::testing {
@@ -17,26 +18,6 @@ bool LinkRetentionContract() { return true; }
 }  // namespace internal
 
 namespace {
-
-#define QL_EXPECT_ERROR(expr, want_code, want_reason)         \
-  do {                                                        \
-    const ::ql::Status ql_st_ = StatusOfAny(expr);            \
-    EXPECT_EQ(ql_st_.code(), want_code) << ql_st_.ToString(); \
-    EXPECT_EQ(ql_st_.reason(), want_reason) << ql_st_.ToString(); \
-  } while (0)
-
-#define QL_ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  QL_ASSERT_OK_AND_ASSIGN_IMPL_(QL_CONCAT_(ql_assert_result_, __LINE__), lhs, expr)
-#define QL_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                                  \
-  ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();   \
-  lhs = std::move(tmp).value()
-
-[[maybe_unused]] Status StatusOfAny(const Status& status) { return status; }
-template <typename T>
-Status StatusOfAny(const Result<T>& result) {
-  return result.status();
-}
 
 bool Contains(const std::vector<std::string>& ids, const std::string& id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
