@@ -588,18 +588,17 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   return PublishedTrigger{std::move(view), result.replayed};
 }
 
-Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(const TriggerView& current,
-                                                                  TriggerRevisionRecord next,
-                                                                  const Caller& caller,
-                                                                  Action action) {
+Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(
+    const TriggerView& current, TriggerRevisionRecord next, const Caller& caller, Action action,
+    std::optional<int64_t> expected_revision) {
   PublishTriggerCommand cmd;
   cmd.fence = FenceOf(caller, action);
   cmd.project_id = current.head.project_id;
   cmd.trigger_id = current.head.trigger_id;
-  cmd.expected_revision = current.head.current_revision;
+  cmd.expected_revision = expected_revision.value_or(current.head.current_revision);
   cmd.mutation_id = NewId();
   cmd.now_ms = clock_.NowMs();
-  next.revision = current.head.current_revision + 1;
+  next.revision = *cmd.expected_revision + 1;
   next.mutation_id = cmd.mutation_id;
   next.created_at_ms = cmd.now_ms;
   next.content_digest = TriggerContentDigest(next);
@@ -705,9 +704,8 @@ Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_
       TriggerContentDigest(next) == current.revision.content_digest) {
     return PublishedTrigger{std::move(current), true};
   }
-  // The store publishes only over `expected_revision`: a trigger that moved on is a conflict.
-  current.head.current_revision = expected_revision;
-  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish);
+  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish,
+                                  expected_revision);
 }
 
 Result<PageResult<TriggerView>> ControlService::ListTriggers(

@@ -324,10 +324,11 @@ class ControlService {
                                 const Caller& caller);
   Result<TaskView> ViewOf(const TaskRevisionRecord& revision);
   Result<TriggerView> ViewOf(const TriggerHeadRecord& head, const TriggerRevisionRecord& revision);
-  // Publishes `next` after `current`, fenced for `action`, which the caller has authorized.
-  Result<PublishedTrigger> PublishTriggerRevisionOf(const TriggerView& current,
-                                                    TriggerRevisionRecord next,
-                                                    const Caller& caller, Action action);
+  // Publishes `next` over revision `expected_revision` (default: `current`'s), fenced for
+  // `action`, which the caller has authorized; a trigger that moved on is revision_conflict.
+  Result<PublishedTrigger> PublishTriggerRevisionOf(
+      const TriggerView& current, TriggerRevisionRecord next, const Caller& caller,
+      Action action, std::optional<int64_t> expected_revision = std::nullopt);
   Result<std::vector<int64_t>> AdmissionPreview(const TriggerView& view, int count);
   // Turns a manual run of a revision that requires approval into an approval request (one that
   // carries `retry_of` when it retries that run).
