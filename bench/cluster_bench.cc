@@ -271,7 +271,7 @@ void BuildTemplate(PostgresServer& server, const std::string& tmpl, int n,
       std::to_string(n) +
       ");"
       "INSERT INTO ql3.trigger_heads SELECT c.id, h.project_id, h.task_id, 1, h.created_at_ms, "
-      "h.updated_at_ms FROM clone c, ql3.trigger_heads h;"
+      "h.updated_at_ms, h.name || '-' || c.id, NULL FROM clone c, ql3.trigger_heads h;"
       "INSERT INTO ql3.trigger_revisions SELECT c.id, 1, r.project_id, c.mutation, r.task_id, "
       "r.task_revision, r.task_digest, r.expression, r.timezone, r.misfire, r.enabled, "
       "r.content_digest, r.created_at_ms FROM clone c, ql3.trigger_revisions r;"

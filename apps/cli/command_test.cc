@@ -369,6 +369,60 @@ TEST_F(CommandTest, TaskPublishSendsTheExpectedRevisionAndPrintsTheNewOne) {
   EXPECT_EQ(sent["spec"]["timeoutMs"], 1000);
 }
 
+TEST_F(CommandTest, TaskEditByNameRepinsOverTheCurrentRevisionAndRemoveDeletes) {
+  server_.http().Get("/api/v1/tasks/nightly backup",
+                     [&](const httplib::Request& req, httplib::Response& res) {
+                       server_.Record(req);
+                       Json(res, json::parse(R"({"id":"t1","revision":4,"name":"nightly backup",
+                              "enabled":true,"labels":{},"spec":{"command":{"kind":"shell",
+                              "command":"a","shell":"/bin/sh"},"environment":{},
+                              "timeoutMs":1000}})"));
+                     });
+  server_.http().Post("/api/v1/tasks/t1/revisions",
+                      [&](const httplib::Request& req, httplib::Response& res) {
+                        server_.Record(req);
+                        const bool repin = json::parse(req.body).value("repin_triggers", false);
+                        Json(res, {{"id", "t1"}, {"revision", 5}, {"stale_triggers", repin ? 0 : 2}},
+                             201);
+                      });
+  server_.http().Delete("/api/v1/tasks/nightly backup",
+                        [&](const httplib::Request& req, httplib::Response& res) {
+                          server_.Record(req);
+                          Json(res, {{"id", "t1"}, {"deleted_triggers", {"g1", "g2"}}});
+                        });
+  TaskPublishArgs edit;
+  edit.task_id = "nightly backup";
+  edit.edit = true;
+  edit.repin = true;
+  edit.content.shell = "b";
+  CommandContext context = Context();
+  EXPECT_EQ(TaskPublish(edit, context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "5\n");
+  EXPECT_EQ(err_.str(), "");
+  // Addressed by name, published by id over the revision the server showed.
+  EXPECT_EQ(server_.requests().at(0), "GET /api/v1/tasks/nightly backup");
+  EXPECT_EQ(server_.requests().at(1), "POST /api/v1/tasks/t1/revisions");
+  json sent = json::parse(server_.bodies().at(1));
+  EXPECT_EQ(sent["expected_revision"], 4);
+  EXPECT_EQ(sent["repin_triggers"], true);
+
+  edit.repin = false;
+  out_.str("");
+  CommandContext no_repin = Context();
+  EXPECT_EQ(TaskPublish(edit, no_repin), kExitOk) << err_.str();
+  sent = json::parse(server_.bodies().at(3));
+  EXPECT_FALSE(sent.contains("repin_triggers"));
+  EXPECT_NE(err_.str().find("2 triggers of this task still pin an older revision"),
+            std::string::npos)
+      << err_.str();
+
+  out_.str("");
+  CommandContext rm = Context();
+  EXPECT_EQ(TaskRemove("nightly backup", rm), kExitOk) << err_.str();
+  EXPECT_EQ(server_.requests().back(), "DELETE /api/v1/tasks/nightly backup");
+  EXPECT_EQ(out_.str(), "t1 deleted\ng1 deleted (trigger)\ng2 deleted (trigger)\n");
+}
+
 // Serves `total` runs r0..r{total-1} in pages of at most the requested limit.
 void ServeRuns(FakeServer& server, int total) {
   server.http().Get(

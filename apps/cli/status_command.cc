@@ -47,6 +47,12 @@ int Status(CommandContext& context) {
   fields.AddRow({"executor", JsonText(out, "executor_type")});
   fields.AddRow({"server time", JsonText(out, "now")});
   fields.AddRow({"enabled triggers", JsonText(out, "enabled_triggers")});
+  // Enabled, but pinned to a task revision that is no longer current: they admit nothing.
+  const int64_t stale = out.value("stale_triggers", int64_t{0});
+  if (stale > 0) {
+    fields.AddRow({"stale triggers", std::to_string(stale) +
+                                         " (admit nothing until repinned: ql trigger repin NAME)"});
+  }
   fields.AddRow({"runs", JsonText(out, "runs_total")});
   fields.Print(context.out());
 

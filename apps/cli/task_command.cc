@@ -452,6 +452,9 @@ int TaskShow(const std::string& task_id, CommandContext& context) {
   fields.AddRow({"name", JsonText(*task, "name")});
   fields.AddRow({"revision", JsonText(*task, "revision")});
   fields.AddRow({"enabled", JsonText(*task, "enabled")});
+  if (task->contains("deleted_at") && !(*task)["deleted_at"].is_null()) {
+    fields.AddRow({"deleted", JsonText(*task, "deleted_at")});
+  }
   if (JsonText(command, "kind", "") == "shell") {
     fields.AddRow({"shell", JsonText(command, "shell")});
     fields.AddRow({"command", JsonText(command, "command")});
@@ -463,6 +466,9 @@ int TaskShow(const std::string& task_id, CommandContext& context) {
   fields.AddRow({"timeout", TimeoutSummary(spec)});
   fields.AddRow({"labels", LabelsSummary(task->value("labels", json::object()))});
   fields.AddRow({"retry", RetrySummary(task->value("retry", json()))});
+  fields.AddRow({"concurrency", task->value("concurrency", json()).is_null()
+                                    ? "unlimited"
+                                    : JsonText(*task, "concurrency")});
   fields.AddRow({"digest", JsonText(*task, "content_digest")});
   fields.AddRow({"created", JsonText(*task, "created_at")});
   fields.AddRow({"updated", JsonText(*task, "updated_at")});
@@ -481,7 +487,7 @@ int TaskShow(const std::string& task_id, CommandContext& context) {
 }
 
 int TaskPublish(const TaskPublishArgs& args, CommandContext& context) {
-  if (args.expected_revision < 1) {
+  if (args.expected_revision < (args.edit ? 0 : 1)) {
     return context.Fail(CliError::Usage("invalid_expected_revision",
                                         "--expected-revision must be the task's current "
                                         "revision number (1 or more)"));
@@ -494,15 +500,45 @@ int TaskPublish(const TaskPublishArgs& args, CommandContext& context) {
   if (!body.ok()) return context.Fail(body.error());
   body = WithSecretEnvironment(args.content, **api, std::move(*body));
   if (!body.ok()) return context.Fail(body.error());
-  // The server checks the expected revision; the current one only supplies unchanged fields.
-  (*body)["expected_revision"] = args.expected_revision;
+  // The server checks the expected revision; the current one supplies unchanged fields (and
+  // the revision itself when `task edit` is not given one).
+  (*body)["expected_revision"] = args.expected_revision > 0
+                                     ? args.expected_revision
+                                     : current->value("revision", int64_t{0});
   (*body)["mutation_id"] = args.content.mutation_id.value_or(NewMutationId());
-  CliResult<json> task = (*api)->PostJson(TaskPath(args.task_id) + "/revisions", *body);
+  if (args.repin) (*body)["repin_triggers"] = true;
+  // By id: a rename must not make the request miss its task.
+  CliResult<json> task =
+      (*api)->PostJson(TaskPath(JsonText(*current, "id")) + "/revisions", *body);
   if (!task.ok()) return context.Fail(task.error());
   if (context.json()) {
     context.out() << JsonOutput(*task) << "\n";
   } else {
     context.out() << JsonText(*task, "revision", "") << "\n";
+  }
+  const int64_t stale = task->value("stale_triggers", int64_t{0});
+  if (stale > 0) {
+    context.err() << "note: " << stale
+                  << (stale == 1 ? " trigger of this task still pins an older revision and admits"
+                                 : " triggers of this task still pin an older revision and admit")
+                  << " nothing until repinned (ql trigger repin NAME, or publish with ql task "
+                     "edit)\n";
+  }
+  return kExitOk;
+}
+
+int TaskRemove(const std::string& task_ref, CommandContext& context) {
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> task = (*api)->DeleteJson(TaskPath(task_ref));
+  if (!task.ok()) return context.Fail(task.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*task) << "\n";
+    return kExitOk;
+  }
+  context.out() << JsonText(*task, "id") << " deleted\n";
+  for (const json& trigger : task->value("deleted_triggers", json::array())) {
+    context.out() << trigger.get<std::string>() << " deleted (trigger)\n";
   }
   return kExitOk;
 }
@@ -537,7 +573,7 @@ void RegisterTaskCommands(CLI::App& app) {
   auto show_id = std::make_shared<std::string>();
   CLI::App* show = task->add_subcommand("show", "Show a task's current revision and history");
   show->fallthrough();
-  show->add_option("id", *show_id, "Task id")->required();
+  show->add_option("task", *show_id, "Task name or id")->required();
   show->callback([show, show_id] {
     RunCommand(*show, [&](CommandContext& context) { return TaskShow(*show_id, context); });
   });
@@ -549,7 +585,7 @@ void RegisterTaskCommands(CLI::App& app) {
       "Publish a new revision of a task and print its number; flags left out keep the current "
       "revision's values");
   publish->fallthrough();
-  publish->add_option("id", publish_args->task_id, "Task id")->required();
+  publish->add_option("task", publish_args->task_id, "Task name or id")->required();
   publish
       ->add_option("--expected-revision", publish_args->expected_revision,
                    "The revision this one replaces (the task's current revision)")
@@ -560,6 +596,39 @@ void RegisterTaskCommands(CLI::App& app) {
   publish->callback([publish, publish_args] {
     RunCommand(*publish,
                [&](CommandContext& context) { return TaskPublish(*publish_args, context); });
+  });
+
+  auto edit_args = std::make_shared<TaskPublishArgs>();
+  edit_args->edit = true;
+  edit_args->repin = true;
+  auto edit_flags = std::shared_ptr<TaskContentFlags>(edit_args, &edit_args->content);
+  CLI::App* edit = task->add_subcommand(
+      "edit",
+      "Publish a new revision of a task and repin its triggers in the same transaction (so "
+      "they keep firing); flags left out keep the current revision's values");
+  edit->fallthrough();
+  edit->add_option("task", edit_args->task_id, "Task name or id")->required();
+  edit->add_option("--expected-revision", edit_args->expected_revision,
+                   "Refuse the edit unless the task is still at this revision (default: "
+                   "whatever revision it is at)");
+  edit->add_option_function<std::string>(
+      "--name", [edit_args](const std::string& v) { edit_args->name = v; }, "Rename the task");
+  edit->add_flag_callback(
+      "--no-repin", [edit_args] { edit_args->repin = false; },
+      "Leave the triggers on the old revision (they admit nothing until repinned)");
+  AddContentFlags(edit, edit_flags, /*publish=*/true);
+  edit->callback([edit, edit_args] {
+    RunCommand(*edit, [&](CommandContext& context) { return TaskPublish(*edit_args, context); });
+  });
+
+  auto rm_ref = std::make_shared<std::string>();
+  CLI::App* rm = task->add_subcommand(
+      "rm",
+      "Delete a task and its triggers: nothing new runs; the history stays until retention");
+  rm->fallthrough();
+  rm->add_option("task", *rm_ref, "Task name or id")->required();
+  rm->callback([rm, rm_ref] {
+    RunCommand(*rm, [&](CommandContext& context) { return TaskRemove(*rm_ref, context); });
   });
   AddRetentionSetCommand(*task, /*task=*/true);
 }

@@ -83,10 +83,13 @@ struct TaskListArgs {
 };
 
 struct TaskPublishArgs {
-  std::string task_id;
+  std::string task_id;  // a name or an id
+  // The revision replaced; 0 (`task edit` without --expected-revision): the current one.
   int64_t expected_revision = 0;
   std::optional<std::string> name;  // --name NEW
   TaskContentFlags content;
+  bool repin = false;  // repin the task's triggers in the same transaction (`task edit`)
+  bool edit = false;   // `task edit`: the expected revision may be left out
 };
 
 // POST /api/v1/tasks; prints the new task id (--json: the task object).
@@ -99,6 +102,9 @@ int TaskShow(const std::string& task_id, CommandContext& context);
 // POST /api/v1/tasks/{id}/revisions on top of the current revision; prints the new revision
 // number (--json: the task object).
 int TaskPublish(const TaskPublishArgs& args, CommandContext& context);
+// DELETE /api/v1/tasks/{id or name}; prints "<id> deleted" and the triggers deleted with it
+// (--json: the task object).
+int TaskRemove(const std::string& task_ref, CommandContext& context);
 
 // Registers `task add|list|show|publish` on `app` (and the global options on its root).
 void RegisterTaskCommands(CLI::App& app);

@@ -54,6 +54,7 @@ int TriggerAdd(const TriggerAddArgs& args, CommandContext& context) {
       {"mutation_id", args.mutation_id.value_or(NewUuidV7(SystemClock().NowMs(), SecureRandom()))}};
   if (!args.misfire.empty()) body["misfire"] = args.misfire;
   if (!args.overlap.empty()) body["overlap"] = args.overlap;
+  if (args.name) body["name"] = *args.name;
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
   CliResult<json> trigger = (*api)->PostJson("/api/v1/triggers", body);
@@ -79,9 +80,10 @@ int TriggerList(const TriggerListArgs& args, CommandContext& context) {
     context.out() << JsonOutput(triggers->ToJson()) << "\n";
     return kExitOk;
   }
-  Table table({"ID", "TASK", "CRON", "TIMEZONE", "MISFIRE", "STATE", "NEXT FIRE"});
+  Table table({"ID", "NAME", "TASK", "CRON", "TIMEZONE", "MISFIRE", "STATE", "NEXT FIRE"});
   for (const json& trigger : triggers->items) {
-    table.AddRow({JsonText(trigger, "id"), JsonText(trigger, "task_id"),
+    table.AddRow({JsonText(trigger, "id"), Ellipsize(JsonText(trigger, "name"), 32),
+                  JsonText(trigger, "task_id"),
                   JsonText(trigger, "expression"), JsonText(trigger, "timezone"),
                   JsonText(trigger, "misfire"), JsonText(trigger, "state"), NextFire(trigger)});
   }
@@ -100,6 +102,7 @@ int TriggerShow(const std::string& trigger_id, CommandContext& context) {
   }
   Table fields({"FIELD", "VALUE"});
   fields.AddRow({"id", JsonText(*trigger, "id")});
+  fields.AddRow({"name", JsonText(*trigger, "name")});
   fields.AddRow(
       {"task", JsonText(*trigger, "task_id") + " revision " + JsonText(*trigger, "task_revision")});
   fields.AddRow({"revision", JsonText(*trigger, "revision")});
@@ -110,6 +113,7 @@ int TriggerShow(const std::string& trigger_id, CommandContext& context) {
   fields.AddRow({"enabled", JsonText(*trigger, "enabled")});
   std::string state = JsonText(*trigger, "state");
   if (state == "pin_stale") state += " (the task was republished: run `ql trigger repin`)";
+  if (state == "deleted") state += " at " + JsonText(*trigger, "deleted_at");
   fields.AddRow({"state", state});
   fields.AddRow({"next fire", NextFire(*trigger)});
   fields.AddRow({"last scheduled", JsonText(*trigger, "last_scheduled_at")});
@@ -130,9 +134,9 @@ int TriggerChange(const std::string& trigger_id, TriggerAction action, CommandCo
 }
 
 int TriggerEdit(const TriggerEditArgs& args, CommandContext& context) {
-  if (!args.expression && !args.timezone && !args.misfire && !args.overlap) {
+  if (!args.expression && !args.timezone && !args.misfire && !args.overlap && !args.name) {
     return context.Fail(CliError::Usage(
-        "nothing_to_edit", "say what to change: --cron, --tz, --misfire or --overlap"));
+        "nothing_to_edit", "say what to change: --cron, --tz, --misfire, --overlap or --name"));
   }
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
@@ -143,8 +147,30 @@ int TriggerEdit(const TriggerEditArgs& args, CommandContext& context) {
   if (args.timezone) body["timezone"] = *args.timezone;
   if (args.misfire) body["misfire"] = *args.misfire;
   if (args.overlap) body["overlap"] = *args.overlap;
+  if (args.name) body["name"] = *args.name;
+  // The id, not the reference: a rename must not make the edit miss its trigger.
   return PrintPublished(
-      (*api)->Send("POST", TriggerPath(args.trigger_id) + "/revisions", body.dump()), context);
+      (*api)->Send("POST", TriggerPath(JsonText(*current, "id")) + "/revisions", body.dump()),
+      context);
+}
+
+int TriggerRemove(const std::string& trigger_ref, CommandContext& context) {
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<HttpResponse> response = (*api)->Send("DELETE", TriggerPath(trigger_ref), "");
+  if (!response.ok()) return context.Fail(response.error());
+  if (response->status < 200 || response->status > 299) {
+    return context.Fail(ErrorFromResponse(response->status, response->body));
+  }
+  const json trigger = json::parse(response->body, nullptr, false);
+  if (context.json()) {
+    context.out() << JsonOutput(trigger) << "\n";
+    return kExitOk;
+  }
+  context.out() << JsonText(trigger, "id") << " deleted";
+  if (response->Header("X-QL-Replayed") == "true") context.out() << " (already)";
+  context.out() << "\n";
+  return kExitOk;
 }
 
 int TriggerNext(const TriggerNextArgs& args, CommandContext& context) {
@@ -183,7 +209,10 @@ void RegisterTriggerCommands(CLI::App& app) {
   CLI::App* add = trigger->add_subcommand(
       "add", "Create a cron trigger on a task's current revision and print its id");
   add->fallthrough();
-  add->add_option("task_id", add_args->task_id, "Task id")->required();
+  add->add_option("task", add_args->task_id, "Task name or id")->required();
+  add->add_option_function<std::string>(
+      "--name", [add_args](const std::string& v) { add_args->name = v; },
+      "Trigger name, unique in the project (default: the task's name and part of the id)");
   add->add_option("--cron", add_args->expression,
                   "Cron expression: 5 fields, or 6 with seconds first; quote it")
       ->required();
@@ -208,7 +237,9 @@ void RegisterTriggerCommands(CLI::App& app) {
   CLI::App* edit = trigger->add_subcommand(
       "edit", "Publish a new revision of a trigger with a new expression, zone or policy");
   edit->fallthrough();
-  edit->add_option("id", edit_args->trigger_id, "Trigger id")->required();
+  edit->add_option("trigger", edit_args->trigger_id, "Trigger name or id")->required();
+  edit->add_option_function<std::string>(
+      "--name", [edit_args](const std::string& v) { edit_args->name = v; }, "Rename the trigger");
   edit->add_option_function<std::string>(
       "--cron", [edit_args](const std::string& v) { edit_args->expression = v; },
       "New cron expression (5 fields, or 6 with seconds first)");
@@ -231,7 +262,7 @@ void RegisterTriggerCommands(CLI::App& app) {
   list->fallthrough();
   list->add_option_function<std::string>(
       "--task", [list_args](const std::string& v) { list_args->task_id = v; },
-      "Only the triggers of this task");
+      "Only the triggers of this task (name or id)");
   list->add_option("--limit", list_args->limit, "Show at most N triggers")->capture_default_str();
   list->add_option("--cursor", list_args->cursor,
                    "Continue a listing where a --json listing's next_cursor says");
@@ -242,9 +273,18 @@ void RegisterTriggerCommands(CLI::App& app) {
   auto show_id = std::make_shared<std::string>();
   CLI::App* show = trigger->add_subcommand("show", "Show a trigger");
   show->fallthrough();
-  show->add_option("id", *show_id, "Trigger id")->required();
+  show->add_option("trigger", *show_id, "Trigger name or id")->required();
   show->callback([show, show_id] {
     RunCommand(*show, [&](CommandContext& context) { return TriggerShow(*show_id, context); });
+  });
+
+  auto rm_ref = std::make_shared<std::string>();
+  CLI::App* rm = trigger->add_subcommand(
+      "rm", "Delete a trigger: it admits no more runs; its runs stay until retention");
+  rm->fallthrough();
+  rm->add_option("trigger", *rm_ref, "Trigger name or id")->required();
+  rm->callback([rm, rm_ref] {
+    RunCommand(*rm, [&](CommandContext& context) { return TriggerRemove(*rm_ref, context); });
   });
 
   const std::pair<const char*, TriggerAction> actions[] = {
@@ -262,7 +302,7 @@ void RegisterTriggerCommands(CLI::App& app) {
     const TriggerAction action = actions[i].second;
     CLI::App* command = trigger->add_subcommand(actions[i].first, descriptions[i]);
     command->fallthrough();
-    command->add_option("id", *id, "Trigger id")->required();
+    command->add_option("trigger", *id, "Trigger name or id")->required();
     command->callback([command, id, action] {
       RunCommand(*command,
                  [&](CommandContext& context) { return TriggerChange(*id, action, context); });
@@ -273,7 +313,7 @@ void RegisterTriggerCommands(CLI::App& app) {
   CLI::App* next = trigger->add_subcommand(
       "next", "Print the next fire times the scheduler will admit for a trigger");
   next->fallthrough();
-  next->add_option("id", next_args->trigger_id, "Trigger id")->required();
+  next->add_option("trigger", next_args->trigger_id, "Trigger name or id")->required();
   next->add_option("--count", next_args->count, "How many, 1-100")->capture_default_str();
   next->callback([next, next_args] {
     RunCommand(*next, [&](CommandContext& context) { return TriggerNext(*next_args, context); });

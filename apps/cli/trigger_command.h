@@ -20,6 +20,7 @@ struct TriggerAddArgs {
   std::string overlap;     // --overlap allow|forbid|replace (empty: the server default, allow)
   bool disabled = false;   // --disabled
   std::optional<std::string> mutation_id;
+  std::optional<std::string> name;  // --name (default: the server's, after the task)
 };
 
 // What `trigger edit` changes; a flag left out keeps the trigger's current value.
@@ -29,6 +30,7 @@ struct TriggerEditArgs {
   std::optional<std::string> timezone;    // --tz
   std::optional<std::string> misfire;     // --misfire
   std::optional<std::string> overlap;     // --overlap
+  std::optional<std::string> name;        // --name: rename
 };
 
 struct TriggerListArgs {
@@ -63,6 +65,8 @@ int TriggerEdit(const TriggerEditArgs& args, CommandContext& context);
 // trigger is not active (disabled, stale pin, exhausted) a note on stderr says nothing will be
 // admitted.
 int TriggerNext(const TriggerNextArgs& args, CommandContext& context);
+// DELETE /api/v1/triggers/{id or name}; prints "<id> deleted" (--json: the trigger object).
+int TriggerRemove(const std::string& trigger_ref, CommandContext& context);
 
 // Registers the `trigger` command group on `app` (and the global options on its root).
 void RegisterTriggerCommands(CLI::App& app);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "ql/core/rfc3339.h"
 #include "ql/testing/test_pki.h"
 
 namespace ql::itest {
@@ -533,6 +534,78 @@ TEST_F(LocalDaemonTest, ForbidNeverRunsTwoRunsOfATriggerAtOnceAndRecordsTheSkips
   int succeeded = 0;
   for (const json& r : Runs({"--trigger", trigger})) succeeded += r["status"] == "succeeded";
   EXPECT_GE(succeeded, 1);
+}
+
+// DESIGN §11: a task edited by name keeps its every-second trigger firing — the edit repins the
+// trigger in its own transaction, so no occurrence is missed — until --no-repin leaves it stale
+// (said by the edit and by `ql status`), and `ql task rm` ends it for good.
+TEST_F(LocalDaemonTest, EditingATaskByNameKeepsItsTriggerFiringWithoutAMissedOccurrence) {
+  ASSERT_FALSE(AddTask("tick", "echo v1").empty());
+  CommandResult add = daemon_->Ql({"trigger", "add", "tick", "--name", "tick-each-second",
+                                   "--cron", "* * * * * *", "--tz", "UTC"});
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  const std::string trigger = Trim(add.out);
+  auto runs = [&] { return Runs({"--trigger", "tick-each-second"}); };
+  ASSERT_TRUE(WaitFor([&] { return runs().size() >= 2; }, seconds(10))) << daemon_->log();
+
+  for (int version = 2; version <= 6; ++version) {
+    CommandResult edit =
+        daemon_->Ql({"task", "edit", "tick", "--shell", "echo v" + std::to_string(version)});
+    ASSERT_EQ(edit.exit_code, 0) << edit.err;
+    EXPECT_EQ(Trim(edit.out), std::to_string(version));
+    EXPECT_EQ(edit.err, "");  // nothing went stale
+    std::this_thread::sleep_for(milliseconds(700));
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& r : runs()) {
+          if (r["task_revision"] == 6 && r["status"] == "succeeded") return true;
+        }
+        return false;
+      },
+      seconds(10)))
+      << runs().dump();
+  // One run for every second from the first occurrence to the last: no gap, no double.
+  std::set<int64_t> seconds_admitted;
+  const json all = runs();
+  for (const json& r : all) {
+    Result<int64_t> at = ParseRfc3339(r["scheduled_for"].get<std::string>());
+    ASSERT_TRUE(at.ok());
+    seconds_admitted.insert(*at / 1000);
+  }
+  EXPECT_EQ(seconds_admitted.size(), all.size());
+  ASSERT_GE(seconds_admitted.size(), 5u);
+  EXPECT_EQ(*seconds_admitted.rbegin() - *seconds_admitted.begin() + 1,
+            static_cast<int64_t>(seconds_admitted.size()))
+      << all.dump();
+  CommandResult status = daemon_->Ql({"status"});
+  EXPECT_EQ(status.out.find("stale triggers"), std::string::npos) << status.out;
+
+  // --no-repin leaves the trigger on revision 6: the edit and `ql status` say so.
+  CommandResult stale = daemon_->Ql({"task", "edit", "tick", "--no-repin", "--shell", "echo v7"});
+  ASSERT_EQ(stale.exit_code, 0) << stale.err;
+  EXPECT_NE(stale.err.find("1 trigger of this task still pin"), std::string::npos) << stale.err;
+  status = daemon_->Ql({"status"});
+  EXPECT_NE(status.out.find("stale triggers"), std::string::npos) << status.out;
+  CommandResult show = daemon_->Ql({"trigger", "show", "tick-each-second", "--json"});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_EQ(json::parse(show.out)["state"], "pin_stale");
+
+  // Deleting the task by name deletes its trigger: nothing is admitted from then on.
+  CommandResult rm = daemon_->Ql({"task", "rm", "tick"});
+  ASSERT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_NE(rm.out.find(trigger + " deleted (trigger)"), std::string::npos) << rm.out;
+  show = daemon_->Ql({"trigger", "show", trigger, "--json"});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_EQ(json::parse(show.out)["state"], "deleted");
+  EXPECT_NE(daemon_->Ql({"trigger", "show", "tick-each-second"}).exit_code, 0);
+  const size_t before = Runs({"--trigger", trigger}).size();
+  std::this_thread::sleep_for(seconds(2));
+  EXPECT_EQ(Runs({"--trigger", trigger}).size(), before);
+  CommandResult run = daemon_->Ql({"run", "start", "tick"});
+  EXPECT_NE(run.exit_code, 0);
+  // The name is free again.
+  EXPECT_FALSE(AddTask("tick", "echo again").empty());
 }
 
 TEST_F(LocalDaemonTest, ReplaceCancelsTheRunningRunOfTheTrigger) {

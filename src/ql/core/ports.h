@@ -71,11 +71,20 @@ struct PublishTaskCommand {
   std::vector<ExecutionRevisionRecord> executions;
   std::optional<PolicyFence> fence;
   int64_t now_ms = 0;
+  // In the same transaction, publish for every live trigger of the task the next revision
+  // pinning this one (keeping the trigger's schedule cursor, so no occurrence is lost). An
+  // enabled trigger is repinned only when this revision is enabled.
+  bool repin_triggers = false;
+  // Delete the task: this (disabled) revision is its last, the head becomes a tombstone, and
+  // every live trigger of the task is disabled and tombstoned in the same transaction.
+  bool tombstone = false;
 };
 
 struct PublishTaskResult {
   TaskRevisionRecord revision;
   bool replayed = false;  // the mutation id had been applied with identical content
+  // The triggers given a new revision in the same transaction (repin or tombstone), by id.
+  std::vector<std::string> trigger_ids;
 };
 
 struct PublishTriggerCommand {
@@ -86,6 +95,10 @@ struct PublishTriggerCommand {
   TriggerRevisionRecord revision;  // content fields (pinned task revision + digest, cron spec)
   std::optional<PolicyFence> fence;
   int64_t now_ms = 0;
+  // The head's name: required when creating; on an update, empty keeps the current name.
+  std::string name;
+  // Delete the trigger: this (disabled) revision is its last and the head becomes a tombstone.
+  bool tombstone = false;
 };
 
 struct PublishTriggerResult {
@@ -123,10 +136,15 @@ class DefinitionRepository {
   virtual Result<PublishTriggerResult> PublishTriggerRevision(const PublishTriggerCommand& cmd) = 0;
 
   virtual Result<TaskHeadRecord> GetTaskHead(const std::string& task_id) = 0;
+  // The live (not deleted) task or trigger of `project_id` named `name`, if any.
+  virtual Result<std::optional<TaskHeadRecord>> FindTaskByName(const std::string& project_id,
+                                                               const std::string& name) = 0;
+  virtual Result<std::optional<TriggerHeadRecord>> FindTriggerByName(
+      const std::string& project_id, const std::string& name) = 0;
   // Returns one revision of a task; NotFound when absent.
   virtual Result<TaskRevisionRecord> GetTaskRevision(const std::string& task_id,
                                                      int64_t revision) = 0;
-  // Lists task heads' current revisions of a project ordered by task id.
+  // Lists the current revisions of a project's live task heads ordered by task id.
   virtual Result<Page<TaskRevisionRecord>> ListTasks(const std::string& project_id,
                                                      const PageRequest& page) = 0;
   // Lists every revision of a task, newest first.
@@ -139,12 +157,16 @@ class DefinitionRepository {
   virtual Result<TriggerHeadRecord> GetTriggerHead(const std::string& trigger_id) = 0;
   virtual Result<TriggerRevisionRecord> GetTriggerRevision(const std::string& trigger_id,
                                                            int64_t revision) = 0;
-  // Lists current trigger revisions of a project (optionally of one task) ordered by trigger id.
+  // Lists current revisions of a project's live triggers (optionally of one task) ordered by
+  // trigger id.
   virtual Result<Page<TriggerRevisionRecord>> ListTriggers(
       const std::string& project_id, const std::optional<std::string>& task_id,
       const PageRequest& page) = 0;
   virtual Result<ScheduleRecord> GetSchedule(const std::string& trigger_id) = 0;
   virtual Result<int64_t> CountEnabledTriggers() = 0;
+  // Counts the enabled triggers of active projects whose pin is stale (the task was
+  // republished or disabled since): they admit nothing until repinned.
+  virtual Result<int64_t> CountStaleTriggers() = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -29,6 +29,12 @@ struct TaskHeadRecord {
   int64_t current_revision = 0;
   int64_t created_at_ms = 0;
   int64_t updated_at_ms = 0;
+  // The task's address within its project: the current revision's name, unique among the
+  // project's live tasks (a database upgrade that found duplicates suffixed the later ones).
+  std::string name;
+  // Set when the task was deleted: a tombstone that admits and starts nothing, kept with its
+  // history until retention; its name is free again.
+  std::optional<int64_t> deleted_at_ms;
 };
 
 // One immutable task revision. `spec_json` and `labels_json` are canonical JSON;
@@ -73,6 +79,10 @@ struct TriggerHeadRecord {
   int64_t current_revision = 0;
   int64_t created_at_ms = 0;
   int64_t updated_at_ms = 0;
+  // Unique among the project's live triggers; not part of any revision (renaming a trigger
+  // changes nothing it schedules).
+  std::string name;
+  std::optional<int64_t> deleted_at_ms;  // tombstone, as for tasks
 };
 
 // One immutable trigger revision of kind qinglong/cron@v1; it pins a task revision and digest.

@@ -14,6 +14,7 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/ids.h"
 #include "ql/core/overlap.h"
+#include "ql/core/task_spec.h"
 
 namespace ql {
 
@@ -485,6 +486,14 @@ Status ValidatePublishTask(const PublishTaskCommand& cmd) {
                                 ", got ", std::to_string(*content.concurrency)}));
   }
   QL_RETURN_IF_ERROR(RequireDigest("task content_digest", content.content_digest));
+  QL_RETURN_IF_ERROR(RequireText("task name", content.name));
+  if (cmd.tombstone && (content.enabled || !cmd.expected_revision.has_value())) {
+    return InvalidArgument("invalid_tombstone",
+                           "a task is deleted with a disabled revision over an existing one");
+  }
+  if (cmd.tombstone && cmd.repin_triggers) {
+    return InvalidArgument("invalid_tombstone", "a deleted task's triggers are not repinned");
+  }
   const int64_t new_revision = cmd.expected_revision.value_or(0) + 1;
   if (!content.enabled && !cmd.executions.empty()) {
     return InvalidArgument("execution_for_disabled_revision",
@@ -537,7 +546,39 @@ Status ValidatePublishTrigger(const PublishTriggerCommand& cmd) {
   }
   QL_RETURN_IF_ERROR(ParseOverlapPolicy(content.overlap).status());
   QL_RETURN_IF_ERROR(RequireDigest("trigger content_digest", content.content_digest));
+  if (!cmd.expected_revision.has_value()) QL_RETURN_IF_ERROR(RequireText("trigger name", cmd.name));
+  if (cmd.tombstone && (content.enabled || !cmd.expected_revision.has_value())) {
+    return InvalidArgument("invalid_tombstone",
+                           "a trigger is deleted with a disabled revision over an existing one");
+  }
   return Status();
+}
+
+TriggerRevisionRecord DerivedTriggerRevision(const TriggerRevisionRecord& current,
+                                             int64_t task_revision, const std::string& task_digest,
+                                             bool enabled, const std::string& task_mutation_id,
+                                             int64_t now_ms) {
+  TriggerRevisionRecord next = current;
+  next.revision = current.revision + 1;
+  next.mutation_id = Cat({task_mutation_id, ":", current.trigger_id});
+  next.task_revision = task_revision;
+  next.task_digest = task_digest;
+  next.enabled = enabled;
+  next.created_at_ms = now_ms;
+  next.content_digest = TriggerContentDigest(next);
+  return next;
+}
+
+std::optional<TriggerRevisionRecord> TriggerRevisionForTaskPublish(
+    const PublishTaskCommand& cmd, const TaskRevisionRecord& task,
+    const TriggerRevisionRecord& trigger) {
+  if (cmd.tombstone) {
+    return DerivedTriggerRevision(trigger, trigger.task_revision, trigger.task_digest, false,
+                                  cmd.mutation_id, cmd.now_ms);
+  }
+  if (!cmd.repin_triggers || (trigger.enabled && !task.enabled)) return std::nullopt;
+  return DerivedTriggerRevision(trigger, task.revision, task.content_digest, trigger.enabled,
+                                cmd.mutation_id, cmd.now_ms);
 }
 
 }  // namespace ql

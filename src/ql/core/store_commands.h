@@ -98,8 +98,27 @@ Status ValidatePublishTask(const PublishTaskCommand& cmd);
 
 // Checks a trigger publish before it is stored: canonical ids, a mutation id, an expected
 // revision below the last one, the pinned task id, revision and digest, a non-empty expression
-// and zone, misfire skip | fire_once (`invalid_misfire_policy`) and the content digest.
+// and zone, misfire skip | fire_once (`invalid_misfire_policy`), the content digest, a name
+// when creating, and a tombstone only as a disabled revision of an existing trigger
+// (`invalid_tombstone`; the same rule applies to tasks in ValidatePublishTask).
 Status ValidatePublishTrigger(const PublishTriggerCommand& cmd);
+
+// The revision a store writes for a live trigger of a task published with repin_triggers or
+// tombstone, in the same transaction: `current` pinning `task_revision`/`task_digest` with
+// `enabled`, numbered next, its mutation id derived from the task publish's (so a replay of
+// that publish finds it), created at `now_ms`, with its content digest.
+TriggerRevisionRecord DerivedTriggerRevision(const TriggerRevisionRecord& current,
+                                             int64_t task_revision, const std::string& task_digest,
+                                             bool enabled, const std::string& task_mutation_id,
+                                             int64_t now_ms);
+
+// What a task publish `cmd`, which stored `task`, does to one live trigger of the task at its
+// current revision `trigger`: with tombstone, its last revision (disabled, pin kept); with
+// repin_triggers, its revision pinning `task` (none for an enabled trigger when `task` is
+// disabled: that one goes stale); otherwise none.
+std::optional<TriggerRevisionRecord> TriggerRevisionForTaskPublish(
+    const PublishTaskCommand& cmd, const TaskRevisionRecord& task,
+    const TriggerRevisionRecord& trigger);
 
 // ---------------------------------------------------------------------------------------------
 // Stored state

@@ -184,6 +184,7 @@ PublishTaskCommand ValidPublish() {
   cmd.project_id = "0190d3a0-0000-7000-8000-000000000001";
   cmd.task_id = "0190d3a0-0000-7000-8000-000000000002";
   cmd.mutation_id = "m-1";
+  cmd.revision.name = "backup";
   cmd.revision.kind = "qinglong/command@v1";
   cmd.revision.spec_json = "{}";
   cmd.revision.labels_json = "{}";
@@ -221,6 +222,26 @@ TEST(StoreCommandsTest, ValidatePublishTaskChecksEveryExecutionRevision) {
   PublishTaskCommand last = ValidPublish();
   last.expected_revision = kMaxTaskRevision;
   EXPECT_EQ(ValidatePublishTask(last).reason(), "invalid_revision");
+
+  PublishTaskCommand unnamed = ValidPublish();
+  unnamed.revision.name.clear();
+  EXPECT_EQ(ValidatePublishTask(unnamed).reason(), "missing_field");
+}
+
+TEST(StoreCommandsTest, ATombstoneIsADisabledRevisionOverAnExistingTaskOrTrigger) {
+  PublishTaskCommand tombstone = ValidPublish();
+  tombstone.tombstone = true;
+  tombstone.expected_revision = 1;
+  EXPECT_EQ(ValidatePublishTask(tombstone).reason(), "invalid_tombstone");  // enabled
+  tombstone.revision.enabled = false;
+  tombstone.executions.clear();
+  EXPECT_TRUE(ValidatePublishTask(tombstone).ok());
+  PublishTaskCommand first = tombstone;
+  first.expected_revision.reset();
+  EXPECT_EQ(ValidatePublishTask(first).reason(), "invalid_tombstone");
+  PublishTaskCommand repinned = tombstone;
+  repinned.repin_triggers = true;
+  EXPECT_EQ(ValidatePublishTask(repinned).reason(), "invalid_tombstone");
 }
 
 TEST(StoreCommandsTest, ValidatePublishTriggerChecksThePinAndTheMisfirePolicy) {
@@ -235,7 +256,18 @@ TEST(StoreCommandsTest, ValidatePublishTriggerChecksThePinAndTheMisfirePolicy) {
   cmd.revision.timezone = "UTC";
   cmd.revision.misfire = "skip";
   cmd.revision.content_digest = std::string(64, 'd');
+  cmd.name = "nightly";
   EXPECT_TRUE(ValidatePublishTrigger(cmd).ok());
+  PublishTriggerCommand unnamed = cmd;
+  unnamed.name.clear();
+  EXPECT_EQ(ValidatePublishTrigger(unnamed).reason(), "missing_field");
+  unnamed.expected_revision = 1;  // an update keeps the name it has
+  EXPECT_TRUE(ValidatePublishTrigger(unnamed).ok());
+  PublishTriggerCommand tombstone = unnamed;
+  tombstone.tombstone = true;
+  EXPECT_EQ(ValidatePublishTrigger(tombstone).reason(), "invalid_tombstone");
+  tombstone.revision.enabled = false;
+  EXPECT_TRUE(ValidatePublishTrigger(tombstone).ok());
   PublishTriggerCommand bad_misfire = cmd;
   bad_misfire.revision.misfire = "replay";
   EXPECT_EQ(ValidatePublishTrigger(bad_misfire).reason(), "invalid_misfire_policy");

@@ -7,6 +7,7 @@
 
 #include "ql/core/canonical_json.h"
 #include "ql/core/digest.h"
+#include "ql/core/ids.h"
 #include "ql/core/overlap.h"
 #include "ql/core/secret_ref.h"
 
@@ -267,23 +268,9 @@ std::string CodePointName(uint32_t cp) {
 }
 
 Status CheckName(const json& value) {
-  constexpr std::string_view kPath = "name";
-  if (!value.is_string()) return WrongType("task_invalid_name", kPath, "a string", value);
-  const std::string& name = value.get_ref<const std::string&>();
-  if (!IsValidUtf8(name)) return SpecError("task_invalid_name", kPath, "name is not valid UTF-8");
-  const size_t chars = CountCodePoints(name);
-  if (chars == 0) return SpecError("task_invalid_name", kPath, "name is empty");
-  if (chars > kMaxTaskNameChars) {
-    return SpecError("task_invalid_name", kPath,
-                     "name has " + std::to_string(chars) + " characters, at most " +
-                         std::to_string(kMaxTaskNameChars) + " allowed: " + QuoteForMessage(name));
-  }
-  if (const std::optional<uint32_t> control = FirstControlChar(name)) {
-    return SpecError(
-        "task_invalid_name", kPath,
-        QuoteForMessage(name) + " contains the control character " + CodePointName(*control));
-  }
-  return Status::Ok();
+  if (!value.is_string()) return WrongType("task_invalid_name", "name", "a string", value);
+  return ValidateObjectName("task_invalid_name", "name", value.get_ref<const std::string&>(),
+                            kMaxTaskNameChars);
 }
 
 bool IsLabelKey(std::string_view key) {
@@ -400,6 +387,34 @@ Status ValidateCommandSpec(const CommandSpec& spec) {
 bool IsAllowedEnvName(std::string_view name) {
   return MatchesEnvNamePattern(name) && !name.starts_with("QL3_") && name != "QL_RUN_ID" &&
          name != "QL_ATTEMPT_ID";
+}
+
+Status ValidateObjectName(std::string_view reason, std::string_view path, const std::string& name,
+                          size_t max_chars) {
+  const std::string code(reason);
+  if (!IsValidUtf8(name)) return SpecError(code, path, "name is not valid UTF-8");
+  const size_t chars = CountCodePoints(name);
+  if (chars == 0) return SpecError(code, path, "name is empty");
+  if (chars > max_chars) {
+    return SpecError(code, path,
+                     "name has " + std::to_string(chars) + " characters, at most " +
+                         std::to_string(max_chars) + " allowed: " + QuoteForMessage(name));
+  }
+  if (const std::optional<uint32_t> control = FirstControlChar(name)) {
+    return SpecError(code, path,
+                     QuoteForMessage(name) + " contains the control character " +
+                         CodePointName(*control));
+  }
+  if (name.find('/') != std::string::npos) {
+    return SpecError(code, path,
+                     QuoteForMessage(name) + " contains '/'; a name is part of URL paths");
+  }
+  if (IsCanonicalUuid(name)) {
+    return SpecError(code, path,
+                     QuoteForMessage(name) + " has the form of an id; a name must not, so that "
+                                             "every reference is either an id or a name");
+  }
+  return Status::Ok();
 }
 
 Result<TaskContent> ParseTaskContent(const json& body) {

@@ -143,6 +143,12 @@ struct TaskContent {
 // plus every error of ParseCommandSpec for `spec`. Same duplicate-key caveat as ParseCommandSpec.
 Result<TaskContent> ParseTaskContent(const nlohmann::json& body);
 
+// Checks the name of a task or trigger: valid UTF-8, 1..`max_chars` code points, no control
+// character, no '/' (names are path segments of the API) and not the form of a canonical id
+// (a reference is an id or a name, never both). Errors carry `reason` and name `path`.
+Status ValidateObjectName(std::string_view reason, std::string_view path, const std::string& name,
+                          size_t max_chars);
+
 // Returns {"enabled","kind","labels","name","retry","spec"} with the normalised spec and policy,
 // plus "approval" and "concurrency" when the content has them (so contents without them keep
 // their digests);

@@ -12,6 +12,7 @@
 #include "ql/core/ids.h"
 #include "ql/core/misfire.h"
 #include "ql/core/overlap.h"
+#include "ql/core/retry_policy.h"
 #include "ql/core/states.h"
 #include "ql/core/task_spec.h"
 
@@ -146,6 +147,13 @@ Status ValidateToken(std::string_view field, std::string_view reason, std::strin
     }
   }
   return Status::Ok();
+}
+
+// A deleted trigger takes no change (the store refuses it too, after checks that would name a
+// less precise reason).
+Status RequireLive(const TriggerView& trigger) {
+  if (!trigger.head.deleted_at_ms.has_value()) return Status::Ok();
+  return Conflict("trigger_deleted", "trigger " + trigger.head.trigger_id + " was deleted");
 }
 
 Status NotFoundAs(const Status& status, std::string_view reason, const std::string& message) {
@@ -301,7 +309,8 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
                                               const std::string& task_id,
                                               std::optional<int64_t> expected_revision,
                                               const std::string& mutation_id,
-                                              const TaskContent& content, const Caller& caller) {
+                                              const TaskContent& content, const Caller& caller,
+                                              bool repin_triggers, bool tombstone) {
   QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kPublish, "tasks.publish",
                            NotFound("task_not_found", "task " + task_id + " does not exist")));
   const int64_t revision = expected_revision.value_or(0) + 1;
@@ -329,6 +338,8 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   cmd.mutation_id = mutation_id;
   cmd.fence = FenceOf(caller, Action::kPublish);
   cmd.now_ms = now;
+  cmd.repin_triggers = repin_triggers;
+  cmd.tombstone = tombstone;
   TaskRevisionRecord& rec = cmd.revision;
   rec.project_id = project_id;
   rec.task_id = task_id;
@@ -364,7 +375,25 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   }
   QL_ASSIGN_OR_RETURN(PublishTaskResult result, store_.definitions().PublishTaskRevision(cmd));
   QL_ASSIGN_OR_RETURN(TaskView view, ViewOf(result.revision));
-  return PublishedTask{std::move(view), result.replayed};
+  PublishedTask out{std::move(view), result.replayed, std::move(result.trigger_ids), 0};
+  if (expected_revision.has_value() && !tombstone) {
+    // What the user must hear: triggers this revision left pinned to an older one.
+    std::optional<std::string> cursor;
+    do {
+      QL_ASSIGN_OR_RETURN(Page<TriggerRevisionRecord> page,
+                          store_.definitions().ListTriggers(
+                              project_id, task_id, PageRequest{cursor, kMaxPageLimit}));
+      for (const TriggerRevisionRecord& t : page.items) {
+        if (t.enabled && (t.task_revision != out.task.revision.revision ||
+                          t.task_digest != out.task.revision.content_digest ||
+                          !out.task.revision.enabled)) {
+          ++out.stale_triggers;
+        }
+      }
+      cursor = page.next_key;
+    } while (cursor.has_value());
+  }
+  return out;
 }
 
 Result<PublishedTask> ControlService::PublishTask(const TaskWrite& write, const Caller& caller) {
@@ -373,14 +402,15 @@ Result<PublishedTask> ControlService::PublishTask(const TaskWrite& write, const 
   QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
   const std::string task_id =
       write.mutation_id.has_value() ? DerivedId("task", project_id, mutation_id) : NewId();
-  return Publish(project_id, task_id, std::nullopt, mutation_id, content, caller);
+  return Publish(project_id, task_id, std::nullopt, mutation_id, content, caller,
+                 /*repin_triggers=*/false, /*tombstone=*/false);
 }
 
-Result<PublishedTask> ControlService::PublishTaskRevision(const std::string& task_id,
+Result<PublishedTask> ControlService::PublishTaskRevision(const std::string& task_ref,
                                                           int64_t expected_revision,
                                                           const TaskWrite& write,
                                                           const Caller& caller) {
-  QL_RETURN_IF_ERROR(ValidateId("task_id", task_id));
+  QL_ASSIGN_OR_RETURN(const std::string task_id, ResolveTaskRef(task_ref, caller));
   if (expected_revision < 1 || expected_revision > kMaxTaskRevision) {
     return InvalidArgument("invalid_expected_revision",
                            "expected_revision must be 1.." + std::to_string(kMaxTaskRevision) +
@@ -392,7 +422,8 @@ Result<PublishedTask> ControlService::PublishTaskRevision(const std::string& tas
   if (!head.ok()) {
     return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
   }
-  return Publish(head->project_id, task_id, expected_revision, mutation_id, content, caller);
+  return Publish(head->project_id, task_id, expected_revision, mutation_id, content, caller,
+                 write.repin_triggers, /*tombstone=*/false);
 }
 
 Result<TaskView> ControlService::ViewOf(const TaskRevisionRecord& revision) {
@@ -407,8 +438,8 @@ Result<TaskView> ControlService::ViewOf(const TaskRevisionRecord& revision) {
   return view;
 }
 
-Result<TaskView> ControlService::GetTask(const std::string& task_id, const Caller& caller) {
-  QL_RETURN_IF_ERROR(ValidateId("task_id", task_id));
+Result<TaskView> ControlService::GetTask(const std::string& task_ref, const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(const std::string task_id, ResolveTaskRef(task_ref, caller));
   auto head = store_.definitions().GetTaskHead(task_id);
   if (!head.ok()) {
     return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
@@ -441,9 +472,9 @@ Result<PageResult<TaskView>> ControlService::ListTasks(const PageQuery& page,
   return out;
 }
 
-Result<std::vector<TaskRevisionRecord>> ControlService::TaskHistory(const std::string& task_id,
+Result<std::vector<TaskRevisionRecord>> ControlService::TaskHistory(const std::string& task_ref,
                                                                     const Caller& caller) {
-  QL_RETURN_IF_ERROR(ValidateId("task_id", task_id));
+  QL_ASSIGN_OR_RETURN(const std::string task_id, ResolveTaskRef(task_ref, caller));
   auto head = store_.definitions().GetTaskHead(task_id);
   if (!head.ok()) {
     return NotFoundAs(head.status(), "task_not_found", "task " + task_id + " does not exist");
@@ -451,6 +482,59 @@ Result<std::vector<TaskRevisionRecord>> ControlService::TaskHistory(const std::s
   QL_RETURN_IF_ERROR(Allow(caller, head->project_id, Action::kRead, "tasks.history",
                            NotFound("task_not_found", "task " + task_id + " does not exist")));
   return store_.definitions().ListTaskRevisions(task_id);
+}
+
+Result<std::string> ControlService::ResolveTaskRef(const std::string& ref, const Caller& caller) {
+  if (IsCanonicalUuid(ref)) return ref;
+  if (ref.empty()) return InvalidArgument("invalid_id", "task_id is empty: give a task id or name");
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
+  QL_ASSIGN_OR_RETURN(std::optional<TaskHeadRecord> head,
+                      store_.definitions().FindTaskByName(project_id, ref));
+  if (!head.has_value()) {
+    return NotFound("task_not_found", "no task named " + QuoteForMessage(ref) + " in project " +
+                                          project_id);
+  }
+  return head->task_id;
+}
+
+Result<std::string> ControlService::ResolveTriggerRef(const std::string& ref,
+                                                      const Caller& caller) {
+  if (IsCanonicalUuid(ref)) return ref;
+  if (ref.empty()) {
+    return InvalidArgument("invalid_id", "trigger_id is empty: give a trigger id or name");
+  }
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
+  QL_ASSIGN_OR_RETURN(std::optional<TriggerHeadRecord> head,
+                      store_.definitions().FindTriggerByName(project_id, ref));
+  if (!head.has_value()) {
+    return NotFound("trigger_not_found", "no trigger named " + QuoteForMessage(ref) +
+                                             " in project " + project_id);
+  }
+  return head->trigger_id;
+}
+
+Result<PublishedTask> ControlService::DeleteTask(const std::string& task_ref,
+                                                 const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(TaskView current, GetTask(task_ref, caller));
+  const std::string& task_id = current.head.task_id;
+  QL_RETURN_IF_ERROR(Allow(caller, current.head.project_id, Action::kPublish, "tasks.delete",
+                           NotFound("task_not_found", "task " + task_id + " does not exist")));
+  if (current.head.deleted_at_ms.has_value()) return PublishedTask{std::move(current), true};
+  // The last revision is the current one disabled. Its name is checked as it was stored, not
+  // as a new name would be.
+  json body = {{"name", "deleted"},
+               {"spec", json::parse(current.revision.spec_json)},
+               {"labels", json::parse(current.revision.labels_json)},
+               {"enabled", false}};
+  if (current.retry.has_value()) body["retry"] = RetryPolicyToJson(*current.retry);
+  if (current.revision.approval_json.has_value()) {
+    body["approval"] = json::parse(*current.revision.approval_json);
+  }
+  if (current.revision.concurrency.has_value()) body["concurrency"] = *current.revision.concurrency;
+  QL_ASSIGN_OR_RETURN(TaskContent content, ParseTaskContent(body));
+  content.name = current.revision.name;
+  return Publish(current.head.project_id, task_id, current.head.current_revision, NewId(), content,
+                 caller, /*repin_triggers=*/false, /*tombstone=*/true);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -475,7 +559,9 @@ Result<TriggerView> ControlService::ViewOf(const TriggerHeadRecord& head,
   const bool exhausted =
       view.schedule.has_value() && view.schedule->trigger_revision == revision.revision &&
       (view.schedule->exhausted || view.schedule->next_fire_at_ms == misfire::kExhaustedCursorMs);
-  if (!revision.enabled) {
+  if (head.deleted_at_ms.has_value()) {
+    view.state = "deleted";
+  } else if (!revision.enabled) {
     view.state = "disabled";
   } else if (view.pin_stale) {
     view.state = "pin_stale";
@@ -540,20 +626,26 @@ Result<std::vector<int64_t>> ControlService::AdmissionPreview(const TriggerView&
 
 Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
                                                     const Caller& caller) {
-  QL_RETURN_IF_ERROR(ValidateId("task_id", write.task_id));
+  if (write.name.has_value()) {
+    QL_RETURN_IF_ERROR(
+        ValidateObjectName("trigger_invalid_name", "name", *write.name, kMaxTaskNameChars));
+  }
   QL_ASSIGN_OR_RETURN(CronSchedule cron, CronSchedule::Create(write.expression, write.timezone));
   QL_ASSIGN_OR_RETURN(MisfirePolicy misfire, ParseMisfirePolicy(write.misfire));
   QL_ASSIGN_OR_RETURN(OverlapPolicy overlap, ParseOverlapPolicy(write.overlap));
   QL_ASSIGN_OR_RETURN(std::string mutation_id, MutationIdOrNew(write.mutation_id));
   auto task = GetTask(write.task_id, caller);
   if (!task.ok()) return task.status();
+  const std::string& task_id = task->head.task_id;
   // A trigger lives in its task's project.
   const std::string project_id = task->head.project_id;
-  QL_RETURN_IF_ERROR(
-      Allow(caller, project_id, Action::kPublish, "triggers.create",
-            NotFound("task_not_found", "task " + write.task_id + " does not exist")));
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kPublish, "triggers.create",
+                           NotFound("task_not_found", "task " + task_id + " does not exist")));
+  if (task->head.deleted_at_ms.has_value()) {
+    return Conflict("task_deleted", "task " + task_id + " was deleted");
+  }
   if (!task->revision.enabled) {
-    return Conflict("task_disabled", "task " + write.task_id + " revision " +
+    return Conflict("task_disabled", "task " + task_id + " revision " +
                                          std::to_string(task->revision.revision) +
                                          " is disabled; a trigger must pin an enabled revision");
   }
@@ -565,12 +657,15 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   cmd.mutation_id = mutation_id;
   cmd.fence = FenceOf(caller, Action::kPublish);
   cmd.now_ms = now;
+  // Unnamed: after the task and the last 12 hex digits of the id (random in a new id, a hash
+  // of the mutation id in a derived one), as the upgrade named the triggers it found.
+  cmd.name = write.name.value_or(task->head.name + "-" + cmd.trigger_id.substr(24));
   TriggerRevisionRecord& r = cmd.revision;
   r.project_id = project_id;
   r.trigger_id = cmd.trigger_id;
   r.revision = 1;
   r.mutation_id = mutation_id;
-  r.task_id = write.task_id;
+  r.task_id = task_id;
   r.task_revision = task->revision.revision;
   r.task_digest = task->revision.content_digest;
   r.expression = cron.expression();
@@ -590,8 +685,10 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
 
 Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(
     const TriggerView& current, TriggerRevisionRecord next, const Caller& caller, Action action,
-    std::optional<int64_t> expected_revision) {
+    std::optional<int64_t> expected_revision, const std::string& name, bool tombstone) {
   PublishTriggerCommand cmd;
+  cmd.name = name;
+  cmd.tombstone = tombstone;
   cmd.fence = FenceOf(caller, action);
   cmd.project_id = current.head.project_id;
   cmd.trigger_id = current.head.trigger_id;
@@ -611,9 +708,9 @@ Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(
   return PublishedTrigger{std::move(view), result.replayed};
 }
 
-Result<TriggerView> ControlService::GetTrigger(const std::string& trigger_id,
+Result<TriggerView> ControlService::GetTrigger(const std::string& trigger_ref,
                                                const Caller& caller) {
-  QL_RETURN_IF_ERROR(ValidateId("trigger_id", trigger_id));
+  QL_ASSIGN_OR_RETURN(const std::string trigger_id, ResolveTriggerRef(trigger_ref, caller));
   auto head = store_.definitions().GetTriggerHead(trigger_id);
   if (!head.ok()) {
     return NotFoundAs(head.status(), "trigger_not_found",
@@ -627,12 +724,26 @@ Result<TriggerView> ControlService::GetTrigger(const std::string& trigger_id,
   return ViewOf(*head, revision);
 }
 
+Result<PublishedTrigger> ControlService::DeleteTrigger(const std::string& trigger_ref,
+                                                       const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_ref, caller));
+  QL_RETURN_IF_ERROR(Allow(caller, current.head.project_id, Action::kPublish, "triggers.delete",
+                           NotFound("trigger_not_found",
+                                    "trigger " + current.head.trigger_id + " does not exist")));
+  if (current.head.deleted_at_ms.has_value()) return PublishedTrigger{std::move(current), true};
+  TriggerRevisionRecord next = current.revision;
+  next.enabled = false;
+  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish, std::nullopt,
+                                  "", /*tombstone=*/true);
+}
+
 Result<PublishedTrigger> ControlService::SetTriggerEnabled(const std::string& trigger_id,
                                                            bool enabled, const Caller& caller) {
   QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id, caller));
   QL_RETURN_IF_ERROR(
       Allow(caller, current.head.project_id, Action::kToggleTriggers, "triggers.toggle",
             NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
+  QL_RETURN_IF_ERROR(RequireLive(current));
   if (current.revision.enabled == enabled) return PublishedTrigger{std::move(current), true};
   if (enabled && current.pin_stale) {
     return Conflict("trigger_pin_stale",
@@ -652,6 +763,7 @@ Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger
   QL_RETURN_IF_ERROR(
       Allow(caller, current.head.project_id, Action::kPublish, "triggers.repin",
             NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
+  QL_RETURN_IF_ERROR(RequireLive(current));
   // Authorized above for the trigger's project, which is its task's.
   QL_ASSIGN_OR_RETURN(TaskView task, GetTask(current.revision.task_id));
   if (task.revision.revision == current.revision.task_revision &&
@@ -688,6 +800,7 @@ Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_
   QL_RETURN_IF_ERROR(
       Allow(caller, current.head.project_id, Action::kPublish, "triggers.edit",
             NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
+  QL_RETURN_IF_ERROR(RequireLive(current));
   TriggerRevisionRecord next = current.revision;
   QL_ASSIGN_OR_RETURN(CronSchedule cron,
                       CronSchedule::Create(edit.expression.value_or(next.expression),
@@ -700,17 +813,25 @@ Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_
   next.timezone = cron.zone().name();
   next.misfire = std::string(MisfirePolicyName(misfire));
   next.overlap = std::string(OverlapPolicyName(overlap));
-  if (expected_revision == current.head.current_revision &&
+  if (edit.name.has_value()) {
+    QL_RETURN_IF_ERROR(
+        ValidateObjectName("trigger_invalid_name", "name", *edit.name, kMaxTaskNameChars));
+  }
+  const bool renamed = edit.name.has_value() && *edit.name != current.head.name;
+  if (expected_revision == current.head.current_revision && !renamed &&
       TriggerContentDigest(next) == current.revision.content_digest) {
     return PublishedTrigger{std::move(current), true};
   }
   return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish,
-                                  expected_revision);
+                                  expected_revision, renamed ? *edit.name : "");
 }
 
 Result<PageResult<TriggerView>> ControlService::ListTriggers(
-    const std::optional<std::string>& task_id, const PageQuery& page, const Caller& caller) {
-  if (task_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("task_id", *task_id));
+    const std::optional<std::string>& task_ref, const PageQuery& page, const Caller& caller) {
+  std::optional<std::string> task_id;
+  if (task_ref.has_value()) {
+    QL_ASSIGN_OR_RETURN(task_id, ResolveTaskRef(*task_ref, caller));
+  }
   QL_ASSIGN_OR_RETURN(PageRequest request, ToPageRequest(kTriggersCursor, page));
   QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
   QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kRead, "triggers.list",
@@ -776,6 +897,9 @@ Result<StartedRun> ControlService::CreateManualRun(
   const std::string project_id = head->project_id;
   QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kOperateRuns, "runs.create",
                            NotFound("task_not_found", "task " + task_id + " does not exist")));
+  if (head->deleted_at_ms.has_value()) {
+    return Conflict("task_deleted", "task " + task_id + " was deleted; it starts no runs");
+  }
   auto replay = [&]() -> Result<std::optional<StartedRun>> {
     auto existing = store_.runs().FindRunByIdempotencyKey(project_id, *idempotency_key);
     if (!existing.ok()) {
@@ -1000,7 +1124,7 @@ Result<int> ControlService::ExpireApprovals(int limit) {
 
 Result<StartedRun> ControlService::StartRun(const StartRunRequest& request,
                                             const Caller& caller) {
-  QL_RETURN_IF_ERROR(ValidateId("task_id", request.task_id));
+  QL_ASSIGN_OR_RETURN(const std::string task_id, ResolveTaskRef(request.task_id, caller));
   if (request.idempotency_key.has_value()) {
     QL_RETURN_IF_ERROR(ValidateToken("idempotency_key", "invalid_idempotency_key",
                                      *request.idempotency_key, kMaxIdempotencyKeyBytes));
@@ -1017,7 +1141,7 @@ Result<StartedRun> ControlService::StartRun(const StartRunRequest& request,
                                                    std::to_string(kMaxRunPriority) + ", got " +
                                                    std::to_string(priority));
   }
-  return CreateManualRun(request.task_id, request.idempotency_key, priority, std::nullopt, caller);
+  return CreateManualRun(task_id, request.idempotency_key, priority, std::nullopt, caller);
 }
 
 Result<StartedRun> ControlService::RetryRun(const std::string& run_id, const Caller& caller) {
@@ -1079,9 +1203,13 @@ Result<AttemptRecord> ControlService::LatestAttempt(const std::string& run_id,
 Result<PageResult<RunRecord>> ControlService::ListRuns(const RunQuery& query,
                                                        const PageQuery& page,
                                                        const Caller& caller) {
-  if (query.task_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("task_id", *query.task_id));
+  std::optional<std::string> task_id;
+  std::optional<std::string> trigger_id;
+  if (query.task_id.has_value()) {
+    QL_ASSIGN_OR_RETURN(task_id, ResolveTaskRef(*query.task_id, caller));
+  }
   if (query.trigger_id.has_value()) {
-    QL_RETURN_IF_ERROR(ValidateId("trigger_id", *query.trigger_id));
+    QL_ASSIGN_OR_RETURN(trigger_id, ResolveTriggerRef(*query.trigger_id, caller));
   }
   if (query.status.has_value() && !ParseRunStatus(*query.status).has_value()) {
     std::string names;
@@ -1098,8 +1226,8 @@ Result<PageResult<RunRecord>> ControlService::ListRuns(const RunQuery& query,
                            RoleDenied(Role::kViewer, "runs.list", project_id)));
   RunFilter filter;
   filter.project_id = project_id;
-  filter.task_id = query.task_id;
-  filter.trigger_id = query.trigger_id;
+  filter.task_id = task_id;
+  filter.trigger_id = trigger_id;
   filter.status = query.status;
   QL_ASSIGN_OR_RETURN(Page<RunRecord> listed, store_.runs().ListRuns(filter, request));
   PageResult<RunRecord> out;
@@ -1144,6 +1272,7 @@ Result<StatusSummary> ControlService::GetStatus(const Caller& caller) {
     out.runs_by_status.emplace_back(name, n);
   }
   QL_ASSIGN_OR_RETURN(out.enabled_triggers, store_.definitions().CountEnabledTriggers());
+  QL_ASSIGN_OR_RETURN(out.stale_triggers, store_.definitions().CountStaleTriggers());
   return out;
 }
 

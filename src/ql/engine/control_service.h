@@ -76,11 +76,17 @@ struct TaskView {
 struct TaskWrite {
   nlohmann::json body;
   std::optional<std::string> mutation_id;
+  // For a new revision: repin every live trigger of the task to it in the same transaction.
+  bool repin_triggers = false;
 };
 
 struct PublishedTask {
   TaskView task;
   bool replayed = false;
+  // The triggers given a revision in the same transaction (repinned, or deleted with the task).
+  std::vector<std::string> trigger_ids;
+  // After a new revision: the task's enabled triggers that now admit nothing until repinned.
+  int64_t stale_triggers = 0;
 };
 
 // What a trigger does now, as the scheduler sees it:
@@ -111,6 +117,9 @@ struct TriggerWrite {
   bool enabled = true;
   // As for TaskWrite: replaying a create with the same mutation id returns the same trigger.
   std::optional<std::string> mutation_id;
+  // Unique among the project's live triggers; default: the task's name and the last 12 hex
+  // digits of the trigger's id.
+  std::optional<std::string> name;
 };
 
 // What `EditTrigger` changes; a field left empty keeps the current revision's value.
@@ -119,6 +128,7 @@ struct TriggerEdit {
   std::optional<std::string> timezone;
   std::optional<std::string> misfire;
   std::optional<std::string> overlap;
+  std::optional<std::string> name;  // renames the trigger (its head; no schedule change)
 };
 
 struct PublishedTrigger {
@@ -186,6 +196,7 @@ struct StatusSummary {
   // Every run status (wire name) with its count, in state-machine order, zeros included.
   std::vector<std::pair<std::string, int64_t>> runs_by_status;
   int64_t enabled_triggers = 0;
+  int64_t stale_triggers = 0;  // enabled, but admitting nothing until repinned
 };
 
 class ControlService {
@@ -211,6 +222,14 @@ class ControlService {
   Result<PublishedTask> PublishTaskRevision(const std::string& task_id, int64_t expected_revision,
                                             const TaskWrite& write, const Caller& caller = {});
   Result<TaskView> GetTask(const std::string& task_id, const Caller& caller = {});
+  // Deletes a task: a last, disabled revision, the head kept as a tombstone with its history
+  // (until retention) and its name freed, and every live trigger of the task deleted with it,
+  // in one transaction. Deleting a deleted task answers it again (replayed).
+  Result<PublishedTask> DeleteTask(const std::string& task_ref, const Caller& caller = {});
+  // The id of the task `ref` names: a canonical id as it is, anything else as the name of a live
+  // task of the caller's project (NotFound task_not_found when none has it).
+  Result<std::string> ResolveTaskRef(const std::string& ref, const Caller& caller = {});
+  Result<std::string> ResolveTriggerRef(const std::string& ref, const Caller& caller = {});
   Result<PageResult<TaskView>> ListTasks(const PageQuery& page, const Caller& caller = {});
   // Returns every revision of the task, newest first.
   Result<std::vector<TaskRevisionRecord>> TaskHistory(const std::string& task_id,
@@ -237,6 +256,9 @@ class ControlService {
   Result<PublishedTrigger> EditTrigger(const std::string& trigger_id, int64_t expected_revision,
                                        const TriggerEdit& edit, const Caller& caller = {});
   Result<TriggerView> GetTrigger(const std::string& trigger_id, const Caller& caller = {});
+  // Deletes a trigger: a last, disabled revision and the head kept as a tombstone.
+  Result<PublishedTrigger> DeleteTrigger(const std::string& trigger_ref,
+                                         const Caller& caller = {});
   Result<PageResult<TriggerView>> ListTriggers(const std::optional<std::string>& task_id,
                                                const PageQuery& page, const Caller& caller = {});
   // Returns the next `count` (1 .. kMaxPreviewCount) occurrences the scheduler will admit,
@@ -321,14 +343,15 @@ class ControlService {
   Result<PublishedTask> Publish(const std::string& project_id, const std::string& task_id,
                                 std::optional<int64_t> expected_revision,
                                 const std::string& mutation_id, const TaskContent& content,
-                                const Caller& caller);
+                                const Caller& caller, bool repin_triggers, bool tombstone);
   Result<TaskView> ViewOf(const TaskRevisionRecord& revision);
   Result<TriggerView> ViewOf(const TriggerHeadRecord& head, const TriggerRevisionRecord& revision);
   // Publishes `next` over revision `expected_revision` (default: `current`'s), fenced for
   // `action`, which the caller has authorized; a trigger that moved on is revision_conflict.
   Result<PublishedTrigger> PublishTriggerRevisionOf(
       const TriggerView& current, TriggerRevisionRecord next, const Caller& caller,
-      Action action, std::optional<int64_t> expected_revision = std::nullopt);
+      Action action, std::optional<int64_t> expected_revision = std::nullopt,
+      const std::string& name = "", bool tombstone = false);
   Result<std::vector<int64_t>> AdmissionPreview(const TriggerView& view, int count);
   // Turns a manual run of a revision that requires approval into an approval request (one that
   // carries `retry_of` when it retries that run).

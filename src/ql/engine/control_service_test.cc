@@ -245,8 +245,11 @@ TEST_F(ControlServiceTest, RejectsInvalidTaskBodiesWithoutWriting) {
   EXPECT_NE(cross.status().message().find("TOKEN"), std::string::npos);
   auto bad_mutation = service_->PublishTask(TaskWrite{ShellTask("y"), std::string("has space")});
   EXPECT_EQ(bad_mutation.status().reason(), "invalid_mutation_id");
+  // Not an id, so a name, and no task has it.
   auto bad_id = service_->PublishTaskRevision("not-a-uuid", 1, TaskWrite{ShellTask("y"), {}});
-  EXPECT_EQ(bad_id.status().reason(), "invalid_id");
+  EXPECT_EQ(bad_id.status().reason(), "task_not_found");
+  auto empty_id = service_->PublishTaskRevision("", 1, TaskWrite{ShellTask("y"), {}});
+  EXPECT_EQ(empty_id.status().reason(), "invalid_id");
   EXPECT_EQ(Snapshot(), before);
 }
 
@@ -461,7 +464,9 @@ TEST_F(ControlServiceTest, ManualRunsReplayByIdempotencyKey) {
       "invalid_idempotency_key");
   EXPECT_EQ(service_->StartRun(StartRunRequest{task.head.task_id, {}, 1001}).status().reason(),
             "invalid_priority");
-  EXPECT_EQ(service_->StartRun(StartRunRequest{"nope", {}, {}}).status().reason(), "invalid_id");
+  EXPECT_EQ(service_->StartRun(StartRunRequest{"nope", {}, {}}).status().reason(),
+            "task_not_found");
+  EXPECT_EQ(service_->StartRun(StartRunRequest{"", {}, {}}).status().reason(), "invalid_id");
   EXPECT_EQ(Snapshot(), before);
 }
 

@@ -165,7 +165,8 @@ json TaskJson(const TaskView& t) {
               {"project_id", t.head.project_id},
               {"revision", r.revision},
               {"mutation_id", r.mutation_id},
-              {"name", r.name},
+              {"name", t.head.name.empty() ? r.name : t.head.name},
+              {"deleted_at", TimeJson(t.head.deleted_at_ms)},
               {"kind", r.kind},
               {"spec", StoredJson(r.spec_json)},
               {"labels", StoredJson(r.labels_json)},
@@ -188,6 +189,8 @@ json TriggerJson(const TriggerView& t) {
     if (zone.ok()) next_local = FormatRfc3339(*t.next_fire_at_ms, *zone);
   }
   json out{{"id", t.head.trigger_id},
+           {"name", t.head.name},
+           {"deleted_at", TimeJson(t.head.deleted_at_ms)},
            {"project_id", t.head.project_id},
            {"task_id", r.task_id},
            {"revision", r.revision},
@@ -366,7 +369,8 @@ json StatusJson(const StatusSummary& s) {
               {"now", TimeJson(s.now_ms)},
               {"runs_by_status", std::move(runs)},
               {"runs_total", total},
-              {"enabled_triggers", s.enabled_triggers}};
+              {"enabled_triggers", s.enabled_triggers},
+              {"stale_triggers", s.stale_triggers}};
 }
 
 json FireTimesJson(const std::vector<int64_t>& times_ms, const TimeZone& zone) {

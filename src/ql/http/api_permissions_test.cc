@@ -307,6 +307,12 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          body["expected_revision"] = head.ok() ? head->current_revision : 1;
          return Sample{"POST", "/api/v1/tasks/" + task_id + "/revisions", body.dump()};
        }},
+      {"tasks.delete",
+       [&](const Member&) {
+         Reply doomed = AsRoot({"POST", "/api/v1/tasks", TaskBody(fresh())});
+         EXPECT_EQ(doomed.status, 201) << doomed.raw;
+         return Sample{"DELETE", "/api/v1/tasks/" + doomed.body.value("id", ""), ""};
+       }},
       {"tasks.revisions.list",
        [&](const Member&) { return Sample{"GET", "/api/v1/tasks/" + task_id + "/revisions", ""}; }},
       {"triggers.create",
@@ -336,6 +342,16 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          json body{{"expected_revision", head.ok() ? head->current_revision : 1},
                    {"expression", "0 2 * * *"}};
          return Sample{"POST", "/api/v1/triggers/" + trigger_id + "/revisions", body.dump()};
+       }},
+      {"triggers.delete",
+       [&](const Member&) {
+         Reply doomed = AsRoot({"POST", "/api/v1/triggers",
+                                json{{"task_id", task_id},
+                                     {"expression", "0 3 * * *"},
+                                     {"timezone", "UTC"}}
+                                    .dump()});
+         EXPECT_EQ(doomed.status, 201) << doomed.raw;
+         return Sample{"DELETE", "/api/v1/triggers/" + doomed.body.value("id", ""), ""};
        }},
       {"triggers.next",
        [&](const Member&) { return Sample{"GET", "/api/v1/triggers/" + trigger_id + "/next", ""}; }},

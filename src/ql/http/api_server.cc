@@ -51,6 +51,7 @@ enum class RouteId {
   kTaskGet,
   kTaskRevisionsCreate,
   kTaskRevisionsList,
+  kTaskDelete,
   kTriggersCreate,
   kTriggersList,
   kTriggerGet,
@@ -59,6 +60,7 @@ enum class RouteId {
   kTriggerRepin,
   kTriggerRevisionsCreate,
   kTriggerNext,
+  kTriggerDelete,
   kCronNext,
   kRunsList,
   kRunsCreate,
@@ -148,6 +150,7 @@ constexpr RouteSpec kRoutes[] = {
     {"GET", "/api/v1/tasks/{id}", RouteId::kTaskGet, "tasks.get", "viewer"},
     {"POST", "/api/v1/tasks/{id}/revisions", RouteId::kTaskRevisionsCreate,
      "tasks.revisions.create", "admin"},
+    {"DELETE", "/api/v1/tasks/{id}", RouteId::kTaskDelete, "tasks.delete", "admin"},
     {"GET", "/api/v1/tasks/{id}/revisions", RouteId::kTaskRevisionsList, "tasks.revisions.list",
      "viewer"},
     {"POST", "/api/v1/triggers", RouteId::kTriggersCreate, "triggers.create", "admin"},
@@ -161,6 +164,7 @@ constexpr RouteSpec kRoutes[] = {
     {"POST", "/api/v1/triggers/{id}/revisions", RouteId::kTriggerRevisionsCreate,
      "triggers.revisions.create", "admin"},
     {"GET", "/api/v1/triggers/{id}/next", RouteId::kTriggerNext, "triggers.next", "viewer"},
+    {"DELETE", "/api/v1/triggers/{id}", RouteId::kTriggerDelete, "triggers.delete", "admin"},
     {"GET", "/api/v1/cron/next", RouteId::kCronNext, "cron.next", "authenticated"},
     {"GET", "/api/v1/runs", RouteId::kRunsList, "runs.list", "viewer"},
     {"POST", "/api/v1/runs", RouteId::kRunsCreate, "runs.create", "operator"},
@@ -839,12 +843,36 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       }
       body.erase("expected_revision");
       TaskWrite write;
+      QL_HTTP_ASSIGN(res, std::optional<bool> repin, api::OptionalBool(body, "repin_triggers"));
+      body.erase("repin_triggers");
+      write.repin_triggers = repin.value_or(false);
       QL_HTTP_ASSIGN(res, write.mutation_id, TakeString(body, "mutation_id"));
       write.body = std::move(body);
       QL_HTTP_ASSIGN(res, PublishedTask published,
                      service.PublishTaskRevision(id, *expected, write, caller));
       res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
-      SendJson(res, published.replayed ? 200 : 201, api::TaskJson(published.task));
+      json out = api::TaskJson(published.task);
+      out["repinned_triggers"] = published.trigger_ids;
+      out["stale_triggers"] = published.stale_triggers;
+      SendJson(res, published.replayed ? 200 : 201, out);
+      return;
+    }
+    case RouteId::kTaskDelete: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_ASSIGN(res, PublishedTask deleted, service.DeleteTask(id, caller));
+      res.set_header("X-QL-Replayed", BoolHeader(deleted.replayed));
+      json out = api::TaskJson(deleted.task);
+      out["deleted_triggers"] = deleted.trigger_ids;
+      SendJson(res, 200, out);
+      return;
+    }
+    case RouteId::kTriggerDelete: {
+      QL_HTTP_TRY(res, query.Check({}));
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_ASSIGN(res, PublishedTrigger deleted, service.DeleteTrigger(id, caller));
+      res.set_header("X-QL-Replayed", BoolHeader(deleted.replayed));
+      SendJson(res, 200, api::TriggerJson(deleted.trigger));
       return;
     }
     case RouteId::kTaskRevisionsList: {
@@ -858,7 +886,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
 
     case RouteId::kTriggersCreate: {
       QL_HTTP_TRY(res, api::CheckFields(body, {"task_id", "expression", "timezone", "misfire",
-                                               "overlap", "enabled", "mutation_id"}));
+                                               "overlap", "enabled", "mutation_id", "name"}));
       TriggerWrite write;
       QL_HTTP_ASSIGN(res, write.task_id, api::RequiredString(body, "task_id"));
       QL_HTTP_ASSIGN(res, write.expression, api::RequiredString(body, "expression"));
@@ -870,6 +898,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, std::optional<bool> enabled, api::OptionalBool(body, "enabled"));
       write.enabled = enabled.value_or(true);
       QL_HTTP_ASSIGN(res, write.mutation_id, api::OptionalString(body, "mutation_id"));
+      QL_HTTP_ASSIGN(res, write.name, api::OptionalString(body, "name"));
       QL_HTTP_ASSIGN(res, PublishedTrigger published, service.AddTrigger(write, caller));
       res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
       SendJson(res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
@@ -877,7 +906,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     }
     case RouteId::kTriggerRevisionsCreate: {
       QL_HTTP_TRY(res, api::CheckFields(body, {"expected_revision", "expression", "timezone",
-                                               "misfire", "overlap"}));
+                                               "misfire", "overlap", "name"}));
       QL_HTTP_ASSIGN(res, std::optional<int64_t> expected,
                      api::OptionalInteger(body, "expected_revision"));
       if (!expected.has_value()) {
@@ -890,6 +919,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, edit.timezone, api::OptionalString(body, "timezone"));
       QL_HTTP_ASSIGN(res, edit.misfire, api::OptionalString(body, "misfire"));
       QL_HTTP_ASSIGN(res, edit.overlap, api::OptionalString(body, "overlap"));
+      QL_HTTP_ASSIGN(res, edit.name, api::OptionalString(body, "name"));
       QL_HTTP_ASSIGN(res, PublishedTrigger published,
                      service.EditTrigger(id, *expected, edit, caller));
       res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
@@ -1240,15 +1270,19 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       const bool task = match.route->id == RouteId::kTaskRetentionGet ||
                         match.route->id == RouteId::kTaskRetentionSet;
       if (!post) QL_HTTP_TRY(res, query.Check({}));
+      std::string target = id;
+      if (task) {
+        QL_HTTP_ASSIGN(res, target, service.ResolveTaskRef(id, caller));
+      }
       QL_HTTP_ASSIGN(res, RetentionView view,
-                     task ? retention.GetTaskRetention(caller, id)
-                          : retention.GetProjectRetention(caller, id));
+                     task ? retention.GetTaskRetention(caller, target)
+                          : retention.GetProjectRetention(caller, target));
       if (post) {
         QL_HTTP_ASSIGN(res, RetentionSettings settings,
                        api::ApplyRetentionBody(body, view.stored.settings));
         QL_HTTP_ASSIGN(res, view,
-                       task ? retention.SetTaskRetention(caller, id, settings)
-                            : retention.SetProjectRetention(caller, id, settings));
+                       task ? retention.SetTaskRetention(caller, target, settings)
+                            : retention.SetProjectRetention(caller, target, settings));
       }
       SendJson(res, 200, api::RetentionJson(view));
       return;

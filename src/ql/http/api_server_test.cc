@@ -456,6 +456,112 @@ TEST_F(ApiServerTest, RetentionSettingsInheritAndPatch) {
   EXPECT_EQ(Get("/api/v1/tasks/0190d5d0-0000-7000-8000-000000000000/retention").status, 404);
 }
 
+// DESIGN §11: tasks and triggers answer to their names, names are unique among the live ones,
+// a revision can repin the task's triggers, and a deletion leaves tombstones.
+TEST_F(ApiServerTest, NamesAddressTasksAndTriggersAndDeletionLeavesTombstones) {
+  StartServer();
+  const std::string task = CreateTask("backup");
+  Reply twin = Post("/api/v1/tasks", ShellTaskBody("backup"));
+  EXPECT_EQ(twin.status, 409) << twin.raw;
+  EXPECT_EQ(twin.body["code"], "name_duplicate");
+  Reply bad_name = Post("/api/v1/tasks", ShellTaskBody("a/b"));
+  EXPECT_EQ(bad_name.status, 400) << bad_name.raw;
+  EXPECT_EQ(bad_name.body["code"], "task_invalid_name");
+  Reply uuid_name = Post("/api/v1/tasks", ShellTaskBody(task));
+  EXPECT_EQ(uuid_name.body["code"], "task_invalid_name") << uuid_name.raw;
+
+  Reply by_name = Get("/api/v1/tasks/backup");
+  ASSERT_EQ(by_name.status, 200) << by_name.raw;
+  EXPECT_EQ(by_name.body["id"], task);
+  EXPECT_TRUE(by_name.body["deleted_at"].is_null());
+  Reply unknown = Get("/api/v1/tasks/nosuch");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.body["code"], "task_not_found");
+  EXPECT_NE(unknown.body["message"].get<std::string>().find("nosuch"), std::string::npos);
+
+  Reply trigger = Post("/api/v1/triggers", json{{"task_id", "backup"},
+                                                {"expression", "*/5 * * * *"},
+                                                {"timezone", "UTC"},
+                                                {"name", "nightly"}}
+                                               .dump());
+  ASSERT_EQ(trigger.status, 201) << trigger.raw;
+  EXPECT_EQ(trigger.body["name"], "nightly");
+  EXPECT_EQ(trigger.body["task_id"], task);
+  Reply unnamed = Post("/api/v1/triggers",
+                       json{{"task_id", task}, {"expression", "0 * * * *"}, {"timezone", "UTC"}}
+                           .dump());
+  ASSERT_EQ(unnamed.status, 201) << unnamed.raw;
+  EXPECT_EQ(unnamed.body["name"],
+            "backup-" + unnamed.body["id"].get<std::string>().substr(24));
+  Reply same = Post("/api/v1/triggers", json{{"task_id", task},
+                                             {"expression", "0 * * * *"},
+                                             {"timezone", "UTC"},
+                                             {"name", "nightly"}}
+                                            .dump());
+  EXPECT_EQ(same.status, 409) << same.raw;
+  EXPECT_EQ(same.body["code"], "name_duplicate");
+  EXPECT_EQ(Get("/api/v1/triggers/nightly").body["id"], trigger.body["id"]);
+  EXPECT_EQ(Get("/api/v1/triggers?task_id=backup").body["items"].size(), 2u);
+  Reply renamed = Post("/api/v1/triggers/nightly/revisions",
+                       json{{"expected_revision", 1}, {"name", "every-5-min"}}.dump());
+  ASSERT_EQ(renamed.status, 201) << renamed.raw;
+  EXPECT_EQ(renamed.body["name"], "every-5-min");
+  EXPECT_EQ(Get("/api/v1/triggers/nightly").status, 404);
+
+  // A revision with repin_triggers keeps both triggers active; without, they go stale.
+  json edit = json::parse(ShellTaskBody("backup", "echo v2"));
+  edit["expected_revision"] = 1;
+  edit["repin_triggers"] = true;
+  Reply v2 = Post("/api/v1/tasks/backup/revisions", edit.dump());
+  ASSERT_EQ(v2.status, 201) << v2.raw;
+  EXPECT_EQ(v2.body["repinned_triggers"].size(), 2u);
+  EXPECT_EQ(v2.body["stale_triggers"], 0);
+  EXPECT_EQ(Get("/api/v1/triggers/every-5-min").body["state"], "active");
+  edit["expected_revision"] = 2;
+  edit["repin_triggers"] = "yes";
+  EXPECT_EQ(Post("/api/v1/tasks/backup/revisions", edit.dump()).body["code"], "invalid_type");
+  edit.erase("repin_triggers");
+  Reply v3 = Post("/api/v1/tasks/backup/revisions", edit.dump());
+  ASSERT_EQ(v3.status, 201) << v3.raw;
+  EXPECT_EQ(v3.body["stale_triggers"], 2);
+  EXPECT_EQ(Get("/api/v1/triggers/every-5-min").body["state"], "pin_stale");
+  EXPECT_EQ(Get("/api/v1/status").body["stale_triggers"], 2);
+
+  // Deleting a trigger, then the task with its other trigger.
+  auto client = NewClient();
+  Reply gone = ToReply(client->Delete("/api/v1/triggers/every-5-min"));
+  ASSERT_EQ(gone.status, 200) << gone.raw;
+  EXPECT_EQ(gone.body["state"], "deleted");
+  EXPECT_TRUE(gone.body["deleted_at"].is_string());
+  Reply again = ToReply(client->Delete(
+      ("/api/v1/triggers/" + trigger.body["id"].get<std::string>()).c_str()));
+  EXPECT_EQ(again.status, 200) << again.raw;
+  EXPECT_EQ(again.Header("X-QL-Replayed"), "true");
+  EXPECT_EQ(Post("/api/v1/triggers/" + trigger.body["id"].get<std::string>() + "/enable", "{}")
+                .body["code"],
+            "trigger_deleted");
+  Reply deleted = ToReply(client->Delete("/api/v1/tasks/backup"));
+  ASSERT_EQ(deleted.status, 200) << deleted.raw;
+  EXPECT_EQ(deleted.body["id"], task);
+  EXPECT_TRUE(deleted.body["deleted_at"].is_string());
+  EXPECT_EQ(deleted.body["enabled"], false);
+  EXPECT_EQ(deleted.body["deleted_triggers"],
+            json::array({unnamed.body["id"].get<std::string>()}));
+  EXPECT_EQ(Get("/api/v1/tasks/" + task).body["deleted_at"], deleted.body["deleted_at"]);
+  EXPECT_EQ(Get("/api/v1/tasks/backup").status, 404);
+  EXPECT_TRUE(Get("/api/v1/tasks").body["items"].empty());
+  EXPECT_TRUE(Get("/api/v1/triggers").body["items"].empty());
+  Reply run = Post("/api/v1/runs", json{{"task_id", task}}.dump());
+  EXPECT_EQ(run.status, 409) << run.raw;
+  EXPECT_EQ(run.body["code"], "task_deleted");
+  edit["expected_revision"] = 4;
+  EXPECT_EQ(Post("/api/v1/tasks/" + task + "/revisions", edit.dump()).body["code"],
+            "task_deleted");
+  EXPECT_EQ(ToReply(client->Delete("/api/v1/tasks/nosuch")).body["code"], "task_not_found");
+  // The name is free again.
+  EXPECT_NE(CreateTask("backup"), task);
+}
+
 TEST_F(ApiServerTest, TriggersAndNewYorkDaylightSavingPreview) {
   StartServer();
   const std::string task = CreateTask();
@@ -722,7 +828,10 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
       {"POST", "/api/v1/tasks/{task}/revisions",
        R"({"expected_revision":0,"name":"a",)" + spec + "}", 400, "invalid_expected_revision"},
       {"POST", "/api/v1/tasks/nope/revisions", R"({"expected_revision":1,"name":"a",)" + spec + "}",
-       400, "invalid_id"},
+       404, "task_not_found"},
+      {"POST", "/api/v1/tasks/{task}/revisions",
+       R"({"expected_revision":1,"repin_triggers":1,"name":"a",)" + spec + "}", 400,
+       "invalid_type"},
       {"POST", "/api/v1/tasks/" + missing + "/revisions",
        R"({"expected_revision":1,"name":"a",)" + spec + "}", 404, "task_not_found"},
       // tasks.list / tasks.get
@@ -733,7 +842,7 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
       {"GET", "/api/v1/tasks?cursor=zzzz", "", 400, "invalid_cursor"},
       {"GET", "/api/v1/tasks?colour=red", "", 400, "unknown_parameter"},
       {"GET", "/api/v1/tasks?limit=1&limit=2", "", 400, "duplicate_parameter"},
-      {"GET", "/api/v1/tasks/not-a-uuid", "", 400, "invalid_id"},
+      {"GET", "/api/v1/tasks/not-a-uuid", "", 404, "task_not_found"},
       {"GET", "/api/v1/tasks/" + missing, "", 404, "task_not_found"},
       {"GET", "/api/v1/tasks/" + missing + "/revisions", "", 404, "task_not_found"},
       // triggers.create
@@ -771,7 +880,7 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
        R"({"task_id":")" + missing + R"(","expression":"0 0 * * *","timezone":"UTC"})", 404,
        "task_not_found"},
       // triggers.*
-      {"GET", "/api/v1/triggers?task_id=bad", "", 400, "invalid_id"},
+      {"GET", "/api/v1/triggers?task_id=bad", "", 404, "task_not_found"},
       {"GET", "/api/v1/triggers?limit=0", "", 400, "invalid_limit"},
       {"GET", "/api/v1/triggers/" + missing, "", 404, "trigger_not_found"},
       {"POST", "/api/v1/triggers/{trigger}/disable", R"({"now":true})", 400, "unknown_field"},
@@ -788,8 +897,9 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
        "invalid_timestamp"},
       // runs
       {"GET", "/api/v1/runs?status=done", "", 400, "invalid_status"},
-      {"GET", "/api/v1/runs?task_id=x", "", 400, "invalid_id"},
-      {"GET", "/api/v1/runs?trigger_id=x", "", 400, "invalid_id"},
+      {"GET", "/api/v1/runs?task_id=x", "", 404, "task_not_found"},
+      {"GET", "/api/v1/runs?trigger_id=x", "", 404, "trigger_not_found"},
+      {"GET", "/api/v1/runs?task_id=", "", 400, "invalid_id"},
       {"GET", "/api/v1/runs?limit=-1", "", 400, "invalid_limit"},
       {"GET", "/api/v1/runs?cursor=dGFza3M6eA", "", 400, "invalid_cursor"},  // a tasks cursor
       {"POST", "/api/v1/runs", "{}", 400, "missing_field"},
@@ -815,7 +925,13 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
       {"GET", "/api/v1/nothing", "", 404, "route_not_found"},
       {"GET", "/api/v1/tasks/", "", 404, "route_not_found"},
       {"GET", "/nothing", "", 404, "route_not_found"},
-      {"DELETE", "/api/v1/tasks/{task}", "", 405, "method_not_allowed"},
+      {"DELETE", "/api/v1/runs/{run}", "", 405, "method_not_allowed"},
+      // tasks.delete / triggers.delete
+      {"DELETE", "/api/v1/tasks/nosuch", "", 404, "task_not_found"},
+      {"DELETE", "/api/v1/tasks/" + missing, "", 404, "task_not_found"},
+      {"DELETE", "/api/v1/tasks/{task}?colour=red", "", 400, "unknown_parameter"},
+      {"DELETE", "/api/v1/triggers/nosuch", "", 404, "trigger_not_found"},
+      {"DELETE", "/api/v1/triggers/{trigger}?x=1", "", 400, "unknown_parameter"},
       {"PUT", "/api/v1/tasks", "{}", 405, "method_not_allowed"},
       {"POST", "/api/v1/status", "{}", 405, "method_not_allowed"},
   };
@@ -865,7 +981,7 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
   EXPECT_THAT(cron.body["message"].get<std::string>(), HasSubstr("25"));
   Reply unknown = Post("/api/v1/runs", json{{"task_id", task}, {"when", "now"}}.dump());
   EXPECT_THAT(unknown.body["message"].get<std::string>(), HasSubstr("when"));
-  Reply method = ToReply(client->Delete(("/api/v1/tasks/" + task).c_str()));
+  Reply method = ToReply(client->Delete(("/api/v1/runs/" + run).c_str()));
   EXPECT_EQ(method.Header("Allow"), "GET");
 }
 
@@ -925,7 +1041,7 @@ TEST_F(ApiServerTest, OversizeBodiesAre413AndChangeNothing) {
 TEST_F(ApiServerTest, MetricsAreExposedAsPrometheusText) {
   StartServer();
   ASSERT_EQ(Get("/livez").status, 200);
-  ASSERT_EQ(Get("/api/v1/tasks/nope").status, 400);
+  ASSERT_EQ(Get("/api/v1/tasks/nope").status, 404);
   metrics_.Describe("ql_occurrences_total", "counter", "Occurrences by outcome.");
   metrics_.Increment("ql_occurrences_total", "outcome=\"admit\"", 2);
   auto client = NewClient(false);
@@ -934,14 +1050,14 @@ TEST_F(ApiServerTest, MetricsAreExposedAsPrometheusText) {
   Reply reply;
   for (int i = 0; i < 100; ++i) {
     reply = ToReply(client->Get("/metrics"));
-    if (reply.raw.find("route=\"tasks.get\",code=\"400\"") != std::string::npos) break;
+    if (reply.raw.find("route=\"tasks.get\",code=\"404\"") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(reply.status, 200);
   EXPECT_THAT(reply.Header("Content-Type"), HasSubstr("text/plain; version=0.0.4"));
   EXPECT_THAT(reply.raw, HasSubstr("# TYPE ql_http_requests_total counter\n"));
   EXPECT_THAT(reply.raw, HasSubstr("ql_http_requests_total{route=\"livez\",code=\"200\"} 1\n"));
-  EXPECT_THAT(reply.raw, HasSubstr("ql_http_requests_total{route=\"tasks.get\",code=\"400\"} 1\n"));
+  EXPECT_THAT(reply.raw, HasSubstr("ql_http_requests_total{route=\"tasks.get\",code=\"404\"} 1\n"));
   EXPECT_THAT(reply.raw, HasSubstr("ql_occurrences_total{outcome=\"admit\"} 2\n"));
   EXPECT_THAT(reply.raw, HasSubstr("# TYPE ql_http_in_flight gauge\n"));
 }
@@ -1478,7 +1594,7 @@ TEST_F(ApiServerTest, ApiAnswersAreNoStoreAndNoSniff) {
     EXPECT_EQ(reply.Header("X-Content-Type-Options"), "nosniff") << reply.status;
   }
   EXPECT_EQ(replies[0].status, 200);
-  EXPECT_EQ(replies[1].status, 400);
+  EXPECT_EQ(replies[1].status, 404);
   EXPECT_EQ(replies[2].status, 401);
   const std::string malformed = RawExchange(server_->port(), "GARBAGE\r\n\r\n");
   EXPECT_THAT(malformed, HasSubstr("Cache-Control: no-store"));

@@ -81,7 +81,9 @@ void ApprovalContract::SetUp() {
 Result<TaskRevisionRecord> ApprovalContract::PublishGuarded(const std::string& name,
                                                             const std::string& approver_role,
                                                             int64_t ttl_ms) {
-  PublishTaskCommand cmd = TaskCommand(NewId(), std::nullopt, name);
+  // Task names are unique in a project: each guarded task gets its own.
+  const std::string task_id = NewId();
+  PublishTaskCommand cmd = TaskCommand(task_id, std::nullopt, name + "-" + task_id);
   cmd.revision.approval_json = ::ql::internal::CanonicalJsonLossy(ApprovalPolicyToJson(
       ApprovalPolicy{true, *ParseRole(approver_role), ttl_ms}));
   QL_ASSIGN_OR_RETURN(PublishTaskResult result, store().definitions().PublishTaskRevision(cmd));

@@ -17,6 +17,7 @@
 #include "ql/core/ids.h"
 #include "ql/core/states.h"
 #include "ql/core/status.h"
+#include "ql/core/task_spec.h"
 #include "ql/testing/contract_assertions.h"
 
 namespace ql::testing {
@@ -141,6 +142,7 @@ PublishTriggerCommand RepositoryContractTest::TriggerCommand(const std::string& 
   cmd.expected_revision = expected;
   cmd.mutation_id = NewId();
   cmd.now_ms = Now();
+  if (!expected.has_value()) cmd.name = "trigger-" + trigger_id;
   TriggerRevisionRecord& r = cmd.revision;
   r.task_id = task.task_id;
   r.task_revision = task.revision;
@@ -235,7 +237,8 @@ Result<NewRun> RepositoryContractTest::ManualRun(const TaskRevisionRecord& task)
 }
 
 Result<RunRecord> RepositoryContractTest::QueuedRun(int priority) {
-  QL_ASSIGN_OR_RETURN(TaskRevisionRecord task, PublishTask(NewId(), std::nullopt, "job"));
+  const std::string task_id = NewId();
+  QL_ASSIGN_OR_RETURN(TaskRevisionRecord task, PublishTask(task_id, std::nullopt, "job-" + task_id));
   QL_ASSIGN_OR_RETURN(NewRun run, ManualRun(task));
   run.priority = priority;
   return store_->runs().CreateRun(run);
@@ -643,6 +646,172 @@ TEST_P(RepositoryContractTest, RepublishedTaskParksTheTriggerUntilItIsRepinned) 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Names and tombstones (DESIGN §11)
+
+TEST_P(RepositoryContractTest, TaskNamesAreUniqueAmongTheLiveTasksOfAProject) {
+  const std::string first = NewId();
+  QL_ASSERT_OK(PublishTask(first, std::nullopt, "backup"));
+  const std::string second = NewId();
+  QL_EXPECT_ERROR(PublishTask(second, std::nullopt, "backup"), StatusCode::kDuplicate,
+                  "name_duplicate");
+  QL_EXPECT_ERROR(store().definitions().GetTaskHead(second), StatusCode::kNotFound,
+                  "task_not_found");
+  QL_ASSERT_OK(PublishTask(second, std::nullopt, "report"));
+  // A revision may not take another task's name, but keeps or changes its own.
+  QL_EXPECT_ERROR(PublishTask(second, 1, "backup"), StatusCode::kDuplicate, "name_duplicate");
+  QL_ASSERT_OK(PublishTask(first, 1, "backup"));
+  QL_ASSERT_OK(PublishTask(first, 2, "backup-old"));
+  QL_ASSERT_OK(PublishTask(second, 1, "backup"));
+
+  QL_ASSERT_OK_AND_ASSIGN(std::optional<TaskHeadRecord> found,
+                          store().definitions().FindTaskByName(project().id, "backup"));
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->task_id, second);
+  EXPECT_EQ(found->name, "backup");
+  QL_ASSERT_OK_AND_ASSIGN(TaskHeadRecord head, store().definitions().GetTaskHead(first));
+  EXPECT_EQ(head.name, "backup-old");
+  QL_ASSERT_OK_AND_ASSIGN(found, store().definitions().FindTaskByName(project().id, "report"));
+  EXPECT_FALSE(found.has_value());
+}
+
+TEST_P(RepositoryContractTest, TriggerNamesAreRequiredUniqueAndRenamedByARevision) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, PublishTask(NewId(), std::nullopt, "job"));
+  PublishTriggerCommand unnamed = TriggerCommand(NewId(), std::nullopt, task);
+  unnamed.name.clear();
+  QL_EXPECT_ERROR(store().definitions().PublishTriggerRevision(unnamed),
+                  StatusCode::kInvalidArgument, "missing_field");
+  PublishTriggerCommand nightly = TriggerCommand(NewId(), std::nullopt, task);
+  nightly.name = "nightly";
+  QL_ASSERT_OK(store().definitions().PublishTriggerRevision(nightly));
+  PublishTriggerCommand twin = TriggerCommand(NewId(), std::nullopt, task);
+  twin.name = "nightly";
+  QL_EXPECT_ERROR(store().definitions().PublishTriggerRevision(twin), StatusCode::kDuplicate,
+                  "name_duplicate");
+  QL_EXPECT_ERROR(store().definitions().GetTriggerHead(twin.trigger_id), StatusCode::kNotFound,
+                  "trigger_not_found");
+
+  // An update without a name keeps it; with one it renames.
+  QL_ASSERT_OK(PublishTrigger(nightly.trigger_id, 1, task));
+  QL_ASSERT_OK_AND_ASSIGN(TriggerHeadRecord head,
+                          store().definitions().GetTriggerHead(nightly.trigger_id));
+  EXPECT_EQ(head.name, "nightly");
+  PublishTriggerCommand rename = TriggerCommand(nightly.trigger_id, 2, task);
+  rename.name = "hourly";
+  QL_ASSERT_OK(store().definitions().PublishTriggerRevision(rename));
+  QL_ASSERT_OK_AND_ASSIGN(std::optional<TriggerHeadRecord> found,
+                          store().definitions().FindTriggerByName(project().id, "hourly"));
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->trigger_id, nightly.trigger_id);
+  QL_ASSERT_OK_AND_ASSIGN(found, store().definitions().FindTriggerByName(project().id, "nightly"));
+  EXPECT_FALSE(found.has_value());
+  QL_ASSERT_OK(store().definitions().PublishTriggerRevision(twin));
+}
+
+TEST_P(RepositoryContractTest, ATaskRevisionThatRepinsMovesEveryLiveTriggerAndKeepsItsCursor) {
+  const std::string task_id = NewId();
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord v1, PublishTask(task_id, std::nullopt, "v1"));
+  const std::string enabled_id = NewId();
+  const std::string disabled_id = NewId();
+  QL_ASSERT_OK(PublishTrigger(enabled_id, std::nullopt, v1));
+  QL_ASSERT_OK(PublishTrigger(disabled_id, std::nullopt, v1, /*enabled=*/false));
+  // The enabled trigger's cursor points at an occurrence that is due and not yet admitted.
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueRow(enabled_id, Now()));
+  const int64_t occurrence = Now() - 1'000;
+  ASSERT_EQ(store().schedules().ApplyScheduleAdvance(MoveCursor(due, occurrence)).value(),
+            AdvanceOutcome::kApplied);
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule pending, DueRow(enabled_id, Now()));
+
+  clock().Advance(5'000);
+  PublishTaskCommand edit = TaskCommand(task_id, 1, "v2");
+  edit.repin_triggers = true;
+  QL_ASSERT_OK_AND_ASSIGN(PublishTaskResult v2,
+                          store().definitions().PublishTaskRevision(edit));
+  EXPECT_EQ(v2.trigger_ids, (std::vector<std::string>{std::min(enabled_id, disabled_id),
+                                                      std::max(enabled_id, disabled_id)}));
+  QL_EXPECT_ERROR(store().definitions().GetTaskRevision(task_id, 3), StatusCode::kNotFound,
+                  "task_revision_not_found");
+  for (const std::string& id : {enabled_id, disabled_id}) {
+    QL_ASSERT_OK_AND_ASSIGN(TriggerRevisionRecord pinned,
+                            store().definitions().GetTriggerRevision(id, 2));
+    EXPECT_EQ(pinned.task_revision, 2);
+    EXPECT_EQ(pinned.task_digest, v2.revision.content_digest);
+    EXPECT_EQ(pinned.enabled, id == enabled_id);
+    EXPECT_EQ(pinned.content_digest, TriggerContentDigest(pinned));
+  }
+  // The occurrence is still the next one to admit, now under the new pin; a decision taken on
+  // the old revision is dead.
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule repinned, DueRow(enabled_id, Now()));
+  EXPECT_EQ(repinned.schedule.next_fire_at_ms, occurrence);
+  EXPECT_EQ(repinned.schedule.trigger_revision, 2);
+  EXPECT_EQ(repinned.trigger.task_revision, 2);
+  EXPECT_GT(repinned.schedule.state_version, pending.schedule.state_version);
+  EXPECT_EQ(store().schedules().ApplyScheduleAdvance(MoveCursor(pending, Now())).value(),
+            AdvanceOutcome::kRaced);
+  QL_ASSERT_OK_AND_ASSIGN(int64_t stale, store().definitions().CountStaleTriggers());
+  EXPECT_EQ(stale, 0);
+
+  // A disabled revision cannot be pinned by an enabled trigger: that one goes stale.
+  PublishTaskCommand off = TaskCommand(task_id, 2, "v3", /*enabled=*/false);
+  off.repin_triggers = true;
+  QL_ASSERT_OK_AND_ASSIGN(PublishTaskResult v3, store().definitions().PublishTaskRevision(off));
+  EXPECT_EQ(v3.trigger_ids, std::vector<std::string>{disabled_id});
+  QL_ASSERT_OK_AND_ASSIGN(stale, store().definitions().CountStaleTriggers());
+  EXPECT_EQ(stale, 1);
+}
+
+TEST_P(RepositoryContractTest, ADeletedTaskIsATombstoneWithItsTriggersAndFreesItsName) {
+  const std::string task_id = NewId();
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord v1, PublishTask(task_id, std::nullopt, "backup"));
+  const std::string trigger_id = NewId();
+  QL_ASSERT_OK(PublishTrigger(trigger_id, std::nullopt, v1));
+  QL_ASSERT_OK(DueRow(trigger_id, Now()));
+
+  PublishTaskCommand enabled_tombstone = TaskCommand(task_id, 1, "backup");
+  enabled_tombstone.tombstone = true;
+  QL_EXPECT_ERROR(store().definitions().PublishTaskRevision(enabled_tombstone),
+                  StatusCode::kInvalidArgument, "invalid_tombstone");
+  PublishTaskCommand tombstone = TaskCommand(task_id, 1, "backup", /*enabled=*/false);
+  tombstone.tombstone = true;
+  QL_ASSERT_OK_AND_ASSIGN(PublishTaskResult deleted,
+                          store().definitions().PublishTaskRevision(tombstone));
+  EXPECT_EQ(deleted.trigger_ids, std::vector<std::string>{trigger_id});
+
+  QL_ASSERT_OK_AND_ASSIGN(TaskHeadRecord head, store().definitions().GetTaskHead(task_id));
+  EXPECT_EQ(head.deleted_at_ms, Now());
+  EXPECT_EQ(head.current_revision, 2);
+  QL_ASSERT_OK_AND_ASSIGN(TriggerHeadRecord trigger,
+                          store().definitions().GetTriggerHead(trigger_id));
+  EXPECT_EQ(trigger.deleted_at_ms, Now());
+  QL_ASSERT_OK_AND_ASSIGN(TriggerRevisionRecord last,
+                          store().definitions().GetTriggerRevision(trigger_id, 2));
+  EXPECT_FALSE(last.enabled);
+  // History stays readable; listings, names and the scheduler no longer see them.
+  QL_ASSERT_OK(store().definitions().GetTaskRevision(task_id, 1));
+  QL_ASSERT_OK_AND_ASSIGN(Page<TaskRevisionRecord> tasks,
+                          store().definitions().ListTasks(project().id, PageRequest{}));
+  EXPECT_TRUE(tasks.items.empty());
+  QL_ASSERT_OK_AND_ASSIGN(Page<TriggerRevisionRecord> triggers,
+                          store().definitions().ListTriggers(project().id, std::nullopt,
+                                                             PageRequest{}));
+  EXPECT_TRUE(triggers.items.empty());
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<DueSchedule> due,
+                          store().schedules().ListDueSchedules(Now() + 3'600'000, 100));
+  EXPECT_TRUE(due.empty());
+  QL_ASSERT_OK_AND_ASSIGN(std::optional<TaskHeadRecord> by_name,
+                          store().definitions().FindTaskByName(project().id, "backup"));
+  EXPECT_FALSE(by_name.has_value());
+
+  // Nothing is published over a tombstone, and no trigger is created on one.
+  QL_EXPECT_ERROR(PublishTask(task_id, 2, "backup"), StatusCode::kConflict, "task_deleted");
+  QL_EXPECT_ERROR(PublishTrigger(trigger_id, 2, v1, /*enabled=*/false), StatusCode::kConflict,
+                  "trigger_deleted");
+  QL_EXPECT_ERROR(PublishTrigger(NewId(), std::nullopt, v1, /*enabled=*/false),
+                  StatusCode::kConflict, "task_deleted");
+  // The name is free again.
+  QL_ASSERT_OK(PublishTask(NewId(), std::nullopt, "backup"));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Due schedules and advances
 
 TEST_P(RepositoryContractTest, DueListingPutsUninitialisedFirstThenOrdersByTime) {
@@ -791,7 +960,8 @@ TEST_P(RepositoryContractTest, AdvanceIsRacedOnEveryDriftAndWritesNothing) {
   for (int kind = kStateVersion; kind <= kTaskDigest; ++kind) {
     SCOPED_TRACE("drift kind " + std::to_string(kind));
     const std::string task_id = NewId();
-    QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, PublishTask(task_id, std::nullopt, "job"));
+    QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task,
+                            PublishTask(task_id, std::nullopt, "job" + std::to_string(kind)));
     const std::string trigger_id = NewId();
     QL_ASSERT_OK(PublishTrigger(trigger_id, std::nullopt, task));
     QL_ASSERT_OK_AND_ASSIGN(DueSchedule fresh, DueRow(trigger_id, Now()));

@@ -100,6 +100,8 @@ constexpr ConstraintRule kUniqueRules[] = {
     {"projects_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"task_heads_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"trigger_heads_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"task_heads_live_name", StatusCode::kDuplicate, "name_duplicate"},
+    {"trigger_heads_live_name", StatusCode::kDuplicate, "name_duplicate"},
     {"execution_revisions_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"execution_revisions_task_executor_key", StatusCode::kDuplicate, "duplicate_id"},
     {"runs_pkey", StatusCode::kDuplicate, "duplicate_id"},
@@ -202,6 +204,8 @@ constexpr ConstraintRule kForeignKeyRules[] = {
 
 // Every CHECK constraint of the schema: a value the schema refuses.
 constexpr ConstraintRule kCheckRules[] = {
+    {"task_heads_name_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_heads_name_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"api_tokens_token_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"installation_id_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"installation_version_check", StatusCode::kInvalidArgument, "constraint_violated"},

@@ -310,6 +310,7 @@ class ClusterScheduleTest : public ::testing::TestWithParam<AdmissionIsolation> 
     trigger.trigger_id = NewUuidV7(now, random_);
     trigger.mutation_id = NewUuidV7(now, random_);
     trigger.now_ms = now;
+    trigger.name = "trigger-" + trigger.trigger_id;
     TriggerRevisionRecord& r = trigger.revision;
     r.task_id = task_id;
     r.task_revision = 1;

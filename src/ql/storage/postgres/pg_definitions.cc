@@ -35,6 +35,88 @@ using pg::RequireActiveProject;
 using pg::Rows;
 using pg::Tx;
 
+namespace {
+
+// Refuses `name` for the task or trigger `id` (`kind` "task" or "trigger") when another live
+// head of that kind in the project holds it; the partial unique indexes *_heads_live_name
+// decide between concurrent writers.
+Status RequireFreeName(Tx& tx, std::string_view kind, const std::string& project_id,
+                       const std::string& name, const std::string& id) {
+  const std::string sql = Cat({"SELECT ", kind, "_id FROM ", kind, "_heads WHERE project_id = $1 "
+                               "AND name = $2 AND deleted_at_ms IS NULL AND ", kind, "_id <> $3"});
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> holder,
+                      QueryOne<std::string>(tx, sql, {P(project_id), P(name), P(id)},
+                                            [](const Rows& r, int i) { return r.Text(i, 0); }));
+  if (!holder.has_value()) return Status();
+  return Duplicate("name_duplicate", Cat({"a ", kind, " named ", Quote(name), " exists in project ",
+                                          project_id, " (", kind, " ", *holder, ")"}));
+}
+
+// Appends `stored`, the next revision of an existing trigger head at `expected_revision`, and
+// points the head (renamed when `name` is set, tombstoned when `deleted_at_ms` is) and its
+// schedule row at it. The schedule keeps its cursor when `keep_cursor` (a repin changes nothing
+// the cursor is computed from, so no occurrence is lost), else it restarts from this
+// publication, whose time is one reading of the database clock, never the node's. Either way
+// the bumped state_version kills every decision taken before, and the bumped claim_version with
+// the cleared claim fences every claim taken on an older revision. last_scheduled_at_ms
+// describes the trigger's history and is kept (as SQLite).
+Status AppendTriggerRevision(Tx& tx, const TriggerRevisionRecord& stored,
+                             std::optional<int64_t> expected_revision,
+                             const std::optional<std::string>& name,
+                             std::optional<int64_t> deleted_at_ms, bool keep_cursor) {
+  if (expected_revision.has_value()) {
+    QL_RETURN_IF_ERROR(ExecuteCas(
+        tx, Conflict("revision_conflict", Cat({"trigger ", stored.trigger_id, " moved on"})),
+        "UPDATE trigger_heads SET current_revision = $1, updated_at_ms = $2, "
+        "name = coalesce($3, name), deleted_at_ms = coalesce($4, deleted_at_ms) "
+        "WHERE trigger_id = $5 AND current_revision = $6",
+        {P(stored.revision), P(stored.created_at_ms), P(name), P(deleted_at_ms),
+         P(stored.trigger_id), P(*expected_revision)}));
+  }
+  QL_RETURN_IF_ERROR(Execute(
+      tx,
+      "INSERT INTO trigger_revisions (trigger_id, revision, project_id, mutation_id, task_id, "
+      "task_revision, task_digest, expression, timezone, misfire, enabled, content_digest, "
+      "created_at_ms, overlap) "
+      "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+      {P(stored.trigger_id), P(stored.revision), P(stored.project_id), P(stored.mutation_id),
+       P(stored.task_id), P(stored.task_revision), P(stored.task_digest), P(stored.expression),
+       P(stored.timezone), P(stored.misfire), P(stored.enabled), P(stored.content_digest),
+       P(stored.created_at_ms), P(stored.overlap)}));
+  return Execute(
+      tx,
+      "INSERT INTO trigger_schedules (trigger_id, project_id, trigger_revision, enabled, "
+      "next_fire_at_ms, last_scheduled_at_ms, state_version, published_at_ms, exhausted, "
+      "claim_owner, claim_token, claim_version, claim_expires_at_ms, updated_at_ms) "
+      "SELECT $1, $2, $3, $4, NULL, NULL, 1, c.now_ms, false, NULL, NULL, 0, NULL, c.now_ms "
+      "FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) c "
+      "ON CONFLICT (trigger_id) DO UPDATE SET "
+      "trigger_revision = excluded.trigger_revision, enabled = excluded.enabled, "
+      "next_fire_at_ms = CASE WHEN $5 THEN trigger_schedules.next_fire_at_ms END, "
+      "state_version = trigger_schedules.state_version + 1, "
+      "published_at_ms = CASE WHEN $5 THEN trigger_schedules.published_at_ms "
+      "ELSE excluded.published_at_ms END, "
+      "exhausted = CASE WHEN $5 THEN trigger_schedules.exhausted ELSE false END, "
+      "claim_owner = NULL, claim_token = NULL, claim_version = trigger_schedules.claim_version + 1, "
+      "claim_expires_at_ms = NULL, updated_at_ms = excluded.updated_at_ms",
+      {P(stored.trigger_id), P(stored.project_id), P(stored.revision), P(stored.enabled),
+       P(keep_cursor)});
+}
+
+// The live triggers of `task_id` at their current revisions, by id, their heads locked for
+// update (after the task head, as every publish locks them).
+Result<std::vector<TriggerRevisionRecord>> LockLiveTriggersOf(Tx& tx, const std::string& task_id) {
+  static const std::string kSql =
+      Cat({"SELECT ", kTriggerRevisionColumns,
+           " FROM trigger_heads th JOIN trigger_revisions g ON g.trigger_id = th.trigger_id AND "
+           "g.revision = th.current_revision WHERE th.task_id = $1 AND th.deleted_at_ms IS NULL "
+           "ORDER BY th.trigger_id FOR UPDATE OF th"});
+  return QueryAll<TriggerRevisionRecord>(
+      tx, kSql, {P(task_id)}, [](const Rows& r, int i) { return ReadTriggerRevision(r, i); });
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 // Definitions
 
@@ -92,12 +174,20 @@ Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCo
       // its replay or a duplicate.
       QL_ASSIGN_OR_RETURN(Rows inserted,
                           tx.Exec("INSERT INTO task_heads (task_id, project_id, current_revision, "
-                                  "created_at_ms, updated_at_ms) VALUES ($1, $2, 1, $3, $3) "
-                                  "ON CONFLICT (task_id) DO NOTHING",
-                                  {P(cmd.task_id), P(cmd.project_id), P(cmd.now_ms)}));
+                                  "created_at_ms, updated_at_ms, name) "
+                                  "VALUES ($1, $2, 1, $3, $3, $4) ON CONFLICT DO NOTHING",
+                                  {P(cmd.task_id), P(cmd.project_id), P(cmd.now_ms),
+                                   P(content.name)}));
+      // Nothing inserted: a concurrent creator of this very task committed first (its replay,
+      // or a duplicate id), or another live task holds the name. The insert waited for that
+      // writer's outcome, so the statements below see it.
       if (inserted.affected() != 1) {
         QL_ASSIGN_OR_RETURN(bool concurrent_replay, replayed());
         if (concurrent_replay) return Status();
+        QL_ASSIGN_OR_RETURN(std::optional<TaskHeadRecord> now_head,
+                            LoadTaskHead(tx, cmd.task_id, Lock::kNone));
+        if (now_head.has_value()) return exists;
+        QL_RETURN_IF_ERROR(RequireFreeName(tx, "task", cmd.project_id, content.name, cmd.task_id));
         return exists;
       }
     } else {
@@ -109,13 +199,21 @@ Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCo
           "revision_conflict",
           Cat({"task ", cmd.task_id, " is at revision ", std::to_string(head->current_revision),
                ", not the expected ", std::to_string(*cmd.expected_revision)}));
+      if (head->deleted_at_ms.has_value()) {
+        return Conflict("task_deleted", Cat({"task ", cmd.task_id, " was deleted"}));
+      }
       if (head->current_revision != *cmd.expected_revision) return stale;
-      QL_RETURN_IF_ERROR(
-          ExecuteCas(tx, stale,
-                     "UPDATE task_heads SET current_revision = $1, "
-                     "updated_at_ms = $2 WHERE task_id = $3 AND "
-                     "current_revision = $4",
-                     {P(new_revision), P(cmd.now_ms), P(cmd.task_id), P(*cmd.expected_revision)}));
+      // A deleted task keeps its last name in the row, but no longer holds it.
+      if (!cmd.tombstone) {
+        QL_RETURN_IF_ERROR(RequireFreeName(tx, "task", cmd.project_id, content.name, cmd.task_id));
+      }
+      QL_RETURN_IF_ERROR(ExecuteCas(
+          tx, stale,
+          "UPDATE task_heads SET current_revision = $1, updated_at_ms = $2, name = $3, "
+          "deleted_at_ms = $4 WHERE task_id = $5 AND current_revision = $6",
+          {P(new_revision), P(cmd.now_ms), P(content.name),
+           P(cmd.tombstone ? std::optional<int64_t>(cmd.now_ms) : std::nullopt), P(cmd.task_id),
+           P(*cmd.expected_revision)}));
     }
     TaskRevisionRecord stored = content;
     stored.project_id = cmd.project_id;
@@ -142,7 +240,22 @@ Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCo
           {P(exec.id), P(cmd.project_id), P(cmd.task_id), P(new_revision), P(exec.task_digest),
            P(exec.executor_type), P(exec.plan_json), P(exec.plan_digest), P(cmd.now_ms)}));
     }
-    out = PublishTaskResult{std::move(stored), false};
+    std::vector<std::string> trigger_ids;
+    if (cmd.repin_triggers || cmd.tombstone) {
+      QL_ASSIGN_OR_RETURN(std::vector<TriggerRevisionRecord> triggers,
+                          LockLiveTriggersOf(tx, cmd.task_id));
+      for (const TriggerRevisionRecord& trigger : triggers) {
+        const std::optional<TriggerRevisionRecord> next =
+            TriggerRevisionForTaskPublish(cmd, stored, trigger);
+        if (!next.has_value()) continue;
+        QL_RETURN_IF_ERROR(AppendTriggerRevision(
+            tx, *next, trigger.revision, std::nullopt,
+            cmd.tombstone ? std::optional<int64_t>(cmd.now_ms) : std::nullopt,
+            /*keep_cursor=*/!cmd.tombstone));
+        trigger_ids.push_back(trigger.trigger_id);
+      }
+    }
+    out = PublishTaskResult{std::move(stored), false, std::move(trigger_ids)};
     return Status();
   }));
   return out;
@@ -196,6 +309,12 @@ Result<PublishTriggerResult> PostgresStore::PublishTriggerRevision(
       return NotFound("task_not_found", Cat({"task ", content.task_id,
                                              " does not exist in project ", cmd.project_id}));
     }
+    if (head.has_value() && head->deleted_at_ms.has_value()) {
+      return Conflict("trigger_deleted", Cat({"trigger ", cmd.trigger_id, " was deleted"}));
+    }
+    if (task->deleted_at_ms.has_value()) {
+      return Conflict("task_deleted", Cat({"task ", content.task_id, " was deleted"}));
+    }
     const Status exists = Duplicate(
         "duplicate_id",
         Cat({"trigger ", cmd.trigger_id, " exists already; update it with its expected revision"}));
@@ -234,26 +353,29 @@ Result<PublishTriggerResult> PostgresStore::PublishTriggerRevision(
                            pinned->enabled ? "" : ", which is disabled"}));
     }
 
+    const std::optional<std::string> rename =
+        cmd.name.empty() ? std::nullopt : std::optional<std::string>(cmd.name);
     if (!head.has_value()) {
       // The primary key decides between concurrent creators (see PublishTaskRevision).
       QL_ASSIGN_OR_RETURN(
           Rows inserted,
           tx.Exec("INSERT INTO trigger_heads (trigger_id, project_id, task_id, "
-                  "current_revision, created_at_ms, updated_at_ms) "
-                  "VALUES ($1, $2, $3, 1, $4, $4) "
-                  "ON CONFLICT (trigger_id) DO NOTHING",
-                  {P(cmd.trigger_id), P(cmd.project_id), P(content.task_id), P(cmd.now_ms)}));
+                  "current_revision, created_at_ms, updated_at_ms, name) "
+                  "VALUES ($1, $2, $3, 1, $4, $4, $5) ON CONFLICT DO NOTHING",
+                  {P(cmd.trigger_id), P(cmd.project_id), P(content.task_id), P(cmd.now_ms),
+                   P(cmd.name)}));
+      // As for tasks: a concurrent creator of this trigger, or a live trigger with the name.
       if (inserted.affected() != 1) {
         QL_ASSIGN_OR_RETURN(bool concurrent_replay, replayed());
         if (concurrent_replay) return Status();
+        QL_ASSIGN_OR_RETURN(std::optional<TriggerHeadRecord> now_head,
+                            LoadTriggerHead(tx, cmd.trigger_id, Lock::kNone));
+        if (now_head.has_value()) return exists;
+        QL_RETURN_IF_ERROR(RequireFreeName(tx, "trigger", cmd.project_id, cmd.name, cmd.trigger_id));
         return exists;
       }
-    } else {
-      QL_RETURN_IF_ERROR(ExecuteCas(
-          tx, Conflict("revision_conflict", Cat({"trigger ", cmd.trigger_id, " moved on"})),
-          "UPDATE trigger_heads SET current_revision = $1, updated_at_ms = $2 "
-          "WHERE trigger_id = $3 AND current_revision = $4",
-          {P(new_revision), P(cmd.now_ms), P(cmd.trigger_id), P(*cmd.expected_revision)}));
+    } else if (rename.has_value() && !cmd.tombstone) {
+      QL_RETURN_IF_ERROR(RequireFreeName(tx, "trigger", cmd.project_id, cmd.name, cmd.trigger_id));
     }
     TriggerRevisionRecord stored = content;
     stored.project_id = cmd.project_id;
@@ -261,36 +383,12 @@ Result<PublishTriggerResult> PostgresStore::PublishTriggerRevision(
     stored.revision = new_revision;
     stored.mutation_id = cmd.mutation_id;
     stored.created_at_ms = cmd.now_ms;
-    QL_RETURN_IF_ERROR(Execute(
-        tx,
-        "INSERT INTO trigger_revisions (trigger_id, revision, project_id, mutation_id, task_id, "
-        "task_revision, task_digest, expression, timezone, misfire, enabled, content_digest, "
-        "created_at_ms, overlap) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-        {P(stored.trigger_id), P(stored.revision), P(stored.project_id), P(stored.mutation_id),
-         P(stored.task_id), P(stored.task_revision), P(stored.task_digest), P(stored.expression),
-         P(stored.timezone), P(stored.misfire), P(stored.enabled), P(stored.content_digest),
-         P(stored.created_at_ms), P(stored.overlap)}));
     // The schedule row follows the new revision from scratch: the cursor is recomputed from
-    // this publication, the bumped state_version kills every decision taken before, and the
-    // bumped claim_version with the cleared claim fences every claim taken on an older
-    // revision. last_scheduled_at_ms describes the trigger's history and is kept (as SQLite).
-    // The publication time initialises the cursor, so it is one reading of the database
-    // clock, never the node's.
-    QL_RETURN_IF_ERROR(Execute(
-        tx,
-        "INSERT INTO trigger_schedules (trigger_id, project_id, trigger_revision, enabled, "
-        "next_fire_at_ms, last_scheduled_at_ms, state_version, published_at_ms, exhausted, "
-        "claim_owner, claim_token, claim_version, claim_expires_at_ms, updated_at_ms) "
-        "SELECT $1, $2, $3, $4, NULL, NULL, 1, c.now_ms, false, NULL, NULL, 0, NULL, c.now_ms "
-        "FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) c "
-        "ON CONFLICT (trigger_id) DO UPDATE SET "
-        "trigger_revision = excluded.trigger_revision, enabled = excluded.enabled, "
-        "next_fire_at_ms = NULL, state_version = trigger_schedules.state_version + 1, "
-        "published_at_ms = excluded.published_at_ms, exhausted = false, claim_owner = NULL, "
-        "claim_token = NULL, claim_version = trigger_schedules.claim_version + 1, "
-        "claim_expires_at_ms = NULL, updated_at_ms = excluded.updated_at_ms",
-        {P(stored.trigger_id), P(stored.project_id), P(stored.revision), P(stored.enabled)}));
+    // this publication.
+    QL_RETURN_IF_ERROR(AppendTriggerRevision(
+        tx, stored, head.has_value() ? cmd.expected_revision : std::nullopt, rename,
+        cmd.tombstone ? std::optional<int64_t>(cmd.now_ms) : std::nullopt,
+        /*keep_cursor=*/false));
     out = PublishTriggerResult{std::move(stored), false};
     return Status();
   }));
@@ -307,6 +405,36 @@ Result<TaskHeadRecord> PostgresStore::GetTaskHead(const std::string& task_id) {
     return NotFound("task_not_found", Cat({"task ", task_id, " does not exist"}));
   }
   return std::move(*out);
+}
+
+Result<std::optional<TaskHeadRecord>> PostgresStore::FindTaskByName(
+    const std::string& project_id, const std::string& name) {
+  std::optional<TaskHeadRecord> out;
+  QL_RETURN_IF_ERROR(Read("finding a task by name", [&](Tx& tx) -> Status {
+    static const std::string kSql =
+        Cat({"SELECT ", pg::kTaskHeadColumns,
+             " FROM task_heads h WHERE h.project_id = $1 AND h.name = $2 AND "
+             "h.deleted_at_ms IS NULL"});
+    QL_ASSIGN_OR_RETURN(
+        out, QueryOne<TaskHeadRecord>(tx, kSql, {P(project_id), P(name)}, pg::ReadTaskHead));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::optional<TriggerHeadRecord>> PostgresStore::FindTriggerByName(
+    const std::string& project_id, const std::string& name) {
+  std::optional<TriggerHeadRecord> out;
+  QL_RETURN_IF_ERROR(Read("finding a trigger by name", [&](Tx& tx) -> Status {
+    static const std::string kSql =
+        Cat({"SELECT ", pg::kTriggerHeadColumns,
+             " FROM trigger_heads th WHERE th.project_id = $1 AND th.name = $2 AND "
+             "th.deleted_at_ms IS NULL"});
+    QL_ASSIGN_OR_RETURN(out, QueryOne<TriggerHeadRecord>(tx, kSql, {P(project_id), P(name)},
+                                                         pg::ReadTriggerHead));
+    return Status();
+  }));
+  return out;
 }
 
 Result<TaskRevisionRecord> PostgresStore::GetTaskRevision(const std::string& task_id,
@@ -335,13 +463,13 @@ Result<Page<TaskRevisionRecord>> PostgresStore::ListTasks(const std::string& pro
     static const std::string kFirst =
         Cat({"SELECT ", kTaskRevisionColumns,
              " FROM task_heads h JOIN task_revisions tr ON tr.task_id = h.task_id AND "
-             "tr.revision = h.current_revision WHERE h.project_id = $1 ORDER BY h.task_id "
-             "LIMIT $2"});
+             "tr.revision = h.current_revision WHERE h.project_id = $1 AND "
+             "h.deleted_at_ms IS NULL ORDER BY h.task_id LIMIT $2"});
     static const std::string kAfter =
         Cat({"SELECT ", kTaskRevisionColumns,
              " FROM task_heads h JOIN task_revisions tr ON tr.task_id = h.task_id AND "
-             "tr.revision = h.current_revision WHERE h.project_id = $1 AND h.task_id > $2 "
-             "ORDER BY h.task_id LIMIT $3"});
+             "tr.revision = h.current_revision WHERE h.project_id = $1 AND "
+             "h.deleted_at_ms IS NULL AND h.task_id > $2 ORDER BY h.task_id LIMIT $3"});
     if (after.has_value()) {
       QL_ASSIGN_OR_RETURN(out.items, QueryAll<TaskRevisionRecord>(
                                          tx, kAfter, {P(project_id), P(*after), P(page.limit + 1)},
@@ -457,7 +585,7 @@ Result<Page<TriggerRevisionRecord>> PostgresStore::ListTriggers(
   std::string sql = Cat({"SELECT ", kTriggerRevisionColumns,
                          " FROM trigger_heads th JOIN trigger_revisions g ON g.trigger_id = "
                          "th.trigger_id AND g.revision = th.current_revision "
-                         "WHERE th.project_id = $1"});
+                         "WHERE th.project_id = $1 AND th.deleted_at_ms IS NULL"});
   Params params = {P(project_id)};
   if (task_id.has_value()) {
     params.push_back(P(*task_id));
@@ -509,6 +637,28 @@ Result<int64_t> PostgresStore::CountEnabledTriggers() {
                           "g.trigger_id = th.trigger_id AND g.revision = th.current_revision "
                           "JOIN projects p ON p.id = th.project_id "
                           "WHERE g.enabled AND p.status = 'active'",
+                          {}, [](const Rows& r, int i) { return r.Int(i, 0); }));
+    out = count.value_or(0);
+    return Status();
+  }));
+  return out;
+}
+
+Result<int64_t> PostgresStore::CountStaleTriggers() {
+  int64_t out = 0;
+  QL_RETURN_IF_ERROR(Read("counting stale triggers", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(
+        std::optional<int64_t> count,
+        QueryOne<int64_t>(tx,
+                          "SELECT count(*) FROM trigger_heads th JOIN trigger_revisions g ON "
+                          "g.trigger_id = th.trigger_id AND g.revision = th.current_revision "
+                          "JOIN projects p ON p.id = th.project_id "
+                          "JOIN task_heads h ON h.task_id = g.task_id "
+                          "JOIN task_revisions tr ON tr.task_id = h.task_id AND "
+                          "tr.revision = h.current_revision "
+                          "WHERE g.enabled AND p.status = 'active' AND "
+                          "(g.task_revision <> h.current_revision OR NOT tr.enabled OR "
+                          "tr.content_digest <> g.task_digest)",
                           {}, [](const Rows& r, int i) { return r.Int(i, 0); }));
     out = count.value_or(0);
     return Status();

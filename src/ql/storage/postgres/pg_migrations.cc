@@ -284,6 +284,12 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
        R"("worker_sessions":1})",
        "pg-0016-overlap"},
+      {kControlCore, 15,
+       R"({"approvals":2,"attempts":1,"definitions":3,"dispatch_leases":2,"events":1,)"
+       R"("governance":1,"projects":1,"retention":1,"retry_policies":1,"run_logs":1,"runs":4,)"
+       R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
+       R"("worker_sessions":1})",
+       "pg-0017-names-and-tombstones"},
   };
   return kSteps;
 }

@@ -74,6 +74,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0015-approval-evidence-and-retries",
        "9597499b4e590ffadf2da67ba3f50b4177d5365e61d127d68c47f0fa239d94e8"},
       {"pg-0016-overlap", "63da25e085da73849e3e0e07f2b50f0f6a4ec1a6d2472fd90c2d457202fbd216"},
+      {"pg-0017-names-and-tombstones",
+       "b4a2fa22685ecc5262a29fc64b743dd6a9a4e48967a9a7076bcae0571e81119d"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

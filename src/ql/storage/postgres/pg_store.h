@@ -88,6 +88,10 @@ class PostgresStore final : public Store,
   Result<PublishTaskResult> PublishTaskRevision(const PublishTaskCommand& cmd) override;
   Result<PublishTriggerResult> PublishTriggerRevision(const PublishTriggerCommand& cmd) override;
   Result<TaskHeadRecord> GetTaskHead(const std::string& task_id) override;
+  Result<std::optional<TaskHeadRecord>> FindTaskByName(const std::string& project_id,
+                                                       const std::string& name) override;
+  Result<std::optional<TriggerHeadRecord>> FindTriggerByName(const std::string& project_id,
+                                                             const std::string& name) override;
   Result<TaskRevisionRecord> GetTaskRevision(const std::string& task_id, int64_t revision) override;
   Result<Page<TaskRevisionRecord>> ListTasks(const std::string& project_id,
                                              const PageRequest& page) override;
@@ -104,6 +108,7 @@ class PostgresStore final : public Store,
                                                    const PageRequest& page) override;
   Result<ScheduleRecord> GetSchedule(const std::string& trigger_id) override;
   Result<int64_t> CountEnabledTriggers() override;
+  Result<int64_t> CountStaleTriggers() override;
 
   // ScheduleRepository
   Result<std::vector<DueSchedule>> ListDueSchedules(int64_t now_ms, int limit) override;

@@ -10,7 +10,8 @@ ProjectRecord ReadProject(const Rows& r, int i) {
 }
 
 TaskHeadRecord ReadTaskHead(const Rows& r, int i) {
-  return TaskHeadRecord{r.Text(i, 0), r.Text(i, 1), r.Int(i, 2), r.Int(i, 3), r.Int(i, 4)};
+  return TaskHeadRecord{r.Text(i, 0), r.Text(i, 1), r.Int(i, 2),   r.Int(i, 3),
+                        r.Int(i, 4),  r.Text(i, 5), r.OptInt(i, 6)};
 }
 
 TaskRevisionRecord ReadTaskRevision(const Rows& r, int i) {
@@ -46,8 +47,8 @@ ExecutionRevisionRecord ReadExecution(const Rows& r, int i) {
 }
 
 TriggerHeadRecord ReadTriggerHead(const Rows& r, int i) {
-  return TriggerHeadRecord{r.Text(i, 0), r.Text(i, 1), r.Text(i, 2),
-                           r.Int(i, 3),  r.Int(i, 4),  r.Int(i, 5)};
+  return TriggerHeadRecord{r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Int(i, 3),
+                           r.Int(i, 4),  r.Int(i, 5),  r.Text(i, 6), r.OptInt(i, 7)};
 }
 
 TriggerRevisionRecord ReadTriggerRevision(const Rows& r, int i, int c) {

@@ -182,6 +182,7 @@ class PgStoreTest : public ::testing::Test {
     cmd.expected_revision = expected;
     cmd.mutation_id = NewId();
     cmd.now_ms = Now();
+    if (!expected.has_value()) cmd.name = "trigger-" + trigger_id;
     TriggerRevisionRecord& r = cmd.revision;
     r.task_id = task.task_id;
     r.task_revision = task.revision;
@@ -498,14 +499,41 @@ TEST_F(PgStoreTest, ConcurrentPublishesOfOneExpectedRevisionHaveExactlyOneWinner
   EXPECT_EQ(history->size(), static_cast<size_t>(kRounds + 1));
 }
 
+// Two tasks created at once under one name: the partial unique index over live names lets
+// exactly one in; the other writes nothing and is told the name is taken, whichever statement of
+// it met the winner (the insert waiting on the index, or the check after it).
+TEST_F(PgStoreTest, ConcurrentCreatesOfTwoTasksUnderOneNameLeaveOneTask) {
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const std::string name = "twin-" + std::to_string(round);
+    PublishTaskCommand first = TaskCommand(NewId(), std::nullopt, name);
+    PublishTaskCommand second = TaskCommand(NewId(), std::nullopt, name);
+    std::optional<Result<PublishTaskResult>> from_a;
+    std::optional<Result<PublishTaskResult>> from_b;
+    RunTogether([&] { from_a = a_->PublishTaskRevision(first); },
+                [&] { from_b = b_->PublishTaskRevision(second); });
+    ASSERT_NE(from_a->ok(), from_b->ok())
+        << from_a->status().ToString() << " / " << from_b->status().ToString();
+    const Result<PublishTaskResult>& loser = from_a->ok() ? *from_b : *from_a;
+    EXPECT_TRUE(HasError(loser, StatusCode::kDuplicate, "name_duplicate"));
+    const std::string& lost = from_a->ok() ? second.task_id : first.task_id;
+    EXPECT_EQ(a_->GetTaskHead(lost).status().reason(), "task_not_found");
+    Result<std::optional<TaskHeadRecord>> holder = a_->FindTaskByName(project_.id, name);
+    ASSERT_TRUE(holder.ok() && holder->has_value());
+    EXPECT_EQ((*holder)->task_id, from_a->ok() ? first.task_id : second.task_id);
+  }
+}
+
 TEST_F(PgStoreTest, ConcurrentCreatesOfOneTaskAreOneRevisionAndAReplayOrADuplicate) {
   for (int round = 0; round < kRounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     const std::string task_id = NewId();
-    PublishTaskCommand first = TaskCommand(task_id, std::nullopt, "same");
+    // Each round its own task, so its own name (names are unique among live tasks).
+    const std::string name = "same-" + std::to_string(round);
+    PublishTaskCommand first = TaskCommand(task_id, std::nullopt, name);
     // Even rounds: one request sent twice (a client retry); odd rounds: two clients.
     const bool same_request = round % 2 == 0;
-    PublishTaskCommand second = same_request ? first : TaskCommand(task_id, std::nullopt, "other");
+    PublishTaskCommand second = same_request ? first : TaskCommand(task_id, std::nullopt, name);
 
     std::optional<Result<PublishTaskResult>> from_a;
     std::optional<Result<PublishTaskResult>> from_b;

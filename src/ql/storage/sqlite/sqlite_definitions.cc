@@ -14,6 +14,9 @@ using sqlite::Execute;
 using sqlite::ExecuteCas;
 using sqlite::kExecutionColumns;
 using sqlite::kScheduleColumns;
+using sqlite::kTaskHeadColumns;
+using sqlite::kTriggerHeadColumns;
+using sqlite::Db;
 using sqlite::kTaskRevisionColumns;
 using sqlite::kTriggerRevisionColumns;
 using sqlite::LoadTaskHead;
@@ -31,6 +34,77 @@ using sqlite::RequireActiveProject;
 using sqlite::Stmt;
 using sqlite::Tx;
 using sqlite::TxMode;
+
+namespace {
+
+// Refuses `name` for the task or trigger `id` (`kind` "task" or "trigger"; an id of nothing
+// yet for a new one) when another live head of that kind in the project holds it.
+Status RequireFreeName(Db& db, std::string_view kind, const std::string& project_id,
+                       const std::string& name, const std::string& id) {
+  const std::string sql = Cat({"SELECT ", kind, "_id FROM ", kind, "_heads WHERE project_id = ? "
+                               "AND name = ? AND deleted_at_ms IS NULL AND ", kind, "_id <> ?"});
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> holder,
+                      QueryOne<std::string>(
+                          db, sql, [](const Stmt& s) { return s.Text(0); }, project_id, name, id));
+  if (!holder.has_value()) return Status();
+  return Duplicate("name_duplicate", Cat({"a ", kind, " named ", Quote(name), " exists in project ",
+                                          project_id, " (", kind, " ", *holder, ")"}));
+}
+
+// Appends `stored`, the next revision of an existing trigger head at `expected_revision`, and
+// points the head (renamed when `name` is set, tombstoned when `deleted_at_ms` is) and its
+// schedule row at it. The schedule keeps its cursor when `keep_cursor` (a repin changes nothing
+// the cursor is computed from, so no occurrence is lost), else it restarts from this
+// publication; the bumped state_version kills every decision taken on an older revision.
+Status AppendTriggerRevision(Db& db, const TriggerRevisionRecord& stored,
+                             int64_t expected_revision, const std::optional<std::string>& name,
+                             std::optional<int64_t> deleted_at_ms, bool keep_cursor) {
+  QL_RETURN_IF_ERROR(ExecuteCas(
+      db, Conflict("revision_conflict", Cat({"trigger ", stored.trigger_id, " moved on"})),
+      "UPDATE trigger_heads SET current_revision = ?, updated_at_ms = ?, "
+      "name = coalesce(?, name), deleted_at_ms = coalesce(?, deleted_at_ms) "
+      "WHERE trigger_id = ? AND current_revision = ?",
+      stored.revision, stored.created_at_ms, name, deleted_at_ms, stored.trigger_id,
+      expected_revision));
+  QL_RETURN_IF_ERROR(
+      Execute(db,
+              "INSERT INTO trigger_revisions (trigger_id, revision, project_id, "
+              "mutation_id, task_id, task_revision, task_digest, expression, "
+              "timezone, misfire, enabled, content_digest, created_at_ms, overlap) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              stored.trigger_id, stored.revision, stored.project_id, stored.mutation_id,
+              stored.task_id, stored.task_revision, stored.task_digest, stored.expression,
+              stored.timezone, stored.misfire, stored.enabled, stored.content_digest,
+              stored.created_at_ms, stored.overlap));
+  return Execute(db,
+                 "INSERT INTO trigger_schedules (trigger_id, project_id, "
+                 "trigger_revision, next_fire_at_ms, last_scheduled_at_ms, "
+                 "state_version, published_at_ms, exhausted, updated_at_ms) "
+                 "VALUES (?1, ?2, ?3, NULL, NULL, 1, ?4, 0, ?4) "
+                 "ON CONFLICT (trigger_id) DO UPDATE SET "
+                 "trigger_revision = excluded.trigger_revision, "
+                 "next_fire_at_ms = CASE WHEN ?5 THEN next_fire_at_ms END, "
+                 "state_version = state_version + 1, "
+                 "published_at_ms = CASE WHEN ?5 THEN published_at_ms "
+                 "ELSE excluded.published_at_ms END, "
+                 "exhausted = CASE WHEN ?5 THEN exhausted ELSE 0 END, "
+                 "updated_at_ms = excluded.updated_at_ms",
+                 stored.trigger_id, stored.project_id, stored.revision, stored.created_at_ms,
+                 keep_cursor);
+}
+
+// The live triggers of `task_id` at their current revisions, by id.
+Result<std::vector<TriggerRevisionRecord>> LiveTriggersOf(Db& db, const std::string& task_id) {
+  static const std::string kSql =
+      Cat({"SELECT ", kTriggerRevisionColumns,
+           " FROM trigger_heads th JOIN trigger_revisions g ON g.trigger_id = th.trigger_id AND "
+           "g.revision = th.current_revision WHERE th.task_id = ? AND th.deleted_at_ms IS NULL "
+           "ORDER BY th.trigger_id"});
+  return QueryAll<TriggerRevisionRecord>(
+      db, kSql, [](const Stmt& s) { return ReadTriggerRevision(s); }, task_id);
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Definitions
@@ -73,11 +147,12 @@ Result<PublishTaskResult> SqliteStore::PublishTaskRevision(const PublishTaskComm
                              Cat({"task ", cmd.task_id,
                                   " exists already; update it with its expected revision"}));
           }
+          QL_RETURN_IF_ERROR(RequireFreeName(*db_, "task", cmd.project_id, content.name, ""));
           QL_RETURN_IF_ERROR(
               Execute(*db_,
                       "INSERT INTO task_heads (task_id, project_id, current_revision, "
-                      "created_at_ms, updated_at_ms) VALUES (?, ?, 1, ?, ?)",
-                      cmd.task_id, cmd.project_id, cmd.now_ms, cmd.now_ms));
+                      "created_at_ms, updated_at_ms, name) VALUES (?, ?, 1, ?, ?, ?)",
+                      cmd.task_id, cmd.project_id, cmd.now_ms, cmd.now_ms, content.name));
         } else {
           if (!head.has_value() || head->project_id != cmd.project_id) {
             return NotFound("task_not_found", Cat({"task ", cmd.task_id,
@@ -87,12 +162,22 @@ Result<PublishTaskResult> SqliteStore::PublishTaskRevision(const PublishTaskComm
               "revision_conflict",
               Cat({"task ", cmd.task_id, " is at revision ", std::to_string(head->current_revision),
                    ", not the expected ", std::to_string(*cmd.expected_revision)}));
+          if (head->deleted_at_ms.has_value()) {
+            return Conflict("task_deleted", Cat({"task ", cmd.task_id, " was deleted"}));
+          }
           if (head->current_revision != *cmd.expected_revision) return stale;
-          QL_RETURN_IF_ERROR(
-              ExecuteCas(*db_, stale,
-                         "UPDATE task_heads SET current_revision = ?, updated_at_ms = ? "
-                         "WHERE task_id = ? AND current_revision = ?",
-                         new_revision, cmd.now_ms, cmd.task_id, *cmd.expected_revision));
+          // A deleted task keeps its last name in the row, but no longer holds it.
+          if (!cmd.tombstone) {
+            QL_RETURN_IF_ERROR(
+                RequireFreeName(*db_, "task", cmd.project_id, content.name, cmd.task_id));
+          }
+          QL_RETURN_IF_ERROR(ExecuteCas(
+              *db_, stale,
+              "UPDATE task_heads SET current_revision = ?, updated_at_ms = ?, name = ?, "
+              "deleted_at_ms = ? WHERE task_id = ? AND current_revision = ?",
+              new_revision, cmd.now_ms, content.name,
+              cmd.tombstone ? std::optional<int64_t>(cmd.now_ms) : std::nullopt, cmd.task_id,
+              *cmd.expected_revision));
         }
         TaskRevisionRecord stored = content;
         stored.project_id = cmd.project_id;
@@ -119,7 +204,22 @@ Result<PublishTaskResult> SqliteStore::PublishTaskRevision(const PublishTaskComm
                       exec.id, cmd.project_id, cmd.task_id, new_revision, exec.task_digest,
                       exec.executor_type, exec.plan_json, exec.plan_digest, cmd.now_ms));
         }
-        out = PublishTaskResult{std::move(stored), false};
+        std::vector<std::string> trigger_ids;
+        if (cmd.repin_triggers || cmd.tombstone) {
+          QL_ASSIGN_OR_RETURN(std::vector<TriggerRevisionRecord> triggers,
+                              LiveTriggersOf(*db_, cmd.task_id));
+          for (const TriggerRevisionRecord& trigger : triggers) {
+            const std::optional<TriggerRevisionRecord> next =
+                TriggerRevisionForTaskPublish(cmd, stored, trigger);
+            if (!next.has_value()) continue;
+            QL_RETURN_IF_ERROR(AppendTriggerRevision(
+                *db_, *next, trigger.revision, std::nullopt,
+                cmd.tombstone ? std::optional<int64_t>(cmd.now_ms) : std::nullopt,
+                /*keep_cursor=*/!cmd.tombstone));
+            trigger_ids.push_back(trigger.trigger_id);
+          }
+        }
+        out = PublishTaskResult{std::move(stored), false, std::move(trigger_ids)};
         return Status();
       }));
   return out;
@@ -163,6 +263,12 @@ Result<PublishTriggerResult> SqliteStore::PublishTriggerRevision(const PublishTr
         }
         QL_ASSIGN_OR_RETURN(std::optional<TriggerHeadRecord> head,
                             LoadTriggerHead(*db_, cmd.trigger_id));
+        if (head.has_value() && head->deleted_at_ms.has_value()) {
+          return Conflict("trigger_deleted", Cat({"trigger ", cmd.trigger_id, " was deleted"}));
+        }
+        if (task->deleted_at_ms.has_value()) {
+          return Conflict("task_deleted", Cat({"task ", content.task_id, " was deleted"}));
+        }
         if (!cmd.expected_revision.has_value()) {
           if (head.has_value()) {
             return Duplicate("duplicate_id",
@@ -204,50 +310,33 @@ Result<PublishTriggerResult> SqliteStore::PublishTriggerRevision(const PublishTr
                    pinned->enabled ? "" : ", which is disabled"}));
         }
 
-        if (!head.has_value()) {
-          QL_RETURN_IF_ERROR(Execute(*db_,
-                                     "INSERT INTO trigger_heads (trigger_id, project_id, task_id, "
-                                     "current_revision, created_at_ms, updated_at_ms) "
-                                     "VALUES (?, ?, ?, 1, ?, ?)",
-                                     cmd.trigger_id, cmd.project_id, content.task_id, cmd.now_ms,
-                                     cmd.now_ms));
-        } else {
-          QL_RETURN_IF_ERROR(ExecuteCas(
-              *db_, Conflict("revision_conflict", Cat({"trigger ", cmd.trigger_id, " moved on"})),
-              "UPDATE trigger_heads SET current_revision = ?, updated_at_ms = ? "
-              "WHERE trigger_id = ? AND current_revision = ?",
-              new_revision, cmd.now_ms, cmd.trigger_id, *cmd.expected_revision));
-        }
         TriggerRevisionRecord stored = content;
         stored.project_id = cmd.project_id;
         stored.trigger_id = cmd.trigger_id;
         stored.revision = new_revision;
         stored.mutation_id = cmd.mutation_id;
         stored.created_at_ms = cmd.now_ms;
-        QL_RETURN_IF_ERROR(
-            Execute(*db_,
-                    "INSERT INTO trigger_revisions (trigger_id, revision, project_id, "
-                    "mutation_id, task_id, task_revision, task_digest, expression, "
-                    "timezone, misfire, enabled, content_digest, created_at_ms, overlap) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    stored.trigger_id, stored.revision, stored.project_id, stored.mutation_id,
-                    stored.task_id, stored.task_revision, stored.task_digest, stored.expression,
-                    stored.timezone, stored.misfire, stored.enabled, stored.content_digest,
-                    stored.created_at_ms, stored.overlap));
+        const std::optional<std::string> rename =
+            cmd.name.empty() ? std::nullopt : std::optional<std::string>(cmd.name);
+        if (rename.has_value() && !cmd.tombstone) {
+          QL_RETURN_IF_ERROR(
+              RequireFreeName(*db_, "trigger", cmd.project_id, cmd.name, cmd.trigger_id));
+        }
+        if (!head.has_value()) {
+          // Inserted at revision 1; AppendTriggerRevision below finds it there.
+          QL_RETURN_IF_ERROR(Execute(*db_,
+                                     "INSERT INTO trigger_heads (trigger_id, project_id, task_id, "
+                                     "current_revision, created_at_ms, updated_at_ms, name) "
+                                     "VALUES (?, ?, ?, 1, ?, ?, ?)",
+                                     cmd.trigger_id, cmd.project_id, content.task_id, cmd.now_ms,
+                                     cmd.now_ms, cmd.name));
+        }
         // The schedule row follows the new revision from scratch: the cursor is recomputed from
         // this publication and the bumped state_version kills every decision taken before.
-        QL_RETURN_IF_ERROR(Execute(*db_,
-                                   "INSERT INTO trigger_schedules (trigger_id, project_id, "
-                                   "trigger_revision, next_fire_at_ms, last_scheduled_at_ms, "
-                                   "state_version, published_at_ms, exhausted, updated_at_ms) "
-                                   "VALUES (?1, ?2, ?3, NULL, NULL, 1, ?4, 0, ?4) "
-                                   "ON CONFLICT (trigger_id) DO UPDATE SET "
-                                   "trigger_revision = excluded.trigger_revision, "
-                                   "next_fire_at_ms = NULL, state_version = state_version + 1, "
-                                   "published_at_ms = excluded.published_at_ms, exhausted = 0, "
-                                   "updated_at_ms = excluded.updated_at_ms",
-                                   stored.trigger_id, stored.project_id, stored.revision,
-                                   cmd.now_ms));
+        QL_RETURN_IF_ERROR(AppendTriggerRevision(
+            *db_, stored, head.has_value() ? *cmd.expected_revision : 1, rename,
+            cmd.tombstone ? std::optional<int64_t>(cmd.now_ms) : std::nullopt,
+            /*keep_cursor=*/false));
         out = PublishTriggerResult{std::move(stored), false};
         return Status();
       }));
@@ -263,6 +352,37 @@ Result<TaskHeadRecord> SqliteStore::GetTaskHead(const std::string& task_id) {
   if (!out.has_value())
     return NotFound("task_not_found", Cat({"task ", task_id, " does not exist"}));
   return std::move(*out);
+}
+
+Result<std::optional<TaskHeadRecord>> SqliteStore::FindTaskByName(const std::string& project_id,
+                                                                  const std::string& name) {
+  std::optional<TaskHeadRecord> out;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "finding a task by name", [&](Tx&) -> Status {
+    static const std::string kSql =
+        Cat({"SELECT ", kTaskHeadColumns,
+             " FROM task_heads h WHERE h.project_id = ? AND h.name = ? AND "
+             "h.deleted_at_ms IS NULL"});
+    QL_ASSIGN_OR_RETURN(out, QueryOne<TaskHeadRecord>(*db_, kSql, sqlite::ReadTaskHead,
+                                                      project_id, name));
+    return Status();
+  }));
+  return out;
+}
+
+Result<std::optional<TriggerHeadRecord>> SqliteStore::FindTriggerByName(
+    const std::string& project_id, const std::string& name) {
+  std::optional<TriggerHeadRecord> out;
+  QL_RETURN_IF_ERROR(
+      db_->Transact(TxMode::kRead, "finding a trigger by name", [&](Tx&) -> Status {
+        static const std::string kSql =
+            Cat({"SELECT ", kTriggerHeadColumns,
+                 " FROM trigger_heads th WHERE th.project_id = ? AND th.name = ? AND "
+                 "th.deleted_at_ms IS NULL"});
+        QL_ASSIGN_OR_RETURN(out, QueryOne<TriggerHeadRecord>(*db_, kSql, sqlite::ReadTriggerHead,
+                                                             project_id, name));
+        return Status();
+      }));
+  return out;
 }
 
 Result<TaskRevisionRecord> SqliteStore::GetTaskRevision(const std::string& task_id,
@@ -291,8 +411,9 @@ Result<Page<TaskRevisionRecord>> SqliteStore::ListTasks(const std::string& proje
     static const std::string kSql =
         Cat({"SELECT ", kTaskRevisionColumns,
              " FROM task_heads h JOIN task_revisions tr ON tr.task_id = h.task_id AND "
-             "tr.revision = h.current_revision WHERE h.project_id = ?1 AND (?2 IS NULL OR "
-             "h.task_id > ?2) ORDER BY h.task_id LIMIT ?3"});
+             "tr.revision = h.current_revision WHERE h.project_id = ?1 AND "
+             "h.deleted_at_ms IS NULL AND (?2 IS NULL OR h.task_id > ?2) ORDER BY h.task_id "
+             "LIMIT ?3"});
     QL_ASSIGN_OR_RETURN(out.items, QueryAll<TaskRevisionRecord>(*db_, kSql, ReadTaskRevision,
                                                                 project_id, after, page.limit + 1));
     return Status();
@@ -402,9 +523,9 @@ Result<Page<TriggerRevisionRecord>> SqliteStore::ListTriggers(
     static const std::string kSql =
         Cat({"SELECT ", kTriggerRevisionColumns,
              " FROM trigger_heads th JOIN trigger_revisions g ON g.trigger_id = th.trigger_id AND "
-             "g.revision = th.current_revision WHERE th.project_id = ?1 AND (?2 IS NULL OR "
-             "th.task_id = ?2) AND (?3 IS NULL OR th.trigger_id > ?3) ORDER BY th.trigger_id "
-             "LIMIT ?4"});
+             "g.revision = th.current_revision WHERE th.project_id = ?1 AND "
+             "th.deleted_at_ms IS NULL AND (?2 IS NULL OR th.task_id = ?2) AND "
+             "(?3 IS NULL OR th.trigger_id > ?3) ORDER BY th.trigger_id LIMIT ?4"});
     QL_ASSIGN_OR_RETURN(
         out.items, QueryAll<TriggerRevisionRecord>(
                        *db_, kSql, [](const Stmt& s) { return ReadTriggerRevision(s); }, project_id,
@@ -444,6 +565,28 @@ Result<int64_t> SqliteStore::CountEnabledTriggers() {
                           "g.trigger_id = th.trigger_id AND g.revision = th.current_revision "
                           "JOIN projects p ON p.id = th.project_id "
                           "WHERE g.enabled = 1 AND p.status = 'active'",
+                          [](const Stmt& s) { return s.Int(0); }));
+    out = count.value_or(0);
+    return Status();
+  }));
+  return out;
+}
+
+Result<int64_t> SqliteStore::CountStaleTriggers() {
+  int64_t out = 0;
+  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "counting stale triggers", [&](Tx&) -> Status {
+    QL_ASSIGN_OR_RETURN(
+        std::optional<int64_t> count,
+        QueryOne<int64_t>(*db_,
+                          "SELECT count(*) FROM trigger_heads th JOIN trigger_revisions g ON "
+                          "g.trigger_id = th.trigger_id AND g.revision = th.current_revision "
+                          "JOIN projects p ON p.id = th.project_id "
+                          "JOIN task_heads h ON h.task_id = g.task_id "
+                          "JOIN task_revisions tr ON tr.task_id = h.task_id AND "
+                          "tr.revision = h.current_revision "
+                          "WHERE g.enabled = 1 AND p.status = 'active' AND "
+                          "(g.task_revision <> h.current_revision OR tr.enabled = 0 OR "
+                          "tr.content_digest <> g.task_digest)",
                           [](const Stmt& s) { return s.Int(0); }));
     out = count.value_or(0);
     return Status();

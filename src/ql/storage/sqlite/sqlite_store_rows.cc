@@ -12,7 +12,8 @@ ProjectRecord ReadProject(const Stmt& s) {
 }
 
 TaskHeadRecord ReadTaskHead(const Stmt& s) {
-  return TaskHeadRecord{s.Text(0), s.Text(1), s.Int(2), s.Int(3), s.Int(4)};
+  return TaskHeadRecord{s.Text(0), s.Text(1), s.Int(2),  s.Int(3),
+                        s.Int(4),  s.Text(5), s.OptInt(6)};
 }
 
 TaskRevisionRecord ReadTaskRevision(const Stmt& s) {
@@ -48,7 +49,8 @@ ExecutionRevisionRecord ReadExecution(const Stmt& s) {
 }
 
 TriggerHeadRecord ReadTriggerHead(const Stmt& s) {
-  return TriggerHeadRecord{s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)};
+  return TriggerHeadRecord{s.Text(0), s.Text(1), s.Text(2), s.Int(3),
+                           s.Int(4),  s.Int(5),  s.Text(6), s.OptInt(7)};
 }
 
 TriggerRevisionRecord ReadTriggerRevision(const Stmt& s, int c) {

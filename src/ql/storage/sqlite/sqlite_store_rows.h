@@ -24,7 +24,8 @@ inline constexpr char kProjectColumns[] =
 ProjectRecord ReadProject(const Stmt& s);
 
 inline constexpr char kTaskHeadColumns[] =
-    "h.project_id, h.task_id, h.current_revision, h.created_at_ms, h.updated_at_ms";
+    "h.project_id, h.task_id, h.current_revision, h.created_at_ms, h.updated_at_ms, h.name, "
+    "h.deleted_at_ms";
 
 TaskHeadRecord ReadTaskHead(const Stmt& s);
 
@@ -43,7 +44,7 @@ ExecutionRevisionRecord ReadExecution(const Stmt& s);
 
 inline constexpr char kTriggerHeadColumns[] =
     "th.project_id, th.trigger_id, th.task_id, th.current_revision, th.created_at_ms, "
-    "th.updated_at_ms";
+    "th.updated_at_ms, th.name, th.deleted_at_ms";
 
 TriggerHeadRecord ReadTriggerHead(const Stmt& s);
 

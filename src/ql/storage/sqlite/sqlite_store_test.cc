@@ -164,6 +164,8 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0009-approval-evidence-and-retries",
        "dfb60aebf996f2d0752bcbf917e3254501b6e269e13635a09e742ce0a189d915"},
       {"0010-overlap", "9a8bdf6ec70c37bc36bff906eee0d9e68a3c4dcbaa89223d47b3ec98d7ca988d"},
+      {"0011-names-and-tombstones",
+       "805a0be3530e41fa7fe46faecca6fe81b8e1b97ec3703ed9dea5b4a588896276"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -181,7 +183,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 7);
+  EXPECT_EQ(capability.version, 8);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);

@@ -320,5 +320,66 @@ TEST_F(SqliteUpgradeTest, ADatabaseOfTheReleaseBeforeApprovalsKeepsEveryRunAttem
   EXPECT_EQ((*store)->runs().ListAttempts("r1")->size(), 2u);
 }
 
+// Names were not unique before 0011: the upgrade keeps the oldest task's name, suffixes the
+// later ones with their id, names every trigger after its task, and the names are unique from
+// then on.
+TEST_F(SqliteUpgradeTest, TheNamesUpgradeMakesDuplicateTaskNamesUniqueAndNamesEveryTrigger) {
+  Connect();
+  Status migrated = MigrateUpTo(*db_, "0010-overlap");
+  ASSERT_TRUE(migrated.ok()) << migrated.ToString();
+  Status filled = db_->Transact(sqlite::TxMode::kWrite, "filling", [&](sqlite::Tx&) {
+    return db_->ExecScript(R"sql(
+INSERT INTO projects VALUES ('p1', 'default', 'Default', 'active', 1, 1000, 1000);
+INSERT INTO task_heads VALUES ('t1', 'p1', 1, 1000, 1000), ('t2', 'p1', 1, 2000, 2000),
+                              ('t3', 'p1', 1, 1500, 1500);
+INSERT INTO task_revisions (task_id, revision, project_id, mutation_id, name, kind, spec_json,
+                            labels_json, enabled, content_digest, created_at_ms)
+VALUES ('t1', 1, 'p1', 'm1', 'backup', 'shell', '{}', '{}', 1, printf('%064d', 1), 1000),
+       ('t2', 1, 'p1', 'm2', 'backup', 'shell', '{}', '{}', 1, printf('%064d', 2), 2000),
+       ('t3', 1, 'p1', 'm3', 'report', 'shell', '{}', '{}', 1, printf('%064d', 3), 1500);
+INSERT INTO trigger_heads VALUES
+  ('019ca86a-3a60-7030-b07d-fbea6f6f7e52', 'p1', 't1', 1, 1000, 1000),
+  ('019ca86a-3a60-7030-b07d-000000000001', 'p1', 't2', 1, 2000, 2000);
+INSERT INTO trigger_revisions (trigger_id, revision, project_id, mutation_id, task_id,
+                               task_revision, task_digest, expression, timezone, misfire,
+                               enabled, content_digest, created_at_ms)
+VALUES ('019ca86a-3a60-7030-b07d-fbea6f6f7e52', 1, 'p1', 'g1', 't1', 1, printf('%064d', 1),
+        '* * * * *', 'UTC', 'skip', 1, printf('%064d', 21), 1000),
+       ('019ca86a-3a60-7030-b07d-000000000001', 1, 'p1', 'g2', 't2', 1, printf('%064d', 2),
+        '* * * * *', 'UTC', 'skip', 1, printf('%064d', 22), 2000);
+)sql",
+                           "filling");
+  });
+  ASSERT_TRUE(filled.ok()) << filled.ToString();
+  db_.reset();
+
+  SqliteOptions options;
+  options.path = path_;
+  auto store = SqliteStore::Open(options, clock_);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Connect();
+  EXPECT_EQ(Rows("task_heads", "task_id,name,deleted_at_ms"),
+            "'t1'|'backup'|NULL\n't2'|'backup-t2'|NULL\n't3'|'report'|NULL");
+  EXPECT_EQ(Rows("trigger_heads", "task_id,name"),
+            "'t1'|'backup-fbea6f6f7e52'\n't2'|'backup-t2-000000000001'");
+  // The oldest keeps the name; the other is reachable by its new one.
+  Result<std::optional<TaskHeadRecord>> backup =
+      (*store)->definitions().FindTaskByName("p1", "backup");
+  ASSERT_TRUE(backup.ok()) << backup.status().ToString();
+  ASSERT_TRUE(backup->has_value());
+  EXPECT_EQ((*backup)->task_id, "t1");
+  Result<std::optional<TriggerHeadRecord>> trigger =
+      (*store)->definitions().FindTriggerByName("p1", "backup-t2-000000000001");
+  ASSERT_TRUE(trigger.ok()) << trigger.status().ToString();
+  ASSERT_TRUE(trigger->has_value());
+  EXPECT_EQ((*trigger)->task_id, "t2");
+  // From now on the database refuses a second live holder of a name.
+  EXPECT_FALSE(Exec("UPDATE task_heads SET name = 'backup' WHERE task_id = 't3'").ok());
+  EXPECT_TRUE(
+      Exec("UPDATE task_heads SET deleted_at_ms = 5000 WHERE task_id = 't1'; "
+           "UPDATE task_heads SET name = 'backup' WHERE task_id = 't3'")
+          .ok());
+}
+
 }  // namespace
 }  // namespace ql
