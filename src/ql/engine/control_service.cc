@@ -149,6 +149,13 @@ Status ValidateToken(std::string_view field, std::string_view reason, std::strin
   return Status::Ok();
 }
 
+// True when an enabled trigger revision admits nothing because its pin is not `task`, the task's
+// current revision, or that revision is disabled (the trigger view's pin_stale).
+bool PinIsStale(const TriggerRevisionRecord& trigger, const TaskRevisionRecord& task) {
+  return trigger.task_revision != task.revision || !task.enabled ||
+         trigger.task_digest != task.content_digest;
+}
+
 // A deleted trigger takes no change (the store refuses it too, after checks that would name a
 // less precise reason).
 Status RequireLive(const TriggerView& trigger) {
@@ -384,11 +391,7 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
                           store_.definitions().ListTriggers(
                               project_id, task_id, PageRequest{cursor, kMaxPageLimit}));
       for (const TriggerRevisionRecord& t : page.items) {
-        if (t.enabled && (t.task_revision != out.task.revision.revision ||
-                          t.task_digest != out.task.revision.content_digest ||
-                          !out.task.revision.enabled)) {
-          ++out.stale_triggers;
-        }
+        if (t.enabled && PinIsStale(t, out.task.revision)) ++out.stale_triggers;
       }
       cursor = page.next_key;
     } while (cursor.has_value());
@@ -554,8 +557,7 @@ Result<TriggerView> ControlService::ViewOf(const TriggerHeadRecord& head,
   QL_ASSIGN_OR_RETURN(TaskHeadRecord task, store_.definitions().GetTaskHead(revision.task_id));
   QL_ASSIGN_OR_RETURN(TaskRevisionRecord current,
                       store_.definitions().GetTaskRevision(task.task_id, task.current_revision));
-  view.pin_stale = current.revision != revision.task_revision || !current.enabled ||
-                   current.content_digest != revision.task_digest;
+  view.pin_stale = PinIsStale(revision, current);
   const bool exhausted =
       view.schedule.has_value() && view.schedule->trigger_revision == revision.revision &&
       (view.schedule->exhausted || view.schedule->next_fire_at_ms == misfire::kExhaustedCursorMs);
