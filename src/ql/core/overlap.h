@@ -31,8 +31,9 @@ inline constexpr std::string_view kCancelReasonReplaced = "replaced";
 inline constexpr int64_t kMaxConcurrency = 10'000;
 
 // The SQL predicate over runs.status of an unfinished run (every status but the terminal ones).
-// The partial indexes runs_unfinished_by_trigger and runs_unfinished_by_task of both stores use
-// exactly this text, so a query that repeats it can use them.
+// The partial indexes of unfinished runs (SQLite runs_unfinished_by_trigger and
+// runs_unfinished_by_task, PostgreSQL runs_unfinished) use exactly this text, so a query that
+// repeats it can use them.
 inline constexpr char kUnfinishedRunSql[] =
     "status NOT IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'skipped')";
 

@@ -15,16 +15,16 @@ GRANT USAGE ON SCHEMA ql3 TO ql3_runtime, ql3_admin, ql3_worker_ingress;
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities, ql3.projects, ql3.task_heads,
   ql3.task_revisions, ql3.execution_revisions, ql3.trigger_heads, ql3.trigger_revisions
   TO ql3_runtime;
-GRANT SELECT, INSERT, UPDATE ON ql3.runs, ql3.run_attempts, ql3.run_retry_policies,
-  ql3.worker_sessions, ql3.run_dispatch_leases TO ql3_runtime;
+GRANT SELECT, INSERT, UPDATE ON ql3.runs, ql3.run_attempts, ql3.worker_sessions,
+  ql3.run_dispatch_leases TO ql3_runtime;
 GRANT SELECT, INSERT ON ql3.run_events, ql3.run_log_chunks TO ql3_runtime;
 -- Governance: authentication and the policy fence read; audit facts are written, never read.
 GRANT SELECT ON ql3.installation, ql3.principals, ql3.api_tokens, ql3.role_bindings
   TO ql3_runtime;
 -- Retention: the settings are read, and the purge deletes finished runs with what they own.
 GRANT SELECT ON ql3.project_retention, ql3.task_retention TO ql3_runtime;
-GRANT DELETE ON ql3.runs, ql3.run_attempts, ql3.run_retry_policies, ql3.run_events,
-  ql3.run_log_chunks, ql3.run_dispatch_leases TO ql3_runtime;
+GRANT DELETE ON ql3.runs, ql3.run_attempts, ql3.run_events, ql3.run_log_chunks,
+  ql3.run_dispatch_leases TO ql3_runtime;
 GRANT SELECT, INSERT, UPDATE ON ql3.api_token_usage TO ql3_runtime;
 GRANT INSERT ON ql3.security_audit TO ql3_runtime;
 GRANT SELECT, UPDATE ON ql3.trigger_schedules TO ql3_runtime;

@@ -30,7 +30,6 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"trigger_revisions", {"SELECT"}},
       {"runs", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
       {"run_attempts", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
-      {"run_retry_policies", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
       {"run_events", {"SELECT", "INSERT", "DELETE"}},
       {"trigger_schedules", {"SELECT", "UPDATE"}},
       {"worker_credentials", {}},

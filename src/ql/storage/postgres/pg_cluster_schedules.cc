@@ -446,24 +446,29 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
         runs.push_back(&run);
       }
     }
-    // An occurrence admitted already (its key is taken) gets no second run; its cursor moves on
-    // like an admission's, so the trigger does not stall on it. The unique key stays the last
-    // word against a writer that has not committed yet.
+    // An occurrence admitted already (its run exists) gets no second run; its cursor moves on
+    // like an admission's, so the trigger does not stall on it. The unique occurrence index stays
+    // the last word against a writer that has not committed yet.
     if (!runs.empty() && probe_keys) {
-      std::vector<std::optional<std::string>> projects, keys;
+      std::vector<std::optional<std::string>> keys, triggers, revisions, scheduled;
       for (const NewRun* run : runs) {
-        projects.push_back(run->project_id);
         keys.push_back(run->idempotency_key);
+        triggers.push_back(run->trigger_id);
+        revisions.push_back(std::to_string(*run->trigger_revision));
+        scheduled.push_back(std::to_string(*run->scheduled_for_ms));
       }
-      // One probe of the unique key per occurrence (LATERAL ... LIMIT 1 keeps it an index
-      // lookup whatever the statistics of `runs` say).
+      // One probe of the unique occurrence index per occurrence (LATERAL ... LIMIT 1 keeps it
+      // an index lookup whatever the statistics of `runs` say).
       QL_ASSIGN_OR_RETURN(
           Rows taken,
-          tx.Exec("SELECT k.idempotency_key FROM unnest($1::text[], $2::text[]) "
-                  "AS k(project_id, idempotency_key) CROSS JOIN LATERAL (SELECT 1 FROM "
-                  "ql3.runs r WHERE r.project_id = k.project_id AND "
-                  "r.idempotency_key = k.idempotency_key LIMIT 1) hit",
-                  {pg::PArray(projects), pg::PArray(keys)}));
+          tx.Exec("SELECT k.idempotency_key FROM unnest($1::text[], $2::text[], $3::bigint[], "
+                  "$4::bigint[]) AS k(idempotency_key, trigger_id, trigger_revision, "
+                  "scheduled_for_ms) CROSS JOIN LATERAL (SELECT 1 FROM ql3.runs r WHERE "
+                  "r.trigger_type = 'cron' AND r.trigger_id = k.trigger_id AND "
+                  "r.trigger_revision = k.trigger_revision AND "
+                  "r.scheduled_for_ms = k.scheduled_for_ms LIMIT 1) hit",
+                  {pg::PArray(keys), pg::PArray(triggers), pg::PArray(revisions),
+                   pg::PArray(scheduled)}));
       std::set<std::string> admitted;
       for (int i = 0; i < taken.size(); ++i) admitted.insert(taken.Text(i, 0));
       QL_RETURN_IF_ERROR(taken.status());

@@ -76,6 +76,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0016-overlap", "63da25e085da73849e3e0e07f2b50f0f6a4ec1a6d2472fd90c2d457202fbd216"},
       {"pg-0017-names-and-tombstones",
        "b4a2fa22685ecc5262a29fc64b743dd6a9a4e48967a9a7076bcae0571e81119d"},
+      {"pg-0018-compact-runs",
+       "9a964a2847e3163fc44698f5e1f44e9c1b73d54d29c6c6dc250aa0fb958f7283"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();
@@ -140,6 +142,103 @@ TEST_F(PostgresMigrateTest, FreshDatabaseGetsTheWholeStreamThenNothing) {
   Result<MigrateReport> second = Migrate(url, clock_);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_TRUE(second->applied.empty());
+}
+
+// The compact-runs migration moves every run's retry policy into its row, drops the stored key of cron runs (kept
+// unique by their occurrence) and keeps the events already stored.
+TEST_F(PostgresMigrateTest, CompactRunsKeepsThePoliciesKeysAndEventsOfExistingRuns) {
+  const MigrationStream& full = PostgresMainStream();
+  size_t compact = 0;
+  while (compact < full.migrations.size() &&
+         !full.migrations[compact].id.ends_with("-compact-runs")) {
+    ++compact;
+  }
+  ASSERT_LT(compact, full.migrations.size());
+  MigrationStream before = full;
+  before.migrations.resize(compact);
+  std::vector<SchemaCapability> before_steps;
+  for (const SchemaCapability& step : CapabilitySteps()) {
+    for (const Migration& m : before.migrations) {
+      if (m.id == step.migration_id) before_steps.push_back(step);
+    }
+  }
+  std::string db = cluster().NewEmptyDatabase();
+  std::string url = cluster().Url(kMigrationRole, db);
+  Result<MigrateReport> first = MigrateStream(url, before, before_steps, clock_);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+
+  const std::string digest(64, 'a');
+  const std::string p = "00000000-0000-7000-8000-000000000001";
+  const std::string t = "00000000-0000-7000-8000-000000000002";
+  const std::string g = "00000000-0000-7000-8000-000000000003";
+  const std::string e = "00000000-0000-7000-8000-000000000004";
+  const std::string cron = "00000000-0000-7000-8000-000000000005";
+  const std::string manual = "00000000-0000-7000-8000-000000000006";
+  const std::string plain = "00000000-0000-7000-8000-000000000007";
+  const std::string cron_key = "ql3:cron:v1:" + g + ":1:60000";
+  Query(db,
+        "BEGIN; INSERT INTO ql3.projects (id, slug, name, status, version, created_at_ms, "
+        "updated_at_ms) VALUES ('" + p + "', 'p', 'P', 'active', 1, 1, 1);"
+        "INSERT INTO ql3.task_heads (task_id, project_id, current_revision, created_at_ms, "
+        "updated_at_ms, name) VALUES ('" + t + "', '" + p + "', 1, 1, 1, 'job');"
+        "INSERT INTO ql3.task_revisions (task_id, revision, project_id, mutation_id, name, kind, "
+        "spec_json, labels_json, enabled, content_digest, created_at_ms) VALUES ('" + t +
+        "', 1, '" + p + "', 'm1', 'job', 'k', '{}', '{}', true, '" + digest + "', 1);"
+        "INSERT INTO ql3.execution_revisions (id, project_id, task_id, task_revision, "
+        "executor_type, plan_json, plan_digest, task_digest, created_at_ms) VALUES ('" + e +
+        "', '" + p + "', '" + t + "', 1, 'remote_worker', '{}', '" + digest + "', '" + digest +
+        "', 1);"
+        "INSERT INTO ql3.trigger_heads (trigger_id, project_id, task_id, current_revision, "
+        "created_at_ms, updated_at_ms, name) VALUES ('" + g + "', '" + p + "', '" + t +
+        "', 1, 1, 1, 'every');"
+        "INSERT INTO ql3.trigger_revisions (trigger_id, revision, project_id, mutation_id, "
+        "task_id, task_revision, task_digest, expression, timezone, misfire, enabled, "
+        "content_digest, created_at_ms) VALUES ('" + g + "', 1, '" + p + "', 'm2', '" + t +
+        "', 1, '" + digest + "', '* * * * *', 'UTC', 'skip', true, '" + digest + "', 1);"
+        "INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
+        "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
+        "status, version, event_sequence, priority, idempotency_key, created_at_ms) VALUES "
+        "('" + cron + "', '" + p + "', '" + t + "', 1, '" + digest + "', '" + e + "', '" + g +
+        "', 1, 60000, 'cron', 'queued', 1, 2, 0, '" + cron_key + "', 5), "
+        "('" + manual + "', '" + p + "', '" + t + "', 1, '" + digest + "', '" + e +
+        "', NULL, NULL, NULL, 'manual', 'queued', 1, 1, 0, 'mine', 6), "
+        "('" + plain + "', '" + p + "', '" + t + "', 1, '" + digest + "', '" + e +
+        "', NULL, NULL, NULL, 'api', 'queued', 1, 1, 0, NULL, 7);"
+        "INSERT INTO ql3.run_retry_policies (run_id, max_attempts, retry_on_lost, safety, "
+        "backoff_base_ms, backoff_max_ms) VALUES ('" + cron + "', 3, true, 'idempotent', 500, "
+        "4000), ('" + manual + "', 1, false, 'unknown', 0, 0), ('" + plain +
+        "', 16, false, 'deduplicated', 1000, 86400000);"
+        "INSERT INTO ql3.run_events (run_id, sequence, type, actor_type, payload_json, "
+        "created_at_ms) VALUES ('" + cron + "', 1, 'run.created', 'scheduler', '{}', 5), ('" +
+        cron + "', 2, 'run.queued', 'scheduler', '{}', 5), ('" + manual +
+        "', 1, 'run.created', 'user', '{}', 6); COMMIT;");
+
+  Result<MigrateReport> rest = Migrate(url, clock_);
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  EXPECT_EQ(rest->applied.front(), full.migrations[compact].id);
+  EXPECT_EQ(Query(db,
+                  "SELECT string_agg(concat_ws('|', id, coalesce(idempotency_key, '-'), "
+                  "retry_max_attempts, retry_on_lost, retry_safety, retry_backoff_base_ms, "
+                  "retry_backoff_max_ms), ',' ORDER BY id) FROM ql3.runs"),
+            cron + "|-|3|t|idempotent|500|4000," + manual + "|mine|1|f|unknown|0|0," + plain +
+                "|-|16|f|deduplicated|1000|86400000\n");
+  EXPECT_EQ(Query(db, "SELECT to_regclass('ql3.run_retry_policies') IS NULL"), "t\n");
+  EXPECT_EQ(Query(db, "SELECT string_agg(run_id || ':' || sequence, ',' ORDER BY run_id, "
+                      "sequence) FROM ql3.run_events"),
+            cron + ":1," + cron + ":2," + manual + ":1\n");
+  // The occurrence stays taken: a second cron run of it is refused.
+  Result<std::string> twice = cluster().server().Psql(
+      db, "INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
+          "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
+          "status, version, event_sequence, priority, created_at_ms, retry_max_attempts, "
+          "retry_on_lost, retry_safety, retry_backoff_base_ms, retry_backoff_max_ms) SELECT "
+          "'00000000-0000-7000-8000-000000000008', project_id, task_id, task_revision, "
+          "task_digest, execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, "
+          "trigger_type, status, version, event_sequence, priority, created_at_ms, 1, false, "
+          "'unknown', 0, 0 FROM ql3.runs WHERE id = '" + cron + "'");
+  EXPECT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().ToString().find("runs_cron_occurrence_key"), std::string::npos)
+      << twice.status().ToString();
 }
 
 TEST_F(PostgresMigrateTest, OnlyTheMigrationRoleMigrates) {

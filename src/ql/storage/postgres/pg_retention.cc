@@ -8,6 +8,7 @@
 #include "ql/core/governance_store.h"
 #include "ql/core/store_commands.h"
 #include "ql/storage/postgres/pg_governance.h"
+#include "ql/storage/postgres/pg_run_rows.h"
 #include "ql/storage/postgres/pg_store_rows.h"
 
 namespace ql::pg {
@@ -173,13 +174,12 @@ class PgRetention final : public RetentionRepository {
       out.log_chunks = chunks.affected();
       QL_RETURN_IF_ERROR(Execute(
           tx, "DELETE FROM run_dispatch_leases WHERE attempt_id = ANY($1::text[])", {attempts}));
+      QL_ASSIGN_OR_RETURN(const int64_t derived, CountDerivedAdmissionEvents(tx, runs));
       QL_ASSIGN_OR_RETURN(Rows events,
                           tx.Exec("DELETE FROM run_events WHERE run_id = ANY($1::text[])", {runs}));
-      out.events = events.affected();
+      out.events = events.affected() + derived;
       QL_RETURN_IF_ERROR(
           Execute(tx, "DELETE FROM run_attempts WHERE run_id = ANY($1::text[])", {runs}));
-      QL_RETURN_IF_ERROR(
-          Execute(tx, "DELETE FROM run_retry_policies WHERE run_id = ANY($1::text[])", {runs}));
       QL_ASSIGN_OR_RETURN(Rows deleted, tx.Exec("DELETE FROM runs WHERE id = ANY($1::text[])",
                                                 {runs}));
       if (deleted.affected() != static_cast<int64_t>(out.run_ids.size())) {

@@ -27,6 +27,12 @@ std::optional<std::string> Text(const std::optional<T>& v) {
   }
 }
 
+// A cron run stores no idempotency key (kRunColumns rebuilds it; runs_cron_occurrence_key keeps
+// its occurrence unique) and, admitted by the scheduler, no admission events
+// (DeriveAdmissionEvents rebuilds them).
+#define KEY_UNLESS_CRON "CASE WHEN trigger_type = 'cron' THEN NULL ELSE key END"
+#define STORES_ADMISSION_EVENTS "(trigger_type <> 'cron' OR actor <> 'scheduler')"
+
 }  // namespace
 
 Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t now_ms) {
@@ -64,7 +70,7 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
   }
   // One round trip for every row of every run. Every dependent insert reads the runs insert's
   // RETURNING, so a reused run id always fails on runs_pkey first (duplicate_id) and never on
-  // a policy or event key, whichever order the executor runs the CTEs in.
+  // an attempt or event key, whichever order the executor runs the CTEs in.
   static constexpr char kSql[] =
       "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], "
       "$5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[], "
@@ -77,20 +83,20 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
       "r AS (INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
       "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
       "status, version, event_sequence, priority, idempotency_key, retry_of_run_id, "
-      "created_at_ms, queued_at_ms) SELECT id, project_id, task_id, task_revision, task_digest, "
-      "execution, trigger_id, trigger_revision, scheduled, trigger_type, 'queued', 1, 2, "
-      "priority, key, retry_of, $24::bigint, $24::bigint FROM v RETURNING id), "
-      "p AS (INSERT INTO ql3.run_retry_policies (run_id, max_attempts, retry_on_lost, safety, "
-      "backoff_base_ms, backoff_max_ms) SELECT id, max_attempts, retry_on_lost, safety, "
-      "backoff_base, backoff_max FROM v JOIN r USING (id) RETURNING run_id), "
+      "created_at_ms, queued_at_ms, retry_max_attempts, retry_on_lost, retry_safety, "
+      "retry_backoff_base_ms, retry_backoff_max_ms) SELECT id, project_id, task_id, "
+      "task_revision, task_digest, execution, trigger_id, trigger_revision, scheduled, "
+      "trigger_type, 'queued', 1, 2, priority, " KEY_UNLESS_CRON ", retry_of, $24::bigint, "
+      "$24::bigint, max_attempts, retry_on_lost, safety, backoff_base, backoff_max FROM v "
+      "RETURNING id), "
       "a AS (INSERT INTO ql3.run_attempts (id, run_id, attempt, status, executor_type, "
       "callback_sequence, created_at_ms) SELECT attempt_id, id, 1, 'claimed', executor, 0, "
       "$24::bigint FROM v JOIN r USING (id) RETURNING id) "
       "INSERT INTO ql3.run_events (run_id, sequence, type, actor_type, attempt_id, dedupe_key, "
       "payload_json, created_at_ms) "
       "SELECT id, 1, $25::text, actor, NULL, NULL, created, $24::bigint FROM v JOIN r USING (id) "
-      "UNION ALL SELECT id, 2, $26::text, actor, attempt_id, NULL, queued, $24::bigint "
-      "FROM v JOIN r USING (id)";
+      "WHERE " STORES_ADMISSION_EVENTS " UNION ALL SELECT id, 2, $26::text, actor, attempt_id, "
+      "NULL, queued, $24::bigint FROM v JOIN r USING (id) WHERE " STORES_ADMISSION_EVENTS;
   return tx
       .Exec(kSql, {PArray(id),
                    PArray(project),
@@ -119,6 +125,61 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
                    P(kEventRunCreated),
                    P(RunEventType(RunStatus::kQueued))})
       .status();
+}
+
+Result<std::vector<EventRecord>> DeriveAdmissionEvents(Tx& tx, const RunRecord& run) {
+  std::vector<EventRecord> out;
+  if (run.trigger_type != TriggerTypeName(TriggerType::kCron)) return out;
+  QL_ASSIGN_OR_RETURN(
+      Rows rows,
+      tx.Exec("SELECT EXISTS (SELECT 1 FROM run_events WHERE run_id = $1 AND sequence = 1), "
+              "a.id, a.executor_type FROM (SELECT 1) one LEFT JOIN run_attempts a "
+              "ON a.run_id = $1 AND a.attempt = 1",
+              {P(run.id)}));
+  const bool stored = rows.Bool(0, 0);
+  const std::optional<std::string> attempt_id = rows.OptText(0, 1);
+  const std::optional<std::string> executor = rows.OptText(0, 2);
+  QL_RETURN_IF_ERROR(rows.status());
+  if (stored) return out;
+  NewRun admitted;
+  admitted.task_revision = run.task_revision;
+  admitted.trigger_type = run.trigger_type;
+  admitted.trigger_id = run.trigger_id;
+  admitted.trigger_revision = run.trigger_revision;
+  admitted.scheduled_for_ms = run.scheduled_for_ms;
+  admitted.retry_of_run_id = run.retry_of_run_id;
+  EventRecord created;
+  created.run_id = run.id;
+  created.sequence = 1;
+  created.type = std::string(kEventRunCreated);
+  created.actor_type = std::string(ActorTypeName(ActorType::kScheduler));
+  QL_ASSIGN_OR_RETURN(created.payload_json, RunCreatedPayload(admitted));
+  created.created_at_ms = run.created_at_ms;
+  EventRecord second = created;
+  second.sequence = 2;
+  if (attempt_id.has_value()) {
+    second.type = RunEventType(RunStatus::kQueued);
+    second.attempt_id = attempt_id;
+    QL_ASSIGN_OR_RETURN(second.payload_json, RunQueuedPayload(1, executor.value_or("")));
+  } else {
+    second.type = RunEventType(RunStatus::kSkipped);
+    QL_ASSIGN_OR_RETURN(second.payload_json, RunSkippedPayload(run.error_code.value_or("")));
+  }
+  out.push_back(std::move(created));
+  out.push_back(std::move(second));
+  return out;
+}
+
+Result<int64_t> CountDerivedAdmissionEvents(Tx& tx, const Param& run_ids) {
+  QL_ASSIGN_OR_RETURN(
+      Rows rows,
+      tx.Exec("SELECT 2 * count(*) FROM runs r WHERE r.id = ANY($1::text[]) AND "
+              "r.trigger_type = 'cron' AND NOT EXISTS (SELECT 1 FROM run_events e "
+              "WHERE e.run_id = r.id AND e.sequence = 1)",
+              {run_ids}));
+  const int64_t count = rows.Int(0, 0);
+  QL_RETURN_IF_ERROR(rows.status());
+  return count;
 }
 
 Status CancelRunInTx(Tx& tx, const RunRecord& run, const std::string& reason,
@@ -217,18 +278,17 @@ Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t no
       "r AS (INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
       "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
       "status, version, event_sequence, priority, idempotency_key, created_at_ms, "
-      "finished_at_ms, error_code, error_summary) SELECT id, project_id, task_id, "
-      "task_revision, task_digest, execution, trigger_id, trigger_revision, scheduled, "
-      "trigger_type, 'skipped', 1, 2, priority, key, $23::bigint, $23::bigint, reason, summary "
-      "FROM v RETURNING id), "
-      "p AS (INSERT INTO ql3.run_retry_policies (run_id, max_attempts, retry_on_lost, safety, "
-      "backoff_base_ms, backoff_max_ms) SELECT id, max_attempts, retry_on_lost, safety, "
-      "backoff_base, backoff_max FROM v JOIN r USING (id) RETURNING run_id) "
+      "finished_at_ms, error_code, error_summary, retry_max_attempts, retry_on_lost, "
+      "retry_safety, retry_backoff_base_ms, retry_backoff_max_ms) SELECT id, project_id, "
+      "task_id, task_revision, task_digest, execution, trigger_id, trigger_revision, scheduled, "
+      "trigger_type, 'skipped', 1, 2, priority, " KEY_UNLESS_CRON ", $23::bigint, $23::bigint, "
+      "reason, summary, max_attempts, retry_on_lost, safety, backoff_base, backoff_max "
+      "FROM v RETURNING id) "
       "INSERT INTO ql3.run_events (run_id, sequence, type, actor_type, attempt_id, dedupe_key, "
       "payload_json, created_at_ms) "
       "SELECT id, 1, $24::text, actor, NULL, NULL, created, $23::bigint FROM v JOIN r USING (id) "
-      "UNION ALL SELECT id, 2, $25::text, actor, NULL, NULL, skipped, $23::bigint "
-      "FROM v JOIN r USING (id)";
+      "WHERE " STORES_ADMISSION_EVENTS " UNION ALL SELECT id, 2, $25::text, actor, NULL, NULL, "
+      "skipped, $23::bigint FROM v JOIN r USING (id) WHERE " STORES_ADMISSION_EVENTS;
   return tx
       .Exec(kSql, {PArray(id),           PArray(project),       PArray(task),
                    PArray(task_revision), PArray(task_digest),   PArray(execution),
@@ -251,11 +311,13 @@ Result<std::optional<SkippedRun>> ApplyOverlapInTx(Tx& tx, const NewRun& run,
   if (policy == OverlapPolicy::kAllow && !concurrency.has_value()) return none;
   std::vector<RunRecord> previous;
   if (policy == OverlapPolicy::kForbid) {
-    // One probe of the partial index runs_unfinished_by_trigger.
-    static const std::string kSql = Cat({"SELECT ", kRunColumns, kRunFrom,
-                                         " WHERE r.trigger_id = $1 AND r.", kUnfinishedRunSql,
-                                         " ORDER BY r.id LIMIT 1"});
-    QL_ASSIGN_OR_RETURN(previous, QueryAll<RunRecord>(tx, kSql, {P(run.trigger_id)}, ReadRun));
+    // One probe of the partial index runs_unfinished (task_id, trigger_id, id): a trigger's
+    // runs are its task's.
+    static const std::string kSql =
+        Cat({"SELECT ", kRunColumns, kRunFrom, " WHERE r.task_id = $1 AND r.trigger_id = $2 AND r.",
+             kUnfinishedRunSql, " ORDER BY r.id LIMIT 1"});
+    QL_ASSIGN_OR_RETURN(previous, QueryAll<RunRecord>(tx, kSql, {P(run.task_id), P(run.trigger_id)},
+                                                      ReadRun));
     if (!previous.empty()) {
       return std::optional<SkippedRun>(
           SkippedRun{&run, kSkipReasonOverlap,
@@ -264,10 +326,11 @@ Result<std::optional<SkippedRun>> ApplyOverlapInTx(Tx& tx, const NewRun& run,
     }
   } else if (policy == OverlapPolicy::kReplace) {
     // Locked, so a run that finishes meanwhile is read as it ends up (and left alone).
-    static const std::string kSql = Cat({"SELECT ", kRunColumns, kRunFrom,
-                                         " WHERE r.trigger_id = $1 AND r.", kUnfinishedRunSql,
-                                         " ORDER BY r.id FOR UPDATE OF r"});
-    QL_ASSIGN_OR_RETURN(previous, QueryAll<RunRecord>(tx, kSql, {P(run.trigger_id)}, ReadRun));
+    static const std::string kSql =
+        Cat({"SELECT ", kRunColumns, kRunFrom, " WHERE r.task_id = $1 AND r.trigger_id = $2 AND r.",
+             kUnfinishedRunSql, " ORDER BY r.id FOR UPDATE OF r"});
+    QL_ASSIGN_OR_RETURN(previous, QueryAll<RunRecord>(tx, kSql, {P(run.task_id), P(run.trigger_id)},
+                                                      ReadRun));
   }
   if (concurrency.has_value()) {
     static const std::string kCount = Cat(

@@ -14,11 +14,23 @@
 
 namespace ql::pg {
 
-// Inserts queued runs, each with its claimed first attempt, its retry policy snapshot and the
+// Inserts queued runs, each with its retry policy snapshot, its claimed first attempt and the
 // events run.created (sequence 1) and run.queued (sequence 2), every timestamp `now_ms`, in one
-// statement. A taken idempotency key is Duplicate `idempotency_key_duplicate` (the transaction
+// statement. A cron run's events are not stored (ListEvents derives them from the run row and
+// its first attempt), nor its idempotency key (rebuilt from its occurrence when read). A taken
+// idempotency key or cron occurrence is Duplicate `idempotency_key_duplicate` (the transaction
 // is then aborted: the caller must roll back).
 Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t now_ms);
+
+// The admission events of a cron run that stores none (run.created, then run.queued with its
+// first attempt or run.skipped {reason} without one, both by the scheduler at created_at_ms),
+// rebuilt from the run row and its first attempt exactly as InsertQueuedRuns and
+// InsertSkippedRuns build them; empty for other runs and for cron runs admitted before
+// pg-0018, whose events are stored.
+Result<std::vector<EventRecord>> DeriveAdmissionEvents(Tx& tx, const RunRecord& run);
+
+// The number of admission events DeriveAdmissionEvents rebuilds for the runs `run_ids`.
+Result<int64_t> CountDerivedAdmissionEvents(Tx& tx, const Param& run_ids);
 
 // InsertQueuedRuns of one run.
 Status InsertQueuedRun(Tx& tx, const NewRun& run, int64_t now_ms);
@@ -32,8 +44,8 @@ struct SkippedRun {
 
 // Inserts refused occurrences as runs in state skipped (error_code the reason, finished at
 // `now_ms`) with their retry policy snapshot and the events run.created (sequence 1) and
-// run.skipped {reason} (sequence 2); no attempt. They keep their idempotency keys: a taken key
-// is Duplicate `idempotency_key_duplicate`, as for InsertQueuedRuns.
+// run.skipped {reason} (sequence 2), not stored for cron runs, as for InsertQueuedRuns; no
+// attempt. They keep their occurrences: a taken one is Duplicate `idempotency_key_duplicate`.
 Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t now_ms);
 
 // Records a cancel intent with `reason` (payload: the run.cancel_requested event's canonical

@@ -6,6 +6,7 @@
 
 #include "ql/core/canonical_json.h"
 #include "ql/core/governance_store.h"
+#include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
@@ -89,6 +90,17 @@ Result<RunRecord> PostgresStore::CreateRun(const NewRun& run) {
                         Cat({"run ", *run.retry_of_run_id, " to retry does not exist"}));
       }
     }
+    if (run.idempotency_key.has_value() &&
+        run.idempotency_key->starts_with(kCronIdempotencyKeyPrefix)) {
+      // A cron run's key is not stored, so the unique key cannot meet it: look for it.
+      QL_ASSIGN_OR_RETURN(std::optional<RunRecord> taken,
+                          pg::LoadRunByIdempotencyKey(tx, run.project_id, *run.idempotency_key));
+      if (taken.has_value()) {
+        return Duplicate("idempotency_key_duplicate",
+                         Cat({"idempotency key ", Quote(*run.idempotency_key),
+                              " is taken by run ", taken->id}));
+      }
+    }
     QL_RETURN_IF_ERROR(pg::InsertQueuedRun(tx, run, run.now_ms));
     QL_ASSIGN_OR_RETURN(out, RequireRun(tx, run.run_id));
     return Status();
@@ -109,9 +121,7 @@ Result<RunRecord> PostgresStore::FindRunByIdempotencyKey(const std::string& proj
                                                          const std::string& key) {
   std::optional<RunRecord> out;
   QL_RETURN_IF_ERROR(Read("reading a run", [&](Tx& tx) -> Status {
-    static const std::string kSql = Cat(
-        {"SELECT ", kRunColumns, kRunFrom, " WHERE r.project_id = $1 AND r.idempotency_key = $2"});
-    QL_ASSIGN_OR_RETURN(out, QueryOne<RunRecord>(tx, kSql, {P(project_id), P(key)}, ReadRun));
+    QL_ASSIGN_OR_RETURN(out, pg::LoadRunByIdempotencyKey(tx, project_id, key));
     return Status();
   }));
   if (!out.has_value()) {
@@ -131,29 +141,11 @@ Result<Page<RunRecord>> PostgresStore::ListRuns(const RunFilter& filter, const P
   if (page.after_key.has_value()) {
     QL_ASSIGN_OR_RETURN(after, DecodeRunKey(*page.after_key));
   }
-  // One statement text per filter combination, each able to walk its index backwards.
-  std::string sql = Cat({"SELECT ", kRunColumns, kRunFrom, " WHERE true"});
-  Params params;
-  auto add = [&](std::string_view condition, pg::Param param) {
-    params.push_back(std::move(param));
-    sql += Cat({" AND ", condition, " = $", std::to_string(params.size())});
-  };
-  if (filter.project_id.has_value()) add("r.project_id", P(*filter.project_id));
-  if (filter.task_id.has_value()) add("r.task_id", P(*filter.task_id));
-  if (filter.trigger_id.has_value()) add("r.trigger_id", P(*filter.trigger_id));
-  if (filter.status.has_value()) add("r.status", P(*filter.status));
-  if (after.has_value()) {
-    params.push_back(P(after->created_at_ms));
-    params.push_back(P(after->id));
-    sql += Cat({" AND (r.created_at_ms, r.id) < ($", std::to_string(params.size() - 1), ", $",
-                std::to_string(params.size()), ")"});
-  }
-  params.push_back(P(page.limit + 1));
-  sql += " ORDER BY r.created_at_ms DESC, r.id DESC LIMIT $" + std::to_string(params.size());
-
+  const pg::RunListing listing = pg::RunListingQuery(filter, after, page.limit + 1);
   Page<RunRecord> out;
   QL_RETURN_IF_ERROR(Read("listing runs", [&](Tx& tx) -> Status {
-    QL_ASSIGN_OR_RETURN(out.items, QueryAll<RunRecord>(tx, sql, params, ReadRun));
+    QL_ASSIGN_OR_RETURN(out.items,
+                        QueryAll<RunRecord>(tx, listing.sql, listing.params, ReadRun));
     return Status();
   }));
   if (out.items.size() > static_cast<size_t>(page.limit)) {
@@ -181,13 +173,18 @@ Result<std::vector<EventRecord>> PostgresStore::ListEvents(const std::string& ru
   QL_RETURN_IF_ERROR(RequireLimit("event limit", limit));
   std::vector<EventRecord> out;
   QL_RETURN_IF_ERROR(Read("listing events", [&](Tx& tx) -> Status {
-    QL_RETURN_IF_ERROR(RequireRun(tx, run_id).status());
+    QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(tx, run_id));
+    QL_ASSIGN_OR_RETURN(out, pg::DeriveAdmissionEvents(tx, run));
+    std::erase_if(out, [&](const EventRecord& e) { return e.sequence <= after_sequence; });
     static const std::string kSql =
         Cat({"SELECT ", kEventColumns,
              " FROM run_events ev WHERE ev.run_id = $1 AND ev.sequence > $2 "
              "ORDER BY ev.sequence LIMIT $3"});
-    QL_ASSIGN_OR_RETURN(
-        out, QueryAll<EventRecord>(tx, kSql, {P(run_id), P(after_sequence), P(limit)}, ReadEvent));
+    QL_ASSIGN_OR_RETURN(std::vector<EventRecord> stored,
+                        QueryAll<EventRecord>(tx, kSql, {P(run_id), P(after_sequence), P(limit)},
+                                              ReadEvent));
+    for (EventRecord& e : stored) out.push_back(std::move(e));
+    if (out.size() > static_cast<size_t>(limit)) out.resize(limit);
     return Status();
   }));
   return out;
@@ -323,9 +320,8 @@ Result<RunRecord> PostgresStore::RequestCancel(const std::string& run_id, const 
 
 namespace {
 
-// Joins each run with its retry policy and its latest attempt as `a`.
-constexpr char kWithPolicyAndLatestAttempt[] =
-    " JOIN run_retry_policies rp ON rp.run_id = r.id"
+// Joins each run with its latest attempt as `a`.
+constexpr char kWithLatestAttempt[] =
     " JOIN run_attempts a ON a.run_id = r.id"
     " AND a.attempt = (SELECT max(x.attempt) FROM run_attempts x WHERE x.run_id = r.id)";
 
@@ -339,7 +335,7 @@ Result<std::vector<RunRecord>> PostgresStore::ListDispatchable(const std::string
   QL_RETURN_IF_ERROR(Read("listing dispatchable runs", [&](Tx& tx) -> Status {
     // The predicate and order are those of the partial index runs_dispatchable.
     static const std::string kSql =
-        Cat({"SELECT ", kRunColumns, " FROM runs r", kWithPolicyAndLatestAttempt,
+        Cat({"SELECT ", kRunColumns, " FROM runs r", kWithLatestAttempt,
              " WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL"
              " AND a.status = 'claimed' AND a.executor_type = $1"
              // An archived project's queue is cancelled, never dispatched.

@@ -166,8 +166,10 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
       QL_ASSIGN_OR_RETURN(bool exec_ok, ExecutionRevisionMatches(tx, run));
       QL_ASSIGN_OR_RETURN(
           std::optional<int64_t> taken,
-          QueryOne<int64_t>(tx, "SELECT 1 FROM runs WHERE project_id = $1 AND idempotency_key = $2",
-                            {P(run.project_id), P(*run.idempotency_key)},
+          QueryOne<int64_t>(tx,
+                            "SELECT 1 FROM runs WHERE trigger_type = 'cron' AND trigger_id = $1 "
+                            "AND trigger_revision = $2 AND scheduled_for_ms = $3",
+                            {P(run.trigger_id), P(run.trigger_revision), P(run.scheduled_for_ms)},
                             [](const Rows& r, int i) { return r.Int(i, 0); }));
       if (!exec_ok) {
         tx.RollbackOnly();

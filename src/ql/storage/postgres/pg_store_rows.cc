@@ -1,5 +1,8 @@
 #include "ql/storage/postgres/pg_store_rows.h"
 
+#include <charconv>
+
+#include "ql/core/idempotency_key.h"
 #include "ql/core/store_commands.h"
 
 namespace ql::pg {
@@ -247,6 +250,80 @@ Result<std::optional<TriggerRevisionRecord>> LoadTriggerRevisionByMutation(
       {"SELECT ", kTriggerRevisionColumns, " FROM trigger_revisions g WHERE g.mutation_id = $1"});
   return QueryOne<TriggerRevisionRecord>(
       tx, kSql, {P(mutation)}, [](const Rows& r, int i) { return ReadTriggerRevision(r, i); });
+}
+
+namespace {
+
+// The occurrence a cron run's idempotency key names: what follows the prefix, split at its last
+// two colons, when CronIdempotencyKey of the parts gives the key back.
+std::optional<CronKeyParts> CronOccurrenceOfKey(const std::string& key) {
+  if (!key.starts_with(kCronIdempotencyKeyPrefix)) return std::nullopt;
+  const size_t last = key.rfind(':');
+  const size_t middle = last == 0 ? std::string::npos : key.rfind(':', last - 1);
+  if (middle == std::string::npos || middle < kCronIdempotencyKeyPrefix.size()) {
+    return std::nullopt;
+  }
+  CronKeyParts parts;
+  parts.trigger_id = key.substr(kCronIdempotencyKeyPrefix.size(),
+                                middle - kCronIdempotencyKeyPrefix.size());
+  const std::string revision = key.substr(middle + 1, last - middle - 1);
+  const std::string scheduled = key.substr(last + 1);
+  auto number = [](const std::string& text, int64_t& out) {
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size();
+  };
+  if (!number(revision, parts.trigger_revision) || !number(scheduled, parts.scheduled_for_ms) ||
+      CronIdempotencyKey(parts.trigger_id, parts.trigger_revision, parts.scheduled_for_ms) !=
+          key) {
+    return std::nullopt;
+  }
+  return parts;
+}
+
+}  // namespace
+
+RunListing RunListingQuery(const RunFilter& filter, const std::optional<RunPosition>& after,
+                           int limit) {
+  RunListing out;
+  out.sql = Cat({"SELECT ", kRunColumns, kRunFrom, " WHERE true"});
+  auto add = [&](std::string_view condition, Param param) {
+    out.params.push_back(std::move(param));
+    out.sql += Cat({" AND ", condition, " = $", std::to_string(out.params.size())});
+  };
+  if (filter.project_id.has_value()) add("r.project_id", P(*filter.project_id));
+  if (filter.task_id.has_value()) add("r.task_id", P(*filter.task_id));
+  if (filter.trigger_id.has_value()) add("r.trigger_id", P(*filter.trigger_id));
+  if (filter.status.has_value()) add("r.status", P(*filter.status));
+  if (after.has_value()) {
+    out.params.push_back(P(after->created_at_ms));
+    out.params.push_back(P(after->id));
+    out.sql += Cat({" AND (r.created_at_ms, r.id) < ($", std::to_string(out.params.size() - 1),
+                    ", $", std::to_string(out.params.size()), ")"});
+  }
+  out.params.push_back(P(limit));
+  out.sql +=
+      " ORDER BY r.created_at_ms DESC, r.id DESC LIMIT $" + std::to_string(out.params.size());
+  return out;
+}
+
+Result<std::optional<RunRecord>> LoadRunByIdempotencyKey(Tx& tx, const std::string& project_id,
+                                                         const std::string& key) {
+  // A cron run stores no key: it is found by its occurrence (runs_cron_occurrence_key).
+  if (std::optional<CronKeyParts> parts = CronOccurrenceOfKey(key); parts.has_value()) {
+    static const std::string kCron =
+        Cat({"SELECT ", kRunColumns, kRunFrom,
+             " WHERE r.trigger_type = 'cron' AND r.trigger_id = $1 AND r.trigger_revision = $2 "
+             "AND r.scheduled_for_ms = $3 AND r.project_id = $4"});
+    QL_ASSIGN_OR_RETURN(std::optional<RunRecord> cron,
+                        QueryOne<RunRecord>(tx, kCron,
+                                            {P(parts->trigger_id), P(parts->trigger_revision),
+                                             P(parts->scheduled_for_ms), P(project_id)},
+                                            ReadRun));
+    if (cron.has_value()) return cron;
+  }
+  static const std::string kSql = Cat(
+      {"SELECT ", kRunColumns, kRunFrom, " WHERE r.project_id = $1 AND r.idempotency_key = $2"});
+  return QueryOne<RunRecord>(tx, kSql, {P(project_id), P(key)}, ReadRun);
 }
 
 // Loads a run; with Lock::kUpdate the run row (not its policy) stays locked until the end of

@@ -11,6 +11,7 @@
 
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
+#include "ql/core/store_commands.h"
 #include "ql/storage/postgres/pg_client.h"
 
 namespace ql::pg {
@@ -65,14 +66,19 @@ inline constexpr int kScheduleColumnCount = 9;
 
 ScheduleRecord ReadSchedule(const Rows& r, int i);
 
+// The run columns ReadRun reads. A cron run stores no idempotency key: its key is rebuilt here
+// as CronIdempotencyKey (core/idempotency_key.h) builds it.
 inline constexpr char kRunColumns[] =
     "r.id, r.project_id, r.task_id, r.task_revision, r.task_digest, r.execution_revision_id, "
     "r.trigger_id, r.trigger_revision, r.scheduled_for_ms, r.trigger_type, r.status, r.version, "
-    "r.event_sequence, r.priority, r.idempotency_key, r.retry_of_run_id, r.created_at_ms, "
+    "r.event_sequence, r.priority, coalesce(r.idempotency_key, CASE WHEN r.trigger_type = "
+    "'cron' THEN 'ql3:cron:v1:' || r.trigger_id || ':' || r.trigger_revision || ':' || "
+    "r.scheduled_for_ms END), r.retry_of_run_id, r.created_at_ms, "
     "r.queued_at_ms, r.started_at_ms, r.finished_at_ms, r.retry_at_ms, "
     "r.cancel_requested_at_ms, r.cancel_reason, r.error_code, r.error_summary, r.exit_code, "
-    "rp.max_attempts, rp.retry_on_lost, rp.safety, rp.backoff_base_ms, rp.backoff_max_ms";
-inline constexpr char kRunFrom[] = " FROM runs r JOIN run_retry_policies rp ON rp.run_id = r.id";
+    "r.retry_max_attempts, r.retry_on_lost, r.retry_safety, r.retry_backoff_base_ms, "
+    "r.retry_backoff_max_ms";
+inline constexpr char kRunFrom[] = " FROM runs r";
 
 std::optional<int> OptInt32(const Rows& r, int i, int column);
 
@@ -149,7 +155,24 @@ Result<std::optional<TriggerHeadRecord>> LoadTriggerHead(Tx& tx, const std::stri
 Result<std::optional<TriggerRevisionRecord>> LoadTriggerRevisionByMutation(
     Tx& tx, const std::string& mutation);
 
-// Loads a run; with Lock::kUpdate the run row (not its policy) stays locked until the end of
+// One page of the run listing: the runs `filter` selects, newest first by (created_at_ms, id),
+// after `after`, at most `limit`. One statement text per filter combination, each walking an
+// index of runs backwards: runs_by_project (the API scopes every listing to a project),
+// runs_by_task, runs_by_trigger or runs_by_status (PgStoreTest
+// EveryRunListingOfTheApiWalksAnIndex).
+struct RunListing {
+  std::string sql;
+  Params params;
+};
+RunListing RunListingQuery(const RunFilter& filter, const std::optional<RunPosition>& after,
+                           int limit);
+
+// Loads the run of `project_id` with idempotency key `key`: a cron run by the occurrence its
+// key names (a cron run stores no key), any other by its stored key.
+Result<std::optional<RunRecord>> LoadRunByIdempotencyKey(Tx& tx, const std::string& project_id,
+                                                         const std::string& key);
+
+// Loads a run; with Lock::kUpdate the run row stays locked until the end of
 // the transaction, so every change of one run is serialised on that row.
 Result<std::optional<RunRecord>> LoadRun(Tx& tx, const std::string& run_id,
                                          Lock lock = Lock::kNone);

@@ -20,6 +20,7 @@
 #include "ql/core/retention.h"
 #include "ql/storage/postgres/pg_client.h"
 #include "ql/storage/postgres/pg_migrations.h"
+#include "ql/storage/postgres/pg_store_rows.h"
 #include "ql/storage/postgres/pg_test_support.h"
 #include "ql/testing/fake_clock.h"
 #include "ql/testing/repository_contract.h"
@@ -305,7 +306,7 @@ TEST_F(PgStoreTest, ConcurrentTransitionsOfOneVersionHaveExactlyOneWinner) {
   }
 }
 
-TEST_F(PgStoreTest, TheDatabaseRefusesACronRunWithoutItsIdempotencyKey) {
+TEST_F(PgStoreTest, TheDatabaseRefusesASecondRunOfOneCronOccurrence) {
   TaskRevisionRecord task = PublishTask("keyed job");
   const std::string trigger_id = NewId();
   ASSERT_TRUE(a_->PublishTriggerRevision(TriggerCommand(trigger_id, std::nullopt, task)).ok());
@@ -317,20 +318,41 @@ TEST_F(PgStoreTest, TheDatabaseRefusesACronRunWithoutItsIdempotencyKey) {
   ASSERT_TRUE(due.has_value());
   ScheduleAdvance admit = Admit(*due, task, fire + 60'000);
   ASSERT_TRUE(a_->ApplyScheduleAdvance(admit).ok());
-  // The runtime role may update runs, but not strip a cron run of its key: the unique index on
-  // the key would no longer stop a second admission of the occurrence.
-  Result<std::unique_ptr<pg::Connection>> conn =
-      pg::Connection::Open(PgTestCluster::Get().Url(pg::kRuntimeRole, database_), {});
-  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
-  Result<pg::Rows> stripped = (*conn)->Exec(
-      "UPDATE ql3.runs SET idempotency_key = NULL WHERE id = $1", {pg::P(admit.run->run_id)},
-      "stripping a key");
-  ASSERT_FALSE(stripped.ok());
-  EXPECT_EQ(stripped.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(stripped.status().reason(), "cron_key_missing");
+  // A cron run stores no key: it is rebuilt from the occurrence when read.
+  EXPECT_EQ(Psql("SELECT idempotency_key IS NULL FROM ql3.runs WHERE id = '" +
+                 admit.run->run_id + "'"),
+            "t\n");
   Result<RunRecord> run = a_->GetRun(admit.run->run_id);
   ASSERT_TRUE(run.ok());
   EXPECT_EQ(run->idempotency_key, admit.run->idempotency_key);
+  Result<RunRecord> found =
+      a_->FindRunByIdempotencyKey(project_.id, *admit.run->idempotency_key);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(found->id, admit.run->run_id);
+  // The runtime role may write runs, but not a second run of the occurrence (the unique index
+  // runs_cron_occurrence_key), nor a stored key on a cron run.
+  Result<std::unique_ptr<pg::Connection>> conn =
+      pg::Connection::Open(PgTestCluster::Get().Url(pg::kRuntimeRole, database_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  Result<pg::Rows> copied = (*conn)->Exec(
+      "INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
+      "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
+      "status, version, event_sequence, priority, created_at_ms, retry_max_attempts, "
+      "retry_on_lost, retry_safety, retry_backoff_base_ms, retry_backoff_max_ms) SELECT $2, "
+      "project_id, task_id, task_revision, task_digest, execution_revision_id, trigger_id, "
+      "trigger_revision, scheduled_for_ms, trigger_type, status, version, event_sequence, "
+      "priority, created_at_ms, retry_max_attempts, retry_on_lost, retry_safety, "
+      "retry_backoff_base_ms, retry_backoff_max_ms FROM ql3.runs WHERE id = $1",
+      {pg::P(admit.run->run_id), pg::P(NewId())}, "copying a run");
+  ASSERT_FALSE(copied.ok());
+  EXPECT_EQ(copied.status().code(), StatusCode::kDuplicate);
+  EXPECT_EQ(copied.status().reason(), "idempotency_key_duplicate");
+  Result<pg::Rows> keyed = (*conn)->Exec(
+      "UPDATE ql3.runs SET idempotency_key = 'other' WHERE id = $1", {pg::P(admit.run->run_id)},
+      "storing a key");
+  ASSERT_FALSE(keyed.ok());
+  EXPECT_EQ(keyed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(keyed.status().reason(), "cron_key_stored");
 }
 
 TEST_F(PgStoreTest, ConcurrentAdmissionsOfOneOccurrenceAdmitExactlyOneRun) {
@@ -653,8 +675,81 @@ TEST_F(PgStoreTest, TheDatabaseLetsOnlyFinishedRunsBePurged) {
   EXPECT_EQ(purged->log_chunks, 1);
   EXPECT_EQ(Psql("SELECT (SELECT count(*) FROM ql3.runs) + (SELECT count(*) FROM ql3.run_attempts)"
                  " + (SELECT count(*) FROM ql3.run_events) + (SELECT count(*) FROM "
-                 "ql3.run_log_chunks) + (SELECT count(*) FROM ql3.run_retry_policies)"),
+                 "ql3.run_log_chunks)"),
             "0\n");
+}
+
+// Every listing the API offers (GET /v1/runs: always one project, optionally a task, a trigger
+// and a status, first page or after a cursor) walks an index of runs on a realistic, ANALYZE'd
+// history: the planner's own choice, no planner settings changed.
+TEST_F(PgStoreTest, EveryRunListingOfTheApiWalksAnIndex) {
+  std::vector<TaskRevisionRecord> tasks;
+  std::vector<std::string> triggers;
+  for (int t = 0; t < 8; ++t) {
+    tasks.push_back(PublishTask("listed " + std::to_string(t)));
+    for (int g = 0; g < 3; ++g) {
+      triggers.push_back(NewId());
+      ASSERT_TRUE(
+          a_->PublishTriggerRevision(TriggerCommand(triggers.back(), std::nullopt, tasks.back()))
+              .ok());
+    }
+  }
+  // 60,000 runs over 24 triggers of 8 tasks, one in three manual (no trigger); most finished,
+  // a few queued, running, failed or skipped.
+  Psql(
+      "WITH t AS (SELECT row_number() OVER (ORDER BY g.trigger_id) - 1 AS k, g.trigger_id, "
+      "g.task_id, g.revision, g.task_revision, r.content_digest AS task_digest, e.id AS exec FROM "
+      "ql3.trigger_revisions g JOIN ql3.task_revisions r ON r.task_id = g.task_id AND "
+      "r.revision = g.task_revision JOIN ql3.execution_revisions e ON e.task_id = g.task_id AND "
+      "e.task_revision = g.task_revision) "
+      "INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
+      "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
+      "status, version, event_sequence, priority, idempotency_key, created_at_ms, "
+      "retry_max_attempts, retry_on_lost, retry_safety, retry_backoff_base_ms, "
+      "retry_backoff_max_ms) SELECT gen_random_uuid()::text, '" +
+      project_.id +
+      "', t.task_id, t.task_revision, t.task_digest, t.exec, "
+      "CASE WHEN i % 3 = 0 THEN NULL ELSE t.trigger_id END, "
+      "CASE WHEN i % 3 = 0 THEN NULL ELSE t.revision END, "
+      "CASE WHEN i % 3 = 0 THEN NULL ELSE i * 1000 END, "
+      "CASE WHEN i % 3 = 0 THEN 'manual' ELSE 'cron' END, "
+      "CASE WHEN i % 100 < 90 THEN 'succeeded' WHEN i % 100 < 95 THEN 'failed' "
+      "WHEN i % 100 < 97 THEN 'skipped' WHEN i % 100 < 99 THEN 'queued' ELSE 'running' END, "
+      "1, 2, 0, CASE WHEN i % 6 = 0 THEN 'key-' || i END, 1700000000000 + i * 1000, 1, false, "
+      "'unknown', 1000, 60000 FROM generate_series(1, 60000) i JOIN t ON t.k = i % 24");
+  Psql("ANALYZE ql3.runs");
+
+  Result<std::unique_ptr<pg::Connection>> conn =
+      pg::Connection::Open(PgTestCluster::Get().Url(pg::kRuntimeRole, database_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  const RunPosition middle{1700000000000 + 30000 * 1000, "01890000-0000-7000-8000-000000000000"};
+  int listings = 0;
+  for (int mask = 0; mask < 8; ++mask) {
+    for (const char* status : {"succeeded", "queued"}) {
+      if (!(mask & 4) && std::string(status) != "succeeded") continue;
+      for (const std::optional<RunPosition>& after :
+           {std::optional<RunPosition>(), std::optional<RunPosition>(middle)}) {
+        RunFilter filter;
+        filter.project_id = project_.id;
+        if (mask & 1) filter.task_id = tasks[2].task_id;
+        if (mask & 2) filter.trigger_id = triggers[7];  // a trigger of tasks[2]
+        if (mask & 4) filter.status = status;
+        const pg::RunListing listing = pg::RunListingQuery(filter, after, 51);
+        Result<pg::Rows> plan = (*conn)->Exec("EXPLAIN " + listing.sql, listing.params, "explain");
+        ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+        std::string text;
+        for (int i = 0; i < plan->size(); ++i) text += plan->Text(i, 0) + "\n";
+        SCOPED_TRACE(listing.sql + "\n" + text);
+        EXPECT_EQ(text.find("Seq Scan"), std::string::npos);
+        EXPECT_TRUE(text.find("Index Scan") != std::string::npos ||
+                    text.find("Index Only Scan") != std::string::npos)
+            << "the listing does not walk an index";
+        EXPECT_NE(text.find(" on runs"), std::string::npos);
+        ++listings;
+      }
+    }
+  }
+  EXPECT_EQ(listings, 24);
 }
 
 // ---------------------------------------------------------------------------------------------
