@@ -77,7 +77,7 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0017-names-and-tombstones",
        "b4a2fa22685ecc5262a29fc64b743dd6a9a4e48967a9a7076bcae0571e81119d"},
       {"pg-0018-compact-runs",
-       "9a964a2847e3163fc44698f5e1f44e9c1b73d54d29c6c6dc250aa0fb958f7283"},
+       "f315fbac9ed463d9f3323c77bd0ee5ce3cf927f42ea57ec03a3762f58445c73b"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

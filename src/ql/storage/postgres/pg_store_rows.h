@@ -158,8 +158,8 @@ Result<std::optional<TriggerRevisionRecord>> LoadTriggerRevisionByMutation(
 // One page of the run listing: the runs `filter` selects, newest first by (created_at_ms, id),
 // after `after`, at most `limit`. One statement text per filter combination, each walking an
 // index of runs backwards: runs_by_project (the API scopes every listing to a project),
-// runs_by_task, runs_by_trigger or runs_by_status (PgStoreTest
-// EveryRunListingOfTheApiWalksAnIndex).
+// runs_by_task, runs_by_trigger or runs_by_status, which end at created_at_ms (the runs of one
+// millisecond are sorted by id after the walk; PgStoreTest EveryRunListingOfTheApiWalksAnIndex).
 struct RunListing {
   std::string sql;
   Params params;

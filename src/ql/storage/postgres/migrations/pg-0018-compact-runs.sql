@@ -10,9 +10,12 @@
 --    stored: they are derived from the run row and its first attempt when read. Runs admitted
 --    before this migration keep their stored events.
 --  * Only events with a dedupe key enter run_events_dedupe_key_key.
---  * Listing indexes: every run listing is scoped to a project, so runs_by_created goes; the
---    overlap and concurrency checks share one index of unfinished runs by (task_id,
---    trigger_id, id) instead of one by trigger and one by task.
+--  * Listing indexes: every run listing is scoped to a project, so runs_by_created goes. The
+--    listings' indexes end at created_at_ms: a listing walks one backwards and orders the runs
+--    of one millisecond by id (an incremental sort of a few rows), and the runs an admission
+--    batch writes at one millisecond share one deduplicated index entry. The overlap and
+--    concurrency checks share one index of unfinished runs by (task_id, trigger_id, id)
+--    instead of one by trigger and one by task.
 
 ALTER TABLE ql3.runs
   ADD COLUMN retry_max_attempts smallint,
@@ -67,6 +70,15 @@ CREATE UNIQUE INDEX run_events_dedupe_key_key ON ql3.run_events (run_id, dedupe_
   WHERE dedupe_key IS NOT NULL;
 
 DROP INDEX ql3.runs_by_created;
+DROP INDEX ql3.runs_by_project;
+DROP INDEX ql3.runs_by_task;
+DROP INDEX ql3.runs_by_trigger;
+DROP INDEX ql3.runs_by_status;
+CREATE INDEX runs_by_project ON ql3.runs (project_id, created_at_ms);
+CREATE INDEX runs_by_task ON ql3.runs (task_id, created_at_ms);
+CREATE INDEX runs_by_trigger ON ql3.runs (trigger_id, created_at_ms)
+  WHERE trigger_id IS NOT NULL;
+CREATE INDEX runs_by_status ON ql3.runs (status, created_at_ms);
 DROP INDEX ql3.runs_unfinished_by_trigger;
 DROP INDEX ql3.runs_unfinished_by_task;
 -- The predicate is kUnfinishedRunSql (core/overlap.h).
