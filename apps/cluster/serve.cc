@@ -146,6 +146,10 @@ int Serve(const ServeConfig& config) {
     return Fail(kExitUsage, InvalidArgument("invalid_recovery_interval",
                                             "--recovery-interval-ms must be 1000..600000"));
   }
+  if (config.retention_interval_ms < 100 || config.retention_interval_ms > 86'400'000) {
+    return Fail(kExitUsage, InvalidArgument("invalid_retention_interval",
+                                            "--retention-interval-ms must be 100..86400000"));
+  }
   if (config.pool_max < 2 || config.pool_max > 256) {
     return Fail(kExitUsage, InvalidArgument("invalid_pool_max", "--pool-max must be 2..256"));
   }
@@ -279,7 +283,9 @@ int Serve(const ServeConfig& config) {
       },
       recovery_sleeper, LoopOptions("recovery", metrics));
   // Retention: every replica purges; replicas skip the rows another one holds.
-  RetentionJob retention(store->retention(), clock, random, metrics, RetentionJobOptions{});
+  RetentionJobOptions retention_options;
+  retention_options.interval_ms = config.retention_interval_ms;
+  RetentionJob retention(store->retention(), clock, random, metrics, retention_options);
   ConditionSleeper retention_sleeper;
   RoundLoop retention_loop([&] { return retention.RunLoopRound(Diagnose); }, retention_sleeper,
                            LoopOptions("retention", metrics));
