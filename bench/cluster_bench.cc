@@ -928,7 +928,7 @@ void BuildRetentionTemplate(PostgresServer& server, const std::string& tmpl,
   const std::string digest = sql.Text("SELECT task_digest FROM ql3.execution_revisions LIMIT 1");
   const std::string exec = sql.Text("SELECT id FROM ql3.execution_revisions LIMIT 1");
   const std::string base =
-      "((extract(epoch FROM clock_timestamp()) * 1000)::bigint - 60 * 86400000)";
+      "((extract(epoch FROM clock_timestamp()) * 1000)::bigint - 60::bigint * 86400000)";
   sql.Run(
       "BEGIN;"
       "CREATE TEMP TABLE old AS SELECT gen_random_uuid()::text AS id, gen_random_uuid()::text AS "
