@@ -25,12 +25,14 @@ RetentionJob::RetentionJob(RetentionRepository& retention, Clock& clock, RandomS
   metrics_.Describe("ql_retention_purged_log_chunks_total", "counter",
                     "Stored log chunks deleted with their runs by retention.");
   metrics_.Describe("ql_retention_errors_total", "counter", "Retention batches that failed.");
+  metrics_.Describe("ql_retention_yields_total", "counter",
+                    "Retention rounds that stopped because the scheduler had a backlog.");
 }
 
 Status RetentionJob::ValidateOptions(const RetentionJobOptions& options) {
   if (options.batch_size < 1 || options.batch_size > kMaxPurgeBatch ||
       options.max_runs_per_round < options.batch_size || options.interval_ms < 1 ||
-      options.continue_ms < 0) {
+      options.continue_ms < 0 || options.yield_ms < 0) {
     return InvalidArgument("invalid_retention_options",
                            "retention needs 1 <= batch size <= " + std::to_string(kMaxPurgeBatch) +
                                " <= runs per round, and a positive interval");
@@ -51,6 +53,12 @@ Result<RetentionRound> RetentionJob::RunRound() {
     for (const RetentionScope& scope : *scopes) {
       ++round.tasks;
       for (;;) {
+        if (options_.scheduler_backlog && options_.scheduler_backlog()) {
+          // Admissions first: continue with this task once the scheduler has caught up.
+          round.yielded = true;
+          metrics_.Increment("ql_retention_yields_total");
+          return round;
+        }
         const int64_t now = clock_.NowMs();
         Result<PurgeResult> purged = retention_.PurgeRuns(
             PlanPurge(scope, now, options_.batch_size, NewUuidV7(now, random_)));
@@ -88,6 +96,7 @@ Result<RetentionRound> RetentionJob::RunRound() {
 }
 
 int64_t RetentionJob::NextDelayMs(const RetentionRound& round) const {
+  if (round.yielded) return options_.yield_ms;
   return round.bounded ? options_.continue_ms : options_.interval_ms;
 }
 
