@@ -6,12 +6,14 @@
 // it stops after `max_runs_per_round` purged runs and the next round continues where it
 // stopped, so a large backlog is worked off in slices that leave the store to the schedulers in
 // between. Several replicas may run it at once: the store skips rows another purge holds. While
-// the daemon's scheduler has a backlog the job yields to it: it purges nothing until the
-// backlog is gone, so a purge never stretches an admission burst.
+// the daemon's scheduler has a backlog the job yields to it, so a purge does not stretch an
+// admission burst; but after yielding for `max_yield_ms` without a break it runs one whole
+// round anyway, so a scheduler that never catches up cannot stop retention for good.
 
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "ql/core/clock.h"
@@ -28,6 +30,7 @@ struct RetentionJobOptions {
   int64_t interval_ms = 60'000;    // sleep after a round that found nothing more to do
   int64_t continue_ms = 1'000;     // sleep after a round that stopped at its bound
   int64_t yield_ms = 250;          // sleep after a round that yielded to the scheduler
+  int64_t max_yield_ms = 10'000;   // yielding this long without a break: the next round runs
   // Asked before each purge transaction: true while the scheduler has a backlog (its last
   // round found more due rows than it took, so it goes straight into the next one). The round
   // then stops before that transaction and the next one continues from there. Unset: never.
@@ -79,6 +82,7 @@ class RetentionJob {
   RetentionJobOptions options_;
   std::mutex mu_;            // rounds never overlap
   std::string after_task_;   // the walk's cursor: tasks after this one come next
+  std::optional<int64_t> yielding_since_ms_;  // the first yield of the current unbroken run
 };
 
 }  // namespace ql

@@ -159,6 +159,34 @@ TEST_F(RetentionJobTest, ARoundYieldsWhileTheSchedulerHasABacklogAndContinuesAft
   EXPECT_NE(metrics_.RenderPrometheus().find("ql_retention_yields_total 2"), std::string::npos);
 }
 
+TEST_F(RetentionJobTest, ABacklogThatNeverEndsSlowsRetentionDownButCannotStopIt) {
+  store_.runs = {{"a", 5}};
+  RetentionJobOptions options;
+  options.batch_size = 2;
+  options.max_runs_per_round = 4;
+  options.max_yield_ms = 10'000;
+  options.scheduler_backlog = [] { return true; };
+  RetentionJob job(store_, clock_, random_, metrics_, options);
+
+  for (int i = 0; i < 3; ++i) {
+    Result<RetentionRound> busy = job.RunRound();
+    ASSERT_TRUE(busy.ok());
+    EXPECT_TRUE(busy->yielded);
+    clock_.Advance(3'000);  // 0, 3 and 6 s into the backlog: still inside the window
+  }
+  EXPECT_TRUE(store_.selections.empty());
+  clock_.Advance(1'000);  // 10 s of yielding: the next round runs to its bound
+  Result<RetentionRound> forced = job.RunRound();
+  ASSERT_TRUE(forced.ok());
+  EXPECT_FALSE(forced->yielded);
+  EXPECT_EQ(forced->runs, 4);
+  // And the window starts over: the round after it yields again.
+  Result<RetentionRound> again = job.RunRound();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->yielded);
+  EXPECT_EQ(store_.runs["a"], 1);
+}
+
 TEST_F(RetentionJobTest, OptionsAreValidated) {
   RetentionJobOptions options;
   options.batch_size = 0;
