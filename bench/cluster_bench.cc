@@ -22,13 +22,19 @@
 //   boundary   10,000 triggers on `* * * * *`, 3 replicas, 3 minute boundaries: lag from the
 //              boundary to the COMMIT of each run row (track_commit_timestamp), p50/p99/max.
 //   storage    bytes each admitted run adds to the run tables, indexes included.
+//   retention  --retention-runs finished runs 60 days old (one attempt, four events, two log
+//              chunks each) and R real replicas whose retention jobs purge them: runs purged
+//              per second; then the admission burst (N due at once, R replicas) twice on that
+//              history, while the replicas purge it and with retention keeping everything:
+//              lag p50 / p99 of both.
 //
-// Every cell of ceiling, admission, claim, takeover and dispatch is the median of --repeat runs
-// (default 3); boundary and storage run once. Prints tables, then name=value lines.
+// Every cell of ceiling, admission, claim, takeover, dispatch and retention is the median of
+// --repeat runs (default 3); boundary and storage run once. Prints tables, then name=value lines.
 //
 //   cluster_bench --bin build/bin
-//                 [--phases ceiling,admission,claim,takeover,dispatch,boundary,storage]
-//                 [--dispatch-runs 2000] [--boundary-triggers 10000] [--boundaries 3]
+//                 [--phases ceiling,admission,claim,takeover,dispatch,boundary,storage,
+//                           retention]
+//                 [--retention-runs 100000] [--dispatch-runs 2000] [--boundary-triggers 10000] [--boundaries 3]
 //                 [--replicas 1,2,3] [--triggers 10000,100000] [--repeat 3] [--durable on|off]
 //                 [--claim-rows 1000000] [--ceiling-seconds 6] [--pg-setting name=value]...
 //                 [--isolations read-committed,serializable]
@@ -49,6 +55,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -302,6 +309,21 @@ void DropDatabase(PostgresServer& server, const std::string& db) {
   postgres.Run("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
 }
 
+std::string BenchLog(const std::string& db) { return "/tmp/ql-cluster-bench-" + db + ".log"; }
+
+// Copies `tmpl` to `db` and starts `replicas` replicas with default flags on it; returns them
+// once each is ready. Their output goes to BenchLog(db).
+std::vector<Replica> StartOnCopy(PostgresServer& server, const std::string& bin,
+                                 const std::string& tmpl, const std::string& db, int replicas) {
+  CopyDatabase(server, tmpl, db);
+  std::vector<Replica> running;
+  for (int i = 0; i < replicas; ++i) {
+    running.push_back(SpawnReplica(bin, server.Url("ql3_runtime", db), BenchLog(db), {}));
+  }
+  for (const Replica& r : running) WaitReady(r, BenchLog(db));
+  return running;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ceiling (pgbench)
 
@@ -412,11 +434,23 @@ void PrintStatementTrace(Sql& sql) {
 struct Burst {
   double rate = 0, p50 = 0, p99 = 0, max = 0, raced = 0, retried = 0, dups = 0, seconds = 0;
   std::map<std::string, double> dead;  // table → dead tuples after the burst
+  double purged = 0;     // older (manual) runs that retention deleted during the burst
+  double remaining = 0;  // older runs still there when the burst was admitted
 };
 
+// The runs a burst admits; older runs seeded for the retention phase are manual.
+constexpr char kBurstRuns[] = "ql3.runs WHERE trigger_type = 'cron'";
+constexpr char kOldRuns[] = "SELECT count(*) FROM ql3.runs WHERE trigger_type = 'manual'";
+
+// `before_start` runs on the copied database before any replica starts.
 Burst RunBurst(PostgresServer& server, const std::string& bin, const std::string& tmpl,
-               const std::string& db, int replicas, int n, const std::string& isolation) {
+               const std::string& db, int replicas, int n, const std::string& isolation,
+               const std::function<void(Sql&)>& before_start = {}) {
   CopyDatabase(server, tmpl, db);
+  if (before_start) {
+    Sql setup(server, db);
+    before_start(setup);
+  }
   std::vector<Replica> running;
   const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
   for (int i = 0; i < replicas; ++i) {
@@ -433,6 +467,7 @@ Burst RunBurst(PostgresServer& server, const std::string& bin, const std::string
   const auto deadline = Steady::now() + std::chrono::seconds(600);
   const bool trace = std::getenv("QL_BENCH_TRACE") != nullptr;
   const bool statements = StartStatementTrace(sql);
+  const double old_at_due = sql.Number(kOldRuns);
   // Polls a probe at the front of the due index (cheap) rather than counting runs, so the
   // bench does not compete with the replicas for the database's CPU; the figures come from the
   // rows' own times afterwards.
@@ -455,7 +490,12 @@ Burst RunBurst(PostgresServer& server, const std::string& bin, const std::string
     }
   }
   if (statements) PrintStatementTrace(sql);
-  if (sql.Number("SELECT count(*) FROM ql3.runs") != n) Die("the burst did not admit every row");
+  Burst f;
+  f.remaining = sql.Number(kOldRuns);
+  f.purged = old_at_due - f.remaining;
+  if (sql.Number(std::string("SELECT count(*) FROM ") + kBurstRuns) != n) {
+    Die("the burst did not admit every row");
+  }
   if (trace) {
     for (const Replica& r : running) {
       std::ifstream stat("/proc/" + std::to_string(r.pid) + "/stat");
@@ -468,31 +508,30 @@ Burst RunBurst(PostgresServer& server, const std::string& bin, const std::string
       }
     }
   }
-  Burst f;
   for (Replica& r : running) {
     f.raced += Scrape(r, "ql_scheduler_occurrences_total{outcome=\"raced\"}");
     f.retried += Scrape(r, "ql_db_transaction_retries");
   }
   for (Replica& r : running) StopReplica(r);
-  const double last = sql.Number("SELECT max(created_at_ms) FROM ql3.runs");
+  const std::string runs = kBurstRuns;
+  const double last = sql.Number("SELECT max(created_at_ms) FROM " + runs);
   f.seconds = (last - due) / 1000.0;
   f.rate = n / std::max(f.seconds, 0.001);
   f.p50 = sql.Number(
               "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY created_at_ms - "
-              "scheduled_for_ms) FROM ql3.runs") /
+              "scheduled_for_ms) FROM " + runs) /
           1000.0;
   f.p99 = sql.Number(
               "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY created_at_ms - "
-              "scheduled_for_ms) FROM ql3.runs") /
+              "scheduled_for_ms) FROM " + runs) /
           1000.0;
-  f.max = sql.Number("SELECT max(created_at_ms - scheduled_for_ms) FROM ql3.runs") / 1000.0;
-  f.dups = sql.Number(
-      "SELECT count(*) FROM (SELECT trigger_id, scheduled_for_ms FROM ql3.runs "
-      "GROUP BY 1, 2 HAVING count(*) > 1) d");
+  f.max = sql.Number("SELECT max(created_at_ms - scheduled_for_ms) FROM " + runs) / 1000.0;
+  f.dups = sql.Number("SELECT count(*) FROM (SELECT trigger_id, scheduled_for_ms FROM " + runs +
+                      " GROUP BY 1, 2 HAVING count(*) > 1) d");
   // A cron admission stores no events: they are derived from the run row.
-  if (sql.Number("SELECT count(*) FROM ql3.runs r WHERE EXISTS (SELECT 1 FROM ql3.run_events e "
-                 "WHERE e.run_id = r.id) OR (SELECT count(*) FROM ql3.run_attempts a "
-                 "WHERE a.run_id = r.id) <> 1") != 0) {
+  if (sql.Number("SELECT count(*) FROM ql3.runs r WHERE r.trigger_type = 'cron' AND (EXISTS "
+                 "(SELECT 1 FROM ql3.run_events e WHERE e.run_id = r.id) OR (SELECT count(*) "
+                 "FROM ql3.run_attempts a WHERE a.run_id = r.id) <> 1)") != 0) {
     Die("a run without exactly one attempt, or with stored admission events");
   }
   // The replicas flushed their statistics when they exited.
@@ -756,13 +795,8 @@ struct Boundary {
 // the commit timestamp of its run row (track_commit_timestamp).
 Boundary RunBoundaries(PostgresServer& server, const std::string& bin, const std::string& tmpl,
                        const std::string& db, int replicas, int n, int boundaries) {
-  CopyDatabase(server, tmpl, db);
-  const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
-  std::vector<Replica> running;
-  for (int i = 0; i < replicas; ++i) {
-    running.push_back(SpawnReplica(bin, server.Url("ql3_runtime", db), log, {}));
-  }
-  for (const Replica& r : running) WaitReady(r, log);
+  const std::string log = BenchLog(db);
+  std::vector<Replica> running = StartOnCopy(server, bin, tmpl, db, replicas);
   Sql sql(server, db);
   // The first boundary at least 5 s away by the database clock.
   const int64_t first = static_cast<int64_t>(sql.Number(
@@ -872,12 +906,94 @@ std::map<std::string, double> MeasureStorage(PostgresServer& server, const std::
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Retention
+
+constexpr int kOldRunChunks = 2;  // log chunks of 1 KiB per seeded run
+
+// Builds database `db` from `tmpl` with `runs` finished runs of its task, created and finished
+// 60 days ago (beyond the default keep_days of 30): each with its retry policy, one attempt,
+// four events and kOldRunChunks log chunks, as a worker's run leaves them. The run tables are
+// analyzed, as a deployment with that history would have them.
+void BuildRetentionTemplate(PostgresServer& server, const std::string& tmpl,
+                            const std::string& db, int runs) {
+  CopyDatabase(server, tmpl, db);
+  Sql sql(server, db);
+  const std::string task = sql.Text("SELECT task_id FROM ql3.execution_revisions LIMIT 1");
+  const std::string project = sql.Text("SELECT project_id FROM ql3.task_heads LIMIT 1");
+  const std::string digest = sql.Text("SELECT task_digest FROM ql3.execution_revisions LIMIT 1");
+  const std::string exec = sql.Text("SELECT id FROM ql3.execution_revisions LIMIT 1");
+  const std::string base =
+      "((extract(epoch FROM clock_timestamp()) * 1000)::bigint - 60::bigint * 86400000)";
+  sql.Run(
+      "BEGIN;"
+      "CREATE TEMP TABLE old AS SELECT gen_random_uuid()::text AS id, gen_random_uuid()::text AS "
+      "attempt_id, " + base + " + g * 10 AS at FROM generate_series(1, " + std::to_string(runs) +
+      ") g;"
+      "INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
+      "execution_revision_id, trigger_type, status, version, event_sequence, priority, "
+      "created_at_ms, queued_at_ms, started_at_ms, finished_at_ms, exit_code, "
+      "retry_max_attempts, retry_on_lost, retry_safety, retry_backoff_base_ms, "
+      "retry_backoff_max_ms) SELECT id, '" +
+      project + "', '" + task + "', 1, '" + digest + "', '" + exec +
+      "', 'manual', 'succeeded', 4, 4, 0, at, at, at + 1, at + 5, 0, 1, false, 'unknown', 0, 0 "
+      "FROM old;"
+      "INSERT INTO ql3.run_attempts (id, run_id, attempt, status, executor_type, "
+      "callback_sequence, created_at_ms, started_at_ms, finished_at_ms, exit_code) SELECT "
+      "attempt_id, id, 1, 'succeeded', 'remote_worker', 0, at, at + 1, at + 5, 0 FROM old;"
+      "INSERT INTO ql3.run_events (run_id, sequence, type, actor_type, attempt_id, payload_json, "
+      "created_at_ms) SELECT id, e.seq, e.type, e.actor, CASE WHEN e.seq > 1 THEN attempt_id "
+      "END, '{}', at FROM old, (VALUES (1, 'run.created', 'user'), (2, 'run.queued', 'user'), "
+      "(3, 'attempt.started', 'worker'), (4, 'run.succeeded', 'worker')) e(seq, type, actor);"
+      "INSERT INTO ql3.run_log_chunks (attempt_id, byte_offset, run_id, data, created_at_ms) "
+      "SELECT attempt_id, (c - 1) * 1024, id, convert_to(repeat('a log line of 32 bytes, "
+      "more.\n', 32), 'UTF8'), at FROM old, generate_series(1, " +
+      std::to_string(kOldRunChunks) + ") c;"
+      "COMMIT;");
+  sql.Run(
+      "VACUUM ANALYZE ql3.runs, ql3.run_attempts, ql3.run_events, ql3.run_log_chunks");
+  if (sql.Number(kOldRuns) != runs) Die("seeding old runs failed");
+}
+
+struct PurgeFigures {
+  double runs_per_s = 0, chunks_per_s = 0, seconds = 0;
+};
+
+// `replicas` real replicas start on a copy of `tmpl` (seeded by BuildRetentionTemplate) and
+// their retention jobs purge every old run. The rate is taken from the purge's own audit facts
+// (one per committed batch): runs after the first batch / first → last batch commit.
+PurgeFigures MeasurePurge(PostgresServer& server, const std::string& bin, const std::string& tmpl,
+                          const std::string& db, int replicas, int runs) {
+  const std::string log = BenchLog(db);
+  std::vector<Replica> running = StartOnCopy(server, bin, tmpl, db, replicas);
+  Sql sql(server, db);
+  const auto deadline = Steady::now() + std::chrono::seconds(900);
+  while (sql.Number(kOldRuns) > 0) {
+    if (Steady::now() > deadline) Die("retention did not purge the old runs in 900 s; see " + log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  double chunks = 0;
+  for (Replica& r : running) chunks += Scrape(r, "ql_retention_purged_log_chunks_total");
+  for (Replica& r : running) StopReplica(r);
+  if (chunks != static_cast<double>(runs) * kOldRunChunks) Die("the purge missed log chunks");
+  const std::string facts = "FROM ql3.security_audit WHERE action = 'runs.purge'";
+  const double batches = sql.Number("SELECT count(*) " + facts);
+  const double first = sql.Number("SELECT min(at_ms) " + facts);
+  const double last = sql.Number("SELECT max(at_ms) " + facts);
+  PurgeFigures f;
+  f.seconds = std::max(last - first, 1.0) / 1000.0;
+  f.runs_per_s = runs * (batches - 1) / batches / f.seconds;
+  f.chunks_per_s = f.runs_per_s * kOldRunChunks;
+  DropDatabase(server, db);
+  return f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string bin = "build/bin";
-  std::set<std::string> phases = {"ceiling",  "admission", "claim",  "takeover",
-                                  "dispatch", "boundary",  "storage"};
+  std::set<std::string> phases = {"ceiling",  "admission", "claim",   "takeover",
+                                  "dispatch", "boundary",  "storage", "retention"};
   std::vector<int> replicas = {1, 2, 3};
   std::vector<int> triggers = {10000, 100000};
   int repeat = 3;
@@ -887,6 +1003,7 @@ int main(int argc, char** argv) {
   int dispatch_runs = 2000;
   int boundary_triggers = 10'000;
   int boundaries = 3;
+  int retention_runs = 100'000;
   std::vector<std::string> pg_settings;
   std::vector<std::string> isolations = {"read-committed", "serializable"};
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -912,6 +1029,8 @@ int main(int argc, char** argv) {
       boundary_triggers = std::stoi(value);
     } else if (flag == "--boundaries") {
       boundaries = std::stoi(value);
+    } else if (flag == "--retention-runs") {
+      retention_runs = std::stoi(value);
     } else if (flag == "--dispatch-runs") {
       dispatch_runs = std::stoi(value);
     } else if (flag == "--ceiling-seconds") {
@@ -1167,6 +1286,63 @@ int main(int argc, char** argv) {
                 Median(seconds), held, kLeaseMs / 1000.0 + 2);
     emit("takeover_lease_s", Fixed(kLeaseMs / 1000.0, 1));
     emit("takeover_s", Fixed(Median(seconds), 2));
+  }
+
+  if (phases.count("retention")) {
+    const int n = triggers.front();
+    const int r = replicas.back();
+    const std::string& isolation = isolations.front();
+    std::printf(
+        "== retention: %d finished runs 60 days old (%d log chunks each), %d replicas purge "
+        "them; a %d-trigger burst on that history (%s, median of %d) ==\n",
+        retention_runs, kOldRunChunks, r, n, isolation.c_str(), repeat);
+    const std::string tmpl = "bench_tmpl_retention";
+    BuildRetentionTemplate(*server, template_for(n), tmpl, retention_runs);
+    std::vector<double> rate, seconds, held_p50, held_p99, held_max, purging_p50, purging_p99,
+        purging_max, purged, remaining;
+    // Retention keeps everything: the project keeps the longest time and the most runs.
+    auto hold = [](Sql& sql) {
+      sql.Run(
+          "INSERT INTO ql3.project_retention (project_id, keep_days, keep_runs, version, "
+          "updated_at_ms) SELECT id, 36500, 1000000, 1, 0 FROM ql3.projects");
+    };
+    for (int k = 0; k < repeat; ++k) {
+      PurgeFigures p = MeasurePurge(*server, bin, tmpl,
+                                    "bench_purge_" + std::to_string(++serial), r, retention_runs);
+      rate.push_back(p.runs_per_s);
+      seconds.push_back(p.seconds);
+      Burst held = RunBurst(*server, bin, tmpl, "bench_run_" + std::to_string(++serial), r, n,
+                            isolation, hold);
+      held_p50.push_back(held.p50);
+      held_p99.push_back(held.p99);
+      held_max.push_back(held.max);
+      Burst purging =
+          RunBurst(*server, bin, tmpl, "bench_run_" + std::to_string(++serial), r, n, isolation);
+      purging_p50.push_back(purging.p50);
+      purging_p99.push_back(purging.p99);
+      purging_max.push_back(purging.max);
+      purged.push_back(purging.purged);
+      remaining.push_back(purging.remaining);
+      if (held.dups + purging.dups > 0) Die("a burst admitted an occurrence twice");
+    }
+    std::printf("purge %.0f runs/s (%.0f log chunks/s) over %.1f s\n", Median(rate),
+                Median(rate) * kOldRunChunks, Median(seconds));
+    std::printf("%-22s %9s %9s %9s %14s\n", "burst", "p50 lag", "p99 lag", "max lag",
+                "purged during");
+    std::printf("%-22s %8.3fs %8.3fs %8.3fs %14s\n", "retention keeps all", Median(held_p50),
+                Median(held_p99), Median(held_max), "-");
+    std::printf("%-22s %8.3fs %8.3fs %8.3fs %14.0f\n", "while purging", Median(purging_p50),
+                Median(purging_p99), Median(purging_max), Median(purged));
+    if (Median(remaining) == 0) {
+      std::printf("(the purge ended before the burst did: raise --retention-runs)\n");
+    }
+    emit("retention_purge_runs_per_s", Fixed(Median(rate), 0));
+    emit("retention_burst_lag_p50_s", Fixed(Median(held_p50), 3));
+    emit("retention_burst_lag_p99_s", Fixed(Median(held_p99), 3));
+    emit("retention_burst_while_purging_lag_p50_s", Fixed(Median(purging_p50), 3));
+    emit("retention_burst_while_purging_lag_p99_s", Fixed(Median(purging_p99), 3));
+    emit("retention_burst_while_purging_purged_runs", Fixed(Median(purged), 0));
+    DropDatabase(*server, tmpl);
   }
 
   for (const std::string& line : machine) std::printf("%s\n", line.c_str());

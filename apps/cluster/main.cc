@@ -231,6 +231,9 @@ int Main(int argc, char** argv) {
                     "misfire grace, 0..300000 ms (default 30000)");
   serve->add_option("--recovery-interval-ms", serve_config.recovery_interval_ms,
                     "recovery cycle period, 1000..600000 ms (default 5000)");
+  serve->add_option("--retention-interval-ms", serve_config.retention_interval_ms,
+                    "pause after a retention round that found nothing more to purge, "
+                    "100..86400000 ms (default 60000)");
   serve->add_option("--pool-max", serve_config.pool_max, "runtime pool size, 2..256 (default 8)");
   serve->add_option("--admission-isolation", serve_config.admission_isolation,
                     "read-committed (default: explicit row locks and fences) or serializable");

@@ -146,6 +146,10 @@ int Serve(const ServeConfig& config) {
     return Fail(kExitUsage, InvalidArgument("invalid_recovery_interval",
                                             "--recovery-interval-ms must be 1000..600000"));
   }
+  if (config.retention_interval_ms < 100 || config.retention_interval_ms > 86'400'000) {
+    return Fail(kExitUsage, InvalidArgument("invalid_retention_interval",
+                                            "--retention-interval-ms must be 100..86400000"));
+  }
   if (config.pool_max < 2 || config.pool_max > 256) {
     return Fail(kExitUsage, InvalidArgument("invalid_pool_max", "--pool-max must be 2..256"));
   }
@@ -247,6 +251,9 @@ int Serve(const ServeConfig& config) {
   metrics.Describe("ql_db_transaction_retries", "gauge",
                    "Whole transactions of the runtime pool rerun after a serialization failure, "
                    "a deadlock or a lost COMMIT reply of a read-only transaction, since start.");
+  // Set after each scheduler round: true when the next round follows at once (a full page, rows
+  // still due). Retention yields while it is.
+  std::atomic<bool> scheduler_backlog{false};
   ConditionSleeper scheduler_sleeper;
   RoundLoop scheduler_loop(
       [&]() -> int64_t {
@@ -255,10 +262,12 @@ int Serve(const ServeConfig& config) {
                          static_cast<double>(store->runtime_pool().retries()));
         if (!round.ok()) {
           Diagnose("scheduler", round.status());
+          scheduler_backlog = false;
           return scheduler_options.cadence_ms;
         }
         if (!round->first_error.ok()) Diagnose("scheduler", round->first_error);
         Result<int64_t> next = scheduler.NextDelayMs(*round);
+        scheduler_backlog = next.ok() && *next == 0;
         return next.ok() ? *next : scheduler_options.cadence_ms;
       },
       scheduler_sleeper, LoopOptions("scheduler", metrics));
@@ -278,8 +287,12 @@ int Serve(const ServeConfig& config) {
         return config.recovery_interval_ms;
       },
       recovery_sleeper, LoopOptions("recovery", metrics));
-  // Retention: every replica purges; replicas skip the rows another one holds.
-  RetentionJob retention(store->retention(), clock, random, metrics, RetentionJobOptions{});
+  // Retention: every replica purges; replicas skip the rows another one holds. A replica's purge
+  // waits while its scheduler has a backlog.
+  RetentionJobOptions retention_options;
+  retention_options.interval_ms = config.retention_interval_ms;
+  retention_options.scheduler_backlog = [&] { return scheduler_backlog.load(); };
+  RetentionJob retention(store->retention(), clock, random, metrics, retention_options);
   ConditionSleeper retention_sleeper;
   RoundLoop retention_loop([&] { return retention.RunLoopRound(Diagnose); }, retention_sleeper,
                            LoopOptions("retention", metrics));

@@ -25,6 +25,7 @@ struct ServeConfig {
   int64_t cadence_ms = 1000;
   int64_t grace_ms = 30'000;
   int64_t recovery_interval_ms = 5000;
+  int64_t retention_interval_ms = 60'000;  // sleep after a retention round that found no more
   int pool_max = 8;
   int shutdown_wait_s = 10;
   std::string admission_isolation = "read-committed";  // or "serializable"

@@ -264,6 +264,112 @@ TEST_F(ClusterWorkersTest, TwoReplicasAndTwoWorkersRunScheduledAndManualRunsToTh
   EXPECT_EQ(b.Stop(), 0);
 }
 
+// Retention on the cluster (DESIGN §11), as tests/integration/local_retention_test.cc proves
+// it for ql-local: once a task keeps fewer runs, the replicas' retention jobs delete the older
+// runs with their attempts, events, retry policies, dispatch leases and log chunks; the newer
+// runs and the runs of other tasks stay intact with their logs, and the purge is counted and
+// audited. An attempt's files (its record directory and log file) belong to the worker, which
+// removes them once the attempt has ended; its output lives on in ql3.run_log_chunks.
+TEST_F(ClusterWorkersTest, RetentionPurgesOldRunsWithTheirChunksAndKeepsEverythingNewer) {
+  CommandResult bad = RunCommand({BinDir() + "/ql-cluster", "serve", "--database-url",
+                                  Url("ql3_runtime"), "--retention-interval-ms", "50"},
+                                 {kInsecure}, 30'000);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("error: invalid_retention_interval: "), std::string::npos) << bad.err;
+
+  Replica a("replica-a", Log("a")), b("replica-b", Log("b"));
+  std::vector<std::string> args_a = ReplicaArgs(/*admin=*/true);
+  std::vector<std::string> args_b = ReplicaArgs(false);
+  for (auto* args : {&args_a, &args_b}) {
+    args->insert(args->end(), {"--retention-interval-ms", "200"});
+  }
+  ASSERT_TRUE(a.Start(args_a));
+  ASSERT_TRUE(b.Start(args_b));
+  std::unique_ptr<ChildProcess> worker = StartWorker("w1", a);
+
+  const std::string chatty = Task(a, "chatty", "echo out-$QL_RUN_ID");
+  const std::string other = Task(a, "other", "echo other-$QL_RUN_ID");
+  ASSERT_FALSE(chatty.empty());
+  ASSERT_FALSE(other.empty());
+  std::vector<std::string> runs;
+  for (int i = 0; i < 4; ++i) {
+    runs.push_back(Start(i % 2 ? b : a, chatty));
+    ASSERT_TRUE(WaitStatus(a, runs.back(), "succeeded", 30)) << Status(a, runs.back());
+  }
+  const std::string other_run = Start(a, other);
+  ASSERT_TRUE(WaitStatus(a, other_run, "succeeded", 30)) << Status(a, other_run);
+  runs.push_back(other_run);
+
+  auto in = [](const std::string& run) { return " WHERE run_id = '" + run + "'"; };
+  int64_t purged_chunks = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const int64_t chunks = Count("SELECT count(*) FROM ql3.run_log_chunks" + in(runs[i]));
+    ASSERT_GE(chunks, 1) << runs[i];
+    if (i < 2) purged_chunks += chunks;
+    Result<std::string> attempt =
+        server_->Psql("qinglong", "SELECT id FROM ql3.run_attempts" + in(runs[i]));
+    ASSERT_TRUE(attempt.ok());
+    const std::string id = attempt->substr(0, attempt->find('\n'));
+    const std::string files = dir_.path() + "/w1";
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return !std::filesystem::exists(files + "/run/" + id) &&
+                 !std::filesystem::exists(files + "/log/" + id + ".log");
+        },
+        std::chrono::seconds(10)))
+        << id;
+  }
+
+  // chatty keeps its 2 newest runs from now on; nothing else changes.
+  CommandResult set = Ql(a, {"task", "set", chatty, "--keep-runs", "2"});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  ASSERT_TRUE(WaitFor(
+      [&] { return Count("SELECT count(*) FROM ql3.runs WHERE task_id = '" + chatty + "'") == 2; },
+      std::chrono::seconds(20)));
+
+  for (int i = 0; i < 2; ++i) {
+    for (const char* table : {"runs", "run_attempts", "run_events", "run_log_chunks",
+                              "run_dispatch_leases", "run_retry_policies"}) {
+      const std::string where =
+          std::string(table) == "runs" ? " WHERE id = '" + runs[i] + "'" : in(runs[i]);
+      EXPECT_EQ(Count(std::string("SELECT count(*) FROM ql3.") + table + where), 0)
+          << table << " still holds purged run " << runs[i];
+    }
+    EXPECT_NE(Ql(a, {"run", "log", runs[i]}).exit_code, 0);
+  }
+  // The newer runs of chatty and the run of the other task are intact, logs included.
+  for (size_t i = 2; i < runs.size(); ++i) {
+    EXPECT_EQ(Status(a, runs[i]), "succeeded");
+    EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_attempts" + in(runs[i])), 1);
+    EXPECT_GE(Count("SELECT count(*) FROM ql3.run_events" + in(runs[i])), 3);
+    EXPECT_GE(Count("SELECT count(*) FROM ql3.run_log_chunks" + in(runs[i])), 1);
+    EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases" + in(runs[i])), 1);
+    CommandResult log = Ql(i % 2 ? b : a, {"run", "log", runs[i]});
+    EXPECT_EQ(log.exit_code, 0) << log.err;
+    EXPECT_EQ(log.out, (runs[i] == other_run ? "other-" : "out-") + runs[i] + "\n");
+  }
+
+  // Counted by whichever replica purged, and audited.
+  auto metric = [](const Replica& r, const std::string& series) {
+    CommandResult text = RunCommand({"/usr/bin/curl", "-s", r.url() + "/metrics"});
+    const size_t at = text.out.find("\n" + series + " ");
+    return at == std::string::npos ? 0.0 : std::stod(text.out.substr(at + series.size() + 2));
+  };
+  EXPECT_EQ(metric(a, "ql_retention_purged_runs_total") +
+                metric(b, "ql_retention_purged_runs_total"),
+            2);
+  EXPECT_EQ(metric(a, "ql_retention_purged_log_chunks_total") +
+                metric(b, "ql_retention_purged_log_chunks_total"),
+            purged_chunks);
+  EXPECT_GE(Count("SELECT count(*) FROM ql3.security_audit WHERE action = 'runs.purge' AND "
+                  "target_id = '" +
+                  chatty + "'"),
+            1);
+  EXPECT_EQ(worker->Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
+}
+
 TEST_F(ClusterWorkersTest, AWorkerKilledMidRunLosesItsAttemptAndTheRetryRunsElsewhere) {
   Replica a("replica-a", Log("a"));
   ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));

@@ -25,12 +25,14 @@ RetentionJob::RetentionJob(RetentionRepository& retention, Clock& clock, RandomS
   metrics_.Describe("ql_retention_purged_log_chunks_total", "counter",
                     "Stored log chunks deleted with their runs by retention.");
   metrics_.Describe("ql_retention_errors_total", "counter", "Retention batches that failed.");
+  metrics_.Describe("ql_retention_yields_total", "counter",
+                    "Retention rounds that stopped because the scheduler had a backlog.");
 }
 
 Status RetentionJob::ValidateOptions(const RetentionJobOptions& options) {
   if (options.batch_size < 1 || options.batch_size > kMaxPurgeBatch ||
       options.max_runs_per_round < options.batch_size || options.interval_ms < 1 ||
-      options.continue_ms < 0) {
+      options.continue_ms < 0 || options.yield_ms < 0 || options.max_yield_ms < 0) {
     return InvalidArgument("invalid_retention_options",
                            "retention needs 1 <= batch size <= " + std::to_string(kMaxPurgeBatch) +
                                " <= runs per round, and a positive interval");
@@ -41,6 +43,11 @@ Status RetentionJob::ValidateOptions(const RetentionJobOptions& options) {
 Result<RetentionRound> RetentionJob::RunRound() {
   std::lock_guard<std::mutex> lock(mu_);
   RetentionRound round;
+  // After yielding for max_yield_ms without a break, this round does not yield: a scheduler
+  // that never catches up slows retention down to one round per window instead of stopping it.
+  const bool may_yield = !yielding_since_ms_.has_value() ||
+                         clock_.NowMs() - *yielding_since_ms_ < options_.max_yield_ms;
+  if (!may_yield) yielding_since_ms_.reset();
   for (;;) {
     Result<std::vector<RetentionScope>> scopes =
         retention_.ListRetentionScopes(after_task_, kScopePage);
@@ -51,6 +58,13 @@ Result<RetentionRound> RetentionJob::RunRound() {
     for (const RetentionScope& scope : *scopes) {
       ++round.tasks;
       for (;;) {
+        if (may_yield && options_.scheduler_backlog && options_.scheduler_backlog()) {
+          // Admissions first: continue with this task once the scheduler has caught up.
+          round.yielded = true;
+          if (!yielding_since_ms_.has_value()) yielding_since_ms_ = clock_.NowMs();
+          metrics_.Increment("ql_retention_yields_total");
+          return round;
+        }
         const int64_t now = clock_.NowMs();
         Result<PurgeResult> purged = retention_.PurgeRuns(
             PlanPurge(scope, now, options_.batch_size, NewUuidV7(now, random_)));
@@ -74,6 +88,7 @@ Result<RetentionRound> RetentionJob::RunRound() {
         if (round.runs >= options_.max_runs_per_round) {
           // Continue with this task next round: it may have more.
           round.bounded = true;
+          if (may_yield) yielding_since_ms_.reset();
           return round;
         }
         if (runs < options_.batch_size) break;
@@ -82,12 +97,14 @@ Result<RetentionRound> RetentionJob::RunRound() {
     }
     if (static_cast<int>(scopes->size()) < kScopePage) {
       after_task_.clear();  // the walk is complete; the next round starts over
+      if (may_yield) yielding_since_ms_.reset();
       return round;
     }
   }
 }
 
 int64_t RetentionJob::NextDelayMs(const RetentionRound& round) const {
+  if (round.yielded) return options_.yield_ms;
   return round.bounded ? options_.continue_ms : options_.interval_ms;
 }
 

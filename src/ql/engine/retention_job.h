@@ -5,11 +5,15 @@
 // longer keeps (core/retention.h), one bounded batch per transaction. A round is bounded too:
 // it stops after `max_runs_per_round` purged runs and the next round continues where it
 // stopped, so a large backlog is worked off in slices that leave the store to the schedulers in
-// between. Several replicas may run it at once: the store skips rows another purge holds.
+// between. Several replicas may run it at once: the store skips rows another purge holds. While
+// the daemon's scheduler has a backlog the job yields to it, so a purge does not stretch an
+// admission burst; but after yielding for `max_yield_ms` without a break it runs one whole
+// round anyway, so a scheduler that never catches up cannot stop retention for good.
 
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "ql/core/clock.h"
@@ -25,6 +29,12 @@ struct RetentionJobOptions {
   int max_runs_per_round = 1000;   // a round stops once it purged this many
   int64_t interval_ms = 60'000;    // sleep after a round that found nothing more to do
   int64_t continue_ms = 1'000;     // sleep after a round that stopped at its bound
+  int64_t yield_ms = 250;          // sleep after a round that yielded to the scheduler
+  int64_t max_yield_ms = 10'000;   // yielding this long without a break: the next round runs
+  // Asked before each purge transaction: true while the scheduler has a backlog (its last
+  // round found more due rows than it took, so it goes straight into the next one). The round
+  // then stops before that transaction and the next one continues from there. Unset: never.
+  std::function<bool()> scheduler_backlog;
   // Called after each committed batch (e.g. to delete the local log files and attempt
   // directories of the purged attempts). Its failures are its own to report.
   std::function<void(const PurgeResult&)> on_purged;
@@ -36,6 +46,7 @@ struct RetentionRound {
   int64_t log_chunks = 0;
   int tasks = 0;           // tasks looked at
   bool bounded = false;    // stopped at max_runs_per_round; the next round continues
+  bool yielded = false;    // stopped because the scheduler had a backlog; the next continues
   int errors = 0;          // tasks whose purge failed; the walk went on past them
   Status first_error;      // the first of those failures (ok when none)
 };
@@ -50,8 +61,9 @@ class RetentionJob {
   static Status ValidateOptions(const RetentionJobOptions& options);
 
   // Runs one round from where the last one stopped. Counts purged runs, events and log chunks
-  // in ql_retention_purged_{runs,events,log_chunks}_total and failed batches in
-  // ql_retention_errors_total; returns the first store error after counting it (the next
+  // in ql_retention_purged_{runs,events,log_chunks}_total, failed batches in
+  // ql_retention_errors_total and rounds that yielded to the scheduler in
+  // ql_retention_yields_total; returns the first store error after counting it (the next
   // round starts over from the same task).
   Result<RetentionRound> RunRound();
 
@@ -70,6 +82,7 @@ class RetentionJob {
   RetentionJobOptions options_;
   std::mutex mu_;            // rounds never overlap
   std::string after_task_;   // the walk's cursor: tasks after this one come next
+  std::optional<int64_t> yielding_since_ms_;  // the first yield of the current unbroken run
 };
 
 }  // namespace ql

@@ -123,12 +123,79 @@ TEST_F(RetentionJobTest, ATaskThatCannotBePurgedIsCountedAndSkippedAndRetriedNex
   EXPECT_EQ(store_.runs["b"], 0);
 }
 
+TEST_F(RetentionJobTest, ARoundYieldsWhileTheSchedulerHasABacklogAndContinuesAfterIt) {
+  store_.runs = {{"a", 3}, {"b", 2}};
+  int batches_before_backlog = 0;  // purge transactions the scheduler lets through
+  RetentionJobOptions options;
+  options.batch_size = 2;
+  options.max_runs_per_round = 100;
+  options.scheduler_backlog = [&] {
+    return static_cast<int>(store_.selections.size()) >= batches_before_backlog;
+  };
+  RetentionJob job(store_, clock_, random_, metrics_, options);
+
+  Result<RetentionRound> busy = job.RunRound();
+  ASSERT_TRUE(busy.ok()) << busy.status().ToString();
+  EXPECT_TRUE(busy->yielded);
+  EXPECT_EQ(busy->runs, 0);
+  EXPECT_TRUE(store_.selections.empty());  // not one purge transaction while admissions wait
+  EXPECT_EQ(job.NextDelayMs(*busy), 250);
+
+  // The backlog comes back after one batch: the round stops there, mid-task.
+  batches_before_backlog = 1;
+  Result<RetentionRound> interrupted = job.RunRound();
+  ASSERT_TRUE(interrupted.ok());
+  EXPECT_TRUE(interrupted->yielded);
+  EXPECT_EQ(interrupted->runs, 2);
+  EXPECT_EQ(store_.runs["a"], 1);
+
+  batches_before_backlog = 100;
+  Result<RetentionRound> caught_up = job.RunRound();
+  ASSERT_TRUE(caught_up.ok());
+  EXPECT_FALSE(caught_up->yielded);
+  EXPECT_EQ(caught_up->runs, 3);  // the rest of a, then b
+  EXPECT_EQ(store_.selections[1].task_id, "a");  // it went on with a, where it had stopped
+  EXPECT_EQ(job.NextDelayMs(*caught_up), 60'000);
+  EXPECT_NE(metrics_.RenderPrometheus().find("ql_retention_yields_total 2"), std::string::npos);
+}
+
+TEST_F(RetentionJobTest, ABacklogThatNeverEndsSlowsRetentionDownButCannotStopIt) {
+  store_.runs = {{"a", 5}};
+  RetentionJobOptions options;
+  options.batch_size = 2;
+  options.max_runs_per_round = 4;
+  options.max_yield_ms = 10'000;
+  options.scheduler_backlog = [] { return true; };
+  RetentionJob job(store_, clock_, random_, metrics_, options);
+
+  for (int i = 0; i < 3; ++i) {
+    Result<RetentionRound> busy = job.RunRound();
+    ASSERT_TRUE(busy.ok());
+    EXPECT_TRUE(busy->yielded);
+    clock_.Advance(3'000);  // 0, 3 and 6 s into the backlog: still inside the window
+  }
+  EXPECT_TRUE(store_.selections.empty());
+  clock_.Advance(1'000);  // 10 s of yielding: the next round runs to its bound
+  Result<RetentionRound> forced = job.RunRound();
+  ASSERT_TRUE(forced.ok());
+  EXPECT_FALSE(forced->yielded);
+  EXPECT_EQ(forced->runs, 4);
+  // And the window starts over: the round after it yields again.
+  Result<RetentionRound> again = job.RunRound();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->yielded);
+  EXPECT_EQ(store_.runs["a"], 1);
+}
+
 TEST_F(RetentionJobTest, OptionsAreValidated) {
   RetentionJobOptions options;
   options.batch_size = 0;
   EXPECT_EQ(RetentionJob::ValidateOptions(options).reason(), "invalid_retention_options");
   options.batch_size = 100;
   options.max_runs_per_round = 50;
+  EXPECT_EQ(RetentionJob::ValidateOptions(options).reason(), "invalid_retention_options");
+  options.max_runs_per_round = 1000;
+  options.yield_ms = -1;
   EXPECT_EQ(RetentionJob::ValidateOptions(options).reason(), "invalid_retention_options");
 }
 
