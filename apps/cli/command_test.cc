@@ -805,16 +805,29 @@ TEST_F(CommandTest, TriggerEditSendsOnlyTheChangedFieldsOverTheCurrentRevision) 
   EXPECT_NE(err_.str().find("nothing_to_edit"), std::string::npos) << err_.str();
   EXPECT_TRUE(server_.bodies().empty());
 
+  TriggerEditArgs bad_jitter;
+  bad_jitter.trigger_id = id;
+  bad_jitter.jitter = "half a minute";
+  CommandContext refused_jitter = Context();
+  EXPECT_EQ(TriggerEdit(bad_jitter, refused_jitter), kExitUsage);
+  EXPECT_NE(err_.str().find("invalid_duration: --jitter 'half a minute'"), std::string::npos)
+      << err_.str();
+  EXPECT_TRUE(server_.bodies().empty());
+  err_.str("");
+
   TriggerEditArgs args;
   args.trigger_id = id;
   args.expression = "0 4 * * *";
   args.overlap = "forbid";
+  args.jitter = "1m30s";
   CommandContext context = Context();
   ASSERT_EQ(TriggerEdit(args, context), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), id + " active revision 4\n");
   ASSERT_EQ(server_.bodies().size(), 2u);
-  EXPECT_EQ(json::parse(server_.bodies()[1]),
-            (json{{"expected_revision", 3}, {"expression", "0 4 * * *"}, {"overlap", "forbid"}}));
+  EXPECT_EQ(json::parse(server_.bodies()[1]), (json{{"expected_revision", 3},
+                                                    {"expression", "0 4 * * *"},
+                                                    {"overlap", "forbid"},
+                                                    {"jitter_ms", 90000}}));
 }
 
 TEST_F(CommandTest, TriggerNextPrintsLocalTimesAndWarnsWhenNotActive) {

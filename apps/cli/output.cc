@@ -194,6 +194,17 @@ std::string Ellipsize(std::string_view text, size_t max_width) {
   return out + "…";
 }
 
+CliResult<int64_t> DurationFlag(const std::string& flag, const std::string& text) {
+  std::optional<int64_t> ms = ParseDurationMs(text);
+  if (!ms) {
+    return CliError::Usage("invalid_duration",
+                           flag + " '" + text +
+                               "' is not a duration: use a whole number with a unit (500ms, 30s, "
+                               "5m, 2h, 1d), parts such as 1h30m, or plain milliseconds");
+  }
+  return *ms;
+}
+
 std::optional<int64_t> ParseDurationMs(std::string_view text) {
   if (text.empty()) return std::nullopt;
   if (std::all_of(text.begin(), text.end(), IsDigit)) {

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "client.h"
+
 namespace ql::cli {
 
 // An aligned text table: a header row and data rows, columns separated by two spaces, each
@@ -51,6 +53,10 @@ std::string Ellipsize(std::string_view text, size_t max_width);
 // milliseconds ("1500"). Returns milliseconds, or nullopt when `text` is empty, has a sign,
 // spaces, a fraction, an unknown unit, a unit repeated or out of order, or overflows int64.
 std::optional<int64_t> ParseDurationMs(std::string_view text);
+
+// ParseDurationMs for the value of `flag`; a usage error invalid_duration naming the flag and
+// the accepted forms when it is not a duration.
+CliResult<int64_t> DurationFlag(const std::string& flag, const std::string& text);
 
 // Formats non-negative milliseconds as an exact duration that ParseDurationMs reads back, largest
 // unit first and zero parts left out: 0 -> "0ms", 1500 -> "1s500ms", 5400000 -> "1h30m",

@@ -14,17 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-CliResult<int64_t> DurationFlag(const std::string& flag, const std::string& text) {
-  std::optional<int64_t> ms = ParseDurationMs(text);
-  if (!ms) {
-    return CliError::Usage("invalid_duration",
-                           flag + " '" + text +
-                               "' is not a duration: use a whole number with a unit (500ms, 30s, "
-                               "5m, 2h, 1d), parts such as 1h30m, or plain milliseconds");
-  }
-  return *ms;
-}
-
 // Parses NAME=VALUE pairs into an object; `what` names the flag in messages.
 CliResult<json> PairsFlag(const std::string& flag, const std::string& reason,
                           const std::vector<std::string>& pairs) {

@@ -54,6 +54,11 @@ int TriggerAdd(const TriggerAddArgs& args, CommandContext& context) {
       {"mutation_id", args.mutation_id.value_or(NewUuidV7(SystemClock().NowMs(), SecureRandom()))}};
   if (!args.misfire.empty()) body["misfire"] = args.misfire;
   if (!args.overlap.empty()) body["overlap"] = args.overlap;
+  if (args.jitter) {
+    CliResult<int64_t> ms = DurationFlag("--jitter", *args.jitter);
+    if (!ms.ok()) return context.Fail(ms.error());
+    body["jitter_ms"] = *ms;
+  }
   if (args.name) body["name"] = *args.name;
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
@@ -110,6 +115,10 @@ int TriggerShow(const std::string& trigger_id, CommandContext& context) {
   fields.AddRow({"timezone", JsonText(*trigger, "timezone")});
   fields.AddRow({"misfire", JsonText(*trigger, "misfire")});
   fields.AddRow({"overlap", JsonText(*trigger, "overlap", "allow")});
+  const int64_t jitter_ms = trigger->value("jitter_ms", int64_t{0});
+  fields.AddRow({"jitter", jitter_ms == 0 ? std::string("none")
+                                          : "up to " + FormatDurationMs(jitter_ms) +
+                                                " after each occurrence"});
   fields.AddRow({"enabled", JsonText(*trigger, "enabled")});
   std::string state = JsonText(*trigger, "state");
   if (state == "pin_stale") state += " (the task was republished: run `ql trigger repin`)";
@@ -134,9 +143,17 @@ int TriggerChange(const std::string& trigger_id, TriggerAction action, CommandCo
 }
 
 int TriggerEdit(const TriggerEditArgs& args, CommandContext& context) {
-  if (!args.expression && !args.timezone && !args.misfire && !args.overlap && !args.name) {
-    return context.Fail(CliError::Usage(
-        "nothing_to_edit", "say what to change: --cron, --tz, --misfire, --overlap or --name"));
+  if (!args.expression && !args.timezone && !args.misfire && !args.overlap && !args.jitter &&
+      !args.name) {
+    return context.Fail(
+        CliError::Usage("nothing_to_edit",
+                        "say what to change: --cron, --tz, --misfire, --overlap, --jitter or --name"));
+  }
+  std::optional<int64_t> jitter_ms;
+  if (args.jitter) {
+    CliResult<int64_t> ms = DurationFlag("--jitter", *args.jitter);
+    if (!ms.ok()) return context.Fail(ms.error());
+    jitter_ms = *ms;
   }
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
@@ -147,6 +164,7 @@ int TriggerEdit(const TriggerEditArgs& args, CommandContext& context) {
   if (args.timezone) body["timezone"] = *args.timezone;
   if (args.misfire) body["misfire"] = *args.misfire;
   if (args.overlap) body["overlap"] = *args.overlap;
+  if (jitter_ms) body["jitter_ms"] = *jitter_ms;
   if (args.name) body["name"] = *args.name;
   // The id, not the reference: a rename must not make the edit miss its trigger.
   return PrintPublished(
@@ -225,6 +243,10 @@ void RegisterTriggerCommands(CLI::App& app) {
                   "While a run of the trigger is unfinished: allow another (default), forbid "
                   "it (the occurrence is recorded as skipped) or replace it (cancel the old run)")
       ->check(CLI::IsMember({"allow", "forbid", "replace"}));
+  add->add_option_function<std::string>(
+      "--jitter", [add_args](const std::string& v) { add_args->jitter = v; },
+      "Spread the runs: each occurrence's run starts up to this long after it (e.g. 30s, at "
+      "most 1h), by an offset fixed per trigger and occurrence");
   add->add_flag("--disabled", add_args->disabled, "Create the trigger disabled");
   add->add_option_function<std::string>(
       "--mutation-id", [add_args](const std::string& v) { add_args->mutation_id = v; },
@@ -253,6 +275,9 @@ void RegisterTriggerCommands(CLI::App& app) {
           "--overlap", [edit_args](const std::string& v) { edit_args->overlap = v; },
           "allow, forbid or replace")
       ->check(CLI::IsMember({"allow", "forbid", "replace"}));
+  edit->add_option_function<std::string>(
+      "--jitter", [edit_args](const std::string& v) { edit_args->jitter = v; },
+      "New jitter window (0s: none)");
   edit->callback([edit, edit_args] {
     RunCommand(*edit, [&](CommandContext& context) { return TriggerEdit(*edit_args, context); });
   });

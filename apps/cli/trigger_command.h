@@ -18,6 +18,7 @@ struct TriggerAddArgs {
   std::string timezone;    // --tz
   std::string misfire;     // --misfire skip|fire_once (empty: the server default, skip)
   std::string overlap;     // --overlap allow|forbid|replace (empty: the server default, allow)
+  std::optional<std::string> jitter;  // --jitter DURATION (0 .. 1h; default none)
   bool disabled = false;   // --disabled
   std::optional<std::string> mutation_id;
   std::optional<std::string> name;  // --name (default: the server's, after the task)
@@ -30,6 +31,7 @@ struct TriggerEditArgs {
   std::optional<std::string> timezone;    // --tz
   std::optional<std::string> misfire;     // --misfire
   std::optional<std::string> overlap;     // --overlap
+  std::optional<std::string> jitter;      // --jitter DURATION (0s: none)
   std::optional<std::string> name;        // --name: rename
 };
 

@@ -541,6 +541,7 @@ def overlap_and_concurrency(server, panel):
     panel.fill("#trigger-expression", "* * * * * *")
     Select(panel.one("#trigger-overlap")).select_by_value("forbid")
     panel.wait_text("#trigger-overlap-choices li.chosen", "forbid")
+    panel.fill("#trigger-jitter-seconds", "2")
     wait_until(lambda: len(panel.css("#preview ol.fire-times li")) == 5, "5 previewed fire times")
     panel.shoot("trigger-form-overlap", show="#trigger-overlap-choices")
     panel.one("#trigger-save").click()
@@ -549,6 +550,8 @@ def overlap_and_concurrency(server, panel):
     panel.wait_text("#trigger-overlap-policy", "forbid")
     trigger = panel.driver.current_url.split("/triggers/")[1].split("?")[0]
     check(api(server, "GET", f"/api/v1/triggers/{trigger}")["overlap"] == "forbid", "the trigger was not created with forbid")
+    panel.wait_text("#trigger-jitter", "up to 2 s")
+    check(api(server, "GET", f"/api/v1/triggers/{trigger}")["jitter_ms"] == 2000, "the trigger was not created with its jitter")
     panel.shoot("trigger-overlap")
     panel.go(f"/runs?task={sleeper}&project=default")
     skipped = "//tr[.//span[normalize-space()='skipped']]"

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "ql/core/jitter.h"
 #include "ql/core/rfc3339.h"
 #include "ql/testing/test_pki.h"
 
@@ -606,6 +607,44 @@ TEST_F(LocalDaemonTest, EditingATaskByNameKeepsItsTriggerFiringWithoutAMissedOcc
   EXPECT_NE(run.exit_code, 0);
   // The name is free again.
   EXPECT_FALSE(AddTask("tick", "echo again").empty());
+}
+
+TEST_F(LocalDaemonTest, AJitteredTriggerStartsEachRunNoEarlierThanItsOccurrencePlusItsOffset) {
+  ASSERT_FALSE(AddTask("spread", "true").empty());
+  CommandResult add = daemon_->Ql({"trigger", "add", "spread", "--cron", "* * * * * *", "--tz",
+                                   "UTC", "--jitter", "3s"});
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  const std::string trigger = Trim(add.out);
+  CommandResult show = daemon_->Ql({"trigger", "show", trigger});
+  EXPECT_NE(show.out.find("up to 3s after each occurrence"), std::string::npos) << show.out;
+  auto finished = [&] {
+    std::vector<json> out;
+    for (const json& r : Runs({"--trigger", trigger})) {
+      if (r["status"] == "succeeded") out.push_back(r);
+    }
+    return out;
+  };
+  ASSERT_TRUE(WaitFor([&] { return finished().size() >= 8; }, seconds(30))) << daemon_->log();
+  auto at = [](const json& value) {
+    Result<int64_t> ms = ParseRfc3339(value.get<std::string>());
+    EXPECT_TRUE(ms.ok()) << value;
+    return ms.value_or(0);
+  };
+  std::set<int64_t> offsets;
+  int64_t latest_start = 0;
+  for (const json& r : finished()) {
+    const int64_t scheduled = at(r["scheduled_for"]);
+    const int64_t release = scheduled + JitterOffsetMs(trigger, scheduled, 3000);
+    // Admitted on time, held in the queue until the occurrence's release time.
+    EXPECT_LT(at(r["created_at"]) - scheduled, 1000) << r.dump();
+    EXPECT_GE(at(r["queued_at"]), release) << r.dump();
+    EXPECT_GE(at(r["started_at"]), release) << "started before its release time: " << r.dump();
+    offsets.insert(release - scheduled);
+    latest_start = std::max(latest_start, at(r["started_at"]) - scheduled);
+  }
+  // The offsets differ from occurrence to occurrence and some reach well into the window.
+  EXPECT_GE(offsets.size(), 6u);
+  EXPECT_GT(latest_start, 1000);
 }
 
 TEST_F(LocalDaemonTest, ReplaceCancelsTheRunningRunOfTheTrigger) {

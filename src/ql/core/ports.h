@@ -185,6 +185,9 @@ struct NewRun {
   std::optional<std::string> trigger_id;
   std::optional<int64_t> trigger_revision;
   std::optional<int64_t> scheduled_for_ms;
+  // A cron run of a trigger with jitter (core/jitter.h): the run's queued_at is the later of
+  // this and now_ms, and no dispatcher takes a run before its queued_at.
+  std::optional<int64_t> release_at_ms;
   std::string trigger_type;  // cron | manual | api
   int priority = 0;
   std::optional<std::string> idempotency_key;
@@ -485,10 +488,11 @@ class RunRepository {
                                           std::string actor_type, int64_t now_ms,
                                           const std::optional<PolicyFence>& fence = {}) = 0;
 
-  // Lists queued runs whose latest attempt is a claimed attempt of `executor_type` and that
-  // carry no cancel intent, by priority (high first) then queued time, at most `limit`.
+  // Lists queued runs whose latest attempt is a claimed attempt of `executor_type`, that carry
+  // no cancel intent and whose queued time is not after `now_ms` (a jittered cron run waits for
+  // its release time), by priority (high first) then queued time, at most `limit`.
   virtual Result<std::vector<RunRecord>> ListDispatchable(const std::string& executor_type,
-                                                          int limit) = 0;
+                                                          int limit, int64_t now_ms) = 0;
   // Lists runs in dispatching, running or lost (what startup reconciliation must inspect).
   virtual Result<std::vector<RunRecord>> ListActive() = 0;
   // Lists retry_wait runs whose retry_at_ms ≤ now.

@@ -98,6 +98,7 @@ struct TriggerRevisionRecord {
   std::string timezone;  // canonical IANA name
   std::string misfire;   // "skip" | "fire_once"
   std::string overlap = "allow";  // "allow" | "forbid" | "replace" (core/overlap.h)
+  int64_t jitter_ms = 0;          // 0 .. kMaxJitterMs (core/jitter.h)
   bool enabled = true;
   std::string content_digest;
   int64_t created_at_ms = 0;

@@ -13,6 +13,7 @@
 #include "ql/core/digest.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/ids.h"
+#include "ql/core/jitter.h"
 #include "ql/core/overlap.h"
 #include "ql/core/task_spec.h"
 
@@ -200,6 +201,22 @@ Status ValidateNewRun(const NewRun& run) {
     return InvalidArgument("invalid_id", "run_id and attempt_id must differ");
   }
   return Status();
+}
+
+Status RequireJitterRelease(const NewRun& run, int64_t jitter_ms) {
+  std::optional<int64_t> expected;
+  if (jitter_ms > 0 && run.trigger_id.has_value() && run.scheduled_for_ms.has_value()) {
+    expected = *run.scheduled_for_ms +
+               JitterOffsetMs(*run.trigger_id, *run.scheduled_for_ms, jitter_ms);
+  }
+  if (run.release_at_ms == expected) return Status();
+  return InvalidArgument(
+      "invalid_schedule_advance",
+      Cat({"the admitted run's release time must be its occurrence plus the trigger's jitter "
+           "offset (",
+           expected.has_value() ? std::to_string(*expected) : std::string("none"), "), got ",
+           run.release_at_ms.has_value() ? std::to_string(*run.release_at_ms)
+                                         : std::string("none")}));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -545,6 +562,7 @@ Status ValidatePublishTrigger(const PublishTriggerCommand& cmd) {
                                                           Quote(content.misfire)}));
   }
   QL_RETURN_IF_ERROR(ParseOverlapPolicy(content.overlap).status());
+  QL_RETURN_IF_ERROR(ValidateJitterMs(content.jitter_ms));
   QL_RETURN_IF_ERROR(RequireDigest("trigger content_digest", content.content_digest));
   if (!cmd.expected_revision.has_value()) QL_RETURN_IF_ERROR(RequireText("trigger name", cmd.name));
   if (cmd.tombstone && (content.enabled || !cmd.expected_revision.has_value())) {

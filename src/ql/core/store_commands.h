@@ -89,6 +89,11 @@ Result<std::vector<PreparedEvent>> PrepareEvents(const std::vector<NewEvent>& ev
 // `invalid_id` when run_id equals attempt_id.
 Status ValidateNewRun(const NewRun& run);
 
+// Checks, inside an admission transaction, that the release time of an admitted cron run is
+// exactly its occurrence plus the jitter offset of the stored trigger revision (`jitter_ms`;
+// no release time when it is 0): InvalidArgument `invalid_schedule_advance` otherwise.
+Status RequireJitterRelease(const NewRun& run, int64_t jitter_ms);
+
 // Checks a task publish before it is stored: canonical ids, a mutation id, an expected
 // revision below the last one, kind, canonical spec, labels and approval policy, the content
 // digest, and each execution revision (known and unique executor type, plan digest, pinned to

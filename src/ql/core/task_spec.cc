@@ -502,6 +502,7 @@ std::string TriggerContentDigest(const TriggerRevisionRecord& r) {
   // Present only when it is not the default, so revisions written before it existed keep
   // their digests.
   if (r.overlap != "allow") content["overlap"] = r.overlap;
+  if (r.jitter_ms != 0) content["jitter_ms"] = r.jitter_ms;
   return DomainDigest(kCronTriggerKind, internal::CanonicalJsonLossy(content));
 }
 

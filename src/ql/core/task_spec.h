@@ -168,7 +168,8 @@ inline constexpr std::string_view kCronTriggerKind = "qinglong/cron@v1";
 
 // Returns the content digest of a cron trigger revision: DomainDigest("qinglong/cron@v1") of
 // the canonical JSON of its enabled flag, expression, misfire policy, pinned task id, revision
-// and digest, and time zone, plus its overlap policy when that is not "allow". Written at publish and recomputed by the cluster admission.
+// and digest, and time zone, plus its overlap policy when that is not "allow" and its jitter
+// window when that is not 0. Written at publish and recomputed by the cluster admission.
 std::string TriggerContentDigest(const TriggerRevisionRecord& revision);
 
 }  // namespace ql

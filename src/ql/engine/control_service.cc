@@ -11,6 +11,7 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/ids.h"
 #include "ql/core/misfire.h"
+#include "ql/core/jitter.h"
 #include "ql/core/overlap.h"
 #include "ql/core/retry_policy.h"
 #include "ql/core/states.h"
@@ -635,6 +636,7 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   QL_ASSIGN_OR_RETURN(CronSchedule cron, CronSchedule::Create(write.expression, write.timezone));
   QL_ASSIGN_OR_RETURN(MisfirePolicy misfire, ParseMisfirePolicy(write.misfire));
   QL_ASSIGN_OR_RETURN(OverlapPolicy overlap, ParseOverlapPolicy(write.overlap));
+  QL_RETURN_IF_ERROR(ValidateJitterMs(write.jitter_ms));
   QL_ASSIGN_OR_RETURN(std::string mutation_id, MutationIdOrNew(write.mutation_id));
   auto task = GetTask(write.task_id, caller);
   if (!task.ok()) return task.status();
@@ -674,6 +676,7 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   r.timezone = cron.zone().name();
   r.misfire = std::string(MisfirePolicyName(misfire));
   r.overlap = std::string(OverlapPolicyName(overlap));
+  r.jitter_ms = write.jitter_ms;
   r.enabled = write.enabled;
   r.content_digest = TriggerContentDigest(r);
   r.created_at_ms = now;
@@ -815,6 +818,8 @@ Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_
   next.timezone = cron.zone().name();
   next.misfire = std::string(MisfirePolicyName(misfire));
   next.overlap = std::string(OverlapPolicyName(overlap));
+  next.jitter_ms = edit.jitter_ms.value_or(next.jitter_ms);
+  QL_RETURN_IF_ERROR(ValidateJitterMs(next.jitter_ms));
   if (edit.name.has_value()) {
     QL_RETURN_IF_ERROR(
         ValidateObjectName("trigger_invalid_name", "name", *edit.name, kMaxTaskNameChars));

@@ -114,6 +114,8 @@ struct TriggerWrite {
   std::string misfire = "skip";
   // "allow" | "forbid" | "replace" (core/overlap.h); anything else → invalid_overlap_policy.
   std::string overlap = "allow";
+  // Deterministic jitter window (core/jitter.h), 0 .. 1 h; else invalid_jitter.
+  int64_t jitter_ms = 0;
   bool enabled = true;
   // As for TaskWrite: replaying a create with the same mutation id returns the same trigger.
   std::optional<std::string> mutation_id;
@@ -128,6 +130,7 @@ struct TriggerEdit {
   std::optional<std::string> timezone;
   std::optional<std::string> misfire;
   std::optional<std::string> overlap;
+  std::optional<int64_t> jitter_ms;
   std::optional<std::string> name;  // renames the trigger (its head; no schedule change)
 };
 
@@ -249,7 +252,7 @@ class ControlService {
   // is enabled and the task's current revision is disabled.
   Result<PublishedTrigger> RepinTrigger(const std::string& trigger_id, const Caller& caller = {});
   // Publishes the next revision of a trigger with `edit` applied (expression, zone, misfire or
-  // overlap policy), the rest as it was, if the trigger is still at `expected_revision` (else
+  // overlap policy, jitter), the rest as it was, if the trigger is still at `expected_revision` (else
   // Conflict revision_conflict). The schedule follows the new revision from its publication:
   // the cursor is recomputed, so no occurrence of the old expression is admitted after it.
   // An edit that changes nothing answers the current trigger (replayed).

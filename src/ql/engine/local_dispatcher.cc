@@ -300,7 +300,7 @@ Result<TickReport> LocalDispatcher::Tick(bool launch_new) {
   const int capacity = options_.max_concurrency - static_cast<int>(active_.size());
   if (capacity <= 0) return report;
   QL_ASSIGN_OR_RETURN(std::vector<RunRecord> queued,
-                      runs_.ListDispatchable(options_.executor_type, capacity));
+                      runs_.ListDispatchable(options_.executor_type, capacity, clock_.NowMs()));
   for (const RunRecord& run : queued) {
     Status st = Launch(run, report);
     if (!st.ok() && st.code() != StatusCode::kConflict) {

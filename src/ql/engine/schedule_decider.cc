@@ -4,6 +4,7 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/jitter.h"
 
 namespace ql {
 namespace {
@@ -78,6 +79,9 @@ Result<DecidedRow> ScheduleDecider::Decide(const DueSchedule& due, int64_t now_m
   run.trigger_id = t.trigger_id;
   run.trigger_revision = t.revision;
   run.scheduled_for_ms = scheduled_for;
+  if (t.jitter_ms > 0) {
+    run.release_at_ms = scheduled_for + JitterOffsetMs(t.trigger_id, scheduled_for, t.jitter_ms);
+  }
   run.trigger_type = "cron";
   run.idempotency_key = CronIdempotencyKey(t.trigger_id, t.revision, scheduled_for);
   run.retry_policy = execution.retry_policy;

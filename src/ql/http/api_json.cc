@@ -201,6 +201,7 @@ json TriggerJson(const TriggerView& t) {
            {"timezone", r.timezone},
            {"misfire", r.misfire},
            {"overlap", r.overlap},
+           {"jitter_ms", r.jitter_ms},
            {"enabled", r.enabled},
            {"state", t.state},
            {"pin_stale", t.pin_stale},

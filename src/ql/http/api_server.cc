@@ -885,8 +885,9 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     }
 
     case RouteId::kTriggersCreate: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"task_id", "expression", "timezone", "misfire",
-                                               "overlap", "enabled", "mutation_id", "name"}));
+      QL_HTTP_TRY(res,
+                  api::CheckFields(body, {"task_id", "expression", "timezone", "misfire", "overlap",
+                                          "jitter_ms", "enabled", "mutation_id", "name"}));
       TriggerWrite write;
       QL_HTTP_ASSIGN(res, write.task_id, api::RequiredString(body, "task_id"));
       QL_HTTP_ASSIGN(res, write.expression, api::RequiredString(body, "expression"));
@@ -895,6 +896,8 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       if (misfire.has_value()) write.misfire = *misfire;
       QL_HTTP_ASSIGN(res, std::optional<std::string> overlap, api::OptionalString(body, "overlap"));
       if (overlap.has_value()) write.overlap = *overlap;
+      QL_HTTP_ASSIGN(res, std::optional<int64_t> jitter, api::OptionalInteger(body, "jitter_ms"));
+      write.jitter_ms = jitter.value_or(0);
       QL_HTTP_ASSIGN(res, std::optional<bool> enabled, api::OptionalBool(body, "enabled"));
       write.enabled = enabled.value_or(true);
       QL_HTTP_ASSIGN(res, write.mutation_id, api::OptionalString(body, "mutation_id"));
@@ -906,7 +909,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     }
     case RouteId::kTriggerRevisionsCreate: {
       QL_HTTP_TRY(res, api::CheckFields(body, {"expected_revision", "expression", "timezone",
-                                               "misfire", "overlap", "name"}));
+                                               "misfire", "overlap", "jitter_ms", "name"}));
       QL_HTTP_ASSIGN(res, std::optional<int64_t> expected,
                      api::OptionalInteger(body, "expected_revision"));
       if (!expected.has_value()) {
@@ -919,6 +922,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, edit.timezone, api::OptionalString(body, "timezone"));
       QL_HTTP_ASSIGN(res, edit.misfire, api::OptionalString(body, "misfire"));
       QL_HTTP_ASSIGN(res, edit.overlap, api::OptionalString(body, "overlap"));
+      QL_HTTP_ASSIGN(res, edit.jitter_ms, api::OptionalInteger(body, "jitter_ms"));
       QL_HTTP_ASSIGN(res, edit.name, api::OptionalString(body, "name"));
       QL_HTTP_ASSIGN(res, PublishedTrigger published,
                      service.EditTrigger(id, *expected, edit, caller));
@@ -974,6 +978,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
                     {"timezone", preview.trigger.revision.timezone},
                     {"misfire", preview.trigger.revision.misfire},
                     {"overlap", preview.trigger.revision.overlap},
+                    {"jitter_ms", preview.trigger.revision.jitter_ms},
                     {"fire_times", api::FireTimesJson(preview.fire_times_ms, zone)}});
       return;
     }

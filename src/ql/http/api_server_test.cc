@@ -660,6 +660,8 @@ TEST_F(ApiServerTest, ATriggerIsEditedInPlaceAndItsScheduleFollowsTheNewExpressi
             "timezone_unknown");
   EXPECT_EQ(Post(path, R"({"expected_revision":1,"overlap":"queue"})").code(),
             "invalid_overlap_policy");
+  EXPECT_EQ(Post(path, R"({"expected_revision":1,"jitter_ms":7200000})").code(), "invalid_jitter");
+  EXPECT_EQ(Post(path, R"({"expected_revision":1,"jitter_ms":1.5})").code(), "invalid_type");
   EXPECT_EQ(Post(path, R"({"expected_revision":1,"task_id":"x"})").code(), "unknown_field");
   Reply stale = Post(path, R"({"expected_revision":7,"expression":"0 4 * * *"})");
   EXPECT_EQ(stale.status, 409);
@@ -687,6 +689,36 @@ TEST_F(ApiServerTest, ATriggerIsEditedInPlaceAndItsScheduleFollowsTheNewExpressi
   Reply again = Post(path, json{{"expected_revision", 2}, {"expression", "0 4 * * *"}}.dump());
   EXPECT_EQ(again.status, 200) << again.raw;
   EXPECT_EQ(again.body["revision"], 2);
+}
+
+TEST_F(ApiServerTest, ATriggerCarriesItsJitterWindowThroughCreateEditAndPreview) {
+  StartServer();
+  const std::string task = CreateTask();
+  Reply plain = Post("/api/v1/triggers",
+                     json{{"task_id", task}, {"expression", "0 * * * *"}, {"timezone", "UTC"}}.dump());
+  ASSERT_EQ(plain.status, 201) << plain.raw;
+  EXPECT_EQ(plain.body["jitter_ms"], 0);
+  Reply created = Post("/api/v1/triggers", json{{"task_id", task},
+                                                {"expression", "0 * * * *"},
+                                                {"timezone", "UTC"},
+                                                {"jitter_ms", 30000}}
+                                               .dump());
+  ASSERT_EQ(created.status, 201) << created.raw;
+  EXPECT_EQ(created.body["jitter_ms"], 30000);
+  // The window is part of the revision's content: same expression, another digest.
+  EXPECT_NE(created.body["content_digest"], plain.body["content_digest"]);
+  const std::string trigger = created.body["id"];
+  Reply preview = Get("/api/v1/triggers/" + trigger + "/next?count=1");
+  ASSERT_EQ(preview.status, 200) << preview.raw;
+  EXPECT_EQ(preview.body["jitter_ms"], 30000);
+  Reply edited = Post("/api/v1/triggers/" + trigger + "/revisions",
+                      json{{"expected_revision", 1}, {"jitter_ms", 0}}.dump());
+  ASSERT_EQ(edited.status, 201) << edited.raw;
+  EXPECT_EQ(edited.body["revision"], 2);
+  EXPECT_EQ(edited.body["jitter_ms"], 0);
+  // Without a window the content hashes as it did before windows existed.
+  EXPECT_EQ(edited.body["content_digest"], plain.body["content_digest"]);
+  EXPECT_EQ(Get("/api/v1/triggers/" + trigger).body["jitter_ms"], 0);
 }
 
 TEST_F(ApiServerTest, RunsLifecycle) {
@@ -869,6 +901,15 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
        "invalid_overlap_policy"},
       {"POST", "/api/v1/triggers",
        R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","overlap":1})", 400,
+       "invalid_type"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","jitter_ms":-1})", 400,
+       "invalid_jitter"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","jitter_ms":3600001})",
+       400, "invalid_jitter"},
+      {"POST", "/api/v1/triggers",
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","jitter_ms":"30s"})", 400,
        "invalid_type"},
       {"POST", "/api/v1/triggers",
        R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","enabled":1})", 400,

@@ -341,7 +341,7 @@ TEST_P(GovernanceContract, AnArchivedProjectAdmitsNothingAndTakesNoWrites) {
   ASSERT_TRUE(due_rows.ok());
   EXPECT_TRUE(due_rows->empty());
   Result<std::vector<RunRecord>> dispatchable =
-      store().runs().ListDispatchable("local_process", 10);
+      store().runs().ListDispatchable("local_process", 10, Now());
   ASSERT_TRUE(dispatchable.ok());
   EXPECT_TRUE(dispatchable->empty());
   // Its queued run can still be cancelled.

@@ -1,11 +1,14 @@
-// The overlap part of the repository contract (DESIGN §11): a trigger's overlap policy (allow,
-// forbid, replace) and a task's concurrency limit, decided by ApplyScheduleAdvance inside the
-// admission transaction. Runs on every store through OverlapContract.
+// The admission-policy part of the repository contract (DESIGN §11): a trigger's overlap policy
+// (allow, forbid, replace) and a task's concurrency limit, decided by ApplyScheduleAdvance
+// inside the admission transaction, and a trigger's jitter window, which holds an admitted run
+// in the queue until its release time. Runs on every store through OverlapContract.
 
 #include <string>
 #include <vector>
 
+#include "ql/core/jitter.h"
 #include "ql/core/overlap.h"
+#include "ql/core/task_spec.h"
 #include "ql/testing/contract_assertions.h"
 #include "ql/testing/repository_contract.h"
 
@@ -192,6 +195,95 @@ TEST_P(OverlapContract, TheStoresRefuseAnUnknownPolicyOrLimit) {
   limited.revision.concurrency = 0;
   Status bad_limit = store().definitions().PublishTaskRevision(limited).status();
   EXPECT_EQ(bad_limit.reason(), "invalid_concurrency") << bad_limit.ToString();
+}
+
+TEST_P(OverlapContract, AJitteredRunIsAdmittedOnTimeAndDispatchedOnlyFromItsReleaseTime) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, LimitedTask(std::nullopt));
+  const std::string trigger_id = NewId();
+  PublishTriggerCommand cmd = TriggerCommand(trigger_id, std::nullopt, task);
+  cmd.revision.jitter_ms = 30'000;
+  cmd.revision.content_digest = TriggerContentDigest(cmd.revision);
+  QL_ASSERT_OK(store().definitions().PublishTriggerRevision(cmd));
+  QL_ASSERT_OK_AND_ASSIGN(TriggerRevisionRecord stored,
+                          store().definitions().GetTriggerRevision(trigger_id, 1));
+  EXPECT_EQ(stored.jitter_ms, 30'000);
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule fresh, DueRow(trigger_id, Now()));
+  EXPECT_EQ(fresh.trigger.jitter_ms, 30'000);
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome set,
+                          store().schedules().ApplyScheduleAdvance(MoveCursor(fresh, Now() + 1000)));
+  ASSERT_EQ(set, AdvanceOutcome::kApplied);
+
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleRecord schedule, store().definitions().GetSchedule(trigger_id));
+  const int64_t occurrence = *schedule.next_fire_at_ms;
+  const int64_t release = occurrence + JitterOffsetMs(trigger_id, occurrence, 30'000);
+  clock().SetNowMs(occurrence);
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueRow(trigger_id, Now()));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance advance, Admit(due, occurrence + 60'000));
+
+  // The release time must be exactly the occurrence plus the trigger's offset.
+  for (std::optional<int64_t> wrong : {std::optional<int64_t>(), std::optional<int64_t>(release + 1)}) {
+    ScheduleAdvance bad = advance;
+    bad.run->release_at_ms = wrong;
+    Result<AdvanceOutcome> refused = store().schedules().ApplyScheduleAdvance(bad);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().reason(), "invalid_schedule_advance");
+  }
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleRecord unchanged, store().definitions().GetSchedule(trigger_id));
+  EXPECT_EQ(unchanged.next_fire_at_ms, occurrence);
+
+  advance.run->release_at_ms = release;
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome admitted,
+                          store().schedules().ApplyScheduleAdvance(advance));
+  ASSERT_EQ(admitted, AdvanceOutcome::kApplied);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord run, store().runs().GetRun(advance.run->run_id));
+  EXPECT_EQ(run.status, "queued");
+  EXPECT_EQ(run.scheduled_for_ms, occurrence);
+  EXPECT_EQ(run.created_at_ms, occurrence);
+  EXPECT_EQ(run.queued_at_ms, release);
+
+  auto dispatchable = [&](int64_t now_ms) {
+    Result<std::vector<RunRecord>> listed = store().runs().ListDispatchable("local_process", 10, now_ms);
+    EXPECT_TRUE(listed.ok()) << listed.status().message();
+    return listed.ok() && !listed->empty() && listed->front().id == run.id;
+  };
+  if (release > occurrence) EXPECT_FALSE(dispatchable(release - 1)) << "released early";
+  EXPECT_TRUE(dispatchable(release));
+
+  // Admitted late (after its release time), a run is queued at once.
+  clock().SetNowMs(occurrence + 60'000);
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule late, DueRow(trigger_id, Now()));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance late_advance, Admit(late, occurrence + 120'000));
+  late_advance.run->release_at_ms =
+      occurrence + 60'000 + JitterOffsetMs(trigger_id, occurrence + 60'000, 30'000);
+  clock().SetNowMs(occurrence + 95'000);
+  late_advance.run->now_ms = Now();
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome late_admitted,
+                          store().schedules().ApplyScheduleAdvance(late_advance));
+  ASSERT_EQ(late_admitted, AdvanceOutcome::kApplied);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord late_run, store().runs().GetRun(late_advance.run->run_id));
+  EXPECT_EQ(late_run.queued_at_ms, Now());
+}
+
+TEST_P(OverlapContract, ATriggerWithoutJitterTakesNoReleaseTimeAndAWindowIsBounded) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, LimitedTask(std::nullopt));
+  QL_ASSERT_OK_AND_ASSIGN(std::string trigger_id, OverlapTrigger(task, "allow"));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleRecord schedule, store().definitions().GetSchedule(trigger_id));
+  clock().SetNowMs(*schedule.next_fire_at_ms);
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueRow(trigger_id, Now()));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance advance, Admit(due, Now() + 1000));
+  advance.run->release_at_ms = Now() + 500;
+  Result<AdvanceOutcome> refused = store().schedules().ApplyScheduleAdvance(advance);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().reason(), "invalid_schedule_advance");
+
+  for (int64_t bad : {int64_t{-1}, kMaxJitterMs + 1}) {
+    PublishTriggerCommand cmd = TriggerCommand(NewId(), std::nullopt, task);
+    cmd.revision.jitter_ms = bad;
+    cmd.revision.content_digest = TriggerContentDigest(cmd.revision);
+    Result<PublishTriggerResult> published = store().definitions().PublishTriggerRevision(cmd);
+    ASSERT_FALSE(published.ok()) << bad;
+    EXPECT_EQ(published.status().reason(), "invalid_jitter");
+  }
 }
 
 }  // namespace ql::testing

@@ -950,7 +950,7 @@ TEST_P(RepositoryContractTest, AdmissionWritesOneQueuedRunOneClaimedAttemptAndTw
   EXPECT_EQ(schedule.state_version, due.schedule.state_version + 1);
   EXPECT_EQ(CountRuns(store()), 1);
   QL_ASSERT_OK_AND_ASSIGN(std::vector<RunRecord> dispatchable,
-                          store().runs().ListDispatchable(kLocal, 10));
+                          store().runs().ListDispatchable(kLocal, 10, Now()));
   ASSERT_EQ(dispatchable.size(), 1u);
   EXPECT_EQ(dispatchable[0].id, run.id);
 }
@@ -1331,7 +1331,7 @@ TEST_P(RepositoryContractTest, CancellingAQueuedRunCancelsItAndItsAttempt) {
   QL_ASSERT_OK_AND_ASSIGN(events, store().runs().ListEvents(queued.id, 0, 100));
   EXPECT_EQ(events.size(), 5u);
   QL_ASSERT_OK_AND_ASSIGN(std::vector<RunRecord> dispatchable,
-                          store().runs().ListDispatchable(kLocal, 10));
+                          store().runs().ListDispatchable(kLocal, 10, Now()));
   EXPECT_TRUE(dispatchable.empty());
 }
 
@@ -1407,7 +1407,7 @@ TEST_P(RepositoryContractTest, AutomaticRetryAddsTheNextAttemptUpToTheLimit) {
     EXPECT_EQ(attempts[1].status, "claimed");
     EXPECT_EQ(attempts[1].id, *requeue.new_attempt_id);
     QL_ASSERT_OK_AND_ASSIGN(std::vector<RunRecord> dispatchable,
-                            store().runs().ListDispatchable(kLocal, 10));
+                            store().runs().ListDispatchable(kLocal, 10, Now()));
     ASSERT_EQ(dispatchable.size(), 1u);
     EXPECT_EQ(dispatchable[0].id, queued.id);
   }
@@ -1635,25 +1635,25 @@ TEST_P(RepositoryContractTest, DispatchOrderIsPriorityThenFifo) {
     ids.push_back(run.id);
   }
   QL_ASSERT_OK_AND_ASSIGN(std::vector<RunRecord> order,
-                          store().runs().ListDispatchable(kLocal, 10));
+                          store().runs().ListDispatchable(kLocal, 10, Now()));
   ASSERT_EQ(order.size(), 4u);
   EXPECT_EQ(order[0].id, ids[1]);
   EXPECT_EQ(order[1].id, ids[3]);
   EXPECT_EQ(order[2].id, ids[0]);
   EXPECT_EQ(order[3].id, ids[2]);
   QL_ASSERT_OK_AND_ASSIGN(std::vector<RunRecord> limited,
-                          store().runs().ListDispatchable(kLocal, 2));
+                          store().runs().ListDispatchable(kLocal, 2, Now()));
   ASSERT_EQ(limited.size(), 2u);
   EXPECT_EQ(limited[1].id, ids[3]);
   QL_ASSERT_OK_AND_ASSIGN(std::vector<RunRecord> remote,
-                          store().runs().ListDispatchable("remote_worker", 10));
+                          store().runs().ListDispatchable("remote_worker", 10, Now()));
   EXPECT_TRUE(remote.empty());
 
   // Started and cancelled runs leave the queue.
   QL_ASSERT_OK_AND_ASSIGN(RunRecord first, store().runs().GetRun(ids[1]));
   QL_ASSERT_OK(StartRun(first));
   QL_ASSERT_OK(store().runs().RequestCancel(ids[0], "x", "user", Now()));
-  QL_ASSERT_OK_AND_ASSIGN(order, store().runs().ListDispatchable(kLocal, 10));
+  QL_ASSERT_OK_AND_ASSIGN(order, store().runs().ListDispatchable(kLocal, 10, Now()));
   ASSERT_EQ(order.size(), 2u);
   EXPECT_EQ(order[0].id, ids[3]);
   EXPECT_EQ(order[1].id, ids[2]);

@@ -272,6 +272,7 @@ constexpr ConstraintRule kCheckRules[] = {
     {"trigger_revisions_content_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"trigger_revisions_expression_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"trigger_revisions_misfire_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"trigger_revisions_jitter_ms_check", StatusCode::kInvalidArgument, "invalid_jitter"},
     {"trigger_revisions_mutation_id_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"trigger_revisions_overlap_check", StatusCode::kInvalidArgument, "invalid_overlap_policy"},
     {"trigger_revisions_revision_check", StatusCode::kInvalidArgument, "constraint_violated"},

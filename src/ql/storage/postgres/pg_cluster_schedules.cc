@@ -11,6 +11,7 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/store_commands.h"
 #include "ql/core/task_spec.h"
 #include "ql/storage/postgres/pg_governance.h"
 #include "ql/storage/postgres/pg_run_rows.h"
@@ -106,7 +107,7 @@ constexpr char kClaimTail[] =
     "s.claim_version, s.claim_expires_at_ms, clock.now_ms, "
     "g.revision, g.mutation_id, g.task_id, g.task_revision, g.task_digest, g.expression, "
     "g.timezone, g.misfire, g.enabled, g.content_digest, g.created_at_ms, e.id, s.ctid::text, "
-    "g.overlap";
+    "g.overlap, g.jitter_ms";
 
 bool Before(const ScheduleClaim& a, const ScheduleClaim& b) {
   const auto& x = a.due.schedule;
@@ -245,6 +246,7 @@ Result<std::vector<ScheduleClaim>> PostgresClusterSchedules::ClaimDueSchedules(
       c.execution_revision_id = rows.OptText(i, 23).value_or("");
       c.row_address = rows.Text(i, 24);
       t.overlap = rows.Text(i, 25);
+      t.jitter_ms = rows.Int(i, 26);
       c.owner = request.owner;
       c.token = request.token;
       claims.push_back(std::move(c));
@@ -356,7 +358,7 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
         tx.Exec("SELECT th.trigger_id, p.id, p.status, th.current_revision, g.enabled, "
                 "g.task_id, g.task_revision, g.task_digest, h.current_revision, tr.enabled, "
                 "tr.content_digest, g.expression, g.timezone, g.misfire, g.content_digest, "
-                "g.overlap, tr.concurrency "
+                "g.overlap, tr.concurrency, g.jitter_ms "
                 "FROM ql3.trigger_heads th "
                 "JOIN ql3.projects p ON p.id = th.project_id "
                 "JOIN ql3.trigger_revisions g ON g.trigger_id = th.trigger_id AND "
@@ -396,6 +398,7 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
       stored.overlap = defs.Text(i, 15);
       overlap[k] = stored.overlap;
       limit[k] = defs.OptInt(i, 16);
+      stored.jitter_ms = defs.Int(i, 17);
       if (TriggerContentDigest(stored) != stored.content_digest ||
           TriggerContentDigest(t) != t.content_digest) {
         results[k].error = Corrupt("trigger_digest_mismatch",
@@ -408,6 +411,13 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
       // Another content under the same revision (the decision followed other content).
       go[k] = stored.content_digest == t.content_digest;
       if (go[k] && decisions[k].run.has_value()) {
+        // The run's release time follows the stored revision's jitter window.
+        if (Status release = RequireJitterRelease(*decisions[k].run, stored.jitter_ms);
+            !release.ok()) {
+          results[k].error = std::move(release);
+          go[k] = false;
+          continue;
+        }
         exec_ids.push_back(decisions[k].run->execution_revision_id);
       }
     }

@@ -77,12 +77,12 @@ Status AppendTriggerRevision(Tx& tx, const TriggerRevisionRecord& stored,
       tx,
       "INSERT INTO trigger_revisions (trigger_id, revision, project_id, mutation_id, task_id, "
       "task_revision, task_digest, expression, timezone, misfire, enabled, content_digest, "
-      "created_at_ms, overlap) "
-      "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+      "created_at_ms, overlap, jitter_ms) "
+      "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
       {P(stored.trigger_id), P(stored.revision), P(stored.project_id), P(stored.mutation_id),
        P(stored.task_id), P(stored.task_revision), P(stored.task_digest), P(stored.expression),
        P(stored.timezone), P(stored.misfire), P(stored.enabled), P(stored.content_digest),
-       P(stored.created_at_ms), P(stored.overlap)}));
+       P(stored.created_at_ms), P(stored.overlap), P(stored.jitter_ms)}));
   return Execute(
       tx,
       "INSERT INTO trigger_schedules (trigger_id, project_id, trigger_revision, enabled, "

@@ -291,11 +291,17 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("worker_sessions":1})",
        "pg-0017-names-and-tombstones"},
       {kControlCore, 16,
-       R"({"approvals":2,"attempts":1,"definitions":3,"dispatch_leases":2,"events":2,)"
+       R"({"approvals":2,"attempts":1,"definitions":4,"dispatch_leases":2,"events":1,)"
+       R"("governance":1,"projects":1,"retention":1,"retry_policies":1,"run_logs":1,"runs":4,)"
+       R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
+       R"("worker_sessions":1})",
+       "pg-0018-trigger-jitter"},
+      {kControlCore, 17,
+       R"({"approvals":2,"attempts":1,"definitions":4,"dispatch_leases":2,"events":2,)"
        R"("governance":1,"projects":1,"retention":1,"retry_policies":2,"run_logs":1,"runs":5,)"
        R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
        R"("worker_sessions":1})",
-       "pg-0018-compact-runs"},
+       "pg-0019-compact-runs"},
   };
   return kSteps;
 }

@@ -39,7 +39,7 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
   if (runs.empty()) return Status::Ok();
   Column id, project, task, task_revision, task_digest, execution, trigger, trigger_revision,
       scheduled, trigger_type, priority, key, retry_of, max_attempts, retry_on_lost, safety,
-      backoff_base, backoff_max, attempt, executor, actor, created, queued;
+      backoff_base, backoff_max, attempt, executor, actor, created, queued, release;
   for (const NewRun* run : runs) {
     QL_ASSIGN_OR_RETURN(std::string created_payload, RunCreatedPayload(*run));
     QL_ASSIGN_OR_RETURN(std::string queued_payload, RunQueuedPayload(1, run->executor_type));
@@ -53,6 +53,7 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
     trigger.push_back(run->trigger_id);
     trigger_revision.push_back(Text(run->trigger_revision));
     scheduled.push_back(Text(run->scheduled_for_ms));
+    release.push_back(Text(run->release_at_ms));
     trigger_type.push_back(run->trigger_type);
     priority.push_back(std::to_string(run->priority));
     key.push_back(run->idempotency_key);
@@ -76,10 +77,10 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
       "$5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[], "
       "$11::integer[], $12::text[], $13::text[], $14::integer[], $15::boolean[], $16::text[], "
       "$17::bigint[], $18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], "
-      "$23::text[]) AS v(id, project_id, task_id, task_revision, task_digest, execution, "
-      "trigger_id, trigger_revision, scheduled, trigger_type, priority, key, retry_of, "
+      "$23::text[], $27::bigint[]) AS v(id, project_id, task_id, task_revision, task_digest, "
+      "execution, trigger_id, trigger_revision, scheduled, trigger_type, priority, key, retry_of, "
       "max_attempts, retry_on_lost, safety, backoff_base, backoff_max, attempt_id, executor, "
-      "actor, created, queued)), "
+      "actor, created, queued, release)), "
       "r AS (INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
       "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
       "status, version, event_sequence, priority, idempotency_key, retry_of_run_id, "
@@ -87,8 +88,8 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
       "retry_backoff_base_ms, retry_backoff_max_ms) SELECT id, project_id, task_id, "
       "task_revision, task_digest, execution, trigger_id, trigger_revision, scheduled, "
       "trigger_type, 'queued', 1, 2, priority, " KEY_UNLESS_CRON ", retry_of, $24::bigint, "
-      "$24::bigint, max_attempts, retry_on_lost, safety, backoff_base, backoff_max FROM v "
-      "RETURNING id), "
+      "greatest($24::bigint, release), max_attempts, retry_on_lost, safety, backoff_base, "
+      "backoff_max FROM v RETURNING id), "
       "a AS (INSERT INTO ql3.run_attempts (id, run_id, attempt, status, executor_type, "
       "callback_sequence, created_at_ms) SELECT attempt_id, id, 1, 'claimed', executor, 0, "
       "$24::bigint FROM v JOIN r USING (id) RETURNING id) "
@@ -123,7 +124,8 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
                    PArray(queued),
                    P(now_ms),
                    P(kEventRunCreated),
-                   P(RunEventType(RunStatus::kQueued))})
+                   P(RunEventType(RunStatus::kQueued)),
+                   PArray(release)})
       .status();
 }
 

@@ -26,7 +26,7 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
 // first attempt or run.skipped {reason} without one, both by the scheduler at created_at_ms),
 // rebuilt from the run row and its first attempt exactly as InsertQueuedRuns and
 // InsertSkippedRuns build them; empty for other runs and for cron runs admitted before
-// pg-0018, whose events are stored.
+// pg-0019, whose events are stored.
 Result<std::vector<EventRecord>> DeriveAdmissionEvents(Tx& tx, const RunRecord& run);
 
 // The number of admission events DeriveAdmissionEvents rebuilds for the runs `run_ids`.

@@ -328,7 +328,7 @@ constexpr char kWithLatestAttempt[] =
 }  // namespace
 
 Result<std::vector<RunRecord>> PostgresStore::ListDispatchable(const std::string& executor_type,
-                                                               int limit) {
+                                                               int limit, int64_t now_ms) {
   QL_RETURN_IF_ERROR(RequireExecutorType(executor_type));
   QL_RETURN_IF_ERROR(RequireLimit("dispatch limit", limit));
   std::vector<RunRecord> out;
@@ -341,8 +341,12 @@ Result<std::vector<RunRecord>> PostgresStore::ListDispatchable(const std::string
              // An archived project's queue is cancelled, never dispatched.
              " AND EXISTS (SELECT 1 FROM projects p WHERE p.id = r.project_id"
              " AND p.status = 'active')"
+             // A jittered cron run is held until its queued time (its release time when it
+             // was admitted before it); other runs are never held.
+             " AND (r.queued_at_ms <= $3 OR r.queued_at_ms <= r.created_at_ms)"
              " ORDER BY r.priority DESC, r.queued_at_ms, r.id LIMIT $2"});
-    QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(tx, kSql, {P(executor_type), P(limit)}, ReadRun));
+    QL_ASSIGN_OR_RETURN(
+        out, QueryAll<RunRecord>(tx, kSql, {P(executor_type), P(limit), P(now_ms)}, ReadRun));
     return Status();
   }));
   return out;

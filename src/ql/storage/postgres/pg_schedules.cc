@@ -116,7 +116,7 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
         "SELECT s.project_id, s.trigger_revision, s.state_version, s.next_fire_at_ms, "
         "s.exhausted, s.enabled, p.status, th.current_revision, g.enabled, g.task_id, "
         "g.task_revision, g.task_digest, h.current_revision, tr.enabled, tr.content_digest, "
-        "g.overlap, tr.concurrency "
+        "g.overlap, tr.concurrency, g.jitter_ms "
         "FROM trigger_schedules s "
         "JOIN projects p ON p.id = s.project_id "
         "JOIN trigger_heads th ON th.trigger_id = s.trigger_id "
@@ -135,6 +135,7 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
     const std::string task_id = state.Text(0, 9);
     const std::string overlap = state.Text(0, 15);
     const std::optional<int64_t> concurrency = state.OptInt(0, 16);
+    const int64_t jitter_ms = state.Int(0, 17);
     const bool unchanged = state.Int(0, 1) == advance.expected_trigger_revision &&
                            state.Int(0, 2) == advance.expected_state_version &&
                            state.OptInt(0, 3) == advance.expected_next_fire_at_ms &&
@@ -163,6 +164,7 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
                                Cat({"the admitted run must belong to project ", project_id,
                                     " and task ", task_id, " of trigger ", advance.trigger_id}));
       }
+      QL_RETURN_IF_ERROR(RequireJitterRelease(run, jitter_ms));
       QL_ASSIGN_OR_RETURN(bool exec_ok, ExecutionRevisionMatches(tx, run));
       QL_ASSIGN_OR_RETURN(
           std::optional<int64_t> taken,

@@ -131,7 +131,7 @@ class PostgresStore final : public Store,
                                   std::string actor_type, int64_t now_ms,
                                   const std::optional<PolicyFence>& fence = {}) override;
   Result<std::vector<RunRecord>> ListDispatchable(const std::string& executor_type,
-                                                  int limit) override;
+                                                  int limit, int64_t now_ms) override;
   Result<std::vector<RunRecord>> ListActive() override;
   Result<std::vector<RunRecord>> ListRetryDue(int64_t now_ms, int limit) override;
   Result<std::vector<std::pair<std::string, int64_t>>> CountRunsByStatus() override;

@@ -70,6 +70,7 @@ TriggerRevisionRecord ReadTriggerRevision(const Rows& r, int i, int c) {
   out.content_digest = r.Text(i, c + 11);
   out.created_at_ms = r.Int(i, c + 12);
   out.overlap = r.Text(i, c + 13);
+  out.jitter_ms = r.Int(i, c + 14);
   return out;
 }
 

@@ -55,7 +55,7 @@ TriggerHeadRecord ReadTriggerHead(const Rows& r, int i);
 inline constexpr char kTriggerRevisionColumns[] =
     "g.project_id, g.trigger_id, g.revision, g.mutation_id, g.task_id, g.task_revision, "
     "g.task_digest, g.expression, g.timezone, g.misfire, g.enabled, g.content_digest, "
-    "g.created_at_ms, g.overlap";
+    "g.created_at_ms, g.overlap, g.jitter_ms";
 
 TriggerRevisionRecord ReadTriggerRevision(const Rows& r, int i, int c = 0);
 

@@ -391,6 +391,10 @@ Result<std::vector<GrantedLease>> PostgresRunLeases::GrantLeases(const PullComma
                   "LIMIT 1) a ON true "
                   "LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id "
                   "WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL "
+                  // A jittered cron run is held until its queued time, the later of its
+                  // admission and release time on the database clock. Other runs are never
+                  // held, whatever the clock of the node that queued them said.
+                  "AND (r.queued_at_ms <= $2 OR r.queued_at_ms <= r.created_at_ms) "
                   "AND a.status = 'claimed' AND a.executor_type = 'remote_worker' "
                   "AND EXISTS (SELECT 1 FROM ql3.projects p WHERE p.id = r.project_id "
                   "AND p.status = 'active') "

@@ -290,6 +290,26 @@ TEST_F(PgWorkerTest, GrantsFollowPriorityThenFifoWithinTheSessionsCapacity) {
   EXPECT_EQ(Pull(w, {NewOffer()}, 2).value().offers.size(), 0u);
 }
 
+TEST_F(PgWorkerTest, AJitteredRunIsNotGrantedBeforeItsReleaseTime) {
+  const std::string task = PublishTask("true");
+  const std::string held = StartRun(task);
+  // As a trigger with jitter admits it: queued until a release time a minute from now.
+  Count("WITH u AS (UPDATE ql3.runs SET queued_at_ms = created_at_ms + 60000 WHERE id = '" + held +
+        "' RETURNING 1) SELECT count(*) FROM u");
+  Worker w = NewWorker("w1", 2);
+  Result<PullAnswer> early = Pull(w, {NewOffer()}, 2);
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  EXPECT_EQ(early->offers.size(), 0u) << "granted before its release time";
+  // Released (its time has come on the database clock): granted.
+  Count("WITH u AS (UPDATE ql3.runs SET queued_at_ms = (extract(epoch FROM clock_timestamp()) * "
+        "1000)::bigint - 1, created_at_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
+        "- 2000 WHERE id = '" + held + "' RETURNING 1) SELECT count(*) FROM u");
+  Result<PullAnswer> released = Pull(w, {NewOffer()}, 2);
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  ASSERT_EQ(released->offers.size(), 1u);
+  EXPECT_EQ(released->offers[0].lease.run_id, held);
+}
+
 TEST_F(PgWorkerTest, ConcurrentPullsNeverGrantOneRunTwice) {
   const std::string task = PublishTask("true");
   constexpr int kRuns = 40;

@@ -70,12 +70,12 @@ Status AppendTriggerRevision(Db& db, const TriggerRevisionRecord& stored,
       Execute(db,
               "INSERT INTO trigger_revisions (trigger_id, revision, project_id, "
               "mutation_id, task_id, task_revision, task_digest, expression, "
-              "timezone, misfire, enabled, content_digest, created_at_ms, overlap) "
-              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              "timezone, misfire, enabled, content_digest, created_at_ms, overlap, jitter_ms) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
               stored.trigger_id, stored.revision, stored.project_id, stored.mutation_id,
               stored.task_id, stored.task_revision, stored.task_digest, stored.expression,
               stored.timezone, stored.misfire, stored.enabled, stored.content_digest,
-              stored.created_at_ms, stored.overlap));
+              stored.created_at_ms, stored.overlap, stored.jitter_ms));
   return Execute(db,
                  "INSERT INTO trigger_schedules (trigger_id, project_id, "
                  "trigger_revision, next_fire_at_ms, last_scheduled_at_ms, "

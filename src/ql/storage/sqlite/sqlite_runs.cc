@@ -315,7 +315,7 @@ constexpr char kWithPolicyAndLatestAttempt[] =
 }  // namespace
 
 Result<std::vector<RunRecord>> SqliteStore::ListDispatchable(const std::string& executor_type,
-                                                             int limit) {
+                                                             int limit, int64_t now_ms) {
   QL_RETURN_IF_ERROR(RequireExecutorType(executor_type));
   QL_RETURN_IF_ERROR(RequireLimit("dispatch limit", limit));
   std::vector<RunRecord> out;
@@ -329,8 +329,11 @@ Result<std::vector<RunRecord>> SqliteStore::ListDispatchable(const std::string& 
              // An archived project's queue is cancelled, never dispatched.
              " AND EXISTS (SELECT 1 FROM projects p WHERE p.id = r.project_id"
              " AND p.status = 'active')"
+             // A jittered cron run is released at its queued time.
+             " AND r.queued_at_ms <= ?"
              " ORDER BY r.priority DESC, r.queued_at_ms, r.id LIMIT ?"});
-    QL_ASSIGN_OR_RETURN(out, QueryAll<RunRecord>(*db_, kSql, ReadRun, executor_type, limit));
+    QL_ASSIGN_OR_RETURN(out,
+                        QueryAll<RunRecord>(*db_, kSql, ReadRun, executor_type, now_ms, limit));
     return Status();
   }));
   return out;

@@ -180,7 +180,7 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
         "SELECT s.project_id, s.trigger_revision, s.state_version, s.next_fire_at_ms, "
         "s.exhausted, p.status, th.current_revision, g.enabled, g.task_id, g.task_revision, "
         "g.task_digest, h.current_revision, tr.enabled, tr.content_digest, g.overlap, "
-        "tr.concurrency "
+        "tr.concurrency, g.jitter_ms "
         "FROM trigger_schedules s "
         "JOIN projects p ON p.id = s.project_id "
         "JOIN trigger_heads th ON th.trigger_id = s.trigger_id "
@@ -193,6 +193,7 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
     std::string task_id;
     std::string overlap;
     std::optional<int64_t> concurrency;
+    int64_t jitter_ms = 0;
     bool unchanged = false;
     {
       QL_ASSIGN_OR_RETURN(Stmt state, db_->Prepare(kState));
@@ -206,6 +207,7 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
       task_id = state.Text(8);
       overlap = state.Text(14);
       concurrency = state.OptInt(15);
+      jitter_ms = state.Int(16);
       unchanged = state.Int(1) == advance.expected_trigger_revision &&
                   state.Int(2) == advance.expected_state_version &&
                   state.OptInt(3) == advance.expected_next_fire_at_ms && state.Int(4) == 0 &&
@@ -233,6 +235,7 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
                                Cat({"the admitted run must belong to project ", project_id,
                                     " and task ", task_id, " of trigger ", advance.trigger_id}));
       }
+      QL_RETURN_IF_ERROR(RequireJitterRelease(run, jitter_ms));
       QL_ASSIGN_OR_RETURN(bool exec_ok, ExecutionRevisionMatches(*db_, run));
       QL_ASSIGN_OR_RETURN(
           std::optional<int64_t> taken,

@@ -1,5 +1,7 @@
 #include "ql/storage/sqlite/sqlite_store_rows.h"
 
+#include <algorithm>
+
 #include "ql/core/canonical_json.h"
 #include "ql/core/run_payloads.h"
 #include "ql/core/states.h"
@@ -69,6 +71,7 @@ TriggerRevisionRecord ReadTriggerRevision(const Stmt& s, int c) {
   r.content_digest = s.Text(c + 11);
   r.created_at_ms = s.Int(c + 12);
   r.overlap = s.Text(c + 13);
+  r.jitter_ms = s.Int(c + 14);
   return r;
 }
 
@@ -285,11 +288,13 @@ Status InsertQueuedRun(Db& db, const NewRun& run) {
       "status, version, event_sequence, priority, idempotency_key, retry_of_run_id, "
       "created_at_ms, queued_at_ms) "
       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 2, ?, ?, ?, ?, ?)";
+  // A jittered cron run waits in the queue until its release time.
+  const int64_t queued_at = std::max(run.now_ms, run.release_at_ms.value_or(run.now_ms));
   QL_RETURN_IF_ERROR(Execute(db, kRun, run.run_id, run.project_id, run.task_id, run.task_revision,
                              run.task_digest, run.execution_revision_id, run.trigger_id,
                              run.trigger_revision, run.scheduled_for_ms, run.trigger_type,
                              run.priority, run.idempotency_key, run.retry_of_run_id, run.now_ms,
-                             run.now_ms));
+                             queued_at));
   QL_RETURN_IF_ERROR(InsertRetryPolicy(db, run));
   static const std::string kAttempt =
       "INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, callback_sequence, "

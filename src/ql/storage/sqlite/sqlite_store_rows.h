@@ -51,8 +51,8 @@ TriggerHeadRecord ReadTriggerHead(const Stmt& s);
 inline constexpr char kTriggerRevisionColumns[] =
     "g.project_id, g.trigger_id, g.revision, g.mutation_id, g.task_id, g.task_revision, "
     "g.task_digest, g.expression, g.timezone, g.misfire, g.enabled, g.content_digest, "
-    "g.created_at_ms, g.overlap";
-inline constexpr int kTriggerRevisionColumnCount = 14;
+    "g.created_at_ms, g.overlap, g.jitter_ms";
+inline constexpr int kTriggerRevisionColumnCount = 15;
 
 TriggerRevisionRecord ReadTriggerRevision(const Stmt& s, int c = 0);
 

@@ -168,6 +168,15 @@ async function renderTrigger(ctx) {
                   'Overlap', h('span', {id: 'trigger-overlap-policy', text: overlapText(t.overlap)})
                 ],
                 [
+                  'Jitter',
+                  h('span', {
+                    id: 'trigger-jitter',
+                    text: t.jitter_ms ?
+                        `each run starts up to ${t.jitter_ms / 1000} s after its occurrence` :
+                        'none'
+                  })
+                ],
+                [
                   'Pinned to',
                   `task revision ${t.task_revision}${
                       t.pin_stale ? ' (stale: the task changed since)' : ''}`
@@ -253,6 +262,15 @@ async function renderForm(ctx) {
   overlapField.append(overlapChoices);
   overlap.setAttribute(
       'aria-describedby', `${overlap.getAttribute('aria-describedby')} ${overlapChoices.id}`);
+  const jitter = h('input', {
+    id: 'trigger-jitter-seconds',
+    type: 'number',
+    min: '0',
+    max: '3600',
+    step: '1',
+    value: String((replacing?.jitter_ms || 0) / 1000)
+  });
+  const jitterMs = () => Math.round(Number(jitter.value || 0) * 1000);
   const enabled = h('input', {type: 'checkbox', id: 'trigger-enabled', checked: true});
   const preview =
       h('div', {id: 'preview', class: 'preview', 'aria-live': 'polite'},
@@ -322,6 +340,9 @@ async function renderForm(ctx) {
               'Misfire policy', misfire,
               'What happens to an occurrence the scheduler sees late (after a stop).'),
           overlapField,
+          field(
+              'Jitter (seconds)', jitter,
+              'Spread the runs: each occurrence is admitted on time, but its run starts up to this many seconds later, by an offset fixed per trigger and occurrence. 0 for none, at most 3600.'),
           replacing ? null :
                       h('div', {class: 'field check'}, enabled,
                         h('label',
@@ -344,6 +365,7 @@ async function renderForm(ctx) {
         timezone: zone.value.trim(),
         misfire: misfire.value,
         overlap: overlap.value,
+        jitter_ms: jitterMs(),
       });
       ctx.navigate(`/triggers/${edited.id}`);
       return;
@@ -354,6 +376,7 @@ async function renderForm(ctx) {
       timezone: zone.value.trim(),
       misfire: misfire.value,
       overlap: overlap.value,
+      jitter_ms: jitterMs(),
       enabled: enabled.checked,
       mutation_id: mutationId,
     });
