@@ -328,8 +328,8 @@ TEST_F(ClusterWorkersTest, RetentionPurgesOldRunsWithTheirChunksAndKeepsEverythi
       std::chrono::seconds(20)));
 
   for (int i = 0; i < 2; ++i) {
-    for (const char* table : {"runs", "run_attempts", "run_events", "run_log_chunks",
-                              "run_dispatch_leases", "run_retry_policies"}) {
+    for (const char* table :
+         {"runs", "run_attempts", "run_events", "run_log_chunks", "run_dispatch_leases"}) {
       const std::string where =
           std::string(table) == "runs" ? " WHERE id = '" + runs[i] + "'" : in(runs[i]);
       EXPECT_EQ(Count(std::string("SELECT count(*) FROM ql3.") + table + where), 0)
