@@ -11,6 +11,7 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/store_commands.h"
 #include "ql/core/task_spec.h"
 #include "ql/storage/postgres/pg_governance.h"
 #include "ql/storage/postgres/pg_run_rows.h"
