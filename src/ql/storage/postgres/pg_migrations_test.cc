@@ -76,6 +76,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0016-overlap", "63da25e085da73849e3e0e07f2b50f0f6a4ec1a6d2472fd90c2d457202fbd216"},
       {"pg-0017-names-and-tombstones",
        "b4a2fa22685ecc5262a29fc64b743dd6a9a4e48967a9a7076bcae0571e81119d"},
+      {"pg-0018-trigger-jitter",
+       "5d59886f1250c104228f46640fecd5f7e7d1797239e09c8e6a9595147daacd11"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();
