@@ -628,7 +628,7 @@ TEST_F(LocalDaemonTest, AJitteredTriggerStartsEachRunNoEarlierThanItsOccurrenceP
   auto at = [](const json& value) {
     Result<int64_t> ms = ParseRfc3339(value.get<std::string>());
     EXPECT_TRUE(ms.ok()) << value;
-    return ms.value_or(0);
+    return ms.ok() ? *ms : int64_t{0};
   };
   std::set<int64_t> offsets;
   int64_t latest_start = 0;

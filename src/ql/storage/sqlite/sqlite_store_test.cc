@@ -166,6 +166,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0010-overlap", "9a8bdf6ec70c37bc36bff906eee0d9e68a3c4dcbaa89223d47b3ec98d7ca988d"},
       {"0011-names-and-tombstones",
        "805a0be3530e41fa7fe46faecca6fe81b8e1b97ec3703ed9dea5b4a588896276"},
+      {"0012-trigger-jitter", "f20087a4ac3f1ce0d567497b96ab87829dc1fdfabc60a6c5001d9d13fe80f4e0"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
