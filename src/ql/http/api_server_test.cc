@@ -661,7 +661,8 @@ TEST_F(ApiServerTest, ATriggerIsEditedInPlaceAndItsScheduleFollowsTheNewExpressi
   EXPECT_EQ(Post(path, R"({"expected_revision":1,"overlap":"queue"})").code(),
             "invalid_overlap_policy");
   EXPECT_EQ(Post(path, R"({"expected_revision":1,"jitter_ms":7200000})").code(), "invalid_jitter");
-  EXPECT_EQ(Post(path, R"({"expected_revision":1,"jitter_ms":1.5})").code(), "invalid_type");
+  EXPECT_EQ(Post(path, R"({"expected_revision":1,"jitter_ms":1.5})").code(),
+            "json_number_unsupported");
   EXPECT_EQ(Post(path, R"({"expected_revision":1,"task_id":"x"})").code(), "unknown_field");
   Reply stale = Post(path, R"({"expected_revision":7,"expression":"0 4 * * *"})");
   EXPECT_EQ(stale.status, 409);
