@@ -25,6 +25,7 @@
 #include "ql/core/digest.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/ids.h"
+#include "ql/core/jitter.h"
 #include "ql/core/rfc3339.h"
 #include "ql/core/task_spec.h"
 #include "ql/engine/cluster_recovery.h"
@@ -250,13 +251,14 @@ class ClusterScheduleTest : public ::testing::TestWithParam<AdmissionIsolation> 
   }
   std::string NewTrigger(const TaskView& task, const std::string& expression,
                          const std::string& misfire = "skip",
-                         const std::string& overlap = "allow") {
+                         const std::string& overlap = "allow", int64_t jitter_ms = 0) {
     TriggerWrite write;
     write.task_id = task.head.task_id;
     write.expression = expression;
     write.timezone = "UTC";
     write.misfire = misfire;
     write.overlap = overlap;
+    write.jitter_ms = jitter_ms;
     Result<PublishedTrigger> published = control_->AddTrigger(write);
     EXPECT_TRUE(published.ok()) << published.status().ToString();
     return published.ok() ? published->trigger.head.trigger_id : "";
@@ -845,6 +847,36 @@ TEST_P(ClusterScheduleTest, ATriggerRevisionThatNoLongerHashesToItsDigestAdmitsN
           claim->due.trigger.content_digest + "'");
   EXPECT_TRUE(Outcome(a_->CommitClaimDecision(decision), AdvanceOutcome::kApplied));
   EXPECT_EQ(Written(), "1|1|0");
+}
+
+TEST_P(ClusterScheduleTest, AJitteredOccurrenceIsAdmittedOnlyWithItsOwnReleaseTime) {
+  const std::string trigger =
+      NewTrigger(NewTask("jittered"), kEverySecond, "skip", "allow", /*jitter_ms=*/30'000);
+  SetCursor(trigger, SecondAgo(2'000));
+  std::optional<ScheduleClaim> claim = ClaimOnly(*a_, trigger, "replica-a", 30'000);
+  ASSERT_TRUE(claim.has_value());
+  const ClaimDecision decision = Decide(*claim);
+  ASSERT_TRUE(decision.run.has_value());
+  ASSERT_TRUE(decision.run->scheduled_for_ms.has_value());
+  const int64_t occurrence = *decision.run->scheduled_for_ms;
+  const int64_t release = occurrence + JitterOffsetMs(trigger, occurrence, 30'000);
+  EXPECT_EQ(decision.run->release_at_ms, release);
+  const std::string claimed_row = ScheduleRow(trigger);
+  // A decision whose release time is not the stored revision's offset admits nothing.
+  for (std::optional<int64_t> wrong : {std::optional<int64_t>(), std::optional<int64_t>(release + 1)}) {
+    ClaimDecision bad = decision;
+    bad.run->release_at_ms = wrong;
+    EXPECT_TRUE(HasError(a_->CommitClaimDecision(bad), StatusCode::kInvalidArgument,
+                         "invalid_schedule_advance"));
+    EXPECT_EQ(ScheduleRow(trigger), claimed_row);
+    EXPECT_EQ(Written(), "0|0|0");
+  }
+  EXPECT_TRUE(Outcome(a_->CommitClaimDecision(decision), AdvanceOutcome::kApplied));
+  EXPECT_EQ(Written(), "1|1|0");
+  // Admitted on time, queued until its release time.
+  EXPECT_EQ(Sql("SELECT queued_at_ms >= " + std::to_string(release) + " FROM ql3.runs WHERE id = '" +
+                decision.run->run_id + "'"),
+            "t");
 }
 
 TEST_P(ClusterScheduleTest, AHolderStalledInsideItsAdmissionPastItsExpiryAdmitsNothing) {
