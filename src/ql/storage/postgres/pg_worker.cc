@@ -138,7 +138,7 @@ Result<VerifiedLease> VerifyLease(Tx& tx, const LeaseFence& fence) {
               "l.token_digest, l.status, l.expires_at_ms, l.lease_version, s.credential_id, "
               "s.status FROM ql3.run_dispatch_leases l "
               "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
-              "WHERE l.offer_id = $1 FOR UPDATE OF l FOR SHARE OF s",
+              "WHERE l.offer_id = $1 FOR UPDATE OF l FOR KEY SHARE OF s",
               {P(fence.offer_id)}));
   if (rows.empty()) return NotFound("lease_not_found", "no lease has offer id " + fence.offer_id);
   VerifiedLease out;
@@ -218,6 +218,13 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::RegisterSession(
     QL_RETURN_IF_ERROR(last.ExpectRows(1));
     const int64_t generation = last.Int(0, 0) + 1;
     QL_RETURN_IF_ERROR(last.status());
+    // FOR UPDATE, the one lock that conflicts with the FOR KEY SHARE a lease step holds on its
+    // session (VerifyLease): the fence waits for the steps in flight, and a step after it reads
+    // the session fenced. The UPDATE alone would take FOR NO KEY UPDATE and pass them by.
+    QL_RETURN_IF_ERROR(tx.Exec("SELECT 1 FROM ql3.worker_sessions WHERE credential_id = $1 AND "
+                               "status <> 'fenced' FOR UPDATE",
+                               {P(c.worker_id)})
+                           .status());
     QL_RETURN_IF_ERROR(tx.Exec("UPDATE ql3.worker_sessions SET status = 'fenced', "
                                "available_slots = 0, version = version + 1, updated_at_ms = $2 "
                                "WHERE credential_id = $1 AND status <> 'fenced'",

@@ -24,9 +24,10 @@ struct VerifiedLease {
   int64_t now_ms = 0;  // the database clock, read after the lease and session were locked
 };
 
-// Locks the lease of `fence.offer_id` (FOR UPDATE) and its session (FOR SHARE, so a concurrent
-// registration cannot fence it before this transaction ends) and checks the full fence (see
-// LeaseFence). The caller locks the run first when it will change it.
+// Locks the lease of `fence.offer_id` (FOR UPDATE) and its session (FOR KEY SHARE: a concurrent
+// registration's FOR UPDATE cannot fence it before this transaction ends, while grants and
+// heartbeats of the same session, FOR NO KEY UPDATE, neither wait for it nor hold it up) and
+// checks the full fence (see LeaseFence). The caller locks the run first when it will change it.
 Result<VerifiedLease> VerifyLease(Tx& tx, const LeaseFence& fence);
 
 // Releases the granted lease of `attempt_id`, if any (the attempt ended).

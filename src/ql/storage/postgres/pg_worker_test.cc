@@ -148,6 +148,28 @@ class PgWorkerTest : public ::testing::Test {
     return offer;
   }
 
+  // Pulls one granted, unstarted lease.
+  OfferToken PullOne(const Worker& w) {
+    OfferToken offer = NewOffer();
+    Result<PullAnswer> pulled = Pull(w, {offer});
+    EXPECT_TRUE(pulled.ok()) << pulled.status().ToString();
+    EXPECT_TRUE(pulled.ok() && pulled->offers.size() == 1u);
+    return offer;
+  }
+
+  // Opens a transaction on its own connection holding the row of `session_id` with `lock`.
+  std::unique_ptr<pg::Connection> HoldSession(const std::string& session_id,
+                                              const std::string& lock) {
+    auto conn = pg::Connection::Open(PgTestCluster::Get().Url(pg::kMigrationRole, db_), {});
+    EXPECT_TRUE(conn.ok()) << conn.status().ToString();
+    if (!conn.ok()) return nullptr;
+    EXPECT_TRUE((*conn)->Exec("BEGIN", {}, "barrier").ok());
+    auto held = (*conn)->Exec("SELECT 1 FROM ql3.worker_sessions WHERE id = $1 " + lock,
+                              {pg::P(session_id)}, "barrier");
+    EXPECT_TRUE(held.ok()) << held.status().ToString();
+    return std::move(*conn);
+  }
+
   RunRecord Run(const std::string& run_id) { return store_->runs().GetRun(run_id).value(); }
 
   std::vector<std::string> EventTypes(const std::string& run_id) {
@@ -375,6 +397,53 @@ TEST_F(PgWorkerTest, ANewSessionFencesTheOldOneAndItsLeases) {
   EXPECT_EQ(after.version, before.version);
   EXPECT_EQ(after.event_sequence, before.event_sequence);
   EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_log_chunks"), 0);
+}
+
+// The session row's locks: a lease step holds FOR KEY SHARE, a grant or heartbeat FOR NO KEY
+// UPDATE, a registration that fences the session FOR UPDATE.
+TEST_F(PgWorkerTest, ALeaseStepDoesNotQueueBehindAGrantOrHeartbeatOfItsSession) {
+  StartRun(PublishTask("sleep 5"));
+  Worker w = NewWorker("w1");
+  const OfferToken offer = PullOne(w);
+  // A barrier holds the session row as a grant or heartbeat of the same session does.
+  std::unique_ptr<pg::Connection> held = HoldSession(w.session, "FOR NO KEY UPDATE");
+  ASSERT_NE(held, nullptr);
+  pg::Connection& barrier = *held;
+  auto starting = std::async(std::launch::async, [&] { return service_->Starting(Call(w, offer)); });
+  const bool done_while_held =
+      starting.wait_for(std::chrono::seconds(3)) == std::future_status::ready;
+  ASSERT_TRUE(barrier.Exec("COMMIT", {}, "barrier").ok());
+  EXPECT_TRUE(done_while_held) << "the step waited for the session's grant or heartbeat";
+  Result<std::string> started = starting.get();
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  EXPECT_EQ(*started, "starting");
+}
+
+TEST_F(PgWorkerTest, ARegistrationWaitsForALeaseStepInFlightAndFencesTheStepsAfterIt) {
+  StartRun(PublishTask("sleep 5"));
+  Worker old_session = NewWorker("w1");
+  const OfferToken offer = PullOne(old_session);
+  // A barrier holds the session row as a lease step in flight does.
+  std::unique_ptr<pg::Connection> held = HoldSession(old_session.session, "FOR KEY SHARE");
+  ASSERT_NE(held, nullptr);
+  pg::Connection& barrier = *held;
+  auto registered = std::async(std::launch::async, [&] {
+    return service_->Register(old_session.id, json::object(), 4, 4);
+  });
+  const bool done_while_held =
+      registered.wait_for(std::chrono::milliseconds(1500)) == std::future_status::ready;
+  // The step in flight still reads its session unfenced.
+  auto unfenced = barrier.Exec("SELECT status FROM ql3.worker_sessions WHERE id = $1",
+                               {pg::P(old_session.session)}, "barrier");
+  ASSERT_TRUE(barrier.Exec("COMMIT", {}, "barrier").ok());
+  EXPECT_FALSE(done_while_held) << "the registration fenced a session under a step in flight";
+  ASSERT_TRUE(unfenced.ok()) << unfenced.status().ToString();
+  EXPECT_EQ(unfenced->Text(0, 0), "active");
+  Result<WorkerSessionRecord> fresh = registered.get();
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(fresh->generation, old_session.generation + 1);
+  // The steps after the fence are refused.
+  EXPECT_TRUE(Fails(service_->Starting(Call(old_session, offer)), "session_fenced"));
 }
 
 TEST_F(PgWorkerTest, AWrongTokenAnotherWorkerOrARevokedCredentialChangesNothing) {
