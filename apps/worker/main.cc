@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "ql/core/rfc3339.h"
 #include "ql/core/status.h"
 #include "ql/exec/executor.h"
+#include "ql/exec/launcher.h"
 #include "ql/exec/supervision_runner.h"
 #include "ql/secrets/store_sealer.h"
 #include "ql_version.h"
@@ -146,6 +148,16 @@ int Serve(const Flags& flags, const std::string& self_exe) {
                 InvalidArgument("tls_flags_incomplete",
                                 "a client certificate needs both --client-cert and --client-key"));
   }
+  // The supervisor launcher is forked before anything secret is read and before any thread
+  // starts: each attempt's supervisor is a fork of it instead of a re-execution of this binary.
+  // Without it (it cannot be forked, or dies) supervisors are re-executed as before.
+  std::unique_ptr<exec::SupervisorLauncher> launcher;
+  if (Result<std::unique_ptr<exec::SupervisorLauncher>> started = exec::SupervisorLauncher::Start();
+      started.ok()) {
+    launcher = std::move(*started);
+  } else {
+    Say("supervisors are re-executed: " + started.status().ToString());
+  }
   Result<std::string> token = ReadToken(flags.token_file);
   if (!token.ok()) return Fail(kExitUsage, token.status());
 
@@ -178,7 +190,7 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   options.capabilities = {{"labels", flags.labels}};
 
   exec::SupervisionRunner runner({self_exe, "supervise"}, RunRootOf(work_dir),
-                                 WorkRootOf(work_dir));
+                                 WorkRootOf(work_dir), launcher.get());
   ControlClientOptions client_options;
   client_options.user_agent = std::string("ql-worker/") + kProjectVersion;
   client_options.tls = flags.tls;

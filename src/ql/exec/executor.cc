@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "ql/exec/attempt_files.h"
+#include "ql/exec/launcher.h"
 #include "ql/exec/posix_util.h"
 
 namespace ql::exec {
@@ -127,12 +128,39 @@ Status CreateDirectories(const std::filesystem::path& dir, std::string_view what
   return Status::Ok();
 }
 
-// Records sent through the start pipe when the supervisor cannot be started.
-struct StartFailure {
-  enum Stage : int { kFork = 1, kExec = 2 };
-  int stage;
-  int error;
-};
+using internal::StartFailure;
+
+// Reads the start pipe to EOF: Ok once the supervisor has recorded itself (or is gone), or the
+// StartFailure a launcher step wrote.
+Status AwaitStart(int start_read, const std::string& supervisor) {
+  StartFailure r{};
+  ssize_t n = internal::ReadFull(start_read, &r, sizeof(r));
+  close(start_read);
+  if (n == static_cast<ssize_t>(sizeof(r))) {
+    return Internal("exec_spawn_failed",
+                    r.stage == StartFailure::kFork
+                        ? ErrnoMessage("cannot fork the supervisor", r.error)
+                        : ErrnoMessage("cannot execute supervisor " + supervisor, r.error));
+  }
+  return Status::Ok();
+}
+
+// Starts the supervisor of `attempt_dir` through `launcher` (a fork, no exec). Unavailable
+// `exec_launcher_gone` when the launcher cannot be reached; nothing was started then.
+Status StartThroughLauncher(SupervisorLauncher& launcher, const std::string& attempt_dir,
+                            int secrets_fd) {
+  int start[2];
+  if (pipe2(start, O_CLOEXEC) != 0) {
+    return Internal("exec_spawn_failed", ErrnoMessage("cannot create a pipe", errno));
+  }
+  Status sent = launcher.Spawn(attempt_dir, start[1], secrets_fd);
+  close(start[1]);
+  if (!sent.ok()) {
+    close(start[0]);
+    return sent;
+  }
+  return AwaitStart(start[0], "(forked by the launcher)");
+}
 
 // Starts `args` as a detached supervisor and waits until it has recorded itself and its command
 // (or the command's spawn failure): an intermediate child forks it and exits at once, so the
@@ -219,16 +247,7 @@ Status StartDetached(const std::vector<std::string>& args, int secrets_fd) {
   int status = 0;
   while (waitpid(middle, &status, 0) < 0 && errno == EINTR) {
   }
-  StartFailure r{};
-  ssize_t n = internal::ReadFull(start[0], &r, sizeof(r));
-  close(start[0]);
-  if (n == static_cast<ssize_t>(sizeof(r))) {
-    return Internal("exec_spawn_failed",
-                    r.stage == StartFailure::kFork
-                        ? ErrnoMessage("cannot fork the supervisor", r.error)
-                        : ErrnoMessage("cannot execute supervisor " + args[0], r.error));
-  }
-  return Status::Ok();
+  return AwaitStart(start[0], args[0]);
 }
 
 // Returns an anonymous memory file (never on disk) holding the secrets of `spec`, positioned at
@@ -287,7 +306,8 @@ std::optional<OutcomeKind> ParseOutcomeKind(std::string_view name) {
 }
 
 Result<Supervision> Supervision::Launch(const std::vector<std::string>& supervisor_argv_prefix,
-                                        const LaunchSpec& launch_spec) {
+                                        const LaunchSpec& launch_spec,
+                                        SupervisorLauncher* launcher) {
   if (supervisor_argv_prefix.empty() || supervisor_argv_prefix[0].empty()) {
     return BadSpec("the supervisor argv prefix is empty");
   }
@@ -313,7 +333,11 @@ Result<Supervision> Supervision::Launch(const std::vector<std::string>& supervis
     unlink(spec_path.c_str());
     return secrets_fd.status();
   }
-  Status started = StartDetached(args, *secrets_fd);
+  Status started = launcher != nullptr
+                       ? StartThroughLauncher(*launcher, spec.attempt_dir, *secrets_fd)
+                       : Unavailable("exec_launcher_gone", "no launcher");
+  // Without a launcher, or with one that is gone, the supervisor is re-executed.
+  if (started.reason() == "exec_launcher_gone") started = StartDetached(args, *secrets_fd);
   if (*secrets_fd >= 0) close(*secrets_fd);
   Result<Supervision> adopted =
       started.ok() ? Adopt(spec.attempt_dir) : Result<Supervision>(started);

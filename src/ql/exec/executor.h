@@ -14,6 +14,8 @@
 
 namespace ql::exec {
 
+class SupervisorLauncher;
+
 // What to run for one attempt. The supervisor reads it from `<attempt_dir>/spec.json`.
 struct LaunchSpec {
   // Directory owned by this attempt (created if missing); holds spec.json, supervisor.json,
@@ -102,8 +104,11 @@ class Supervision {
   // Duplicate `exec_attempt_exists`, Internal `exec_io_error` (files), Internal
   // `exec_spawn_failed` (the supervisor itself could not be started, with errno text; spec.json
   // is removed again).
+  // With a `launcher` the supervisor is forked by it instead (no exec; see launcher.h), and
+  // re-executed only when the launcher cannot be reached.
   static Result<Supervision> Launch(const std::vector<std::string>& supervisor_argv_prefix,
-                                    const LaunchSpec& spec);
+                                    const LaunchSpec& spec,
+                                    SupervisorLauncher* launcher = nullptr);
 
   // Reattaches to an attempt launched earlier (for example by a daemon that has since restarted)
   // from supervisor.json / result.json. Identities recorded under another boot are treated as

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ql/exec/launcher.h"
 #include "ql/exec/supervision_runner.h"
 
 namespace ql::exec {
@@ -597,6 +598,68 @@ TEST_F(ExecutorTest, SecretEnvironmentReachesTheCommandButNoFileAndIsMasked) {
   EXPECT_EQ(o.log_bytes_written, 27);  // what the log keeps
   EXPECT_EQ(FilesHolding(root_, kSecret), std::vector<std::string>{});
   EXPECT_EQ(ReadFile(spec.attempt_dir + "/spec.json").find("[\"API_TOKEN\""), std::string::npos);
+}
+
+// The command line a process runs, NUL-separated as /proc shows it.
+std::string CmdlineOf(pid_t pid) { return ReadFile("/proc/" + std::to_string(pid) + "/cmdline"); }
+
+TEST_F(ExecutorTest, ALauncherForksTheSupervisorWhichRunsTheCommandAsAReExecutedOneWould) {
+  Result<std::unique_ptr<SupervisorLauncher>> launcher = SupervisorLauncher::Start();
+  ASSERT_TRUE(launcher.ok()) << launcher.status().ToString();
+  LaunchSpec spec = Spec({"/bin/sh", "-c",
+                          "echo \"$QL_RUN_ID token=$API_TOKEN\"; cat; sleep 5"});
+  spec.secret_environment = {{"API_TOKEN", kSecret}};
+  Result<Supervision> s = Supervision::Launch(kSupervisorPrefix, spec, launcher->get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  launched_.push_back(s->attempt_dir());
+  // A fork of the launcher, itself a fork of this process: the same command line, not a
+  // re-execution with `supervise`; detached from the caller and from the launcher.
+  const pid_t supervisor = s->supervisor().pid;
+  EXPECT_EQ(CmdlineOf(supervisor), CmdlineOf(getpid()));
+  EXPECT_EQ(CmdlineOf(supervisor).find("supervise"), std::string::npos);
+  std::optional<ProcessStat> stat = ReadProcessStat(supervisor);
+  ASSERT_TRUE(stat.has_value());
+  EXPECT_NE(stat->ppid, getpid());
+  EXPECT_NE(stat->ppid, (*launcher)->pid());
+  EXPECT_EQ(stat->pgrp, supervisor) << "its own session and group";
+  ASSERT_TRUE(s->command().has_value());
+  // (The masker holds back the bytes after the last mask match until more output or the end.)
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(spec.log_path).find("***") != std::string::npos; }));
+  ASSERT_TRUE(s->RequestCancel().ok());
+  EXPECT_EQ(WaitForEnd(*s), State::kFinished);
+  EXPECT_EQ(s->outcome()->kind, OutcomeKind::kCancelled);
+  // The secret came through its memory file and is masked; stdin was otherwise empty.
+  EXPECT_EQ(ReadFile(spec.log_path), "run-1 token=***\n");
+  EXPECT_EQ(FilesHolding(root_, kSecret), std::vector<std::string>{});
+
+  // Without secrets stdin is /dev/null, and the exit code is recorded.
+  LaunchSpec plain = Spec({"/bin/sh", "-c", "cat; echo done; exit 3"});
+  Result<Supervision> second = Supervision::Launch(kSupervisorPrefix, plain, launcher->get());
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  launched_.push_back(second->attempt_dir());
+  EXPECT_EQ(WaitForEnd(*second), State::kFinished);
+  EXPECT_EQ(second->outcome()->exit_code, 3);
+  EXPECT_EQ(ReadFile(plain.log_path), "done\n");
+}
+
+TEST_F(ExecutorTest, WithItsLauncherGoneASupervisorIsReExecuted) {
+  Result<std::unique_ptr<SupervisorLauncher>> launcher = SupervisorLauncher::Start();
+  ASSERT_TRUE(launcher.ok()) << launcher.status().ToString();
+  ASSERT_EQ(kill((*launcher)->pid(), SIGKILL), 0);
+  ASSERT_TRUE(WaitUntil([&] {
+    std::optional<ProcessStat> stat = ReadProcessStat((*launcher)->pid());
+    return !stat.has_value() || stat->state == 'Z';
+  }));
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "echo up; sleep 5"});
+  Result<Supervision> s = Supervision::Launch(kSupervisorPrefix, spec, launcher->get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  launched_.push_back(s->attempt_dir());
+  EXPECT_NE(CmdlineOf(s->supervisor().pid).find("supervise"), std::string::npos)
+      << "re-executed with its subcommand";
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(spec.log_path) == "up\n"; }));
+  ASSERT_TRUE(s->RequestCancel().ok());
+  EXPECT_EQ(WaitForEnd(*s), State::kFinished);
+  EXPECT_EQ(s->outcome()->kind, OutcomeKind::kCancelled);
 }
 
 TEST_F(ExecutorTest, MaskValuesAreHiddenAcrossReads) {

@@ -75,10 +75,12 @@ class SupervisionHandle final : public AttemptHandle {
 }  // namespace
 
 SupervisionRunner::SupervisionRunner(std::vector<std::string> supervisor_prefix,
-                                     std::string run_root, std::string work_root)
+                                     std::string run_root, std::string work_root,
+                                     SupervisorLauncher* launcher)
     : supervisor_prefix_(std::move(supervisor_prefix)),
       run_root_(std::move(run_root)),
-      work_root_(std::move(work_root)) {}
+      work_root_(std::move(work_root)),
+      launcher_(launcher) {}
 
 Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLaunch& launch) {
   LaunchSpec spec;
@@ -94,7 +96,7 @@ Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLa
   spec.timeout_ms = launch.timeout_ms;
   spec.log_path = launch.log_path;
   spec.log_cap_bytes = launch.log_cap_bytes;
-  QL_ASSIGN_OR_RETURN(Supervision supervision, Supervision::Launch(supervisor_prefix_, spec));
+  QL_ASSIGN_OR_RETURN(Supervision supervision, Supervision::Launch(supervisor_prefix_, spec, launcher_));
   return std::unique_ptr<AttemptHandle>(new SupervisionHandle(std::move(supervision)));
 }
 

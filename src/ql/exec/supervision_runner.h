@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ql/engine/attempt_runner.h"
+#include "ql/exec/launcher.h"
 
 namespace ql::exec {
 
@@ -13,11 +14,12 @@ namespace ql::exec {
 // executable re-executed with its supervisor subcommand, e.g. `ql-local supervise DIR` or
 // `ql-worker supervise DIR`). Commands without a working directory run in a directory of their
 // task, `<work_root>/<task_id>`, so that they never start among the daemon's own files. Used by
-// ql-local and ql-worker.
+// ql-local and ql-worker; ql-worker passes a SupervisorLauncher, so its supervisors are forked
+// by the launcher instead of re-executed (see launcher.h).
 class SupervisionRunner final : public AttemptRunner {
  public:
   SupervisionRunner(std::vector<std::string> supervisor_prefix, std::string run_root,
-                    std::string work_root);
+                    std::string work_root, SupervisorLauncher* launcher = nullptr);
   // Starts the attempt in `<run_root>/<attempt_id>`. A launch without a working directory runs
   // in `<work_root>/<task_id>`, created (with `work_root`) mode 0700 when missing. Errors:
   // InvalidArgument `invalid_task_id` when the task id is not one plain path component (letters,
@@ -34,6 +36,7 @@ class SupervisionRunner final : public AttemptRunner {
   std::vector<std::string> supervisor_prefix_;
   std::string run_root_;
   std::string work_root_;
+  SupervisorLauncher* launcher_ = nullptr;  // not owned; may be null
 };
 
 }  // namespace ql::exec
