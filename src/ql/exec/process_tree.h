@@ -18,7 +18,8 @@ struct Descendant {
 };
 
 // Returns every process descended from `root` (children, their children, ...), zombies
-// included, by reading the parent pid in each /proc/<pid>/stat. A process forked after the walk
+// included, by following /proc/<pid>/task/<tid>/children down from `root` (or, on a kernel
+// without those files, by reading the parent pid in each /proc/<pid>/stat). A process forked after the walk
 // read its parent is not included; a caller that must end them all walks again.
 std::vector<Descendant> Descendants(pid_t root);
 
