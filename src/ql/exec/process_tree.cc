@@ -83,46 +83,48 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
   return out;
 }
 
-// Descendants of `root` found by following the children files down from it: a few small reads
-// instead of one per process on the system.
-std::vector<Descendant> WalkChildren(pid_t root) {
+// Every process below `root`, breadth first; `children_of(pid)` lists a process's children.
+template <typename ChildrenFn>
+std::vector<Descendant> Walk(pid_t root, ChildrenFn children_of) {
   std::vector<Descendant> out;
   std::vector<pid_t> parents = {root};
   std::set<pid_t> seen = {root};
   while (!parents.empty()) {
     const pid_t parent = parents.back();
     parents.pop_back();
-    for (pid_t child : ChildrenOf(parent)) {
-      if (!seen.insert(child).second) continue;
-      std::optional<ProcessStat> s = ReadProcessStat(child);
-      if (!s) continue;  // gone
-      out.push_back(Descendant{s->pid, s->ppid, s->pgrp, s->state});
-      parents.push_back(child);
+    for (const Descendant& d : children_of(parent)) {
+      if (!seen.insert(d.pid).second) continue;
+      out.push_back(d);
+      parents.push_back(d.pid);
     }
   }
   return out;
 }
 
+Descendant Of(const ProcessStat& s) { return Descendant{s.pid, s.ppid, s.pgrp, s.state}; }
+
+// Descendants of `root` found by following the children files down from it: a few small reads
+// instead of one per process on the system.
+std::vector<Descendant> WalkChildren(pid_t root) {
+  return Walk(root, [](pid_t parent) {
+    std::vector<Descendant> children;
+    for (pid_t child : ChildrenOf(parent)) {
+      if (std::optional<ProcessStat> s = ReadProcessStat(child)) children.push_back(Of(*s));
+    }
+    return children;
+  });
+}
+
 // Descendants of `root` from one read of every process's stat (kernels without children files).
 std::vector<Descendant> ScanAll(pid_t root) {
-  std::multimap<pid_t, const ProcessStat*> children;
-  const std::vector<ProcessStat> all = AllProcesses();
-  for (const ProcessStat& stat : all) children.emplace(stat.ppid, &stat);
-  std::vector<Descendant> out;
-  std::vector<pid_t> parents = {root};
-  std::set<pid_t> seen = {root};
-  while (!parents.empty()) {
-    const pid_t parent = parents.back();
-    parents.pop_back();
-    auto [begin, end] = children.equal_range(parent);
-    for (auto it = begin; it != end; ++it) {
-      const ProcessStat& s = *it->second;
-      if (!seen.insert(s.pid).second) continue;
-      out.push_back(Descendant{s.pid, s.ppid, s.pgrp, s.state});
-      parents.push_back(s.pid);
-    }
-  }
-  return out;
+  std::multimap<pid_t, Descendant> by_parent;
+  for (const ProcessStat& stat : AllProcesses()) by_parent.emplace(stat.ppid, Of(stat));
+  return Walk(root, [&by_parent](pid_t parent) {
+    std::vector<Descendant> children;
+    auto [begin, end] = by_parent.equal_range(parent);
+    for (auto it = begin; it != end; ++it) children.push_back(it->second);
+    return children;
+  });
 }
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
