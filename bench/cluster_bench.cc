@@ -423,7 +423,7 @@ void PrintStatementTrace(Sql& sql) {
            "' ms ' || lpad(round(mean_exec_time::numeric, 3)::text, 9) || ' ms/call  plan ' || "
            "lpad(round(mean_plan_time::numeric, 3)::text, 8) || ' ms  ' || "
            "left(regexp_replace(query, '\\s+', ' ', 'g'), 140) FROM pg_stat_statements "
-           "ORDER BY total_exec_time + total_plan_time DESC LIMIT 12")) {
+           "ORDER BY total_exec_time + total_plan_time DESC LIMIT 40")) {
     std::cerr << line << "\n";
   }
 }

@@ -86,6 +86,9 @@ Status ValidateWorkerServiceOptions(const WorkerServiceOptions& o) {
   if (o.log_cap_bytes < 1024 || o.log_cap_bytes > (int64_t{1} << 30)) {
     return bad("worker log cap must be 1 KiB..1 GiB");
   }
+  if (o.auth_cache_ms < 0 || o.auth_cache_ms > 60'000) {
+    return bad("worker token cache must be 0..60000 ms");
+  }
   if (o.run_log_cap_bytes != 0 &&
       (o.run_log_cap_bytes < 1024 || o.run_log_cap_bytes > (int64_t{1} << 36))) {
     return bad("worker run log cap must be 0 (none) or 1 KiB..64 GiB");
@@ -116,7 +119,27 @@ Result<std::string> WorkerService::Authenticate(std::string_view token) {
   if (token.empty() || token.size() > 512) {
     return NotFound("unauthorized", "a worker token is required");
   }
-  return sessions_.AuthenticateWorker(Sha256Hex(token));
+  const std::string digest = Sha256Hex(token);
+  if (options_.auth_cache_ms > 0) {
+    std::lock_guard<std::mutex> lock(auth_mu_);
+    auto it = trusted_.find(digest);
+    if (it != trusted_.end() && it->second.until_monotonic_ms > clock_.MonotonicMs()) {
+      return it->second.worker_id;
+    }
+  }
+  const int64_t looked_up_at = clock_.MonotonicMs();
+  QL_ASSIGN_OR_RETURN(std::string worker_id, sessions_.AuthenticateWorker(digest));
+  if (options_.auth_cache_ms > 0) {
+    std::lock_guard<std::mutex> lock(auth_mu_);
+    if (trusted_.size() >= kMaxTrustedTokens) {
+      std::erase_if(trusted_, [&](const auto& entry) {
+        return entry.second.until_monotonic_ms <= looked_up_at;
+      });
+      if (trusted_.size() >= kMaxTrustedTokens) trusted_.clear();
+    }
+    trusted_[digest] = TrustedToken{worker_id, looked_up_at + options_.auth_cache_ms};
+  }
+  return worker_id;
 }
 
 Result<WorkerSessionRecord> WorkerService::Register(const std::string& worker_id,

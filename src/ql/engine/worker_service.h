@@ -7,6 +7,8 @@
 // nothing. Transport-neutral: the HTTP layer parses requests into these calls.
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -16,6 +18,7 @@
 #include "ql/core/approval_ports.h"
 #include "ql/core/clock.h"
 #include "ql/core/execution_plan.h"
+#include "ql/core/governance.h"
 #include "ql/core/log_source.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
@@ -45,6 +48,10 @@ struct WorkerServiceOptions {
   // Resolves approved runs in recovery_required from their lost attempt's late report (automatic
   // evidence resolution); must outlive the service. Without it such a report is refused as late.
   ApprovalRepository* approvals = nullptr;
+  // A verified worker token is trusted this long (monotonic clock) before it is looked up
+  // again, so a revoked credential is refused by every replica within this bound; unknown
+  // tokens are never remembered. 0 looks every call up.
+  int64_t auth_cache_ms = kAuthCacheMs;
 };
 
 // Returns ok when the options are within bounds (ttl 1..600 s, heartbeat < session ttl, log cap
@@ -102,7 +109,8 @@ class WorkerService {
 
   const WorkerServiceOptions& options() const { return options_; }
 
-  // Returns the worker id of a bearer token; Unauthenticated `unauthorized` otherwise.
+  // Returns the worker id of a bearer token (remembered for options().auth_cache_ms);
+  // NotFound `unauthorized` otherwise. Thread-safe.
   Result<std::string> Authenticate(std::string_view token);
 
   Result<WorkerSessionRecord> Register(const std::string& worker_id,
@@ -151,6 +159,14 @@ class WorkerService {
   Metrics& metrics_;
   WorkerServiceOptions options_;
   RunSettlement settlement_;
+
+  struct TrustedToken {
+    std::string worker_id;
+    int64_t until_monotonic_ms = 0;
+  };
+  static constexpr size_t kMaxTrustedTokens = 1024;
+  std::mutex auth_mu_;
+  std::map<std::string, TrustedToken> trusted_;  // by token digest; guarded by auth_mu_
 };
 
 }  // namespace ql

@@ -88,6 +88,12 @@ class PgWorkerTest : public ::testing::Test {
                                                random_, metrics_, options);
   }
 
+  void OpenWithoutTokenTrust() {
+    WorkerServiceOptions options;
+    options.auth_cache_ms = 0;
+    Open(options);
+  }
+
   Worker NewWorker(const std::string& name, int slots = 4) {
     Result<pg::MintedCredential> minted = pg::MintCredential(
         *store_->admin_pool(), pg::CredentialKind::kWorker, name, SystemClock(), random_);
@@ -258,6 +264,7 @@ TEST_F(PgWorkerTest, APulledRunGoesFromLeaseToSuccessWithItsLog) {
 }
 
 TEST_F(PgWorkerTest, ALostCommitReplyOfAReadOnlyWorkerCallIsRetriedTransparently) {
+  OpenWithoutTokenTrust();  // every Authenticate reaches the database
   Worker w = NewWorker("w1");
   std::atomic<int> commits{0};
   ingress_->SetCommitFaultForTesting([&](std::string_view operation) -> Status {
@@ -447,6 +454,7 @@ TEST_F(PgWorkerTest, ARegistrationWaitsForALeaseStepInFlightAndFencesTheStepsAft
 }
 
 TEST_F(PgWorkerTest, AWrongTokenAnotherWorkerOrARevokedCredentialChangesNothing) {
+  OpenWithoutTokenTrust();  // the revocation is seen at once
   StartRun(PublishTask("sleep 5"));
   Worker w = NewWorker("w1");
   Worker other = NewWorker("w2");
@@ -465,6 +473,30 @@ TEST_F(PgWorkerTest, AWrongTokenAnotherWorkerOrARevokedCredentialChangesNothing)
           .ok());
   EXPECT_TRUE(Fails(service_->Authenticate(w.token), "unauthorized"));
   EXPECT_EQ(service_->Authenticate(other.token).value(), other.id);
+}
+
+TEST_F(PgWorkerTest, AVerifiedTokenIsTrustedForTheBoundThenItsRevocationHolds) {
+  WorkerServiceOptions options;
+  options.auth_cache_ms = 600;
+  Open(options);
+  Worker w = NewWorker("w1");
+  EXPECT_EQ(service_->Authenticate(w.token).value(), w.id);
+  const auto verified = std::chrono::steady_clock::now();
+  ASSERT_TRUE(
+      pg::RevokeCredential(*store_->admin_pool(), pg::CredentialKind::kWorker, "w1", SystemClock())
+          .ok());
+  // Within the bound the verified token is not looked up again.
+  Result<std::string> trusted = service_->Authenticate(w.token);
+  if (std::chrono::steady_clock::now() - verified < std::chrono::milliseconds(500)) {
+    EXPECT_TRUE(trusted.ok()) << trusted.status().ToString();
+  }
+  std::this_thread::sleep_until(verified + std::chrono::milliseconds(650));
+  EXPECT_TRUE(Fails(service_->Authenticate(w.token), "unauthorized"));
+  // An unknown token is never remembered, and a failed lookup is not either.
+  EXPECT_TRUE(Fails(service_->Authenticate(w.token), "unauthorized"));
+  WorkerServiceOptions bad;
+  bad.auth_cache_ms = 60'001;
+  EXPECT_EQ(ValidateWorkerServiceOptions(bad).reason(), "invalid_worker_options");
 }
 
 TEST_F(PgWorkerTest, AnExpiredLeaseRefusesEveryCallAndRecoveryRetriesTheRun) {
