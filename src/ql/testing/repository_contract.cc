@@ -1190,6 +1190,45 @@ TEST_P(RepositoryContractTest, LegalTransitionsBumpVersionAndAppendConsecutiveEv
       HasError(store().runs().ApplyTransition(touch), StatusCode::kConflict, "run_terminal"));
 }
 
+TEST_P(RepositoryContractTest, AnEventNamingAnotherRunsAttemptIsRefusedAndChangesNothing) {
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord queued, QueuedRun());
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord other, QueuedRun());
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> own, store().runs().ListAttempts(queued.id));
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> foreign,
+                          store().runs().ListAttempts(other.id));
+  // Alone, after an event of the run's own attempt, and before one.
+  for (const std::vector<std::string>& named :
+       {std::vector<std::string>{foreign[0].id},
+        std::vector<std::string>{own[0].id, foreign[0].id},
+        std::vector<std::string>{foreign[0].id, own[0].id}}) {
+    RunTransitionCommand dispatch;
+    dispatch.run_id = queued.id;
+    dispatch.expected_version = queued.version;
+    dispatch.run_to = "dispatching";
+    dispatch.attempt_id = own[0].id;
+    dispatch.expected_attempt_status = "claimed";
+    dispatch.attempt_to = "starting";
+    for (const std::string& attempt : named) {
+      dispatch.events.push_back(
+          NewEvent{"run.dispatching", "dispatcher", attempt, std::nullopt, "{}"});
+    }
+    dispatch.now_ms = Now();
+    EXPECT_TRUE(HasError(store().runs().ApplyTransition(dispatch), StatusCode::kInvalidArgument,
+                         "attempt_not_in_run"))
+        << named.size() << " event(s)";
+  }
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord after, store().runs().GetRun(queued.id));
+  EXPECT_EQ(after.status, "queued");
+  EXPECT_EQ(after.version, queued.version);
+  EXPECT_EQ(after.event_sequence, queued.event_sequence);
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> attempts,
+                          store().runs().ListAttempts(queued.id));
+  EXPECT_EQ(attempts[0].status, "claimed");
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<EventRecord> own_events,
+                          store().runs().ListEvents(queued.id, 0, 100));
+  EXPECT_EQ(static_cast<int64_t>(own_events.size()), queued.event_sequence);
+}
+
 TEST_P(RepositoryContractTest, IllegalMoveIsConflictAndChangesNothing) {
   QL_ASSERT_OK_AND_ASSIGN(RunRecord queued, QueuedRun());
   RunTransitionCommand jump;

@@ -205,8 +205,10 @@ Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) 
       }
     }
     QL_ASSIGN_OR_RETURN(RunMove move, DecideRunMove(run, t, checked));
+    std::optional<AttemptRecord> loaded_attempt;
     if (t.attempt_id.has_value()) {
       QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(tx, *t.attempt_id));
+      loaded_attempt = attempt;
       QL_ASSIGN_OR_RETURN(std::optional<AttemptMove> attempt_move,
                           DecideAttemptMove(run, attempt, t, checked));
       if (attempt_move.has_value()) {
@@ -240,24 +242,32 @@ Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) 
                                   P(latest->executor_type), P(t.now_ms)}));
     }
 
-    int64_t sequence = run.event_sequence;
-    for (const PreparedEvent& event : checked.events) {
-      QL_RETURN_IF_ERROR(
-          InsertEvent(tx, run.id, ++sequence, *event.event, event.payload, t.now_ms));
-    }
+    // The attempt read above (its UPDATE also matched the run) needs no second look-up.
+    const std::optional<std::string> verified_attempt =
+        loaded_attempt.has_value() && loaded_attempt->run_id == run.id
+            ? std::optional<std::string>(loaded_attempt->id)
+            : std::nullopt;
+    QL_RETURN_IF_ERROR(InsertEvents(tx, run.id, run.event_sequence, checked.events,
+                                    verified_attempt, t.now_ms));
+    const int64_t sequence = run.event_sequence + static_cast<int64_t>(checked.events.size());
 
-    QL_RETURN_IF_ERROR(ExecuteCas(
-        tx, move.on_miss,
-        "UPDATE runs SET status = $1, version = version + 1, event_sequence = $2, "
-        "queued_at_ms = coalesce($3, queued_at_ms), started_at_ms = coalesce($4, started_at_ms), "
-        "finished_at_ms = coalesce($5, finished_at_ms), retry_at_ms = coalesce($6, retry_at_ms), "
-        "exit_code = coalesce($7, exit_code), error_code = coalesce($8, error_code), "
-        "error_summary = coalesce($9, error_summary) WHERE id = $10 AND version = $11",
-        {P(RunStatusName(move.next)), P(sequence), P(move.queued_at_ms), P(t.started_at_ms),
-         P(move.finished_at_ms), P(t.retry_at_ms), P(t.exit_code), P(t.error_code),
-         P(t.error_summary), P(run.id), P(t.expected_version)}));
-    QL_ASSIGN_OR_RETURN(out, RequireRun(tx, run.id));
-    return Status();
+    static const std::string kUpdateRun = Cat(
+        {"UPDATE runs r SET status = $1, version = version + 1, event_sequence = $2, "
+         "queued_at_ms = coalesce($3, queued_at_ms), started_at_ms = coalesce($4, started_at_ms), "
+         "finished_at_ms = coalesce($5, finished_at_ms), retry_at_ms = coalesce($6, retry_at_ms), "
+         "exit_code = coalesce($7, exit_code), error_code = coalesce($8, error_code), "
+         "error_summary = coalesce($9, error_summary) WHERE r.id = $10 AND r.version = $11 "
+         "RETURNING ",
+         kRunColumns});
+    QL_ASSIGN_OR_RETURN(
+        Rows updated,
+        tx.Exec(kUpdateRun,
+                {P(RunStatusName(move.next)), P(sequence), P(move.queued_at_ms),
+                 P(t.started_at_ms), P(move.finished_at_ms), P(t.retry_at_ms), P(t.exit_code),
+                 P(t.error_code), P(t.error_summary), P(run.id), P(t.expected_version)}));
+    if (updated.empty()) return move.on_miss;
+    out = ReadRun(updated, 0);
+    return updated.status();
   }));
   return out;
 }

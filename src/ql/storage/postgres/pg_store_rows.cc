@@ -376,6 +376,48 @@ Status InsertEvent(Tx& tx, const std::string& run_id, int64_t sequence, const Ne
                   P(event.dedupe_key), P(canonical_payload), P(now_ms)});
 }
 
+Status InsertEvents(Tx& tx, const std::string& run_id, int64_t after_sequence,
+                    const std::vector<PreparedEvent>& events,
+                    const std::optional<std::string>& verified_attempt_id, int64_t now_ms) {
+  if (events.empty()) return Status::Ok();
+  if (events.size() == 1) {
+    return InsertEvent(tx, run_id, after_sequence + 1, *events.front().event,
+                       events.front().payload, now_ms);
+  }
+  std::vector<std::optional<std::string>> sequence, type, actor, attempt, dedupe, payload;
+  for (const PreparedEvent& prepared : events) {
+    const NewEvent& event = *prepared.event;
+    if (event.attempt_id.has_value() && event.attempt_id != verified_attempt_id) {
+      QL_ASSIGN_OR_RETURN(
+          std::optional<std::string> owner,
+          QueryOne<std::string>(tx, "SELECT run_id FROM run_attempts WHERE id = $1",
+                                {P(*event.attempt_id)},
+                                [](const Rows& r, int i) { return r.Text(i, 0); }));
+      if (!owner.has_value() || *owner != run_id) {
+        return InvalidArgument("attempt_not_in_run",
+                               Cat({"event ", Quote(event.type), " names attempt ",
+                                    *event.attempt_id, ", which is not an attempt of run ",
+                                    run_id}));
+      }
+    }
+    sequence.push_back(std::to_string(after_sequence + 1 + static_cast<int64_t>(type.size())));
+    type.push_back(event.type);
+    actor.push_back(event.actor_type);
+    attempt.push_back(event.attempt_id);
+    dedupe.push_back(event.dedupe_key);
+    payload.push_back(prepared.payload);
+  }
+  return Execute(tx,
+                 "INSERT INTO run_events (run_id, sequence, type, actor_type, attempt_id, "
+                 "dedupe_key, payload_json, created_at_ms) SELECT $1, v.sequence, v.type, "
+                 "v.actor_type, v.attempt_id, v.dedupe_key, v.payload_json, $2 FROM "
+                 "unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], "
+                 "$8::text[]) AS v(sequence, type, actor_type, attempt_id, dedupe_key, "
+                 "payload_json)",
+                 {P(run_id), P(now_ms), PArray(sequence), PArray(type), PArray(actor),
+                  PArray(attempt), PArray(dedupe), PArray(payload)});
+}
+
 // True when execution revision `run.execution_revision_id` is the plan of (task, revision,
 // executor type) with the run's task digest in the run's project.
 Result<bool> ExecutionRevisionMatches(Tx& tx, const NewRun& run) {

@@ -187,6 +187,13 @@ Result<std::optional<AttemptRecord>> LoadLatestAttempt(Tx& tx, const std::string
 Status InsertEvent(Tx& tx, const std::string& run_id, int64_t sequence, const NewEvent& event,
                    const std::string& canonical_payload, int64_t now_ms);
 
+// Inserts `events` at the sequences after `after_sequence`, in one statement. An attempt an
+// event names must belong to the run; `verified_attempt_id`, an attempt this transaction has
+// already read as the run's, is not looked up again.
+Status InsertEvents(Tx& tx, const std::string& run_id, int64_t after_sequence,
+                    const std::vector<PreparedEvent>& events,
+                    const std::optional<std::string>& verified_attempt_id, int64_t now_ms);
+
 // True when execution revision `run.execution_revision_id` is the plan of (task, revision,
 // executor type) with the run's task digest in the run's project.
 Result<bool> ExecutionRevisionMatches(Tx& tx, const NewRun& run);
