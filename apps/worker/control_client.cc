@@ -342,6 +342,7 @@ Result<CompleteAnswer> ControlClient::Complete(const LeaseRef& lease,
   body["message"] = message;
   if (!completion.error_code.empty()) body["error_code"] = completion.error_code;
   body["log_truncated"] = completion.log_truncated;
+  if (completion.pid) body["pid"] = *completion.pid;
   QL_ASSIGN_OR_RETURN(json answer, Post(path, body));
   return Decode<CompleteAnswer>(path, [&] {
     CompleteAnswer a;

@@ -139,6 +139,9 @@ struct Completion {
   // could not be opened; empty otherwise.
   std::string error_code;
   bool log_truncated = false;
+  // The command's pid when it ended before its start was reported (the control plane records
+  // the start first); empty once `running` was reported.
+  std::optional<int64_t> pid;
 };
 
 struct CompleteAnswer {

@@ -1,6 +1,8 @@
 #include "worker.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 #include <utility>
 
 #include "ql/core/ids.h"
@@ -25,6 +28,8 @@ namespace {
 constexpr int kMaxOffersPerPull = 16;
 // The first poll of a started command's outcome; later polls back off to poll_interval_ms.
 constexpr int64_t kFirstPollMs = 2;
+// How long a just-launched command may take to end before its start is reported on its own.
+constexpr int64_t kStartWithEndMs = 10;
 // Output shipped per poll of a running command (the rest follows on the next polls).
 constexpr int kLogChunksPerPoll = 4;
 // Reason of the status a lease call ends with when the lease may have expired meanwhile.
@@ -39,6 +44,21 @@ bool IsRetryable(const Status& status) {
 }
 
 bool IsFatal(const Status& status) { return IsUnauthorized(status) || IsSessionLost(status); }
+
+// Waits up to `ms` for the supervisor of `handle` to exit (it records the result first), then
+// polls the attempt once.
+std::optional<AttemptOutcome> AwaitEnd(AttemptHandle& handle, int64_t ms) {
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(handle.pid()), 0));
+  if (pidfd >= 0) {
+    pollfd exited{pidfd, POLLIN, 0};
+    while (poll(&exited, 1, static_cast<int>(ms)) < 0 && errno == EINTR) {
+    }
+    close(pidfd);
+  } else if (errno != ESRCH) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // no pidfds (Linux < 5.3)
+  }
+  return handle.Poll();
+}
 
 Completion ToCompletion(const AttemptOutcome& outcome) {
   Completion c;
@@ -683,8 +703,10 @@ void Worker::RemoveFiles(RunContext& ctx) {
   fs::remove(ctx.log_path, ec);
 }
 
-void Worker::Report(RunContext& ctx, const AttemptOutcome& outcome) {
+void Worker::Report(RunContext& ctx, const AttemptOutcome& outcome,
+                    std::optional<int64_t> started_pid) {
   Completion completion = ToCompletion(outcome);
+  completion.pid = started_pid;
   completion.log_truncated = completion.log_truncated || ctx.log_truncated_by_control;
   std::optional<CompleteAnswer> recorded;
   const Status st = CallLease(ctx, "complete", [&]() -> Status {
@@ -745,9 +767,18 @@ void Worker::RunAttempt(RunContext& ctx) {
   }
   AttemptHandle& handle = **launched;
 
+  // A short command often ends before its start could be reported: it is given a moment, and
+  // then its start and its end go in one `complete` call.
   std::optional<AttemptOutcome> outcome = handle.Poll();
+  if (!outcome) outcome = AwaitEnd(handle, kStartWithEndMs);
+  std::optional<int64_t> started_pid;
+  if (outcome && outcome->kind != AttemptOutcome::Kind::kSpawnFailed &&
+      outcome->kind != AttemptOutcome::Kind::kLost) {
+    started_pid = handle.pid();
+    Log(ctx.label + ": ran (pid " + std::to_string(handle.pid()) + ")");
+  }
   // A command that could not be started never ran: it goes straight to `complete`.
-  if (!outcome || outcome->kind != AttemptOutcome::Kind::kSpawnFailed) {
+  if (!outcome) {
     if (Status st = CallLease(ctx, "running",
                               [&] { return control_.Running(ctx.lease, handle.pid()).status(); });
         !st.ok()) {
@@ -789,7 +820,7 @@ void Worker::RunAttempt(RunContext& ctx) {
     RemoveFiles(ctx);
     return;
   }
-  Report(ctx, *outcome);
+  Report(ctx, *outcome, started_pid);
 }
 
 Status Worker::Run() {

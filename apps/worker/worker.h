@@ -140,7 +140,9 @@ class Worker {
   // Stops the command and waits (bounded) for its end; reports nothing.
   void StopCommand(RunContext& ctx, AttemptHandle& handle);
   // Reports the end with `complete`, then removes the attempt's files.
-  void Report(RunContext& ctx, const AttemptOutcome& outcome);
+  // `started_pid`: the command ended before its start was reported (see Completion::pid).
+  void Report(RunContext& ctx, const AttemptOutcome& outcome,
+              std::optional<int64_t> started_pid = std::nullopt);
   void RemoveFiles(RunContext& ctx);
 
   WorkerOptions options_;

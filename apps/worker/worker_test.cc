@@ -468,9 +468,25 @@ pid_t ReadPidFile(const std::string& path, int64_t timeout_ms) {
   return 0;
 }
 
-TEST(WorkerTest, ReportsStartRunOutputAndExitInOrder) {
+TEST(WorkerTest, ACommandThatEndsAtOnceReportsItsStartWithItsEnd) {
   FakeControlPlane fake;
   fake.AddRun({"/bin/sh", "-c", "echo hello; exit 3"});
+  WorkerUnderTest worker(fake);
+  ASSERT_TRUE(fake.WaitForStep("complete", 15000));
+  ASSERT_TRUE(worker.Drain().ok());
+  // No `running` of its own: `complete` carries the pid the start would have reported.
+  EXPECT_EQ(LeaseSteps(fake.Calls()), (std::vector<std::string>{"starting", "log", "complete"}));
+  const Call complete = fake.CallsOf("complete").at(0);
+  EXPECT_GT(complete.body.value("pid", int64_t{0}), 0);
+  EXPECT_EQ(complete.body["outcome"], "exited");
+  EXPECT_EQ(complete.body["exit_code"], 3);
+  EXPECT_EQ(fake.CallsOf("log").at(0).body["data"], "aGVsbG8K");  // base64 of "hello\n"
+}
+
+TEST(WorkerTest, ReportsStartRunOutputAndExitInOrder) {
+  FakeControlPlane fake;
+  // Outlives the moment a command is given to end before its start is reported.
+  fake.AddRun({"/bin/sh", "-c", "sleep 0.2; echo hello; exit 3"});
   WorkerUnderTest worker(fake);
   ASSERT_TRUE(fake.WaitForStep("complete", 15000));
   ASSERT_TRUE(worker.Drain().ok());
@@ -507,6 +523,7 @@ TEST(WorkerTest, ReportsStartRunOutputAndExitInOrder) {
   EXPECT_EQ(complete.body["exit_code"], 3);
   EXPECT_FALSE(complete.body.contains("signal"));
   EXPECT_EQ(complete.body["log_truncated"], false);
+  EXPECT_FALSE(complete.body.contains("pid")) << "the start was reported on its own";
 
   // The drain ends with the session offline, after the last report.
   std::vector<std::string> session_steps;

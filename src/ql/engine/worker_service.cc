@@ -415,10 +415,17 @@ Result<LeaseLogAppend> WorkerService::AppendLog(const LeaseCall& call, int64_t o
 }
 
 Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
-                                               const AttemptOutcome& outcome) {
+                                               const AttemptOutcome& outcome,
+                                               std::optional<int64_t> started_pid) {
   QL_ASSIGN_OR_RETURN(LeaseFence fence, Fence(call));
   if (outcome.kind == AttemptOutcome::Kind::kLost) {
     return InvalidArgument("invalid_argument", "a worker reports an outcome, never lost");
+  }
+  if (started_pid.has_value() &&
+      (*started_pid < 1 || outcome.kind == AttemptOutcome::Kind::kSpawnFailed)) {
+    return InvalidArgument("invalid_argument",
+                           "pid must be a positive integer, and only with an outcome of a "
+                           "command that started");
   }
   QL_ASSIGN_OR_RETURN(LeaseState state, leases_.GetLeaseState(call.offer_id));
   if (state.worker_id != call.worker_id) {
@@ -431,6 +438,11 @@ Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
     return Refused(call, "complete",
                    Conflict("lease_fenced",
                             "lease " + call.offer_id + " is held by another session or token"));
+  }
+  // A command that ended before its start was reported: the start is recorded first.
+  if (started_pid.has_value() &&
+      state.attempt_status == AttemptStatusName(AttemptStatus::kStarting)) {
+    QL_RETURN_IF_ERROR(Step(call, /*to_running=*/true, *started_pid).status());
   }
   // Finish leaves an attempt that already ended as it is; otherwise its transition holds only
   // under the fence.

@@ -134,7 +134,12 @@ class WorkerService {
   // an approved run waiting in recovery_required: the report is evidence of how the command
   // ended, and resolves the run (exit 0: succeeded, anything else: failed) unless a human
   // resolved it first.
-  Result<CompleteAnswer> Complete(const LeaseCall& call, const AttemptOutcome& outcome);
+  // `started_pid`: the command ran as this process and ended before its start was reported;
+  // an attempt still `starting` goes through `running` first (one call, as `running` then
+  // `complete` would). Ignored when the start was reported already; refused with a
+  // spawn_failed outcome (a command that could not start has no pid).
+  Result<CompleteAnswer> Complete(const LeaseCall& call, const AttemptOutcome& outcome,
+                                  std::optional<int64_t> started_pid = std::nullopt);
 
  private:
   Result<LeaseFence> Fence(const LeaseCall& call) const;

@@ -397,9 +397,10 @@ struct WorkerApiServer::Impl {
                                ParseLeaseCall(worker, id, body,
                                               {"session_id", "generation", "lease_token", "outcome",
                                                "exit_code", "signal", "message", "log_truncated",
-                                               "error_code"}));
+                                               "error_code", "pid"}));
            QL_ASSIGN_OR_RETURN(AttemptOutcome outcome, ParseOutcome(body));
-           QL_ASSIGN_OR_RETURN(CompleteAnswer a, service.Complete(call, outcome));
+           QL_ASSIGN_OR_RETURN(std::optional<int64_t> pid, api::OptionalInteger(body, "pid"));
+           QL_ASSIGN_OR_RETURN(CompleteAnswer a, service.Complete(call, outcome, pid));
            SendJson(res, 200,
                     json{{"run_status", a.run_status}, {"attempt_status", a.attempt_status}});
            return Status::Ok();

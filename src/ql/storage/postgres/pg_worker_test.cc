@@ -263,6 +263,58 @@ TEST_F(PgWorkerTest, APulledRunGoesFromLeaseToSuccessWithItsLog) {
   EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE status = 'granted'"), 0);
 }
 
+TEST_F(PgWorkerTest, ACompleteCarryingAPidRecordsTheStartThenTheEndInOneCall) {
+  const std::string run_id = StartRun(PublishTask("true"));
+  Worker w = NewWorker("w1");
+  const OfferToken offer = PullOne(w);
+  ASSERT_EQ(service_->Starting(Call(w, offer)).value(), "starting");
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  AttemptOutcome spawn_failed;
+  spawn_failed.kind = AttemptOutcome::Kind::kSpawnFailed;
+  // A pid only comes with a command that started, and is a positive integer.
+  EXPECT_TRUE(Fails(service_->Complete(Call(w, offer), spawn_failed, 4242), "invalid_argument"));
+  EXPECT_TRUE(Fails(service_->Complete(Call(w, offer), exited, 0), "invalid_argument"));
+  EXPECT_EQ(Run(run_id).status, "dispatching");
+
+  Result<CompleteAnswer> done = service_->Complete(Call(w, offer), exited, 4242);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->run_status, "succeeded");
+  const RunRecord run = Run(run_id);
+  EXPECT_EQ(run.status, "succeeded");
+  EXPECT_TRUE(run.started_at_ms.has_value());
+  const std::vector<AttemptRecord> attempts = store_->runs().ListAttempts(run_id).value();
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].pid, 4242);
+  EXPECT_EQ(attempts[0].status, "succeeded");
+  // The same history as `running` then `complete`.
+  const std::vector<std::string> types = EventTypes(run_id);
+  const auto at = [&](const std::string& type) {
+    return std::find(types.begin(), types.end(), type) - types.begin();
+  };
+  EXPECT_LT(at("run.running"), at("attempt.succeeded"));
+  EXPECT_LT(at("attempt.running"), at("run.running"));
+  EXPECT_LT(at("attempt.succeeded"), static_cast<long>(types.size()));
+  // A repeated complete answers the recorded end, pid or not.
+  EXPECT_EQ(service_->Complete(Call(w, offer), exited, 4242).value().run_status, "succeeded");
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_events WHERE type = "
+                  "'attempt.late_callback_ignored'"),
+            0);
+}
+
+TEST_F(PgWorkerTest, APidOnTheCompleteOfARunningAttemptChangesNothingButTheEnd) {
+  const std::string run_id = StartRun(PublishTask("true"));
+  Worker w = NewWorker("w1");
+  const OfferToken offer = Take(w);  // running with pid 4242
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  exited.exit_code = 1;
+  Result<CompleteAnswer> done = service_->Complete(Call(w, offer), exited, 999);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->run_status, "failed");
+  EXPECT_EQ(store_->runs().ListAttempts(run_id).value()[0].pid, 4242);
+}
+
 TEST_F(PgWorkerTest, ALostCommitReplyOfAReadOnlyWorkerCallIsRetriedTransparently) {
   OpenWithoutTokenTrust();  // every Authenticate reaches the database
   Worker w = NewWorker("w1");
