@@ -320,7 +320,12 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::SetSessionStatus(const std::
 
 Result<std::vector<GrantedLease>> PostgresRunLeases::GrantLeases(const PullCommand& c) {
   std::vector<GrantedLease> out;
-  QL_RETURN_IF_ERROR(pool_.Transact({}, "granting run leases", [&](Tx& tx) -> Status {
+  // A grant does not wait for its WAL flush: one lost in a crash is a lease the worker cannot
+  // start (`starting` answers lease_not_found, and nothing runs), and the durable `starting`
+  // of a grant that survived flushes the WAL past it first.
+  TxOptions grant;
+  grant.durable_commit = false;
+  QL_RETURN_IF_ERROR(pool_.Transact(grant, "granting run leases", [&](Tx& tx) -> Status {
     out.clear();
     // The session row stays locked: grants of one session are serialised, so the live-lease
     // count below cannot be overtaken.
