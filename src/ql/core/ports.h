@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ql/core/governance.h"
@@ -460,6 +461,10 @@ class RunRepository {
   virtual Result<Page<RunRecord>> ListRuns(const RunFilter& filter, const PageRequest& page) = 0;
   // Lists a run's attempts in attempt order.
   virtual Result<std::vector<AttemptRecord>> ListAttempts(const std::string& run_id) = 0;
+  // The run and its attempts (in attempt order) from one read: GetRun and ListAttempts without
+  // a change in between. NotFound `run_not_found`.
+  virtual Result<std::pair<RunRecord, std::vector<AttemptRecord>>> GetRunWithAttempts(
+      const std::string& run_id) = 0;
   // Lists events with sequence > after_sequence in order, at most `limit`.
   virtual Result<std::vector<EventRecord>> ListEvents(const std::string& run_id,
                                                       int64_t after_sequence, int limit) = 0;

@@ -116,8 +116,9 @@ Status RunSettlement::Finish(const std::string& run_id, const std::string& attem
                              FinishRecord* recorded) {
   // Two tries: a cancel intent may commit between our read and our write, and then it wins.
   for (int attempt_no = 0; attempt_no < 2; ++attempt_no) {
-    QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(run_id));
-    QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, runs_.ListAttempts(run_id));
+    QL_ASSIGN_OR_RETURN(auto read, runs_.GetRunWithAttempts(run_id));
+    const RunRecord& run = read.first;
+    const std::vector<AttemptRecord>& attempts = read.second;
     auto it = std::find_if(attempts.begin(), attempts.end(),
                            [&](const AttemptRecord& a) { return a.id == attempt_id; });
     if (it == attempts.end()) return NotFound("attempt_not_found", "attempt " + attempt_id);

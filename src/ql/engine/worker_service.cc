@@ -314,11 +314,13 @@ Status WorkerService::Refused(const LeaseCall& call, std::string_view step, cons
   return error;
 }
 
-Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, int64_t pid) {
+Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, int64_t pid,
+                                        const LeaseState* known) {
   QL_ASSIGN_OR_RETURN(LeaseFence fence, Fence(call));
   const std::string_view step = to_running ? "running" : "starting";
   for (int tries = 0; tries < 3; ++tries) {
-    Result<LeaseState> state = leases_.GetLeaseState(call.offer_id);
+    Result<LeaseState> state =
+        tries == 0 && known != nullptr ? *known : leases_.GetLeaseState(call.offer_id);
     if (!state.ok()) return state.status();
     if (state->worker_id != call.worker_id) {
       return NotFound("lease_not_found", "no lease has offer id " + call.offer_id);
@@ -442,7 +444,7 @@ Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
   // A command that ended before its start was reported: the start is recorded first.
   if (started_pid.has_value() &&
       state.attempt_status == AttemptStatusName(AttemptStatus::kStarting)) {
-    QL_RETURN_IF_ERROR(Step(call, /*to_running=*/true, *started_pid).status());
+    QL_RETURN_IF_ERROR(Step(call, /*to_running=*/true, *started_pid, &state).status());
   }
   // Finish leaves an attempt that already ended as it is; otherwise its transition holds only
   // under the fence.

@@ -1229,6 +1229,27 @@ TEST_P(RepositoryContractTest, AnEventNamingAnotherRunsAttemptIsRefusedAndChange
   EXPECT_EQ(static_cast<int64_t>(own_events.size()), queued.event_sequence);
 }
 
+TEST_P(RepositoryContractTest, ARunIsReadWithItsAttemptsAsGetRunAndListAttemptsReadThem) {
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord queued, QueuedRun());
+  clock().Advance(100);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord running, StartRun(queued));
+  QL_ASSERT_OK_AND_ASSIGN(auto both, store().runs().GetRunWithAttempts(queued.id));
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord alone, store().runs().GetRun(queued.id));
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> attempts,
+                          store().runs().ListAttempts(queued.id));
+  EXPECT_EQ(both.first.version, running.version);
+  EXPECT_EQ(both.first.status, "running");
+  EXPECT_EQ(both.first.version, alone.version);
+  EXPECT_EQ(both.first.event_sequence, alone.event_sequence);
+  ASSERT_EQ(both.second.size(), attempts.size());
+  ASSERT_EQ(both.second.size(), 1u);
+  EXPECT_EQ(both.second[0].id, attempts[0].id);
+  EXPECT_EQ(both.second[0].status, "running");
+  EXPECT_EQ(both.second[0].pid, 4242);
+  EXPECT_TRUE(HasError(store().runs().GetRunWithAttempts(NewId()), StatusCode::kNotFound,
+                       "run_not_found"));
+}
+
 TEST_P(RepositoryContractTest, IllegalMoveIsConflictAndChangesNothing) {
   QL_ASSERT_OK_AND_ASSIGN(RunRecord queued, QueuedRun());
   RunTransitionCommand jump;

@@ -156,13 +156,19 @@ Result<Page<RunRecord>> PostgresStore::ListRuns(const RunFilter& filter, const P
 }
 
 Result<std::vector<AttemptRecord>> PostgresStore::ListAttempts(const std::string& run_id) {
-  std::vector<AttemptRecord> out;
-  QL_RETURN_IF_ERROR(Read("listing attempts", [&](Tx& tx) -> Status {
-    QL_RETURN_IF_ERROR(RequireRun(tx, run_id).status());
+  QL_ASSIGN_OR_RETURN(auto both, GetRunWithAttempts(run_id));
+  return std::move(both.second);
+}
+
+Result<std::pair<RunRecord, std::vector<AttemptRecord>>> PostgresStore::GetRunWithAttempts(
+    const std::string& run_id) {
+  std::pair<RunRecord, std::vector<AttemptRecord>> out;
+  QL_RETURN_IF_ERROR(Read("reading a run and its attempts", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(out.first, RequireRun(tx, run_id));
     static const std::string kSql = Cat({"SELECT ", kAttemptColumns,
                                          " FROM run_attempts a WHERE a.run_id = $1 "
                                          "ORDER BY a.attempt"});
-    QL_ASSIGN_OR_RETURN(out, QueryAll<AttemptRecord>(tx, kSql, {P(run_id)}, ReadAttempt));
+    QL_ASSIGN_OR_RETURN(out.second, QueryAll<AttemptRecord>(tx, kSql, {P(run_id)}, ReadAttempt));
     return Status();
   }));
   return out;

@@ -122,6 +122,8 @@ class PostgresStore final : public Store,
                                             const std::string& key) override;
   Result<Page<RunRecord>> ListRuns(const RunFilter& filter, const PageRequest& page) override;
   Result<std::vector<AttemptRecord>> ListAttempts(const std::string& run_id) override;
+  Result<std::pair<RunRecord, std::vector<AttemptRecord>>> GetRunWithAttempts(
+      const std::string& run_id) override;
   Result<std::vector<EventRecord>> ListEvents(const std::string& run_id, int64_t after_sequence,
                                               int limit) override;
   Result<RunRecord> ApplyTransition(const RunTransitionCommand& transition) override;

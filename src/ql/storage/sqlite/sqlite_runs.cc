@@ -161,14 +161,22 @@ Result<Page<RunRecord>> SqliteStore::ListRuns(const RunFilter& filter, const Pag
 }
 
 Result<std::vector<AttemptRecord>> SqliteStore::ListAttempts(const std::string& run_id) {
-  std::vector<AttemptRecord> out;
-  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "listing attempts", [&](Tx&) -> Status {
-    QL_RETURN_IF_ERROR(RequireRun(*db_, run_id).status());
-    static const std::string kSql = Cat(
-        {"SELECT ", kAttemptColumns, " FROM run_attempts a WHERE a.run_id = ? ORDER BY a.attempt"});
-    QL_ASSIGN_OR_RETURN(out, QueryAll<AttemptRecord>(*db_, kSql, ReadAttempt, run_id));
-    return Status();
-  }));
+  QL_ASSIGN_OR_RETURN(auto both, GetRunWithAttempts(run_id));
+  return std::move(both.second);
+}
+
+Result<std::pair<RunRecord, std::vector<AttemptRecord>>> SqliteStore::GetRunWithAttempts(
+    const std::string& run_id) {
+  std::pair<RunRecord, std::vector<AttemptRecord>> out;
+  QL_RETURN_IF_ERROR(
+      db_->Transact(TxMode::kRead, "reading a run and its attempts", [&](Tx&) -> Status {
+        QL_ASSIGN_OR_RETURN(out.first, RequireRun(*db_, run_id));
+        static const std::string kSql = Cat({"SELECT ", kAttemptColumns,
+                                             " FROM run_attempts a WHERE a.run_id = ? ORDER BY "
+                                             "a.attempt"});
+        QL_ASSIGN_OR_RETURN(out.second, QueryAll<AttemptRecord>(*db_, kSql, ReadAttempt, run_id));
+        return Status();
+      }));
   return out;
 }
 
