@@ -335,8 +335,8 @@ Result<Supervision> Supervision::Launch(const std::vector<std::string>& supervis
   }
   Status started = launcher != nullptr
                        ? StartThroughLauncher(*launcher, spec.attempt_dir, *secrets_fd)
-                       : Unavailable("exec_launcher_gone", "no launcher");
-  // Without a launcher, or with one that is gone, the supervisor is re-executed.
+                       : StartDetached(args, *secrets_fd);
+  // With a launcher that is gone, the supervisor is re-executed.
   if (started.reason() == "exec_launcher_gone") started = StartDetached(args, *secrets_fd);
   if (*secrets_fd >= 0) close(*secrets_fd);
   Result<Supervision> adopted =

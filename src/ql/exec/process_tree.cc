@@ -20,15 +20,21 @@
 namespace ql::exec::internal {
 namespace {
 
+// The number a /proc directory entry is named by (a pid or tid), or 0 for any other entry.
+long NumericName(const char* name) {
+  char* end = nullptr;
+  const long number = strtol(name, &end, 10);
+  return number > 0 && end != name && *end == '\0' ? number : 0;
+}
+
 // Every process on the system as (pid, its stat), read once.
 std::vector<ProcessStat> AllProcesses() {
   std::vector<ProcessStat> all;
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return all;
   while (dirent* entry = readdir(proc)) {
-    char* end = nullptr;
-    const long pid = strtol(entry->d_name, &end, 10);
-    if (pid <= 0 || end == entry->d_name || *end != '\0') continue;
+    const long pid = NumericName(entry->d_name);
+    if (pid == 0) continue;
     std::optional<ProcessStat> stat = ReadProcessStat(static_cast<pid_t>(pid));
     if (stat) all.push_back(*stat);
   }
@@ -56,9 +62,8 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
   DIR* tasks = opendir(path);
   if (tasks == nullptr) return out;
   while (dirent* entry = readdir(tasks)) {
-    char* end = nullptr;
-    const long tid = strtol(entry->d_name, &end, 10);
-    if (tid <= 0 || end == entry->d_name || *end != '\0') continue;
+    const long tid = NumericName(entry->d_name);
+    if (tid == 0) continue;
     std::snprintf(path, sizeof(path), "/proc/%d/task/%ld/children", static_cast<int>(pid), tid);
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;  // the thread ended meanwhile

@@ -355,20 +355,23 @@ Result<std::optional<AttemptRecord>> LoadLatestAttempt(Tx& tx, const std::string
   return QueryOne<AttemptRecord>(tx, kSql, {P(run_id)}, ReadAttempt);
 }
 
-// Inserts one event at `sequence`; the attempt it names must belong to the run.
-Status InsertEvent(Tx& tx, const std::string& run_id, int64_t sequence, const NewEvent& event,
-                   const std::string& canonical_payload, int64_t now_ms) {
-  if (event.attempt_id.has_value()) {
-    QL_ASSIGN_OR_RETURN(std::optional<std::string> owner,
-                        QueryOne<std::string>(tx, "SELECT run_id FROM run_attempts WHERE id = $1",
-                                              {P(*event.attempt_id)},
-                                              [](const Rows& r, int i) { return r.Text(i, 0); }));
-    if (!owner.has_value() || *owner != run_id) {
-      return InvalidArgument("attempt_not_in_run",
-                             Cat({"event ", Quote(event.type), " names attempt ", *event.attempt_id,
-                                  ", which is not an attempt of run ", run_id}));
-    }
-  }
+namespace {
+
+// Refuses an event that names an attempt of another run (attempt_not_in_run).
+Status RequireAttemptOfRun(Tx& tx, const std::string& run_id, const NewEvent& event) {
+  if (!event.attempt_id.has_value()) return Status::Ok();
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> owner,
+                      QueryOne<std::string>(tx, "SELECT run_id FROM run_attempts WHERE id = $1",
+                                            {P(*event.attempt_id)},
+                                            [](const Rows& r, int i) { return r.Text(i, 0); }));
+  if (owner.has_value() && *owner == run_id) return Status::Ok();
+  return InvalidArgument("attempt_not_in_run",
+                         Cat({"event ", Quote(event.type), " names attempt ", *event.attempt_id,
+                              ", which is not an attempt of run ", run_id}));
+}
+
+Status InsertEventRow(Tx& tx, const std::string& run_id, int64_t sequence, const NewEvent& event,
+                      const std::string& canonical_payload, int64_t now_ms) {
   return Execute(tx,
                  "INSERT INTO run_events (run_id, sequence, type, actor_type, attempt_id, "
                  "dedupe_key, payload_json, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -376,30 +379,31 @@ Status InsertEvent(Tx& tx, const std::string& run_id, int64_t sequence, const Ne
                   P(event.dedupe_key), P(canonical_payload), P(now_ms)});
 }
 
+}  // namespace
+
+// Inserts one event at `sequence`; the attempt it names must belong to the run.
+Status InsertEvent(Tx& tx, const std::string& run_id, int64_t sequence, const NewEvent& event,
+                   const std::string& canonical_payload, int64_t now_ms) {
+  QL_RETURN_IF_ERROR(RequireAttemptOfRun(tx, run_id, event));
+  return InsertEventRow(tx, run_id, sequence, event, canonical_payload, now_ms);
+}
+
 Status InsertEvents(Tx& tx, const std::string& run_id, int64_t after_sequence,
                     const std::vector<PreparedEvent>& events,
                     const std::optional<std::string>& verified_attempt_id, int64_t now_ms) {
+  for (const PreparedEvent& prepared : events) {
+    if (prepared.event->attempt_id != verified_attempt_id) {
+      QL_RETURN_IF_ERROR(RequireAttemptOfRun(tx, run_id, *prepared.event));
+    }
+  }
   if (events.empty()) return Status::Ok();
   if (events.size() == 1) {
-    return InsertEvent(tx, run_id, after_sequence + 1, *events.front().event,
-                       events.front().payload, now_ms);
+    return InsertEventRow(tx, run_id, after_sequence + 1, *events.front().event,
+                          events.front().payload, now_ms);
   }
   std::vector<std::optional<std::string>> sequence, type, actor, attempt, dedupe, payload;
   for (const PreparedEvent& prepared : events) {
     const NewEvent& event = *prepared.event;
-    if (event.attempt_id.has_value() && event.attempt_id != verified_attempt_id) {
-      QL_ASSIGN_OR_RETURN(
-          std::optional<std::string> owner,
-          QueryOne<std::string>(tx, "SELECT run_id FROM run_attempts WHERE id = $1",
-                                {P(*event.attempt_id)},
-                                [](const Rows& r, int i) { return r.Text(i, 0); }));
-      if (!owner.has_value() || *owner != run_id) {
-        return InvalidArgument("attempt_not_in_run",
-                               Cat({"event ", Quote(event.type), " names attempt ",
-                                    *event.attempt_id, ", which is not an attempt of run ",
-                                    run_id}));
-      }
-    }
     sequence.push_back(std::to_string(after_sequence + 1 + static_cast<int64_t>(type.size())));
     type.push_back(event.type);
     actor.push_back(event.actor_type);
