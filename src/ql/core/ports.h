@@ -478,6 +478,11 @@ class RunRepository {
   // retry_attempts_exhausted). Entering queued stamps queued_at = now; entering a terminal state
   // stamps finished_at = now unless the command sets it (for the attempt likewise).
   virtual Result<RunRecord> ApplyTransition(const RunTransitionCommand& transition) = 0;
+  // Applies transitions of one run in order in one transaction, each checked as by
+  // ApplyTransition against the state the one before it left (so each names the version that
+  // one produced); all or none. Returns the run as the last left it.
+  virtual Result<RunRecord> ApplyTransitions(
+      const std::vector<RunTransitionCommand>& transitions) = 0;
 
   // Appends one event without changing state (e.g. attempt.log_truncated). A dedupe key seen
   // before on this run → Duplicate. Events are immutable once written.

@@ -294,6 +294,23 @@ Result<CheckedTransition> CheckTransitionCommand(const RunTransitionCommand& t) 
   return out;
 }
 
+Result<std::vector<CheckedTransition>> CheckTransitions(
+    const std::vector<RunTransitionCommand>& transitions) {
+  if (transitions.empty()) {
+    return InvalidArgument("invalid_transition", "a transition sequence needs a transition");
+  }
+  std::vector<CheckedTransition> out;
+  for (const RunTransitionCommand& t : transitions) {
+    if (t.run_id != transitions.front().run_id) {
+      return InvalidArgument("invalid_transition",
+                             "every transition of a sequence belongs to the same run");
+    }
+    QL_ASSIGN_OR_RETURN(CheckedTransition checked, CheckTransitionCommand(t));
+    out.push_back(std::move(checked));
+  }
+  return out;
+}
+
 namespace {
 
 Status CancelWins(const RunRecord& run) {

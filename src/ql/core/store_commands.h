@@ -163,6 +163,11 @@ struct CheckedTransition {
 // queued (`invalid_transition`), retry_at_ms with retry_wait (`retry_at_required`), the events.
 Result<CheckedTransition> CheckTransitionCommand(const RunTransitionCommand& t);
 
+// Checks a sequence for ApplyTransitions: each command as above, at least one, all of one run
+// (`invalid_transition`).
+Result<std::vector<CheckedTransition>> CheckTransitions(
+    const std::vector<RunTransitionCommand>& transitions);
+
 // The run-row update a transition decided.
 struct RunMove {
   RunStatus from;

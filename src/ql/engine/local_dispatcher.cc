@@ -166,21 +166,9 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   if (!handle.ok()) return fail("exec_spawn_failed", handle.status().message());
 
   const int64_t started = clock_.NowMs();
-  RunTransitionCommand running;
-  running.run_id = run.id;
-  running.expected_version = current.version;
-  running.run_to = Name(RunStatus::kRunning);
-  running.attempt_id = attempt.id;
-  running.expected_attempt_status = Name(AttemptStatus::kStarting);
-  running.attempt_to = Name(AttemptStatus::kRunning);
-  running.started_at_ms = started;
-  running.attempt_started_at_ms = started;
-  running.pid = (*handle)->pid();
+  RunTransitionCommand running = RunningTransition(run.id, current.version, attempt.id,
+                                                   (*handle)->pid(), "dispatcher", started);
   running.process_start_ticks = (*handle)->process_start_ticks();
-  running.events = {Event(AttemptEventType(AttemptStatus::kRunning), "dispatcher", attempt.id,
-                          {{"pid", (*handle)->pid()}}),
-                    Event(RunEventType(RunStatus::kRunning), "dispatcher", attempt.id)};
-  running.now_ms = started;
   Active entry{run.id, attempt.id, std::move(handle).value()};
   entry.log_cap_bytes = log_cap;
   Result<RunRecord> r = runs_.ApplyTransition(running);

@@ -87,6 +87,26 @@ bool IsLeaseFenceError(const Status& status) {
          r == "session_fenced" || r == "attempt_finished";
 }
 
+RunTransitionCommand RunningTransition(const std::string& run_id, int64_t run_version,
+                                       const std::string& attempt_id, int64_t pid,
+                                       const std::string& actor, int64_t now_ms) {
+  RunTransitionCommand t;
+  t.run_id = run_id;
+  t.expected_version = run_version;
+  t.run_to = Name(RunStatus::kRunning);
+  t.attempt_id = attempt_id;
+  t.expected_attempt_status = Name(AttemptStatus::kStarting);
+  t.attempt_to = Name(AttemptStatus::kRunning);
+  t.started_at_ms = now_ms;
+  t.attempt_started_at_ms = now_ms;
+  t.pid = pid;
+  t.events = {MakeRunEvent(AttemptEventType(AttemptStatus::kRunning), actor, attempt_id,
+                           {{"pid", pid}}),
+              MakeRunEvent(RunEventType(RunStatus::kRunning), actor, attempt_id)};
+  t.now_ms = now_ms;
+  return t;
+}
+
 NewEvent MakeRunEvent(std::string type, const std::string& actor,
                       std::optional<std::string> attempt_id, const nlohmann::json& payload) {
   NewEvent e;
@@ -113,22 +133,37 @@ RunSettlement::RunSettlement(RunRepository& runs, Clock& clock, RandomSource& ra
 
 Status RunSettlement::Finish(const std::string& run_id, const std::string& attempt_id,
                              const AttemptOutcome& outcome, const LeaseFence* lease,
-                             FinishRecord* recorded) {
+                             FinishRecord* recorded, std::optional<int64_t> started_pid) {
   // Two tries: a cancel intent may commit between our read and our write, and then it wins.
   for (int attempt_no = 0; attempt_no < 2; ++attempt_no) {
     QL_ASSIGN_OR_RETURN(auto read, runs_.GetRunWithAttempts(run_id));
-    const RunRecord& run = read.first;
-    const std::vector<AttemptRecord>& attempts = read.second;
+    RunRecord& run = read.first;
+    std::vector<AttemptRecord>& attempts = read.second;
     auto it = std::find_if(attempts.begin(), attempts.end(),
                            [&](const AttemptRecord& a) { return a.id == attempt_id; });
     if (it == attempts.end()) return NotFound("attempt_not_found", "attempt " + attempt_id);
-    const AttemptRecord& attempt = *it;
+    AttemptRecord& attempt = *it;
     std::optional<AttemptStatus> attempt_status = ParseAttemptStatus(attempt.status);
     std::optional<RunStatus> run_status = ParseRunStatus(run.status);
     if (!attempt_status || !run_status) {
       return Corrupt("status_invalid", "run " + run_id + " has an unknown status");
     }
     if (IsTerminal(*attempt_status)) return Status::Ok();  // recorded already
+
+    std::vector<RunTransitionCommand> steps;
+    if (started_pid.has_value() && *attempt_status == AttemptStatus::kStarting) {
+      // The start first, in the same transaction; the end is decided on the state it leaves.
+      steps.push_back(
+          RunningTransition(run.id, run.version, attempt.id, *started_pid, actor_, clock_.NowMs()));
+      if (lease != nullptr) steps.back().lease = *lease;
+      run.version += 1;
+      run.status = Name(RunStatus::kRunning);
+      run.started_at_ms = steps.back().started_at_ms;
+      attempt.status = Name(AttemptStatus::kRunning);
+      attempt.started_at_ms = steps.back().attempt_started_at_ms;
+      attempt.pid = started_pid;
+      attempt_status = AttemptStatus::kRunning;
+    }
 
     Mapping m = MapOutcome(outcome);
     if (run.cancel_requested_at_ms.has_value() && CancelWins(m.run_to)) {
@@ -173,7 +208,8 @@ Status RunSettlement::Finish(const std::string& run_id, const std::string& attem
               retry ? nlohmann::json{{"retry_at_ms", *t.retry_at_ms}} : nlohmann::json::object())};
     t.now_ms = now;
     if (lease != nullptr) t.lease = *lease;
-    Result<RunRecord> applied = runs_.ApplyTransition(t);
+    steps.push_back(std::move(t));
+    Result<RunRecord> applied = runs_.ApplyTransitions(steps);
     if (!applied.ok()) {
       // A lost race with a cancel intent is worth one more read; a broken lease fence is not.
       if (applied.status().code() == StatusCode::kConflict && attempt_no == 0 &&
@@ -182,6 +218,7 @@ Status RunSettlement::Finish(const std::string& run_id, const std::string& attem
       }
       return applied.status();
     }
+    if (steps.size() > 1) metrics_.Increment("ql_run_transitions_total", R"(to="running")");
     metrics_.Increment("ql_executor_exits_total",
                        "status=\"" + std::string(AttemptStatusName(m.attempt_to)) + "\"");
     metrics_.Increment("ql_run_transitions_total",

@@ -28,6 +28,12 @@ NewEvent MakeRunEvent(std::string type, const std::string& actor,
                       std::optional<std::string> attempt_id,
                       const nlohmann::json& payload = nlohmann::json::object());
 
+// The move of a starting attempt, and of its run at `run_version`, to running with `pid` at
+// `now_ms`, with the attempt.running {pid} and run.running events by `actor`.
+RunTransitionCommand RunningTransition(const std::string& run_id, int64_t run_version,
+                                       const std::string& attempt_id, int64_t pid,
+                                       const std::string& actor, int64_t now_ms);
+
 // Returns true for the errors of a broken lease fence (LeaseFence).
 bool IsLeaseFenceError(const Status& status);
 
@@ -49,10 +55,13 @@ class RunSettlement {
   // settles it (SettleLost). An attempt that is already terminal is left as it is (ok).
   // With `lease`, the final transition holds only under that remote worker's lease. With
   // `recorded`, receives the run's and the attempt's status when this call recorded the end
-  // (left untouched when the attempt had ended before).
+  // (left untouched when the attempt had ended before). With `started_pid`, an attempt still
+  // starting is first recorded running with that pid, in the same transaction as its end (a
+  // short command whose start is reported with its end).
   Status Finish(const std::string& run_id, const std::string& attempt_id,
                 const AttemptOutcome& outcome, const LeaseFence* lease = nullptr,
-                FinishRecord* recorded = nullptr);
+                FinishRecord* recorded = nullptr,
+                std::optional<int64_t> started_pid = std::nullopt);
 
   // Moves a lost run on: cancelled when a cancel intent exists, retry_wait when the policy
   // retries lost attempts and attempts remain, failed otherwise.

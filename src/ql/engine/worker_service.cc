@@ -314,13 +314,11 @@ Status WorkerService::Refused(const LeaseCall& call, std::string_view step, cons
   return error;
 }
 
-Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, int64_t pid,
-                                        const LeaseState* known) {
+Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, int64_t pid) {
   QL_ASSIGN_OR_RETURN(LeaseFence fence, Fence(call));
   const std::string_view step = to_running ? "running" : "starting";
   for (int tries = 0; tries < 3; ++tries) {
-    Result<LeaseState> state =
-        tries == 0 && known != nullptr ? *known : leases_.GetLeaseState(call.offer_id);
+    Result<LeaseState> state = leases_.GetLeaseState(call.offer_id);
     if (!state.ok()) return state.status();
     if (state->worker_id != call.worker_id) {
       return NotFound("lease_not_found", "no lease has offer id " + call.offer_id);
@@ -354,15 +352,9 @@ Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, 
           MakeRunEvent(AttemptEventType(AttemptStatus::kStarting), "worker", state->attempt_id)};
     } else {
       if (pid < 1) return InvalidArgument("invalid_argument", "pid must be a positive integer");
-      t.run_to = Name(RunStatus::kRunning);
-      t.expected_attempt_status = Name(AttemptStatus::kStarting);
-      t.attempt_to = Name(AttemptStatus::kRunning);
-      t.started_at_ms = now;
-      t.attempt_started_at_ms = now;
-      t.pid = pid;
-      t.events = {MakeRunEvent(AttemptEventType(AttemptStatus::kRunning), "worker",
-                               state->attempt_id, {{"pid", pid}}),
-                  MakeRunEvent(RunEventType(RunStatus::kRunning), "worker", state->attempt_id)};
+      t = RunningTransition(state->run_id, state->run_version, state->attempt_id, pid, "worker",
+                            now);
+      t.lease = fence;
     }
     Result<RunRecord> applied = runs_.ApplyTransition(t);
     if (applied.ok()) {
@@ -441,15 +433,12 @@ Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
                    Conflict("lease_fenced",
                             "lease " + call.offer_id + " is held by another session or token"));
   }
-  // A command that ended before its start was reported: the start is recorded first.
-  if (started_pid.has_value() &&
-      state.attempt_status == AttemptStatusName(AttemptStatus::kStarting)) {
-    QL_RETURN_IF_ERROR(Step(call, /*to_running=*/true, *started_pid, &state).status());
-  }
   // Finish leaves an attempt that already ended as it is; otherwise its transition holds only
-  // under the fence.
+  // under the fence. A command that ended before its start was reported is recorded running
+  // first, in the same transaction.
   FinishRecord recorded;
-  Status st = settlement_.Finish(state.run_id, state.attempt_id, outcome, &fence, &recorded);
+  Status st = settlement_.Finish(state.run_id, state.attempt_id, outcome, &fence, &recorded,
+                                 started_pid);
   if (!st.ok()) {
     if (IsLeaseFenceError(st)) return Refused(call, "complete", st);
     return st;

@@ -150,9 +150,7 @@ class WorkerService {
   // Applies one lease-fenced step; on a broken fence records a late call when the attempt has
   // ended, and returns the fence error.
   Status Refused(const LeaseCall& call, std::string_view step, const Status& error);
-  // `known`: the lease state the caller has just read, used for the first try.
-  Result<std::string> Step(const LeaseCall& call, bool to_running, int64_t pid,
-                           const LeaseState* known = nullptr);
+  Result<std::string> Step(const LeaseCall& call, bool to_running, int64_t pid);
   // Looks up the plan's secrets for a lease (errors of LookUpSecrets, or secret_unavailable
   // without a secret store).
   Result<std::vector<SealedVariable>> SealedSecretsOf(const std::string& project_id,

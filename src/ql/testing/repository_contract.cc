@@ -1289,6 +1289,62 @@ TEST_P(RepositoryContractTest, StaleVersionIsConflict) {
   EXPECT_EQ(after.version, running.version);
 }
 
+TEST_P(RepositoryContractTest, ATransitionSequenceIsAppliedWholeOrNotAtAll) {
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord queued, QueuedRun());
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> attempts,
+                          store().runs().ListAttempts(queued.id));
+  const std::string attempt_id = attempts[0].id;
+  RunTransitionCommand dispatch;
+  dispatch.run_id = queued.id;
+  dispatch.expected_version = queued.version;
+  dispatch.run_to = "dispatching";
+  dispatch.attempt_id = attempt_id;
+  dispatch.expected_attempt_status = "claimed";
+  dispatch.attempt_to = "starting";
+  dispatch.events = {NewEvent{"run.dispatching", "dispatcher", attempt_id, std::nullopt, "{}"}};
+  dispatch.now_ms = Now();
+  RunTransitionCommand start = dispatch;
+  start.expected_version = queued.version + 1;  // the version the dispatch leaves
+  start.run_to = "running";
+  start.expected_attempt_status = "starting";
+  start.attempt_to = "running";
+  start.pid = 4242;
+  start.events = {NewEvent{"run.running", "executor", attempt_id, std::nullopt, "{}"}};
+
+  // The second names a version the first does not leave: neither is applied.
+  RunTransitionCommand behind = start;
+  behind.expected_version = queued.version;
+  EXPECT_TRUE(HasError(store().runs().ApplyTransitions({dispatch, behind}), StatusCode::kConflict,
+                       "version_conflict"));
+  QL_ASSERT_OK_AND_ASSIGN(auto unchanged, store().runs().GetRunWithAttempts(queued.id));
+  EXPECT_EQ(unchanged.first.status, "queued");
+  EXPECT_EQ(unchanged.first.version, queued.version);
+  EXPECT_EQ(unchanged.second[0].status, "claimed");
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<EventRecord> before,
+                          store().runs().ListEvents(queued.id, 0, 100));
+
+  // In order, each on the state the one before left: both land, with their events.
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord running, store().runs().ApplyTransitions({dispatch, start}));
+  EXPECT_EQ(running.status, "running");
+  EXPECT_EQ(running.version, queued.version + 2);
+  QL_ASSERT_OK_AND_ASSIGN(auto after, store().runs().GetRunWithAttempts(queued.id));
+  EXPECT_EQ(after.second[0].status, "running");
+  EXPECT_EQ(after.second[0].pid, 4242);
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<EventRecord> events,
+                          store().runs().ListEvents(queued.id, 0, 100));
+  ASSERT_EQ(events.size(), before.size() + 2);
+  EXPECT_EQ(events[before.size()].type, "run.dispatching");
+  EXPECT_EQ(events[before.size() + 1].type, "run.running");
+
+  // A sequence of two runs, or of none, is refused before anything is read.
+  RunTransitionCommand other = start;
+  other.run_id = NewId();
+  EXPECT_TRUE(HasError(store().runs().ApplyTransitions({start, other}),
+                       StatusCode::kInvalidArgument, "invalid_transition"));
+  EXPECT_TRUE(HasError(store().runs().ApplyTransitions({}), StatusCode::kInvalidArgument,
+                       "invalid_transition"));
+}
+
 TEST_P(RepositoryContractTest, AttemptStatusIsComparedAndSet) {
   QL_ASSERT_OK_AND_ASSIGN(RunRecord queued, QueuedRun());
   QL_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> attempts,

@@ -197,85 +197,98 @@ Result<std::vector<EventRecord>> PostgresStore::ListEvents(const std::string& ru
 }
 
 Result<RunRecord> PostgresStore::ApplyTransition(const RunTransitionCommand& t) {
-  QL_ASSIGN_OR_RETURN(CheckedTransition checked, CheckTransitionCommand(t));
+  return ApplyTransitions({t});
+}
+
+Result<RunRecord> PostgresStore::ApplyTransitions(
+    const std::vector<RunTransitionCommand>& transitions) {
+  QL_ASSIGN_OR_RETURN(std::vector<CheckedTransition> checked, CheckTransitions(transitions));
   RunRecord out;
   QL_RETURN_IF_ERROR(Write("applying a run transition", [&](Tx& tx) -> Status {
-    // The run row stays locked to the end: a competing transition of the same run waits here
-    // and then reads the winner's version.
-    QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(tx, t.run_id, Lock::kUpdate));
-    if (t.lease.has_value()) {
-      QL_ASSIGN_OR_RETURN(pg::VerifiedLease lease, pg::VerifyLease(tx, *t.lease));
-      if (lease.attempt_id != t.attempt_id || lease.run_id != run.id) {
-        return Conflict("lease_fenced",
-                        Cat({"lease ", t.lease->offer_id, " is not a lease of this attempt"}));
-      }
+    for (size_t i = 0; i < transitions.size(); ++i) {
+      QL_ASSIGN_OR_RETURN(out, ApplyTransitionInTx(tx, transitions[i], checked[i]));
     }
-    QL_ASSIGN_OR_RETURN(RunMove move, DecideRunMove(run, t, checked));
-    std::optional<AttemptRecord> loaded_attempt;
-    if (t.attempt_id.has_value()) {
-      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(tx, *t.attempt_id));
-      loaded_attempt = attempt;
-      QL_ASSIGN_OR_RETURN(std::optional<AttemptMove> attempt_move,
-                          DecideAttemptMove(run, attempt, t, checked));
-      if (attempt_move.has_value()) {
-        QL_RETURN_IF_ERROR(ExecuteCas(
-            tx, attempt_move->on_miss,
-            "UPDATE run_attempts SET status = $1, pid = coalesce($2, pid), "
-            "process_start_ticks = coalesce($3, process_start_ticks), "
-            "log_path = coalesce($4, log_path), started_at_ms = coalesce($5, started_at_ms), "
-            "finished_at_ms = coalesce($6, finished_at_ms), exit_code = coalesce($7, exit_code), "
-            "error_code = coalesce($8, error_code), "
-            "error_summary = coalesce($9, error_summary) "
-            "WHERE id = $10 AND run_id = $11 AND status = $12",
-            {P(AttemptStatusName(attempt_move->next)), P(t.pid), P(t.process_start_ticks),
-             P(t.log_path), P(t.attempt_started_at_ms), P(attempt_move->finished_at_ms),
-             P(t.attempt_exit_code), P(t.attempt_error_code), P(t.attempt_error_summary),
-             P(attempt->id), P(run.id), P(AttemptStatusName(attempt_move->current))}));
-        if (IsTerminal(attempt_move->next)) {
-          QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, attempt->id, t.now_ms));
-        }
-      }
-    }
-
-    if (t.new_attempt_id.has_value()) {
-      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(tx, run.id));
-      QL_ASSIGN_OR_RETURN(int number, DecideNewAttempt(run, latest));
-      QL_RETURN_IF_ERROR(Execute(tx,
-                                 "INSERT INTO run_attempts (id, run_id, attempt, status, "
-                                 "executor_type, callback_sequence, created_at_ms) "
-                                 "VALUES ($1, $2, $3, 'claimed', $4, 0, $5)",
-                                 {P(*t.new_attempt_id), P(run.id), P(number),
-                                  P(latest->executor_type), P(t.now_ms)}));
-    }
-
-    // The attempt read above (its UPDATE also matched the run) needs no second look-up.
-    const std::optional<std::string> verified_attempt =
-        loaded_attempt.has_value() && loaded_attempt->run_id == run.id
-            ? std::optional<std::string>(loaded_attempt->id)
-            : std::nullopt;
-    QL_RETURN_IF_ERROR(InsertEvents(tx, run.id, run.event_sequence, checked.events,
-                                    verified_attempt, t.now_ms));
-    const int64_t sequence = run.event_sequence + static_cast<int64_t>(checked.events.size());
-
-    static const std::string kUpdateRun = Cat(
-        {"UPDATE runs r SET status = $1, version = version + 1, event_sequence = $2, "
-         "queued_at_ms = coalesce($3, queued_at_ms), started_at_ms = coalesce($4, started_at_ms), "
-         "finished_at_ms = coalesce($5, finished_at_ms), retry_at_ms = coalesce($6, retry_at_ms), "
-         "exit_code = coalesce($7, exit_code), error_code = coalesce($8, error_code), "
-         "error_summary = coalesce($9, error_summary) WHERE r.id = $10 AND r.version = $11 "
-         "RETURNING ",
-         kRunColumns});
-    QL_ASSIGN_OR_RETURN(
-        Rows updated,
-        tx.Exec(kUpdateRun,
-                {P(RunStatusName(move.next)), P(sequence), P(move.queued_at_ms),
-                 P(t.started_at_ms), P(move.finished_at_ms), P(t.retry_at_ms), P(t.exit_code),
-                 P(t.error_code), P(t.error_summary), P(run.id), P(t.expected_version)}));
-    if (updated.empty()) return move.on_miss;
-    out = ReadRun(updated, 0);
-    return updated.status();
+    return Status();
   }));
   return out;
+}
+
+Result<RunRecord> PostgresStore::ApplyTransitionInTx(Tx& tx, const RunTransitionCommand& t,
+                                                     const CheckedTransition& checked) {
+  // The run row stays locked to the end: a competing transition of the same run waits here
+  // and then reads the winner's version.
+  QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(tx, t.run_id, Lock::kUpdate));
+  if (t.lease.has_value()) {
+    QL_ASSIGN_OR_RETURN(pg::VerifiedLease lease, pg::VerifyLease(tx, *t.lease));
+    if (lease.attempt_id != t.attempt_id || lease.run_id != run.id) {
+      return Conflict("lease_fenced",
+                      Cat({"lease ", t.lease->offer_id, " is not a lease of this attempt"}));
+    }
+  }
+  QL_ASSIGN_OR_RETURN(RunMove move, DecideRunMove(run, t, checked));
+  std::optional<AttemptRecord> loaded_attempt;
+  if (t.attempt_id.has_value()) {
+    QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(tx, *t.attempt_id));
+    loaded_attempt = attempt;
+    QL_ASSIGN_OR_RETURN(std::optional<AttemptMove> attempt_move,
+                        DecideAttemptMove(run, attempt, t, checked));
+    if (attempt_move.has_value()) {
+      QL_RETURN_IF_ERROR(ExecuteCas(
+          tx, attempt_move->on_miss,
+          "UPDATE run_attempts SET status = $1, pid = coalesce($2, pid), "
+          "process_start_ticks = coalesce($3, process_start_ticks), "
+          "log_path = coalesce($4, log_path), started_at_ms = coalesce($5, started_at_ms), "
+          "finished_at_ms = coalesce($6, finished_at_ms), exit_code = coalesce($7, exit_code), "
+          "error_code = coalesce($8, error_code), "
+          "error_summary = coalesce($9, error_summary) "
+          "WHERE id = $10 AND run_id = $11 AND status = $12",
+          {P(AttemptStatusName(attempt_move->next)), P(t.pid), P(t.process_start_ticks),
+           P(t.log_path), P(t.attempt_started_at_ms), P(attempt_move->finished_at_ms),
+           P(t.attempt_exit_code), P(t.attempt_error_code), P(t.attempt_error_summary),
+           P(attempt->id), P(run.id), P(AttemptStatusName(attempt_move->current))}));
+      if (IsTerminal(attempt_move->next)) {
+        QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, attempt->id, t.now_ms));
+      }
+    }
+  }
+
+  if (t.new_attempt_id.has_value()) {
+    QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(tx, run.id));
+    QL_ASSIGN_OR_RETURN(int number, DecideNewAttempt(run, latest));
+    QL_RETURN_IF_ERROR(Execute(tx,
+                               "INSERT INTO run_attempts (id, run_id, attempt, status, "
+                               "executor_type, callback_sequence, created_at_ms) "
+                               "VALUES ($1, $2, $3, 'claimed', $4, 0, $5)",
+                               {P(*t.new_attempt_id), P(run.id), P(number),
+                                P(latest->executor_type), P(t.now_ms)}));
+  }
+
+  // The attempt read above (its UPDATE also matched the run) needs no second look-up.
+  const std::optional<std::string> verified_attempt =
+      loaded_attempt.has_value() && loaded_attempt->run_id == run.id
+          ? std::optional<std::string>(loaded_attempt->id)
+          : std::nullopt;
+  QL_RETURN_IF_ERROR(InsertEvents(tx, run.id, run.event_sequence, checked.events,
+                                  verified_attempt, t.now_ms));
+  const int64_t sequence = run.event_sequence + static_cast<int64_t>(checked.events.size());
+
+  static const std::string kUpdateRun = Cat(
+      {"UPDATE runs r SET status = $1, version = version + 1, event_sequence = $2, "
+       "queued_at_ms = coalesce($3, queued_at_ms), started_at_ms = coalesce($4, started_at_ms), "
+       "finished_at_ms = coalesce($5, finished_at_ms), retry_at_ms = coalesce($6, retry_at_ms), "
+       "exit_code = coalesce($7, exit_code), error_code = coalesce($8, error_code), "
+       "error_summary = coalesce($9, error_summary) WHERE r.id = $10 AND r.version = $11 "
+       "RETURNING ",
+       kRunColumns});
+  QL_ASSIGN_OR_RETURN(
+      Rows updated,
+      tx.Exec(kUpdateRun,
+              {P(RunStatusName(move.next)), P(sequence), P(move.queued_at_ms),
+               P(t.started_at_ms), P(move.finished_at_ms), P(t.retry_at_ms), P(t.exit_code),
+               P(t.error_code), P(t.error_summary), P(run.id), P(t.expected_version)}));
+  if (updated.empty()) return move.on_miss;
+  QL_RETURN_IF_ERROR(updated.status());
+  return ReadRun(updated, 0);
 }
 
 Result<EventRecord> PostgresStore::AppendEvent(const std::string& run_id, const NewEvent& event,

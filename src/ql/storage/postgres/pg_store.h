@@ -32,6 +32,8 @@
 
 namespace ql {
 
+struct CheckedTransition;  // ql/core/store_commands.h
+
 struct PostgresStoreOptions {
   pg::PoolOptions runtime;               // connects as ql3_runtime
   std::optional<pg::PoolOptions> admin;  // connects as ql3_admin; management writes need it
@@ -127,6 +129,8 @@ class PostgresStore final : public Store,
   Result<std::vector<EventRecord>> ListEvents(const std::string& run_id, int64_t after_sequence,
                                               int limit) override;
   Result<RunRecord> ApplyTransition(const RunTransitionCommand& transition) override;
+  Result<RunRecord> ApplyTransitions(
+      const std::vector<RunTransitionCommand>& transitions) override;
   Result<EventRecord> AppendEvent(const std::string& run_id, const NewEvent& event,
                                   int64_t now_ms) override;
   Result<RunRecord> RequestCancel(const std::string& run_id, const std::string& reason,
@@ -142,6 +146,9 @@ class PostgresStore final : public Store,
  private:
   PostgresStore(std::unique_ptr<pg::Pool> runtime, std::unique_ptr<pg::Pool> admin);
 
+  // One transition of ApplyTransitions, in its transaction.
+  Result<RunRecord> ApplyTransitionInTx(pg::Tx& tx, const RunTransitionCommand& t,
+                                        const CheckedTransition& checked);
   // Runs `body` in a READ ONLY transaction on the runtime pool.
   Status Read(std::string_view operation, const std::function<Status(pg::Tx&)>& body);
   // Runs `body` in a read-write transaction on the runtime pool.

@@ -198,67 +198,81 @@ Result<std::vector<EventRecord>> SqliteStore::ListEvents(const std::string& run_
 }
 
 Result<RunRecord> SqliteStore::ApplyTransition(const RunTransitionCommand& t) {
-  if (t.lease.has_value()) {
-    return InvalidArgument("lease_unsupported",
-                           "the embedded store runs attempts locally and has no worker leases");
+  return ApplyTransitions({t});
+}
+
+Result<RunRecord> SqliteStore::ApplyTransitions(
+    const std::vector<RunTransitionCommand>& transitions) {
+  for (const RunTransitionCommand& t : transitions) {
+    if (t.lease.has_value()) {
+      return InvalidArgument("lease_unsupported",
+                             "the embedded store runs attempts locally and has no worker leases");
+    }
   }
-  QL_ASSIGN_OR_RETURN(CheckedTransition checked, CheckTransitionCommand(t));
+  QL_ASSIGN_OR_RETURN(std::vector<CheckedTransition> checked, CheckTransitions(transitions));
   RunRecord out;
   QL_RETURN_IF_ERROR(db_->Transact(TxMode::kWrite, "applying a run transition", [&](Tx&) -> Status {
-    QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(*db_, t.run_id));
-    QL_ASSIGN_OR_RETURN(RunMove move, DecideRunMove(run, t, checked));
-    if (t.attempt_id.has_value()) {
-      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(*db_, *t.attempt_id));
-      QL_ASSIGN_OR_RETURN(std::optional<AttemptMove> attempt_move,
-                          DecideAttemptMove(run, attempt, t, checked));
-      if (attempt_move.has_value()) {
-        static const std::string kUpdateAttempt =
-            "UPDATE run_attempts SET status = ?, pid = coalesce(?, pid), "
-            "process_start_ticks = coalesce(?, process_start_ticks), "
-            "log_path = coalesce(?, log_path), started_at_ms = coalesce(?, started_at_ms), "
-            "finished_at_ms = coalesce(?, finished_at_ms), exit_code = coalesce(?, exit_code), "
-            "error_code = coalesce(?, error_code), error_summary = coalesce(?, error_summary) "
-            "WHERE id = ? AND run_id = ? AND status = ?";
-        QL_RETURN_IF_ERROR(ExecuteCas(
-            *db_, attempt_move->on_miss, kUpdateAttempt, AttemptStatusName(attempt_move->next),
-            t.pid, t.process_start_ticks, t.log_path, t.attempt_started_at_ms,
-            attempt_move->finished_at_ms, t.attempt_exit_code, t.attempt_error_code,
-            t.attempt_error_summary, attempt->id, run.id,
-            AttemptStatusName(attempt_move->current)));
-      }
+    for (size_t i = 0; i < transitions.size(); ++i) {
+      QL_ASSIGN_OR_RETURN(out, ApplyTransitionInTx(transitions[i], checked[i]));
     }
-
-    if (t.new_attempt_id.has_value()) {
-      QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(*db_, run.id));
-      QL_ASSIGN_OR_RETURN(int number, DecideNewAttempt(run, latest));
-      QL_RETURN_IF_ERROR(Execute(*db_,
-                                 "INSERT INTO run_attempts (id, run_id, attempt, status, "
-                                 "executor_type, callback_sequence, created_at_ms) "
-                                 "VALUES (?, ?, ?, 'claimed', ?, 0, ?)",
-                                 *t.new_attempt_id, run.id, number, latest->executor_type,
-                                 t.now_ms));
-    }
-
-    int64_t sequence = run.event_sequence;
-    for (const PreparedEvent& event : checked.events) {
-      QL_RETURN_IF_ERROR(
-          InsertEvent(*db_, run.id, ++sequence, *event.event, event.payload, t.now_ms));
-    }
-
-    static const std::string kUpdateRun =
-        "UPDATE runs SET status = ?, version = version + 1, event_sequence = ?, "
-        "queued_at_ms = coalesce(?, queued_at_ms), started_at_ms = coalesce(?, started_at_ms), "
-        "finished_at_ms = coalesce(?, finished_at_ms), retry_at_ms = coalesce(?, retry_at_ms), "
-        "exit_code = coalesce(?, exit_code), error_code = coalesce(?, error_code), "
-        "error_summary = coalesce(?, error_summary) WHERE id = ? AND version = ?";
-    QL_RETURN_IF_ERROR(ExecuteCas(*db_, move.on_miss, kUpdateRun, RunStatusName(move.next),
-                                  sequence, move.queued_at_ms, t.started_at_ms,
-                                  move.finished_at_ms, t.retry_at_ms, t.exit_code, t.error_code,
-                                  t.error_summary, run.id, t.expected_version));
-    QL_ASSIGN_OR_RETURN(out, RequireRun(*db_, run.id));
     return Status();
   }));
   return out;
+}
+
+Result<RunRecord> SqliteStore::ApplyTransitionInTx(const RunTransitionCommand& t,
+                                                   const CheckedTransition& checked) {
+  QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(*db_, t.run_id));
+  QL_ASSIGN_OR_RETURN(RunMove move, DecideRunMove(run, t, checked));
+  if (t.attempt_id.has_value()) {
+    QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(*db_, *t.attempt_id));
+    QL_ASSIGN_OR_RETURN(std::optional<AttemptMove> attempt_move,
+                        DecideAttemptMove(run, attempt, t, checked));
+    if (attempt_move.has_value()) {
+      static const std::string kUpdateAttempt =
+          "UPDATE run_attempts SET status = ?, pid = coalesce(?, pid), "
+          "process_start_ticks = coalesce(?, process_start_ticks), "
+          "log_path = coalesce(?, log_path), started_at_ms = coalesce(?, started_at_ms), "
+          "finished_at_ms = coalesce(?, finished_at_ms), exit_code = coalesce(?, exit_code), "
+          "error_code = coalesce(?, error_code), error_summary = coalesce(?, error_summary) "
+          "WHERE id = ? AND run_id = ? AND status = ?";
+      QL_RETURN_IF_ERROR(ExecuteCas(
+          *db_, attempt_move->on_miss, kUpdateAttempt, AttemptStatusName(attempt_move->next),
+          t.pid, t.process_start_ticks, t.log_path, t.attempt_started_at_ms,
+          attempt_move->finished_at_ms, t.attempt_exit_code, t.attempt_error_code,
+          t.attempt_error_summary, attempt->id, run.id,
+          AttemptStatusName(attempt_move->current)));
+    }
+  }
+
+  if (t.new_attempt_id.has_value()) {
+    QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> latest, LoadLatestAttempt(*db_, run.id));
+    QL_ASSIGN_OR_RETURN(int number, DecideNewAttempt(run, latest));
+    QL_RETURN_IF_ERROR(Execute(*db_,
+                               "INSERT INTO run_attempts (id, run_id, attempt, status, "
+                               "executor_type, callback_sequence, created_at_ms) "
+                               "VALUES (?, ?, ?, 'claimed', ?, 0, ?)",
+                               *t.new_attempt_id, run.id, number, latest->executor_type,
+                               t.now_ms));
+  }
+
+  int64_t sequence = run.event_sequence;
+  for (const PreparedEvent& event : checked.events) {
+    QL_RETURN_IF_ERROR(
+        InsertEvent(*db_, run.id, ++sequence, *event.event, event.payload, t.now_ms));
+  }
+
+  static const std::string kUpdateRun =
+      "UPDATE runs SET status = ?, version = version + 1, event_sequence = ?, "
+      "queued_at_ms = coalesce(?, queued_at_ms), started_at_ms = coalesce(?, started_at_ms), "
+      "finished_at_ms = coalesce(?, finished_at_ms), retry_at_ms = coalesce(?, retry_at_ms), "
+      "exit_code = coalesce(?, exit_code), error_code = coalesce(?, error_code), "
+      "error_summary = coalesce(?, error_summary) WHERE id = ? AND version = ?";
+  QL_RETURN_IF_ERROR(ExecuteCas(*db_, move.on_miss, kUpdateRun, RunStatusName(move.next),
+                                sequence, move.queued_at_ms, t.started_at_ms,
+                                move.finished_at_ms, t.retry_at_ms, t.exit_code, t.error_code,
+                                t.error_summary, run.id, t.expected_version));
+  return RequireRun(*db_, run.id);
 }
 
 Result<EventRecord> SqliteStore::AppendEvent(const std::string& run_id, const NewEvent& event,

@@ -22,6 +22,8 @@
 
 namespace ql {
 
+struct CheckedTransition;  // ql/core/store_commands.h
+
 namespace sqlite {
 class Db;
 }  // namespace sqlite
@@ -157,6 +159,8 @@ class SqliteStore final : public Store,
   Result<std::vector<EventRecord>> ListEvents(const std::string& run_id, int64_t after_sequence,
                                               int limit) override;
   Result<RunRecord> ApplyTransition(const RunTransitionCommand& transition) override;
+  Result<RunRecord> ApplyTransitions(
+      const std::vector<RunTransitionCommand>& transitions) override;
   Result<EventRecord> AppendEvent(const std::string& run_id, const NewEvent& event,
                                   int64_t now_ms) override;
   Result<RunRecord> RequestCancel(const std::string& run_id, const std::string& reason,
@@ -171,6 +175,10 @@ class SqliteStore final : public Store,
 
  private:
   explicit SqliteStore(std::unique_ptr<sqlite::Db> db);
+
+  // One transition of ApplyTransitions, inside its transaction.
+  Result<RunRecord> ApplyTransitionInTx(const RunTransitionCommand& t,
+                                        const CheckedTransition& checked);
 
   // The policy fence of a command (no-op without one), inside the caller's transaction.
   Status Fence(const std::optional<PolicyFence>& fence, const std::string& project_id);
