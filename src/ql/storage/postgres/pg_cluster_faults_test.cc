@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -28,12 +29,14 @@
 
 #include "ql/core/clock.h"
 #include "ql/core/ids.h"
+#include "ql/engine/cluster_recovery.h"
 #include "ql/engine/cluster_scheduler.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/metrics.h"
 #include "ql/engine/round_loop.h"
 #include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_client.h"
+#include "ql/storage/postgres/pg_cluster_recovery.h"
 #include "ql/storage/postgres/pg_cluster_schedules.h"
 #include "ql/storage/postgres/pg_migrations.h"
 #include "ql/storage/postgres/pg_store.h"
@@ -838,31 +841,63 @@ TEST_P(ClusterFaultsTest, ALostCommitReplyOfAnAdmissionConvergesToOneRunPerOccur
 // ---------------------------------------------------------------------------------------------
 // Test 5: physical failover with a claim held across the promotion.
 
-class ClusterFailoverTest : public ::testing::TestWithParam<AdmissionIsolation> {};
+// Each test starts a primary of its own that streams its WAL, and a standby of it.
+class ClusterFailoverTest : public ::testing::TestWithParam<AdmissionIsolation> {
+ protected:
+  // The primary with the roles and the schema, then a streaming standby of it.
+  void StartPrimaryAndStandby() {
+    ::setenv(pg::kAllowInsecureEnv, "true", 1);
+    PostgresServerOptions server_options;
+    server_options.replication = true;
+    Result<std::unique_ptr<PostgresServer>> started = PostgresServer::Start(server_options);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    primary_ = std::move(started).value();
+    ASSERT_TRUE(
+        primary_->PsqlFile("postgres", std::string(QL_SOURCE_DIR) + "/deploy/postgres/roles.sql")
+            .ok());
+    ::ql::testing::FakeClock clock;
+    Result<pg::MigrateReport> migrated =
+        pg::Migrate(primary_->Url(pg::kMigrationRole, db), clock);
+    ASSERT_TRUE(migrated.ok()) << migrated.status().ToString();
+    Result<std::unique_ptr<PostgresServer>> standby = PostgresServer::StartStandby(*primary_);
+    ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+    standby_ = std::move(standby).value();
+  }
+
+  // Promotes the standby and waits until it has left recovery; returns a probe on it, or null
+  // after a failure.
+  std::unique_ptr<Probe> PromoteStandby() {
+    Status promoted = standby_->Promote();
+    if (!promoted.ok()) {
+      ADD_FAILURE() << promoted.ToString();
+      return nullptr;
+    }
+    std::unique_ptr<Probe> probe = Probe::Open(standby_->Url(PostgresServer::kSuperuser, db));
+    if (probe == nullptr) return nullptr;
+    if (!WaitFor(
+            [&] {
+              Result<Table> in_recovery =
+                  probe->Query("SELECT CASE WHEN pg_is_in_recovery() THEN 't' ELSE 'f' END", 1);
+              return in_recovery.ok() && (*in_recovery)[0][0] == "f";
+            },
+            30'000, 100)) {
+      ADD_FAILURE() << "the promoted standby never left recovery";
+      return nullptr;
+    }
+    return probe;
+  }
+
+  const std::string db = "qinglong";
+  std::unique_ptr<PostgresServer> primary_;
+  std::unique_ptr<PostgresServer> standby_;
+};
 
 TEST_P(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAdmitsTheRest) {
-  ::setenv(pg::kAllowInsecureEnv, "true", 1);
   Phases phases("failover");
-  PostgresServerOptions server_options;
-  server_options.replication = true;
-  Result<std::unique_ptr<PostgresServer>> started = PostgresServer::Start(server_options);
-  ASSERT_TRUE(started.ok()) << started.status().ToString();
-  std::unique_ptr<PostgresServer> primary = std::move(started).value();
-  phases.Mark("primary");
-  const std::string db = "qinglong";
-  ASSERT_TRUE(
-      primary->PsqlFile("postgres", std::string(QL_SOURCE_DIR) + "/deploy/postgres/roles.sql")
-          .ok());
-  {
-    ::ql::testing::FakeClock clock;
-    Result<pg::MigrateReport> migrated = pg::Migrate(primary->Url(pg::kMigrationRole, db), clock);
-    ASSERT_TRUE(migrated.ok()) << migrated.status().ToString();
-  }
-  phases.Mark("roles_and_migrate");
-  Result<std::unique_ptr<PostgresServer>> standby_started = PostgresServer::StartStandby(*primary);
-  ASSERT_TRUE(standby_started.ok()) << standby_started.status().ToString();
-  std::unique_ptr<PostgresServer> standby = std::move(standby_started).value();
-  phases.Mark("standby");
+  ASSERT_NO_FATAL_FAILURE(StartPrimaryAndStandby());
+  phases.Mark("primary_and_standby");
+  PostgresServer* primary = primary_.get();
+  PostgresServer* standby = standby_.get();
   // A standby is not ready for a replica: the audit names it as such.
   const auto audit_standby = [&]() -> Status {
     Result<std::unique_ptr<pg::Connection>> conn =
@@ -923,17 +958,8 @@ TEST_P(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAd
   ASSERT_TRUE(primary->Stop().ok());
   p->Stop();
   const int64_t promote_started = SteadyMs();
-  ASSERT_TRUE(standby->Promote().ok());
-  std::unique_ptr<Probe> probe = Probe::Open(standby->Url(PostgresServer::kSuperuser, db));
+  std::unique_ptr<Probe> probe = PromoteStandby();
   ASSERT_NE(probe, nullptr);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        Result<Table> in_recovery =
-            probe->Query("SELECT CASE WHEN pg_is_in_recovery() THEN 't' ELSE 'f' END", 1);
-        return in_recovery.ok() && (*in_recovery)[0][0] == "f";
-      },
-      30'000, 100))
-      << "the promoted standby never left recovery";
   const int64_t promote_took = SteadyMs() - promote_started;
   phases.Mark("stop_and_promote");
   const int64_t promoted_at = probe->NowMs();
@@ -995,6 +1021,133 @@ TEST_P(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAd
             << "ms readings_before_expiry=" << watch.readings_before_expiry
             << " unclaimed_admitted_before_expiry=" << admitted_before_expiry << "/" << unclaimed
             << " takeover_after_expiry=" << takeover_ms << "ms runs=" << runs << "\n";
+}
+
+// Test 6 (ADR-0105's HA drill): a replica loses the COMMIT reply of admissions that did commit;
+// the committed facts reach the standby by WAL replay; the primary dies and the standby is
+// promoted; a fresh control plane's startup recovery on the new primary leaves every admitted
+// run to the dispatcher (pristine queued runs with their claimed attempt are not abandoned
+// work), and fresh replicas admit the rest: one run per occurrence, none admitted twice.
+TEST_P(ClusterFailoverTest, LostCommitRepliesReplayedOnAPromotedStandbyStayAdmittedOnceThroughRecovery) {
+  Phases phases("lost-commit-failover");
+  ASSERT_NO_FATAL_FAILURE(StartPrimaryAndStandby());
+  phases.Mark("primary_and_standby");
+  PostgresServer* primary = primary_.get();
+  PostgresServer* standby = standby_.get();
+
+  std::vector<std::string> triggers;
+  {
+    std::unique_ptr<Publisher> publisher =
+        Publisher::Open(primary->Url(pg::kRuntimeRole, db), primary->Url(pg::kAdminRole, db));
+    ASSERT_NE(publisher, nullptr);
+    triggers = publisher->PublishEverySecond(20);
+    ASSERT_EQ(triggers.size(), 20u);
+  }
+  std::unique_ptr<Probe> old_primary_probe =
+      Probe::Open(primary->Url(PostgresServer::kSuperuser, db));
+  ASSERT_NE(old_primary_probe, nullptr);
+
+  // Replica P admits on the primary; once warmed up it loses the reply of every other
+  // admission COMMIT: the runs and cursors are committed, P sees the outcome as unknown.
+  std::unique_ptr<Replica> p =
+      Replica::Open("replica-p", primary->Url(pg::kRuntimeRole, db), 2000, GetParam());
+  ASSERT_NE(p, nullptr);
+  p->Start();
+  ASSERT_TRUE(WaitFor([&] { return WarmedUp(*old_primary_probe); }, kWarmUpWaitMs));
+  phases.Mark("warm_up");
+  std::atomic<int64_t> commits{0};
+  std::atomic<int64_t> lost{0};
+  p->pool().SetCommitFaultForTesting([&](std::string_view operation) -> Status {
+    if (operation != kAdmissionOp) return Status::Ok();
+    if (commits.fetch_add(1) % 2 != 0) return Status::Ok();
+    ++lost;
+    return pg::StatusFromPg("", "", true, operation, pg::PgPhase::kCommit);
+  });
+  ASSERT_TRUE(WaitFor([&] { return lost.load() >= 4; }, 30'000));
+  p->Stop();
+  p->pool().SetCommitFaultForTesting(nullptr);
+  phases.Mark("lost_replies");
+  const int64_t runs_on_primary = old_primary_probe->Int("SELECT count(*)::text FROM ql3.runs");
+  const int64_t unseen_on_primary = runs_on_primary - p->admitted();
+  EXPECT_GT(unseen_on_primary, 0) << "no lost reply hid a committed run";
+
+  // Every committed fact, the ones behind lost replies included, is replayed on the standby
+  // before the primary goes away.
+  Result<std::string> primary_lsn = primary->Psql(db, "SELECT pg_current_wal_lsn();");
+  ASSERT_TRUE(primary_lsn.ok()) << primary_lsn.status().ToString();
+  std::string lsn = *primary_lsn;
+  while (!lsn.empty() && std::isspace(static_cast<unsigned char>(lsn.back()))) lsn.pop_back();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Result<std::string> replayed = standby->Psql(
+            db, "SELECT pg_last_wal_replay_lsn() >= '" + lsn + "'::pg_lsn;");
+        return replayed.ok() && replayed->rfind('t', 0) == 0;
+      },
+      20'000, 100))
+      << "the standby did not replay the primary's WAL up to " << lsn;
+  old_primary_probe.reset();
+  ASSERT_TRUE(primary->Stop().ok());
+  std::unique_ptr<Probe> probe = PromoteStandby();
+  ASSERT_NE(probe, nullptr);
+  phases.Mark("replay_and_promote");
+  EXPECT_EQ(probe->Int("SELECT count(*)::text FROM ql3.runs"), runs_on_primary)
+      << "the new primary does not hold every run the old one committed";
+
+  // A fresh control plane's startup recovery on the new primary: nothing the replica
+  // admitted — whether or not it saw the COMMIT — is abandoned work.
+  {
+    PostgresStoreOptions options;
+    options.runtime.url = standby->Url(pg::kRuntimeRole, db);
+    options.runtime.max_connections = 2;
+    Result<std::unique_ptr<PostgresStore>> store = PostgresStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    Result<std::unique_ptr<pg::Connection>> conn =
+        pg::Connection::Open(standby->Url(pg::kRuntimeRole, db), {});
+    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+    EXPECT_TRUE(pg::AuditReadiness(**conn).ok()) << "the promoted standby is not ready";
+    PostgresClusterRecovery source((*store)->runtime_pool());
+    Metrics metrics;
+    ClusterRecovery recovery(source, (*store)->runs(), SystemClock(), SecureRandom(), metrics);
+    Result<RecoveryReport> report = recovery.RunOnce();
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(report->errors, 0) << report->first_error.ToString();
+    EXPECT_EQ(report->candidates, 0) << "startup recovery took pristine admissions for abandoned";
+    EXPECT_EQ(report->lost + report->settled + report->requeued + report->stuck, 0);
+  }
+  phases.Mark("startup_recovery");
+
+  // Fresh replicas on the new primary take over P's claims after their expiry and admit on.
+  const int64_t promoted_at = probe->NowMs();
+  Replicas replicas;
+  for (const char* owner : {"replica-q", "replica-r"}) {
+    std::unique_ptr<Replica> replica =
+        Replica::Open(owner, standby->Url(pg::kRuntimeRole, db), 2000, GetParam());
+    ASSERT_NE(replica, nullptr);
+    replica->Start();
+    replicas.push_back(std::move(replica));
+  }
+  SleepMs(4000);
+  const int64_t through = probe->DueSecond();
+  ExpectCaughtUp(*probe, through);
+  phases.Mark("catch_up");
+  StopAll(replicas);
+  Report("lost-commit-failover", replicas);
+  std::cout << "[lost-commit-failover] " << p->Summary() << "\n";
+
+  const int64_t runs = ExpectExactlyOncePerOccurrence(*probe, triggers.size(), through);
+  EXPECT_EQ(probe->Int("SELECT count(*)::text FROM ql3.trigger_schedules WHERE claim_owner = "
+                       "'replica-p'"),
+            0)
+      << "a claim of the failed replica was never cleared";
+  EXPECT_EQ(probe->Int("SELECT count(*)::text FROM ql3.runs WHERE created_at_ms >= $1",
+                       {pg::P(promoted_at)}),
+            TotalAdmitted(replicas));
+  EXPECT_EQ(runs, runs_on_primary + TotalAdmitted(replicas));
+  for (const auto& r : replicas) EXPECT_EQ(r->skipped(), 0) << r->owner();
+  EXPECT_EQ(p->skipped(), 0);
+  std::cout << "[lost-commit-failover] p_commits=" << commits.load() << " lost=" << lost.load()
+            << " unseen_on_primary=" << unseen_on_primary << " runs_on_primary=" << runs_on_primary
+            << " runs=" << runs << "\n";
 }
 
 std::string IsolationName(const ::testing::TestParamInfo<AdmissionIsolation>& info) {
