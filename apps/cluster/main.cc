@@ -62,16 +62,23 @@ struct AuditCommand {
   UrlSource runtime{"", "", "QL3_DATABASE_URL", "--database-url"};
   UrlSource admin{"", "", "", "--admin-database-url"};
   UrlSource worker{"", "", "", "--worker-database-url"};
+  std::string admission_isolation = "read-committed";
 };
 
 int Audit(const AuditCommand& command) {
+  if (command.admission_isolation != "serializable" &&
+      command.admission_isolation != "read-committed") {
+    return Fail(InvalidArgument("invalid_admission_isolation",
+                                "--admission-isolation must be serializable or read-committed"));
+  }
   Result<std::string> url = ResolveDatabaseUrl(command.runtime);
   if (!url.ok()) return Fail(url.status());
   Result<std::string> admin = ResolveOptionalDatabaseUrl(command.admin);
   if (!admin.ok()) return Fail(admin.status());
   Result<std::string> worker = ResolveOptionalDatabaseUrl(command.worker);
   if (!worker.ok()) return Fail(worker.status());
-  pg::ReadinessProbe probe(pg::ReadinessUrls{*url, *admin, *worker}, "qinglong-audit");
+  pg::ReadinessProbe probe(pg::ReadinessUrls{*url, *admin, *worker}, "qinglong-audit",
+                           command.admission_isolation == "serializable");
   Status status = probe.Check();
   if (status.ok()) {
     std::cout << "ready\n";
@@ -272,6 +279,9 @@ int Main(int argc, char** argv) {
                     "also check that this URL logs in as ql3_admin");
   audit->add_option("--worker-database-url", audit_command.worker.flag_value,
                     "also check that this URL logs in as ql3_worker_ingress");
+  audit->add_option("--admission-isolation", audit_command.admission_isolation,
+                    "read-committed (default) or serializable: serializable also checks the "
+                    "server's predicate-lock settings");
 
   UrlSource catalog_url{"", "", "QL3_DATABASE_URL", "--database-url"};
   CLI::App* catalog = app.add_subcommand(

@@ -193,7 +193,8 @@ int Serve(const ServeConfig& config) {
   // The readiness audit, as the runtime role, and the roles of the other URLs, before anything
   // else touches the schema.
   pg::ReadinessProbe readiness(pg::ReadinessUrls{*runtime_url, *admin_url, *worker_url},
-                               "qinglong-readiness");
+                               "qinglong-readiness",
+                               config.admission_isolation == "serializable");
   if (Status audit = readiness.Check(); !audit.ok()) {
     if (audit.code() == StatusCode::kCorrupt) {
       std::cout << "not ready: " << audit.reason() << ": " << audit.message() << "\n";

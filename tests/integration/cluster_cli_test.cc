@@ -6,6 +6,8 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <chrono>
 
 #include "harness.h"
 #include "ql/testing/postgres_server.h"
@@ -109,6 +111,44 @@ TEST_F(ClusterCliTest, DriftIsNotReadyWithItsStableCode) {
   EXPECT_EQ(Cluster({"audit", "--database-url", Url("ql3_runtime")}).exit_code, 3);
   Migrated();
   EXPECT_EQ(Cluster({"audit", "--database-url", Url("ql3_runtime")}).exit_code, 0);
+}
+
+TEST_F(ClusterCliTest, SerializableAdmissionAlsoAuditsThePredicateLockSettings) {
+  Migrated();
+  CommandResult bad = Cluster({"audit", "--database-url", Url("ql3_runtime"),
+                               "--admission-isolation", "snapshot"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("invalid_admission_isolation"), std::string::npos) << bad.err;
+
+  EXPECT_EQ(Cluster({"audit", "--database-url", Url("ql3_runtime"), "--admission-isolation",
+                     "serializable"})
+                .out,
+            "ready\n");
+  // Back to PostgreSQL's default page room: every tuple past the second of a page would lock
+  // the whole page.
+  const auto set_page_room = [&](const std::string& value) {
+    ASSERT_TRUE(server_
+                    ->Psql("qinglong", "ALTER SYSTEM SET max_pred_locks_per_page = " + value +
+                                           "; SELECT pg_reload_conf();")
+                    .ok());
+    for (int i = 0; i < 50; ++i) {
+      Result<std::string> shown = server_->Psql("qinglong", "SHOW max_pred_locks_per_page;");
+      if (shown.ok() && shown->rfind(value, 0) == 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "max_pred_locks_per_page never became " << value;
+  };
+  set_page_room("2");
+  CommandResult serializable = Cluster({"audit", "--database-url", Url("ql3_runtime"),
+                                        "--admission-isolation", "serializable"});
+  CommandResult read_committed = Cluster({"audit", "--database-url", Url("ql3_runtime")});
+  set_page_room("128");
+  EXPECT_EQ(serializable.exit_code, 3);
+  EXPECT_EQ(serializable.out,
+            "not ready: predicate_lock_room_insufficient: SERIALIZABLE admission needs room for "
+            "tuple-level predicate locks: max_pred_locks_per_page is 2, needs 128 or more\n");
+  // READ COMMITTED admission takes no predicate locks.
+  EXPECT_EQ(read_committed.exit_code, 0) << read_committed.out;
 }
 
 TEST_F(ClusterCliTest, WrongRolesAreRefused) {

@@ -509,8 +509,42 @@ Status AuditReadiness(Connection& conn) {
   return status;
 }
 
-ReadinessProbe::ReadinessProbe(ReadinessUrls urls, std::string application_name)
-    : urls_(std::move(urls)) {
+Status CheckPredicateLockRoom(Connection& conn) {
+  QL_ASSIGN_OR_RETURN(
+      Rows rows, conn.Exec("SELECT current_setting('max_pred_locks_per_transaction')::bigint, "
+                           "current_setting('max_pred_locks_per_relation')::bigint, "
+                           "current_setting('max_pred_locks_per_page')::bigint",
+                           {}, "audit predicate lock settings"));
+  QL_RETURN_IF_ERROR(rows.ExpectRows(1));
+  const int64_t per_transaction = rows.Int(0, 0);
+  const int64_t per_relation_setting = rows.Int(0, 1);
+  const int64_t per_page = rows.Int(0, 2);
+  QL_RETURN_IF_ERROR(rows.status());
+  const int64_t per_relation = per_relation_setting < 0
+                                   ? per_transaction / -per_relation_setting
+                                   : per_relation_setting;
+  std::string faults;
+  const auto need = [&](const char* setting, int64_t value, int64_t minimum,
+                        const std::string& shown) {
+    if (value >= minimum) return;
+    faults += std::string(faults.empty() ? "" : "; ") + setting + " is " + shown + ", needs " +
+              std::to_string(minimum) + " or more";
+  };
+  need("max_pred_locks_per_transaction", per_transaction, kMinPredLocksPerTransaction,
+       std::to_string(per_transaction));
+  need("max_pred_locks_per_relation", per_relation, kMinPredLocksPerRelation,
+       per_relation_setting < 0 ? std::to_string(per_relation_setting) + " (so " +
+                                      std::to_string(per_relation) + ")"
+                                : std::to_string(per_relation));
+  need("max_pred_locks_per_page", per_page, kMinPredLocksPerPage, std::to_string(per_page));
+  if (faults.empty()) return Status::Ok();
+  return Fail(kPredicateLockRoomInsufficient,
+              "SERIALIZABLE admission needs room for tuple-level predicate locks: " + faults);
+}
+
+ReadinessProbe::ReadinessProbe(ReadinessUrls urls, std::string application_name,
+                               bool serializable_admission)
+    : urls_(std::move(urls)), serializable_admission_(serializable_admission) {
   session_.application_name = std::move(application_name);
 }
 
@@ -535,6 +569,9 @@ Status ReadinessProbe::On(std::unique_ptr<Connection>& conn, const std::string& 
 
 Status ReadinessProbe::Check() {
   QL_RETURN_IF_ERROR(On(runtime_, urls_.runtime, &AuditReadiness));
+  if (serializable_admission_) {
+    QL_RETURN_IF_ERROR(On(runtime_, urls_.runtime, &CheckPredicateLockRoom));
+  }
   if (!urls_.admin.empty()) {
     QL_RETURN_IF_ERROR(On(admin_, urls_.admin, [](Connection& conn) {
       return CheckConnectedRole(conn, kAdminRole, kAdminRoleInvalid);

@@ -18,6 +18,7 @@
 //                                  ql3_worker_ingress's privileges);
 //   6. admin_role_invalid          ql3_admin fails the same checks against its own grants
 //                                  (grants.sql).
+// With SERIALIZABLE admission, CheckPredicateLockRoom adds predicate_lock_room_insufficient.
 // CheckConnectedRole adds admin_role_invalid / worker_role_invalid for a configured URL that
 // does not log in as its role. Messages name the object or privilege at fault and never a URL,
 // password or parameter.
@@ -42,6 +43,16 @@ inline constexpr std::string_view kSchemaContractInvalid = "schema_contract_inva
 inline constexpr std::string_view kRuntimeRoleInvalid = "runtime_role_invalid";
 inline constexpr std::string_view kAdminRoleInvalid = "admin_role_invalid";
 inline constexpr std::string_view kWorkerRoleInvalid = "worker_role_invalid";
+inline constexpr std::string_view kPredicateLockRoomInsufficient =
+    "predicate_lock_room_insufficient";
+
+// The predicate-lock room a SERIALIZABLE admission of up to 256 claimed rows needs so that it
+// locks tuples, not whole pages or tables (docs/design-notes.md, Isolation): the server's
+// max_pred_locks_per_transaction, its effective max_pred_locks_per_relation (a negative value
+// v means max_pred_locks_per_transaction / -v) and max_pred_locks_per_page, at least.
+inline constexpr int64_t kMinPredLocksPerTransaction = 1024;
+inline constexpr int64_t kMinPredLocksPerRelation = 512;
+inline constexpr int64_t kMinPredLocksPerPage = 128;
 
 // Supported server majors (server_version_num 150000 .. 189999).
 inline constexpr int64_t kMinServerVersionNum = 150000;
@@ -59,6 +70,11 @@ Status AuditReadiness(Connection& conn);
 // Checks that `conn` is logged in (current and session user) as `role`; Corrupt `code` naming
 // both roles otherwise, a database error as mapped.
 Status CheckConnectedRole(Connection& conn, std::string_view role, std::string_view code);
+
+// Checks the server's predicate-lock settings against the minimums above; Corrupt
+// `predicate_lock_room_insufficient` naming each setting that falls short, its value and the
+// value needed; a database error as mapped.
+Status CheckPredicateLockRoom(Connection& conn);
 
 // Returns the catalog of schema ql3 as sorted lines (what gate 4 compares).
 Result<std::vector<std::string>> ReadSchemaCatalog(Connection& conn);
@@ -83,7 +99,9 @@ struct ReadinessUrls {
 // after a reconnect always audits the database it reconnected to. Not thread-safe.
 class ReadinessProbe {
  public:
-  ReadinessProbe(ReadinessUrls urls, std::string application_name);
+  // With `serializable_admission`, each check also runs CheckPredicateLockRoom.
+  ReadinessProbe(ReadinessUrls urls, std::string application_name,
+                 bool serializable_admission = false);
   ~ReadinessProbe();
 
   // Returns Ok when ready; Corrupt with an audit code (server_in_recovery, server_read_only,
@@ -98,6 +116,7 @@ class ReadinessProbe {
             Status (*check)(Connection&));
 
   ReadinessUrls urls_;
+  bool serializable_admission_;
   SessionOptions session_;
   std::unique_ptr<Connection> runtime_;
   std::unique_ptr<Connection> admin_;

@@ -10,6 +10,7 @@
 #include "ql/storage/postgres/pg_client.h"
 #include "ql/storage/postgres/pg_migrations.h"
 #include "ql/storage/postgres/pg_test_support.h"
+#include "ql/testing/postgres_server.h"
 
 namespace ql::pg {
 namespace {
@@ -23,6 +24,42 @@ TEST(ServerVersionTest, OnlyMajorsFifteenToEighteenAreSupported) {
   EXPECT_TRUE(CheckServerVersion(180003).ok());
   EXPECT_EQ(CheckServerVersion(190000).reason(), "server_version_unsupported");
   EXPECT_EQ(CheckServerVersion(0).reason(), "server_version_unsupported");
+}
+
+// The predicate-lock room SERIALIZABLE admission needs, read from the server's settings.
+TEST(PredicateLockRoomTest, PostgresDefaultsAreShortAndEachShortSettingIsNamed) {
+  ::ql::testing::PostgresServerOptions options;
+  // PostgreSQL's own defaults (the test servers raise them).
+  options.settings = {"max_pred_locks_per_transaction = 64", "max_pred_locks_per_relation = -2",
+                      "max_pred_locks_per_page = 2"};
+  Result<std::unique_ptr<::ql::testing::PostgresServer>> started =
+      ::ql::testing::PostgresServer::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  ::ql::testing::PostgresServer& server = **started;
+  const auto check = [&]() -> Status {
+    Result<std::unique_ptr<Connection>> conn =
+        Connection::Open(server.Url(::ql::testing::PostgresServer::kSuperuser, "postgres"), {});
+    if (!conn.ok()) return conn.status();
+    return CheckPredicateLockRoom(**conn);
+  };
+  Status defaults = check();
+  EXPECT_EQ(defaults.code(), StatusCode::kCorrupt) << defaults.ToString();
+  EXPECT_EQ(defaults.reason(), "predicate_lock_room_insufficient");
+  EXPECT_NE(defaults.message().find("max_pred_locks_per_transaction is 64, needs 1024"),
+            std::string::npos)
+      << defaults.ToString();
+  EXPECT_NE(defaults.message().find("max_pred_locks_per_relation is -2 (so 32), needs 512"),
+            std::string::npos)
+      << defaults.ToString();
+  EXPECT_NE(defaults.message().find("max_pred_locks_per_page is 2, needs 128"), std::string::npos)
+      << defaults.ToString();
+
+  // The shared test server has the room: 1024, -2 (so 512), 128.
+  const std::string db = PgTestCluster::Get().NewDatabase();
+  Result<std::unique_ptr<Connection>> conn =
+      Connection::Open(PgTestCluster::Get().Url(kRuntimeRole, db), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  EXPECT_TRUE(CheckPredicateLockRoom(**conn).ok());
 }
 
 class AuditTest : public ::testing::Test {
