@@ -809,7 +809,8 @@ Status Pool::RunOnce(Connection& conn, const TxOptions& options, std::string_vie
       "; SET LOCAL idle_in_transaction_session_timeout = " +
       std::to_string(s.idle_in_transaction_timeout_ms) +
       (options.durable_commit ? "" : "; SET LOCAL synchronous_commit = off") +
-      (options.generic_plans ? "; SET LOCAL plan_cache_mode = force_generic_plan" : "");
+      (options.generic_plans ? "; SET LOCAL plan_cache_mode = force_generic_plan" : "") +
+      (options.keyed_access ? "; SET LOCAL enable_seqscan = off" : "");
   QL_RETURN_IF_ERROR(conn.ExecScript(begin, operation));
   Tx tx(conn, operation);
   Status status = body(tx);

@@ -215,6 +215,10 @@ struct TxOptions {
   // this transaction), planned once per connection. For statements whose plan does not depend
   // on their parameters and costs more to make than to run.
   bool generic_plans = false;
+  // true: the planner keeps away from sequential scans (`enable_seqscan = off` for this
+  // transaction). For SERIALIZABLE transactions that reach rows by address or key: a sequential
+  // scan predicate-locks the whole table, and then every concurrent write to it is a conflict.
+  bool keyed_access = false;
 };
 
 // Handed to a transaction body: runs statements on the transaction's connection.

@@ -44,6 +44,11 @@ constexpr int64_t kMinIdleBoundMs = 1000;
 // The rows are reached by the addresses their claims wrote ($6, a TID scan), so a SERIALIZABLE
 // admission predicate-locks only its own row versions and no page of an index that the other
 // replicas' admissions write into; kLockByKey reaches them through the primary key instead.
+// Nothing in it can be served by trigger_schedules_pkey, which the planner would otherwise pick
+// for a small batch and so lock its leaf pages: each address is paired with its key ($6 and $1
+// in one order), the key test is written `(...) IS TRUE`, which is no index condition, and the
+// rows are locked in address order (every replica's admission locks in that one order; an
+// order by key would be an ordered scan of the primary key).
 #define QL_LOCK_SCHEDULES_HEAD                                                                  \
   "WITH fence AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared($5::bigint) AS locked), "    \
   "clock AS MATERIALIZED (SELECT c.now_ms, set_config("                                         \
@@ -55,8 +60,9 @@ constexpr int64_t kMinIdleBoundMs = 1000;
   "s.claim_version, s.claim_expires_at_ms, s.updated_at_ms, clock.now_ms, s.ctid::text "        \
   "FROM ql3.trigger_schedules s CROSS JOIN clock "
 constexpr char kLockByAddress[] = QL_LOCK_SCHEDULES_HEAD
-    "WHERE s.ctid = ANY($6::tid[]) AND s.trigger_id = ANY($1::text[]) "
-    "ORDER BY s.trigger_id FOR UPDATE OF s";
+    "JOIN unnest($6::tid[], $1::text[]) AS v(at, trigger_id) ON s.ctid = v.at "
+    "WHERE s.ctid = ANY($6::tid[]) AND (s.trigger_id = v.trigger_id) IS TRUE "
+    "ORDER BY s.ctid FOR UPDATE OF s";
 constexpr char kLockByKey[] = QL_LOCK_SCHEDULES_HEAD
     "WHERE s.trigger_id = ANY($1::text[]) ORDER BY s.trigger_id FOR UPDATE OF s";
 
@@ -297,10 +303,14 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
   bool probe_keys = false;
   std::vector<ClaimCommitResult> results;
   int attempts = 0;
-  const pg::TxOptions options{isolation_ == AdmissionIsolation::kSerializable
-                                  ? pg::Isolation::kSerializable
-                                  : pg::Isolation::kReadCommitted,
-                              false};
+  // Every statement reaches its rows by address or key. A sequential scan, which the planner
+  // picks for some batch sizes and table states, would predicate-lock all of trigger_schedules
+  // under SERIALIZABLE, and every other replica's cursor move would then conflict with it.
+  pg::TxOptions options{isolation_ == AdmissionIsolation::kSerializable
+                            ? pg::Isolation::kSerializable
+                            : pg::Isolation::kReadCommitted,
+                        false};
+  options.keyed_access = true;
   const auto admit = [&](Tx& tx) -> Status {
     ++attempts;
     results.assign(decisions.size(), ClaimCommitResult{});
@@ -527,7 +537,8 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
         runs = std::move(kept);
       }
     }
-    // Advance every schedule row under its full fence, forward only; the claim is cleared.
+    // Advance every schedule row under its full fence, forward only; the claim is cleared. Each
+    // row is reached by the address the lock read (no index of the table serves the statement).
     std::vector<std::optional<std::string>> tid, cursor, exhausted, last, state, owner, token,
         version, at;
     int64_t earliest_expiry = INT64_MAX;
@@ -558,9 +569,9 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
                 "state_version = s.state_version + 1, claim_owner = NULL, claim_token = NULL, "
                 "claim_expires_at_ms = NULL, updated_at_ms = $9::bigint "
                 "FROM unnest($1::text[], $2::bigint[], $3::boolean[], $4::bigint[], "
-                "$5::bigint[], $6::text[], $7::uuid[], $8::bigint[]) "
-                "AS v(trigger_id, cursor, exhausted, last, state, owner, token, version) "
-                "WHERE s.ctid = ANY($10::tid[]) AND s.trigger_id = v.trigger_id AND "
+                "$5::bigint[], $6::text[], $7::uuid[], $8::bigint[], $10::tid[]) "
+                "AS v(trigger_id, cursor, exhausted, last, state, owner, token, version, at) "
+                "WHERE s.ctid = v.at AND (s.trigger_id = v.trigger_id) IS TRUE AND "
                 "s.state_version = v.state AND "
                 "s.claim_owner = v.owner AND s.claim_token = v.token AND "
                 "s.claim_version = v.version AND s.claim_expires_at_ms > $9::bigint AND "
