@@ -62,7 +62,7 @@ struct AuditCommand {
   UrlSource runtime{"", "", "QL3_DATABASE_URL", "--database-url"};
   UrlSource admin{"", "", "", "--admin-database-url"};
   UrlSource worker{"", "", "", "--worker-database-url"};
-  std::string admission_isolation = "read-committed";
+  std::string admission_isolation = "serializable";
 };
 
 int Audit(const AuditCommand& command) {
@@ -77,9 +77,11 @@ int Audit(const AuditCommand& command) {
   if (!admin.ok()) return Fail(admin.status());
   Result<std::string> worker = ResolveOptionalDatabaseUrl(command.worker);
   if (!worker.ok()) return Fail(worker.status());
-  pg::ReadinessProbe probe(pg::ReadinessUrls{*url, *admin, *worker}, "qinglong-audit",
-                           command.admission_isolation == "serializable");
+  pg::ReadinessProbe probe(pg::ReadinessUrls{*url, *admin, *worker}, "qinglong-audit");
   Status status = probe.Check();
+  if (status.ok() && command.admission_isolation == "serializable") {
+    status = probe.PredicateLockRoom();
+  }
   if (status.ok()) {
     std::cout << "ready\n";
     return 0;
@@ -243,7 +245,7 @@ int Main(int argc, char** argv) {
                     "100..86400000 ms (default 60000)");
   serve->add_option("--pool-max", serve_config.pool_max, "runtime pool size, 2..256 (default 8)");
   serve->add_option("--admission-isolation", serve_config.admission_isolation,
-                    "read-committed (default: explicit row locks and fences) or serializable");
+                    "serializable (default) or read-committed (explicit row locks and fences)");
   serve->add_option("--worker-database-url", serve_config.worker_url.flag_value,
                     "the worker-ingress role's URL (or QL3_WORKER_DATABASE_URL); enables the "
                     "worker listener");
@@ -280,8 +282,8 @@ int Main(int argc, char** argv) {
   audit->add_option("--worker-database-url", audit_command.worker.flag_value,
                     "also check that this URL logs in as ql3_worker_ingress");
   audit->add_option("--admission-isolation", audit_command.admission_isolation,
-                    "read-committed (default) or serializable: serializable also checks the "
-                    "server's predicate-lock settings");
+                    "serializable (default: also checks the server's predicate-lock settings) or "
+                    "read-committed");
 
   UrlSource catalog_url{"", "", "QL3_DATABASE_URL", "--database-url"};
   CLI::App* catalog = app.add_subcommand(

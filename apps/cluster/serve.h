@@ -28,7 +28,7 @@ struct ServeConfig {
   int64_t retention_interval_ms = 60'000;  // sleep after a retention round that found no more
   int pool_max = 8;
   int shutdown_wait_s = 10;
-  std::string admission_isolation = "read-committed";  // or "serializable"
+  std::string admission_isolation = "serializable";  // or "read-committed"
   // Remote workers: the listener runs when the worker-ingress role's URL is configured.
   UrlSource worker_url{"", "", "QL3_WORKER_DATABASE_URL", "--worker-database-url"};
   std::string worker_listen = "127.0.0.1:5801";

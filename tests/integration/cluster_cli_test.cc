@@ -113,7 +113,7 @@ TEST_F(ClusterCliTest, DriftIsNotReadyWithItsStableCode) {
   EXPECT_EQ(Cluster({"audit", "--database-url", Url("ql3_runtime")}).exit_code, 0);
 }
 
-TEST_F(ClusterCliTest, SerializableAdmissionAlsoAuditsThePredicateLockSettings) {
+TEST_F(ClusterCliTest, TheSerializableDefaultAlsoAuditsThePredicateLockSettings) {
   Migrated();
   CommandResult bad = Cluster({"audit", "--database-url", Url("ql3_runtime"),
                                "--admission-isolation", "snapshot"});
@@ -141,12 +141,16 @@ TEST_F(ClusterCliTest, SerializableAdmissionAlsoAuditsThePredicateLockSettings) 
   set_page_room("2");
   CommandResult serializable = Cluster({"audit", "--database-url", Url("ql3_runtime"),
                                         "--admission-isolation", "serializable"});
-  CommandResult read_committed = Cluster({"audit", "--database-url", Url("ql3_runtime")});
+  CommandResult by_default = Cluster({"audit", "--database-url", Url("ql3_runtime")});
+  CommandResult read_committed = Cluster({"audit", "--database-url", Url("ql3_runtime"),
+                                          "--admission-isolation", "read-committed"});
   set_page_room("128");
   EXPECT_EQ(serializable.exit_code, 3);
   EXPECT_EQ(serializable.out,
             "not ready: predicate_lock_room_insufficient: SERIALIZABLE admission needs room for "
             "tuple-level predicate locks: max_pred_locks_per_page is 2, needs 128 or more\n");
+  EXPECT_EQ(by_default.exit_code, 3);
+  EXPECT_EQ(by_default.out, serializable.out);
   // READ COMMITTED admission takes no predicate locks.
   EXPECT_EQ(read_committed.exit_code, 0) << read_committed.out;
 }

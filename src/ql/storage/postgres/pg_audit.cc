@@ -509,20 +509,29 @@ Status AuditReadiness(Connection& conn) {
   return status;
 }
 
-Status CheckPredicateLockRoom(Connection& conn) {
+int64_t PredicateLockSettings::PerRelation() const {
+  return per_relation_setting < 0 ? per_transaction / -per_relation_setting
+                                  : per_relation_setting;
+}
+
+Result<PredicateLockSettings> ReadPredicateLockSettings(Connection& conn) {
   QL_ASSIGN_OR_RETURN(
       Rows rows, conn.Exec("SELECT current_setting('max_pred_locks_per_transaction')::bigint, "
                            "current_setting('max_pred_locks_per_relation')::bigint, "
                            "current_setting('max_pred_locks_per_page')::bigint",
                            {}, "audit predicate lock settings"));
   QL_RETURN_IF_ERROR(rows.ExpectRows(1));
-  const int64_t per_transaction = rows.Int(0, 0);
-  const int64_t per_relation_setting = rows.Int(0, 1);
-  const int64_t per_page = rows.Int(0, 2);
+  PredicateLockSettings settings;
+  settings.per_transaction = rows.Int(0, 0);
+  settings.per_relation_setting = rows.Int(0, 1);
+  settings.per_page = rows.Int(0, 2);
   QL_RETURN_IF_ERROR(rows.status());
-  const int64_t per_relation = per_relation_setting < 0
-                                   ? per_transaction / -per_relation_setting
-                                   : per_relation_setting;
+  return settings;
+}
+
+Status CheckPredicateLockRoom(Connection& conn) {
+  QL_ASSIGN_OR_RETURN(PredicateLockSettings settings, ReadPredicateLockSettings(conn));
+  const int64_t per_relation = settings.PerRelation();
   std::string faults;
   const auto need = [&](const char* setting, int64_t value, int64_t minimum,
                         const std::string& shown) {
@@ -530,28 +539,34 @@ Status CheckPredicateLockRoom(Connection& conn) {
     faults += std::string(faults.empty() ? "" : "; ") + setting + " is " + shown + ", needs " +
               std::to_string(minimum) + " or more";
   };
-  need("max_pred_locks_per_transaction", per_transaction, kMinPredLocksPerTransaction,
-       std::to_string(per_transaction));
+  need("max_pred_locks_per_transaction", settings.per_transaction, kMinPredLocksPerTransaction,
+       std::to_string(settings.per_transaction));
   need("max_pred_locks_per_relation", per_relation, kMinPredLocksPerRelation,
-       per_relation_setting < 0 ? std::to_string(per_relation_setting) + " (so " +
-                                      std::to_string(per_relation) + ")"
-                                : std::to_string(per_relation));
-  need("max_pred_locks_per_page", per_page, kMinPredLocksPerPage, std::to_string(per_page));
+       settings.per_relation_setting < 0
+           ? std::to_string(settings.per_relation_setting) + " (so " +
+                 std::to_string(per_relation) + ")"
+           : std::to_string(per_relation));
+  need("max_pred_locks_per_page", settings.per_page, kMinPredLocksPerPage,
+       std::to_string(settings.per_page));
   if (faults.empty()) return Status::Ok();
   return Fail(kPredicateLockRoomInsufficient,
               "SERIALIZABLE admission needs room for tuple-level predicate locks: " + faults);
 }
 
-ReadinessProbe::ReadinessProbe(ReadinessUrls urls, std::string application_name,
-                               bool serializable_admission)
-    : urls_(std::move(urls)), serializable_admission_(serializable_admission) {
+int ClaimsWithinPredicateLockRoom(const PredicateLockSettings& settings, int wanted) {
+  const int64_t room = std::max<int64_t>(1, settings.PerRelation() / 2);
+  return static_cast<int>(std::min<int64_t>(wanted, room));
+}
+
+ReadinessProbe::ReadinessProbe(ReadinessUrls urls, std::string application_name)
+    : urls_(std::move(urls)) {
   session_.application_name = std::move(application_name);
 }
 
 ReadinessProbe::~ReadinessProbe() = default;
 
 Status ReadinessProbe::On(std::unique_ptr<Connection>& conn, const std::string& url,
-                          Status (*check)(Connection&)) {
+                          const std::function<Status(Connection&)>& check) {
   const bool reused = conn != nullptr && conn->Reusable();
   if (!reused) {
     conn.reset();
@@ -567,11 +582,21 @@ Status ReadinessProbe::On(std::unique_ptr<Connection>& conn, const std::string& 
   return status;
 }
 
+Status ReadinessProbe::PredicateLockRoom() {
+  return On(runtime_, urls_.runtime, &CheckPredicateLockRoom);
+}
+
+Result<PredicateLockSettings> ReadinessProbe::ReadPredicateLocks() {
+  PredicateLockSettings settings;
+  QL_RETURN_IF_ERROR(On(runtime_, urls_.runtime, [&](Connection& conn) -> Status {
+    QL_ASSIGN_OR_RETURN(settings, ReadPredicateLockSettings(conn));
+    return Status::Ok();
+  }));
+  return settings;
+}
+
 Status ReadinessProbe::Check() {
   QL_RETURN_IF_ERROR(On(runtime_, urls_.runtime, &AuditReadiness));
-  if (serializable_admission_) {
-    QL_RETURN_IF_ERROR(On(runtime_, urls_.runtime, &CheckPredicateLockRoom));
-  }
   if (!urls_.admin.empty()) {
     QL_RETURN_IF_ERROR(On(admin_, urls_.admin, [](Connection& conn) {
       return CheckConnectedRole(conn, kAdminRole, kAdminRoleInvalid);

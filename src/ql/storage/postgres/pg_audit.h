@@ -18,12 +18,13 @@
 //                                  ql3_worker_ingress's privileges);
 //   6. admin_role_invalid          ql3_admin fails the same checks against its own grants
 //                                  (grants.sql).
-// With SERIALIZABLE admission, CheckPredicateLockRoom adds predicate_lock_room_insufficient.
+// CheckPredicateLockRoom reports predicate_lock_room_insufficient for SERIALIZABLE admission.
 // CheckConnectedRole adds admin_role_invalid / worker_role_invalid for a configured URL that
 // does not log in as its role. Messages name the object or privilege at fault and never a URL,
 // password or parameter.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -71,10 +72,27 @@ Status AuditReadiness(Connection& conn);
 // both roles otherwise, a database error as mapped.
 Status CheckConnectedRole(Connection& conn, std::string_view role, std::string_view code);
 
+// The server's predicate-lock settings (per_relation as configured: negative means a fraction).
+struct PredicateLockSettings {
+  int64_t per_transaction = 0;
+  int64_t per_relation_setting = 0;
+  int64_t per_page = 0;
+  // The tuple and page locks one transaction may hold on one relation before PostgreSQL
+  // replaces them by a lock on the whole relation.
+  int64_t PerRelation() const;
+};
+
+Result<PredicateLockSettings> ReadPredicateLockSettings(Connection& conn);
+
 // Checks the server's predicate-lock settings against the minimums above; Corrupt
 // `predicate_lock_room_insufficient` naming each setting that falls short, its value and the
 // value needed; a database error as mapped.
 Status CheckPredicateLockRoom(Connection& conn);
+
+// The largest admission batch whose predicate locks stay below the relation threshold of
+// `settings` (half of it: the rows, plus the index pages a batch reads): `wanted` when the
+// settings have the room above.
+int ClaimsWithinPredicateLockRoom(const PredicateLockSettings& settings, int wanted);
 
 // Returns the catalog of schema ql3 as sorted lines (what gate 4 compares).
 Result<std::vector<std::string>> ReadSchemaCatalog(Connection& conn);
@@ -99,9 +117,7 @@ struct ReadinessUrls {
 // after a reconnect always audits the database it reconnected to. Not thread-safe.
 class ReadinessProbe {
  public:
-  // With `serializable_admission`, each check also runs CheckPredicateLockRoom.
-  ReadinessProbe(ReadinessUrls urls, std::string application_name,
-                 bool serializable_admission = false);
+  ReadinessProbe(ReadinessUrls urls, std::string application_name);
   ~ReadinessProbe();
 
   // Returns Ok when ready; Corrupt with an audit code (server_in_recovery, server_read_only,
@@ -109,14 +125,19 @@ class ReadinessProbe {
   // reachable but not ready; Unavailable `database_unavailable` when a URL cannot be reached.
   Status Check();
 
+  // CheckPredicateLockRoom on the runtime connection. Not part of Check: a replica admits under
+  // SERIALIZABLE without the room too, in smaller batches (ClaimsWithinPredicateLockRoom).
+  Status PredicateLockRoom();
+  // The settings, read on the runtime connection.
+  Result<PredicateLockSettings> ReadPredicateLocks();
+
  private:
   // Runs `check` on `conn`, opening it first when needed; drops it after any failure that is
   // not an audit verdict.
   Status On(std::unique_ptr<Connection>& conn, const std::string& url,
-            Status (*check)(Connection&));
+            const std::function<Status(Connection&)>& check);
 
   ReadinessUrls urls_;
-  bool serializable_admission_;
   SessionOptions session_;
   std::unique_ptr<Connection> runtime_;
   std::unique_ptr<Connection> admin_;

@@ -62,6 +62,20 @@ TEST(PredicateLockRoomTest, PostgresDefaultsAreShortAndEachShortSettingIsNamed) 
   EXPECT_TRUE(CheckPredicateLockRoom(**conn).ok());
 }
 
+TEST(PredicateLockRoomTest, WithoutTheRoomAdmissionBatchesStayUnderHalfTheRelationThreshold) {
+  PredicateLockSettings defaults{64, -2, 2};
+  EXPECT_EQ(defaults.PerRelation(), 32);
+  EXPECT_EQ(ClaimsWithinPredicateLockRoom(defaults, 256), 16);
+  EXPECT_EQ(ClaimsWithinPredicateLockRoom(defaults, 8), 8);
+  PredicateLockSettings explicit_relation{64, 100, 2};
+  EXPECT_EQ(ClaimsWithinPredicateLockRoom(explicit_relation, 256), 50);
+  PredicateLockSettings room{1024, -2, 128};
+  EXPECT_EQ(room.PerRelation(), 512);
+  EXPECT_EQ(ClaimsWithinPredicateLockRoom(room, 256), 256);
+  PredicateLockSettings tiny{1, 1, 1};
+  EXPECT_EQ(ClaimsWithinPredicateLockRoom(tiny, 256), 1);
+}
+
 class AuditTest : public ::testing::Test {
  protected:
   void SetUp() override { db_ = PgTestCluster::Get().NewDatabase(); }
