@@ -16,7 +16,7 @@ std::string TruncationMarker(int64_t dropped, bool head_ends_line) {
 HeadTailLog::HeadTailLog(int fd, int64_t cap_bytes) : fd_(fd), cap_(std::max<int64_t>(cap_bytes, 0)) {
   const int64_t tail = std::min(cap_ / 2, kMaxTailBytes);
   head_cap_ = cap_ - tail;
-  ring_.resize(static_cast<size_t>(tail));
+  tail_cap_ = static_cast<size_t>(tail);
 }
 
 bool HeadTailLog::Write(const char* data, size_t size) {
@@ -40,8 +40,9 @@ bool HeadTailLog::Append(std::string_view data) {
 }
 
 void HeadTailLog::PushTail(std::string_view data) {
-  const size_t capacity = ring_.size();
   if (data.empty()) return;
+  if (ring_.size() != tail_cap_) ring_.resize(tail_cap_);
+  const size_t capacity = tail_cap_;
   if (data.size() >= capacity) {
     // Everything held so far and the front of `data` fall out.
     const size_t cut = data.size() - capacity;

@@ -20,7 +20,9 @@ std::string TruncationMarker(int64_t dropped, bool head_ends_line);
 // Keeps at most `cap_bytes` of the output given to Append() in a log file: the first
 // `cap - tail` bytes (the head) are written to the file at once, so they are readable while
 // the command runs and survive a crash; the last `tail = min(cap / 2, kMaxTailBytes)` bytes
-// are held in a ring buffer of that size and written by Finish(). When more than the cap
+// are held in a ring buffer of that size, allocated only once output reaches past the head
+// (most commands never fill their head, and a megabyte zeroed per attempt costs more CPU than a
+// trivial command does), and written by Finish(). When more than the cap
 // arrived, Finish() writes TruncationMarker() and then the tail, which starts after the first
 // newline of the buffer when it holds one (so it begins with a whole line; the skipped bytes
 // count as dropped). Memory is bounded by the tail; nothing else is buffered.
@@ -42,6 +44,8 @@ class HeadTailLog {
   // Output bytes left out, final after Finish().
   int64_t dropped_bytes() const { return dropped_; }
   int64_t cap_bytes() const { return cap_; }
+  // Memory held for the tail: 0 until output reaches past the head.
+  size_t tail_buffer_bytes() const { return ring_.size(); }
 
  private:
   bool Write(const char* data, size_t size);
@@ -56,7 +60,8 @@ class HeadTailLog {
   int64_t dropped_ = 0;
   char last_head_byte_ = '\n';
   char last_dropped_byte_ = '\n';
-  std::vector<char> ring_;
+  size_t tail_cap_;
+  std::vector<char> ring_;  // empty until the first byte of the tail, then tail_cap_ bytes
   size_t ring_start_ = 0;
   size_t ring_size_ = 0;
   bool failed_ = false;

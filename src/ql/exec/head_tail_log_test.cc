@@ -52,6 +52,21 @@ TEST_F(HeadTailLogTest, OutputWithinTheCapIsKeptWhole) {
   EXPECT_EQ(log.dropped_bytes(), 0);
 }
 
+TEST_F(HeadTailLogTest, TheTailBufferIsTakenOnlyOnceOutputReachesPastTheHead) {
+  // The default cap of a remote worker: a 1 MiB tail behind a 15 MiB head.
+  HeadTailLog log(fd_, 16LL * 1024 * 1024);
+  ASSERT_TRUE(log.Append("a short command's whole output\n"));
+  EXPECT_EQ(log.tail_buffer_bytes(), 0u);
+  ASSERT_TRUE(log.Finish());
+  EXPECT_EQ(Content(), "a short command's whole output\n");
+
+  HeadTailLog small(fd_, 100);
+  ASSERT_TRUE(small.Append(std::string(50, 'h')));
+  EXPECT_EQ(small.tail_buffer_bytes(), 0u);
+  ASSERT_TRUE(small.Append("t"));
+  EXPECT_EQ(small.tail_buffer_bytes(), 50u);
+}
+
 TEST_F(HeadTailLogTest, FarAboveTheCapKeepsHeadMarkerAndLastLines) {
   const int64_t cap = 64 * 1024;
   HeadTailLog log(fd_, cap);
