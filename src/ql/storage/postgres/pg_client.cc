@@ -768,6 +768,17 @@ Result<std::unique_ptr<Connection>> Pool::Acquire(std::string_view operation) {
       ++open_;
       lock.unlock();
       Result<std::unique_ptr<Connection>> conn = Connection::Open(options_.url, options_.session);
+      if (conn.ok()) {
+        // The pool's bounds hold for the whole session, so no transaction has to set them.
+        const SessionOptions& s = options_.session;
+        Status bounded = (*conn)->ExecScript(
+            "SET statement_timeout = " + std::to_string(s.statement_timeout_ms) +
+                "; SET lock_timeout = " + std::to_string(s.lock_timeout_ms) +
+                "; SET idle_in_transaction_session_timeout = " +
+                std::to_string(s.idle_in_transaction_timeout_ms),
+            operation);
+        if (!bounded.ok()) conn = bounded;
+      }
       if (!conn.ok()) {
         lock.lock();
         --open_;
@@ -800,14 +811,10 @@ Status Pool::RunOnce(Connection& conn, const TxOptions& options, std::string_vie
   const char* level = options.isolation == Isolation::kSerializable     ? "SERIALIZABLE"
                       : options.isolation == Isolation::kRepeatableRead ? "REPEATABLE READ"
                                                                         : "READ COMMITTED";
-  const SessionOptions& s = options_.session;
+  // The statement, lock and idle bounds are the session's (set when the pool opened it).
   std::string begin =
       std::string("BEGIN ISOLATION LEVEL ") + level +
       (options.read_only ? " READ ONLY" : " READ WRITE") +
-      "; SET LOCAL statement_timeout = " + std::to_string(s.statement_timeout_ms) +
-      "; SET LOCAL lock_timeout = " + std::to_string(s.lock_timeout_ms) +
-      "; SET LOCAL idle_in_transaction_session_timeout = " +
-      std::to_string(s.idle_in_transaction_timeout_ms) +
       (options.durable_commit ? "" : "; SET LOCAL synchronous_commit = off") +
       (options.generic_plans ? "; SET LOCAL plan_cache_mode = force_generic_plan" : "") +
       (options.keyed_access ? "; SET LOCAL enable_seqscan = off" : "");

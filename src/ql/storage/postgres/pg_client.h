@@ -157,7 +157,7 @@ class Rows {
 // ---------------------------------------------------------------------------------------------
 // Connections
 
-// Session settings applied to every connection and transaction.
+// Session settings applied to every connection (a pool sets the three bounds once per session).
 struct SessionOptions {
   std::string application_name = "qinglong";
   int connect_timeout_s = 5;
