@@ -80,7 +80,8 @@ int Audit(const AuditCommand& command) {
   pg::ReadinessProbe probe(pg::ReadinessUrls{*url, *admin, *worker}, "qinglong-audit");
   Status status = probe.Check();
   if (status.ok() && command.admission_isolation == "serializable") {
-    status = probe.PredicateLockRoom();
+    Result<pg::PredicateLockSettings> settings = probe.ReadPredicateLocks();
+    status = settings.ok() ? pg::PredicateLockRoomVerdict(*settings) : settings.status();
   }
   if (status.ok()) {
     std::cout << "ready\n";

@@ -204,10 +204,9 @@ int Serve(const ServeConfig& config) {
   // SERIALIZABLE admission without the predicate-lock room the design notes ask for still
   // admits, in batches small enough that their locks stay on rows and pages, not whole tables.
   if (config.admission_isolation == "serializable") {
-    if (Status room = readiness.PredicateLockRoom(); !room.ok()) {
-      if (room.code() != StatusCode::kCorrupt) return Fail(kExitFailure, room);
-      Result<pg::PredicateLockSettings> settings = readiness.ReadPredicateLocks();
-      if (!settings.ok()) return Fail(kExitFailure, settings.status());
+    Result<pg::PredicateLockSettings> settings = readiness.ReadPredicateLocks();
+    if (!settings.ok()) return Fail(kExitFailure, settings.status());
+    if (Status room = pg::PredicateLockRoomVerdict(*settings); !room.ok()) {
       const int cap = pg::ClaimsWithinPredicateLockRoom(
           *settings,
           std::max(scheduler_options.max_claims_per_round, scheduler_options.claims_per_round));

@@ -244,9 +244,8 @@ Result<RunRecord> RepositoryContractTest::QueuedRun(int priority) {
   return store_->runs().CreateRun(run);
 }
 
-Result<RunRecord> RepositoryContractTest::StartRun(const RunRecord& run) {
-  QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, store_->runs().ListAttempts(run.id));
-  const std::string attempt_id = attempts.back().id;
+std::pair<RunTransitionCommand, RunTransitionCommand> RepositoryContractTest::StartTransitions(
+    const RunRecord& run, const std::string& attempt_id) const {
   RunTransitionCommand dispatch;
   dispatch.run_id = run.id;
   dispatch.expected_version = run.version;
@@ -256,10 +255,9 @@ Result<RunRecord> RepositoryContractTest::StartRun(const RunRecord& run) {
   dispatch.attempt_to = "starting";
   dispatch.events = {NewEvent{"run.dispatching", "dispatcher", attempt_id, std::nullopt, "{}"}};
   dispatch.now_ms = Now();
-  QL_ASSIGN_OR_RETURN(RunRecord dispatched, store_->runs().ApplyTransition(dispatch));
   RunTransitionCommand start;
   start.run_id = run.id;
-  start.expected_version = dispatched.version;
+  start.expected_version = run.version + 1;
   start.run_to = "running";
   start.attempt_id = attempt_id;
   start.expected_attempt_status = "starting";
@@ -269,6 +267,14 @@ Result<RunRecord> RepositoryContractTest::StartRun(const RunRecord& run) {
   start.attempt_started_at_ms = Now();
   start.events = {NewEvent{"run.running", "executor", attempt_id, std::nullopt, "{}"}};
   start.now_ms = Now();
+  return {std::move(dispatch), std::move(start)};
+}
+
+Result<RunRecord> RepositoryContractTest::StartRun(const RunRecord& run) {
+  QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, store_->runs().ListAttempts(run.id));
+  auto [dispatch, start] = StartTransitions(run, attempts.back().id);
+  QL_ASSIGN_OR_RETURN(RunRecord dispatched, store_->runs().ApplyTransition(dispatch));
+  start.expected_version = dispatched.version;
   return store_->runs().ApplyTransition(start);
 }
 
@@ -1293,23 +1299,7 @@ TEST_P(RepositoryContractTest, ATransitionSequenceIsAppliedWholeOrNotAtAll) {
   QL_ASSERT_OK_AND_ASSIGN(RunRecord queued, QueuedRun());
   QL_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> attempts,
                           store().runs().ListAttempts(queued.id));
-  const std::string attempt_id = attempts[0].id;
-  RunTransitionCommand dispatch;
-  dispatch.run_id = queued.id;
-  dispatch.expected_version = queued.version;
-  dispatch.run_to = "dispatching";
-  dispatch.attempt_id = attempt_id;
-  dispatch.expected_attempt_status = "claimed";
-  dispatch.attempt_to = "starting";
-  dispatch.events = {NewEvent{"run.dispatching", "dispatcher", attempt_id, std::nullopt, "{}"}};
-  dispatch.now_ms = Now();
-  RunTransitionCommand start = dispatch;
-  start.expected_version = queued.version + 1;  // the version the dispatch leaves
-  start.run_to = "running";
-  start.expected_attempt_status = "starting";
-  start.attempt_to = "running";
-  start.pid = 4242;
-  start.events = {NewEvent{"run.running", "executor", attempt_id, std::nullopt, "{}"}};
+  auto [dispatch, start] = StartTransitions(queued, attempts[0].id);
 
   // The second names a version the first does not leave: neither is applied.
   RunTransitionCommand behind = start;

@@ -17,6 +17,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include "ql/core/approval_ports.h"
 #include "ql/core/governance_ports.h"
@@ -91,6 +92,11 @@ class RepositoryContractTest : public ::testing::TestWithParam<StoreFactory> {
   Result<RunRecord> QueuedRun(int priority = 0);
   // Moves a queued run to running (attempt 1 running) and returns it.
   Result<RunRecord> StartRun(const RunRecord& run);
+  // The two transitions StartRun applies to the attempt `attempt_id` of `run`: claimed →
+  // starting (run dispatching), then starting → running with pid 4242, the second naming the
+  // version the first leaves.
+  std::pair<RunTransitionCommand, RunTransitionCommand> StartTransitions(
+      const RunRecord& run, const std::string& attempt_id) const;
 
  private:
   std::unique_ptr<Store> store_;

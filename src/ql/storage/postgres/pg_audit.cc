@@ -531,6 +531,10 @@ Result<PredicateLockSettings> ReadPredicateLockSettings(Connection& conn) {
 
 Status CheckPredicateLockRoom(Connection& conn) {
   QL_ASSIGN_OR_RETURN(PredicateLockSettings settings, ReadPredicateLockSettings(conn));
+  return PredicateLockRoomVerdict(settings);
+}
+
+Status PredicateLockRoomVerdict(const PredicateLockSettings& settings) {
   const int64_t per_relation = settings.PerRelation();
   std::string faults;
   const auto need = [&](const char* setting, int64_t value, int64_t minimum,
@@ -580,10 +584,6 @@ Status ReadinessProbe::On(std::unique_ptr<Connection>& conn, const std::string& 
     if (reused) return On(conn, url, check);
   }
   return status;
-}
-
-Status ReadinessProbe::PredicateLockRoom() {
-  return On(runtime_, urls_.runtime, &CheckPredicateLockRoom);
 }
 
 Result<PredicateLockSettings> ReadinessProbe::ReadPredicateLocks() {

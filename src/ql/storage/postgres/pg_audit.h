@@ -84,9 +84,13 @@ struct PredicateLockSettings {
 
 Result<PredicateLockSettings> ReadPredicateLockSettings(Connection& conn);
 
-// Checks the server's predicate-lock settings against the minimums above; Corrupt
+// Checks predicate-lock settings against the minimums above: Corrupt
 // `predicate_lock_room_insufficient` naming each setting that falls short, its value and the
-// value needed; a database error as mapped.
+// value needed.
+Status PredicateLockRoomVerdict(const PredicateLockSettings& settings);
+
+// Reads the server's settings and checks them (PredicateLockRoomVerdict); a database error as
+// mapped.
 Status CheckPredicateLockRoom(Connection& conn);
 
 // The largest admission batch whose predicate locks stay below the relation threshold of
@@ -125,10 +129,9 @@ class ReadinessProbe {
   // reachable but not ready; Unavailable `database_unavailable` when a URL cannot be reached.
   Status Check();
 
-  // CheckPredicateLockRoom on the runtime connection. Not part of Check: a replica admits under
-  // SERIALIZABLE without the room too, in smaller batches (ClaimsWithinPredicateLockRoom).
-  Status PredicateLockRoom();
-  // The settings, read on the runtime connection.
+  // The predicate-lock settings, read on the runtime connection. Not part of Check: a replica
+  // admits under SERIALIZABLE without the room too, in smaller batches
+  // (PredicateLockRoomVerdict, ClaimsWithinPredicateLockRoom).
   Result<PredicateLockSettings> ReadPredicateLocks();
 
  private:

@@ -866,6 +866,28 @@ class ClusterFailoverTest : public ::testing::TestWithParam<AdmissionIsolation> 
     standby_ = std::move(standby).value();
   }
 
+  // Publishes `count` every-second triggers through the primary.
+  std::vector<std::string> PublishOnPrimary(int count) {
+    std::unique_ptr<Publisher> publisher =
+        Publisher::Open(primary_->Url(pg::kRuntimeRole, db), primary_->Url(pg::kAdminRole, db));
+    if (publisher == nullptr) return {};
+    return publisher->PublishEverySecond(count);
+  }
+
+  // Replica P on the primary (lease 2 s), started, once every trigger has a run as `probe` sees
+  // it; null after a failure.
+  std::unique_ptr<Replica> StartWarmReplicaOnPrimary(Probe& probe) {
+    std::unique_ptr<Replica> p =
+        Replica::Open("replica-p", primary_->Url(pg::kRuntimeRole, db), 2000, GetParam());
+    if (p == nullptr) return nullptr;
+    p->Start();
+    if (!WaitFor([&] { return WarmedUp(probe); }, kWarmUpWaitMs)) {
+      ADD_FAILURE() << "replica-p did not warm up within " << kWarmUpWaitMs << " ms";
+      return nullptr;
+    }
+    return p;
+  }
+
   // Promotes the standby and waits until it has left recovery; returns a probe on it, or null
   // after a failure.
   std::unique_ptr<Probe> PromoteStandby() {
@@ -909,25 +931,16 @@ TEST_P(ClusterFailoverTest, APromotedStandbyHonoursAClaimHeldAcrossFailoverAndAd
   };
   EXPECT_EQ(audit_standby().reason(), "server_in_recovery");
 
-  std::vector<std::string> triggers;
-  {
-    std::unique_ptr<Publisher> publisher =
-        Publisher::Open(primary->Url(pg::kRuntimeRole, db), primary->Url(pg::kAdminRole, db));
-    ASSERT_NE(publisher, nullptr);
-    triggers = publisher->PublishEverySecond(20);
-    ASSERT_EQ(triggers.size(), 20u);
-  }
+  const std::vector<std::string> triggers = PublishOnPrimary(20);
+  ASSERT_EQ(triggers.size(), 20u);
   phases.Mark("publish");
   std::unique_ptr<Probe> old_primary_probe =
       Probe::Open(primary->Url(PostgresServer::kSuperuser, db));
   ASSERT_NE(old_primary_probe, nullptr);
 
   // A replica on the primary admits while A claims a batch with a long lease and dies with it.
-  std::unique_ptr<Replica> p =
-      Replica::Open("replica-p", primary->Url(pg::kRuntimeRole, db), 2000, GetParam());
+  std::unique_ptr<Replica> p = StartWarmReplicaOnPrimary(*old_primary_probe);
   ASSERT_NE(p, nullptr);
-  p->Start();
-  ASSERT_TRUE(WaitFor([&] { return WarmedUp(*old_primary_probe); }, kWarmUpWaitMs));
   phases.Mark("warm_up");
   constexpr int64_t kLeaseMs = 8000;
   HeldClaims held = ClaimAndDie("replica-a", primary->Url(pg::kRuntimeRole, db), 6, kLeaseMs);
@@ -1037,25 +1050,16 @@ TEST_P(ClusterFailoverTest, LostCommitRepliesReplayedOnAPromotedStandbyStayAdmit
   PostgresServer* primary = primary_.get();
   PostgresServer* standby = standby_.get();
 
-  std::vector<std::string> triggers;
-  {
-    std::unique_ptr<Publisher> publisher =
-        Publisher::Open(primary->Url(pg::kRuntimeRole, db), primary->Url(pg::kAdminRole, db));
-    ASSERT_NE(publisher, nullptr);
-    triggers = publisher->PublishEverySecond(20);
-    ASSERT_EQ(triggers.size(), 20u);
-  }
+  const std::vector<std::string> triggers = PublishOnPrimary(20);
+  ASSERT_EQ(triggers.size(), 20u);
   std::unique_ptr<Probe> old_primary_probe =
       Probe::Open(primary->Url(PostgresServer::kSuperuser, db));
   ASSERT_NE(old_primary_probe, nullptr);
 
   // Replica P admits on the primary; once warmed up it loses the reply of every other
   // admission COMMIT: the runs and cursors are committed, P sees the outcome as unknown.
-  std::unique_ptr<Replica> p =
-      Replica::Open("replica-p", primary->Url(pg::kRuntimeRole, db), 2000, GetParam());
+  std::unique_ptr<Replica> p = StartWarmReplicaOnPrimary(*old_primary_probe);
   ASSERT_NE(p, nullptr);
-  p->Start();
-  ASSERT_TRUE(WaitFor([&] { return WarmedUp(*old_primary_probe); }, kWarmUpWaitMs));
   phases.Mark("warm_up");
   std::atomic<int64_t> commits{0};
   std::atomic<int64_t> lost{0};
