@@ -19,7 +19,8 @@
 //              admission of one of its rows by another replica (the lease, plus a round).
 //   dispatch   trivial runs (`true`) admitted at once and run by 2 real `ql-worker`s x 2 slots
 //              on 2 replicas: runs per second, lease -> end p50 / p99, slot time per run,
-//              queue depth, runs leased more than once (must be 0).
+//              busy CPU time of the machine per run, queue depth, runs leased more than once
+//              (must be 0).
 //   boundary   10,000 triggers on `* * * * *`, 3 replicas, 3 minute boundaries: lag from the
 //              boundary to the COMMIT of each run row (track_commit_timestamp), p50/p99/max.
 //   storage    bytes each admitted run adds to the run tables, indexes included.
@@ -420,7 +421,8 @@ bool StartStatementTrace(Sql& sql) {
 
 void PrintStatementTrace(Sql& sql) {
   for (const std::string& line : sql.Texts(
-           "SELECT lpad(calls::text, 7) || ' calls ' || lpad(round(total_exec_time)::text, 7) || "
+           "SELECT lpad(calls::text, 7) || ' calls ' || lpad(plans::text, 7) || ' plans ' || "
+           "lpad(round(total_exec_time)::text, 7) || "
            "' ms ' || lpad(round(mean_exec_time::numeric, 3)::text, 9) || ' ms/call  plan ' || "
            "lpad(round(mean_plan_time::numeric, 3)::text, 8) || ' ms  ' || "
            "left(regexp_replace(query, '\\s+', ' ', 'g'), 140) FROM pg_stat_statements "
@@ -680,6 +682,21 @@ std::string Capture(const std::vector<std::string>& argv) {
   return out;
 }
 
+// Returns the CPU time the machine has spent busy since boot, all cores together: every field of
+// /proc/stat's first line except idle, iowait and steal.
+double BusyCpuSeconds() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  in >> cpu;
+  double busy = 0;
+  for (int field = 0; field < 8; ++field) {
+    double ticks = 0;
+    if (!(in >> ticks)) break;
+    if (field != 3 && field != 4 && field != 7) busy += ticks;  // idle, iowait, steal
+  }
+  return busy / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 pid_t SpawnWorker(const std::string& bin, int port, const std::string& token_file, int slots,
                   const std::string& work_dir, const std::string& log) {
   return Spawn(
@@ -692,6 +709,7 @@ struct Dispatch {
   double rate = 0;                // runs ended per second, first lease → last end
   double p50_ms = 0, p99_ms = 0;  // per run: lease granted → run ended
   double slot_ms = 0;             // slot time per run: slots × window / runs
+  double cpu_ms = 0;              // busy CPU time of the whole machine per run (/proc/stat)
   double max_queued = 0;          // queued runs, the largest sample
   double succeeded = 0, extra_attempts = 0;
 };
@@ -743,6 +761,7 @@ Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::
   Dispatch f;
   const bool trace = std::getenv("QL_BENCH_TRACE") != nullptr;
   const bool statements = StartStatementTrace(sql);
+  const double busy_before = BusyCpuSeconds();
   for (double ended = 0; ended < runs;) {
     if (Steady::now() > deadline) Die("not every run ended in 600 s; see " + log);
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -752,6 +771,9 @@ Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::
     ended = sql.Number("SELECT count(*) FROM ql3.runs WHERE finished_at_ms IS NOT NULL");
     if (trace) std::cerr << "ended=" << ended << " max_queued=" << f.max_queued << "\n";
   }
+  // Every process of the machine counts: both replicas, both workers with their supervisors and
+  // commands, PostgreSQL, and this bench's own polling.
+  f.cpu_ms = 1000.0 * (BusyCpuSeconds() - busy_before) / runs;
   if (statements) PrintStatementTrace(sql);
   for (pid_t pid : fleet) {
     kill(pid, SIGTERM);
@@ -1218,7 +1240,7 @@ int main(int argc, char** argv) {
         "== dispatch: %d trivial runs (`true`), %d replicas, %d workers x %d slots "
         "(median of %d) ==\n",
         dispatch_runs, 2, 2, 2, repeat);
-    std::vector<double> rate, p50, p99, slot, queued;
+    std::vector<double> rate, p50, p99, slot, cpu, queued;
     double failed = 0, extra = 0;
     for (int k = 0; k < repeat; ++k) {
       Dispatch d =
@@ -1228,19 +1250,22 @@ int main(int argc, char** argv) {
       p50.push_back(d.p50_ms);
       p99.push_back(d.p99_ms);
       slot.push_back(d.slot_ms);
+      cpu.push_back(d.cpu_ms);
       queued.push_back(d.max_queued);
       failed = std::max(failed, dispatch_runs - d.succeeded);
       extra = std::max(extra, d.extra_attempts);
     }
     std::printf(
         "%.0f runs/s; per run lease -> end p50 %.1f ms, p99 %.1f ms; slot time per run "
-        "%.1f ms; queue depth max %.0f; not succeeded %.0f; extra attempts or leases "
-        "%.0f\n",
-        Median(rate), Median(p50), Median(p99), Median(slot), Median(queued), failed, extra);
+        "%.1f ms; machine CPU per run %.2f ms; queue depth max %.0f; not succeeded %.0f; extra "
+        "attempts or leases %.0f\n",
+        Median(rate), Median(p50), Median(p99), Median(slot), Median(cpu), Median(queued), failed,
+        extra);
     emit("dispatch_runs_per_s", Fixed(Median(rate), 0));
     emit("dispatch_lease_to_end_p50_ms", Fixed(Median(p50), 1));
     emit("dispatch_lease_to_end_p99_ms", Fixed(Median(p99), 1));
     emit("dispatch_slot_ms_per_run", Fixed(Median(slot), 1));
+    emit("dispatch_cpu_ms_per_run", Fixed(Median(cpu), 2));
     emit("dispatch_queue_depth_max", Fixed(Median(queued), 0));
     emit("dispatch_not_succeeded", Fixed(failed, 0));
     emit("dispatch_extra_attempts", Fixed(extra, 0));

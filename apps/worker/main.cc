@@ -189,8 +189,10 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   options.software_version = kProjectVersion;
   options.capabilities = {{"labels", flags.labels}};
 
+  // A result is only ever reported by the incarnation that started its attempt (a new one
+  // stops what an earlier one left), so it need not survive a power loss: no fsync per run.
   exec::SupervisionRunner runner({self_exe, "supervise"}, RunRootOf(work_dir),
-                                 WorkRootOf(work_dir), launcher.get());
+                                 WorkRootOf(work_dir), launcher.get(), /*fsync_results=*/false);
   ControlClientOptions client_options;
   client_options.user_agent = std::string("ql-worker/") + kProjectVersion;
   client_options.tls = flags.tls;

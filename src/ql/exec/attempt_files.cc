@@ -133,7 +133,8 @@ Result<std::string> EncodeSpec(const LaunchSpec& spec) {
          {"timeout_ms", spec.timeout_ms},
          {"log_path", spec.log_path},
          {"log_cap_bytes", spec.log_cap_bytes},
-         {"kill_grace_ms", spec.kill_grace_ms}};
+         {"kill_grace_ms", spec.kill_grace_ms},
+         {"fsync_result", spec.fsync_result}};
   try {
     return j.dump();
   } catch (const json::exception&) {
@@ -265,6 +266,10 @@ Result<LaunchSpec> DecodeSpec(std::string_view text, std::string_view what) {
   QL_ASSIGN_OR_RETURN(spec.log_path, f.String("log_path"));
   QL_ASSIGN_OR_RETURN(spec.log_cap_bytes, f.Int("log_cap_bytes"));
   QL_ASSIGN_OR_RETURN(spec.kill_grace_ms, f.Int("kill_grace_ms"));
+  // Optional: a spec.json written before the field existed asked for an fsynced result.
+  if (j.contains("fsync_result")) {
+    QL_ASSIGN_OR_RETURN(spec.fsync_result, f.Bool("fsync_result"));
+  }
   return spec;
 }
 

@@ -49,6 +49,10 @@ struct LaunchSpec {
   int64_t log_cap_bytes = 0;
   // Time between SIGTERM and SIGKILL when the command group is stopped.
   int64_t kill_grace_ms = 5000;
+  // Whether result.json is fsynced (file and directory) before the supervisor exits. A caller
+  // that never reads a result after its machine restarted may leave it false: the result is
+  // still replaced atomically and read the moment the supervisor has exited.
+  bool fsync_result = true;
 };
 
 enum class OutcomeKind {

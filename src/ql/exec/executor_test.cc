@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ql/exec/attempt_files.h"
 #include "ql/exec/launcher.h"
 #include "ql/exec/supervision_runner.h"
 
@@ -723,6 +724,39 @@ TEST_F(ExecutorTest, SupervisionRunnerPassesSecretsAndMaskValues) {
   EXPECT_EQ(outcome->kind, AttemptOutcome::Kind::kExited) << outcome->message;
   EXPECT_EQ(ReadFile(launch.log_path), "*** and ***\n");
   EXPECT_EQ(FilesHolding(root_, kSecret), std::vector<std::string>{});
+}
+
+TEST_F(ExecutorTest, ARunnerWithoutResultFsyncsSaysSoInEverySpec) {
+  for (bool fsync_results : {true, false}) {
+    SupervisionRunner runner(kSupervisorPrefix, root_ + "/runs", root_, nullptr, fsync_results);
+    AttemptLaunch launch;
+    launch.run_id = "run-1";
+    launch.attempt_id = fsync_results ? "attempt-fsynced" : "attempt-unsynced";
+    launch.task_id = "task-1";
+    launch.argv = {"/bin/sh", "-c", "exit 3"};
+    launch.environment = {{"QL_RUN_ID", "run-1"}, {"QL_ATTEMPT_ID", launch.attempt_id}};
+    launch.timeout_ms = 10000;
+    launch.log_path = root_ + "/log/" + launch.attempt_id + ".log";
+    launch.log_cap_bytes = 1 << 20;
+    Result<std::unique_ptr<AttemptHandle>> handle = runner.Launch(launch);
+    ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+    const std::string dir = root_ + "/runs/" + launch.attempt_id;
+    launched_.push_back(dir);
+    std::optional<AttemptOutcome> outcome;
+    ASSERT_TRUE(WaitUntil([&] { return (outcome = (*handle)->Poll()).has_value(); }, 5000));
+    EXPECT_EQ(outcome->kind, AttemptOutcome::Kind::kExited) << outcome->message;
+    EXPECT_EQ(outcome->exit_code, 3);
+    Result<LaunchSpec> spec = internal::DecodeSpec(ReadFile(dir + "/spec.json"), "spec.json");
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_EQ(spec->fsync_result, fsync_results);
+  }
+  // A spec.json written before the field existed asks for an fsynced result.
+  Result<LaunchSpec> older = internal::DecodeSpec(
+      R"({"argv":["/bin/true"],"environment":[],"working_directory":"/","timeout_ms":1,)"
+      R"("log_path":"/tmp/x.log","log_cap_bytes":1,"kill_grace_ms":1})",
+      "spec.json");
+  ASSERT_TRUE(older.ok()) << older.status().ToString();
+  EXPECT_TRUE(older->fsync_result);
 }
 
 TEST_F(ExecutorTest, BadSecretEnvironmentIsRejected) {

@@ -76,11 +76,12 @@ class SupervisionHandle final : public AttemptHandle {
 
 SupervisionRunner::SupervisionRunner(std::vector<std::string> supervisor_prefix,
                                      std::string run_root, std::string work_root,
-                                     SupervisorLauncher* launcher)
+                                     SupervisorLauncher* launcher, bool fsync_results)
     : supervisor_prefix_(std::move(supervisor_prefix)),
       run_root_(std::move(run_root)),
       work_root_(std::move(work_root)),
-      launcher_(launcher) {}
+      launcher_(launcher),
+      fsync_results_(fsync_results) {}
 
 Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLaunch& launch) {
   LaunchSpec spec;
@@ -96,6 +97,7 @@ Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLa
   spec.timeout_ms = launch.timeout_ms;
   spec.log_path = launch.log_path;
   spec.log_cap_bytes = launch.log_cap_bytes;
+  spec.fsync_result = fsync_results_;
   QL_ASSIGN_OR_RETURN(Supervision supervision, Supervision::Launch(supervisor_prefix_, spec, launcher_));
   return std::unique_ptr<AttemptHandle>(new SupervisionHandle(std::move(supervision)));
 }

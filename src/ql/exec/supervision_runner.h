@@ -18,8 +18,11 @@ namespace ql::exec {
 // by the launcher instead of re-executed (see launcher.h).
 class SupervisionRunner final : public AttemptRunner {
  public:
+  // With `fsync_results` false the attempts' results are not fsynced (LaunchSpec::fsync_result):
+  // for ql-worker, which never reports an attempt its previous incarnation started.
   SupervisionRunner(std::vector<std::string> supervisor_prefix, std::string run_root,
-                    std::string work_root, SupervisorLauncher* launcher = nullptr);
+                    std::string work_root, SupervisorLauncher* launcher = nullptr,
+                    bool fsync_results = true);
   // Starts the attempt in `<run_root>/<attempt_id>`. A launch without a working directory runs
   // in `<work_root>/<task_id>`, created (with `work_root`) mode 0700 when missing. Errors:
   // InvalidArgument `invalid_task_id` when the task id is not one plain path component (letters,
@@ -37,6 +40,7 @@ class SupervisionRunner final : public AttemptRunner {
   std::string run_root_;
   std::string work_root_;
   SupervisorLauncher* launcher_ = nullptr;  // not owned; may be null
+  bool fsync_results_ = true;
 };
 
 }  // namespace ql::exec

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -44,13 +45,6 @@ constexpr int64_t kNever = INT64_MAX;
 
 // Static so the supervisor's stack stays small; one supervisor runs one command.
 char g_read_buffer[kReadBufferBytes];
-
-// Sent by the command's child through a close-on-exec pipe when it cannot start.
-struct SpawnReport {
-  enum Stage : int { kChdir = 1, kExec = 2 };
-  int stage;
-  int error;
-};
 
 // Returns the full path of `name` searched in `path_value` (a PATH string), or "" if none is an
 // executable regular file. Names containing '/' are returned unchanged.
@@ -308,64 +302,75 @@ bool Supervisor::Spawn() {
   for (std::string& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  int output[2] = {-1, -1};
-  int report[2] = {-1, -1};
-  if (devnull < 0 || pipe2(output, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0) {
-    SpawnFailed(ErrnoMessage("supervisor: cannot set up the command's descriptors", errno));
+  // The command is started with posix_spawn (a vfork-like clone: this process's memory is not
+  // copied, which a fork would do for every attempt). Its child joins a new process group, gets
+  // the default disposition and an empty mask for every signal, /dev/null as stdin, the output
+  // pipe as stdout and stderr, and the working directory opened here.
+  const std::string& working_directory = *spec_.working_directory;
+  const int directory = open(working_directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (directory < 0) {
+    SpawnFailed(ErrnoMessage("cannot change to working directory " + working_directory, errno));
     return false;
   }
-  const char* working_directory = spec_.working_directory->c_str();
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int output[2] = {-1, -1};
+  if (devnull < 0 || pipe2(output, O_CLOEXEC) != 0) {
+    const int err = errno;
+    close(directory);
+    if (devnull >= 0) close(devnull);
+    SpawnFailed(ErrnoMessage("supervisor: cannot set up the command's descriptors", err));
+    return false;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attributes;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attributes);
+  sigset_t none;
+  sigset_t every;
+  sigemptyset(&none);
+  sigfillset(&every);
+  int setup = posix_spawn_file_actions_adddup2(&actions, devnull, 0);
+  if (setup == 0) setup = posix_spawn_file_actions_adddup2(&actions, output[1], 1);
+  if (setup == 0) setup = posix_spawn_file_actions_adddup2(&actions, output[1], 2);
+  if (setup == 0) setup = posix_spawn_file_actions_addfchdir_np(&actions, directory);
+  if (setup == 0) {
+    setup = posix_spawnattr_setflags(
+        &attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  }
+  if (setup == 0) setup = posix_spawnattr_setpgroup(&attributes, 0);
+  if (setup == 0) setup = posix_spawnattr_setsigmask(&attributes, &none);
+  if (setup == 0) setup = posix_spawnattr_setsigdefault(&attributes, &every);
 
   outcome_.started_at_ms = clock_.NowMs();
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    internal::ResetSignalsForExec();
-    SpawnReport r{};
-    if (dup2(devnull, 0) < 0 || dup2(output[1], 1) < 0 || dup2(output[1], 2) < 0) {
-      r = {SpawnReport::kExec, errno};
-    } else if (chdir(working_directory) != 0) {
-      r = {SpawnReport::kChdir, errno};
-    } else {
-      execve(executable.c_str(), argv.data(), envp.data());
-      r = {SpawnReport::kExec, errno};
-    }
-    internal::WriteAll(report[1], &r, sizeof(r));
-    _exit(127);
-  }
-  int fork_error = errno;
+  pid_t pid = -1;
+  const int spawned =
+      setup != 0 ? setup
+                 : posix_spawn(&pid, executable.c_str(), &actions, &attributes, argv.data(),
+                               envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
   // The command has its own copy of its environment now; this process keeps none of the secrets
   // it does not need for masking.
   for (std::string& e : env_strings) explicit_bzero(e.data(), e.size());
   for (auto& [name, value] : secrets_.environment) explicit_bzero(value.data(), value.size());
   close(devnull);
   close(output[1]);
-  close(report[1]);
-  if (pid < 0) {
+  if (spawned != 0) {
     close(output[0]);
-    close(report[0]);
-    SpawnFailed(ErrnoMessage("supervisor: cannot fork", fork_error));
+    // The child's change of directory and its exec report failures alike; a directory this
+    // process cannot enter either is named as the cause.
+    const bool enterable = faccessat(directory, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) == 0;
+    close(directory);
+    SpawnFailed(setup != 0 ? ErrnoMessage("supervisor: cannot set up the command's start", setup)
+                : !enterable
+                    ? ErrnoMessage("cannot change to working directory " + working_directory,
+                                   spawned)
+                    : ErrnoMessage("cannot execute " + executable, spawned));
     return false;
   }
-  // Also set here, so no signal to the group can miss a child that has not run yet.
-  setpgid(pid, pid);
-  command_pid_ = pid;
+  close(directory);
+  command_pid_ = pid;  // also the process group id: the child joined its own group before exec
 
-  SpawnReport r{};
-  ssize_t n = internal::ReadFull(report[0], &r, sizeof(r));
-  close(report[0]);
-  if (n == static_cast<ssize_t>(sizeof(r))) {
-    close(output[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    SpawnFailed(r.stage == SpawnReport::kChdir
-                    ? ErrnoMessage("cannot change to working directory " + *spec_.working_directory,
-                                   r.error)
-                    : ErrnoMessage("cannot execute " + executable, r.error));
-    return false;
-  }
   output_fd_ = output[0];
   fcntl(output_fd_, F_SETFL, fcntl(output_fd_, F_GETFL) | O_NONBLOCK);
   command_ = ReadProcessIdentity(pid);
@@ -565,7 +570,8 @@ bool Supervisor::WriteResult() {
   internal::ResultRecord record{outcome_, self_, boot_id_};
   return internal::WriteFileAtomically(PathIn(dir_, internal::kResultFile),
                                        internal::EncodeResult(record),
-                                       internal::Durability::kPowerLossSafe)
+                                       spec_.fsync_result ? internal::Durability::kPowerLossSafe
+                                                          : internal::Durability::kAtomic)
       .ok();
 }
 
