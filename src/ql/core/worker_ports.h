@@ -93,7 +93,8 @@ struct GrantedLease {
   std::string plan_digest;
   int64_t lease_version = 0;
   int64_t lease_expires_at_ms = 0;
-  bool replay = false;  // the same offer returned again (the first answer was lost)
+  int64_t run_version = 0;  // the run's version once the grant was recorded
+  bool replay = false;      // the same offer returned again (the first answer was lost)
 };
 
 struct LeaseRenewal {

@@ -137,100 +137,110 @@ Status RunSettlement::Finish(const std::string& run_id, const std::string& attem
   // Two tries: a cancel intent may commit between our read and our write, and then it wins.
   for (int attempt_no = 0; attempt_no < 2; ++attempt_no) {
     QL_ASSIGN_OR_RETURN(auto read, runs_.GetRunWithAttempts(run_id));
-    RunRecord& run = read.first;
-    std::vector<AttemptRecord>& attempts = read.second;
-    auto it = std::find_if(attempts.begin(), attempts.end(),
-                           [&](const AttemptRecord& a) { return a.id == attempt_id; });
-    if (it == attempts.end()) return NotFound("attempt_not_found", "attempt " + attempt_id);
-    AttemptRecord& attempt = *it;
-    std::optional<AttemptStatus> attempt_status = ParseAttemptStatus(attempt.status);
-    std::optional<RunStatus> run_status = ParseRunStatus(run.status);
-    if (!attempt_status || !run_status) {
-      return Corrupt("status_invalid", "run " + run_id + " has an unknown status");
-    }
-    if (IsTerminal(*attempt_status)) return Status::Ok();  // recorded already
-
-    std::vector<RunTransitionCommand> steps;
-    if (started_pid.has_value() && *attempt_status == AttemptStatus::kStarting) {
-      // The start first, in the same transaction; the end is decided on the state it leaves.
-      steps.push_back(
-          RunningTransition(run.id, run.version, attempt.id, *started_pid, actor_, clock_.NowMs()));
-      if (lease != nullptr) steps.back().lease = *lease;
-      run.version += 1;
-      run.status = Name(RunStatus::kRunning);
-      run.started_at_ms = steps.back().started_at_ms;
-      attempt.status = Name(AttemptStatus::kRunning);
-      attempt.started_at_ms = steps.back().attempt_started_at_ms;
-      attempt.pid = started_pid;
-      attempt_status = AttemptStatus::kRunning;
-    }
-
-    Mapping m = MapOutcome(outcome);
-    if (run.cancel_requested_at_ms.has_value() && CancelWins(m.run_to)) {
-      m = {AttemptStatus::kCancelled, RunStatus::kCancelled, false, m.exit_code, "cancelled",
-           "cancelled on request"};
-    }
-    const bool lost = m.attempt_to == AttemptStatus::kLost;
-    // A claimed attempt never started: losing it is taken over as for any run.
-    const bool recovery =
-        lost && NeedsRecovery(run) && *attempt_status != AttemptStatus::kClaimed;
-    const bool retry = !lost && m.retryable && attempt.attempt < run.retry_policy.max_attempts;
-    const RunStatus run_to =
-        recovery ? RunStatus::kRecoveryRequired : retry ? RunStatus::kRetryWait : m.run_to;
-    const int64_t now = clock_.NowMs();
-
-    RunTransitionCommand t;
-    t.run_id = run_id;
-    t.expected_version = run.version;
-    t.run_to = Name(run_to);
-    t.attempt_id = attempt_id;
-    t.expected_attempt_status = attempt.status;
-    t.attempt_to = Name(m.attempt_to);
-    t.attempt_finished_at_ms = now;
-    t.attempt_exit_code = m.exit_code;
-    t.attempt_error_code = m.error_code;
-    if (!m.summary.empty()) t.attempt_error_summary = m.summary;
-    t.exit_code = m.exit_code;
-    t.error_code = m.error_code;
-    if (!m.summary.empty()) t.error_summary = m.summary;
-    if (retry) {
-      t.retry_at_ms = now + RetryBackoffMs(run.retry_policy, attempt.attempt + 1);
-    } else if (!lost) {
-      t.finished_at_ms = now;
-    }
-    nlohmann::json payload = nlohmann::json::object();
-    if (m.exit_code) payload["exit_code"] = *m.exit_code;
-    if (m.error_code) payload["error_code"] = *m.error_code;
-    if (outcome.kind == AttemptOutcome::Kind::kSignaled) payload["signal"] = outcome.signal;
-    t.events = {
-        Event(AttemptEventType(m.attempt_to), actor_, attempt_id, payload),
-        Event(RunEventType(run_to), "dispatcher", attempt_id,
-              retry ? nlohmann::json{{"retry_at_ms", *t.retry_at_ms}} : nlohmann::json::object())};
-    t.now_ms = now;
-    if (lease != nullptr) t.lease = *lease;
-    steps.push_back(std::move(t));
-    Result<RunRecord> applied = runs_.ApplyTransitions(steps);
-    if (!applied.ok()) {
-      // A lost race with a cancel intent is worth one more read; a broken lease fence is not.
-      if (applied.status().code() == StatusCode::kConflict && attempt_no == 0 &&
-          !IsLeaseFenceError(applied.status())) {
-        continue;
-      }
-      return applied.status();
-    }
-    if (steps.size() > 1) metrics_.Increment("ql_run_transitions_total", R"(to="running")");
-    metrics_.Increment("ql_executor_exits_total",
-                       "status=\"" + std::string(AttemptStatusName(m.attempt_to)) + "\"");
-    metrics_.Increment("ql_run_transitions_total",
-                       "to=\"" + std::string(RunStatusName(run_to)) + "\"");
-    if (lost && !recovery) {
-      QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> after, runs_.ListAttempts(run_id));
-      return SettleLost(*applied, after.back(), m.summary);
-    }
-    if (recorded != nullptr) *recorded = {applied->status, Name(m.attempt_to)};
-    return Status::Ok();
+    bool raced = false;
+    Status st = FinishFrom(std::move(read.first), std::move(read.second), attempt_id, outcome,
+                           lease, recorded, started_pid, &raced);
+    // A lost race with a cancel intent is worth one more read; a broken lease fence is not.
+    if (raced && attempt_no == 0) continue;
+    return st;
   }
   return Conflict("finish_raced", "run " + run_id + " kept changing while recording its outcome");
+}
+
+Status RunSettlement::FinishFrom(RunRecord run, std::vector<AttemptRecord> attempts,
+                                 const std::string& attempt_id, const AttemptOutcome& outcome,
+                                 const LeaseFence* lease, FinishRecord* recorded,
+                                 std::optional<int64_t> started_pid, bool* raced) {
+  if (raced != nullptr) *raced = false;
+  const std::string run_id = run.id;
+  auto it = std::find_if(attempts.begin(), attempts.end(),
+                         [&](const AttemptRecord& a) { return a.id == attempt_id; });
+  if (it == attempts.end()) return NotFound("attempt_not_found", "attempt " + attempt_id);
+  AttemptRecord& attempt = *it;
+  std::optional<AttemptStatus> attempt_status = ParseAttemptStatus(attempt.status);
+  std::optional<RunStatus> run_status = ParseRunStatus(run.status);
+  if (!attempt_status || !run_status) {
+    return Corrupt("status_invalid", "run " + run_id + " has an unknown status");
+  }
+  if (IsTerminal(*attempt_status)) return Status::Ok();  // recorded already
+
+  std::vector<RunTransitionCommand> steps;
+  if (started_pid.has_value() && *attempt_status == AttemptStatus::kStarting) {
+    // The start first, in the same transaction; the end is decided on the state it leaves.
+    steps.push_back(
+        RunningTransition(run.id, run.version, attempt.id, *started_pid, actor_, clock_.NowMs()));
+    if (lease != nullptr) steps.back().lease = *lease;
+    run.version += 1;
+    run.status = Name(RunStatus::kRunning);
+    run.started_at_ms = steps.back().started_at_ms;
+    attempt.status = Name(AttemptStatus::kRunning);
+    attempt.started_at_ms = steps.back().attempt_started_at_ms;
+    attempt.pid = started_pid;
+    attempt_status = AttemptStatus::kRunning;
+  }
+
+  Mapping m = MapOutcome(outcome);
+  if (run.cancel_requested_at_ms.has_value() && CancelWins(m.run_to)) {
+    m = {AttemptStatus::kCancelled, RunStatus::kCancelled, false, m.exit_code, "cancelled",
+         "cancelled on request"};
+  }
+  const bool lost = m.attempt_to == AttemptStatus::kLost;
+  // A claimed attempt never started: losing it is taken over as for any run.
+  const bool recovery = lost && NeedsRecovery(run) && *attempt_status != AttemptStatus::kClaimed;
+  const bool retry = !lost && m.retryable && attempt.attempt < run.retry_policy.max_attempts;
+  const RunStatus run_to =
+      recovery ? RunStatus::kRecoveryRequired : retry ? RunStatus::kRetryWait : m.run_to;
+  const int64_t now = clock_.NowMs();
+
+  RunTransitionCommand t;
+  t.run_id = run_id;
+  t.expected_version = run.version;
+  t.run_to = Name(run_to);
+  t.attempt_id = attempt_id;
+  t.expected_attempt_status = attempt.status;
+  t.attempt_to = Name(m.attempt_to);
+  t.attempt_finished_at_ms = now;
+  t.attempt_exit_code = m.exit_code;
+  t.attempt_error_code = m.error_code;
+  if (!m.summary.empty()) t.attempt_error_summary = m.summary;
+  t.exit_code = m.exit_code;
+  t.error_code = m.error_code;
+  if (!m.summary.empty()) t.error_summary = m.summary;
+  if (retry) {
+    t.retry_at_ms = now + RetryBackoffMs(run.retry_policy, attempt.attempt + 1);
+  } else if (!lost) {
+    t.finished_at_ms = now;
+  }
+  nlohmann::json payload = nlohmann::json::object();
+  if (m.exit_code) payload["exit_code"] = *m.exit_code;
+  if (m.error_code) payload["error_code"] = *m.error_code;
+  if (outcome.kind == AttemptOutcome::Kind::kSignaled) payload["signal"] = outcome.signal;
+  t.events = {
+      Event(AttemptEventType(m.attempt_to), actor_, attempt_id, payload),
+      Event(RunEventType(run_to), "dispatcher", attempt_id,
+            retry ? nlohmann::json{{"retry_at_ms", *t.retry_at_ms}} : nlohmann::json::object())};
+  t.now_ms = now;
+  if (lease != nullptr) t.lease = *lease;
+  steps.push_back(std::move(t));
+  Result<RunRecord> applied = runs_.ApplyTransitions(steps);
+  if (!applied.ok()) {
+    if (raced != nullptr) {
+      *raced = applied.status().code() == StatusCode::kConflict &&
+               !IsLeaseFenceError(applied.status());
+    }
+    return applied.status();
+  }
+  if (steps.size() > 1) metrics_.Increment("ql_run_transitions_total", R"(to="running")");
+  metrics_.Increment("ql_executor_exits_total",
+                     "status=\"" + std::string(AttemptStatusName(m.attempt_to)) + "\"");
+  metrics_.Increment("ql_run_transitions_total",
+                     "to=\"" + std::string(RunStatusName(run_to)) + "\"");
+  if (lost && !recovery) {
+    QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> after, runs_.ListAttempts(run_id));
+    return SettleLost(*applied, after.back(), m.summary);
+  }
+  if (recorded != nullptr) *recorded = {applied->status, Name(m.attempt_to)};
+  return Status::Ok();
 }
 
 Status RunSettlement::SettleLost(const RunRecord& run, const AttemptRecord& attempt,

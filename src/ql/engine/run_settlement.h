@@ -63,6 +63,15 @@ class RunSettlement {
                 FinishRecord* recorded = nullptr,
                 std::optional<int64_t> started_pid = std::nullopt);
 
+  // Finish decided on a state the caller read before (`run` with `attempts`, which must hold
+  // `attempt_id`) instead of reading it again: one try, no retry. Every transition still holds
+  // only if the run's version is the one read, so a state that is no longer current changes
+  // nothing and fails with a Conflict (`raced` is then set, unless a lease fence broke).
+  Status FinishFrom(RunRecord run, std::vector<AttemptRecord> attempts,
+                    const std::string& attempt_id, const AttemptOutcome& outcome,
+                    const LeaseFence* lease, FinishRecord* recorded,
+                    std::optional<int64_t> started_pid, bool* raced = nullptr);
+
   // Moves a lost run on: cancelled when a cancel intent exists, retry_wait when the policy
   // retries lost attempts and attempts remain, failed otherwise.
   Status SettleLost(const RunRecord& run, const AttemptRecord& attempt, const std::string& reason);

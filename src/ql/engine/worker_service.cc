@@ -29,6 +29,22 @@ Status ValidateLeaseToken(std::string_view token) {
   return Status::Ok();
 }
 
+// The claimed attempt to starting and its run to dispatching, as of `run_version`.
+RunTransitionCommand StartingTransition(const std::string& run_id, int64_t run_version,
+                                        const std::string& attempt_id, int64_t now_ms) {
+  RunTransitionCommand t;
+  t.run_id = run_id;
+  t.expected_version = run_version;
+  t.attempt_id = attempt_id;
+  t.now_ms = now_ms;
+  t.run_to = Name(RunStatus::kDispatching);
+  t.expected_attempt_status = Name(AttemptStatus::kClaimed);
+  t.attempt_to = Name(AttemptStatus::kStarting);
+  t.events = {MakeRunEvent(std::string(kEventRunDispatching), "worker", attempt_id),
+              MakeRunEvent(AttemptEventType(AttemptStatus::kStarting), "worker", attempt_id)};
+  return t;
+}
+
 Status ValidateSession(const std::string& session_id, int64_t generation) {
   QL_RETURN_IF_ERROR(ValidateId("session_id", session_id));
   if (generation < 1) {
@@ -113,6 +129,9 @@ WorkerService::WorkerService(WorkerSessionRepository& sessions, RunLeaseReposito
                     "report.");
   metrics_.Describe("ql_worker_calls_refused_total", "counter",
                     "Worker lease calls refused by the fence, by reason.");
+  metrics_.Describe("ql_worker_lease_hints_total", "counter",
+                    "Lease steps decided on what this replica knew of the lease (used) or read "
+                    "again because that was no longer current (stale).");
 }
 
 Result<std::string> WorkerService::Authenticate(std::string_view token) {
@@ -226,6 +245,22 @@ Result<PullAnswer> WorkerService::Pull(const std::string& worker_id, const std::
     c.offers.push_back({o.offer_id, Sha256Hex(o.lease_token)});
   }
   QL_ASSIGN_OR_RETURN(std::vector<GrantedLease> granted, leases_.GrantLeases(c));
+  for (const GrantedLease& g : granted) {
+    auto proposal = std::find_if(c.offers.begin(), c.offers.end(),
+                                 [&](const OfferProposal& p) { return p.offer_id == g.offer_id; });
+    if (proposal == c.offers.end()) continue;
+    LeaseHint hint;
+    hint.worker_id = worker_id;
+    hint.session_id = session_id;
+    hint.generation = generation;
+    hint.token_digest = proposal->token_digest;
+    hint.run_id = g.run_id;
+    hint.attempt_id = g.attempt_id;
+    hint.attempt = g.attempt;
+    hint.attempt_status = Name(AttemptStatus::kClaimed);
+    hint.run_version = g.run_version;
+    NoteHint(g.offer_id, std::move(hint));
+  }
   PullAnswer out;
   for (GrantedLease& g : granted) {
     // Only the pinned plan may run; it is re-verified against its digest before it leaves.
@@ -314,8 +349,103 @@ Status WorkerService::Refused(const LeaseCall& call, std::string_view step, cons
   return error;
 }
 
+std::optional<WorkerService::LeaseHint> WorkerService::HintFor(const LeaseCall& call,
+                                                               const LeaseFence& fence) {
+  std::lock_guard<std::mutex> lock(hints_mu_);
+  auto it = hints_.find(call.offer_id);
+  if (it == hints_.end()) return std::nullopt;
+  const LeaseHint& hint = it->second;
+  if (clock_.MonotonicMs() - hint.noted_monotonic_ms > options_.lease_ttl_ms) {
+    hints_.erase(it);  // the lease has expired or been renewed since: read it
+    return std::nullopt;
+  }
+  if (hint.worker_id != call.worker_id || hint.session_id != call.session_id ||
+      hint.generation != call.generation ||
+      !ConstantTimeEquals(hint.token_digest, fence.token_digest)) {
+    return std::nullopt;
+  }
+  return hint;
+}
+
+void WorkerService::NoteHint(const std::string& offer_id, LeaseHint hint) {
+  hint.noted_monotonic_ms = clock_.MonotonicMs();
+  std::lock_guard<std::mutex> lock(hints_mu_);
+  if (hints_.size() >= kMaxLeaseHints && hints_.find(offer_id) == hints_.end()) {
+    std::erase_if(hints_, [&](const auto& entry) {
+      return hint.noted_monotonic_ms - entry.second.noted_monotonic_ms > options_.lease_ttl_ms;
+    });
+    if (hints_.size() >= kMaxLeaseHints) hints_.clear();
+  }
+  hints_[offer_id] = std::move(hint);
+}
+
+void WorkerService::ForgetHint(const std::string& offer_id) {
+  std::lock_guard<std::mutex> lock(hints_mu_);
+  hints_.erase(offer_id);
+}
+
+std::optional<std::string> WorkerService::StepFromHint(const LeaseCall& call,
+                                                       const LeaseFence& fence, bool to_running,
+                                                       int64_t pid) {
+  std::optional<LeaseHint> hint = HintFor(call, fence);
+  if (!hint) return std::nullopt;
+  const int64_t now = clock_.NowMs();
+  RunTransitionCommand t;
+  if (!to_running) {
+    if (hint->attempt_status != Name(AttemptStatus::kClaimed)) return std::nullopt;
+    t = StartingTransition(hint->run_id, hint->run_version, hint->attempt_id, now);
+  } else {
+    if (pid < 1 || hint->attempt_status != Name(AttemptStatus::kStarting)) return std::nullopt;
+    t = RunningTransition(hint->run_id, hint->run_version, hint->attempt_id, pid, "worker", now);
+  }
+  t.lease = fence;
+  Result<RunRecord> applied = runs_.ApplyTransition(t);
+  if (!applied.ok()) {
+    metrics_.Increment("ql_worker_lease_hints_total", R"(result="stale")");
+    return std::nullopt;
+  }
+  metrics_.Increment("ql_worker_lease_hints_total", R"(result="used")");
+  metrics_.Increment("ql_run_transitions_total",
+                     to_running ? R"(to="running")" : R"(to="dispatching")");
+  hint->attempt_status = Name(to_running ? AttemptStatus::kRunning : AttemptStatus::kStarting);
+  hint->run_version = applied->version;
+  hint->run = std::move(applied).value();
+  NoteHint(call.offer_id, std::move(*hint));
+  return std::string(to_running ? "running" : "starting");
+}
+
+std::optional<CompleteAnswer> WorkerService::CompleteFromHint(const LeaseCall& call,
+                                                              const LeaseFence& fence,
+                                                              const AttemptOutcome& outcome,
+                                                              std::optional<int64_t> started_pid) {
+  std::optional<LeaseHint> hint = HintFor(call, fence);
+  if (!hint || !hint->run.has_value()) return std::nullopt;
+  if (hint->attempt_status != Name(AttemptStatus::kStarting) &&
+      hint->attempt_status != Name(AttemptStatus::kRunning)) {
+    return std::nullopt;
+  }
+  AttemptRecord attempt;
+  attempt.id = hint->attempt_id;
+  attempt.run_id = hint->run_id;
+  attempt.attempt = hint->attempt;
+  attempt.status = hint->attempt_status;
+  FinishRecord recorded;
+  Status st = settlement_.FinishFrom(*hint->run, {attempt}, hint->attempt_id, outcome, &fence,
+                                     &recorded, started_pid);
+  if (!st.ok() || recorded.run_status.empty()) {
+    metrics_.Increment("ql_worker_lease_hints_total", R"(result="stale")");
+    return std::nullopt;
+  }
+  metrics_.Increment("ql_worker_lease_hints_total", R"(result="used")");
+  ForgetHint(call.offer_id);
+  return CompleteAnswer{recorded.run_status, recorded.attempt_status};
+}
+
 Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, int64_t pid) {
   QL_ASSIGN_OR_RETURN(LeaseFence fence, Fence(call));
+  if (std::optional<std::string> stepped = StepFromHint(call, fence, to_running, pid)) {
+    return *stepped;
+  }
   const std::string_view step = to_running ? "running" : "starting";
   for (int tries = 0; tries < 3; ++tries) {
     Result<LeaseState> state = leases_.GetLeaseState(call.offer_id);
@@ -337,25 +467,14 @@ Result<std::string> WorkerService::Step(const LeaseCall& call, bool to_running, 
     const int64_t now = clock_.NowMs();
     // The lease state was read with the run's version, so the transition below holds only if
     // nothing changed the run since.
-    RunTransitionCommand t;
-    t.run_id = state->run_id;
-    t.expected_version = state->run_version;
-    t.attempt_id = state->attempt_id;
-    t.lease = fence;
-    t.now_ms = now;
-    if (!to_running) {
-      t.run_to = Name(RunStatus::kDispatching);
-      t.expected_attempt_status = Name(AttemptStatus::kClaimed);
-      t.attempt_to = Name(AttemptStatus::kStarting);
-      t.events = {
-          MakeRunEvent(std::string(kEventRunDispatching), "worker", state->attempt_id),
-          MakeRunEvent(AttemptEventType(AttemptStatus::kStarting), "worker", state->attempt_id)};
-    } else {
-      if (pid < 1) return InvalidArgument("invalid_argument", "pid must be a positive integer");
-      t = RunningTransition(state->run_id, state->run_version, state->attempt_id, pid, "worker",
-                            now);
-      t.lease = fence;
+    if (to_running && pid < 1) {
+      return InvalidArgument("invalid_argument", "pid must be a positive integer");
     }
+    RunTransitionCommand t =
+        to_running ? RunningTransition(state->run_id, state->run_version, state->attempt_id, pid,
+                                       "worker", now)
+                   : StartingTransition(state->run_id, state->run_version, state->attempt_id, now);
+    t.lease = fence;
     Result<RunRecord> applied = runs_.ApplyTransition(t);
     if (applied.ok()) {
       metrics_.Increment("ql_run_transitions_total",
@@ -421,6 +540,10 @@ Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
                            "pid must be a positive integer, and only with an outcome of a "
                            "command that started");
   }
+  if (std::optional<CompleteAnswer> done = CompleteFromHint(call, fence, outcome, started_pid)) {
+    return *done;
+  }
+  ForgetHint(call.offer_id);
   QL_ASSIGN_OR_RETURN(LeaseState state, leases_.GetLeaseState(call.offer_id));
   if (state.worker_id != call.worker_id) {
     return NotFound("lease_not_found", "no lease has offer id " + call.offer_id);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -151,6 +152,36 @@ class WorkerService {
   // ended, and returns the fence error.
   Status Refused(const LeaseCall& call, std::string_view step, const Status& error);
   Result<std::string> Step(const LeaseCall& call, bool to_running, int64_t pid);
+
+  // What this replica last knew of a lease it granted or moved: enough to build the next step's
+  // transition without reading the lease first. Never trusted: every transition built from it
+  // carries the lease fence and the run version it names, so a hint that is no longer current
+  // (a cancel, a step taken through another replica) changes nothing, and the call then goes
+  // the way it goes on a replica without a hint: read the lease, decide, write.
+  struct LeaseHint {
+    std::string worker_id;
+    std::string session_id;
+    int64_t generation = 0;
+    std::string token_digest;
+    std::string run_id;
+    std::string attempt_id;
+    int attempt = 1;
+    std::string attempt_status;   // as the hint's step left it: claimed, starting or running
+    int64_t run_version = 0;      // the run's version as the hint's step left it
+    std::optional<RunRecord> run;  // the whole run, once a step of this replica returned it
+    int64_t noted_monotonic_ms = 0;
+  };
+  // Returns the hint of `call`'s lease when it names the caller's own session and token.
+  std::optional<LeaseHint> HintFor(const LeaseCall& call, const LeaseFence& fence);
+  void NoteHint(const std::string& offer_id, LeaseHint hint);
+  void ForgetHint(const std::string& offer_id);
+  // The step of `call` decided on its hint; nullopt when there is none or it was stale.
+  std::optional<std::string> StepFromHint(const LeaseCall& call, const LeaseFence& fence,
+                                          bool to_running, int64_t pid);
+  // The end of `call`'s attempt recorded on its hint; nullopt when there is none or it was stale.
+  std::optional<CompleteAnswer> CompleteFromHint(const LeaseCall& call, const LeaseFence& fence,
+                                                 const AttemptOutcome& outcome,
+                                                 std::optional<int64_t> started_pid);
   // Looks up the plan's secrets for a lease (errors of LookUpSecrets, or secret_unavailable
   // without a secret store).
   Result<std::vector<SealedVariable>> SealedSecretsOf(const std::string& project_id,
@@ -172,6 +203,10 @@ class WorkerService {
   static constexpr size_t kMaxTrustedTokens = 1024;
   std::mutex auth_mu_;
   std::map<std::string, TrustedToken> trusted_;  // by token digest; guarded by auth_mu_
+
+  static constexpr size_t kMaxLeaseHints = 4096;
+  std::mutex hints_mu_;
+  std::unordered_map<std::string, LeaseHint> hints_;  // by offer id; guarded by hints_mu_
 };
 
 }  // namespace ql

@@ -104,7 +104,7 @@ Status AppendRunEvent(Tx& tx, const std::string& run_id, bool bump_version, std:
 constexpr char kGrantedColumns[] =
     "SELECT l.offer_id, r.id, a.id, a.attempt, r.project_id, r.task_id, r.task_revision, "
     "r.task_digest, r.execution_revision_id, e.plan_json, e.plan_digest, l.lease_version, "
-    "l.expires_at_ms FROM ql3.run_dispatch_leases l "
+    "l.expires_at_ms, r.version FROM ql3.run_dispatch_leases l "
     "JOIN ql3.run_attempts a ON a.id = l.attempt_id JOIN ql3.runs r ON r.id = l.run_id "
     "JOIN ql3.execution_revisions e ON e.id = r.execution_revision_id ";
 
@@ -123,6 +123,7 @@ GrantedLease ReadGranted(const Rows& r, int i) {
   g.plan_digest = r.Text(i, 10);
   g.lease_version = r.Int(i, 11);
   g.lease_expires_at_ms = r.Int(i, 12);
+  g.run_version = r.Int(i, 13);
   return g;
 }
 

@@ -302,6 +302,72 @@ TEST_F(PgWorkerTest, ACompleteCarryingAPidRecordsTheStartThenTheEndInOneCall) {
             0);
 }
 
+// The replica that granted a lease steps it on what it knows (no read of the lease before the
+// step); what another replica or a cancel changed meanwhile makes that knowledge stale, and the
+// step then goes the way it goes on a replica that knows nothing: same answers, same history.
+TEST_F(PgWorkerTest, TheGrantingReplicaStepsALeaseOnWhatItKnowsAndAStaleHintChangesNothing) {
+  WorkerService other(*sessions_, *leases_, store_->runs(), SystemClock(), random_, metrics_, {});
+  const auto hints = [&](const std::string& result) {
+    const std::string series = "ql_worker_lease_hints_total{result=\"" + result + "\"} ";
+    const std::string text = metrics_.RenderPrometheus();
+    const size_t at = text.find(series);
+    return at == std::string::npos ? 0 : std::stoll(text.substr(at + series.size()));
+  };
+  AttemptOutcome exited;
+  exited.kind = AttemptOutcome::Kind::kExited;
+  exited.exit_code = 0;
+  const std::string task = PublishTask("true");
+  Worker w = NewWorker("w1");
+
+  // Known all the way: starting, then the end with the pid, both decided on the grant's state.
+  const std::string known = StartRun(task);
+  OfferToken offer = PullOne(w);
+  ASSERT_EQ(service_->Starting(Call(w, offer)).value(), "starting");
+  Result<CompleteAnswer> done = service_->Complete(Call(w, offer), exited, 4242);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->run_status, "succeeded");
+  EXPECT_EQ(hints("used"), 2);
+  EXPECT_EQ(hints("stale"), 0);
+
+  // Known nowhere: the same run taken by a replica that did not grant it.
+  const std::string unknown = StartRun(task);
+  offer = NewOffer();
+  ASSERT_EQ(Pull(w, {offer}).value().offers.size(), 1u);
+  ASSERT_EQ(other.Starting(Call(w, offer)).value(), "starting");
+  ASSERT_EQ(other.Complete(Call(w, offer), exited, 4242).value().run_status, "succeeded");
+  EXPECT_EQ(hints("used"), 2);
+  EXPECT_EQ(EventTypes(known), EventTypes(unknown));
+  EXPECT_EQ(Run(known).status, "succeeded");
+  EXPECT_EQ(store_->runs().ListAttempts(known).value().at(0).pid, 4242);
+
+  // Stale step: the start went through another replica; this one's hint still says claimed.
+  const std::string moved = StartRun(task);
+  offer = PullOne(w);
+  ASSERT_EQ(other.Starting(Call(w, offer)).value(), "starting");
+  EXPECT_EQ(service_->Starting(Call(w, offer)).value(), "already_starting");
+  EXPECT_EQ(hints("stale"), 1);
+  ASSERT_EQ(service_->Complete(Call(w, offer), exited, 4242).value().run_status, "succeeded");
+  EXPECT_EQ(EventTypes(moved), EventTypes(known));
+
+  // Stale end: a cancel after the start moved the run on; the cancel wins as it always does.
+  const std::string cancelled = StartRun(task);
+  offer = PullOne(w);
+  ASSERT_EQ(service_->Starting(Call(w, offer)).value(), "starting");
+  EXPECT_EQ(hints("used"), 3);
+  ASSERT_TRUE(control_->CancelRun(cancelled, std::string("stop")).ok());
+  Result<CompleteAnswer> ended = service_->Complete(Call(w, offer), exited, 4242);
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  EXPECT_EQ(ended->run_status, "cancelled");
+  EXPECT_EQ(hints("stale"), 2);
+  EXPECT_EQ(Run(cancelled).status, "cancelled");
+  const std::vector<std::string> types = EventTypes(cancelled);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "attempt.running"), 1);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "attempt.cancelled"), 1);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_events WHERE type = "
+                  "'attempt.late_callback_ignored'"),
+            0);
+}
+
 TEST_F(PgWorkerTest, APidOnTheCompleteOfARunningAttemptChangesNothingButTheEnd) {
   const std::string run_id = StartRun(PublishTask("true"));
   Worker w = NewWorker("w1");
