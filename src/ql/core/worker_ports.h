@@ -97,6 +97,13 @@ struct GrantedLease {
   bool replay = false;      // the same offer returned again (the first answer was lost)
 };
 
+// What one pull changed and found, read in its transaction.
+struct LeaseGrant {
+  std::vector<GrantedLease> granted;
+  // The session's granted leases whose run has a cancel intent (as ListCancelledOffers).
+  std::vector<std::string> cancelled;
+};
+
 struct LeaseRenewal {
   int64_t lease_version = 0;
   int64_t lease_expires_at_ms = 0;
@@ -143,8 +150,9 @@ class RunLeaseRepository {
   // (a draining session: the worker is stopping), Conflict `session_expired` (an offline
   // session, or one whose expiry passed by the database clock: the worker heartbeats or
   // registers a new session and keeps working), Conflict `lease_fenced` (an offer id taken by
-  // another lease or token).
-  virtual Result<std::vector<GrantedLease>> GrantLeases(const PullCommand& command) = 0;
+  // another lease or token). The answer also lists the session's cancelled leases, read in the
+  // same transaction.
+  virtual Result<LeaseGrant> GrantLeases(const PullCommand& command) = 0;
   // Extends a lease (expiry = store clock + ttl_ms, version + 1) while its attempt has not ended.
   virtual Result<LeaseRenewal> RenewLease(const LeaseFence& fence, int64_t ttl_ms) = 0;
   // Appends output at `offset` (which must equal the bytes held: Conflict `log_offset_mismatch`

@@ -244,7 +244,8 @@ Result<PullAnswer> WorkerService::Pull(const std::string& worker_id, const std::
     }
     c.offers.push_back({o.offer_id, Sha256Hex(o.lease_token)});
   }
-  QL_ASSIGN_OR_RETURN(std::vector<GrantedLease> granted, leases_.GrantLeases(c));
+  QL_ASSIGN_OR_RETURN(LeaseGrant grant, leases_.GrantLeases(c));
+  std::vector<GrantedLease>& granted = grant.granted;
   for (const GrantedLease& g : granted) {
     auto proposal = std::find_if(c.offers.begin(), c.offers.end(),
                                  [&](const OfferProposal& p) { return p.offer_id == g.offer_id; });
@@ -303,7 +304,7 @@ Result<PullAnswer> WorkerService::Pull(const std::string& worker_id, const std::
     out.offers.push_back(
         {std::move(g), std::move(plan).value(), std::move(sealed).value(), log_cap});
   }
-  QL_ASSIGN_OR_RETURN(out.cancel, leases_.ListCancelledOffers(worker_id, session_id));
+  out.cancel = std::move(grant.cancelled);
   return out;
 }
 

@@ -59,7 +59,7 @@ class FakeSessions final : public WorkerSessionRepository {
 // Leases are not exercised here.
 class NoLeases final : public RunLeaseRepository {
  public:
-  Result<std::vector<GrantedLease>> GrantLeases(const PullCommand&) override { return None(); }
+  Result<LeaseGrant> GrantLeases(const PullCommand&) override { return None(); }
   Result<LeaseRenewal> RenewLease(const LeaseFence&, int64_t) override { return None(); }
   Result<LeaseLogAppend> AppendLeaseLog(const LeaseFence&, int64_t, std::string_view, int64_t,
                                         int64_t) override {

@@ -101,6 +101,23 @@ Status AppendRunEvent(Tx& tx, const std::string& run_id, bool bump_version, std:
       .status();
 }
 
+// The offer ids of the session's granted leases whose run has a cancel intent.
+Result<std::vector<std::string>> CancelledOffers(Tx& tx, const std::string& worker_id,
+                                                 const std::string& session_id) {
+  QL_ASSIGN_OR_RETURN(Rows r, tx.Exec("SELECT l.offer_id FROM ql3.run_dispatch_leases l "
+                                      "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
+                                      "JOIN ql3.runs r ON r.id = l.run_id "
+                                      "WHERE l.worker_session_id = $1 AND s.credential_id = $2 "
+                                      "AND l.status = 'granted' "
+                                      "AND r.cancel_requested_at_ms IS NOT NULL "
+                                      "ORDER BY l.offer_id",
+                                      {P(session_id), P(worker_id)}));
+  std::vector<std::string> out;
+  for (int i = 0; i < r.size(); ++i) out.push_back(r.Text(i, 0));
+  QL_RETURN_IF_ERROR(r.status());
+  return out;
+}
+
 constexpr char kGrantedColumns[] =
     "SELECT l.offer_id, r.id, a.id, a.attempt, r.project_id, r.task_id, r.task_revision, "
     "r.task_digest, r.execution_revision_id, e.plan_json, e.plan_digest, l.lease_version, "
@@ -319,15 +336,18 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::SetSessionStatus(const std::
 // ---------------------------------------------------------------------------------------------
 // Leases (runtime role)
 
-Result<std::vector<GrantedLease>> PostgresRunLeases::GrantLeases(const PullCommand& c) {
-  std::vector<GrantedLease> out;
+Result<LeaseGrant> PostgresRunLeases::GrantLeases(const PullCommand& c) {
+  LeaseGrant out;
   // A grant does not wait for its WAL flush: one lost in a crash is a lease the worker cannot
   // start (`starting` answers lease_not_found, and nothing runs), and the durable `starting`
   // of a grant that survived flushes the WAL past it first.
   TxOptions grant;
   grant.durable_commit = false;
+  // The look-ups by offer id (`= ANY` of a short array) were planned afresh on every call under
+  // the default plan cache mode; the generic plans are the same index scans.
+  grant.generic_plans = true;
   QL_RETURN_IF_ERROR(pool_.Transact(grant, "granting run leases", [&](Tx& tx) -> Status {
-    out.clear();
+    out = LeaseGrant();
     // The session row stays locked: grants of one session are serialised, so the live-lease
     // count below cannot be overtaken.
     QL_ASSIGN_OR_RETURN(
@@ -463,6 +483,7 @@ Result<std::vector<GrantedLease>> PostgresRunLeases::GrantLeases(const PullComma
         ++next;
       }
     }
+    QL_ASSIGN_OR_RETURN(out.cancelled, CancelledOffers(tx, c.worker_id, c.session_id));
     if (granted.empty()) return Status::Ok();
     QL_ASSIGN_OR_RETURN(Rows rows,
                         tx.Exec(std::string(kGrantedColumns) +
@@ -472,7 +493,7 @@ Result<std::vector<GrantedLease>> PostgresRunLeases::GrantLeases(const PullComma
     for (int i = 0; i < rows.size(); ++i) {
       GrantedLease g = ReadGranted(rows, i);
       g.replay = std::find(replayed.begin(), replayed.end(), g.offer_id) != replayed.end();
-      out.push_back(std::move(g));
+      out.granted.push_back(std::move(g));
     }
     return rows.status();
   }));
@@ -618,16 +639,8 @@ Result<std::vector<std::string>> PostgresRunLeases::ListCancelledOffers(
   std::vector<std::string> out;
   QL_RETURN_IF_ERROR(pool_.Transact(
       {Isolation::kReadCommitted, true}, "listing cancelled leases", [&](Tx& tx) -> Status {
-        out.clear();
-        QL_ASSIGN_OR_RETURN(
-            Rows r, tx.Exec("SELECT l.offer_id FROM ql3.run_dispatch_leases l "
-                            "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
-                            "JOIN ql3.runs r ON r.id = l.run_id WHERE l.worker_session_id = $1 "
-                            "AND s.credential_id = $2 AND l.status = 'granted' "
-                            "AND r.cancel_requested_at_ms IS NOT NULL ORDER BY l.offer_id",
-                            {P(session_id), P(worker_id)}));
-        for (int i = 0; i < r.size(); ++i) out.push_back(r.Text(i, 0));
-        return r.status();
+        QL_ASSIGN_OR_RETURN(out, CancelledOffers(tx, worker_id, session_id));
+        return Status::Ok();
       }));
   return out;
 }

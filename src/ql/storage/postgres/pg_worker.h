@@ -54,7 +54,7 @@ class PostgresWorkerSessions final : public WorkerSessionRepository {
 class PostgresRunLeases final : public RunLeaseRepository {
  public:
   explicit PostgresRunLeases(Pool& runtime) : pool_(runtime) {}
-  Result<std::vector<GrantedLease>> GrantLeases(const PullCommand& command) override;
+  Result<LeaseGrant> GrantLeases(const PullCommand& command) override;
   Result<LeaseRenewal> RenewLease(const LeaseFence& fence, int64_t ttl_ms) override;
   Result<LeaseLogAppend> AppendLeaseLog(const LeaseFence& fence, int64_t offset,
                                         std::string_view data, int64_t cap_bytes,

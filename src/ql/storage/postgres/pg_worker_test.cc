@@ -915,6 +915,11 @@ TEST_F(PgWorkerTest, CancelReachesTheWorkerAndTheRunEndsCancelled) {
   Result<HeartbeatAnswer> beat = service_->Heartbeat(w.id, w.session, w.generation, 3);
   ASSERT_TRUE(beat.ok()) << beat.status().ToString();
   EXPECT_EQ(beat->cancel, std::vector<std::string>{offer.offer_id});
+  // A pull says so too, whether or not it grants anything.
+  Result<PullAnswer> pulled = Pull(w, {NewOffer()});
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  EXPECT_TRUE(pulled->offers.empty());
+  EXPECT_EQ(pulled->cancel, std::vector<std::string>{offer.offer_id});
   // Whatever the command did, a cancel request ends the run cancelled.
   AttemptOutcome exited;
   exited.kind = AttemptOutcome::Kind::kExited;
