@@ -659,27 +659,130 @@ Status Connection::ErrorStatus(pg_result* result, std::string_view operation, Pg
                       operation, phase);
 }
 
-Result<Rows> Connection::Exec(std::string_view sql, const std::vector<Param>& params,
-                              std::string_view operation, PgPhase phase) {
-  last_used = std::chrono::steady_clock::now();
+namespace {
+
+// The identity of a statement with its parameters: the text, then each parameter as a NULL mark
+// or its length and bytes.
+std::string PrefetchKey(std::string_view sql, const std::vector<Param>& params) {
   std::string key(sql);
-  auto it = prepared_.find(key);
-  if (it == prepared_.end()) {
-    std::string name = "ql" + std::to_string(prepared_.size() + 1);
-    pg_result* prep =
-        PQprepare(conn_, name.c_str(), key.c_str(), static_cast<int>(params.size()), nullptr);
-    if (prep == nullptr || PQresultStatus(prep) != PGRES_COMMAND_OK) {
-      Status status = ErrorStatus(prep, operation, phase);
-      if (prep != nullptr) PQclear(prep);
-      return status;
+  for (const Param& p : params) {
+    key.push_back('\0');
+    if (!p.text) {
+      key.push_back('N');
+      continue;
     }
-    PQclear(prep);
-    it = prepared_.emplace(std::move(key), std::move(name)).first;
+    key += std::to_string(p.text->size());
+    key.push_back(':');
+    key += *p.text;
   }
+  return key;
+}
+
+std::vector<const char*> ParamValues(const std::vector<Param>& params) {
   std::vector<const char*> values;
   values.reserve(params.size());
   for (const Param& p : params) values.push_back(p.text ? p.text->c_str() : nullptr);
-  pg_result* result = PQexecPrepared(conn_, it->second.c_str(), static_cast<int>(values.size()),
+  return values;
+}
+
+}  // namespace
+
+Result<std::string> Connection::PreparedName(const std::string& sql, size_t params,
+                                             std::string_view operation, PgPhase phase) {
+  auto it = prepared_.find(sql);
+  if (it != prepared_.end()) return it->second;
+  std::string name = "ql" + std::to_string(prepared_.size() + 1);
+  pg_result* prep = PQprepare(conn_, name.c_str(), sql.c_str(), static_cast<int>(params), nullptr);
+  if (prep == nullptr || PQresultStatus(prep) != PGRES_COMMAND_OK) {
+    Status status = ErrorStatus(prep, operation, phase);
+    if (prep != nullptr) PQclear(prep);
+    return status;
+  }
+  PQclear(prep);
+  prepared_.emplace(sql, name);
+  return name;
+}
+
+void Connection::Prefetch(const std::vector<Statement>& statements, std::string_view operation) {
+  last_used = std::chrono::steady_clock::now();
+  prefetched_.clear();
+  // Every statement is prepared before the pipeline starts (a no-op once per connection), so
+  // the pipeline holds executions only.
+  std::vector<std::string> names;
+  for (const Statement& s : statements) {
+    Result<std::string> name = PreparedName(s.sql, s.params.size(), operation,
+                                            PgPhase::kStatement);
+    if (!name.ok()) {
+      prefetched_.push_back({PrefetchKey(s.sql, s.params), name.status()});
+      return;
+    }
+    names.push_back(std::move(name).value());
+  }
+  if (PQenterPipelineMode(conn_) != 1) return;  // the Exec calls then run them one by one
+  size_t sent = 0;
+  for (; sent < statements.size(); ++sent) {
+    std::vector<const char*> values = ParamValues(statements[sent].params);
+    if (PQsendQueryPrepared(conn_, names[sent].c_str(), static_cast<int>(values.size()),
+                            values.data(), nullptr, nullptr, 0) != 1) {
+      break;
+    }
+  }
+  const bool synced = PQpipelineSync(conn_) == 1;
+  for (size_t i = 0; i < sent; ++i) {
+    pg_result* result = synced ? PQgetResult(conn_) : nullptr;
+    const ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);
+    Result<Rows> rows = [&]() -> Result<Rows> {
+      if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        return Rows(std::exchange(result, nullptr), std::string(operation));
+      }
+      if (st == PGRES_PIPELINE_ABORTED) {
+        return Internal("statement_aborted",
+                        Str(operation) + ": not run, an earlier statement of its pipeline failed");
+      }
+      return ErrorStatus(result, operation, PgPhase::kStatement);
+    }();
+    if (result != nullptr) PQclear(result);
+    // Each statement's results end with a NULL.
+    if (synced) {
+      while (pg_result* extra = PQgetResult(conn_)) PQclear(extra);
+    }
+    prefetched_.push_back(
+        {PrefetchKey(statements[i].sql, statements[i].params), std::move(rows)});
+    if (PQstatus(conn_) != CONNECTION_OK) break;
+  }
+  if (synced && PQstatus(conn_) == CONNECTION_OK) {
+    // The sync point's own result.
+    if (pg_result* sync = PQgetResult(conn_)) PQclear(sync);
+  }
+  if (PQexitPipelineMode(conn_) != 1) {
+    // Results are still pending (a broken connection): nothing kept is to be trusted.
+    prefetched_.clear();
+  }
+}
+
+Result<Rows> Connection::Exec(std::string_view sql, const std::vector<Param>& params,
+                              std::string_view operation, PgPhase phase) {
+  last_used = std::chrono::steady_clock::now();
+  if (!prefetched_.empty()) {
+    if (prefetched_.front().key == PrefetchKey(sql, params)) {
+      Result<Rows> rows = std::move(prefetched_.front().rows);
+      prefetched_.pop_front();
+      return rows;
+    }
+    // Asked for something else: a statement kept here that failed has aborted the transaction.
+    for (Prefetched& p : prefetched_) {
+      if (!p.rows.ok()) {
+        Status failed = p.rows.status();
+        prefetched_.clear();
+        return failed;
+      }
+    }
+    prefetched_.clear();
+  }
+  QL_ASSIGN_OR_RETURN(std::string name,
+                      PreparedName(std::string(sql), params.size(), operation, phase));
+  std::vector<const char*> values = ParamValues(params);
+  pg_result* result = PQexecPrepared(conn_, name.c_str(), static_cast<int>(values.size()),
                                      values.data(), nullptr, nullptr, 0);
   ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);
   if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
@@ -692,6 +795,7 @@ Result<Rows> Connection::Exec(std::string_view sql, const std::vector<Param>& pa
 
 Status Connection::ExecScript(std::string_view sql, std::string_view operation, PgPhase phase) {
   last_used = std::chrono::steady_clock::now();
+  prefetched_.clear();  // transaction control: nothing kept outlives its transaction
   std::string text(sql);
   pg_result* result = PQexec(conn_, text.c_str());
   ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);

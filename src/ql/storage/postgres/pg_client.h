@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -166,6 +167,12 @@ struct SessionOptions {
   int idle_in_transaction_timeout_ms = 10000;
 };
 
+// One statement of a pipeline (Connection::Prefetch).
+struct Statement {
+  std::string sql;
+  std::vector<Param> params;
+};
+
 // One libpq connection: UTC session, search_path ql3, the application name; statements run
 // through a per-connection prepared-statement cache.
 class Connection {
@@ -181,6 +188,14 @@ class Connection {
   // Runs one parameterised statement (prepared once per connection).
   Result<Rows> Exec(std::string_view sql, const std::vector<Param>& params,
                     std::string_view operation, PgPhase phase = PgPhase::kStatement);
+  // Runs `statements` now, in order, in one round trip (libpq's pipeline mode), and keeps their
+  // results for the Exec calls that ask for the same statements with the same parameters next,
+  // in the same order: a sequence of statements whose texts and parameters are known up front
+  // costs one round trip instead of one each, and the code that runs them stays as it is. The
+  // server runs them exactly as if they had been sent one by one; a failing one aborts those
+  // after it. An Exec that asks for anything else drops what is kept (reporting the first
+  // failure among it, if any, since the transaction is then aborted) and runs normally.
+  void Prefetch(const std::vector<Statement>& statements, std::string_view operation);
   // Runs a script of statements without parameters (migrations, transaction control).
   Status ExecScript(std::string_view sql, std::string_view operation,
                     PgPhase phase = PgPhase::kStatement);
@@ -196,8 +211,19 @@ class Connection {
   explicit Connection(pg_conn* conn);
   Status ErrorStatus(pg_result* result, std::string_view operation, PgPhase phase) const;
 
+  // Returns the prepared statement's name of `sql`, preparing it first when this connection has
+  // not.
+  Result<std::string> PreparedName(const std::string& sql, size_t params,
+                                   std::string_view operation, PgPhase phase);
+
+  struct Prefetched {
+    std::string key;  // the statement and its parameters (PrefetchKey)
+    Result<Rows> rows;
+  };
+
   pg_conn* conn_;
   std::unordered_map<std::string, std::string> prepared_;  // sql → statement name
+  std::deque<Prefetched> prefetched_;                       // in the order they were sent
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -226,6 +252,10 @@ class Tx {
  public:
   explicit Tx(Connection& conn, std::string_view operation) : conn_(conn), operation_(operation) {}
   Result<Rows> Exec(std::string_view sql, const std::vector<Param>& params = {});
+  // Connection::Prefetch on the transaction's connection.
+  void Prefetch(const std::vector<Statement>& statements) {
+    conn_.Prefetch(statements, operation_);
+  }
   // Makes the runner roll back although the body succeeded.
   void RollbackOnly() { rollback_only_ = true; }
   bool rollback_only() const { return rollback_only_; }

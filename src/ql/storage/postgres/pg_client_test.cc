@@ -457,6 +457,81 @@ TEST_F(PgClientTest, TerminatedBackendIsUnavailableAndThePoolRecovers) {
   EXPECT_TRUE(next.ok()) << next.ToString();
 }
 
+// Prefetched statements run at once, in one round trip: their answers are kept and served to
+// the Exec calls that ask for them, in order, even after the backend is gone.
+TEST_F(PgClientTest, PrefetchedStatementsRunAtOnceAndAreAnsweredInOrder) {
+  auto pool = MakePool(1);
+  const std::string update = "UPDATE public.kv SET v = v + $2 WHERE k = $1";
+  const std::string select = "SELECT v FROM public.kv WHERE k = $1";
+  Status st = pool->Transact({}, "prefetch", [&](Tx& tx) -> Status {
+    tx.Prefetch({{update, {P(1), P(5)}}, {select, {P(1)}}, {update, {P(2), P(7)}}});
+    Result<std::string> killed = PgTestCluster::Get().server().Psql(
+        db_, "SELECT pg_terminate_backend(" + std::to_string(tx.connection().BackendPid()) + ")");
+    EXPECT_TRUE(killed.ok());
+    Result<Rows> updated = tx.Exec(update, {P(1), P(5)});
+    EXPECT_TRUE(updated.ok()) << updated.status().ToString();
+    if (updated.ok()) EXPECT_EQ(updated->affected(), 1);
+    Result<Rows> read = tx.Exec(select, {P(1)});
+    EXPECT_TRUE(read.ok()) << read.status().ToString();
+    if (read.ok()) EXPECT_EQ(read->Int(0, 0), 5);  // the update before it was applied first
+    // Not what was kept next: it goes to the server, which is gone.
+    return tx.Exec(select, {P(2)}).status();
+  });
+  EXPECT_EQ(st.reason(), "database_unavailable") << st.ToString();
+}
+
+TEST_F(PgClientTest, APrefetchNeverAnswersAnotherStatementOrTransaction) {
+  auto pool = MakePool(1);
+  const std::string select = "SELECT v FROM public.kv WHERE k = $1";
+  // Asked out of order: what was kept is dropped, both run normally.
+  Status st = pool->Transact({}, "out of order", [&](Tx& tx) -> Status {
+    tx.Prefetch({{select, {P(1)}}, {"UPDATE public.kv SET v = 3 WHERE k = 2", {}}});
+    QL_ASSIGN_OR_RETURN(Rows two, tx.Exec(select, {P(2)}));
+    EXPECT_EQ(two.Int(0, 0), 3);  // the prefetched update ran, in order, before this read
+    QL_ASSIGN_OR_RETURN(Rows one, tx.Exec(select, {P(1)}));
+    EXPECT_EQ(one.Int(0, 0), 0);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  // A read kept but never asked for is not the answer of the next transaction's read.
+  st = pool->Transact({}, "unused", [&](Tx& tx) -> Status {
+    tx.Prefetch({{select, {P(2)}}});
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  st = pool->Transact({}, "fresh", [&](Tx& tx) -> Status {
+    QL_RETURN_IF_ERROR(tx.Exec("UPDATE public.kv SET v = 9 WHERE k = 2").status());
+    QL_ASSIGN_OR_RETURN(Rows two, tx.Exec(select, {P(2)}));
+    EXPECT_EQ(two.Int(0, 0), 9);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  // A failed statement is reported as itself, and the statements after it never ran.
+  std::string direct;
+  st = pool->Transact({}, "direct", [&](Tx& tx) -> Status {
+    direct = tx.Exec("SELECT 1 / (v - v) FROM public.kv WHERE k = $1", {P(1)}).status().reason();
+    return Status::Ok();
+  });
+  ASSERT_FALSE(direct.empty());
+  for (bool ask_for_it : {true, false}) {
+    st = pool->Transact({}, "failing", [&](Tx& tx) -> Status {
+      tx.Prefetch({{"SELECT 1 / (v - v) FROM public.kv WHERE k = $1", {P(1)}},
+                   {"UPDATE public.kv SET v = 100 WHERE k = 1", {}}});
+      if (ask_for_it) {
+        return tx.Exec("SELECT 1 / (v - v) FROM public.kv WHERE k = $1", {P(1)}).status();
+      }
+      return tx.Exec("SELECT 2").status();  // something else: the kept failure is the answer
+    });
+    EXPECT_EQ(st.reason(), direct) << ask_for_it << " " << st.ToString();
+  }
+  st = pool->Transact({}, "check", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(Rows one, tx.Exec(select, {P(1)}));
+    EXPECT_EQ(one.Int(0, 0), 0);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
 TEST_F(PgClientTest, UnreachableServerIsUnavailableWithoutTheUrl) {
   PoolOptions options;
   options.url = "postgresql://u:s3cret@127.0.0.1:1/q?sslmode=disable";

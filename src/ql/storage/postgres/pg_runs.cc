@@ -26,9 +26,11 @@ using pg::kEventColumns;
 using pg::kRunColumns;
 using pg::kRunFrom;
 using pg::LoadAttempt;
+using pg::LoadAttemptStatement;
 using pg::LoadLatestAttempt;
 using pg::LoadProject;
 using pg::LoadRun;
+using pg::LoadRunStatement;
 using pg::LoadTaskHead;
 using pg::LoadTaskRevision;
 using pg::Lock;
@@ -42,6 +44,7 @@ using pg::ReadRun;
 using pg::RequireActiveProject;
 using pg::RequireRun;
 using pg::Rows;
+using pg::Statement;
 using pg::Tx;
 
 // ---------------------------------------------------------------------------------------------
@@ -215,6 +218,14 @@ Result<RunRecord> PostgresStore::ApplyTransitions(
 
 Result<RunRecord> PostgresStore::ApplyTransitionInTx(Tx& tx, const RunTransitionCommand& t,
                                                      const CheckedTransition& checked) {
+  // The reads below go to the server in one round trip, in the order they run (the run's lock
+  // first, then the lease's and the clock after both): each is then answered from there.
+  std::vector<Statement> reads = {LoadRunStatement(t.run_id, Lock::kUpdate)};
+  if (t.lease.has_value()) {
+    for (Statement& s : pg::VerifyLeaseStatements(*t.lease)) reads.push_back(std::move(s));
+  }
+  if (t.attempt_id.has_value()) reads.push_back(LoadAttemptStatement(*t.attempt_id));
+  tx.Prefetch(reads);
   // The run row stays locked to the end: a competing transition of the same run waits here
   // and then reads the winner's version.
   QL_ASSIGN_OR_RETURN(RunRecord run, RequireRun(tx, t.run_id, Lock::kUpdate));

@@ -329,11 +329,16 @@ Result<std::optional<RunRecord>> LoadRunByIdempotencyKey(Tx& tx, const std::stri
 
 // Loads a run; with Lock::kUpdate the run row (not its policy) stays locked until the end of
 // the transaction, so every change of one run is serialised on that row.
-Result<std::optional<RunRecord>> LoadRun(Tx& tx, const std::string& run_id, Lock lock) {
+Statement LoadRunStatement(const std::string& run_id, Lock lock) {
   static const std::string kSql = Cat({"SELECT ", kRunColumns, kRunFrom, " WHERE r.id = $1"});
   static const std::string kLocked =
       Cat({"SELECT ", kRunColumns, kRunFrom, " WHERE r.id = $1 FOR NO KEY UPDATE OF r"});
-  return QueryOne<RunRecord>(tx, lock == Lock::kUpdate ? kLocked : kSql, {P(run_id)}, ReadRun);
+  return {lock == Lock::kUpdate ? kLocked : kSql, {P(run_id)}};
+}
+
+Result<std::optional<RunRecord>> LoadRun(Tx& tx, const std::string& run_id, Lock lock) {
+  const Statement s = LoadRunStatement(run_id, lock);
+  return QueryOne<RunRecord>(tx, s.sql, s.params, ReadRun);
 }
 
 Result<RunRecord> RequireRun(Tx& tx, const std::string& run_id, Lock lock) {
@@ -342,10 +347,15 @@ Result<RunRecord> RequireRun(Tx& tx, const std::string& run_id, Lock lock) {
   return std::move(*run);
 }
 
-Result<std::optional<AttemptRecord>> LoadAttempt(Tx& tx, const std::string& attempt_id) {
+Statement LoadAttemptStatement(const std::string& attempt_id) {
   static const std::string kSql =
       Cat({"SELECT ", kAttemptColumns, " FROM run_attempts a WHERE a.id = $1"});
-  return QueryOne<AttemptRecord>(tx, kSql, {P(attempt_id)}, ReadAttempt);
+  return {kSql, {P(attempt_id)}};
+}
+
+Result<std::optional<AttemptRecord>> LoadAttempt(Tx& tx, const std::string& attempt_id) {
+  const Statement s = LoadAttemptStatement(attempt_id);
+  return QueryOne<AttemptRecord>(tx, s.sql, s.params, ReadAttempt);
 }
 
 Result<std::optional<AttemptRecord>> LoadLatestAttempt(Tx& tx, const std::string& run_id) {

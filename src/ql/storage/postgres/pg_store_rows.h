@@ -181,6 +181,10 @@ Result<RunRecord> RequireRun(Tx& tx, const std::string& run_id, Lock lock = Lock
 
 Result<std::optional<AttemptRecord>> LoadAttempt(Tx& tx, const std::string& attempt_id);
 
+// The statements LoadRun / RequireRun and LoadAttempt run, for Tx::Prefetch.
+Statement LoadRunStatement(const std::string& run_id, Lock lock = Lock::kNone);
+Statement LoadAttemptStatement(const std::string& attempt_id);
+
 Result<std::optional<AttemptRecord>> LoadLatestAttempt(Tx& tx, const std::string& run_id);
 
 // Inserts one event at `sequence`; the attempt it names must belong to the run.

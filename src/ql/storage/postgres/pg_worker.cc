@@ -149,15 +149,19 @@ GrantedLease ReadGranted(const Rows& r, int i) {
 // ---------------------------------------------------------------------------------------------
 // Lease fence
 
+std::vector<Statement> VerifyLeaseStatements(const LeaseFence& fence) {
+  return {{"SELECT l.attempt_id, l.run_id, l.worker_session_id, l.session_generation, "
+           "l.token_digest, l.status, l.expires_at_ms, l.lease_version, s.credential_id, "
+           "s.status FROM ql3.run_dispatch_leases l "
+           "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
+           "WHERE l.offer_id = $1 FOR UPDATE OF l FOR KEY SHARE OF s",
+           {P(fence.offer_id)}},
+          {kNowSql, {}}};
+}
+
 Result<VerifiedLease> VerifyLease(Tx& tx, const LeaseFence& fence) {
-  QL_ASSIGN_OR_RETURN(
-      Rows rows,
-      tx.Exec("SELECT l.attempt_id, l.run_id, l.worker_session_id, l.session_generation, "
-              "l.token_digest, l.status, l.expires_at_ms, l.lease_version, s.credential_id, "
-              "s.status FROM ql3.run_dispatch_leases l "
-              "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
-              "WHERE l.offer_id = $1 FOR UPDATE OF l FOR KEY SHARE OF s",
-              {P(fence.offer_id)}));
+  const Statement lock = VerifyLeaseStatements(fence).front();
+  QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(lock.sql, lock.params));
   if (rows.empty()) return NotFound("lease_not_found", "no lease has offer id " + fence.offer_id);
   VerifiedLease out;
   out.attempt_id = rows.Text(0, 0);

@@ -29,6 +29,8 @@ struct VerifiedLease {
 // heartbeats of the same session, FOR NO KEY UPDATE, neither wait for it nor hold it up) and
 // checks the full fence (see LeaseFence). The caller locks the run first when it will change it.
 Result<VerifiedLease> VerifyLease(Tx& tx, const LeaseFence& fence);
+// The statements VerifyLease runs when the fence holds, in its order, for Tx::Prefetch.
+std::vector<Statement> VerifyLeaseStatements(const LeaseFence& fence);
 
 // Releases the granted lease of `attempt_id`, if any (the attempt ended).
 Status ReleaseLease(Tx& tx, const std::string& attempt_id, int64_t now_ms);
