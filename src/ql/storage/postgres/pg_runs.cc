@@ -17,6 +17,8 @@
 
 namespace ql {
 
+using pg::EventsInsertStatement;
+using pg::EventsNeedNoLookUp;
 using pg::Execute;
 using pg::ExecuteCas;
 using pg::ExecutionRevisionMatches;
@@ -238,29 +240,64 @@ Result<RunRecord> PostgresStore::ApplyTransitionInTx(Tx& tx, const RunTransition
   }
   QL_ASSIGN_OR_RETURN(RunMove move, DecideRunMove(run, t, checked));
   std::optional<AttemptRecord> loaded_attempt;
+  std::optional<AttemptMove> attempt_move;
   if (t.attempt_id.has_value()) {
-    QL_ASSIGN_OR_RETURN(std::optional<AttemptRecord> attempt, LoadAttempt(tx, *t.attempt_id));
-    loaded_attempt = attempt;
-    QL_ASSIGN_OR_RETURN(std::optional<AttemptMove> attempt_move,
-                        DecideAttemptMove(run, attempt, t, checked));
-    if (attempt_move.has_value()) {
-      QL_RETURN_IF_ERROR(ExecuteCas(
-          tx, attempt_move->on_miss,
-          "UPDATE run_attempts SET status = $1, pid = coalesce($2, pid), "
-          "process_start_ticks = coalesce($3, process_start_ticks), "
-          "log_path = coalesce($4, log_path), started_at_ms = coalesce($5, started_at_ms), "
-          "finished_at_ms = coalesce($6, finished_at_ms), exit_code = coalesce($7, exit_code), "
-          "error_code = coalesce($8, error_code), "
-          "error_summary = coalesce($9, error_summary) "
-          "WHERE id = $10 AND run_id = $11 AND status = $12",
-          {P(AttemptStatusName(attempt_move->next)), P(t.pid), P(t.process_start_ticks),
-           P(t.log_path), P(t.attempt_started_at_ms), P(attempt_move->finished_at_ms),
-           P(t.attempt_exit_code), P(t.attempt_error_code), P(t.attempt_error_summary),
-           P(attempt->id), P(run.id), P(AttemptStatusName(attempt_move->current))}));
-      if (IsTerminal(attempt_move->next)) {
-        QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, attempt->id, t.now_ms));
-      }
+    QL_ASSIGN_OR_RETURN(loaded_attempt, LoadAttempt(tx, *t.attempt_id));
+    QL_ASSIGN_OR_RETURN(attempt_move, DecideAttemptMove(run, loaded_attempt, t, checked));
+  }
+  // The attempt read above (its UPDATE also matched the run) needs no second look-up.
+  const std::optional<std::string> verified_attempt =
+      loaded_attempt.has_value() && loaded_attempt->run_id == run.id
+          ? std::optional<std::string>(loaded_attempt->id)
+          : std::nullopt;
+  const int64_t sequence = run.event_sequence + static_cast<int64_t>(checked.events.size());
+  Statement update_attempt;
+  if (attempt_move.has_value()) {
+    update_attempt = {
+        "UPDATE run_attempts SET status = $1, pid = coalesce($2, pid), "
+        "process_start_ticks = coalesce($3, process_start_ticks), "
+        "log_path = coalesce($4, log_path), started_at_ms = coalesce($5, started_at_ms), "
+        "finished_at_ms = coalesce($6, finished_at_ms), exit_code = coalesce($7, exit_code), "
+        "error_code = coalesce($8, error_code), error_summary = coalesce($9, error_summary) "
+        "WHERE id = $10 AND run_id = $11 AND status = $12",
+        {P(AttemptStatusName(attempt_move->next)), P(t.pid), P(t.process_start_ticks),
+         P(t.log_path), P(t.attempt_started_at_ms), P(attempt_move->finished_at_ms),
+         P(t.attempt_exit_code), P(t.attempt_error_code), P(t.attempt_error_summary),
+         P(loaded_attempt->id), P(run.id), P(AttemptStatusName(attempt_move->current))}};
+  }
+  const bool releases = attempt_move.has_value() && IsTerminal(attempt_move->next);
+  static const std::string kUpdateRun = Cat(
+      {"UPDATE runs r SET status = $1, version = version + 1, event_sequence = $2, "
+       "queued_at_ms = coalesce($3, queued_at_ms), started_at_ms = coalesce($4, started_at_ms), "
+       "finished_at_ms = coalesce($5, finished_at_ms), retry_at_ms = coalesce($6, retry_at_ms), "
+       "exit_code = coalesce($7, exit_code), error_code = coalesce($8, error_code), "
+       "error_summary = coalesce($9, error_summary) WHERE r.id = $10 AND r.version = $11 "
+       "RETURNING ",
+       kRunColumns});
+  const Statement update_run = {
+      kUpdateRun,
+      {P(RunStatusName(move.next)), P(sequence), P(move.queued_at_ms), P(t.started_at_ms),
+       P(move.finished_at_ms), P(t.retry_at_ms), P(t.exit_code), P(t.error_code),
+       P(t.error_summary), P(run.id), P(t.expected_version)}};
+  // When every write is known up front (no new attempt to number, no event's attempt to look
+  // up) they go to the server in one round trip too; a compare-and-set that misses below still
+  // fails the transition, and the transaction rolls back whatever ran after it.
+  if (!t.new_attempt_id.has_value() && EventsNeedNoLookUp(checked.events, verified_attempt)) {
+    std::vector<Statement> writes;
+    if (attempt_move.has_value()) writes.push_back(update_attempt);
+    if (releases) writes.push_back(pg::ReleaseLeaseStatement(loaded_attempt->id, t.now_ms));
+    if (!checked.events.empty()) {
+      writes.push_back(
+          EventsInsertStatement(run.id, run.event_sequence, checked.events, t.now_ms));
     }
+    writes.push_back(update_run);
+    tx.Prefetch(writes);
+  }
+
+  if (attempt_move.has_value()) {
+    QL_RETURN_IF_ERROR(
+        ExecuteCas(tx, attempt_move->on_miss, update_attempt.sql, update_attempt.params));
+    if (releases) QL_RETURN_IF_ERROR(pg::ReleaseLease(tx, loaded_attempt->id, t.now_ms));
   }
 
   if (t.new_attempt_id.has_value()) {
@@ -274,29 +311,9 @@ Result<RunRecord> PostgresStore::ApplyTransitionInTx(Tx& tx, const RunTransition
                                 P(latest->executor_type), P(t.now_ms)}));
   }
 
-  // The attempt read above (its UPDATE also matched the run) needs no second look-up.
-  const std::optional<std::string> verified_attempt =
-      loaded_attempt.has_value() && loaded_attempt->run_id == run.id
-          ? std::optional<std::string>(loaded_attempt->id)
-          : std::nullopt;
   QL_RETURN_IF_ERROR(InsertEvents(tx, run.id, run.event_sequence, checked.events,
                                   verified_attempt, t.now_ms));
-  const int64_t sequence = run.event_sequence + static_cast<int64_t>(checked.events.size());
-
-  static const std::string kUpdateRun = Cat(
-      {"UPDATE runs r SET status = $1, version = version + 1, event_sequence = $2, "
-       "queued_at_ms = coalesce($3, queued_at_ms), started_at_ms = coalesce($4, started_at_ms), "
-       "finished_at_ms = coalesce($5, finished_at_ms), retry_at_ms = coalesce($6, retry_at_ms), "
-       "exit_code = coalesce($7, exit_code), error_code = coalesce($8, error_code), "
-       "error_summary = coalesce($9, error_summary) WHERE r.id = $10 AND r.version = $11 "
-       "RETURNING ",
-       kRunColumns});
-  QL_ASSIGN_OR_RETURN(
-      Rows updated,
-      tx.Exec(kUpdateRun,
-              {P(RunStatusName(move.next)), P(sequence), P(move.queued_at_ms),
-               P(t.started_at_ms), P(move.finished_at_ms), P(t.retry_at_ms), P(t.exit_code),
-               P(t.error_code), P(t.error_summary), P(run.id), P(t.expected_version)}));
+  QL_ASSIGN_OR_RETURN(Rows updated, tx.Exec(update_run.sql, update_run.params));
   if (updated.empty()) return move.on_miss;
   QL_RETURN_IF_ERROR(updated.status());
   return ReadRun(updated, 0);

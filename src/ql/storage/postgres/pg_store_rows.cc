@@ -380,11 +380,13 @@ Status RequireAttemptOfRun(Tx& tx, const std::string& run_id, const NewEvent& ev
                               ", which is not an attempt of run ", run_id}));
 }
 
+constexpr char kInsertEventRow[] =
+    "INSERT INTO run_events (run_id, sequence, type, actor_type, attempt_id, dedupe_key, "
+    "payload_json, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+
 Status InsertEventRow(Tx& tx, const std::string& run_id, int64_t sequence, const NewEvent& event,
                       const std::string& canonical_payload, int64_t now_ms) {
-  return Execute(tx,
-                 "INSERT INTO run_events (run_id, sequence, type, actor_type, attempt_id, "
-                 "dedupe_key, payload_json, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+  return Execute(tx, kInsertEventRow,
                  {P(run_id), P(sequence), P(event.type), P(event.actor_type), P(event.attempt_id),
                   P(event.dedupe_key), P(canonical_payload), P(now_ms)});
 }
@@ -398,6 +400,14 @@ Status InsertEvent(Tx& tx, const std::string& run_id, int64_t sequence, const Ne
   return InsertEventRow(tx, run_id, sequence, event, canonical_payload, now_ms);
 }
 
+bool EventsNeedNoLookUp(const std::vector<PreparedEvent>& events,
+                        const std::optional<std::string>& verified_attempt_id) {
+  return std::all_of(events.begin(), events.end(), [&](const PreparedEvent& prepared) {
+    return !prepared.event->attempt_id.has_value() ||
+           prepared.event->attempt_id == verified_attempt_id;
+  });
+}
+
 Status InsertEvents(Tx& tx, const std::string& run_id, int64_t after_sequence,
                     const std::vector<PreparedEvent>& events,
                     const std::optional<std::string>& verified_attempt_id, int64_t now_ms) {
@@ -407,9 +417,17 @@ Status InsertEvents(Tx& tx, const std::string& run_id, int64_t after_sequence,
     }
   }
   if (events.empty()) return Status::Ok();
+  const Statement insert = EventsInsertStatement(run_id, after_sequence, events, now_ms);
+  return Execute(tx, insert.sql, insert.params);
+}
+
+Statement EventsInsertStatement(const std::string& run_id, int64_t after_sequence,
+                                const std::vector<PreparedEvent>& events, int64_t now_ms) {
   if (events.size() == 1) {
-    return InsertEventRow(tx, run_id, after_sequence + 1, *events.front().event,
-                          events.front().payload, now_ms);
+    const NewEvent& event = *events.front().event;
+    return {kInsertEventRow,
+            {P(run_id), P(after_sequence + 1), P(event.type), P(event.actor_type),
+             P(event.attempt_id), P(event.dedupe_key), P(events.front().payload), P(now_ms)}};
   }
   std::vector<std::optional<std::string>> sequence, type, actor, attempt, dedupe, payload;
   for (const PreparedEvent& prepared : events) {
@@ -421,15 +439,14 @@ Status InsertEvents(Tx& tx, const std::string& run_id, int64_t after_sequence,
     dedupe.push_back(event.dedupe_key);
     payload.push_back(prepared.payload);
   }
-  return Execute(tx,
-                 "INSERT INTO run_events (run_id, sequence, type, actor_type, attempt_id, "
-                 "dedupe_key, payload_json, created_at_ms) SELECT $1, v.sequence, v.type, "
-                 "v.actor_type, v.attempt_id, v.dedupe_key, v.payload_json, $2 FROM "
-                 "unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], "
-                 "$8::text[]) AS v(sequence, type, actor_type, attempt_id, dedupe_key, "
-                 "payload_json)",
-                 {P(run_id), P(now_ms), PArray(sequence), PArray(type), PArray(actor),
-                  PArray(attempt), PArray(dedupe), PArray(payload)});
+  return {"INSERT INTO run_events (run_id, sequence, type, actor_type, attempt_id, "
+          "dedupe_key, payload_json, created_at_ms) SELECT $1, v.sequence, v.type, "
+          "v.actor_type, v.attempt_id, v.dedupe_key, v.payload_json, $2 FROM "
+          "unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], "
+          "$8::text[]) AS v(sequence, type, actor_type, attempt_id, dedupe_key, "
+          "payload_json)",
+          {P(run_id), P(now_ms), PArray(sequence), PArray(type), PArray(actor), PArray(attempt),
+           PArray(dedupe), PArray(payload)}};
 }
 
 // True when execution revision `run.execution_revision_id` is the plan of (task, revision,

@@ -191,6 +191,14 @@ Result<std::optional<AttemptRecord>> LoadLatestAttempt(Tx& tx, const std::string
 Status InsertEvent(Tx& tx, const std::string& run_id, int64_t sequence, const NewEvent& event,
                    const std::string& canonical_payload, int64_t now_ms);
 
+// Returns true when InsertEvents(…, verified_attempt_id, …) looks nothing up first: every event
+// names no attempt or `verified_attempt_id`.
+bool EventsNeedNoLookUp(const std::vector<PreparedEvent>& events,
+                        const std::optional<std::string>& verified_attempt_id);
+// The statement InsertEvents runs for a non-empty `events`, for Tx::Prefetch.
+Statement EventsInsertStatement(const std::string& run_id, int64_t after_sequence,
+                                const std::vector<PreparedEvent>& events, int64_t now_ms);
+
 // Inserts `events` at the sequences after `after_sequence`, in one statement. An attempt an
 // event names must belong to the run; `verified_attempt_id`, an attempt this transaction has
 // already read as the run's, is not looked up again.

@@ -197,13 +197,15 @@ Result<VerifiedLease> VerifyLease(Tx& tx, const LeaseFence& fence) {
   return out;
 }
 
-Status ReleaseLease(Tx& tx, const std::string& attempt_id, int64_t now_ms) {
-  return tx
-      .Exec(
-          "UPDATE ql3.run_dispatch_leases SET status = 'released', released_at_ms = $2 "
+Statement ReleaseLeaseStatement(const std::string& attempt_id, int64_t now_ms) {
+  return {"UPDATE ql3.run_dispatch_leases SET status = 'released', released_at_ms = $2 "
           "WHERE attempt_id = $1 AND status = 'granted'",
-          {P(attempt_id), P(now_ms)})
-      .status();
+          {P(attempt_id), P(now_ms)}};
+}
+
+Status ReleaseLease(Tx& tx, const std::string& attempt_id, int64_t now_ms) {
+  const Statement release = ReleaseLeaseStatement(attempt_id, now_ms);
+  return tx.Exec(release.sql, release.params).status();
 }
 
 // ---------------------------------------------------------------------------------------------

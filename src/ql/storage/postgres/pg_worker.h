@@ -34,6 +34,8 @@ std::vector<Statement> VerifyLeaseStatements(const LeaseFence& fence);
 
 // Releases the granted lease of `attempt_id`, if any (the attempt ended).
 Status ReleaseLease(Tx& tx, const std::string& attempt_id, int64_t now_ms);
+// The statement ReleaseLease runs, for Tx::Prefetch.
+Statement ReleaseLeaseStatement(const std::string& attempt_id, int64_t now_ms);
 
 // Worker credentials and sessions; `ingress` connects as ql3_worker_ingress.
 class PostgresWorkerSessions final : public WorkerSessionRepository {
