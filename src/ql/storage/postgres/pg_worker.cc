@@ -52,14 +52,19 @@ WorkerSessionRecord ReadSession(const Rows& r, int i) {
   return s;
 }
 
+// The statement LockOwnSession runs.
+Statement LockSessionStatement(const std::string& session_id, std::string_view lock) {
+  return {std::string("SELECT ") + kSessionColumns + " FROM ql3.worker_sessions WHERE id = $1 " +
+              std::string(lock),
+          {P(session_id)}};
+}
+
 // Locks the session row and checks that it is this worker's current one.
 Result<WorkerSessionRecord> LockOwnSession(Tx& tx, const std::string& worker_id,
                                            const std::string& session_id, int64_t generation,
                                            std::string_view lock) {
-  QL_ASSIGN_OR_RETURN(Rows rows,
-                      tx.Exec(std::string("SELECT ") + kSessionColumns +
-                                  " FROM ql3.worker_sessions WHERE id = $1 " + std::string(lock),
-                              {P(session_id)}));
+  const Statement select = LockSessionStatement(session_id, lock);
+  QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(select.sql, select.params));
   if (rows.empty()) {
     return NotFound("session_not_found", "no worker session " + session_id);
   }
@@ -76,19 +81,23 @@ Result<WorkerSessionRecord> LockOwnSession(Tx& tx, const std::string& worker_id,
   return s;
 }
 
+// The statement with which AppendRunEvent takes the run's next event sequence.
+Statement NextEventSequenceStatement(const std::string& run_id, bool bump_version) {
+  return {bump_version ? "UPDATE ql3.runs SET event_sequence = event_sequence + 1, "
+                         "version = version + 1 WHERE id = $1 RETURNING event_sequence"
+                       : "UPDATE ql3.runs SET event_sequence = event_sequence + 1 "
+                         "WHERE id = $1 RETURNING event_sequence",
+          {P(run_id)}};
+}
+
 // Appends one event to a locked run, bumping its event sequence (and its version when asked).
 Status AppendRunEvent(Tx& tx, const std::string& run_id, bool bump_version, std::string_view type,
                       std::string_view actor, const std::optional<std::string>& attempt_id,
                       const std::optional<std::string>& dedupe, const nlohmann::json& payload,
                       int64_t now_ms) {
   QL_ASSIGN_OR_RETURN(std::string canonical, CanonicalJson(payload));
-  QL_ASSIGN_OR_RETURN(
-      Rows seq, tx.Exec(bump_version ? "UPDATE ql3.runs SET event_sequence = event_sequence + 1, "
-                                       "version = version + 1 WHERE id = $1 RETURNING "
-                                       "event_sequence"
-                                     : "UPDATE ql3.runs SET event_sequence = event_sequence + 1 "
-                                       "WHERE id = $1 RETURNING event_sequence",
-                        {P(run_id)}));
+  const Statement next = NextEventSequenceStatement(run_id, bump_version);
+  QL_ASSIGN_OR_RETURN(Rows seq, tx.Exec(next.sql, next.params));
   QL_RETURN_IF_ERROR(seq.ExpectRows(1));
   const int64_t sequence = seq.Int(0, 0);
   QL_RETURN_IF_ERROR(seq.status());
@@ -101,17 +110,21 @@ Status AppendRunEvent(Tx& tx, const std::string& run_id, bool bump_version, std:
       .status();
 }
 
+// The statement CancelledOffers runs.
+Statement CancelledOffersStatement(const std::string& worker_id, const std::string& session_id) {
+  return {"SELECT l.offer_id FROM ql3.run_dispatch_leases l "
+          "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
+          "JOIN ql3.runs r ON r.id = l.run_id "
+          "WHERE l.worker_session_id = $1 AND s.credential_id = $2 AND l.status = 'granted' "
+          "AND r.cancel_requested_at_ms IS NOT NULL ORDER BY l.offer_id",
+          {P(session_id), P(worker_id)}};
+}
+
 // The offer ids of the session's granted leases whose run has a cancel intent.
 Result<std::vector<std::string>> CancelledOffers(Tx& tx, const std::string& worker_id,
                                                  const std::string& session_id) {
-  QL_ASSIGN_OR_RETURN(Rows r, tx.Exec("SELECT l.offer_id FROM ql3.run_dispatch_leases l "
-                                      "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
-                                      "JOIN ql3.runs r ON r.id = l.run_id "
-                                      "WHERE l.worker_session_id = $1 AND s.credential_id = $2 "
-                                      "AND l.status = 'granted' "
-                                      "AND r.cancel_requested_at_ms IS NOT NULL "
-                                      "ORDER BY l.offer_id",
-                                      {P(session_id), P(worker_id)}));
+  const Statement select = CancelledOffersStatement(worker_id, session_id);
+  QL_ASSIGN_OR_RETURN(Rows r, tx.Exec(select.sql, select.params));
   std::vector<std::string> out;
   for (int i = 0; i < r.size(); ++i) out.push_back(r.Text(i, 0));
   QL_RETURN_IF_ERROR(r.status());
@@ -354,6 +367,17 @@ Result<LeaseGrant> PostgresRunLeases::GrantLeases(const PullCommand& c) {
   grant.generic_plans = true;
   QL_RETURN_IF_ERROR(pool_.Transact(grant, "granting run leases", [&](Tx& tx) -> Status {
     out = LeaseGrant();
+    // Proposals naming an existing lease: a replay of a lost answer, or a fence violation.
+    std::vector<std::optional<std::string>> ids;
+    for (const OfferProposal& p : c.offers) ids.push_back(p.offer_id);
+    const Statement existing_leases = {
+        "SELECT l.offer_id, l.worker_session_id, l.session_generation, l.token_digest, "
+        "l.status, l.expires_at_ms, a.status FROM ql3.run_dispatch_leases l "
+        "JOIN ql3.run_attempts a ON a.id = l.attempt_id WHERE l.offer_id = ANY($1::text[])",
+        {PArray(ids)}};
+    // The session's lock, the clock after it and the proposals' leases in one round trip.
+    tx.Prefetch({LockSessionStatement(c.session_id, "FOR NO KEY UPDATE"), {kNowSql, {}},
+                 existing_leases});
     // The session row stays locked: grants of one session are serialised, so the live-lease
     // count below cannot be overtaken.
     QL_ASSIGN_OR_RETURN(
@@ -375,15 +399,7 @@ Result<LeaseGrant> PostgresRunLeases::GrantLeases(const PullCommand& c) {
                                              "extends it");
     }
 
-    // Proposals naming an existing lease: a replay of a lost answer, or a fence violation.
-    std::vector<std::optional<std::string>> ids;
-    for (const OfferProposal& p : c.offers) ids.push_back(p.offer_id);
-    QL_ASSIGN_OR_RETURN(
-        Rows existing,
-        tx.Exec("SELECT l.offer_id, l.worker_session_id, l.session_generation, l.token_digest, "
-                "l.status, l.expires_at_ms, a.status FROM ql3.run_dispatch_leases l "
-                "JOIN ql3.run_attempts a ON a.id = l.attempt_id WHERE l.offer_id = ANY($1::text[])",
-                {PArray(ids)}));
+    QL_ASSIGN_OR_RETURN(Rows existing, tx.Exec(existing_leases.sql, existing_leases.params));
     std::vector<std::optional<std::string>> replayed;
     for (int i = 0; i < existing.size(); ++i) {
       const std::string offer = existing.Text(i, 0);
@@ -471,13 +487,15 @@ Result<LeaseGrant> PostgresRunLeases::GrantLeases(const PullCommand& c) {
         if (lease.empty()) continue;  // renewed by its holder since the candidate was read
         const int64_t version = lease.Int(0, 0);
         QL_RETURN_IF_ERROR(lease.status());
-        QL_RETURN_IF_ERROR(
-            tx.Exec("UPDATE ql3.run_attempts SET worker_id = $2, worker_session_id = $3, "
-                    "session_generation = $4, lease_expires_at_ms = $5, offer_id = $6 "
-                    "WHERE id = $1 AND status = 'claimed'",
-                    {P(attempt_id), P(c.worker_id), P(c.session_id), P(c.generation), P(expires),
-                     P(p.offer_id)})
-                .status());
+        const Statement holder = {
+            "UPDATE ql3.run_attempts SET worker_id = $2, worker_session_id = $3, "
+            "session_generation = $4, lease_expires_at_ms = $5, offer_id = $6 "
+            "WHERE id = $1 AND status = 'claimed'",
+            {P(attempt_id), P(c.worker_id), P(c.session_id), P(c.generation), P(expires),
+             P(p.offer_id)}};
+        // The attempt's holder and the run's next event sequence in one round trip.
+        tx.Prefetch({holder, NextEventSequenceStatement(run_id, true)});
+        QL_RETURN_IF_ERROR(tx.Exec(holder.sql, holder.params).status());
         QL_RETURN_IF_ERROR(AppendRunEvent(tx, run_id, true, kEventAttemptLeased, "dispatcher",
                                           attempt_id, std::nullopt,
                                           {{"offer_id", p.offer_id},
@@ -489,13 +507,17 @@ Result<LeaseGrant> PostgresRunLeases::GrantLeases(const PullCommand& c) {
         ++next;
       }
     }
+    const Statement answer = {std::string(kGrantedColumns) +
+                                  "WHERE l.offer_id = ANY($1::text[]) ORDER BY r.priority DESC, "
+                                  "r.queued_at_ms, r.id",
+                              {PArray(granted)}};
+    // The cancelled leases and the granted ones in one round trip.
+    if (!granted.empty()) {
+      tx.Prefetch({CancelledOffersStatement(c.worker_id, c.session_id), answer});
+    }
     QL_ASSIGN_OR_RETURN(out.cancelled, CancelledOffers(tx, c.worker_id, c.session_id));
     if (granted.empty()) return Status::Ok();
-    QL_ASSIGN_OR_RETURN(Rows rows,
-                        tx.Exec(std::string(kGrantedColumns) +
-                                    "WHERE l.offer_id = ANY($1::text[]) ORDER BY r.priority "
-                                    "DESC, r.queued_at_ms, r.id",
-                                {PArray(granted)}));
+    QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(answer.sql, answer.params));
     for (int i = 0; i < rows.size(); ++i) {
       GrantedLease g = ReadGranted(rows, i);
       g.replay = std::find(replayed.begin(), replayed.end(), g.offer_id) != replayed.end();
