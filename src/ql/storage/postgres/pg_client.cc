@@ -703,6 +703,24 @@ Result<std::string> Connection::PreparedName(const std::string& sql, size_t para
   return name;
 }
 
+Status Connection::FlushPendingBegin(std::string_view operation) {
+  if (pending_begin_.empty()) return Status::Ok();
+  std::string begin;
+  for (const std::string& s : pending_begin_) begin += s + ";";
+  pending_begin_.clear();
+  pg_result* result = PQexec(conn_, begin.c_str());
+  const ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);
+  Status status;
+  if (st != PGRES_COMMAND_OK) status = ErrorStatus(result, operation, PgPhase::kStatement);
+  if (result != nullptr) PQclear(result);
+  return status;
+}
+
+void Connection::BeginWithNextStatement(std::vector<std::string> statements) {
+  prefetched_.clear();
+  pending_begin_ = std::move(statements);
+}
+
 void Connection::Prefetch(const std::vector<Statement>& statements, std::string_view operation) {
   last_used = std::chrono::steady_clock::now();
   prefetched_.clear();
@@ -718,9 +736,25 @@ void Connection::Prefetch(const std::vector<Statement>& statements, std::string_
     }
     names.push_back(std::move(name).value());
   }
-  if (PQenterPipelineMode(conn_) != 1) return;  // the Exec calls then run them one by one
+  if (PQenterPipelineMode(conn_) != 1) {
+    // The Exec calls then run them one by one, after the pending BEGIN.
+    if (Status begun = FlushPendingBegin(operation); !begun.ok() && !statements.empty()) {
+      prefetched_.push_back({PrefetchKey(statements[0].sql, statements[0].params), begun});
+    }
+    return;
+  }
+  // A pending BEGIN goes first; if it fails, nothing after it ran and its failure is the answer.
+  const std::vector<std::string> begin = std::move(pending_begin_);
+  pending_begin_.clear();
+  size_t begun = 0;
+  for (; begun < begin.size(); ++begun) {
+    if (PQsendQueryParams(conn_, begin[begun].c_str(), 0, nullptr, nullptr, nullptr, nullptr,
+                          0) != 1) {
+      break;
+    }
+  }
   size_t sent = 0;
-  for (; sent < statements.size(); ++sent) {
+  for (; begun == begin.size() && sent < statements.size(); ++sent) {
     std::vector<const char*> values = ParamValues(statements[sent].params);
     if (PQsendQueryPrepared(conn_, names[sent].c_str(), static_cast<int>(values.size()),
                             values.data(), nullptr, nullptr, 0) != 1) {
@@ -728,6 +762,23 @@ void Connection::Prefetch(const std::vector<Statement>& statements, std::string_
     }
   }
   const bool synced = PQpipelineSync(conn_) == 1;
+  std::optional<Status> begin_failed;
+  if (begun < begin.size()) {
+    begin_failed = ErrorStatus(nullptr, operation, PgPhase::kStatement);
+  }
+  for (size_t i = 0; i < begun; ++i) {
+    pg_result* result = synced ? PQgetResult(conn_) : nullptr;
+    const ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);
+    if (st != PGRES_COMMAND_OK && !begin_failed) {
+      begin_failed = ErrorStatus(st == PGRES_PIPELINE_ABORTED ? nullptr : result, operation,
+                                 PgPhase::kStatement);
+    }
+    if (result != nullptr) PQclear(result);
+    if (synced) {
+      while (pg_result* extra = PQgetResult(conn_)) PQclear(extra);
+    }
+    if (PQstatus(conn_) != CONNECTION_OK) break;
+  }
   for (size_t i = 0; i < sent; ++i) {
     pg_result* result = synced ? PQgetResult(conn_) : nullptr;
     const ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);
@@ -746,9 +797,13 @@ void Connection::Prefetch(const std::vector<Statement>& statements, std::string_
     if (synced) {
       while (pg_result* extra = PQgetResult(conn_)) PQclear(extra);
     }
+    if (begin_failed) rows = *begin_failed;
     prefetched_.push_back(
         {PrefetchKey(statements[i].sql, statements[i].params), std::move(rows)});
     if (PQstatus(conn_) != CONNECTION_OK) break;
+  }
+  if (begin_failed && sent == 0 && !statements.empty()) {
+    prefetched_.push_back({PrefetchKey(statements[0].sql, statements[0].params), *begin_failed});
   }
   if (synced && PQstatus(conn_) == CONNECTION_OK) {
     // The sync point's own result.
@@ -763,6 +818,8 @@ void Connection::Prefetch(const std::vector<Statement>& statements, std::string_
 Result<Rows> Connection::Exec(std::string_view sql, const std::vector<Param>& params,
                               std::string_view operation, PgPhase phase) {
   last_used = std::chrono::steady_clock::now();
+  // A pending BEGIN travels with this statement.
+  if (!pending_begin_.empty()) Prefetch({{std::string(sql), params}}, operation);
   if (!prefetched_.empty()) {
     if (prefetched_.front().key == PrefetchKey(sql, params)) {
       Result<Rows> rows = std::move(prefetched_.front().rows);
@@ -796,6 +853,7 @@ Result<Rows> Connection::Exec(std::string_view sql, const std::vector<Param>& pa
 Status Connection::ExecScript(std::string_view sql, std::string_view operation, PgPhase phase) {
   last_used = std::chrono::steady_clock::now();
   prefetched_.clear();  // transaction control: nothing kept outlives its transaction
+  QL_RETURN_IF_ERROR(FlushPendingBegin(operation));
   std::string text(sql);
   pg_result* result = PQexec(conn_, text.c_str());
   ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);
@@ -915,21 +973,25 @@ Status Pool::RunOnce(Connection& conn, const TxOptions& options, std::string_vie
   const char* level = options.isolation == Isolation::kSerializable     ? "SERIALIZABLE"
                       : options.isolation == Isolation::kRepeatableRead ? "REPEATABLE READ"
                                                                         : "READ COMMITTED";
-  // The statement, lock and idle bounds are the session's (set when the pool opened it).
-  std::string begin =
-      std::string("BEGIN ISOLATION LEVEL ") + level +
-      (options.read_only ? " READ ONLY" : " READ WRITE") +
-      (options.durable_commit ? "" : "; SET LOCAL synchronous_commit = off") +
-      (options.generic_plans ? "; SET LOCAL plan_cache_mode = force_generic_plan" : "") +
-      (options.keyed_access ? "; SET LOCAL enable_seqscan = off" : "");
-  QL_RETURN_IF_ERROR(conn.ExecScript(begin, operation));
+  // The statement, lock and idle bounds are the session's (set when the pool opened it). BEGIN
+  // and its SET LOCALs travel with the body's first statement.
+  std::vector<std::string> begin = {std::string("BEGIN ISOLATION LEVEL ") + level +
+                                    (options.read_only ? " READ ONLY" : " READ WRITE")};
+  if (!options.durable_commit) begin.push_back("SET LOCAL synchronous_commit = off");
+  if (options.generic_plans) begin.push_back("SET LOCAL plan_cache_mode = force_generic_plan");
+  if (options.keyed_access) begin.push_back("SET LOCAL enable_seqscan = off");
+  conn.BeginWithNextStatement(std::move(begin));
   Tx tx(conn, operation);
   Status status = body(tx);
   if (!status.ok() || tx.rollback_only()) {
+    conn.ForgetPendingBegin();
     if (conn.InTransaction()) (void)conn.ExecScript("ROLLBACK", operation);
     return status;
   }
-  status = conn.ExecScript("COMMIT", operation, PgPhase::kCommit);
+  // A body that ran no statement opened nothing on the server: there is nothing to commit.
+  const bool opened = !conn.BeginPending();
+  conn.ForgetPendingBegin();
+  status = opened ? conn.ExecScript("COMMIT", operation, PgPhase::kCommit) : Status::Ok();
   if (!status.ok()) {
     if (conn.InTransaction()) (void)conn.ExecScript("ROLLBACK", operation);
     return status;

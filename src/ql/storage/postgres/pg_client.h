@@ -196,6 +196,13 @@ class Connection {
   // after it. An Exec that asks for anything else drops what is kept (reporting the first
   // failure among it, if any, since the transaction is then aborted) and runs normally.
   void Prefetch(const std::vector<Statement>& statements, std::string_view operation);
+  // Opens a transaction with `statements` (BEGIN and its SET LOCALs, without parameters) sent
+  // ahead of the first statement that follows, in the same round trip; ExecScript sends them on
+  // their own first. Until then nothing is open on the server: BeginPending() is true and
+  // ForgetPendingBegin() drops them.
+  void BeginWithNextStatement(std::vector<std::string> statements);
+  bool BeginPending() const { return !pending_begin_.empty(); }
+  void ForgetPendingBegin() { pending_begin_.clear(); }
   // Runs a script of statements without parameters (migrations, transaction control).
   Status ExecScript(std::string_view sql, std::string_view operation,
                     PgPhase phase = PgPhase::kStatement);
@@ -215,6 +222,8 @@ class Connection {
   // not.
   Result<std::string> PreparedName(const std::string& sql, size_t params,
                                    std::string_view operation, PgPhase phase);
+  // Sends a pending BEGIN on its own (simple query protocol).
+  Status FlushPendingBegin(std::string_view operation);
 
   struct Prefetched {
     std::string key;  // the statement and its parameters (PrefetchKey)
@@ -224,6 +233,7 @@ class Connection {
   pg_conn* conn_;
   std::unordered_map<std::string, std::string> prepared_;  // sql → statement name
   std::deque<Prefetched> prefetched_;                       // in the order they were sent
+  std::vector<std::string> pending_begin_;                  // BeginWithNextStatement
 };
 
 // ---------------------------------------------------------------------------------------------

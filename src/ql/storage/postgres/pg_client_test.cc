@@ -457,6 +457,58 @@ TEST_F(PgClientTest, TerminatedBackendIsUnavailableAndThePoolRecovers) {
   EXPECT_TRUE(next.ok()) << next.ToString();
 }
 
+// BEGIN and its SET LOCALs travel with a transaction's first statement (or its first prefetch):
+// every option holds from that statement on, and a body that runs nothing opens nothing.
+TEST_F(PgClientTest, ATransactionsOptionsHoldFromItsFirstStatement) {
+  auto pool = MakePool(1);
+  const std::string settings =
+      "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only'),"
+      " current_setting('synchronous_commit'), current_setting('plan_cache_mode'),"
+      " current_setting('enable_seqscan')";
+  for (bool prefetch : {false, true}) {
+    TxOptions options;
+    options.isolation = Isolation::kSerializable;
+    options.read_only = true;
+    options.durable_commit = false;
+    options.generic_plans = true;
+    options.keyed_access = true;
+    std::vector<std::string> seen;
+    Status st = pool->Transact(options, "options", [&](Tx& tx) -> Status {
+      if (prefetch) tx.Prefetch({{settings, {}}});
+      QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(settings));
+      for (int c = 0; c < 5; ++c) seen.push_back(rows.Text(0, c));
+      // Read only: a write is refused.
+      Status write = tx.Exec("UPDATE public.kv SET v = 1 WHERE k = 1").status();
+      EXPECT_EQ(write.reason(), "database_read_only") << write.ToString();
+      return Status::Ok();
+    });
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(seen, (std::vector<std::string>{"serializable", "on", "off", "force_generic_plan",
+                                              "off"}))
+        << prefetch;
+  }
+  // The defaults, and nothing is left over from the transaction before.
+  std::vector<std::string> seen;
+  Status st = pool->Transact({}, "defaults", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(settings));
+    for (int c = 0; c < 5; ++c) seen.push_back(rows.Text(0, c));
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  // (synchronous_commit is left out: the test server turns it off for everything.)
+  ASSERT_EQ(seen.size(), 5u);
+  seen.erase(seen.begin() + 2);
+  EXPECT_EQ(seen, (std::vector<std::string>{"read committed", "off", "auto", "on"}));
+  // A body without statements: nothing to commit, and the connection is reused as it was.
+  EXPECT_TRUE(pool->Transact({}, "empty", [](Tx&) { return Status::Ok(); }).ok());
+  st = pool->Transact({}, "after", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec("SELECT now() = statement_timestamp()"));
+    EXPECT_FALSE(rows.Bool(0, 0));  // a transaction block: now() is its start, not the statement's
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
 // Prefetched statements run at once, in one round trip: their answers are kept and served to
 // the Exec calls that ask for them, in order, even after the backend is gone.
 TEST_F(PgClientTest, PrefetchedStatementsRunAtOnceAndAreAnsweredInOrder) {
