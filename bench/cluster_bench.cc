@@ -20,7 +20,9 @@
 //   dispatch   trivial runs (`true`) admitted at once and run by 2 real `ql-worker`s x 2 slots
 //              on 2 replicas: runs per second, lease -> end p50 / p99, slot time per run,
 //              busy CPU time of the machine per run, queue depth, runs leased more than once
-//              (must be 0).
+//              (must be 0); each repeat runs the commands confined (--isolation auto) and
+//              unconfined (--isolation off) in turn and prints both rows, their ratio and the
+//              set-up time per attempt (the slot time difference).
 //   boundary   10,000 triggers on `* * * * *`, 3 replicas, 3 minute boundaries: lag from the
 //              boundary to the COMMIT of each run row (track_commit_timestamp), p50/p99/max.
 //   storage    bytes each admitted run adds to the run tables, indexes included.
@@ -698,10 +700,12 @@ double BusyCpuSeconds() {
 }
 
 pid_t SpawnWorker(const std::string& bin, int port, const std::string& token_file, int slots,
-                  const std::string& work_dir, const std::string& log) {
+                  const std::string& work_dir, const std::string& log,
+                  const std::string& isolation = "auto") {
   return Spawn(
       {bin + "/ql-worker", "--control", "http://127.0.0.1:" + std::to_string(port), "--token-file",
-       token_file, "--slots", std::to_string(slots), "--work-dir", work_dir},
+       token_file, "--slots", std::to_string(slots), "--work-dir", work_dir, "--isolation",
+       isolation},
       log);
 }
 
@@ -717,8 +721,11 @@ struct Dispatch {
 // `runs` occurrences of a trivial command (`true`) fall due in the same second; `replicas`
 // real `ql-cluster serve` replicas admit them and `workers` real `ql-worker`s with `slots` slots
 // each (spread over the replicas' worker listeners) run them to their ends.
+// `isolation` is the workers' --isolation: "auto" confines every command (the default), "off"
+// runs it as the worker's user.
 Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::string& tmpl,
-                     const std::string& db, int replicas, int workers, int slots, int runs) {
+                     const std::string& db, int replicas, int workers, int slots, int runs,
+                     const std::string& isolation = "auto") {
   CopyDatabase(server, tmpl, db);
   const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
   std::vector<Replica> running;
@@ -744,7 +751,8 @@ Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::
     std::ofstream(token_file) << out.substr(out.rfind('\n') + 1) << "\n";
     chmod(token_file.c_str(), 0600);
     fleet.push_back(
-        SpawnWorker(bin, worker_ports[i % replicas], token_file, slots, dir + "/" + name, log));
+        SpawnWorker(bin, worker_ports[i % replicas], token_file, slots, dir + "/" + name, log,
+                    isolation));
   }
   Sql sql(server, db);
   const auto deadline = Steady::now() + std::chrono::seconds(600);
@@ -1237,36 +1245,49 @@ int main(int argc, char** argv) {
 
   if (phases.count("dispatch")) {
     std::printf(
-        "== dispatch: %d trivial runs (`true`), %d replicas, %d workers x %d slots "
-        "(median of %d) ==\n",
+        "== dispatch: %d trivial runs (`true`), %d replicas, %d workers x %d slots, commands "
+        "confined and unconfined in turn (median of %d) ==\n",
         dispatch_runs, 2, 2, 2, repeat);
-    std::vector<double> rate, p50, p99, slot, cpu, queued;
+    // Index 0: confined (--isolation auto, the default); 1: --isolation off. Interleaved, so
+    // both see the same machine.
+    std::vector<double> rate[2], p50[2], p99[2], slot[2], cpu[2], queued[2];
     double failed = 0, extra = 0;
     for (int k = 0; k < repeat; ++k) {
-      Dispatch d =
-          RunDispatch(*server, bin, template_for(dispatch_runs),
-                      "bench_dispatch_" + std::to_string(++serial), 2, 2, 2, dispatch_runs);
-      rate.push_back(d.rate);
-      p50.push_back(d.p50_ms);
-      p99.push_back(d.p99_ms);
-      slot.push_back(d.slot_ms);
-      cpu.push_back(d.cpu_ms);
-      queued.push_back(d.max_queued);
-      failed = std::max(failed, dispatch_runs - d.succeeded);
-      extra = std::max(extra, d.extra_attempts);
+      for (int mode = 0; mode < 2; ++mode) {
+        Dispatch d = RunDispatch(*server, bin, template_for(dispatch_runs),
+                                 "bench_dispatch_" + std::to_string(++serial), 2, 2, 2,
+                                 dispatch_runs, mode == 0 ? "auto" : "off");
+        rate[mode].push_back(d.rate);
+        p50[mode].push_back(d.p50_ms);
+        p99[mode].push_back(d.p99_ms);
+        slot[mode].push_back(d.slot_ms);
+        cpu[mode].push_back(d.cpu_ms);
+        queued[mode].push_back(d.max_queued);
+        failed = std::max(failed, dispatch_runs - d.succeeded);
+        extra = std::max(extra, d.extra_attempts);
+      }
     }
+    for (int mode = 0; mode < 2; ++mode) {
+      std::printf(
+          "%s: %.0f runs/s; per run lease -> end p50 %.1f ms, p99 %.1f ms; slot time per run "
+          "%.1f ms; machine CPU per run %.2f ms; queue depth max %.0f\n",
+          mode == 0 ? "confined  " : "unconfined", Median(rate[mode]), Median(p50[mode]),
+          Median(p99[mode]), Median(slot[mode]), Median(cpu[mode]), Median(queued[mode]));
+    }
+    const double ratio = Median(rate[1]) > 0 ? Median(rate[0]) / Median(rate[1]) : 0;
     std::printf(
-        "%.0f runs/s; per run lease -> end p50 %.1f ms, p99 %.1f ms; slot time per run "
-        "%.1f ms; machine CPU per run %.2f ms; queue depth max %.0f; not succeeded %.0f; extra "
-        "attempts or leases %.0f\n",
-        Median(rate), Median(p50), Median(p99), Median(slot), Median(cpu), Median(queued), failed,
-        extra);
-    emit("dispatch_runs_per_s", Fixed(Median(rate), 0));
-    emit("dispatch_lease_to_end_p50_ms", Fixed(Median(p50), 1));
-    emit("dispatch_lease_to_end_p99_ms", Fixed(Median(p99), 1));
-    emit("dispatch_slot_ms_per_run", Fixed(Median(slot), 1));
-    emit("dispatch_cpu_ms_per_run", Fixed(Median(cpu), 2));
-    emit("dispatch_queue_depth_max", Fixed(Median(queued), 0));
+        "confined / unconfined rate %.2fx; isolation set-up per attempt (slot time difference) "
+        "%.1f ms, machine CPU %.2f ms; not succeeded %.0f; extra attempts or leases %.0f\n",
+        ratio, Median(slot[0]) - Median(slot[1]), Median(cpu[0]) - Median(cpu[1]), failed, extra);
+    emit("dispatch_runs_per_s", Fixed(Median(rate[0]), 0));
+    emit("dispatch_unconfined_runs_per_s", Fixed(Median(rate[1]), 0));
+    emit("dispatch_isolation_ratio", Fixed(ratio, 2));
+    emit("dispatch_isolation_setup_ms_per_run", Fixed(Median(slot[0]) - Median(slot[1]), 1));
+    emit("dispatch_lease_to_end_p50_ms", Fixed(Median(p50[0]), 1));
+    emit("dispatch_lease_to_end_p99_ms", Fixed(Median(p99[0]), 1));
+    emit("dispatch_slot_ms_per_run", Fixed(Median(slot[0]), 1));
+    emit("dispatch_cpu_ms_per_run", Fixed(Median(cpu[0]), 2));
+    emit("dispatch_queue_depth_max", Fixed(Median(queued[0]), 0));
     emit("dispatch_not_succeeded", Fixed(failed, 0));
     emit("dispatch_extra_attempts", Fixed(extra, 0));
   }

@@ -8,7 +8,8 @@ PACKAGES="build-essential cmake pkg-config ca-certificates tzdata procps curl \
   libsqlite3-dev libmd-dev libpq-dev libsodium-dev libssl-dev openssl \
   libgtest-dev libgmock-dev libbenchmark-dev \
   postgresql-15 postgresql-client-15 \
-  python3 python3-selenium chromium chromium-driver"
+  python3 python3-selenium chromium chromium-driver \
+  jq git util-linux passwd"
 
 missing=""
 for p in $PACKAGES; do

@@ -54,6 +54,10 @@ int Status(CommandContext& context) {
                                          " (admit nothing until repinned: ql trigger repin NAME)"});
   }
   fields.AddRow({"runs", JsonText(out, "runs_total")});
+  if (out.contains("command_isolation") && out["command_isolation"].is_object()) {
+    fields.AddRow({"command isolation", JsonText(out["command_isolation"], "level") + ": " +
+                                            JsonText(out["command_isolation"], "detail")});
+  }
   fields.Print(context.out());
 
   const json by_status = out.value("runs_by_status", json::object());

@@ -116,7 +116,32 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
       "--concurrency", [flags](const int64_t& v) { flags->concurrency = v; },
       "At most N unfinished runs of the task: a cron occurrence beyond it is recorded as "
       "skipped (manual runs are not limited)");
+  command->add_option_function<int64_t>(
+      "--memory-mib", [flags](const int64_t& v) { flags->memory_mib = v; },
+      "Memory limit of the command in MiB (at most the installation's)");
+  command->add_option_function<int64_t>(
+      "--pids", [flags](const int64_t& v) { flags->pids = v; },
+      "Processes and threads the command may have at once (at most the installation's)");
+  command->add_option_function<int64_t>(
+      "--cpu-seconds", [flags](const int64_t& v) { flags->cpu_seconds = v; },
+      "CPU seconds each process of the command may use");
+  command->add_option_function<int64_t>(
+      "--open-files", [flags](const int64_t& v) { flags->open_files = v; },
+      "Open files of each process of the command (at most the installation's)");
+  command
+      ->add_option_function<std::string>(
+          "--network", [flags](const std::string& v) { flags->network = v; },
+          "host (default) or none: the command gets only a loopback interface")
+      ->check(CLI::IsMember({"host", "none"}));
+  command
+      ->add_option_function<std::string>(
+          "--isolation", [flags](const std::string& v) { flags->isolation = v; },
+          "confined (default) or none: run as the daemon's user without namespaces, only where "
+          "the installation allows it (--allow-unconfined-tasks)")
+      ->check(CLI::IsMember({"confined", "none"}));
   if (publish) {
+    command->add_flag("--clear-limits", flags->clear_limits,
+                      "Publish without limits of the task's own (the installation's apply)");
     command->add_flag("--no-concurrency", flags->no_concurrency,
                       "Publish without a concurrency limit");
     command->add_flag("--no-approval", flags->no_approval,
@@ -256,6 +281,33 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
   if (!spec.contains("environment")) spec["environment"] = json::object();
   if (flags.clear_workdir) spec.erase("workingDirectory");
   if (flags.workdir) spec["workingDirectory"] = *flags.workdir;
+  // Limits: each flag given changes one limit and keeps the others.
+  if (flags.clear_limits && (flags.memory_mib || flags.pids || flags.cpu_seconds ||
+                             flags.open_files)) {
+    return CliError::Usage("flag_conflict", "--clear-limits cannot be combined with a limit");
+  }
+  if (flags.clear_limits) spec.erase("limits");
+  json limits = spec.contains("limits") && spec["limits"].is_object() ? spec["limits"]
+                                                                      : json::object();
+  if (flags.memory_mib) limits["memoryMib"] = *flags.memory_mib;
+  if (flags.pids) limits["pids"] = *flags.pids;
+  if (flags.cpu_seconds) limits["cpuSeconds"] = *flags.cpu_seconds;
+  if (flags.open_files) limits["openFiles"] = *flags.open_files;
+  if (!limits.empty()) spec["limits"] = limits;
+  if (flags.network) {
+    if (*flags.network == "none") {
+      spec["network"] = "none";
+    } else {
+      spec.erase("network");
+    }
+  }
+  if (flags.isolation) {
+    if (*flags.isolation == "none") {
+      spec["isolation"] = "none";
+    } else {
+      spec.erase("isolation");
+    }
+  }
 
   if (flags.clear_labels) labels = json::object();
   if (!flags.labels.empty()) {
@@ -453,6 +505,21 @@ int TaskShow(const std::string& task_id, CommandContext& context) {
   fields.AddRow({"environment", EnvironmentSummary(spec)});
   fields.AddRow({"workdir", JsonText(spec, "workingDirectory")});
   fields.AddRow({"timeout", TimeoutSummary(spec)});
+  {
+    const json limits = spec.value("limits", json::object());
+    std::string summary;
+    for (const auto& [key, label] : {std::pair{"memoryMib", " MiB memory"},
+                                     std::pair{"pids", " processes"},
+                                     std::pair{"cpuSeconds", " CPU s"},
+                                     std::pair{"openFiles", " open files"}}) {
+      if (!limits.contains(key)) continue;
+      if (!summary.empty()) summary += ", ";
+      summary += limits[key].dump() + label;
+    }
+    fields.AddRow({"limits", summary.empty() ? "the installation's" : summary});
+    fields.AddRow({"network", spec.value("network", std::string("host"))});
+    fields.AddRow({"isolation", spec.value("isolation", std::string("confined"))});
+  }
   fields.AddRow({"labels", LabelsSummary(task->value("labels", json::object()))});
   fields.AddRow({"retry", RetrySummary(task->value("retry", json()))});
   fields.AddRow({"concurrency", task->value("concurrency", json()).is_null()

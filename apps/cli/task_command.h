@@ -44,6 +44,13 @@ struct TaskContentFlags {
   std::optional<std::string> approval_ttl;    // --approval-ttl DURATION
   std::optional<int64_t> concurrency;         // --concurrency N (cron runs at once)
   bool no_concurrency = false;                // --no-concurrency (publish)
+  std::optional<int64_t> memory_mib;          // --memory-mib N
+  std::optional<int64_t> pids;                // --pids N
+  std::optional<int64_t> cpu_seconds;         // --cpu-seconds N
+  std::optional<int64_t> open_files;          // --open-files N
+  bool clear_limits = false;                  // --clear-limits (publish)
+  std::optional<std::string> network;         // --network host|none
+  std::optional<std::string> isolation;       // --isolation confined|none
 };
 
 // Builds the body of a task publish request (without mutation_id or expected_revision):

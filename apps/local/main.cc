@@ -21,6 +21,7 @@
 #include <string_view>
 #include <thread>
 
+#include "../isolation_flags.h"
 #include "ql/core/clock.h"
 #include "ql/core/digest.h"
 #include "ql/core/governance_ports.h"
@@ -64,6 +65,7 @@ struct ServeConfig {
   ListenSecurityFlags security;
   int shutdown_wait_s = 30;
   int retention_interval_s = 60;
+  IsolationFlags isolation;
 };
 
 int Fail(int code, const Status& status) {
@@ -266,6 +268,19 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   // owner.token.
   exec::SupervisionRunner runner({self_exe, "supervise"}, (data / "run").string(),
                                  (data / "work").string());
+  // Commands never see the data directory (database, owner.token, secret.key, logs, other
+  // tasks' directories) or the TLS files; as root each project's commands get a uid of their own.
+  Result<exec::RunnerIsolation> isolation = BuildIsolation(
+      config.isolation, profile, (data / "command-uids").string(),
+      {data.string(), config.security.tls_key, config.security.tls_cert,
+       config.security.tls_client_ca});
+  if (!isolation.ok()) {
+    return Fail(isolation.status().code() == StatusCode::kInvalidArgument ? kExitUsage
+                                                                          : kExitFailure,
+                isolation.status());
+  }
+  const exec::IsolationReport isolation_report = isolation->report;
+  runner.SetIsolation(std::move(isolation).value());
   // Secret values are opened only here, right before a command starts, and masked in its log.
   secrets::EnvelopeSealer sealer(**secret_key);
   SecretService secret_service(**store, control.governance(), &sealer, clock);
@@ -339,6 +354,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   api_options.panel = &panel;
   api_options.secrets = &secret_service;
   api_options.version = kProjectVersion;
+  api_options.isolation_level = isolation_report.level;
+  api_options.isolation_detail = isolation_report.Summary();
+  metrics.SetGauge("ql_command_isolation_level",
+                   "level=\"" + isolation_report.level + "\"", isolation_report.Rank());
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     scheduler_loop.Stop();
@@ -364,6 +383,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
             << (token_created ? " (created)" : "") << "\n"
             << "secret key: " << (data / "secret.key").string() << " ("
             << (*secret_key)->key_id() << (key_created ? ", created" : "") << ")\n"
+            << isolation_report.Summary() << "\n"
             << std::flush;
   // Ready only once the banner is out, so whoever waits for /readyz can read it.
   api.SetReady(true);
@@ -469,6 +489,7 @@ int main(int argc, char** argv) {
                   "Allow plain HTTP on a non-loopback --listen address");
   serve->add_option("--shutdown-wait", config.shutdown_wait_s,
                     "Seconds to let running commands finish on SIGTERM (default 30)");
+  AddIsolationFlags(*serve, config.isolation);
   serve->add_option("--retention-interval", config.retention_interval_s,
                     "Seconds between retention rounds that found nothing more to purge "
                     "(default 60)");

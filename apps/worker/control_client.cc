@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <exception>
+#include <stdexcept>
 
 #include "ql/core/http_endpoint.h"
 #include "ql/core/ids.h"
@@ -65,6 +66,8 @@ Result<T> Decode(const std::string& what, F&& decode) {
     return decode();
   } catch (const json::exception& e) {
     return InvalidResponse(what, std::string("is not the expected JSON: ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    return InvalidResponse(what, std::string("holds an invalid value: ") + e.what());
   }
 }
 
@@ -123,6 +126,13 @@ LeaseOffer DecodeOffer(const json& o) {
   if (plan.contains("timeout_ms") && !plan["timeout_ms"].is_null()) {
     offer.plan.timeout_ms = plan.at("timeout_ms").get<int64_t>();
   }
+  if (plan.contains("limits") && !plan["limits"].is_null()) {
+    Result<TaskLimits> limits = ParseTaskLimits(plan.at("limits"), "plan.limits");
+    if (!limits.ok()) throw std::invalid_argument(limits.status().message());
+    offer.plan.limits = *limits;
+  }
+  offer.plan.network = plan.value("network", std::string("host")) != "none";
+  offer.plan.unconfined = plan.value("isolation", std::string("confined")) == "none";
   for (const json& s : o.value("secrets", json::array())) {
     offer.secrets.push_back(SealedVariable{
         s.at("variable").get<std::string>(),
@@ -341,6 +351,7 @@ Result<CompleteAnswer> ControlClient::Complete(const LeaseRef& lease,
   }
   body["message"] = message;
   if (!completion.error_code.empty()) body["error_code"] = completion.error_code;
+  if (!completion.confinement.empty()) body["confinement"] = completion.confinement;
   body["log_truncated"] = completion.log_truncated;
   if (completion.pid) body["pid"] = *completion.pid;
   QL_ASSIGN_OR_RETURN(json answer, Post(path, body));

@@ -16,6 +16,7 @@
 
 #include "ql/core/http_endpoint.h"
 #include "ql/core/status.h"
+#include "ql/core/task_spec.h"
 #include "ql/engine/secret_resolution.h"
 
 namespace httplib {
@@ -83,6 +84,9 @@ struct WirePlan {
   std::vector<std::pair<std::string, std::string>> environment;
   std::optional<std::string> working_directory;
   int64_t timeout_ms = 0;
+  TaskLimits limits;
+  bool network = true;
+  bool unconfined = false;
 };
 
 // One granted lease.
@@ -135,9 +139,12 @@ struct Completion {
   std::optional<int> exit_code;
   std::optional<int> signal;
   std::string message;
-  // spawn_failed only: secret_not_found, secret_unavailable or secret_corrupt when a secret
-  // could not be opened; empty otherwise.
+  // spawn_failed: secret_not_found, secret_unavailable or secret_corrupt when a secret could not
+  // be opened, confinement_failed or cgroup_setup_failed; exited or signaled:
+  // memory_limit_exceeded, pids_limit_exceeded or cpu_limit_exceeded; empty otherwise.
   std::string error_code;
+  // How the command was confined, in one line (empty when it never started).
+  std::string confinement;
   bool log_truncated = false;
   // The command's pid when it ended before its start was reported (the control plane records
   // the start first); empty once `running` was reported.

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "../isolation_flags.h"
 #include "../key_provider_flags.h"
 #include "control_client.h"
 #include "ql/core/clock.h"
@@ -55,6 +56,7 @@ struct Flags {
   ClientTls tls;
   bool allow_insecure_http = false;
   secrets::KeyProviderConfig secret_key;
+  IsolationFlags isolation;
 };
 
 void Say(const std::string& line) {
@@ -193,6 +195,19 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   // stops what an earlier one left), so it need not survive a power loss: no fsync per run.
   exec::SupervisionRunner runner({self_exe, "supervise"}, RunRootOf(work_dir),
                                  WorkRootOf(work_dir), launcher.get(), /*fsync_results=*/false);
+  // Commands never see this worker's token, key and TLS files or its work directory (other
+  // runs' records, logs and directories); as root each project's commands get a uid of their own.
+  Result<exec::RunnerIsolation> isolation = BuildIsolation(
+      flags.isolation, "standalone", work_dir + "/command-uids",
+      {work_dir, flags.token_file, flags.secret_key.key_file, flags.tls.key_file,
+       flags.tls.cert_file, flags.tls.ca_file});
+  if (!isolation.ok()) {
+    return Fail(isolation.status().code() == StatusCode::kInvalidArgument ? kExitUsage
+                                                                          : kExitFailure,
+                isolation.status());
+  }
+  Say(isolation->report.Summary());
+  runner.SetIsolation(std::move(isolation).value());
   ControlClientOptions client_options;
   client_options.user_agent = std::string("ql-worker/") + kProjectVersion;
   client_options.tls = flags.tls;
@@ -255,6 +270,7 @@ int main(int argc, char** argv) {
                  "File whose first line is the worker token (from `ql-cluster worker-token "
                  "create`)")
       ->required();
+  AddIsolationFlags(app, flags.isolation);
   app.add_option("--slots", flags.slots, "Commands run at once, 1..1024 (default 1)");
   app.add_option("--work-dir", flags.work_dir,
                  "Directory for attempt records and output (default ./worker-data)");

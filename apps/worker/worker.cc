@@ -83,7 +83,11 @@ Completion ToCompletion(const AttemptOutcome& outcome) {
       break;
   }
   c.message = outcome.message;
-  c.error_code = outcome.error_code;
+  c.confinement = outcome.confinement;
+  c.error_code = outcome.kind == AttemptOutcome::Kind::kExited ||
+                         outcome.kind == AttemptOutcome::Kind::kSignaled
+                     ? outcome.limit_error_code
+                     : outcome.error_code;
   c.log_truncated = outcome.log_truncated;
   return c;
 }
@@ -734,6 +738,7 @@ void Worker::RunAttempt(RunContext& ctx) {
   AttemptLaunch launch;
   launch.run_id = offer.run_id;
   launch.attempt_id = offer.attempt_id;
+  launch.project_id = offer.project_id;
   launch.task_id = offer.task_id;
   launch.argv = offer.plan.argv;
   for (const auto& [name, value] : offer.plan.environment) {
@@ -744,6 +749,9 @@ void Worker::RunAttempt(RunContext& ctx) {
   launch.environment.emplace_back("QL_ATTEMPT_ID", offer.attempt_id);
   launch.working_directory = offer.plan.working_directory;
   launch.timeout_ms = offer.plan.timeout_ms;
+  launch.limits = offer.plan.limits;
+  launch.network = offer.plan.network;
+  launch.unconfined = offer.plan.unconfined;
   launch.log_path = ctx.log_path;
   launch.log_cap_bytes = SupervisorLogCap(options_.log_cap_bytes, offer.log_cap_bytes);
   // The only place a secret value exists on this side: opened here, handed to the supervisor
@@ -762,6 +770,9 @@ void Worker::RunAttempt(RunContext& ctx) {
     AttemptOutcome failed;
     failed.kind = AttemptOutcome::Kind::kSpawnFailed;
     failed.message = launched.status().message();
+    if (launched.status().reason() == "confinement_unavailable") {
+      failed.error_code = "confinement_unavailable";
+    }
     Report(ctx, failed);
     return;
   }

@@ -89,6 +89,8 @@ class ClusterWorkersTest : public ::testing::Test {
     return args;
   }
 
+  std::string Exchange() const { return dir_.path() + "/exchange"; }
+
   std::unique_ptr<ChildProcess> StartWorker(const std::string& name, const Replica& replica,
                                             int slots = 2, const std::string& ca_file = "",
                                             const std::vector<std::string>& extra = {}) {
@@ -103,6 +105,9 @@ class ClusterWorkersTest : public ::testing::Test {
                                      "--work-dir",
                                      dir_.path() + "/" + name};
     if (!ca_file.empty()) argv.insert(argv.end(), {"--ca-file", ca_file});
+    // Commands run confined; they leave what a test checks in the exchange directory.
+    MakeExchangeDirectory(Exchange());
+    argv.insert(argv.end(), {"--command-writable", Exchange()});
     argv.insert(argv.end(), extra.begin(), extra.end());
     worker->Spawn(argv);
     return worker;
@@ -412,7 +417,7 @@ TEST_F(ClusterWorkersTest, AWorkerKilledMidRunLosesItsAttemptAndTheRetryRunsElse
 TEST_F(ClusterWorkersTest, AnApprovedRunWhoseReplicaWasKilledBeforeDispatchRunsOnceElsewhere) {
   Replica a("replica-a", Log("a")), b("replica-b", Log("b"));
   ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
-  const std::string ran = dir_.path() + "/ran.txt";
+  const std::string ran = Exchange() + "/ran.txt";
   std::string run_id;
   ASSERT_NO_FATAL_FAILURE(ApproveGuardedRun(a, "echo ran >> " + ran, run_id));
   a.Kill();  // no worker has seen the run yet
@@ -436,7 +441,7 @@ TEST_F(ClusterWorkersTest, AnApprovedRunWhoseReplicaWasKilledBeforeDispatchRunsO
 TEST_F(ClusterWorkersTest, AnApprovedRunWhoseWorkerDiedAfterTheStartWaitsForAHuman) {
   Replica a("replica-a", Log("a"));
   ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
-  const std::string ran = dir_.path() + "/ran.txt";
+  const std::string ran = Exchange() + "/ran.txt";
   std::string run_id;
   ASSERT_NO_FATAL_FAILURE(ApproveGuardedRun(a, "echo ran >> " + ran + "; sleep 20", run_id));
 
@@ -630,7 +635,7 @@ TEST_F(ClusterWorkersTest, SecretsReachOnlyTheCommandOfAWorkerHoldingTheKey) {
       {"QL_SERVER=" + a.url(), "QL_TOKEN=" + api_token_, "QL_TEST_VALUE=" + value});
   ASSERT_EQ(set.exit_code, 0) << set.err;
   answers.push_back(set.out + set.err);
-  const std::string out = dir_.path() + "/digest";
+  const std::string out = Exchange() + "/digest";
   CommandResult task = Ql(a, {"task", "add", "uses-secret", "--secret-env", "TOKEN=API_KEY",
                               "--shell",
                               "echo \"token=$TOKEN\"; printf %s \"$TOKEN\" | sha256sum | "

@@ -241,4 +241,10 @@ std::vector<std::string> SqliteQuery(const std::string& db_path, const std::stri
   return rows;
 }
 
+void MakeExchangeDirectory(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::all | std::filesystem::perms::sticky_bit,
+                               std::filesystem::perm_options::replace);
+}
+
 }  // namespace ql::itest

@@ -27,6 +27,11 @@ class TempDir {
   std::string path_;
 };
 
+// Makes `dir` (and its parents) a directory every command's uid may write (mode 1777): commands
+// run confined, and a test that needs a command to leave a file for it names such a directory
+// with --command-writable.
+void MakeExchangeDirectory(const std::string& dir);
+
 struct CommandResult {
   int exit_code = -1;
   std::string out;

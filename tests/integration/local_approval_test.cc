@@ -34,8 +34,10 @@ std::string LastLine(const std::string& text) {
 class LocalApprovalTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    MakeExchangeDirectory(tmp_.path() + "/exchange");
     daemon_ = std::make_unique<LocalDaemon>(tmp_.path() + "/data", "standalone");
-    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+    ASSERT_TRUE(daemon_->Start({"--command-writable", tmp_.path() + "/exchange"}))
+        << daemon_->log();
   }
   void TearDown() override {
     if (daemon_ && daemon_->running()) daemon_->Stop();
@@ -71,7 +73,7 @@ class LocalApprovalTest : public ::testing::Test {
   }
 
   TempDir tmp_;
-  std::string marker_ = tmp_.path() + "/executions";
+  std::string marker_ = tmp_.path() + "/exchange/executions";
   std::unique_ptr<LocalDaemon> daemon_;
 };
 

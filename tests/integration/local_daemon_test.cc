@@ -194,7 +194,7 @@ TEST_F(LocalDaemonTest, AChildStartedWithSetsidDoesNotOutliveItsRun) {
   // until it has, so the group's signals cannot end it by chance.
   auto escaping = [&](const std::string& name, const std::string& then) {
     const std::string seconds = "301." + std::to_string(getpid()) + std::to_string(name.size());
-    const std::string file = tmp_.path() + "/" + name;
+    const std::string file = "./" + name;  // in the task's own directory
     const std::string shell = "setsid sh -c 'touch " + file + "; exec sleep " + seconds +
                               "' & while [ ! -e " + file + " ]; do sleep 0.01; done; " + then;
     return std::make_pair(AddTask(name, shell), "sleep " + seconds);

@@ -53,9 +53,9 @@ class LocalSecretsTest : public ::testing::Test {
   void SetUp() override {
     data_ = tmp_.path() + "/data";
     out_ = tmp_.path() + "/out";
-    fs::create_directories(out_);
+    MakeExchangeDirectory(out_);
     daemon_ = std::make_unique<LocalDaemon>(data_, "standalone");
-    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+    ASSERT_TRUE(daemon_->Start({"--command-writable", out_})) << daemon_->log();
   }
   void TearDown() override {
     if (daemon_ && daemon_->running()) daemon_->Stop();
@@ -247,7 +247,7 @@ TEST_F(LocalSecretsTest, AMissingOrDeletedSecretFailsTheRunAndRotationKeepsSecre
                             "key_id IS NULL AND wrapped_key IS NULL"),
             std::vector<std::string>{"1"});
 
-  ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  ASSERT_TRUE(daemon_->Start({"--command-writable", out_})) << daemon_->log();
   const json ok = RunToEnd(kept_task);
   EXPECT_EQ(ok.value("status", ""), "succeeded") << ok.dump();
   EXPECT_EQ(ReadFile(out_ + "/kept").substr(0, 64), Sha256Of(kept));

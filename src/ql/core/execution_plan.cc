@@ -113,6 +113,9 @@ Result<ExecutionPlan> BuildExecutionPlan(std::string_view task_id, int64_t task_
   plan.environment = content.spec.environment;
   plan.working_directory = content.spec.working_directory;
   plan.timeout_ms = content.spec.timeout_ms;
+  plan.limits = content.spec.limits;
+  plan.network = content.spec.network;
+  plan.unconfined = content.spec.unconfined;
   plan.retry_policy = content.retry;
   return plan;
 }
@@ -160,6 +163,9 @@ json PlanToJson(const ExecutionPlan& plan) {
               {"taskRevision", plan.task_revision},
               {"timeoutMs", plan.timeout_ms}};
   if (plan.working_directory.has_value()) out["workingDirectory"] = *plan.working_directory;
+  if (!plan.limits.empty()) out["limits"] = TaskLimitsToJson(plan.limits);
+  if (!plan.network) out["network"] = "none";
+  if (plan.unconfined) out["isolation"] = "none";
   return out;
 }
 
@@ -172,7 +178,8 @@ Result<ExecutionPlan> PlanFromJson(const json& j) {
       "argv",   "environment", "executorType", "retry",
       "schema", "taskDigest",  "taskId",       "taskRevision", "timeoutMs"};
   for (const auto& [key, unused] : j.items()) {
-    bool known = key == "workingDirectory";
+    bool known = key == "workingDirectory" || key == "limits" || key == "network" ||
+                 key == "isolation";
     for (std::string_view r : kRequired) known = known || key == r;
     if (!known) return PlanInvalid(QuoteForMessage(key), "unknown field");
   }
@@ -256,6 +263,25 @@ Result<ExecutionPlan> PlanFromJson(const json& j) {
     plan.working_directory = std::move(wd);
   }
   QL_ASSIGN_OR_RETURN(plan.timeout_ms, PlanInteger(j, "timeoutMs", kMinTimeoutMs, kMaxTimeoutMs));
+  if (j.contains("limits")) {
+    Result<TaskLimits> limits = ParseTaskLimits(j.at("limits"), "limits");
+    if (!limits.ok() || limits->empty()) {
+      return PlanInvalid("limits", limits.ok() ? "is empty" : limits.status().message());
+    }
+    plan.limits = *limits;
+  }
+  if (j.contains("network")) {
+    QL_ASSIGN_OR_RETURN(std::string network, PlanString(j, "network"));
+    if (network != "none") return PlanInvalid("network", QuoteForMessage(network) + " is not \"none\"");
+    plan.network = false;
+  }
+  if (j.contains("isolation")) {
+    QL_ASSIGN_OR_RETURN(std::string isolation, PlanString(j, "isolation"));
+    if (isolation != "none") {
+      return PlanInvalid("isolation", QuoteForMessage(isolation) + " is not \"none\"");
+    }
+    plan.unconfined = true;
+  }
   return plan;
 }
 

@@ -36,6 +36,10 @@ struct ExecutionPlan {
   std::vector<std::pair<std::string, std::string>> environment;
   std::optional<std::string> working_directory;
   int64_t timeout_ms = 0;
+  TaskLimits limits;     // the task's own limits (the executor applies the smaller of these
+                         // and the installation's)
+  bool network = true;   // false: no network but loopback
+  bool unconfined = false;  // true: as the daemon's user, no namespaces (if the host allows)
   RetryPolicy retry_policy;  // snapshot into every run of this plan
   bool operator==(const ExecutionPlan&) const = default;
 };
@@ -69,7 +73,9 @@ struct ExecutionRevisionRef {
 Result<ExecutionRevisionRef> ParseExecutionRevisionId(std::string_view id);
 
 // Returns the stored JSON form: {"argv","environment" (object),"executorType","schema",
-// "taskDigest","taskId","taskRevision","timeoutMs"} plus "workingDirectory" when set.
+// "taskDigest","taskId","taskRevision","timeoutMs"} plus "workingDirectory" when set, "limits"
+// when a limit is set, "network": "none" when the task has no network and "isolation": "none"
+// when it runs unconfined (plans without them keep their digests).
 nlohmann::json PlanToJson(const ExecutionPlan& plan);
 
 // Reads a plan back from PlanToJson's form, strictly: a missing or unknown field, a wrong type,

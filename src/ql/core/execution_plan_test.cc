@@ -173,6 +173,28 @@ TEST(PlanDigestTest, CoversEveryField) {
   }
 }
 
+TEST(PlanDigestTest, LimitsAndNetworkAreBoundAndRoundTrip) {
+  const ExecutionPlan base = SamplePlan();
+  ExecutionPlan limited = base;
+  limited.limits.memory_mib = 64;
+  ExecutionPlan offline = base;
+  offline.network = false;
+  EXPECT_NE(PlanDigest(limited), PlanDigest(base));
+  EXPECT_NE(PlanDigest(offline), PlanDigest(base));
+  EXPECT_NE(PlanDigest(offline), PlanDigest(limited));
+  for (const ExecutionPlan& p : {limited, offline}) {
+    Result<ExecutionPlan> back = PlanFromJson(PlanToJson(p));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, p);
+  }
+  nlohmann::json bad = PlanToJson(offline);
+  bad["network"] = "host";  // the default is never written: a stored "host" is not ours
+  EXPECT_EQ(PlanFromJson(bad).status().reason(), "plan_invalid");
+  bad = PlanToJson(limited);
+  bad["limits"] = nlohmann::json::object();
+  EXPECT_EQ(PlanFromJson(bad).status().reason(), "plan_invalid");
+}
+
 TEST(VerifyPlanDigestTest, AcceptsOnlyTheExactDigest) {
   const ExecutionPlan plan = SamplePlan();
   const std::string digest = PlanDigest(plan);

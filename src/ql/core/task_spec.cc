@@ -318,11 +318,54 @@ Result<std::map<std::string, std::string>> ParseLabels(const json& labels) {
 
 }  // namespace
 
+Result<TaskLimits> ParseTaskLimits(const json& value, std::string_view path) {
+  if (!value.is_object()) return WrongType("spec_invalid_type", path, "an object", value);
+  QL_RETURN_IF_ERROR(CheckFields("spec_unknown_field", path, value,
+                                 {"memoryMib", "pids", "cpuSeconds", "openFiles"}, ""));
+  TaskLimits out;
+  struct Range {
+    const char* name;
+    std::optional<int64_t>* field;
+    int64_t min;
+    int64_t max;
+  };
+  for (const Range& r : {Range{"memoryMib", &out.memory_mib, 4, 1048576},
+                         Range{"pids", &out.pids, 1, 1048576},
+                         Range{"cpuSeconds", &out.cpu_seconds, 1, 31536000},
+                         Range{"openFiles", &out.open_files, 16, 1048576}}) {
+    if (!value.contains(r.name)) continue;
+    const std::string field = Field(path, r.name);
+    const json& v = value.at(r.name);
+    if (!v.is_number_integer()) return WrongType("spec_invalid_type", field, "an integer", v);
+    const bool in_range = !v.is_number_unsigned() || v.get<json::number_unsigned_t>() <=
+                                                         static_cast<json::number_unsigned_t>(r.max);
+    const int64_t n = in_range ? v.get<int64_t>() : r.max + 1;
+    if (n < r.min || n > r.max) {
+      return SpecError("spec_invalid_limit", field,
+                       DescribeJsonValue(v) + " is outside " + std::to_string(r.min) + " .. " +
+                           std::to_string(r.max));
+    }
+    *r.field = n;
+  }
+  return out;
+}
+
+json TaskLimitsToJson(const TaskLimits& limits) {
+  json out = json::object();
+  if (limits.memory_mib) out["memoryMib"] = *limits.memory_mib;
+  if (limits.pids) out["pids"] = *limits.pids;
+  if (limits.cpu_seconds) out["cpuSeconds"] = *limits.cpu_seconds;
+  if (limits.open_files) out["openFiles"] = *limits.open_files;
+  return out;
+}
+
 Result<CommandSpec> ParseCommandSpec(const json& spec) {
   constexpr std::string_view kPath = "spec";
   if (!spec.is_object()) return WrongType("spec_invalid_type", kPath, "an object", spec);
   QL_RETURN_IF_ERROR(CheckFields("spec_unknown_field", kPath, spec,
-                                 {"command", "environment", "workingDirectory", "timeoutMs"}, ""));
+                                 {"command", "environment", "workingDirectory", "timeoutMs",
+                                  "limits", "network", "isolation"},
+                                 ""));
   CommandSpec out;
   if (!spec.contains("command")) {
     return SpecError("spec_missing_field", Field(kPath, "command"),
@@ -341,6 +384,32 @@ Result<CommandSpec> ParseCommandSpec(const json& spec) {
   }
   if (spec.contains("timeoutMs")) {
     QL_ASSIGN_OR_RETURN(out.timeout_ms, ParseTimeout(spec.at("timeoutMs")));
+  }
+  if (spec.contains("limits")) {
+    QL_ASSIGN_OR_RETURN(out.limits, ParseTaskLimits(spec.at("limits"), Field(kPath, "limits")));
+  }
+  // "network": "host" | "none" and "isolation": "confined" | "none": true when "none".
+  auto none_of = [&](const char* field, const char* other, const char* reason) -> Result<bool> {
+    const std::string path = Field(kPath, field);
+    QL_ASSIGN_OR_RETURN(std::string value, GetSpecString(path, spec.at(field)));
+    if (value != other && value != "none") {
+      return SpecError(reason, path,
+                       QuoteForMessage(value) + " is not \"" + other + "\" or \"none\"");
+    }
+    return value == "none";
+  };
+  if (spec.contains("network")) {
+    QL_ASSIGN_OR_RETURN(bool none, none_of("network", "host", "spec_invalid_network"));
+    out.network = !none;
+  }
+  if (spec.contains("isolation")) {
+    const std::string path = Field(kPath, "isolation");
+    QL_ASSIGN_OR_RETURN(out.unconfined, none_of("isolation", "confined", "spec_invalid_isolation"));
+    if (out.unconfined && !out.network) {
+      return SpecError("spec_invalid_isolation", path,
+                       "\"none\" cannot be combined with network \"none\", which needs "
+                       "namespaces");
+    }
   }
   // Every string is valid UTF-8 and every number an int64 here, so encoding cannot fail.
   const size_t size = internal::CanonicalJsonLossy(CommandSpecToJson(out)).size();
@@ -365,6 +434,9 @@ json CommandSpecToJson(const CommandSpec& spec) {
   out["environment"] = std::move(env);
   if (spec.working_directory.has_value()) out["workingDirectory"] = *spec.working_directory;
   out["timeoutMs"] = spec.timeout_ms;
+  if (!spec.limits.empty()) out["limits"] = TaskLimitsToJson(spec.limits);
+  if (!spec.network) out["network"] = "none";
+  if (spec.unconfined) out["isolation"] = "none";
   return out;
 }
 

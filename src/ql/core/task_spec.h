@@ -46,6 +46,23 @@ struct ShellCommand {
   bool operator==(const ShellCommand&) const = default;
 };
 
+// Limits a task asks for its commands. The installation's limits are the default and the
+// ceiling: a task can only ask for less (the smaller value applies).
+struct TaskLimits {
+  std::optional<int64_t> memory_mib;   // 4 .. 1048576
+  std::optional<int64_t> pids;         // 1 .. 1048576 (processes and threads)
+  std::optional<int64_t> cpu_seconds;  // 1 .. 31536000 (CPU time of each process)
+  std::optional<int64_t> open_files;   // 16 .. 1048576
+  bool empty() const { return !memory_mib && !pids && !cpu_seconds && !open_files; }
+  bool operator==(const TaskLimits&) const = default;
+};
+
+// Parses {"memoryMib","pids","cpuSeconds","openFiles"} (each optional) at `path`. Errors:
+// InvalidArgument spec_invalid_type, spec_unknown_field, spec_invalid_limit (out of range).
+Result<TaskLimits> ParseTaskLimits(const nlohmann::json& value, std::string_view path);
+// Returns the JSON form of `limits` (only the fields set).
+nlohmann::json TaskLimitsToJson(const TaskLimits& limits);
+
 // A validated, normalised `qinglong/command@v1` spec.
 struct CommandSpec {
   std::variant<ArgvCommand, ShellCommand> command;
@@ -53,13 +70,21 @@ struct CommandSpec {
   std::vector<std::pair<std::string, std::string>> environment;
   std::optional<std::string> working_directory;  // absolute when set
   int64_t timeout_ms = kDefaultTimeoutMs;
+  TaskLimits limits;
+  // False ("network": "none"): the command gets a network namespace with only loopback.
+  bool network = true;
+  // True ("isolation": "none"): the command runs as the daemon's user without namespaces, beside
+  // the daemon's files; refused unless the installation allows it (--allow-unconfined-tasks).
+  bool unconfined = false;
   bool operator==(const CommandSpec&) const = default;
 };
 
 // Validates and normalises a `qinglong/command@v1` spec given as JSON:
 //   {"command": {"kind":"argv","file":"/abs","args":["..."]}
 //             | {"kind":"shell","command":"...","shell":"/bin/sh"|"/bin/bash"},
-//    "environment": {"NAME":"value"}, "workingDirectory": "/abs", "timeoutMs": 30000}
+//    "environment": {"NAME":"value"}, "workingDirectory": "/abs", "timeoutMs": 30000,
+//    "limits": {"memoryMib": 256, "pids": 64, "cpuSeconds": 600, "openFiles": 1024},
+//    "network": "host" | "none", "isolation": "confined" | "none"}
 // `command` is required; `args` defaults to [], `shell` to "/bin/sh", `environment` to {},
 // `timeoutMs` to kDefaultTimeoutMs; `workingDirectory` stays unset when absent. Every error is
 // InvalidArgument whose message names the field path (`spec.command.args[3]`) and the offending
@@ -82,6 +107,10 @@ struct CommandSpec {
 //                             SecretRef (secret_ref.h); such a value names a secret, never holds
 //                             one;
 //   spec_timeout_out_of_range `timeoutMs` outside [kMinTimeoutMs, kMaxTimeoutMs];
+//   spec_invalid_limit        a `limits` value outside its range (TaskLimits);
+//   spec_invalid_network      `network` other than "host" or "none";
+//   spec_invalid_isolation    `isolation` other than "confined" or "none", or "none" together
+//                             with `network` "none" (which needs namespaces);
 //   spec_invalid_utf8         a string that is not valid UTF-8;
 //   spec_too_large            canonical encoding of the normalised spec over 64 KiB.
 // Duplicate environment names cannot be seen in a parsed nlohmann::json (the parser keeps one),
@@ -89,7 +118,9 @@ struct CommandSpec {
 Result<CommandSpec> ParseCommandSpec(const nlohmann::json& spec);
 
 // Returns the normalised JSON form of `spec`: every default written out, environment as an
-// object (so canonically sorted), `workingDirectory` only when set.
+// object (so canonically sorted), `workingDirectory` only when set, `limits` only when some
+// limit is set, `network` and `isolation` only when "none" (so specs without them keep their
+// digests).
 // ParseCommandSpec(CommandSpecToJson(s)) == s for every valid `s`.
 nlohmann::json CommandSpecToJson(const CommandSpec& spec);
 

@@ -138,6 +138,66 @@ TEST(ParseCommandSpecTest, ExplicitDefaultsNormaliseLikeOmittedOnes) {
   EXPECT_EQ(*implicit, *explicit_defaults);
 }
 
+TEST(ParseCommandSpecTest, LimitsAndNetworkParseAndNormalise) {
+  Result<CommandSpec> r = SpecFromText(
+      R"({"command":{"kind":"shell","command":"x"},)"
+      R"("limits":{"memoryMib":256,"pids":64,"cpuSeconds":60,"openFiles":1024},"network":"none"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->limits.memory_mib, 256);
+  EXPECT_EQ(r->limits.pids, 64);
+  EXPECT_EQ(r->limits.cpu_seconds, 60);
+  EXPECT_EQ(r->limits.open_files, 1024);
+  EXPECT_FALSE(r->network);
+  const json normal = CommandSpecToJson(*r);
+  EXPECT_EQ(normal["network"], "none");
+  EXPECT_EQ(normal["limits"]["pids"], 64);
+  EXPECT_EQ(*ParseCommandSpec(normal), *r);
+  // "host" and empty limits are the defaults: written out nowhere, so digests of specs that
+  // never named them stay as they were.
+  Result<CommandSpec> plain = SpecFromText(R"({"command":{"kind":"shell","command":"x"}})");
+  Result<CommandSpec> explicit_defaults =
+      SpecFromText(R"({"command":{"kind":"shell","command":"x"},"limits":{},"network":"host"})");
+  ASSERT_TRUE(plain.ok() && explicit_defaults.ok());
+  EXPECT_EQ(*plain, *explicit_defaults);
+  EXPECT_FALSE(CommandSpecToJson(*plain).contains("limits"));
+  EXPECT_FALSE(CommandSpecToJson(*plain).contains("network"));
+}
+
+TEST(ParseCommandSpecTest, RejectsLimitsOutOfRangeAndUnknownNetworks) {
+  ExpectTextError(R"({"command":{"kind":"shell","command":"x"},"limits":{"memoryMib":3}})",
+                  "spec_invalid_limit", {"spec.limits.memoryMib", "4 .. 1048576"});
+  ExpectTextError(R"({"command":{"kind":"shell","command":"x"},"limits":{"pids":0}})",
+                  "spec_invalid_limit", {"spec.limits.pids"});
+  ExpectTextError(
+      R"({"command":{"kind":"shell","command":"x"},"limits":{"openFiles":9223372036854775807}})",
+      "spec_invalid_limit", {"spec.limits.openFiles"});
+  ExpectTextError(R"({"command":{"kind":"shell","command":"x"},"limits":{"pids":"5"}})",
+                  "spec_invalid_type", {"spec.limits.pids"});
+  ExpectTextError(R"({"command":{"kind":"shell","command":"x"},"limits":{"swap":1}})",
+                  "spec_unknown_field", {"spec.limits.swap"});
+  ExpectTextError(R"({"command":{"kind":"shell","command":"x"},"limits":[]})", "spec_invalid_type",
+                  {"spec.limits"});
+  ExpectTextError(R"({"command":{"kind":"shell","command":"x"},"network":"bridge"})",
+                  "spec_invalid_network", {"spec.network", "bridge"});
+  ExpectTextError(R"({"command":{"kind":"shell","command":"x"},"isolation":"root"})",
+                  "spec_invalid_isolation", {"spec.isolation", "root"});
+  ExpectTextError(
+      R"({"command":{"kind":"shell","command":"x"},"isolation":"none","network":"none"})",
+      "spec_invalid_isolation", {"spec.isolation", "needs namespaces"});
+}
+
+TEST(ParseCommandSpecTest, IsolationNoneIsWrittenOnlyWhenAsked) {
+  Result<CommandSpec> r =
+      SpecFromText(R"({"command":{"kind":"shell","command":"x"},"isolation":"none"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->unconfined);
+  EXPECT_EQ(CommandSpecToJson(*r)["isolation"], "none");
+  Result<CommandSpec> confined =
+      SpecFromText(R"({"command":{"kind":"shell","command":"x"},"isolation":"confined"})");
+  ASSERT_TRUE(confined.ok());
+  EXPECT_FALSE(CommandSpecToJson(*confined).contains("isolation"));
+}
+
 // --- ParseCommandSpec: every rule ---
 
 TEST(ParseCommandSpecTest, RejectsUnknownFieldsNamingThePath) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ql/core/status.h"
+#include "ql/core/task_spec.h"
 
 namespace ql {
 
@@ -18,6 +19,7 @@ namespace ql {
 struct AttemptLaunch {
   std::string run_id;
   std::string attempt_id;
+  std::string project_id;  // picks the uid a confined command runs as
   std::string task_id;  // names the default working directory of the task's commands
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> environment;  // plan env + QL_RUN_ID/ATTEMPT_ID
@@ -30,6 +32,13 @@ struct AttemptLaunch {
   int64_t timeout_ms = 0;
   std::string log_path;
   int64_t log_cap_bytes = 0;
+  // The plan's own limits and network (the runner applies the smaller of each limit and the
+  // installation's; no network needs namespaces).
+  TaskLimits limits;
+  bool network = true;
+  // The task asks to run as the daemon's user without namespaces; the runner refuses unless the
+  // installation allows it.
+  bool unconfined = false;
 };
 
 // How an attempt's process ended.
@@ -44,6 +53,12 @@ struct AttemptOutcome {
   std::string error_code;
   bool log_truncated = false;
   int64_t log_bytes = 0;
+  // Set for kExited / kSignaled when the command failed because it ran into a limit
+  // (memory_limit_exceeded, pids_limit_exceeded, cpu_limit_exceeded); then it is the attempt's
+  // error code instead of exit_status / killed_by_signal.
+  std::string limit_error_code;
+  // How the command was confined, in one line; empty when the runner does not say.
+  std::string confinement;
 };
 
 // One running (or finished) attempt.

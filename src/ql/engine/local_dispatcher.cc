@@ -152,6 +152,7 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   AttemptLaunch launch;
   launch.run_id = run.id;
   launch.attempt_id = attempt.id;
+  launch.project_id = run.project_id;
   launch.task_id = run.task_id;
   launch.argv = plan->argv;
   launch.environment = plan->environment;
@@ -159,11 +160,20 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   launch.environment.emplace_back("QL_ATTEMPT_ID", attempt.id);
   launch.working_directory = plan->working_directory;
   launch.timeout_ms = plan->timeout_ms;
+  launch.limits = plan->limits;
+  launch.network = plan->network;
+  launch.unconfined = plan->unconfined;
   launch.log_path = log_path;
   launch.log_cap_bytes = log_cap;
   if (Status st = ResolveSecrets(run, launch); !st.ok()) return fail(st.reason(), st.message());
   Result<std::unique_ptr<AttemptHandle>> handle = runner_.Launch(launch);
-  if (!handle.ok()) return fail("exec_spawn_failed", handle.status().message());
+  if (!handle.ok()) {
+    // A task asking for what this host's isolation cannot give names that; the rest is the
+    // executor's failure.
+    const bool unavailable = handle.status().reason() == "confinement_unavailable";
+    return fail(unavailable ? "confinement_unavailable" : "exec_spawn_failed",
+                handle.status().message());
+  }
 
   const int64_t started = clock_.NowMs();
   RunTransitionCommand running = RunningTransition(run.id, current.version, attempt.id,

@@ -30,6 +30,16 @@ struct Mapping {
 
 Mapping MapOutcome(const AttemptOutcome& o) {
   using K = AttemptOutcome::Kind;
+  const bool failed = (o.kind == K::kExited && o.exit_code != 0) || o.kind == K::kSignaled;
+  if (failed && !o.limit_error_code.empty()) {
+    // The command ran into a limit of its confinement: that, not the exit status, is the cause.
+    return {AttemptStatus::kFailed,
+            RunStatus::kFailed,
+            true,
+            o.kind == K::kExited ? std::optional<int>(o.exit_code) : std::nullopt,
+            o.limit_error_code,
+            o.message};
+  }
   switch (o.kind) {
     case K::kExited:
       if (o.exit_code == 0) {
@@ -215,6 +225,8 @@ Status RunSettlement::FinishFrom(RunRecord run, std::vector<AttemptRecord> attem
   if (m.exit_code) payload["exit_code"] = *m.exit_code;
   if (m.error_code) payload["error_code"] = *m.error_code;
   if (outcome.kind == AttemptOutcome::Kind::kSignaled) payload["signal"] = outcome.signal;
+  // How the command was confined: `ql run show` prints it with the attempt's end.
+  if (!outcome.confinement.empty()) payload["confinement"] = outcome.confinement;
   t.events = {
       Event(AttemptEventType(m.attempt_to), actor_, attempt_id, payload),
       Event(RunEventType(run_to), "dispatcher", attempt_id,

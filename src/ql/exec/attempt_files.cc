@@ -110,6 +110,66 @@ Status FsyncDirectoryOf(const std::string& path) {
   return Status::Ok();
 }
 
+json LimitsJson(const CommandLimits& l) {
+  json j = json::object();
+  if (l.memory_bytes) j["memory_bytes"] = *l.memory_bytes;
+  if (l.pids) j["pids"] = *l.pids;
+  if (l.cpu_seconds) j["cpu_seconds"] = *l.cpu_seconds;
+  if (l.open_files) j["open_files"] = *l.open_files;
+  return j;
+}
+
+json ConfinementJson(const Confinement& c) {
+  return json{{"mode", ConfinementModeName(c.mode)},
+              {"uid", c.uid},
+              {"gid", c.gid},
+              {"hidden_paths", c.hidden_paths},
+              {"writable_paths", c.writable_paths},
+              {"own_directory", c.own_directory},
+              {"network", c.network},
+              {"limits", LimitsJson(c.limits)},
+              {"cgroups",
+               {{"version", c.cgroups.version},
+                {"unified", c.cgroups.unified},
+                {"memory", c.cgroups.memory},
+                {"pids", c.cgroups.pids}}}};
+}
+
+Result<Confinement> ParseConfinement(const json& j, std::string_view what) {
+  auto bad = [&](std::string_view why) {
+    return Corrupt("exec_corrupt_record",
+                   std::string(what) + ": field 'confinement' " + std::string(why));
+  };
+  if (!j.is_object()) return bad("is not an object");
+  Confinement c;
+  try {
+    std::optional<Confinement::Mode> mode = ParseConfinementMode(j.at("mode").get<std::string>());
+    if (!mode) return bad("names no known mode");
+    c.mode = *mode;
+    c.uid = j.at("uid").get<uint32_t>();
+    c.gid = j.at("gid").get<uint32_t>();
+    c.hidden_paths = j.at("hidden_paths").get<std::vector<std::string>>();
+    c.writable_paths = j.at("writable_paths").get<std::vector<std::string>>();
+    c.own_directory = j.value("own_directory", std::string());
+    c.network = j.at("network").get<bool>();
+    const json& limits = j.at("limits");
+    for (auto [key, field] : {std::pair{"memory_bytes", &c.limits.memory_bytes},
+                              std::pair{"pids", &c.limits.pids},
+                              std::pair{"cpu_seconds", &c.limits.cpu_seconds},
+                              std::pair{"open_files", &c.limits.open_files}}) {
+      if (limits.contains(key)) *field = limits.at(key).get<int64_t>();
+    }
+    const json& cgroups = j.at("cgroups");
+    c.cgroups.version = cgroups.at("version").get<int>();
+    c.cgroups.unified = cgroups.at("unified").get<std::string>();
+    c.cgroups.memory = cgroups.at("memory").get<std::string>();
+    c.cgroups.pids = cgroups.at("pids").get<std::string>();
+  } catch (const json::exception& e) {
+    return bad(std::string("is malformed: ") + e.what());
+  }
+  return c;
+}
+
 }  // namespace
 
 std::string PathIn(std::string_view dir, std::string_view name) {
@@ -135,6 +195,7 @@ Result<std::string> EncodeSpec(const LaunchSpec& spec) {
          {"log_cap_bytes", spec.log_cap_bytes},
          {"kill_grace_ms", spec.kill_grace_ms},
          {"fsync_result", spec.fsync_result}};
+  if (spec.confinement != Confinement{}) j["confinement"] = ConfinementJson(spec.confinement);
   try {
     return j.dump();
   } catch (const json::exception&) {
@@ -165,6 +226,8 @@ std::string EncodeResult(const ResultRecord& r) {
          {"started_at_ms", o.started_at_ms},
          {"finished_at_ms", o.finished_at_ms},
          {"message", o.message},
+         {"error_code", o.error_code},
+         {"confinement", o.confinement},
          {"supervisor", IdentityJson(r.supervisor)},
          {"boot_id", r.boot_id}};
   return DumpLenient(j);
@@ -270,6 +333,10 @@ Result<LaunchSpec> DecodeSpec(std::string_view text, std::string_view what) {
   if (j.contains("fsync_result")) {
     QL_ASSIGN_OR_RETURN(spec.fsync_result, f.Bool("fsync_result"));
   }
+  // Optional: absent for a command run as the daemon without limits.
+  if (auto it = j.find("confinement"); it != j.end()) {
+    QL_ASSIGN_OR_RETURN(spec.confinement, ParseConfinement(*it, what));
+  }
   return spec;
 }
 
@@ -310,6 +377,13 @@ Result<ResultRecord> DecodeResult(std::string_view text, std::string_view what) 
   QL_ASSIGN_OR_RETURN(o.started_at_ms, f.Int("started_at_ms"));
   QL_ASSIGN_OR_RETURN(o.finished_at_ms, f.Int("finished_at_ms"));
   QL_ASSIGN_OR_RETURN(o.message, f.String("message"));
+  // Optional, so that a result.json written by an older supervisor still reads.
+  if (j.contains("error_code")) {
+    QL_ASSIGN_OR_RETURN(o.error_code, f.String("error_code"));
+  }
+  if (j.contains("confinement")) {
+    QL_ASSIGN_OR_RETURN(o.confinement, f.String("confinement"));
+  }
   QL_ASSIGN_OR_RETURN(r.supervisor, f.Identity("supervisor"));
   QL_ASSIGN_OR_RETURN(r.boot_id, f.String("boot_id"));
   return r;

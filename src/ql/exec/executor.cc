@@ -88,9 +88,23 @@ Status ResolveSpec(LaunchSpec& spec) {
                    std::to_string(internal::kMaxSecretsBytes) + " bytes");
   }
   if (!names.contains("PATH")) spec.environment.emplace_back("PATH", kDefaultPath);
-  if (!names.contains("HOME")) spec.environment.emplace_back("HOME", HomeOfCurrentUser());
-
   std::string working_directory = spec.working_directory.value_or(spec.default_working_directory);
+  if (!names.contains("HOME")) {
+    // A confined command cannot see the daemon's home; its working directory is its own.
+    spec.environment.emplace_back("HOME", spec.confinement.mode == Confinement::Mode::kHost
+                                              ? HomeOfCurrentUser()
+                                              : Absolute(working_directory));
+  }
+  for (const std::string& path : spec.confinement.hidden_paths) {
+    if (path.empty() || path.front() != '/' || HasNul(path)) {
+      return BadSpec("confinement hidden path '" + path + "' is not absolute");
+    }
+  }
+  for (const std::string& path : spec.confinement.writable_paths) {
+    if (path.empty() || path.front() != '/' || HasNul(path)) {
+      return BadSpec("confinement writable path '" + path + "' is not absolute");
+    }
+  }
   if (working_directory.empty() || HasNul(working_directory)) {
     return BadSpec(spec.working_directory ? "working_directory is empty or contains a NUL byte"
                                           : "working_directory is absent and "

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ql/core/status.h"
+#include "ql/exec/confinement.h"
 #include "ql/exec/process_identity.h"
 
 namespace ql::exec {
@@ -53,6 +54,11 @@ struct LaunchSpec {
   // that never reads a result after its machine restarted may leave it false: the result is
   // still replaced atomically and read the moment the supervisor has exited.
   bool fsync_result = true;
+  // How the command is confined (confinement.h). The default, kHost without limits, starts it
+  // as the daemon's user with posix_spawn; anything else starts it through a child that sets up
+  // the namespaces, the limits and the identity first. A confined command without HOME in its
+  // environment gets its working directory as HOME.
+  Confinement confinement;
 };
 
 enum class OutcomeKind {
@@ -81,6 +87,12 @@ struct Outcome {
   int64_t started_at_ms = 0;   // UTC ms when the command was started (or the spawn attempted)
   int64_t finished_at_ms = 0;  // UTC ms when the command's exit was observed
   std::string message;         // human-readable detail; the errno text for spawn failures
+  // Set when the command failed because it ran into a limit: "memory_limit_exceeded",
+  // "pids_limit_exceeded", "cpu_limit_exceeded"; or, for a spawn failure of the confinement
+  // itself, "confinement_failed" / "cgroup_setup_failed".
+  std::string error_code;
+  // How the command was confined (DescribeConfinement), empty when it never started.
+  std::string confinement;
 
   bool operator==(const Outcome&) const = default;
 };

@@ -1,8 +1,13 @@
 #include "ql/exec/supervision_runner.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -37,6 +42,7 @@ class SupervisionHandle final : public AttemptHandle {
     const Outcome& o = *supervision_.outcome();
     AttemptOutcome out;
     out.message = o.message;
+    out.confinement = o.confinement;
     out.log_truncated = o.log_truncated;
     out.log_bytes = o.log_bytes_written;
     switch (o.kind) {
@@ -56,7 +62,11 @@ class SupervisionHandle final : public AttemptHandle {
         break;
       case OutcomeKind::kSpawnFailed:
         out.kind = AttemptOutcome::Kind::kSpawnFailed;
+        out.error_code = o.error_code;
         break;
+    }
+    if (o.kind == OutcomeKind::kExited || o.kind == OutcomeKind::kSignaled) {
+      out.limit_error_code = o.error_code;
     }
     return out;
   }
@@ -90,9 +100,26 @@ Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLa
   spec.environment = launch.environment;
   spec.secret_environment = launch.secret_environment;
   spec.mask_values = launch.mask_values;
+  QL_ASSIGN_OR_RETURN(spec.confinement, ConfinementOf(launch));
   spec.working_directory = launch.working_directory;
   if (!spec.working_directory.has_value()) {
     QL_ASSIGN_OR_RETURN(spec.working_directory, TaskDirectory(launch.task_id));
+    if (spec.confinement.mode != Confinement::Mode::kHost) {
+      char real[PATH_MAX];
+      if (realpath(spec.working_directory->c_str(), real) == nullptr) {
+        return Internal("exec_io_error", "cannot resolve " + *spec.working_directory + ": " +
+                                             std::strerror(errno));
+      }
+      spec.confinement.own_directory = real;
+    }
+    // As root, the task's own directory belongs to its project's uid (never following a link).
+    if (spec.confinement.mode == Confinement::Mode::kRootNamespaces &&
+        fchownat(AT_FDCWD, spec.working_directory->c_str(), spec.confinement.uid,
+                 spec.confinement.gid, AT_SYMLINK_NOFOLLOW) != 0) {
+      return Internal("exec_io_error", "cannot give " + *spec.working_directory + " to uid " +
+                                           std::to_string(spec.confinement.uid) + ": " +
+                                           std::strerror(errno));
+    }
   }
   spec.timeout_ms = launch.timeout_ms;
   spec.log_path = launch.log_path;
@@ -100,6 +127,50 @@ Result<std::unique_ptr<AttemptHandle>> SupervisionRunner::Launch(const AttemptLa
   spec.fsync_result = fsync_results_;
   QL_ASSIGN_OR_RETURN(Supervision supervision, Supervision::Launch(supervisor_prefix_, spec, launcher_));
   return std::unique_ptr<AttemptHandle>(new SupervisionHandle(std::move(supervision)));
+}
+
+Result<Confinement> SupervisionRunner::ConfinementOf(const AttemptLaunch& launch) const {
+  Confinement c;
+  c.mode = isolation_.report.mode;
+  c.limits = isolation_.limits;
+  // A task may ask for less than the installation allows, never for more.
+  auto lower = [](std::optional<int64_t>& limit, const std::optional<int64_t>& asked,
+                  int64_t scale) {
+    if (!asked) return;
+    const int64_t value = *asked * scale;
+    limit = limit ? std::min(*limit, value) : value;
+  };
+  lower(c.limits.memory_bytes, launch.limits.memory_mib, int64_t{1} << 20);
+  lower(c.limits.pids, launch.limits.pids, 1);
+  lower(c.limits.cpu_seconds, launch.limits.cpu_seconds, 1);
+  lower(c.limits.open_files, launch.limits.open_files, 1);
+  c.network = launch.network;
+  if (launch.unconfined) {
+    if (!isolation_.allow_unconfined) {
+      return InvalidArgument("confinement_unavailable",
+                             "the task asks to run unconfined (isolation none), which this "
+                             "installation does not allow (--allow-unconfined-tasks)");
+    }
+    c.mode = Confinement::Mode::kHost;
+  }
+  if (c.mode == Confinement::Mode::kHost) {
+    if (!c.network) {
+      return InvalidArgument("confinement_unavailable",
+                             "the task asks for no network, which needs namespaces; this host "
+                             "runs commands at isolation level " +
+                                 isolation_.report.level);
+    }
+    return c;
+  }
+  if (isolation_.uids == nullptr) {
+    return Internal("exec_bad_spec", "confined commands need a project uid range");
+  }
+  QL_ASSIGN_OR_RETURN(c.uid, isolation_.uids->UidOf(launch.project_id));
+  c.gid = c.uid;
+  c.hidden_paths = isolation_.hidden_paths;
+  c.writable_paths = isolation_.writable_paths;
+  c.cgroups = isolation_.report.cgroups;
+  return c;
 }
 
 Result<std::string> SupervisionRunner::TaskDirectory(const std::string& task_id) const {

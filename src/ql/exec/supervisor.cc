@@ -17,6 +17,7 @@
 
 #include "ql/core/clock.h"
 #include "ql/exec/attempt_files.h"
+#include "ql/exec/confinement.h"
 #include "ql/exec/executor.h"
 #include "ql/exec/head_tail_log.h"
 #include "ql/exec/log_masker.h"
@@ -113,6 +114,14 @@ class Supervisor {
   }
   bool WriteSupervisorRecord();
   bool WriteResult();
+  // Starts the command through StartConfined (namespaces, identity, limits); returns 0, or
+  // fills outcome_ as kSpawnFailed and returns -1.
+  int SpawnConfined(const std::string& executable, char* const argv[], char* const envp[],
+                    int devnull, int output_write);
+  // Once the confining child exited: the command's own status from its report, and which limit
+  // (if any) ended it.
+  void ReadConfinedEnd();
+  void ClassifyLimit();
 
   std::string dir_;
   Clock& clock_;
@@ -131,6 +140,10 @@ class Supervisor {
   int output_fd_ = -1;  // read end of the command's stdout+stderr pipe; -1 after EOF
   int signal_fd_ = -1;
   pid_t command_pid_ = -1;  // also the command's process group id
+  // Set when the command runs under a confining child (StartConfined): its report pipe, which
+  // carries the command's own wait status, and the attempt's cgroup.
+  int report_fd_ = -1;
+  std::optional<internal::AttemptCgroup> cgroup_;
   std::optional<ProcessIdentity> command_;
 
   StopReason stop_reason_ = StopReason::kNone;
@@ -185,7 +198,10 @@ int Supervisor::Run() {
     int status = 0;
     while (waitpid(command_pid_, &status, 0) < 0 && errno == EINTR) {
     }
+    ReadConfinedEnd();
     FinishOutcome();
+    ClassifyLimit();
+    if (cgroup_) cgroup_->Remove();
   }
   bool written = WriteResult();
   SignalReady();
@@ -342,6 +358,28 @@ bool Supervisor::Spawn() {
   if (setup == 0) setup = posix_spawnattr_setsigdefault(&attributes, &every);
 
   outcome_.started_at_ms = clock_.NowMs();
+  const Confinement& confinement = spec_.confinement;
+  if (confinement != Confinement{}) {
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    close(directory);
+    const int started =
+        SpawnConfined(executable, argv.data(), envp.data(), devnull, output[1]);
+    for (std::string& e : env_strings) explicit_bzero(e.data(), e.size());
+    for (auto& [name, value] : secrets_.environment) explicit_bzero(value.data(), value.size());
+    close(devnull);
+    close(output[1]);
+    if (started != 0) {
+      close(output[0]);
+      return false;
+    }
+    output_fd_ = output[0];
+    fcntl(output_fd_, F_SETFL, fcntl(output_fd_, F_GETFL) | O_NONBLOCK);
+    command_ = ReadProcessIdentity(command_pid_);
+    if (!command_) command_ = ProcessIdentity{command_pid_, 0};
+    outcome_.confinement = DescribeConfinement(confinement);
+    return true;
+  }
   pid_t pid = -1;
   const int spawned =
       setup != 0 ? setup
@@ -376,6 +414,98 @@ bool Supervisor::Spawn() {
   command_ = ReadProcessIdentity(pid);
   if (!command_) command_ = ProcessIdentity{pid, 0};
   return true;
+}
+
+int Supervisor::SpawnConfined(const std::string& executable, char* const argv[],
+                              char* const envp[], int devnull, int output_write) {
+  const Confinement& c = spec_.confinement;
+  if (c.cgroups.version != 0) {
+    const std::string name = std::filesystem::path(dir_).filename().string();
+    Result<internal::AttemptCgroup> cgroup = internal::AttemptCgroup::Create(c.cgroups, name, c.limits);
+    if (!cgroup.ok()) {
+      SpawnFailed(cgroup.status().message());
+      outcome_.error_code = "cgroup_setup_failed";
+      return -1;
+    }
+    cgroup_ = std::move(cgroup).value();
+  }
+  Result<internal::ConfinedStart> started =
+      internal::StartConfined(c, executable, argv, envp, *spec_.working_directory, devnull,
+                              output_write, cgroup_ ? &*cgroup_ : nullptr);
+  if (!started.ok()) {
+    if (cgroup_) cgroup_->Remove();
+    SpawnFailed(started.status().message());
+    outcome_.error_code = started.status().reason();
+    return -1;
+  }
+  // The child answers once the command runs ("X") or could not be started ("E errno what").
+  const std::string line = internal::ReadReportLine(started->report_fd);
+  if (line == "X") {
+    command_pid_ = started->pid;
+    report_fd_ = started->report_fd;
+    return 0;
+  }
+  close(started->report_fd);
+  while (waitpid(started->pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  if (cgroup_) cgroup_->Remove();
+  if (line.rfind("E ", 0) == 0) {
+    const size_t space = line.find(' ', 2);
+    const int err = std::atoi(line.substr(2, space - 2).c_str());
+    const std::string what = space == std::string::npos ? line : line.substr(space + 1);
+    SpawnFailed(ErrnoMessage(what, err));
+    // Failures of the command itself read as before; the rest are the confinement's own.
+    if (what.rfind("cannot execute ", 0) != 0 &&
+        what.rfind("cannot change to working directory ", 0) != 0) {
+      outcome_.error_code = "confinement_failed";
+    }
+  } else {
+    SpawnFailed("the confining child ended before the command started");
+    outcome_.error_code = "confinement_failed";
+  }
+  return -1;
+}
+
+void Supervisor::ReadConfinedEnd() {
+  if (report_fd_ < 0) return;
+  // The child wrote the command's status just before it exited; nothing else holds the pipe.
+  pollfd fd{report_fd_, POLLIN, 0};
+  while (poll(&fd, 1, 200) > 0) {
+    const std::string line = internal::ReadReportLine(report_fd_);
+    if (line.empty()) break;
+    if (line.rfind("S ", 0) != 0) continue;
+    const int status = std::atoi(line.c_str() + 2);
+    if (WIFEXITED(status)) {
+      outcome_.exit_code = WEXITSTATUS(status);
+      outcome_.signal.reset();
+    } else if (WIFSIGNALED(status)) {
+      outcome_.signal = WTERMSIG(status);
+      outcome_.exit_code.reset();
+    }
+    break;
+  }
+  close(report_fd_);
+  report_fd_ = -1;
+}
+
+void Supervisor::ClassifyLimit() {
+  const bool failed = (outcome_.exit_code && *outcome_.exit_code != 0) || outcome_.signal;
+  if (!failed || stop_reason_ != StopReason::kNone) return;
+  const CommandLimits& limits = spec_.confinement.limits;
+  if (cgroup_ && cgroup_->OomKills() > 0) {
+    outcome_.error_code = "memory_limit_exceeded";
+    outcome_.message = "memory limit of " + std::to_string(limits.memory_bytes.value_or(0)) +
+                       " bytes exceeded; " + outcome_.message;
+  } else if (cgroup_ && cgroup_->PidsRefused() > 0) {
+    outcome_.error_code = "pids_limit_exceeded";
+    outcome_.message = "process limit of " + std::to_string(limits.pids.value_or(0)) +
+                       " reached (a fork was refused); " + outcome_.message;
+  } else if (limits.cpu_seconds && outcome_.signal &&
+             (*outcome_.signal == SIGXCPU || *outcome_.signal == SIGKILL)) {
+    outcome_.error_code = "cpu_limit_exceeded";
+    outcome_.message = "CPU time limit of " + std::to_string(*limits.cpu_seconds) +
+                       " s exceeded; " + outcome_.message;
+  }
 }
 
 void Supervisor::SignalAttempt(int sig) {

@@ -391,6 +391,9 @@ struct ApiServer::Impl {
   const PanelFile* PanelFileFor(const httplib::Request& req) const;
   httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
   void Dispatch(const httplib::Request& req, httplib::Response& res, const std::string& body);
+  json IsolationJson() const {
+    return json{{"level", options.isolation_level}, {"detail", options.isolation_detail}};
+  }
   void Handle(const RouteMatch& match, const httplib::Request& req, httplib::Response& res,
               const std::string& body);
   // Serves the /api/v1/secrets routes; `name` is the path's secret name.
@@ -777,7 +780,9 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
         }
         SendError(res, 503, why.reason(), why.message());
       } else {
-        SendJson(res, 200, json{{"status", "ready"}});
+        json body{{"status", "ready"}};
+        if (!options.isolation_level.empty()) body["command_isolation"] = IsolationJson();
+        SendJson(res, 200, body);
       }
       return;
     case RouteId::kMetrics:
@@ -1302,6 +1307,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, StatusSummary summary, service.GetStatus(caller));
       json out = api::StatusJson(summary);
       out["ready"] = ready.load() && !withdrawn.load();
+      if (!options.isolation_level.empty()) out["command_isolation"] = IsolationJson();
       SendJson(res, 200, out);
       return;
     }

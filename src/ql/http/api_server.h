@@ -61,6 +61,11 @@ struct ApiServerOptions {
   SecretService* secrets = nullptr;
   // The build's version, in ql_build_info{version="..."} on /metrics.
   std::string version = "unknown";
+  // How this daemon confines commands (IsolationReport): "full", "user-namespace", "rlimits",
+  // "off", or empty for a server that runs none; shown by /readyz and /api/v1/status with the
+  // one-line detail.
+  std::string isolation_level;
+  std::string isolation_detail;
 };
 
 // One route of the API as the route table declares it, for documentation and tests.

@@ -105,7 +105,10 @@ json OfferJson(const WorkerOffer& offer, const WorkerServiceOptions& o) {
                 {"working_directory", offer.plan.working_directory.has_value()
                                           ? json(*offer.plan.working_directory)
                                           : json(nullptr)},
-                {"timeout_ms", offer.plan.timeout_ms}}},
+                {"timeout_ms", offer.plan.timeout_ms},
+                {"limits", TaskLimitsToJson(offer.plan.limits)},
+                {"network", offer.plan.network ? "host" : "none"},
+                {"isolation", offer.plan.unconfined ? "none" : "confined"}}},
               {"secrets", std::move(secrets)}};
 }
 
@@ -115,8 +118,20 @@ Result<AttemptOutcome> ParseOutcome(const json& body) {
   QL_ASSIGN_OR_RETURN(std::optional<int64_t> signal, api::OptionalInteger(body, "signal"));
   QL_ASSIGN_OR_RETURN(std::optional<std::string> message, api::OptionalString(body, "message"));
   QL_ASSIGN_OR_RETURN(std::optional<bool> truncated, api::OptionalBool(body, "log_truncated"));
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> code, api::OptionalString(body, "error_code"));
   AttemptOutcome o;
   using K = AttemptOutcome::Kind;
+  const bool limit_code = code.has_value() && (*code == "memory_limit_exceeded" ||
+                                               *code == "pids_limit_exceeded" ||
+                                               *code == "cpu_limit_exceeded");
+  if ((kind == "exited" || kind == "signaled") && code.has_value()) {
+    if (!limit_code) {
+      return InvalidArgument("invalid_argument",
+                             "error_code of an exited or signaled outcome must be "
+                             "memory_limit_exceeded, pids_limit_exceeded or cpu_limit_exceeded");
+    }
+    o.limit_error_code = *code;
+  }
   if (kind == "exited") {
     if (!exit_code.has_value() || *exit_code < 0 || *exit_code > 255) {
       return InvalidArgument("invalid_argument", "outcome exited needs exit_code 0..255");
@@ -135,12 +150,13 @@ Result<AttemptOutcome> ParseOutcome(const json& body) {
     o.kind = K::kCancelled;
   } else if (kind == "spawn_failed") {
     o.kind = K::kSpawnFailed;
-    QL_ASSIGN_OR_RETURN(std::optional<std::string> code, api::OptionalString(body, "error_code"));
     if (code.has_value()) {
-      if (!IsSecretRunError(*code)) {
+      if (!IsSecretRunError(*code) && *code != "confinement_failed" &&
+          *code != "cgroup_setup_failed" && *code != "confinement_unavailable") {
         return InvalidArgument("invalid_argument",
-                               "error_code must be secret_not_found, secret_unavailable or "
-                               "secret_corrupt");
+                               "error_code must be secret_not_found, secret_unavailable, "
+                               "secret_corrupt, confinement_failed, cgroup_setup_failed or "
+                               "confinement_unavailable");
       }
       o.error_code = *code;
     }
@@ -156,6 +172,14 @@ Result<AttemptOutcome> ParseOutcome(const json& body) {
     o.message = *message;
   }
   o.log_truncated = truncated.value_or(false);
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> confinement,
+                      api::OptionalString(body, "confinement"));
+  if (confinement.has_value()) {
+    if (confinement->size() > 1024) {
+      return InvalidArgument("invalid_argument", "confinement exceeds 1024 bytes");
+    }
+    o.confinement = *confinement;
+  }
   return o;
 }
 
@@ -397,7 +421,7 @@ struct WorkerApiServer::Impl {
                                ParseLeaseCall(worker, id, body,
                                               {"session_id", "generation", "lease_token", "outcome",
                                                "exit_code", "signal", "message", "log_truncated",
-                                               "error_code", "pid"}));
+                                               "error_code", "pid", "confinement"}));
            QL_ASSIGN_OR_RETURN(AttemptOutcome outcome, ParseOutcome(body));
            QL_ASSIGN_OR_RETURN(std::optional<int64_t> pid, api::OptionalInteger(body, "pid"));
            QL_ASSIGN_OR_RETURN(CompleteAnswer a, service.Complete(call, outcome, pid));
