@@ -45,6 +45,9 @@ struct CreateTokenCommand {
   std::string principal_id;
   std::string token_digest;  // lowercase hex SHA-256 of the token
   std::optional<int64_t> expires_at_ms;
+  // The expiry of the token the request was authenticated with: the new token expires no later
+  // (an already expired one mints nothing).
+  std::optional<int64_t> parent_expires_at_ms;
   int64_t now_ms = 0;
 };
 

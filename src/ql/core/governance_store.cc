@@ -1,6 +1,7 @@
 #include "ql/core/governance_store.h"
 
 #include <algorithm>
+#include <climits>
 #include <mutex>
 #include <utility>
 
@@ -50,6 +51,27 @@ Result<Role> Authorize(GovernanceTx& tx, const Actor& actor, const std::string& 
 Status AuthorizeOnly(GovernanceTx& tx, const Actor& actor, const std::string& scope,
                      Role required) {
   return Authorize(tx, actor, scope, required).status();
+}
+
+// The highest role `subject_id` holds in any scope.
+Result<Role> RankOf(GovernanceTx& tx, const std::string& subject_id) {
+  QL_ASSIGN_OR_RETURN(std::vector<RoleBindingRecord> bindings, tx.CurrentBindingsOf(subject_id));
+  Role rank = Role::kNone;
+  for (const RoleBindingRecord& b : bindings) rank = std::max(rank, RoleOf(b));
+  return rank;
+}
+
+// Minting or revoking a token of another principal needs an installation role at least as high
+// as every role that principal holds: an admin never acts with an owner's token.
+Status RequireRankOver(GovernanceTx& tx, const Actor& actor, Role actor_role,
+                       const std::string& subject_id, std::string_view what) {
+  if (actor.principal_id.empty() || actor.principal_id == subject_id) return Status();
+  QL_ASSIGN_OR_RETURN(Role target, RankOf(tx, subject_id));
+  if (actor_role >= target) return Status();
+  return PermissionDenied("rank_too_low",
+                          std::string(what) + " a token of a principal holding " +
+                              std::string(RoleName(target)) + " needs " +
+                              std::string(RoleName(target)) + " installation-wide");
 }
 
 Result<ProjectRecord> RequireProject(GovernanceTx& tx, const std::string& project_id) {
@@ -244,7 +266,15 @@ Result<TokenRecord> GovernanceStore::CreateToken(const CreateTokenCommand& cmd) 
   if (cmd.expires_at_ms.has_value() && *cmd.expires_at_ms <= cmd.now_ms) {
     return InvalidArgument("invalid_expiry", "a token must expire in the future");
   }
-  TokenRecord out{cmd.id, cmd.principal_id, cmd.now_ms, cmd.expires_at_ms, {}, {}};
+  // A token never outlives the token that minted it.
+  std::optional<int64_t> expires_at_ms = cmd.expires_at_ms;
+  if (cmd.parent_expires_at_ms.has_value()) {
+    if (*cmd.parent_expires_at_ms <= cmd.now_ms) {
+      return InvalidArgument("invalid_expiry", "the minting token has expired");
+    }
+    expires_at_ms = std::min(expires_at_ms.value_or(INT64_MAX), *cmd.parent_expires_at_ms);
+  }
+  TokenRecord out{cmd.id, cmd.principal_id, cmd.now_ms, expires_at_ms, {}, {}};
   QL_RETURN_IF_ERROR(runner_.Run(
       GovernanceTxKind::kWrite, "creating a token", [&](GovernanceTx& tx) -> Status {
         QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
@@ -252,8 +282,9 @@ Result<TokenRecord> GovernanceStore::CreateToken(const CreateTokenCommand& cmd) 
         const Role required = cmd.actor.principal_id == cmd.principal_id
                                   ? Role::kNone
                                   : RequiredRole(Action::kManageIdentity);
-        QL_RETURN_IF_ERROR(
-            AuthorizeOnly(tx, cmd.actor, std::string(kInstallationScope), required));
+        QL_ASSIGN_OR_RETURN(Role held,
+                            Authorize(tx, cmd.actor, std::string(kInstallationScope), required));
+        QL_RETURN_IF_ERROR(RequireRankOver(tx, cmd.actor, held, cmd.principal_id, "minting"));
         QL_ASSIGN_OR_RETURN(PrincipalRecord principal, RequirePrincipal(tx, cmd.principal_id));
         if (principal.status != kPrincipalActive) {
           return Conflict("principal_disabled",
@@ -292,7 +323,9 @@ Result<TokenRecord> GovernanceStore::RevokeToken(const Actor& actor, const std::
         const Role required = actor.principal_id == token->principal_id
                                   ? Role::kNone
                                   : RequiredRole(Action::kManageIdentity);
-        QL_RETURN_IF_ERROR(AuthorizeOnly(tx, actor, std::string(kInstallationScope), required));
+        QL_ASSIGN_OR_RETURN(Role held,
+                            Authorize(tx, actor, std::string(kInstallationScope), required));
+        QL_RETURN_IF_ERROR(RequireRankOver(tx, actor, held, token->principal_id, "revoking"));
         if (!token->revoked_at_ms.has_value()) {
           QL_RETURN_IF_ERROR(tx.SetTokenRevoked(token_id, now_ms));
           QL_RETURN_IF_ERROR(tx.InsertAudit(Fact(actor, "token.revoke", "token", token_id, {},

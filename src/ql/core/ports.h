@@ -164,10 +164,11 @@ class DefinitionRepository {
       const std::string& project_id, const std::optional<std::string>& task_id,
       const PageRequest& page) = 0;
   virtual Result<ScheduleRecord> GetSchedule(const std::string& trigger_id) = 0;
-  virtual Result<int64_t> CountEnabledTriggers() = 0;
-  // Counts the enabled triggers of active projects whose pin is stale (the task was
-  // republished or disabled since): they admit nothing until repinned.
-  virtual Result<int64_t> CountStaleTriggers() = 0;
+  // Counts the enabled triggers of active projects (of `project_id` only, when given).
+  virtual Result<int64_t> CountEnabledTriggers(const std::optional<std::string>& project_id) = 0;
+  // Counts the enabled triggers of active projects (of `project_id` only, when given) whose pin
+  // is stale (the task was republished or disabled since): they admit nothing until repinned.
+  virtual Result<int64_t> CountStaleTriggers(const std::optional<std::string>& project_id) = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -507,8 +508,9 @@ class RunRepository {
   virtual Result<std::vector<RunRecord>> ListActive() = 0;
   // Lists retry_wait runs whose retry_at_ms ≤ now.
   virtual Result<std::vector<RunRecord>> ListRetryDue(int64_t now_ms, int limit) = 0;
-  // Counts runs by status (for metrics).
-  virtual Result<std::vector<std::pair<std::string, int64_t>>> CountRunsByStatus() = 0;
+  // Counts runs by status (of `project_id` only, when given).
+  virtual Result<std::vector<std::pair<std::string, int64_t>>> CountRunsByStatus(
+      const std::optional<std::string>& project_id) = 0;
   // Counts the runs in `status` alone: a walk of that status's range of the runs_by_status
   // index, so its cost follows the number of such runs, not of all runs (read at every scrape).
   virtual Result<int64_t> CountRunsInStatus(RunStatus status) = 0;

@@ -274,15 +274,29 @@ Result<std::string> ControlService::ProjectIdFor(const Caller& caller) {
 }
 
 Status ControlService::Allow(const Caller& caller, const std::string& project_id, Action action,
-                             std::string_view target, const Status& not_found) {
-  Status st = governance_.Authorize(caller, project_id, action, target);
+                             std::string_view target, const Status& not_found, Role at_least) {
+  Status st = governance_.Authorize(caller, project_id, action, target, at_least);
   if (st.reason() == "hidden") return not_found;
   return st;
 }
 
-std::optional<PolicyFence> ControlService::FenceOf(const Caller& caller, Action action) {
+std::optional<PolicyFence> ControlService::FenceOf(const Caller& caller, Action action,
+                                                   Role at_least) {
   if (caller.principal_id.empty()) return std::nullopt;
-  return PolicyFence{caller.principal_id, RequiredRole(action)};
+  return PolicyFence{caller.principal_id, std::max(RequiredRole(action), at_least)};
+}
+
+Result<Role> ControlService::ApproverFloor(const TaskRevisionRecord& revision) {
+  if (!revision.approval_json.has_value()) return Role::kNone;
+  Result<nlohmann::json> parsed = ParseJsonStrict(*revision.approval_json);
+  if (!parsed.ok()) return Corrupt("approval_corrupt", parsed.status().message());
+  QL_ASSIGN_OR_RETURN(ApprovalPolicy policy, ParseApprovalPolicy(*parsed));
+  return policy.required ? policy.approver_role : Role::kNone;
+}
+
+Result<Role> ControlService::TriggerFloor(const TriggerView& trigger) {
+  QL_ASSIGN_OR_RETURN(TaskView task, GetTask(trigger.revision.task_id));
+  return ApproverFloor(task.revision);
 }
 
 Result<std::vector<ProjectRecord>> ControlService::ListProjects(const Caller& caller) {
@@ -319,8 +333,18 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
                                               const std::string& mutation_id,
                                               const TaskContent& content, const Caller& caller,
                                               bool repin_triggers, bool tombstone) {
+  // A revision after one that needs approval is published by someone who may approve: else
+  // dropping the policy would be a way around it.
+  Role floor = Role::kNone;
+  if (expected_revision.has_value() && !tombstone) {
+    auto current = store_.definitions().GetTaskRevision(task_id, *expected_revision);
+    if (current.ok()) {
+      QL_ASSIGN_OR_RETURN(floor, ApproverFloor(*current));
+    }
+  }
   QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kPublish, "tasks.publish",
-                           NotFound("task_not_found", "task " + task_id + " does not exist")));
+                           NotFound("task_not_found", "task " + task_id + " does not exist"),
+                           floor));
   const int64_t revision = expected_revision.value_or(0) + 1;
   if (revision > kMaxTaskRevision) {
     return InvalidArgument("invalid_expected_revision", "expected_revision " +
@@ -344,7 +368,7 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   cmd.task_id = task_id;
   cmd.expected_revision = expected_revision;
   cmd.mutation_id = mutation_id;
-  cmd.fence = FenceOf(caller, Action::kPublish);
+  cmd.fence = FenceOf(caller, Action::kPublish, floor);
   cmd.now_ms = now;
   cmd.repin_triggers = repin_triggers;
   cmd.tombstone = tombstone;
@@ -643,8 +667,10 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   const std::string& task_id = task->head.task_id;
   // A trigger lives in its task's project.
   const std::string project_id = task->head.project_id;
+  QL_ASSIGN_OR_RETURN(const Role floor, ApproverFloor(task->revision));
   QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kPublish, "triggers.create",
-                           NotFound("task_not_found", "task " + task_id + " does not exist")));
+                           NotFound("task_not_found", "task " + task_id + " does not exist"),
+                           floor));
   if (task->head.deleted_at_ms.has_value()) {
     return Conflict("task_deleted", "task " + task_id + " was deleted");
   }
@@ -659,7 +685,7 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   cmd.trigger_id =
       write.mutation_id.has_value() ? DerivedId("trigger", project_id, mutation_id) : NewId();
   cmd.mutation_id = mutation_id;
-  cmd.fence = FenceOf(caller, Action::kPublish);
+  cmd.fence = FenceOf(caller, Action::kPublish, floor);
   cmd.now_ms = now;
   // Unnamed: after the task and the last 12 hex digits of the id (random in a new id, a hash
   // of the mutation id in a derived one), as the upgrade named the triggers it found.
@@ -690,11 +716,12 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
 
 Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(
     const TriggerView& current, TriggerRevisionRecord next, const Caller& caller, Action action,
-    std::optional<int64_t> expected_revision, const std::string& name, bool tombstone) {
+    std::optional<int64_t> expected_revision, const std::string& name, bool tombstone,
+    Role at_least) {
   PublishTriggerCommand cmd;
   cmd.name = name;
   cmd.tombstone = tombstone;
-  cmd.fence = FenceOf(caller, action);
+  cmd.fence = FenceOf(caller, action, at_least);
   cmd.project_id = current.head.project_id;
   cmd.trigger_id = current.head.trigger_id;
   cmd.expected_revision = expected_revision.value_or(current.head.current_revision);
@@ -745,9 +772,14 @@ Result<PublishedTrigger> ControlService::DeleteTrigger(const std::string& trigge
 Result<PublishedTrigger> ControlService::SetTriggerEnabled(const std::string& trigger_id,
                                                            bool enabled, const Caller& caller) {
   QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id, caller));
+  // Disabling is always allowed; enabling a trigger of a guarded task needs its approvers' role.
+  Role floor = Role::kNone;
+  if (enabled) {
+    QL_ASSIGN_OR_RETURN(floor, TriggerFloor(current));
+  }
   QL_RETURN_IF_ERROR(
       Allow(caller, current.head.project_id, Action::kToggleTriggers, "triggers.toggle",
-            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
+            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist"), floor));
   QL_RETURN_IF_ERROR(RequireLive(current));
   if (current.revision.enabled == enabled) return PublishedTrigger{std::move(current), true};
   if (enabled && current.pin_stale) {
@@ -759,15 +791,17 @@ Result<PublishedTrigger> ControlService::SetTriggerEnabled(const std::string& tr
   }
   TriggerRevisionRecord next = current.revision;
   next.enabled = enabled;
-  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kToggleTriggers);
+  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kToggleTriggers,
+                                  std::nullopt, "", false, floor);
 }
 
 Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger_id,
                                                       const Caller& caller) {
   QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id, caller));
+  QL_ASSIGN_OR_RETURN(const Role floor, TriggerFloor(current));
   QL_RETURN_IF_ERROR(
       Allow(caller, current.head.project_id, Action::kPublish, "triggers.repin",
-            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
+            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist"), floor));
   QL_RETURN_IF_ERROR(RequireLive(current));
   // Authorized above for the trigger's project, which is its task's.
   QL_ASSIGN_OR_RETURN(TaskView task, GetTask(current.revision.task_id));
@@ -789,7 +823,8 @@ Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger
   TriggerRevisionRecord next = current.revision;
   next.task_revision = task.revision.revision;
   next.task_digest = task.revision.content_digest;
-  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish);
+  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish,
+                                  std::nullopt, "", false, floor);
 }
 
 Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_id,
@@ -802,9 +837,10 @@ Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_
                                std::to_string(expected_revision));
   }
   QL_ASSIGN_OR_RETURN(TriggerView current, GetTrigger(trigger_id, caller));
+  QL_ASSIGN_OR_RETURN(const Role floor, TriggerFloor(current));
   QL_RETURN_IF_ERROR(
       Allow(caller, current.head.project_id, Action::kPublish, "triggers.edit",
-            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist")));
+            NotFound("trigger_not_found", "trigger " + trigger_id + " does not exist"), floor));
   QL_RETURN_IF_ERROR(RequireLive(current));
   TriggerRevisionRecord next = current.revision;
   QL_ASSIGN_OR_RETURN(CronSchedule cron,
@@ -830,7 +866,7 @@ Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_
     return PublishedTrigger{std::move(current), true};
   }
   return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish,
-                                  expected_revision, renamed ? *edit.name : "");
+                                  expected_revision, renamed ? *edit.name : "", false, floor);
 }
 
 Result<PageResult<TriggerView>> ControlService::ListTriggers(
@@ -1269,7 +1305,8 @@ Result<StatusSummary> ControlService::GetStatus(const Caller& caller) {
   QL_ASSIGN_OR_RETURN(out.project, store_.projects().GetProject(project_id));
   out.executor_type = options_.executor_type;
   out.now_ms = clock_.NowMs();
-  QL_ASSIGN_OR_RETURN(auto counts, store_.runs().CountRunsByStatus());
+  // Only what the caller may see: the project it asked about.
+  QL_ASSIGN_OR_RETURN(auto counts, store_.runs().CountRunsByStatus(project_id));
   for (RunStatus s : kAllRunStatuses) {
     const std::string name(RunStatusName(s));
     int64_t n = 0;
@@ -1278,8 +1315,9 @@ Result<StatusSummary> ControlService::GetStatus(const Caller& caller) {
     }
     out.runs_by_status.emplace_back(name, n);
   }
-  QL_ASSIGN_OR_RETURN(out.enabled_triggers, store_.definitions().CountEnabledTriggers());
-  QL_ASSIGN_OR_RETURN(out.stale_triggers, store_.definitions().CountStaleTriggers());
+  QL_ASSIGN_OR_RETURN(out.enabled_triggers,
+                      store_.definitions().CountEnabledTriggers(project_id));
+  QL_ASSIGN_OR_RETURN(out.stale_triggers, store_.definitions().CountStaleTriggers(project_id));
   return out;
 }
 

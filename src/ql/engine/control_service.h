@@ -336,9 +336,15 @@ class ControlService {
   // Authorizes `action` in `project_id`; a caller that may not even see the project gets
   // `not_found` (reads of one object) instead of a refusal.
   Status Allow(const Caller& caller, const std::string& project_id, Action action,
-               std::string_view target, const Status& not_found);
+               std::string_view target, const Status& not_found, Role at_least = Role::kNone);
   // The policy fence a store command carries for the caller (none for the system).
-  static std::optional<PolicyFence> FenceOf(const Caller& caller, Action action);
+  static std::optional<PolicyFence> FenceOf(const Caller& caller, Action action,
+                                            Role at_least = Role::kNone);
+  // The role that changing what runs `revision`'s task without a person's approval needs
+  // (publishing a revision, creating, editing, repinning or enabling a trigger): kNone, or the
+  // approvers' role when the revision asks for approval, so that the policy cannot be side-
+  // stepped by someone who may not approve.
+  static Result<Role> ApproverFloor(const TaskRevisionRecord& revision);
   std::string NewId();
   std::string DerivedId(std::string_view kind, const std::string& project_id,
                         const std::string& mutation_id);
@@ -354,7 +360,9 @@ class ControlService {
   Result<PublishedTrigger> PublishTriggerRevisionOf(
       const TriggerView& current, TriggerRevisionRecord next, const Caller& caller,
       Action action, std::optional<int64_t> expected_revision = std::nullopt,
-      const std::string& name = "", bool tombstone = false);
+      const std::string& name = "", bool tombstone = false, Role at_least = Role::kNone);
+  // The approver floor of the task a trigger pins (its current revision).
+  Result<Role> TriggerFloor(const TriggerView& trigger);
   Result<std::vector<int64_t>> AdmissionPreview(const TriggerView& view, int count);
   // Turns a manual run of a revision that requires approval into an approval request (one that
   // carries `retry_of` when it retries that run).

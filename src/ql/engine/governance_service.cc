@@ -1,5 +1,7 @@
 #include "ql/engine/governance_service.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "ql/core/digest.h"
@@ -59,9 +61,13 @@ Result<Role> GovernanceService::RoleIn(const Caller& caller, const std::string& 
 void GovernanceService::RecordDenial(const Caller& caller,
                                      const std::optional<std::string>& project_id,
                                      std::string_view target, const Status& denial) {
+  const int64_t now = clock_.NowMs();
+  int64_t left_out = 0;
+  if (!Spend(denials_, kMaxDenialFactsPerSec, now, &left_out)) return;
+  AppendSummary("permission.denied", kAuditDenied, left_out, now);
   AuditRecord fact;
   fact.id = NewId();
-  fact.at_ms = clock_.NowMs();
+  fact.at_ms = now;
   if (!caller.principal_id.empty()) fact.actor_id = caller.principal_id;
   fact.action = "permission.denied";
   fact.target_kind = "route";
@@ -75,7 +81,7 @@ void GovernanceService::RecordDenial(const Caller& caller,
 }
 
 Status GovernanceService::Authorize(const Caller& caller, const std::string& project_id,
-                                    Action action, std::string_view target) {
+                                    Action action, std::string_view target, Role at_least) {
   if (caller.principal_id.empty()) return Status();
   // Authentication may be up to kAuthCacheMs old; the principal's status is read now.
   QL_ASSIGN_OR_RETURN(PrincipalRecord principal, repository().GetPrincipal(caller.principal_id));
@@ -87,7 +93,7 @@ Status GovernanceService::Authorize(const Caller& caller, const std::string& pro
     return denial;
   }
   QL_ASSIGN_OR_RETURN(Role held, RoleIn(caller, project_id));
-  const Role required = RequiredRole(action);
+  const Role required = std::max(RequiredRole(action), at_least);
   if (held >= required) return Status();
   Status denial =
       held == Role::kNone && action == Action::kRead && !project_id.empty()
@@ -184,8 +190,16 @@ Result<MintedToken> GovernanceService::CreateToken(const Caller& caller,
   cmd.principal_id = principal_id;
   cmd.token_digest = Sha256Hex(out.token);
   if (ttl_ms.has_value()) cmd.expires_at_ms = now + *ttl_ms;
+  cmd.parent_expires_at_ms = caller.token_expires_at_ms;
   cmd.now_ms = now;
-  QL_ASSIGN_OR_RETURN(out.record, repository().CreateToken(cmd));
+  Result<TokenRecord> created = repository().CreateToken(cmd);
+  if (!created.ok()) {
+    if (created.status().reason() == "rank_too_low") {
+      RecordDenial(caller, std::nullopt, "tokens.create", created.status());
+    }
+    return created.status();
+  }
+  out.record = std::move(created).value();
   return out;
 }
 
@@ -200,7 +214,11 @@ Result<std::vector<TokenRecord>> GovernanceService::ListTokens(const Caller& cal
 Result<TokenRecord> GovernanceService::RevokeToken(const Caller& caller,
                                                    const std::string& token_id) {
   QL_RETURN_IF_ERROR(ValidateId("token id", token_id));
-  return repository().RevokeToken(ActorOf(caller), token_id, clock_.NowMs());
+  Result<TokenRecord> revoked = repository().RevokeToken(ActorOf(caller), token_id, clock_.NowMs());
+  if (!revoked.ok() && revoked.status().reason() == "rank_too_low") {
+    RecordDenial(caller, std::nullopt, "tokens.revoke", revoked.status());
+  }
+  return revoked;
 }
 
 Result<ProjectRecord> GovernanceService::CreateProject(const Caller& caller,
@@ -327,19 +345,42 @@ Result<Page<AuditRecord>> GovernanceService::ListAudit(const Caller& caller,
   return repository().ListAudit(page);
 }
 
+bool GovernanceService::Spend(AuditBudget& budget, int limit, int64_t now, int64_t* summary) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *summary = 0;
+  if (now - budget.window_ms >= 1000) {
+    budget.window_ms = now;
+    budget.in_window = 0;
+  }
+  if (++budget.in_window > limit) {
+    ++budget.dropped;
+    ++budget.unreported;
+    return false;
+  }
+  *summary = budget.unreported;
+  budget.unreported = 0;
+  return true;
+}
+
+void GovernanceService::AppendSummary(std::string_view action, std::string_view outcome,
+                                      int64_t left_out, int64_t now) {
+  if (left_out <= 0) return;
+  AuditRecord fact;
+  fact.id = NewId();
+  fact.at_ms = now;
+  fact.action = std::string(action) + ".suppressed";
+  fact.target_kind = "count";
+  fact.target_id = std::to_string(left_out);
+  fact.outcome = std::string(outcome);
+  fact.code = "rate_limited";
+  (void)repository().AppendAudit(fact);
+}
+
 void GovernanceService::RecordAuthFailure(const std::string& request_id, const std::string& code) {
   const int64_t now = clock_.NowMs();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (now - auth_failure_window_ms_ >= 1000) {
-      auth_failure_window_ms_ = now;
-      auth_failures_in_window_ = 0;
-    }
-    if (++auth_failures_in_window_ > kMaxAuthFailureFactsPerSec) {
-      ++dropped_auth_failures_;
-      return;
-    }
-  }
+  int64_t left_out = 0;
+  if (!Spend(auth_failures_, kMaxAuthFailureFactsPerSec, now, &left_out)) return;
+  AppendSummary("auth.failed", kAuditFailed, left_out, now);
   AuditRecord fact;
   fact.id = NewId();
   fact.at_ms = now;
@@ -354,7 +395,12 @@ void GovernanceService::RecordAuthFailure(const std::string& request_id, const s
 
 int64_t GovernanceService::dropped_auth_failures() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return dropped_auth_failures_;
+  return auth_failures_.dropped;
+}
+
+int64_t GovernanceService::dropped_denials() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return denials_.dropped;
 }
 
 }  // namespace ql

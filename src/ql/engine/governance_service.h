@@ -28,9 +28,12 @@ namespace ql {
 
 // Who calls, in which project, under which request id.
 struct Caller {
-  std::string principal_id;  // empty: the system itself
+  std::string principal_id;  // empty: the system itself (never from the HTTP side)
   std::string project;       // slug or id; empty: the default project
   std::string request_id;
+  // When the token the caller authenticated with expires (none: never). A token it mints never
+  // outlives it.
+  std::optional<int64_t> token_expires_at_ms = std::nullopt;
 };
 
 struct MintedToken {
@@ -65,8 +68,10 @@ class GovernanceService {
   // role needed — or, for kRead of a project where it holds no role at all, NotFound `hidden`
   // (the caller turns it into its own not-found), so ids of other projects do not leak. Every
   // refusal is recorded in the audit (best effort).
+  // `at_least` raises the role needed above the action's own (the approvers' role of a guarded
+  // task, say).
   Status Authorize(const Caller& caller, const std::string& project_id, Action action,
-                   std::string_view target);
+                   std::string_view target, Role at_least = Role::kNone);
   // Returns the caller's effective role in a project (kOwner for the system).
   Result<Role> RoleIn(const Caller& caller, const std::string& project_id);
 
@@ -105,14 +110,32 @@ class GovernanceService {
   Result<Page<AuditRecord>> ListAudit(const Caller& caller, const PageRequest& page);
 
   // Records a failed authentication (no actor) for the audit, at most kMaxAuthFailureFactsPerSec
-  // a second so an anonymous flood cannot grow the audit; the rest are only counted.
+  // a second so an anonymous flood cannot grow the audit; the rest are counted, and the next
+  // fact after a window that left some out is preceded by one `auth.failed.suppressed` fact
+  // whose target (kind `count`) is the number left out. Refusals (`permission.denied`) are
+  // bounded the same way (kMaxDenialFactsPerSec, `permission.denied.suppressed`).
   void RecordAuthFailure(const std::string& request_id, const std::string& code);
   int64_t dropped_auth_failures() const;
+  int64_t dropped_denials() const;
 
   GovernanceRepository& repository() { return store_.governance(); }
 
  private:
   static constexpr int kMaxAuthFailureFactsPerSec = 10;
+  static constexpr int kMaxDenialFactsPerSec = 20;
+
+  // One kind of fact written at most `limit` times a second.
+  struct AuditBudget {
+    int64_t window_ms = 0;
+    int in_window = 0;
+    int64_t dropped = 0;          // since start
+    int64_t unreported = 0;       // left out and not yet summarised in a fact
+  };
+  // Returns false when `budget` has no room left this second (the fact is counted instead);
+  // `summary` receives the number left out since the last summary, when a summary is due.
+  bool Spend(AuditBudget& budget, int limit, int64_t now, int64_t* summary);
+  void AppendSummary(std::string_view action, std::string_view outcome, int64_t left_out,
+                     int64_t now);
 
   std::string NewId();
   Actor ActorOf(const Caller& caller) const { return Actor{caller.principal_id, caller.request_id}; }
@@ -125,10 +148,9 @@ class GovernanceService {
   Clock& clock_;
   RandomSource& random_;
   std::string default_project_slug_;
-  mutable std::mutex mu_;  // guards random_ and the auth-failure rate window below
-  int64_t auth_failure_window_ms_ = 0;
-  int auth_failures_in_window_ = 0;
-  int64_t dropped_auth_failures_ = 0;
+  mutable std::mutex mu_;  // guards random_ and the audit budgets below
+  AuditBudget auth_failures_;
+  AuditBudget denials_;
 };
 
 }  // namespace ql

@@ -785,12 +785,26 @@ int64_t AttemptCgroup::PidsRefused() const {
 
 void AttemptCgroup::Remove() const {
   for (const std::string& dir : dirs_) {
-    for (int i = 0; i < 200; ++i) {
+    for (int i = 0; i < 2000; ++i) {
       if (rmdir(dir.c_str()) == 0 || errno == ENOENT) break;
       if (errno != EBUSY) break;
-      usleep(10 * 1000);
+      usleep(1000);
     }
   }
+}
+
+void AttemptCgroup::RemoveSoon() const {
+  bool busy = false;
+  for (const std::string& dir : dirs_) {
+    if (rmdir(dir.c_str()) != 0 && errno == EBUSY) busy = true;
+  }
+  if (!busy) return;
+  const pid_t helper = fork();
+  if (helper == 0) {
+    Remove();
+    _exit(0);
+  }
+  if (helper < 0) Remove();  // no process to hand it to: wait here
 }
 
 // ---- Starting a confined command -------------------------------------------------------------

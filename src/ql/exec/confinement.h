@@ -152,6 +152,9 @@ class AttemptCgroup {
   int64_t PidsRefused() const;
   // Removes the directories (once empty; retried briefly). Best effort.
   void Remove() const;
+  // Removes the directories now if they are empty, else from a detached child process that
+  // retries for up to 2 s, so the caller need not wait for the last processes to leave.
+  void RemoveSoon() const;
 
  private:
   std::vector<std::string> dirs_;  // one per hierarchy

@@ -201,10 +201,12 @@ int Supervisor::Run() {
     ReadConfinedEnd();
     FinishOutcome();
     ClassifyLimit();
-    if (cgroup_) cgroup_->Remove();
   }
   bool written = WriteResult();
   SignalReady();
+  // After the result: the processes of the namespace may take a moment to leave the cgroup, and
+  // the attempt's end must not wait for that.
+  if (cgroup_) cgroup_->RemoveSoon();
   return written ? 0 : 1;
 }
 

@@ -352,3 +352,54 @@ TEST_F(ApiApprovalsTest, OnlyARunInRecoveryRequiredIsResolvedAndOnlyByAnAdmin) {
 
 }  // namespace
 }  // namespace ql
+
+namespace ql {
+namespace {
+
+// An approval policy cannot be side-stepped by someone who may not approve: publishing a
+// revision of a guarded task (which could drop the policy), creating, editing or repinning a
+// trigger of it, or enabling that trigger needs the approvers' role; disabling does not.
+TEST_F(ApiApprovalsTest, OnlyThoseWhoMayApproveChangeWhatRunsAGuardedTaskWithoutApproval) {
+  // Approved by owners: an admin may neither add a cron trigger nor drop the policy.
+  json vault{{"name", "vault"},
+             {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}},
+             {"approval", {{"required", true}, {"approver_role", "owner"}}}};
+  Answer published = Call("root", "POST", "/api/v1/tasks", vault.dump());
+  ASSERT_EQ(published.status, 201) << published.raw;
+  const std::string vault_id = published.body["id"];
+  const json cron{{"task_id", vault_id}, {"expression", "* * * * *"}, {"timezone", "UTC"}};
+  Answer trigger = Call("amy", "POST", "/api/v1/triggers", cron.dump());
+  EXPECT_EQ(trigger.status, 403) << trigger.raw;
+  EXPECT_NE(trigger.body.value("message", "").find("owner"), std::string::npos) << trigger.raw;
+  json unguarded{{"name", "vault"},
+                 {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}},
+                 {"expected_revision", 1}};
+  Answer dropped = Call("amy", "POST", "/api/v1/tasks/" + vault_id + "/revisions",
+                        unguarded.dump());
+  EXPECT_EQ(dropped.status, 403) << dropped.raw;
+  EXPECT_EQ(Call("root", "GET", "/api/v1/tasks/" + vault_id).body["revision"], 1);
+  EXPECT_EQ(Call("root", "GET", "/api/v1/triggers").body["items"].size(), 0u);
+  // The owner may.
+  Answer by_owner = Call("root", "POST", "/api/v1/triggers", cron.dump());
+  ASSERT_EQ(by_owner.status, 201) << by_owner.raw;
+  const std::string trigger_id = by_owner.body["id"];
+  Answer edited = Call("amy", "POST", "/api/v1/triggers/" + trigger_id + "/revisions",
+                       json{{"expected_revision", 1}, {"expression", "*/5 * * * *"}}.dump());
+  EXPECT_EQ(edited.status, 403) << edited.raw;
+
+  // Approved by admins (the default): an operator may disable the trigger, not enable it again.
+  const json deploy_cron{{"task_id", task_id_}, {"expression", "* * * * *"},
+                         {"timezone", "UTC"}, {"enabled", false}};
+  Answer deploy_trigger = Call("root", "POST", "/api/v1/triggers", deploy_cron.dump());
+  ASSERT_EQ(deploy_trigger.status, 201) << deploy_trigger.raw;
+  const std::string deploy_trigger_id = deploy_trigger.body["id"];
+  Answer enabled = Call("ops", "POST", "/api/v1/triggers/" + deploy_trigger_id + "/enable");
+  EXPECT_EQ(enabled.status, 403) << enabled.raw;
+  EXPECT_EQ(Call("root", "GET", "/api/v1/triggers/" + deploy_trigger_id).body["enabled"], false);
+  EXPECT_EQ(Call("amy", "POST", "/api/v1/triggers/" + deploy_trigger_id + "/enable").status, 200);
+  EXPECT_EQ(Call("ops", "POST", "/api/v1/triggers/" + deploy_trigger_id + "/disable").status,
+            200);
+}
+
+}  // namespace
+}  // namespace ql

@@ -5,13 +5,17 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "httplib_config.h"
@@ -27,6 +31,7 @@
 #include "ql/secrets/store_sealer.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/raw_http.h"
 
 namespace ql {
 namespace {
@@ -98,7 +103,8 @@ class ApiPermissionsTest : public ::testing::Test {
     }
 
     ApiServerOptions options;
-    options.authenticate = [this](const std::string& digest) {
+    options.authenticate = [this](const std::string& digest) -> Result<Authentication> {
+      if (store_down_.load()) return Unavailable("store_down", "the credential store is down");
       return authenticator_->Authenticate(digest);
     };
     options.log_reader = log_reader_.get();
@@ -191,6 +197,37 @@ class ApiPermissionsTest : public ::testing::Test {
   std::string project_id_;
   std::vector<Member> members_;
   std::string last_token_id_;
+  std::atomic<bool> store_down_{false};
+
+  const Member& M(const std::string& name) const {
+    for (const Member& m : members_) {
+      if (m.name == name) return m;
+    }
+    ADD_FAILURE() << "no member " << name;
+    return members_.front();
+  }
+  int TaskCount() {
+    return static_cast<int>(service_->ListTasks(PageQuery{}, Caller{}).value().items.size());
+  }
+  int TokensOf(const std::string& principal_id) {
+    return static_cast<int>(store_->governance().ListTokens(principal_id).value().size());
+  }
+  // Sends the request line and headers of a POST with `token`, waits until the server has read
+  // them, runs `meanwhile` and only then sends `body`; returns the raw answer.
+  std::string PostWithLateBody(const std::string& token, const std::string& path,
+                               const std::string& body, const std::function<void()>& meanwhile) {
+    const int fd = testing::ConnectLoopback(server_->port());
+    const std::string head = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+                             token + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+    testing::SendAll(fd, head.data(), head.size());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    meanwhile();
+    testing::SendAll(fd, body.data(), body.size());
+    const std::string answer = testing::ReadAnswer(fd, 5000).answer;
+    ::close(fd);
+    return answer;
+  }
 };
 
 std::string TaskBody(const std::string& name) {
@@ -512,6 +549,169 @@ TEST_F(ApiPermissionsTest, DenialsAndFailedAuthenticationsAreAudited) {
   }
   EXPECT_TRUE(denied) << audit.raw;
   EXPECT_TRUE(failed) << audit.raw;
+}
+
+}  // namespace
+}  // namespace ql
+
+namespace ql {
+namespace {
+
+// The QingLong 2.x class of bug: a token that dies while its body is in flight must not leave
+// the request acting as the system. A principal without any role mints itself a 2.5 s token,
+// then asks with it for a token of the installation owner and sends the body 4 s late.
+TEST_F(ApiPermissionsTest, ATokenThatExpiresWhileItsBodyIsInFlightIsRefusedAndWritesNothing) {
+  Reply minted = Send(M("nobody").token, {"POST", "/api/v1/tokens", R"({"expires_in_ms":2500})"});
+  ASSERT_EQ(minted.status, 201) << minted.raw;
+  const std::string short_token = minted.body.value("token", "");
+  const int owner_tokens = TokensOf(M("root").principal.id);
+  const std::string answer = PostWithLateBody(short_token, "/api/v1/tokens",
+                                              R"({"principal":"root"})",
+                                              [&] { clock_.Advance(4000); });
+  EXPECT_NE(answer.find("HTTP/1.1 401"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("expired or was revoked while the request was in flight"),
+            std::string::npos)
+      << answer;
+  EXPECT_EQ(TokensOf(M("root").principal.id), owner_tokens) << "no token of the owner was made";
+}
+
+TEST_F(ApiPermissionsTest, ATokenRevokedWhileItsBodyIsInFlightIsRefused) {
+  const std::string token = AddToken(M("admin").principal.id);
+  const std::string token_id = last_token_id_;
+  const int before = TaskCount();
+  const std::string answer =
+      PostWithLateBody(token, "/api/v1/tasks", TaskBody("late"), [&] {
+        ASSERT_TRUE(store_->governance().RevokeToken(Actor{}, token_id, clock_.NowMs()).ok());
+        clock_.Advance(2500);  // past the authentication cache's bound
+      });
+  EXPECT_NE(answer.find("HTTP/1.1 401"), std::string::npos) << answer;
+  EXPECT_EQ(TaskCount(), before);
+}
+
+TEST_F(ApiPermissionsTest, ACredentialStoreFailingWhileTheBodyIsInFlightAnswers503AndWritesNothing) {
+  const int before = TaskCount();
+  const std::string answer = PostWithLateBody(M("admin").token, "/api/v1/tasks",
+                                              TaskBody("late"), [&] { store_down_ = true; });
+  store_down_ = false;
+  EXPECT_NE(answer.find("HTTP/1.1 503"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("credentials_unavailable"), std::string::npos) << answer;
+  EXPECT_EQ(TaskCount(), before);
+}
+
+// Minting or revoking a token of another principal needs a rank at least that principal's.
+TEST_F(ApiPermissionsTest, AnInstallationAdminMintsAndRevokesNoTokenOfAHigherRank) {
+  Member iadmin{"iadmin", AddPrincipal("iadmin"), "", 5};
+  iadmin.token = AddToken(iadmin.principal.id);
+  Grant(std::string(kInstallationScope), iadmin.principal.id, Role::kAdmin);
+  const int owner_tokens = TokensOf(M("root").principal.id);
+  Reply for_owner = Send(iadmin.token, {"POST", "/api/v1/tokens", R"({"principal":"root"})"});
+  EXPECT_EQ(for_owner.status, 403) << for_owner.raw;
+  EXPECT_EQ(for_owner.body.value("code", ""), "rank_too_low") << for_owner.raw;
+  Reply for_project_owner =
+      Send(iadmin.token, {"POST", "/api/v1/tokens", R"({"principal":"powner"})"});
+  EXPECT_EQ(for_project_owner.status, 403) << for_project_owner.raw;
+  EXPECT_EQ(TokensOf(M("root").principal.id), owner_tokens);
+  const std::string root_token_id =
+      store_->governance().ListTokens(M("root").principal.id).value().front().id;
+  Reply revoke =
+      Send(iadmin.token, {"POST", "/api/v1/tokens/" + root_token_id + "/revoke", "{}"});
+  EXPECT_EQ(revoke.status, 403) << revoke.raw;
+  EXPECT_FALSE(
+      store_->governance().ListTokens(M("root").principal.id).value().front().revoked_at_ms);
+  // Below its rank it may.
+  Reply for_viewer = Send(iadmin.token, {"POST", "/api/v1/tokens", R"({"principal":"viewer"})"});
+  EXPECT_EQ(for_viewer.status, 201) << for_viewer.raw;
+  // The installation owner may mint for anyone.
+  Reply by_owner = AsRoot({"POST", "/api/v1/tokens", R"({"principal":"iadmin"})"});
+  EXPECT_EQ(by_owner.status, 201) << by_owner.raw;
+}
+
+// A token minted with a token expires no later than it.
+TEST_F(ApiPermissionsTest, AChildTokenNeverOutlivesItsParent) {
+  Reply parent =
+      Send(M("viewer").token, {"POST", "/api/v1/tokens", R"({"expires_in_ms":60000})"});
+  ASSERT_EQ(parent.status, 201) << parent.raw;
+  const std::string parent_expiry = parent.body.value("expires_at", "");
+  ASSERT_FALSE(parent_expiry.empty()) << parent.raw;
+  const std::string parent_token = parent.body.value("token", "");
+  for (const std::string& body :
+       {std::string("{}"), std::string(R"({"expires_in_ms":86400000})")}) {
+    Reply child = Send(parent_token, {"POST", "/api/v1/tokens", body});
+    ASSERT_EQ(child.status, 201) << child.raw;
+    EXPECT_EQ(child.body.value("expires_at", ""), parent_expiry) << child.raw;
+  }
+  Reply shorter =
+      Send(parent_token, {"POST", "/api/v1/tokens", R"({"expires_in_ms":1000})"});
+  ASSERT_EQ(shorter.status, 201);
+  EXPECT_NE(shorter.body.value("expires_at", ""), parent_expiry);
+}
+
+}  // namespace
+}  // namespace ql
+
+namespace ql {
+namespace {
+
+// A principal hammering a route it may not call cannot grow the audit without bound: at most 20
+// refusals a second become facts, and the rest are counted in one `suppressed` fact.
+TEST_F(ApiPermissionsTest, RefusalsAreAuditedAtABoundedRateAndTheRestAreCounted) {
+  clock_.Advance(5000);
+  auto count = [&](const std::string& action) {
+    PageRequest request;
+    request.limit = 1000;
+    Page<AuditRecord> page = store_->governance().ListAudit(request).value();
+    int n = 0;
+    std::string last_target;
+    for (const AuditRecord& fact : page.items) {
+      if (fact.action == action) {
+        ++n;
+        if (last_target.empty()) last_target = fact.target_id;
+      }
+    }
+    return std::make_pair(n, last_target);
+  };
+  const int before = count("permission.denied").first;
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(Send(M("viewer").token, {"POST", "/api/v1/tasks", TaskBody("nope")}).status, 403);
+  }
+  EXPECT_EQ(count("permission.denied").first - before, 20);
+  clock_.Advance(1000);
+  EXPECT_EQ(Send(M("viewer").token, {"POST", "/api/v1/tasks", TaskBody("nope")}).status, 403);
+  const auto [summaries, left_out] = count("permission.denied.suppressed");
+  EXPECT_EQ(summaries, 1);
+  EXPECT_EQ(left_out, "30") << "every refusal is accounted for";
+  EXPECT_EQ(count("permission.denied").first - before, 21);
+}
+
+}  // namespace
+}  // namespace ql
+
+namespace ql {
+namespace {
+
+// Status counts what the caller may see: the runs and triggers of the project it asked about.
+TEST_F(ApiPermissionsTest, StatusCountsOnlyTheProjectAskedAbout) {
+  ASSERT_EQ(AsRoot({"POST", "/api/v1/projects", R"({"slug":"hidden"})"}).status, 201);
+  Reply task = AsRoot({"POST", "/api/v1/tasks?project=hidden", TaskBody("secretive")});
+  ASSERT_EQ(task.status, 201) << task.raw;
+  const std::string task_id = task.body.value("id", "");
+  for (int i = 0; i < 3; ++i) {
+    Reply run = AsRoot({"POST", "/api/v1/runs?project=hidden",
+                        json{{"task_id", task_id}}.dump()});
+    ASSERT_EQ(run.status, 201) << run.raw;
+  }
+  ASSERT_EQ(AsRoot({"POST", "/api/v1/triggers?project=hidden",
+                    json{{"task_id", task_id}, {"expression", "* * * * *"}, {"timezone", "UTC"}}
+                        .dump()})
+                .status,
+            201);
+  Reply seen = Send(M("viewer").token, {"GET", "/api/v1/status", ""});
+  ASSERT_EQ(seen.status, 200) << seen.raw;
+  EXPECT_EQ(seen.body.value("runs_total", -1), 0) << seen.raw;
+  EXPECT_EQ(seen.body.value("enabled_triggers", -1), 0) << seen.raw;
+  Reply there = AsRoot({"GET", "/api/v1/status?project=hidden", ""});
+  EXPECT_EQ(there.body.value("runs_total", -1), 3) << there.raw;
+  EXPECT_EQ(there.body.value("enabled_triggers", -1), 1) << there.raw;
 }
 
 }  // namespace

@@ -363,6 +363,17 @@ const char* BoolHeader(bool value) { return value ? "true" : "false"; }
 
 }  // namespace
 
+// The identity of the request a thread serves: decided by PreRoute from the request line and
+// headers, before any body is read, and handed to the handler of that same request (httplib
+// serves a request on one thread from PreRoute to its handler). An /api/v1 request that reaches
+// its handler without one is refused; nothing on this side maps "no principal" to the system.
+struct RequestIdentity {
+  bool decided = false;
+  Authentication who;
+  std::string token_digest;
+};
+thread_local RequestIdentity t_identity;
+
 struct ApiServer::Impl {
   Impl(ControlService& service, Metrics& metrics, ApiServerOptions options)
       : service(service), metrics(metrics), options(std::move(options)) {}
@@ -395,19 +406,22 @@ struct ApiServer::Impl {
     return json{{"level", options.isolation_level}, {"detail", options.isolation_detail}};
   }
   void Handle(const RouteMatch& match, const httplib::Request& req, httplib::Response& res,
-              const std::string& body);
+              const std::string& body, const RequestIdentity& identity);
   // Serves the /api/v1/secrets routes; `name` is the path's secret name.
   void HandleSecrets(RouteId route, const std::string& name, const Query& query, const json& body,
                      const Caller& caller, httplib::Response& res);
   enum class Auth { kOk, kDenied, kUnavailable };
-  // Authenticates the bearer token of `req`; on kOk fills `who`, on kDenied `why` (a code).
-  Auth Authenticate(const httplib::Request& req, Authentication* who, std::string* why) const;
-  // The caller of an authenticated /api/v1 request: its principal, the `project` query
-  // parameter and the request id.
-  Caller CallerOf(const httplib::Request& req) const;
-  void ServeLog(const std::string& run_id, const httplib::Request& req, httplib::Response& res);
+  // Authenticates the bearer token of `req`; on kOk fills `who` and `digest` (of the token), on
+  // kDenied `why` (a code).
+  Auth Authenticate(const httplib::Request& req, Authentication* who, std::string* why,
+                    std::string* digest = nullptr) const;
+  // The caller of an /api/v1 request whose identity PreRoute decided: its principal, its
+  // token's expiry, the `project` query parameter and the request id.
+  static Caller CallerOf(const httplib::Request& req, const RequestIdentity& identity);
+  void ServeLog(const std::string& run_id, const httplib::Request& req, const Caller& caller,
+                const RequestIdentity& identity, httplib::Response& res);
   void StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
-                   httplib::Response& res);
+                   const Caller& caller, const RequestIdentity& identity, httplib::Response& res);
 };
 
 ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions options)
@@ -426,8 +440,8 @@ ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions
 ApiServer::~ApiServer() { Stop(); }
 
 ApiServer::Impl::Auth ApiServer::Impl::Authenticate(const httplib::Request& req,
-                                                    Authentication* who,
-                                                    std::string* why) const {
+                                                    Authentication* who, std::string* why,
+                                                    std::string* digest) const {
   *why = "unauthorized";
   const std::string header = req.get_header_value("Authorization");
   constexpr std::string_view kScheme = "bearer ";
@@ -440,20 +454,21 @@ ApiServer::Impl::Auth ApiServer::Impl::Authenticate(const httplib::Request& req,
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
   if (token.empty() || token.size() > kMaxBearerTokenBytes) return Auth::kDenied;
-  Result<Authentication> found = options.authenticate(Sha256Hex(token));
+  const std::string token_digest = Sha256Hex(token);
+  Result<Authentication> found = options.authenticate(token_digest);
   if (found.ok()) {
     *who = std::move(found).value();
+    if (digest != nullptr) *digest = token_digest;
     return Auth::kOk;
   }
   if (found.status().code() == StatusCode::kPermissionDenied) return Auth::kDenied;
   return Auth::kUnavailable;
 }
 
-Caller ApiServer::Impl::CallerOf(const httplib::Request& req) const {
+Caller ApiServer::Impl::CallerOf(const httplib::Request& req, const RequestIdentity& identity) {
   Caller caller;
-  Authentication who;
-  std::string why;
-  if (Authenticate(req, &who, &why) == Auth::kOk) caller.principal_id = who.principal.id;
+  caller.principal_id = identity.who.principal.id;
+  caller.token_expires_at_ms = identity.who.token.expires_at_ms;
   if (req.params.count("project") == 1) caller.project = req.get_param_value("project");
   caller.request_id = req.get_header_value("X-Request-Id").substr(0, 64);
   return caller;
@@ -462,6 +477,7 @@ Caller ApiServer::Impl::CallerOf(const httplib::Request& req) const {
 httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Request& req,
                                                            httplib::Response& res) {
   using HR = httplib::Server::HandlerResponse;
+  t_identity = RequestIdentity{};  // a decision never carries over to the next request
   const bool has_body = req.has_header("Content-Length")
                             ? req.get_header_value("Content-Length") != "0"
                             : req.has_header("Transfer-Encoding");
@@ -501,7 +517,8 @@ httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Reques
     }
     Authentication who;
     std::string why;
-    const Auth auth = Authenticate(req, &who, &why);
+    std::string digest;
+    const Auth auth = Authenticate(req, &who, &why, &digest);
     if (auth == Auth::kUnavailable) {
       res.set_header("Retry-After", "1");
       return reject(503, "credentials_unavailable",
@@ -514,6 +531,7 @@ httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Reques
       return reject(401, "unauthorized",
                     "missing or wrong bearer token in the Authorization header");
     }
+    t_identity = RequestIdentity{true, std::move(who), std::move(digest)};
   }
   const RouteMatch match = MatchRoute(req.method, req.path);
   if (match.kind == RouteMatch::Kind::kNotFound) {
@@ -693,12 +711,41 @@ void ApiServer::Impl::Configure() {
 
 void ApiServer::Impl::Dispatch(const httplib::Request& req, httplib::Response& res,
                                const std::string& body) {
+  const RequestIdentity identity = std::exchange(t_identity, RequestIdentity{});
   const RouteMatch match = MatchRoute(req.method, req.path);
   if (match.kind != RouteMatch::Kind::kFound) {  // PreRoute answered these already
     SendError(res, 404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
     return;
   }
-  Handle(match, req, res, body);
+  if (IsApiPath(req.path)) {
+    // Fail closed: no decided identity, no answer.
+    if (!identity.decided || identity.who.principal.id.empty()) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      SendError(res, 401, "unauthorized", "the request carries no authenticated identity");
+      return;
+    }
+    // The identity stays the one decided before the body; it is confirmed (never changed) now
+    // that the body is in: a token that expired or was revoked, or a principal disabled, while
+    // the body was in flight ends the request here, as does a credential store that fails.
+    Result<Authentication> again = options.authenticate(identity.token_digest);
+    if (!again.ok()) {
+      if (again.status().code() == StatusCode::kPermissionDenied) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        SendError(res, 401, "unauthorized",
+                  "the token expired or was revoked while the request was in flight");
+      } else {
+        res.set_header("Retry-After", "1");
+        SendError(res, 503, "credentials_unavailable",
+                  "the credential store cannot be read right now; retry shortly");
+      }
+      return;
+    }
+    if (again->principal.id != identity.who.principal.id) {
+      SendError(res, 401, "unauthorized", "the token no longer names the same principal");
+      return;
+    }
+  }
+  Handle(match, req, res, body, identity);
 }
 
 namespace {
@@ -738,7 +785,8 @@ Result<std::optional<std::string>> TakeString(json& body, std::string_view name)
 }  // namespace
 
 void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& req,
-                             httplib::Response& res, const std::string& body_text) {
+                             httplib::Response& res, const std::string& body_text,
+                             const RequestIdentity& identity) {
   const Query query(req);
   const bool post = match.route->method == "POST" || match.route->method == "PUT";
   // Only task bodies are required; the action routes accept an empty body as {}.
@@ -760,7 +808,8 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     QL_HTTP_ASSIGN(res, body, api::ParseBody(body_text, body_required));
   }
   const std::string& id = match.id;
-  const Caller caller = IsApiPath(req.path) ? CallerOf(req) : Caller{};
+  // Only /api/v1 routes act for a caller, and Dispatch made sure each has a principal.
+  const Caller caller = IsApiPath(req.path) ? CallerOf(req, identity) : Caller{};
   GovernanceService& governance = service.governance();
 
   switch (match.route->id) {
@@ -1128,7 +1177,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       return;
     }
     case RouteId::kRunLog:
-      ServeLog(id, req, res);
+      ServeLog(id, req, caller, identity, res);
       return;
     case RouteId::kRunCancel: {
       QL_HTTP_TRY(res, api::CheckFields(body, {"reason"}));
@@ -1353,6 +1402,7 @@ void ApiServer::Impl::HandleSecrets(RouteId route, const std::string& name, cons
 }
 
 void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request& req,
+                               const Caller& caller, const RequestIdentity& identity,
                                httplib::Response& res) {
   const Query query(req);
   QL_HTTP_TRY(res, query.Check({"offset", "limit", "attempt", "follow"}));
@@ -1363,7 +1413,7 @@ void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request
   QL_HTTP_ASSIGN(res, int64_t attempt_number,
                  query.Integer("attempt", "invalid_attempt", 1, 1'000'000, 0));
   QL_HTTP_ASSIGN(res, bool follow, query.Bool("follow", "invalid_follow", false));
-  QL_HTTP_ASSIGN(res, RunView view, service.GetRun(run_id, CallerOf(req)));
+  QL_HTTP_ASSIGN(res, RunView view, service.GetRun(run_id, caller));
   const AttemptRecord* attempt = nullptr;
   for (const AttemptRecord& a : view.attempts) {
     if (attempt_number == 0 || a.attempt == attempt_number) attempt = &a;
@@ -1377,7 +1427,7 @@ void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request
   }
   res.set_header("X-QL-Attempt", std::to_string(attempt->attempt));
   if (follow) {
-    StartFollow(run_id, attempt->attempt, offset, res);
+    StartFollow(run_id, attempt->attempt, offset, caller, identity, res);
     return;
   }
   QL_HTTP_ASSIGN(res, LogChunk chunk,
@@ -1392,6 +1442,7 @@ void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request
 }
 
 void ApiServer::Impl::StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
+                                  const Caller& caller, const RequestIdentity& identity,
                                   httplib::Response& res) {
   if (followers.fetch_add(1) >= options.max_log_followers) {
     followers.fetch_sub(1);
@@ -1406,8 +1457,12 @@ void ApiServer::Impl::StartFollow(const std::string& run_id, int attempt_number,
     int attempt_number = 0;
     int64_t position = 0;
     std::chrono::steady_clock::time_point deadline;
+    Caller caller;
+    std::string token_digest;
   };
   auto state = std::make_shared<FollowState>();
+  state->caller = caller;
+  state->token_digest = identity.token_digest;
   state->run_id = run_id;
   state->attempt_number = attempt_number;
   state->position = offset;
@@ -1423,9 +1478,16 @@ void ApiServer::Impl::StartFollow(const std::string& run_id, int attempt_number,
             sink.done();
             return true;
           }
+          // The follower's token and its right to read the run are confirmed at every turn: a
+          // revoked token (within the authentication cache's bound), a disabled principal or a
+          // revoked role ends the stream.
+          if (!options.authenticate(state->token_digest).ok()) {
+            sink.done();
+            return true;
+          }
           // Look at the run before reading: when it is finished and the read then finds
           // nothing new, the file is drained for good.
-          Result<RunView> view = service.GetRun(state->run_id);
+          Result<RunView> view = service.GetRun(state->run_id, state->caller);
           if (!view.ok()) {
             sink.done();
             return true;

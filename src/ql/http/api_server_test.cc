@@ -1645,3 +1645,55 @@ TEST_F(ApiServerTest, ApiAnswersAreNoStoreAndNoSniff) {
 
 }  // namespace
 }  // namespace ql
+
+namespace ql {
+namespace {
+
+// A follower whose token is revoked is cut off within the authentication cache's bound, even
+// though the run goes on.
+TEST_F(ApiServerTest, AFollowEndsOnceItsTokenIsRevoked) {
+  StartServer();
+  const std::string task = CreateTask();
+  const std::string run = StartRun(task);
+  const fs::path log = dir_ / "log" / "revoked.log";
+  std::ofstream(log) << "before\n";
+  StartAttempt(run, log.string());
+  Advance(run, "running", "starting", "running");
+  const std::string follower_token = "follower-token-0123456789";
+  CreateTokenCommand mint;
+  mint.id = NewUuidV7(clock_.NowMs(), random_);
+  mint.principal_id = owner_.id;
+  mint.token_digest = Sha256Hex(follower_token);
+  mint.now_ms = clock_.NowMs();
+  ASSERT_TRUE(store_->governance().CreateToken(mint).ok());
+
+  std::atomic<bool> revoked{false};
+  std::thread revoker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(store_->governance().RevokeToken(Actor{}, mint.id, clock_.NowMs()).ok());
+    clock_.Advance(2500);  // past the authentication cache's bound
+    revoked = true;
+  });
+  httplib::Client client("127.0.0.1", server_->port());
+  client.set_read_timeout(15, 0);
+  client.set_default_headers({{"Authorization", "Bearer " + follower_token}});
+  std::string streamed;
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point ended;
+  auto result = client.Get(("/api/v1/runs/" + run + "/log?follow=true").c_str(),
+                           [&](const char* data, size_t length) {
+                             streamed.append(data, length);
+                             return true;
+                           });
+  ended = std::chrono::steady_clock::now();
+  revoker.join();
+  ASSERT_TRUE(result);
+  EXPECT_TRUE(revoked.load()) << "the stream ended before the revocation: " << streamed;
+  EXPECT_EQ(streamed, "before\n");
+  // The run is still running: only the revocation ended the stream, well before max_follow_ms.
+  EXPECT_EQ(store_->runs().GetRun(run).value().status, "running");
+  EXPECT_LT(ended - start, std::chrono::seconds(5)) << "max_follow_ms is 20 s";
+}
+
+}  // namespace
+}  // namespace ql

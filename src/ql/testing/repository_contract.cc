@@ -534,8 +534,10 @@ TEST_P(RepositoryContractTest, PublishTriggerPinsTheCurrentRevisionAndCreatesIts
   EXPECT_GE(schedule.published_at_ms, published_after);
   EXPECT_LE(schedule.published_at_ms, PublicationClockMs());
   EXPECT_FALSE(schedule.exhausted);
-  QL_ASSERT_OK_AND_ASSIGN(int64_t enabled, store().definitions().CountEnabledTriggers());
+  QL_ASSERT_OK_AND_ASSIGN(int64_t enabled, store().definitions().CountEnabledTriggers(std::nullopt));
   EXPECT_EQ(enabled, 1);
+  EXPECT_EQ(*store().definitions().CountEnabledTriggers(project().id), 1);
+  EXPECT_EQ(*store().definitions().CountEnabledTriggers(NewId()), 0) << "another project's";
 
   QL_ASSERT_OK_AND_ASSIGN(Page<TriggerRevisionRecord> listed,
                           store().definitions().ListTriggers(project().id, task.task_id, {}));
@@ -563,7 +565,7 @@ TEST_P(RepositoryContractTest, TriggerPinningAStaleOrDisabledRevisionIsConflict)
       StatusCode::kConflict, "trigger_pin_stale"));
   // A disabled trigger may keep pointing at an older revision.
   QL_ASSERT_OK(PublishTrigger(NewId(), std::nullopt, v1, /*enabled=*/false));
-  QL_ASSERT_OK_AND_ASSIGN(int64_t enabled, store().definitions().CountEnabledTriggers());
+  QL_ASSERT_OK_AND_ASSIGN(int64_t enabled, store().definitions().CountEnabledTriggers(std::nullopt));
   EXPECT_EQ(enabled, 0);
 }
 
@@ -753,7 +755,7 @@ TEST_P(RepositoryContractTest, ATaskRevisionThatRepinsMovesEveryLiveTriggerAndKe
   EXPECT_GT(repinned.schedule.state_version, pending.schedule.state_version);
   EXPECT_EQ(store().schedules().ApplyScheduleAdvance(MoveCursor(pending, Now())).value(),
             AdvanceOutcome::kRaced);
-  QL_ASSERT_OK_AND_ASSIGN(int64_t stale, store().definitions().CountStaleTriggers());
+  QL_ASSERT_OK_AND_ASSIGN(int64_t stale, store().definitions().CountStaleTriggers(std::nullopt));
   EXPECT_EQ(stale, 0);
 
   // A disabled revision cannot be pinned by an enabled trigger: that one goes stale.
@@ -761,8 +763,10 @@ TEST_P(RepositoryContractTest, ATaskRevisionThatRepinsMovesEveryLiveTriggerAndKe
   off.repin_triggers = true;
   QL_ASSERT_OK_AND_ASSIGN(PublishTaskResult v3, store().definitions().PublishTaskRevision(off));
   EXPECT_EQ(v3.trigger_ids, std::vector<std::string>{disabled_id});
-  QL_ASSERT_OK_AND_ASSIGN(stale, store().definitions().CountStaleTriggers());
+  QL_ASSERT_OK_AND_ASSIGN(stale, store().definitions().CountStaleTriggers(std::nullopt));
   EXPECT_EQ(stale, 1);
+  EXPECT_EQ(*store().definitions().CountStaleTriggers(project().id), 1);
+  EXPECT_EQ(*store().definitions().CountStaleTriggers(NewId()), 0) << "another project's";
 }
 
 TEST_P(RepositoryContractTest, ADeletedTaskIsATombstoneWithItsTriggersAndFreesItsName) {
@@ -1792,13 +1796,18 @@ TEST_P(RepositoryContractTest, ActiveRunsAndStatusCounts) {
   ASSERT_EQ(active.size(), 2u);
   EXPECT_EQ(active[0].id, a.id);
   EXPECT_EQ(active[1].id, d.id);
-  QL_ASSERT_OK_AND_ASSIGN(auto counts, store().runs().CountRunsByStatus());
+  QL_ASSERT_OK_AND_ASSIGN(auto counts, store().runs().CountRunsByStatus(std::nullopt));
   std::map<std::string, int64_t> by_status(counts.begin(), counts.end());
   EXPECT_EQ(by_status["running"], 1);
   EXPECT_EQ(by_status["queued"], 1);
   EXPECT_EQ(by_status["cancelled"], 1);
   EXPECT_EQ(by_status["lost"], 1);
   EXPECT_EQ(by_status.size(), 4u);
+  // Counted for one project: every run here is the contract project's; another has none.
+  QL_ASSERT_OK_AND_ASSIGN(auto mine, store().runs().CountRunsByStatus(project().id));
+  EXPECT_EQ(mine, counts);
+  QL_ASSERT_OK_AND_ASSIGN(auto none, store().runs().CountRunsByStatus(NewId()));
+  EXPECT_TRUE(none.empty());
   EXPECT_EQ(*store().runs().CountRunsInStatus(RunStatus::kQueued), 1);
   EXPECT_EQ(*store().runs().CountRunsInStatus(RunStatus::kLost), 1);
   EXPECT_EQ(*store().runs().CountRunsInStatus(RunStatus::kSucceeded), 0);

@@ -627,7 +627,7 @@ Result<ScheduleRecord> PostgresStore::GetSchedule(const std::string& trigger_id)
   return std::move(*out);
 }
 
-Result<int64_t> PostgresStore::CountEnabledTriggers() {
+Result<int64_t> PostgresStore::CountEnabledTriggers(const std::optional<std::string>& project_id) {
   int64_t out = 0;
   QL_RETURN_IF_ERROR(Read("counting triggers", [&](Tx& tx) -> Status {
     QL_ASSIGN_OR_RETURN(
@@ -636,15 +636,17 @@ Result<int64_t> PostgresStore::CountEnabledTriggers() {
                           "SELECT count(*) FROM trigger_heads th JOIN trigger_revisions g ON "
                           "g.trigger_id = th.trigger_id AND g.revision = th.current_revision "
                           "JOIN projects p ON p.id = th.project_id "
-                          "WHERE g.enabled AND p.status = 'active'",
-                          {}, [](const Rows& r, int i) { return r.Int(i, 0); }));
+                          "WHERE g.enabled AND p.status = 'active' AND "
+                          "($1::text IS NULL OR th.project_id::text = $1)",
+                          {project_id.has_value() ? pg::P(*project_id) : pg::Param{}},
+                          [](const Rows& r, int i) { return r.Int(i, 0); }));
     out = count.value_or(0);
     return Status();
   }));
   return out;
 }
 
-Result<int64_t> PostgresStore::CountStaleTriggers() {
+Result<int64_t> PostgresStore::CountStaleTriggers(const std::optional<std::string>& project_id) {
   int64_t out = 0;
   QL_RETURN_IF_ERROR(Read("counting stale triggers", [&](Tx& tx) -> Status {
     QL_ASSIGN_OR_RETURN(
@@ -658,8 +660,10 @@ Result<int64_t> PostgresStore::CountStaleTriggers() {
                           "tr.revision = h.current_revision "
                           "WHERE g.enabled AND p.status = 'active' AND "
                           "(g.task_revision <> h.current_revision OR NOT tr.enabled OR "
-                          "tr.content_digest <> g.task_digest)",
-                          {}, [](const Rows& r, int i) { return r.Int(i, 0); }));
+                          "tr.content_digest <> g.task_digest) AND "
+                          "($1::text IS NULL OR th.project_id::text = $1)",
+                          {project_id.has_value() ? pg::P(*project_id) : pg::Param{}},
+                          [](const Rows& r, int i) { return r.Int(i, 0); }));
     out = count.value_or(0);
     return Status();
   }));

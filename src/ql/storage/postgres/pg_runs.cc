@@ -434,16 +434,21 @@ Result<std::vector<RunRecord>> PostgresStore::ListRetryDue(int64_t now_ms, int l
   return out;
 }
 
-Result<std::vector<std::pair<std::string, int64_t>>> PostgresStore::CountRunsByStatus() {
+Result<std::vector<std::pair<std::string, int64_t>>> PostgresStore::CountRunsByStatus(
+    const std::optional<std::string>& project_id) {
   std::vector<std::pair<std::string, int64_t>> out;
   QL_RETURN_IF_ERROR(Read("counting runs", [&](Tx& tx) -> Status {
     QL_ASSIGN_OR_RETURN(
         out,
         (QueryAll<std::pair<std::string, int64_t>>(
             tx,
-            "SELECT status, count(*) FROM runs GROUP BY status "
-            "ORDER BY status COLLATE \"C\"",
-            {}, [](const Rows& r, int i) { return std::make_pair(r.Text(i, 0), r.Int(i, 1)); })));
+            project_id.has_value()
+                ? "SELECT status, count(*) FROM runs WHERE project_id = $1 GROUP BY status "
+                  "ORDER BY status COLLATE \"C\""
+                : "SELECT status, count(*) FROM runs GROUP BY status "
+                  "ORDER BY status COLLATE \"C\"",
+            project_id.has_value() ? pg::Params{pg::P(*project_id)} : pg::Params{},
+            [](const Rows& r, int i) { return std::make_pair(r.Text(i, 0), r.Int(i, 1)); })));
     return Status();
   }));
   return out;

@@ -482,7 +482,7 @@ TEST_F(PgStoreTest, ConcurrentCreatesWithOneIdempotencyKeyCreateOneRun) {
     ASSERT_TRUE(found.ok()) << found.status().ToString();
     EXPECT_EQ(found->id, winner->id);
   }
-  Result<std::vector<std::pair<std::string, int64_t>>> counts = a_->CountRunsByStatus();
+  Result<std::vector<std::pair<std::string, int64_t>>> counts = a_->CountRunsByStatus(std::nullopt);
   ASSERT_TRUE(counts.ok()) << counts.status().ToString();
   ASSERT_EQ(counts->size(), 1u);
   EXPECT_EQ(counts->front(), std::make_pair(std::string("queued"), int64_t{kRounds}));

@@ -555,7 +555,7 @@ Result<ScheduleRecord> SqliteStore::GetSchedule(const std::string& trigger_id) {
   return std::move(*out);
 }
 
-Result<int64_t> SqliteStore::CountEnabledTriggers() {
+Result<int64_t> SqliteStore::CountEnabledTriggers(const std::optional<std::string>& project_id) {
   int64_t out = 0;
   QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "counting triggers", [&](Tx&) -> Status {
     QL_ASSIGN_OR_RETURN(
@@ -564,15 +564,16 @@ Result<int64_t> SqliteStore::CountEnabledTriggers() {
                           "SELECT count(*) FROM trigger_heads th JOIN trigger_revisions g ON "
                           "g.trigger_id = th.trigger_id AND g.revision = th.current_revision "
                           "JOIN projects p ON p.id = th.project_id "
-                          "WHERE g.enabled = 1 AND p.status = 'active'",
-                          [](const Stmt& s) { return s.Int(0); }));
+                          "WHERE g.enabled = 1 AND p.status = 'active' AND "
+                          "(?1 IS NULL OR th.project_id = ?1)",
+                          [](const Stmt& s) { return s.Int(0); }, project_id));
     out = count.value_or(0);
     return Status();
   }));
   return out;
 }
 
-Result<int64_t> SqliteStore::CountStaleTriggers() {
+Result<int64_t> SqliteStore::CountStaleTriggers(const std::optional<std::string>& project_id) {
   int64_t out = 0;
   QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "counting stale triggers", [&](Tx&) -> Status {
     QL_ASSIGN_OR_RETURN(
@@ -586,8 +587,9 @@ Result<int64_t> SqliteStore::CountStaleTriggers() {
                           "tr.revision = h.current_revision "
                           "WHERE g.enabled = 1 AND p.status = 'active' AND "
                           "(g.task_revision <> h.current_revision OR tr.enabled = 0 OR "
-                          "tr.content_digest <> g.task_digest)",
-                          [](const Stmt& s) { return s.Int(0); }));
+                          "tr.content_digest <> g.task_digest) AND "
+                          "(?1 IS NULL OR th.project_id = ?1)",
+                          [](const Stmt& s) { return s.Int(0); }, project_id));
     out = count.value_or(0);
     return Status();
   }));

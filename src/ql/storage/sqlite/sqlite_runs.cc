@@ -388,13 +388,23 @@ Result<std::vector<RunRecord>> SqliteStore::ListRetryDue(int64_t now_ms, int lim
   return out;
 }
 
-Result<std::vector<std::pair<std::string, int64_t>>> SqliteStore::CountRunsByStatus() {
+Result<std::vector<std::pair<std::string, int64_t>>> SqliteStore::CountRunsByStatus(
+    const std::optional<std::string>& project_id) {
   std::vector<std::pair<std::string, int64_t>> out;
   QL_RETURN_IF_ERROR(db_->Transact(TxMode::kRead, "counting runs", [&](Tx&) -> Status {
+    auto read = [](const Stmt& s) { return std::make_pair(s.Text(0), s.Int(1)); };
+    if (project_id.has_value()) {
+      QL_ASSIGN_OR_RETURN(out, (QueryAll<std::pair<std::string, int64_t>>(
+                                   *db_,
+                                   "SELECT status, count(*) FROM runs WHERE project_id = ? "
+                                   "GROUP BY status ORDER BY status",
+                                   read, *project_id)));
+      return Status();
+    }
     QL_ASSIGN_OR_RETURN(
         out, (QueryAll<std::pair<std::string, int64_t>>(
                  *db_, "SELECT status, count(*) FROM runs GROUP BY status ORDER BY status",
-                 [](const Stmt& s) { return std::make_pair(s.Text(0), s.Int(1)); })));
+                 read)));
     return Status();
   }));
   return out;

@@ -139,8 +139,8 @@ class SqliteStore final : public Store,
                                                    const std::optional<std::string>& task_id,
                                                    const PageRequest& page) override;
   Result<ScheduleRecord> GetSchedule(const std::string& trigger_id) override;
-  Result<int64_t> CountEnabledTriggers() override;
-  Result<int64_t> CountStaleTriggers() override;
+  Result<int64_t> CountEnabledTriggers(const std::optional<std::string>& project_id) override;
+  Result<int64_t> CountStaleTriggers(const std::optional<std::string>& project_id) override;
 
   // ScheduleRepository
   Result<std::vector<DueSchedule>> ListDueSchedules(int64_t now_ms, int limit) override;
@@ -170,7 +170,8 @@ class SqliteStore final : public Store,
                                                   int limit, int64_t now_ms) override;
   Result<std::vector<RunRecord>> ListActive() override;
   Result<std::vector<RunRecord>> ListRetryDue(int64_t now_ms, int limit) override;
-  Result<std::vector<std::pair<std::string, int64_t>>> CountRunsByStatus() override;
+  Result<std::vector<std::pair<std::string, int64_t>>> CountRunsByStatus(
+      const std::optional<std::string>& project_id) override;
   Result<int64_t> CountRunsInStatus(RunStatus status) override;
 
  private:
