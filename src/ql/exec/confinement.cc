@@ -501,9 +501,6 @@ void CloseAllBut(std::vector<int> keep) {
   // it), so no confined process ever runs unwatched.
   (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
   setpgid(0, 0);
-  char go = 0;
-  if (internal::ReadFull(ctx.go_fd, &go, 1) != 1 || go != 'g') _exit(127);
-  close(ctx.go_fd);
   const Confinement& c = *ctx.c;
   const bool host = c.mode == Confinement::Mode::kHost;
   // A process writes its own id maps only while it is dumpable (the files of a non-dumpable
@@ -516,12 +513,18 @@ void CloseAllBut(std::vector<int> keep) {
   if (!c.network && !host) LoopbackUp(ctx);
   ApplyRlimits(ctx);
   if (!host) DropPrivileges(ctx);
+  if (chdir(working_directory.c_str()) != 0 && !ctx.probe) {
+    Fail(ctx, errno, std::string("cannot change to working directory ") + ctx.directory);
+  }
+  // The supervisor moves this process into the attempt's cgroup while it sets up (a cgroup v1
+  // migration waits for an RCU grace period, about a millisecond): the command is started only
+  // once that is done, so it and everything it starts are counted from their first instruction.
+  char go = 0;
+  if (internal::ReadFull(ctx.go_fd, &go, 1) != 1 || go != 'g') _exit(127);
+  close(ctx.go_fd);
   if (ctx.probe) {
     Report(ctx.report_fd, "X");
     _exit(0);
-  }
-  if (chdir(working_directory.c_str()) != 0) {
-    Fail(ctx, errno, std::string("cannot change to working directory ") + ctx.directory);
   }
   int exec_error[2];
   if (pipe2(exec_error, O_CLOEXEC) != 0) Fail(ctx, errno, "cannot create a pipe");
@@ -666,6 +669,8 @@ Result<uint32_t> ProjectUids::UidOf(const std::string& project_id) {
       project_id.find_first_not_of(kPlain) != std::string::npos) {
     return InvalidArgument("invalid_project_id", "project id cannot name a command uid");
   }
+  std::lock_guard<std::mutex> lock(*mu_);
+  if (auto it = known_->find(project_id); it != known_->end()) return it->second;
   const int fd = open(file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Internal("uid_store_io", ErrnoText("cannot open " + file_, errno));
   if (flock(fd, LOCK_EX) != 0) {
@@ -684,6 +689,7 @@ Result<uint32_t> ProjectUids::UidOf(const std::string& project_id) {
   while (in >> id >> uid) {
     if (id == project_id && uid >= first_ && uid <= last_) {
       close(fd);
+      (*known_)[project_id] = static_cast<uint32_t>(uid);
       return static_cast<uint32_t>(uid);
     }
     used.push_back(static_cast<uint32_t>(uid));
@@ -705,6 +711,7 @@ Result<uint32_t> ProjectUids::UidOf(const std::string& project_id) {
   const int err = errno;
   close(fd);
   if (!ok) return Internal("uid_store_io", ErrnoText("cannot write " + file_, err));
+  (*known_)[project_id] = candidate;
   return candidate;
 }
 

@@ -7,6 +7,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -131,6 +134,11 @@ class ProjectUids {
   std::string file_;
   uint32_t first_;
   uint32_t last_;
+  // Assignments never change once made (the file is only appended to): what this process has
+  // read is kept, so a launch of a known project touches no file.
+  std::shared_ptr<std::mutex> mu_ = std::make_shared<std::mutex>();
+  std::shared_ptr<std::map<std::string, uint32_t>> known_ =
+      std::make_shared<std::map<std::string, uint32_t>>();
 };
 
 // Parses "FIRST-LAST" (decimal uids). Errors: InvalidArgument `invalid_uid_range`.

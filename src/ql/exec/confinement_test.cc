@@ -109,7 +109,7 @@ class ConfinementTest : public ::testing::Test {
     Supervision::State state;
     while ((state = s->Poll()) == Supervision::State::kRunning &&
            std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     EXPECT_EQ(state, Supervision::State::kFinished);
     log = ReadAll(spec.log_path);
