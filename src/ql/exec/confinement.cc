@@ -532,20 +532,8 @@ void CloseAllBut(std::vector<int> keep) {
   // stdin and the output pipe, and this working directory; an exec failure is returned here.
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attributes;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attributes);
-  sigset_t none;
-  sigset_t every;
-  sigemptyset(&none);
-  sigfillset(&every);
-  int setup = posix_spawn_file_actions_adddup2(&actions, ctx.stdin_fd, 0);
-  if (setup == 0) setup = posix_spawn_file_actions_adddup2(&actions, ctx.output_fd, 1);
-  if (setup == 0) setup = posix_spawn_file_actions_adddup2(&actions, ctx.output_fd, 2);
-  if (setup == 0) {
-    setup = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  }
-  if (setup == 0) setup = posix_spawnattr_setsigmask(&attributes, &none);
-  if (setup == 0) setup = posix_spawnattr_setsigdefault(&attributes, &every);
+  const int setup = internal::PrepareSpawn(&actions, &attributes, ctx.stdin_fd, ctx.output_fd,
+                                           /*directory=*/-1, /*own_group=*/false);
   if (setup != 0) Fail(ctx, setup, "cannot set up the command's start");
   pid_t command = -1;
   const int spawned =

@@ -59,4 +59,27 @@ ssize_t ReadFull(int fd, void* data, size_t size) {
   return static_cast<ssize_t>(done);
 }
 
+int PrepareSpawn(posix_spawn_file_actions_t* actions, posix_spawnattr_t* attributes, int stdin_fd,
+                 int output_fd, int directory, bool own_group) {
+  posix_spawn_file_actions_init(actions);
+  posix_spawnattr_init(attributes);
+  sigset_t none;
+  sigset_t every;
+  sigemptyset(&none);
+  sigfillset(&every);
+  int setup = posix_spawn_file_actions_adddup2(actions, stdin_fd, 0);
+  if (setup == 0) setup = posix_spawn_file_actions_adddup2(actions, output_fd, 1);
+  if (setup == 0) setup = posix_spawn_file_actions_adddup2(actions, output_fd, 2);
+  if (setup == 0 && directory >= 0) {
+    setup = posix_spawn_file_actions_addfchdir_np(actions, directory);
+  }
+  const short flags = static_cast<short>(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                         (own_group ? POSIX_SPAWN_SETPGROUP : 0));
+  if (setup == 0) setup = posix_spawnattr_setflags(attributes, flags);
+  if (setup == 0 && own_group) setup = posix_spawnattr_setpgroup(attributes, 0);
+  if (setup == 0) setup = posix_spawnattr_setsigmask(attributes, &none);
+  if (setup == 0) setup = posix_spawnattr_setsigdefault(attributes, &every);
+  return setup;
+}
+
 }  // namespace ql::exec::internal

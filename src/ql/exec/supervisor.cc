@@ -341,23 +341,8 @@ bool Supervisor::Spawn() {
   }
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attributes;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attributes);
-  sigset_t none;
-  sigset_t every;
-  sigemptyset(&none);
-  sigfillset(&every);
-  int setup = posix_spawn_file_actions_adddup2(&actions, devnull, 0);
-  if (setup == 0) setup = posix_spawn_file_actions_adddup2(&actions, output[1], 1);
-  if (setup == 0) setup = posix_spawn_file_actions_adddup2(&actions, output[1], 2);
-  if (setup == 0) setup = posix_spawn_file_actions_addfchdir_np(&actions, directory);
-  if (setup == 0) {
-    setup = posix_spawnattr_setflags(
-        &attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  }
-  if (setup == 0) setup = posix_spawnattr_setpgroup(&attributes, 0);
-  if (setup == 0) setup = posix_spawnattr_setsigmask(&attributes, &none);
-  if (setup == 0) setup = posix_spawnattr_setsigdefault(&attributes, &every);
+  const int setup = internal::PrepareSpawn(&actions, &attributes, devnull, output[1], directory,
+                                           /*own_group=*/true);
 
   outcome_.started_at_ms = clock_.NowMs();
   const Confinement& confinement = spec_.confinement;
