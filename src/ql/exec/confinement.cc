@@ -159,9 +159,9 @@ unsigned long KeptFlags(const std::string& path) {
   return flags;
 }
 
-// Every mount the child sees becomes read-only and nosuid (in this mount namespace only).
-void ReadOnlyEverything(const ChildContext& ctx) {
-  for (const std::string& point : MountPoints()) {
+// Every mount in `points` becomes read-only and nosuid (in this mount namespace only).
+void ReadOnlyEverything(const ChildContext& ctx, const std::vector<std::string>& points) {
+  for (const std::string& point : points) {
     const unsigned long flags = KeptFlags(point) | MS_RDONLY | MS_NOSUID;
     if (mount(nullptr, point.c_str(), nullptr, MS_REMOUNT | MS_BIND | flags, nullptr) == 0) {
       continue;
@@ -268,7 +268,6 @@ void SetUpFileSystem(const ChildContext& ctx, std::string& working_directory) {
   // What a command may write is decided on resolved paths, before anything is covered: a link
   // (planted by an earlier command, say) cannot lead a bind into what is hidden.
   std::vector<Writable> writable;
-  bool working_directory_bound = false;
   if (!ctx.probe) {
     const int wd = open(ctx.directory, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (wd < 0) Fail(ctx, errno, std::string("cannot change to working directory ") + ctx.directory);
@@ -285,7 +284,6 @@ void SetUpFileSystem(const ChildContext& ctx, std::string& working_directory) {
     }
     if (own || st.st_uid == c.uid) {
       writable.push_back({wd, working_directory});
-      working_directory_bound = true;
     } else {
       close(wd);
       for (const char* tmp : kPrivate) {
@@ -324,7 +322,7 @@ void SetUpFileSystem(const ChildContext& ctx, std::string& working_directory) {
     }
   }
 
-  ReadOnlyEverything(ctx);
+  ReadOnlyEverything(ctx, points);
 
   // Directories covered by a tmpfs of ours: mount points for what is bound back are made in
   // them. The private /tmp stays writable; the other covers become read-only at the end.
@@ -385,7 +383,6 @@ void SetUpFileSystem(const ChildContext& ctx, std::string& working_directory) {
       mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
     Fail(ctx, errno, "cannot mount /sys");
   }
-  (void)working_directory_bound;
 }
 
 void LoopbackUp(const ChildContext& ctx) {
@@ -966,10 +963,6 @@ std::string TrySetUp(const Confinement& c) {
   return why;
 }
 
-bool IsCgroupFs(const std::string& dir, const std::string& file) {
-  return Exists(dir + "/" + file);
-}
-
 // Prepares the parent cgroup(s) as root; returns the plan or why none.
 CgroupPlan PlanCgroups(const IsolationOptions& options, std::string& why) {
   CgroupPlan plan;
@@ -1011,8 +1004,7 @@ CgroupPlan PlanCgroups(const IsolationOptions& options, std::string& why) {
     if (probe_plan(candidate)) return candidate;
   }
   // v1 hierarchies (still what some hosts mount).
-  if (IsCgroupFs(root + "/memory", "memory.limit_in_bytes") &&
-      IsCgroupFs(root + "/pids", "cgroup.procs")) {
+  if (Exists(root + "/memory/memory.limit_in_bytes") && Exists(root + "/pids/cgroup.procs")) {
     CgroupPlan candidate;
     candidate.version = 1;
     candidate.memory = root + "/memory/" + options.cgroup_name;

@@ -121,12 +121,9 @@ class ProjectUids {
   // `invalid_uid_range` when the range is empty, includes 0 or exceeds 2^31 - 2.
   static Result<ProjectUids> Open(std::string file, uint32_t first, uint32_t last);
   // Returns the project's uid, assigning the lowest free one on first use. Errors: Internal
-  // `uid_store_io` (the file), ResourceExhausted-like Conflict `uid_range_exhausted`,
+  // `uid_store_io` (the file), Conflict `uid_range_exhausted`,
   // InvalidArgument `invalid_project_id` (not one plain token).
   Result<uint32_t> UidOf(const std::string& project_id);
-
-  uint32_t first() const { return first_; }
-  uint32_t last() const { return last_; }
 
  private:
   ProjectUids(std::string file, uint32_t first, uint32_t last)

@@ -422,7 +422,10 @@ int Supervisor::SpawnConfined(const std::string& executable, char* const argv[],
   if (!started.ok()) {
     if (cgroup_) cgroup_->Remove();
     SpawnFailed(started.status().message());
-    outcome_.error_code = started.status().reason();
+    // Only the confinement's own codes: the worker protocol carries no other on a spawn failure.
+    outcome_.error_code = started.status().reason() == "cgroup_setup_failed"
+                              ? "cgroup_setup_failed"
+                              : "confinement_failed";
     return -1;
   }
   // The child answers once the command runs ("X") or could not be started ("E errno what").
