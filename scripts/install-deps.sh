@@ -4,7 +4,7 @@
 set -eu
 
 PACKAGES="build-essential cmake pkg-config ca-certificates tzdata procps curl \
-  libabsl-dev nlohmann-json3-dev libcli11-dev \
+  libabsl-dev nlohmann-json3-dev libcli11-dev libboost1.81-dev \
   libsqlite3-dev libmd-dev libpq-dev libsodium-dev libssl-dev openssl \
   libgtest-dev libgmock-dev libbenchmark-dev \
   postgresql-15 postgresql-client-15 \

@@ -94,7 +94,37 @@ CliResult<ServerAddress> ParseServerUrl(std::string_view url) {
   return std::move(parsed).value();
 }
 
-CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvLookup& env) {
+std::string CredentialsPath(const EnvLookup& env) {
+  std::optional<std::string> config = env("XDG_CONFIG_HOME");
+  if (config && !config->empty()) return JoinPath(JoinPath(*config, "qinglong"), "credentials.json");
+  std::optional<std::string> home = env("HOME");
+  if (home && !home->empty()) {
+    return JoinPath(JoinPath(JoinPath(*home, ".config"), "qinglong"), "credentials.json");
+  }
+  return std::string();
+}
+
+std::optional<SavedCredentials> LoadCredentials(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  std::string text;
+  std::string why;
+  if (ReadSmallFile(path, text, why) != ReadOutcome::kOk) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("server") || !j["server"].is_string() ||
+      !j.contains("token") || !j["token"].is_string()) {
+    return std::nullopt;
+  }
+  SavedCredentials out;
+  out.server = j["server"].get<std::string>();
+  out.token = j["token"].get<std::string>();
+  out.principal = j.value("principal", "");
+  out.expires_at = j.value("expires_at", "");
+  out.ca_file = j.value("ca_file", "");
+  return out;
+}
+
+CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvLookup& env,
+                                        bool token_required) {
   const auto non_empty_env = [&](const std::string& name) -> std::optional<std::string> {
     std::optional<std::string> value = env(name);
     if (value && value->empty()) return std::nullopt;
@@ -102,13 +132,20 @@ CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvL
   };
   std::string data_dir = "./data";
   std::string data_source = "the default ./data";
+  bool explicit_data = true;
   if (options.data_dir) {
     data_dir = *options.data_dir;
     data_source = "--data";
   } else if (std::optional<std::string> dir = non_empty_env("QL_DATA_DIR")) {
     data_dir = *dir;
     data_source = "QL_DATA_DIR";
+  } else {
+    explicit_data = false;
   }
+  // What `ql login` kept, unless a data directory was named.
+  const std::string credentials_file = CredentialsPath(env);
+  const std::optional<SavedCredentials> saved =
+      explicit_data ? std::nullopt : LoadCredentials(credentials_file);
 
   Connection connection;
   std::string server_url;
@@ -118,6 +155,9 @@ CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvL
   } else if (std::optional<std::string> url = non_empty_env("QL_SERVER")) {
     server_url = *url;
     connection.server_source = "QL_SERVER";
+  } else if (saved.has_value()) {
+    server_url = saved->server;
+    connection.server_source = credentials_file;
   } else {
     const std::string file = JoinPath(data_dir, "server.json");
     std::string text;
@@ -162,6 +202,9 @@ CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvL
     return non_empty_env(name).value_or("");
   };
   connection.tls.ca_file = flag_or_env(options.ca_file, "QL_CA_FILE");
+  if (connection.tls.ca_file.empty() && saved.has_value() && saved->server == server_url) {
+    connection.tls.ca_file = saved->ca_file;
+  }
   connection.tls.cert_file = flag_or_env(options.client_cert, "QL_CLIENT_CERT");
   connection.tls.key_file = flag_or_env(options.client_key, "QL_CLIENT_KEY");
   if (connection.tls.cert_file.empty() != connection.tls.key_file.empty()) {
@@ -175,6 +218,12 @@ CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvL
   } else if (std::optional<std::string> token = non_empty_env("QL_TOKEN")) {
     connection.token = *token;
     connection.token_source = "QL_TOKEN";
+  } else if (saved.has_value() && ParseServerUrl(saved->server).ok() &&
+             ParseServerUrl(saved->server)->url == connection.server.url) {
+    connection.token = saved->token;
+    connection.token_source = credentials_file + " (ql login)";
+  } else if (!token_required) {
+    connection.token_source = "none";
   } else {
     const std::string file = JoinPath(data_dir, "owner.token");
     std::string text;
@@ -195,7 +244,8 @@ CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvL
     connection.token = text.substr(0, end);
     connection.token_source = file;
   }
-  if (std::optional<CliError> bad = CheckToken(connection.token, connection.token_source)) {
+  if (std::optional<CliError> bad = CheckToken(connection.token, connection.token_source);
+      bad && (token_required || !connection.token.empty())) {
     return *bad;
   }
   if (options.project) {
@@ -206,21 +256,7 @@ CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvL
   return connection;
 }
 
-std::string UrlEncode(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 0xF];
-    }
-  }
-  return out;
-}
+std::string UrlEncode(std::string_view text) { return PercentEncode(text); }
 
 std::string WithQuery(std::string path,
                       const std::vector<std::pair<std::string, std::string>>& params) {
@@ -279,7 +315,7 @@ ApiClient::ApiClient(Connection connection)
   http_->set_read_timeout(kReadTimeoutS, 0);
   http_->set_write_timeout(kReadTimeoutS, 0);
   http_->set_keep_alive(true);
-  http_->set_bearer_token_auth(connection_.token);
+  if (!connection_.token.empty()) http_->set_bearer_token_auth(connection_.token);
   http_->set_default_headers({{"User-Agent", kUserAgent}, {"Accept", "application/json"}});
 }
 
@@ -493,6 +529,15 @@ CliResult<ApiClient*> CommandContext::Api() {
     api_ = std::make_unique<ApiClient>(std::move(connection).value());
   }
   return api_.get();
+}
+
+CliResult<ApiClient*> CommandContext::ApiWithoutToken() {
+  if (!api_without_token_) {
+    CliResult<Connection> connection = ResolveConnection(options_, env_, false);
+    if (!connection.ok()) return connection.error();
+    api_without_token_ = std::make_unique<ApiClient>(std::move(connection).value());
+  }
+  return api_without_token_.get();
 }
 
 int CommandContext::Fail(const CliError& error) {

@@ -137,7 +137,27 @@ struct Connection {
 // token_invalid for an empty token or one with whitespace or control bytes. The TLS files
 // come from --ca-file / --client-cert / --client-key, else QL_CA_FILE / QL_CLIENT_CERT /
 // QL_CLIENT_KEY.
-CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvLookup& env);
+// When no data directory is named (--data, QL_DATA_DIR), the server, CA file and token that
+// `ql login` kept (CredentialsPath) come before ./data; its token is used only for its server.
+// With `token_required` false a missing token is not an error (the token is then empty).
+CliResult<Connection> ResolveConnection(const GlobalOptions& options, const EnvLookup& env,
+                                        bool token_required = true);
+
+// What `ql login` keeps (0600): the server, the session token, who signed in, until when, and
+// the CA file the server was verified with.
+struct SavedCredentials {
+  std::string server;
+  std::string token;
+  std::string principal;
+  std::string expires_at;
+  std::string ca_file;
+};
+
+// $XDG_CONFIG_HOME/qinglong/credentials.json, else $HOME/.config/qinglong/credentials.json;
+// "" when neither variable is set.
+std::string CredentialsPath(const EnvLookup& env);
+// The credentials kept at `path`, or nullopt when there are none (or they are unreadable).
+std::optional<SavedCredentials> LoadCredentials(const std::string& path);
 
 // Returns `text` percent-encoded for use as one path segment or query value (RFC 3986
 // unreserved characters are kept).
@@ -235,6 +255,9 @@ class CommandContext {
 
   // Returns the client, resolving the connection on the first call.
   CliResult<ApiClient*> Api();
+  // Returns a client whose token may be missing (signing in), resolved on the first call.
+  CliResult<ApiClient*> ApiWithoutToken();
+  const EnvLookup& env() const { return env_; }
 
   const GlobalOptions& options() const { return options_; }
   bool json() const { return options_.json; }
@@ -251,6 +274,7 @@ class CommandContext {
   std::ostream& out_;
   std::ostream& err_;
   std::unique_ptr<ApiClient> api_;
+  std::unique_ptr<ApiClient> api_without_token_;
 };
 
 // Returns the line that reports a failure: "error: <reason>: <message>", or with `json` the

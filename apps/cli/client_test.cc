@@ -97,6 +97,33 @@ TEST(ResolveConnectionTest, ReadsServerFileAndOwnerTokenFromTheDataDirectory) {
   EXPECT_EQ(c->token_source, dir.path() + "/owner.token");
 }
 
+TEST(ResolveConnectionTest, TheSessionOfQlLoginComesBeforeTheDefaultDataDirectory) {
+  TempDir home;
+  std::filesystem::create_directories(home.path() + "/.config/qinglong");
+  home.Write(".config/qinglong/credentials.json",
+             R"({"server":"http://127.0.0.1:5722","token":"qls_abc","principal":"alice"})");
+  CliResult<Connection> c = ResolveConnection({}, FakeEnv({{"HOME", home.path()}}));
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_EQ(c->server.port, 5722);
+  EXPECT_EQ(c->token, "qls_abc");
+  EXPECT_EQ(c->server_source, home.path() + "/.config/qinglong/credentials.json");
+  // The kept token goes only to the server it was made for.
+  GlobalOptions other;
+  other.server = "http://127.0.0.1:5799";
+  CliResult<Connection> elsewhere =
+      ResolveConnection(other, FakeEnv({{"HOME", home.path()}}));
+  ASSERT_FALSE(elsewhere.ok());
+  EXPECT_EQ(elsewhere.error().reason(), "token_not_found");
+  // A named data directory wins over it.
+  TempDir data;
+  data.Write("server.json", R"({"server":"http://127.0.0.1:5711","pid":42})");
+  data.Write("owner.token", "owner-token\n");
+  CliResult<Connection> local = ResolveConnection(
+      {}, FakeEnv({{"HOME", home.path()}, {"QL_DATA_DIR", data.path()}}));
+  ASSERT_TRUE(local.ok()) << local.error().message();
+  EXPECT_EQ(local->token, "owner-token");
+}
+
 TEST(ResolveConnectionTest, DataDirectoryComesFromQlDataDirWhenNoFlag) {
   TempDir dir;
   dir.Write("server.json", R"({"server":"http://127.0.0.1:5712"})");

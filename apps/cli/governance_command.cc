@@ -7,6 +7,7 @@
 #include "client.h"
 #include "output.h"
 #include "retention_command.h"
+#include "session_command.h"
 
 namespace ql::cli {
 namespace {
@@ -84,6 +85,16 @@ void AddWhoami(CLI::App& app) {
                                          JsonText(principal, "kind") + ", " +
                                          JsonText(principal, "status") + ")"});
           table.AddRow({"id", JsonText(principal, "id")});
+          // How the caller signed in: a session (ql login, the panel) or an API token.
+          const json session = w.value("session", json::object());
+          const std::string expires = JsonText(session, "expires_at");
+          table.AddRow({"signed in with",
+                        (JsonText(session, "kind") == "session"
+                             ? "a session (" + JsonText(session, "label") + ")"
+                             : std::string("an API token")) +
+                            (expires.empty() || expires == "null" ? ", no expiry"
+                                                                  : ", until " + expires) +
+                            " from " + context.Api().value()->connection().token_source});
           table.AddRow({"installation role", JsonText(w, "installation_role")});
           for (const json& p : w.value("projects", json::array())) {
             table.AddRow({"project " + JsonText(p, "slug"), JsonText(p, "role")});
@@ -95,7 +106,7 @@ void AddWhoami(CLI::App& app) {
   });
 }
 
-void AddPrincipal(CLI::App& app) {
+CLI::App* AddPrincipal(CLI::App& app) {
   CLI::App* principal = app.add_subcommand("principal", "Add, list, disable principals");
   principal->require_subcommand(1);
   principal->fallthrough();
@@ -157,6 +168,7 @@ void AddPrincipal(CLI::App& app) {
       });
     });
   }
+  return principal;
 }
 
 void AddToken(CLI::App& app) {
@@ -411,7 +423,8 @@ void AddAudit(CLI::App& app) {
 void RegisterGovernanceCommands(CLI::App& app) {
   AddGlobalOptions(app);
   AddWhoami(app);
-  AddPrincipal(app);
+  CLI::App* principal = AddPrincipal(app);
+  RegisterSessionCommands(app, *principal);
   AddToken(app);
   AddProject(app);
   AddRole(app);

@@ -22,6 +22,7 @@
 #include "ql/engine/cluster_scheduler.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/sign_in_service.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
 #include "ql/engine/secret_service.h"
@@ -33,6 +34,7 @@
 #include "ql/http/worker_api_server.h"
 #include "ql/panel/embedded_panel.h"
 #include "ql/secrets/store_sealer.h"
+#include "ql/secrets/password_hasher.h"
 #include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_cluster_recovery.h"
 #include "ql/storage/postgres/pg_cluster_schedules.h"
@@ -382,6 +384,10 @@ int Serve(const ServeConfig& config) {
   api_options.panel = &panel;
   SecretService secret_service(*store, control.governance(), sealer.get(), clock);
   api_options.secrets = &secret_service;
+  // People sign in with a password (Argon2id); the session is a token like any other.
+  SodiumPasswordHasher password_hasher;
+  SignInService sign_in(control.governance(), password_hasher, clock, random);
+  api_options.sign_in = &sign_in;
   api_options.version = kProjectVersion;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {

@@ -31,6 +31,7 @@
 #include "ql/engine/local_scheduler.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/sign_in_service.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
 #include "ql/engine/token_authenticator.h"
@@ -42,6 +43,7 @@
 #include "ql/http/panel_assets.h"
 #include "ql/panel/embedded_panel.h"
 #include "ql/secrets/file_key_provider.h"
+#include "ql/secrets/password_hasher.h"
 #include "ql/secrets/secret_bytes.h"
 #include "ql/secrets/store_sealer.h"
 #include "ql/storage/sqlite/sqlite_store.h"
@@ -353,6 +355,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   const PanelAssets panel(EmbeddedPanelFiles());
   api_options.panel = &panel;
   api_options.secrets = &secret_service;
+  // People sign in with a password (Argon2id); the session is a token like any other.
+  SodiumPasswordHasher password_hasher;
+  SignInService sign_in(control.governance(), password_hasher, clock, random);
+  api_options.sign_in = &sign_in;
   api_options.version = kProjectVersion;
   api_options.isolation_level = isolation_report.level;
   api_options.isolation_detail = isolation_report.Summary();

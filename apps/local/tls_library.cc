@@ -1,7 +1,7 @@
 // ql-local maps OpenSSL only when it serves TLS. The OpenSSL functions its listener calls are
 // defined here as forwarders to libssl.so.3, which is opened on first use; the executable is
 // linked with --as-needed, so it has no NEEDED entry for libssl or libcrypto and an edge daemon
-// on plain loopback HTTP never maps them (about 1.7 MiB of RSS). transport::NewServer calls
+// on plain loopback HTTP never maps them (about 1.7 MiB of RSS). http::HttpServer::Create calls
 // ql_load_tls_library before it builds a TLS listener, so a missing library is a clear start-up
 // error rather than a failure inside a handshake. The check ql_local_maps_tls_only_when_serving
 // fails when the listener starts calling an OpenSSL function not forwarded here (the linker then
@@ -9,6 +9,7 @@
 
 #include <dlfcn.h>
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include <cstdint>
@@ -86,8 +87,29 @@ QL_TLS_FORWARD(void, SSL_set_bio, (SSL * ssl, BIO* rbio, BIO* wbio), (ssl, rbio,
 QL_TLS_FORWARD(int, SSL_accept, (SSL * ssl), (ssl))
 QL_TLS_FORWARD(int, SSL_read, (SSL * ssl, void* buf, int num), (ssl, buf, num))
 QL_TLS_FORWARD(int, SSL_write, (SSL * ssl, const void* buf, int num), (ssl, buf, num))
-QL_TLS_FORWARD(int, SSL_pending, (const SSL* ssl), (ssl))
 QL_TLS_FORWARD(int, SSL_get_error, (const SSL* ssl, int ret), (ssl, ret))
 QL_TLS_FORWARD(int, SSL_shutdown, (SSL * ssl), (ssl))
-QL_TLS_FORWARD(BIO*, BIO_new_socket, (int sock, int close_flag), (sock, close_flag))
 QL_TLS_FORWARD(long, BIO_ctrl, (BIO * bio, int cmd, long larg, void* parg), (bio, cmd, larg, parg))
+// Asio's TLS stream (memory BIO pair, error strings, per-context and per-connection data).
+QL_TLS_FORWARD(const SSL_METHOD*, TLS_method, (void), ())
+QL_TLS_FORWARD(const SSL_METHOD*, TLS_client_method, (void), ())
+QL_TLS_FORWARD(int, SSL_connect, (SSL * ssl), (ssl))
+QL_TLS_FORWARD(int, SSL_get_shutdown, (const SSL* ssl), (ssl))
+QL_TLS_FORWARD(void*, SSL_get_ex_data, (const SSL* ssl, int idx), (ssl, idx))
+QL_TLS_FORWARD(int, SSL_set_ex_data, (SSL * ssl, int idx, void* data), (ssl, idx, data))
+QL_TLS_FORWARD(void*, SSL_CTX_get_ex_data, (const SSL_CTX* ctx, int idx), (ctx, idx))
+QL_TLS_FORWARD(int, SSL_CTX_set_ex_data, (SSL_CTX * ctx, int idx, void* data), (ctx, idx, data))
+QL_TLS_FORWARD(SSL_verify_cb, SSL_CTX_get_verify_callback, (const SSL_CTX* ctx), (ctx))
+QL_TLS_FORWARD(void*, SSL_CTX_get_default_passwd_cb_userdata, (SSL_CTX * ctx), (ctx))
+QL_TLS_FORWARD(void, SSL_CTX_set_default_passwd_cb_userdata, (SSL_CTX * ctx, void* data),
+               (ctx, data))
+QL_TLS_FORWARD(int, BIO_new_bio_pair, (BIO * *bio1, size_t size1, BIO** bio2, size_t size2),
+               (bio1, size1, bio2, size2))
+QL_TLS_FORWARD(int, BIO_free, (BIO * bio), (bio))
+QL_TLS_FORWARD(int, BIO_read, (BIO * bio, void* data, int length), (bio, data, length))
+QL_TLS_FORWARD(int, BIO_write, (BIO * bio, const void* data, int length), (bio, data, length))
+QL_TLS_FORWARD(size_t, BIO_ctrl_pending, (BIO * bio), (bio))
+QL_TLS_FORWARD(void, ERR_clear_error, (void), ())
+QL_TLS_FORWARD(unsigned long, ERR_get_error, (void), ())
+QL_TLS_FORWARD(const char*, ERR_lib_error_string, (unsigned long error), (error))
+QL_TLS_FORWARD(const char*, ERR_reason_error_string, (unsigned long error), (error))

@@ -647,9 +647,70 @@ def resolve_recovery(server, panel):
     check(resolved["status"] == "succeeded", f"the run is {resolved['status']} after resolving")
 
 
+def password_sign_in(server, panel):
+    """A person signs in with a name and password: the session lives in an HttpOnly cookie that a
+    new tab picks up, a write carries the CSRF token, signing out ends it, and a principal
+    disabled by an admin is thrown out within the 2 s bound."""
+    principal_with_role(server, "pat", "operator")
+    api(server, "POST", "/api/v1/principals/pat/password", {"new_password": "pat's long passphrase"})
+    panel.go("/")
+    panel.one("#signin-name")
+    panel.fill("#signin-name", "pat")
+    panel.fill("#signin-password", "not pat's password").send_keys(Keys.ENTER)
+    panel.wait_text("#signin-form [role=alert]", "sign_in_failed")
+    panel.fill("#signin-password", "pat's long passphrase").send_keys(Keys.ENTER)
+    panel.wait_text("#identity", "operator")
+    check(panel.driver.execute_script("return sessionStorage.getItem('ql.token')") is None,
+          "a password sign-in left a token in sessionStorage")
+    check("ql_session" not in panel.driver.execute_script("return document.cookie"),
+          "the session cookie is readable by the page's script (not HttpOnly)")
+    cookie = panel.driver.get_cookie("ql_session")
+    check(cookie is not None and cookie.get("httpOnly") and cookie.get("sameSite") == "Strict",
+          f"the session cookie is {cookie!r}")
+    panel.shoot("signed-in-with-password")
+    # A write through the cookie session (a run started from the panel's API helper) works.
+    ok = panel.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch('/api/v1/tokens', {method: 'POST', credentials: 'same-origin',
+                                 headers: {'Content-Type': 'application/json',
+                                           'X-QL-CSRF': sessionStorage.getItem('ql.csrf')},
+                                 body: '{}'}).then(r => done(r.status));""")
+    check(ok == 201, f"a cookie-session write with its CSRF token answered {ok}")
+    forged = panel.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch('/api/v1/tokens', {method: 'POST', credentials: 'same-origin',
+                                 headers: {'Content-Type': 'application/json'}, body: '{}'})
+            .then(r => done(r.status));""")
+    check(forged == 403, f"a cookie-session write without the CSRF token answered {forged}")
+    # A new tab is signed in already.
+    first = panel.driver.current_window_handle
+    panel.driver.switch_to.new_window("tab")
+    panel.go("/")
+    panel.wait_text("#identity", "operator")
+    panel.driver.close()
+    panel.driver.switch_to.window(first)
+    # Disabled by an admin: out within the 2 s bound.
+    api(server, "POST", "/api/v1/principals/pat/disable", {})
+    time.sleep(2.2)
+    panel.go("/tasks?project=default")
+    panel.one("#signin-name")
+    api(server, "POST", "/api/v1/principals/pat/enable", {})
+    # Sign in again and out: the cookie session ends on the server too.
+    panel.fill("#signin-name", "pat")
+    panel.fill("#signin-password", "pat's long passphrase").send_keys(Keys.ENTER)
+    panel.wait_text("#identity", "operator")
+    session_cookie = panel.driver.get_cookie("ql_session")["value"]
+    panel.one("#signout").click()
+    panel.one("#signin-name")
+    time.sleep(2.2)  # past the server's authentication cache
+    status, _, _ = http(server.url + "/api/v1/whoami", token=session_cookie)
+    check(status == 401, f"the signed-out session still answers {status}")
+
+
 def scenario(server, panel):
     check_headers(server)
     base = server.url
+    password_sign_in(server, panel)
 
     # Sign in: a wrong token shows the server's refusal; the owner's signs in.
     panel.go("/")

@@ -80,6 +80,36 @@ struct TokenRecord {
   std::optional<int64_t> expires_at_ms;
   std::optional<int64_t> revoked_at_ms;
   std::optional<int64_t> last_used_at_ms;
+  // kTokenApi (made by a principal or an admin for programs) or kTokenSession (made by a
+  // sign-in: the panel's cookie or the token `ql login` keeps).
+  std::string kind = std::string("api");
+  // A session also ends once it has not been used for this long (its last use is recorded at
+  // most once a minute).
+  std::optional<int64_t> idle_timeout_ms;
+  // What made it, for people: "panel from 10.0.0.7", "ql login from ...".
+  std::string label;
+};
+
+inline constexpr std::string_view kTokenApi = "api";
+inline constexpr std::string_view kTokenSession = "session";
+
+// A principal's password: only its Argon2id hash (libsodium's encoded string, which carries the
+// parameters it was made with), whether the next sign-in must choose a new one, and the failed
+// attempts since the last success (past a bound the account is locked for a while).
+struct PasswordRecord {
+  std::string principal_id;
+  std::string hash;
+  bool must_change = false;
+  int64_t set_at_ms = 0;
+  int64_t failed_attempts = 0;
+  std::optional<int64_t> locked_until_ms;
+  // The second factor (RFC 6238 TOTP): base32 secret ("" none), confirmed or still pending,
+  // the last 30-second step a code was accepted for, and the SHA-256 hex digests of the unused
+  // recovery codes, space-separated.
+  std::string totp_secret;
+  bool totp_enabled = false;
+  int64_t totp_last_step = 0;
+  std::string recovery_digests;
 };
 
 // One version of the binding of `subject_id` in `scope`; the current binding is the highest

@@ -103,6 +103,51 @@ struct BootstrapResult {
   bool token_added = false;   // the token's digest was new and now belongs to the principal
 };
 
+// Sets a principal's password (its Argon2id hash, made by the caller).
+struct SetPasswordCommand {
+  Actor actor;
+  std::string principal_id;
+  std::string hash;
+  bool must_change = false;
+  // The session the actor changes its own password from stays; every other session of the
+  // principal ends.
+  std::string keep_token_id;
+  // An admin's reset for a lost device: the second factor and its recovery codes go too.
+  bool clear_second_factor = false;
+  int64_t now_ms = 0;
+};
+
+// Sets a principal's own second factor (enrolment, confirmation, removal).
+struct SetSecondFactorCommand {
+  Actor actor;
+  std::string principal_id;
+  std::string totp_secret;  // base32; "" removes the second factor
+  bool totp_enabled = false;
+  int64_t totp_last_step = 0;
+  std::string recovery_digests;
+  std::string audit_action;  // totp.enrol | totp.enable | totp.disable
+  int64_t now_ms = 0;
+};
+
+// The outcome of one sign-in attempt whose password the caller has checked.
+struct SignInCommand {
+  std::string principal_id;
+  bool password_ok = false;
+  // When password_ok: the session to create (id, expiry, idle timeout, label) and its digest.
+  TokenRecord session;
+  std::string session_digest;
+  // Failed attempts in a row that lock the account, and for how long.
+  int64_t lock_after = 10;
+  int64_t lock_ms = 15 * 60 * 1000;
+  // For an account with a confirmed second factor, what the caller checked besides the
+  // password: the step of a valid TOTP code (accepted only past the last one used), or the
+  // digest of a recovery code (accepted once). Neither: the sign-in fails.
+  std::optional<int64_t> totp_step;
+  std::optional<std::string> recovery_digest;
+  std::string request_id;
+  int64_t now_ms = 0;
+};
+
 class GovernanceRepository {
  public:
   virtual ~GovernanceRepository() = default;
@@ -174,6 +219,22 @@ class GovernanceRepository {
   // adds the token when its digest is new (a restart of ql-local); otherwise Conflict
   // `already_bootstrapped` with nothing written. Audited as actor-less facts.
   virtual Result<BootstrapResult> Bootstrap(const BootstrapCommand& cmd) = 0;
+
+  // The principal's password row, if it has one.
+  virtual Result<std::optional<PasswordRecord>> GetPassword(const std::string& principal_id) = 0;
+  // Sets a password: the principal itself, or an installation admin of at least its rank. Clears
+  // failed attempts and any lock, ends the principal's sessions but cmd.keep_token_id, audited
+  // `password.set`. Conflict `principal_disabled` for a disabled principal.
+  virtual Status SetPassword(const SetPasswordCommand& cmd) = 0;
+  // Records a sign-in attempt. A success (principal active, not locked) creates the session,
+  // clears failed attempts and is audited `auth.sign_in` ok; a failure counts an attempt, locks
+  // the account for cmd.lock_ms at cmd.lock_after in a row (audited `auth.lockout`), is audited
+  // `auth.sign_in` failed and returns PermissionDenied `sign_in_failed`. A locked or disabled
+  // principal fails the same way whatever the password.
+  virtual Result<TokenRecord> RecordSignIn(const SignInCommand& cmd) = 0;
+  // Sets the principal's own second factor (the principal itself only; it needs a password).
+  // Audited as cmd.audit_action. NotFound `password_not_set`.
+  virtual Status SetSecondFactor(const SetSecondFactorCommand& cmd) = 0;
 };
 
 }  // namespace ql

@@ -352,6 +352,11 @@ Result<Authentication> GovernanceStore::Authenticate(const std::string& token_di
         if (token->expires_at_ms.has_value() && *token->expires_at_ms <= now_ms) {
           return Conflict("token_expired", "token " + token->id + " has expired");
         }
+        if (token->idle_timeout_ms.has_value() &&
+            token->last_used_at_ms.value_or(token->created_at_ms) + *token->idle_timeout_ms <=
+                now_ms) {
+          return Conflict("token_expired", "session " + token->id + " ended after idling");
+        }
         QL_ASSIGN_OR_RETURN(PrincipalRecord principal, RequirePrincipal(tx, token->principal_id));
         if (principal.status != kPrincipalActive) {
           return Conflict("principal_disabled", "principal " + principal.name + " is disabled");
@@ -616,6 +621,172 @@ Result<BootstrapResult> GovernanceStore::Bootstrap(const BootstrapCommand& cmd) 
         return Status();
       }));
   return out;
+}
+
+Result<std::optional<PasswordRecord>> GovernanceStore::GetPassword(
+    const std::string& principal_id) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", principal_id));
+  std::optional<PasswordRecord> out;
+  // On the role that writes passwords: the runtime role never reads a hash.
+  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kWrite, "reading a password",
+                                 [&](GovernanceTx& tx) -> Status {
+                                   QL_ASSIGN_OR_RETURN(out, tx.LoadPassword(principal_id));
+                                   return Status();
+                                 }));
+  return out;
+}
+
+Status GovernanceStore::SetPassword(const SetPasswordCommand& cmd) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", cmd.principal_id));
+  QL_RETURN_IF_ERROR(RequireText("password hash", cmd.hash));
+  return runner_.Run(
+      GovernanceTxKind::kWrite, "setting a password", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
+        // A principal sets its own; anyone else's needs an installation admin of its rank.
+        const Role required = cmd.actor.principal_id == cmd.principal_id
+                                  ? Role::kNone
+                                  : RequiredRole(Action::kManageIdentity);
+        QL_ASSIGN_OR_RETURN(Role held,
+                            Authorize(tx, cmd.actor, std::string(kInstallationScope), required));
+        QL_RETURN_IF_ERROR(
+            RequireRankOver(tx, cmd.actor, held, cmd.principal_id, "setting the password of"));
+        QL_ASSIGN_OR_RETURN(PrincipalRecord principal, RequirePrincipal(tx, cmd.principal_id));
+        if (principal.status != kPrincipalActive) {
+          return Conflict("principal_disabled",
+                          "principal " + principal.name + " is disabled; enable it first");
+        }
+        QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> existing,
+                            tx.LoadPassword(cmd.principal_id));
+        PasswordRecord next;
+        if (existing.has_value() && !cmd.clear_second_factor) next = *existing;
+        next.principal_id = cmd.principal_id;
+        next.hash = cmd.hash;
+        next.must_change = cmd.must_change;
+        next.set_at_ms = cmd.now_ms;
+        next.failed_attempts = 0;
+        next.locked_until_ms.reset();
+        QL_RETURN_IF_ERROR(tx.UpsertPassword(next));
+        QL_RETURN_IF_ERROR(tx.RevokeSessionsOf(cmd.principal_id, cmd.keep_token_id, cmd.now_ms));
+        return tx.InsertAudit(
+            Fact(cmd.actor, "password.set", "principal", cmd.principal_id, {}, cmd.now_ms));
+      });
+}
+
+Result<TokenRecord> GovernanceStore::RecordSignIn(const SignInCommand& cmd) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", cmd.principal_id));
+  if (cmd.password_ok) {
+    QL_RETURN_IF_ERROR(ValidateId("session id", cmd.session.id));
+    QL_RETURN_IF_ERROR(RequireDigest("session digest", cmd.session_digest));
+  }
+  const Actor actor{cmd.principal_id, cmd.request_id};
+  TokenRecord out;
+  bool failed = false;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "recording a sign-in", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> principal,
+                            tx.LoadPrincipal(cmd.principal_id));
+        QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> password,
+                            tx.LoadPassword(cmd.principal_id));
+        if (!principal.has_value() || !password.has_value()) {
+          return NotFound("principal_not_found", "no password is set for this principal");
+        }
+        const bool locked =
+            password->locked_until_ms.has_value() && *password->locked_until_ms > cmd.now_ms;
+        const bool active = principal->status == kPrincipalActive;
+        // A confirmed second factor: a fresh TOTP step, or an unused recovery code.
+        bool second_ok = !password->totp_enabled;
+        if (password->totp_enabled && cmd.totp_step.has_value() &&
+            *cmd.totp_step > password->totp_last_step) {
+          second_ok = true;
+          password->totp_last_step = *cmd.totp_step;
+        }
+        if (password->totp_enabled && !second_ok && cmd.recovery_digest.has_value() &&
+            !cmd.recovery_digest->empty()) {
+          std::string kept;
+          size_t at = 0;
+          const std::string& list = password->recovery_digests;
+          while (at < list.size()) {
+            const size_t end = std::min(list.find(' ', at), list.size());
+            const std::string digest = list.substr(at, end - at);
+            if (!second_ok && digest == *cmd.recovery_digest) {
+              second_ok = true;
+            } else if (!digest.empty()) {
+              kept += (kept.empty() ? "" : " ") + digest;
+            }
+            at = end + 1;
+          }
+          password->recovery_digests = kept;
+        }
+        if (cmd.password_ok && second_ok && !locked && active) {
+          out = cmd.session;
+          out.principal_id = cmd.principal_id;
+          out.kind = std::string(kTokenSession);
+          out.created_at_ms = cmd.now_ms;
+          out.revoked_at_ms.reset();
+          out.last_used_at_ms.reset();
+          QL_RETURN_IF_ERROR(tx.InsertToken(out, cmd.session_digest));
+          password->failed_attempts = 0;
+          password->locked_until_ms.reset();
+          QL_RETURN_IF_ERROR(tx.UpsertPassword(*password));
+          return tx.InsertAudit(
+              Fact(actor, "auth.sign_in", "token", out.id, {}, cmd.now_ms));
+        }
+        failed = true;
+        // A wrong password or second factor counts; attempts against a locked or disabled
+        // account do not extend the lock.
+        if ((!cmd.password_ok || !second_ok) && !locked && active) {
+          password->failed_attempts += 1;
+          if (password->failed_attempts >= cmd.lock_after) {
+            password->locked_until_ms = cmd.now_ms + cmd.lock_ms;
+            password->failed_attempts = 0;
+            AuditRecord lockout =
+                Fact(actor, "auth.lockout", "principal", cmd.principal_id, {}, cmd.now_ms);
+            lockout.outcome = std::string(kAuditDenied);
+            lockout.code = "account_locked";
+            QL_RETURN_IF_ERROR(tx.InsertAudit(lockout));
+          }
+          QL_RETURN_IF_ERROR(tx.UpsertPassword(*password));
+        }
+        AuditRecord fact =
+            Fact(actor, "auth.sign_in", "principal", cmd.principal_id, {}, cmd.now_ms);
+        fact.outcome = std::string(kAuditFailed);
+        fact.code = locked ? "account_locked" : !active ? "principal_disabled" : "sign_in_failed";
+        return tx.InsertAudit(fact);
+      }));
+  if (failed) {
+    return PermissionDenied("sign_in_failed",
+                            "wrong name or password, or too many attempts; try again later");
+  }
+  return out;
+}
+
+Status GovernanceStore::SetSecondFactor(const SetSecondFactorCommand& cmd) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", cmd.principal_id));
+  QL_RETURN_IF_ERROR(RequireText("audit action", cmd.audit_action));
+  if (cmd.actor.principal_id != cmd.principal_id) {
+    return PermissionDenied("permission_denied",
+                            "a second factor is set by its own principal only");
+  }
+  return runner_.Run(
+      GovernanceTxKind::kWrite, "setting a second factor", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(PrincipalRecord principal, RequirePrincipal(tx, cmd.principal_id));
+        if (principal.status != kPrincipalActive) {
+          return Conflict("principal_disabled", "principal " + principal.name + " is disabled");
+        }
+        QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> password,
+                            tx.LoadPassword(cmd.principal_id));
+        if (!password.has_value()) {
+          return NotFound("password_not_set",
+                          "set a password first: a second factor guards a password sign-in");
+        }
+        password->totp_secret = cmd.totp_secret;
+        password->totp_enabled = cmd.totp_enabled && !cmd.totp_secret.empty();
+        password->totp_last_step = cmd.totp_last_step;
+        password->recovery_digests = cmd.recovery_digests;
+        QL_RETURN_IF_ERROR(tx.UpsertPassword(*password));
+        return tx.InsertAudit(
+            Fact(cmd.actor, cmd.audit_action, "principal", cmd.principal_id, {}, cmd.now_ms));
+      });
 }
 
 }  // namespace ql

@@ -51,6 +51,13 @@ class GovernanceTx {
   virtual Status InsertToken(const TokenRecord& token, const std::string& digest) = 0;
   virtual Status SetTokenRevoked(const std::string& id, int64_t now_ms) = 0;
   virtual Status SetTokenUsed(const std::string& id, int64_t now_ms) = 0;
+  // Revokes every live session of a principal but `except_token_id` (empty: all of them).
+  virtual Status RevokeSessionsOf(const std::string& principal_id,
+                                  const std::string& except_token_id, int64_t now_ms) = 0;
+
+  virtual Result<std::optional<PasswordRecord>> LoadPassword(const std::string& principal_id) = 0;
+  // Inserts or replaces the principal's password row.
+  virtual Status UpsertPassword(const PasswordRecord& password) = 0;
 
   virtual Result<std::optional<ProjectRecord>> LoadProject(const std::string& id) = 0;
   virtual Status InsertProject(const ProjectRecord& project) = 0;
@@ -127,6 +134,10 @@ class GovernanceStore final : public GovernanceRepository {
   Status AppendAudit(const AuditRecord& fact) override;
   Result<Page<AuditRecord>> ListAudit(const PageRequest& page) override;
   Result<BootstrapResult> Bootstrap(const BootstrapCommand& cmd) override;
+  Result<std::optional<PasswordRecord>> GetPassword(const std::string& principal_id) override;
+  Status SetPassword(const SetPasswordCommand& cmd) override;
+  Result<TokenRecord> RecordSignIn(const SignInCommand& cmd) override;
+  Status SetSecondFactor(const SetSecondFactorCommand& cmd) override;
 
  private:
   // An audit fact of a successful governance write by `actor`.

@@ -38,6 +38,10 @@ Result<HttpEndpoint> ParseHttpEndpoint(std::string_view url, std::string_view to
 // Returns true for "localhost", an IPv4 address in 127.0.0.0/8 and the IPv6 "::1".
 bool IsLoopbackHost(std::string_view host);
 
+// Returns `text` percent-encoded for one path segment or query value (RFC 3986 unreserved
+// characters are kept, every other byte becomes %XX).
+std::string PercentEncode(std::string_view text);
+
 // Refuses plain HTTP off loopback: a client connecting to, or a listener on, a non-loopback
 // `host` without TLS answers InvalidArgument `insecure_http_refused`, whose message names
 // `what` (e.g. "control plane address http://10.0.0.5:5801") and `allow_flag`, unless

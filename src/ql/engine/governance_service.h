@@ -34,6 +34,9 @@ struct Caller {
   // When the token the caller authenticated with expires (none: never). A token it mints never
   // outlives it.
   std::optional<int64_t> token_expires_at_ms = std::nullopt;
+  // The token the caller authenticated with, and its kind (api or session).
+  std::string token_id = std::string();
+  std::string token_kind = std::string();
 };
 
 struct MintedToken {

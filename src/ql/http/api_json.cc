@@ -104,7 +104,11 @@ json TokenJson(const TokenRecord& t) {
               {"created_at", TimeJson(t.created_at_ms)},
               {"expires_at", TimeJson(t.expires_at_ms)},
               {"revoked_at", TimeJson(t.revoked_at_ms)},
-              {"last_used_at", TimeJson(t.last_used_at_ms)}};
+              {"last_used_at", TimeJson(t.last_used_at_ms)},
+              {"kind", t.kind},
+              {"idle_timeout_ms",
+               t.idle_timeout_ms.has_value() ? json(*t.idle_timeout_ms) : json(nullptr)},
+              {"label", t.label}};
 }
 
 json BindingJson(const RoleBindingRecord& b) {

@@ -18,10 +18,9 @@
 #include "ql/core/states.h"
 #include "ql/core/timezone.h"
 #include "ql/http/api_json.h"
-#include "ql/http/httplib_config.h"
+#include "ql/http/http_server.h"
 #include "ql/http/process_metrics.h"
 #include "ql/http/retention_json.h"
-#include "ql/http/transport.h"
 
 namespace ql {
 namespace {
@@ -30,13 +29,8 @@ using nlohmann::json;
 
 // Longer bearer tokens are refused without hashing them.
 constexpr size_t kMaxBearerTokenBytes = 512;
-// An oversized body up to this many times the limit is read and thrown away so the client,
-// which is usually still sending, can read its 413; beyond it the connection is closed.
-constexpr size_t kDrainFactor = 4;
-// Headers a client may send; httplib adds four of its own (REMOTE_ADDR, REMOTE_PORT,
-// LOCAL_ADDR, LOCAL_PORT) to the same list.
+// Headers a client may send (more are answered 431 by the server).
 constexpr size_t kMaxClientHeaders = 100;
-constexpr size_t kServerAddedHeaders = 4;
 constexpr size_t kDefaultLogChunkBytes = 64 * 1024;
 constexpr int kDefaultEventLimit = 100;
 constexpr std::string_view kApiPrefix = "/api/v1";
@@ -77,6 +71,15 @@ enum class RouteId {
   kApprovalReject,
   kStatus,
   kWhoami,
+  kSignIn,
+  kSignOut,
+  kSessionsList,
+  kSessionRevoke,
+  kPasswordChange,
+  kPrincipalPassword,
+  kTotpEnrol,
+  kTotpConfirm,
+  kTotpDisable,
   kPrincipalsList,
   kPrincipalsCreate,
   kPrincipalGet,
@@ -118,6 +121,16 @@ constexpr RouteSpec kRoutes[] = {
     {"GET", "/readyz", RouteId::kReadyz, "readyz", "public"},
     {"GET", "/metrics", RouteId::kMetrics, "metrics", "public"},
     {"GET", "/api/v1/whoami", RouteId::kWhoami, "whoami", "authenticated"},
+    {"POST", "/api/v1/sign-in", RouteId::kSignIn, "sign_in", "public"},
+    {"POST", "/api/v1/sign-out", RouteId::kSignOut, "sign_out", "authenticated"},
+    {"GET", "/api/v1/sessions", RouteId::kSessionsList, "sessions.list", "self"},
+    {"POST", "/api/v1/sessions/{id}/revoke", RouteId::kSessionRevoke, "sessions.revoke", "self"},
+    {"POST", "/api/v1/password", RouteId::kPasswordChange, "password.change", "authenticated"},
+    {"POST", "/api/v1/principals/{id}/password", RouteId::kPrincipalPassword,
+     "principals.password", "installation_admin"},
+    {"POST", "/api/v1/totp/enrol", RouteId::kTotpEnrol, "totp.enrol", "authenticated"},
+    {"POST", "/api/v1/totp/confirm", RouteId::kTotpConfirm, "totp.confirm", "authenticated"},
+    {"POST", "/api/v1/totp/disable", RouteId::kTotpDisable, "totp.disable", "authenticated"},
     {"GET", "/api/v1/projects", RouteId::kProjectsList, "projects.list", "authenticated"},
     {"POST", "/api/v1/projects", RouteId::kProjectsCreate, "projects.create",
      "installation_admin"},
@@ -213,8 +226,14 @@ bool MatchPattern(std::string_view pattern, std::string_view path, std::string* 
     const std::string_view pseg = pattern.substr(0, pe);
     const std::string_view sseg = path.substr(0, se);
     if (pseg == "{id}") {
-      if (sseg.empty()) return false;
-      *id = std::string(sseg);
+      // The one segment that is decoded: an id or name, never empty, never a path of its own
+      // (an escaped '/' or a dot segment matches nothing).
+      std::optional<std::string> decoded = http::PercentDecode(sseg, false);
+      if (!decoded.has_value() || decoded->empty() || *decoded == "." || *decoded == ".." ||
+          decoded->find('/') != std::string::npos) {
+        return false;
+      }
+      *id = std::move(*decoded);
     } else if (pseg != sseg) {
       return false;
     }
@@ -251,17 +270,17 @@ bool IsApiPath(std::string_view path) {
           path[kApiPrefix.size()] == '/');
 }
 
-void SendJson(httplib::Response& res, int status, const json& body) {
+void SendJson(http::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  res.SetContent(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
-void SendError(httplib::Response& res, int status, std::string_view code,
+void SendError(http::Response& res, int status, std::string_view code,
                std::string_view message) {
   SendJson(res, status, api::ErrorJson(code, message));
 }
 
-void SendStatus(httplib::Response& res, const Status& status) {
+void SendStatus(http::Response& res, const Status& status) {
   const std::string code =
       status.reason().empty() ? std::string(StatusCodeName(status.code())) : status.reason();
   SendError(res, api::HttpStatusFor(status.code()), code, status.message());
@@ -282,7 +301,7 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 // rejected, integers must be plain decimal within range.
 class Query {
  public:
-  explicit Query(const httplib::Request& req) : req_(req) {}
+  explicit Query(const http::Request& req) : req_(req) {}
 
   Status Check(std::initializer_list<std::string_view> allowed) const {
     for (auto it = req_.params.begin(); it != req_.params.end(); ++it) {
@@ -356,23 +375,50 @@ class Query {
   }
 
  private:
-  const httplib::Request& req_;
+  const http::Request& req_;
 };
 
 const char* BoolHeader(bool value) { return value ? "true" : "false"; }
 
 }  // namespace
 
-// The identity of the request a thread serves: decided by PreRoute from the request line and
-// headers, before any body is read, and handed to the handler of that same request (httplib
-// serves a request on one thread from PreRoute to its handler). An /api/v1 request that reaches
-// its handler without one is refused; nothing on this side maps "no principal" to the system.
+// The identity of a request: decided by Admit from the request line and headers, before any
+// body is read, and carried by the request itself (Request::decision) to its handler. An
+// /api/v1 request that reaches its handler without one is refused; nothing on this side maps
+// "no principal" to the system.
 struct RequestIdentity {
   bool decided = false;
   Authentication who;
   std::string token_digest;
+  // Authenticated by the panel's session cookie (not an Authorization header): its writes need
+  // the session's CSRF token.
+  bool via_cookie = false;
 };
-thread_local RequestIdentity t_identity;
+
+// The panel's session cookie.
+constexpr std::string_view kSessionCookie = "ql_session";
+
+// The CSRF token of a session: derived from the session's token, which the page's script never
+// sees (the cookie is HttpOnly), so a cross-site page cannot compute it.
+std::string CsrfTokenOf(std::string_view session_token) {
+  return Sha256Hex(std::string("ql-csrf:") + std::string(session_token)).substr(0, 32);
+}
+
+// The value of cookie `name` in a Cookie header, or "".
+std::string CookieValue(const std::string& header, std::string_view name) {
+  size_t at = 0;
+  while (at < header.size()) {
+    while (at < header.size() && (header[at] == ' ' || header[at] == ';')) ++at;
+    const size_t end = std::min(header.find(';', at), header.size());
+    const std::string_view pair = std::string_view(header).substr(at, end - at);
+    const size_t eq = pair.find('=');
+    if (eq != std::string_view::npos && pair.substr(0, eq) == name) {
+      return std::string(pair.substr(eq + 1));
+    }
+    at = end + 1;
+  }
+  return std::string();
+}
 
 struct ApiServer::Impl {
   Impl(ControlService& service, Metrics& metrics, ApiServerOptions options)
@@ -381,8 +427,7 @@ struct ApiServer::Impl {
   ControlService& service;
   Metrics& metrics;
   ApiServerOptions options;
-  std::unique_ptr<httplib::Server> server;  // created by Start (plain or TLS)
-  std::thread listener;
+  std::unique_ptr<http::HttpServer> server;  // created by Start (plain or TLS)
   int port = 0;
   std::atomic<bool> started{false};
   std::atomic<bool> stopped{false};
@@ -390,38 +435,47 @@ struct ApiServer::Impl {
   std::atomic<bool> withdrawn{false};
   std::mutex readiness_mu;
   Status not_ready{Unavailable("not_ready", "the server is starting and not ready yet")};
-  std::atomic<int> in_flight{0};
   std::atomic<int> followers{0};
   std::mutex wake_mu;
   std::condition_variable wake_cv;  // wakes log followers on withdrawal
 
-  void Configure();
+  // The listener's limits and the calls it makes (admission, handling, metrics).
+  http::ServerLimits Limits() const;
+  http::ServerHandlers Handlers();
   // Answers with a panel file and its headers (the caller has checked method and body).
-  void ServePanelFile(const PanelFile& file, httplib::Response& res) const;
+  void ServePanelFile(const PanelFile& file, http::Response& res) const;
   // Returns the panel file served at `req`'s path, or nullptr.
-  const PanelFile* PanelFileFor(const httplib::Request& req) const;
-  httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
-  void Dispatch(const httplib::Request& req, httplib::Response& res, const std::string& body);
+  const PanelFile* PanelFileFor(const http::Request& req) const;
+  // The one admission decision, from the request line and headers alone: true lets the
+  // request's body be read, with its identity in `req.decision`; false refuses with `res`.
+  bool Admit(http::Request& req, http::Response& res);
+  void Dispatch(const http::Request& req, http::Response& res);
   json IsolationJson() const {
     return json{{"level", options.isolation_level}, {"detail", options.isolation_detail}};
   }
-  void Handle(const RouteMatch& match, const httplib::Request& req, httplib::Response& res,
+  void Handle(const RouteMatch& match, const http::Request& req, http::Response& res,
               const std::string& body, const RequestIdentity& identity);
+  // Serves sign-in, sign-out, sessions and passwords (options.sign_in is set).
+  void HandleSignIn(RouteId route, const std::string& id, const http::Request& req,
+                    const Query& query, const json& body, const Caller& caller,
+                    const RequestIdentity& identity, http::Response& res);
   // Serves the /api/v1/secrets routes; `name` is the path's secret name.
   void HandleSecrets(RouteId route, const std::string& name, const Query& query, const json& body,
-                     const Caller& caller, httplib::Response& res);
+                     const Caller& caller, http::Response& res);
   enum class Auth { kOk, kDenied, kUnavailable };
   // Authenticates the bearer token of `req`; on kOk fills `who` and `digest` (of the token), on
   // kDenied `why` (a code).
-  Auth Authenticate(const httplib::Request& req, Authentication* who, std::string* why,
-                    std::string* digest = nullptr) const;
+  // A request without an Authorization header authenticates with the panel's session cookie;
+  // then `csrf` (when given) receives the CSRF token its writes must carry.
+  Auth Authenticate(const http::Request& req, Authentication* who, std::string* why,
+                    std::string* digest = nullptr, std::string* csrf = nullptr) const;
   // The caller of an /api/v1 request whose identity PreRoute decided: its principal, its
   // token's expiry, the `project` query parameter and the request id.
-  static Caller CallerOf(const httplib::Request& req, const RequestIdentity& identity);
-  void ServeLog(const std::string& run_id, const httplib::Request& req, const Caller& caller,
-                const RequestIdentity& identity, httplib::Response& res);
+  static Caller CallerOf(const http::Request& req, const RequestIdentity& identity);
+  void ServeLog(const std::string& run_id, const http::Request& req, const Caller& caller,
+                const RequestIdentity& identity, http::Response& res);
   void StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
-                   const Caller& caller, const RequestIdentity& identity, httplib::Response& res);
+                   const Caller& caller, const RequestIdentity& identity, http::Response& res);
 };
 
 ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions options)
@@ -429,7 +483,10 @@ ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions
   metrics.Describe("ql_http_requests_total", "counter",
                    "HTTP requests answered, by route and status code.");
   metrics.Describe("ql_http_in_flight", "gauge",
-                   "HTTP connections queued or being served when /metrics was read.");
+                   "HTTP requests between their head and the end of their answer when /metrics "
+                   "was read.");
+  metrics.Describe("ql_http_connections", "gauge",
+                   "HTTP connections open when /metrics was read.");
   metrics.Describe("ql_http_log_followers", "gauge", "Log follow streams open.");
   metrics.Describe("ql_runs_queued", "gauge",
                    "Runs in the queued state when /metrics was read (NaN: the store could not "
@@ -439,18 +496,31 @@ ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions
 
 ApiServer::~ApiServer() { Stop(); }
 
-ApiServer::Impl::Auth ApiServer::Impl::Authenticate(const httplib::Request& req,
+ApiServer::Impl::Auth ApiServer::Impl::Authenticate(const http::Request& req,
                                                     Authentication* who, std::string* why,
-                                                    std::string* digest) const {
+                                                    std::string* digest,
+                                                    std::string* csrf) const {
   *why = "unauthorized";
-  const std::string header = req.get_header_value("Authorization");
+  const std::string header = req.Header("Authorization");
   constexpr std::string_view kScheme = "bearer ";
-  if (header.size() <= kScheme.size() ||
-      !EqualsIgnoreCase(std::string_view(header).substr(0, kScheme.size()), kScheme)) {
+  std::string cookie;
+  std::string_view token;
+  if (header.empty()) {
+    // The panel's session cookie stands in for a missing Authorization header.
+    cookie = CookieValue(req.Header("Cookie"), kSessionCookie);
+    if (cookie.empty()) {
+      *why = "token_missing";
+      return Auth::kDenied;
+    }
+    token = cookie;
+    if (csrf != nullptr) *csrf = CsrfTokenOf(cookie);
+  } else if (header.size() <= kScheme.size() ||
+             !EqualsIgnoreCase(std::string_view(header).substr(0, kScheme.size()), kScheme)) {
     *why = "token_missing";
     return Auth::kDenied;
+  } else {
+    token = std::string_view(header).substr(kScheme.size());
   }
-  std::string_view token = std::string_view(header).substr(kScheme.size());
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
   if (token.empty() || token.size() > kMaxBearerTokenBytes) return Auth::kDenied;
@@ -465,80 +535,92 @@ ApiServer::Impl::Auth ApiServer::Impl::Authenticate(const httplib::Request& req,
   return Auth::kUnavailable;
 }
 
-Caller ApiServer::Impl::CallerOf(const httplib::Request& req, const RequestIdentity& identity) {
+Caller ApiServer::Impl::CallerOf(const http::Request& req, const RequestIdentity& identity) {
   Caller caller;
   caller.principal_id = identity.who.principal.id;
   caller.token_expires_at_ms = identity.who.token.expires_at_ms;
-  if (req.params.count("project") == 1) caller.project = req.get_param_value("project");
-  caller.request_id = req.get_header_value("X-Request-Id").substr(0, 64);
+  caller.token_id = identity.who.token.id;
+  caller.token_kind = identity.who.token.kind;
+  if (req.ParamCount("project") == 1) caller.project = *req.Param("project");
+  caller.request_id = req.Header("X-Request-Id").substr(0, 64);
   return caller;
 }
 
-httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Request& req,
-                                                           httplib::Response& res) {
-  using HR = httplib::Server::HandlerResponse;
-  t_identity = RequestIdentity{};  // a decision never carries over to the next request
-  const bool has_body = req.has_header("Content-Length")
-                            ? req.get_header_value("Content-Length") != "0"
-                            : req.has_header("Transfer-Encoding");
-  // The body of a request answered here is never read: close the connection after the answer
-  // so its bytes are not taken for the next request.
+bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
+  req.decision.reset();
+  const bool has_body = req.DeclaresBody();
+  // The body of a request answered here is never read (the server closes the connection after
+  // the answer, so its bytes are not taken for the next request).
   auto reject = [&](int status, std::string_view code, std::string_view message) {
     SendError(res, status, code, message);
-    if (has_body && req.get_header_value("Connection") != "close") {
-      res.set_header("Connection", "close");
-    }
-    return HR::Handled;
+    if (has_body) res.close = true;
+    return false;
   };
-  if (req.headers.size() > kMaxClientHeaders + kServerAddedHeaders) {
-    return reject(431, "too_many_headers",
-                  "a request may carry at most " + std::to_string(kMaxClientHeaders) + " headers");
-  }
   if (const PanelFile* file = PanelFileFor(req); file != nullptr) {
     if (req.method != "GET" && req.method != "HEAD") {
-      res.set_header("Allow", "GET, HEAD");
+      res.SetHeader("Allow", "GET, HEAD");
       return reject(405, "method_not_allowed",
                     req.method + " is not allowed on " + QuoteForMessage(req.path, 128) +
                         " (allowed: GET, HEAD)");
     }
     if (has_body) return reject(400, "unexpected_body", "GET requests carry no body");
     ServePanelFile(*file, res);
-    return HR::Handled;
+    return false;
   }
+  // Public routes under /api/v1 (signing in) are admitted without an identity.
+  const RouteMatch early = MatchRoute(req.method, req.path);
+  const bool public_api = early.kind == RouteMatch::Kind::kFound &&
+                          early.route->permission == std::string_view("public");
   if (IsApiPath(req.path)) {
     if (withdrawn.load()) {
       return reject(503, "shutting_down", "the server is shutting down and admits no requests");
     }
-    if (in_flight.load() > options.max_in_flight) {
-      res.set_header("Retry-After", "1");
+    if (server->requests() > options.max_in_flight) {
+      res.SetHeader("Retry-After", "1");
       return reject(503, "overloaded",
                     "more than " + std::to_string(options.max_in_flight) +
                         " requests are in flight; retry shortly");
     }
+  }
+  if (IsApiPath(req.path) && !public_api) {
     Authentication who;
     std::string why;
     std::string digest;
-    const Auth auth = Authenticate(req, &who, &why, &digest);
+    std::string csrf;
+    const Auth auth = Authenticate(req, &who, &why, &digest, &csrf);
     if (auth == Auth::kUnavailable) {
-      res.set_header("Retry-After", "1");
+      res.SetHeader("Retry-After", "1");
       return reject(503, "credentials_unavailable",
                     "the credential store cannot be read right now; retry shortly");
     }
     if (auth != Auth::kOk) {
-      service.governance().RecordAuthFailure(req.get_header_value("X-Request-Id").substr(0, 64),
+      service.governance().RecordAuthFailure(req.Header("X-Request-Id").substr(0, 64),
                                              why);
-      res.set_header("WWW-Authenticate", "Bearer");
+      res.SetHeader("WWW-Authenticate", "Bearer");
       return reject(401, "unauthorized",
                     "missing or wrong bearer token in the Authorization header");
     }
-    t_identity = RequestIdentity{true, std::move(who), std::move(digest)};
+    // A cookie rides along with any request the browser sends, a cross-site one included: the
+    // writes it authenticates must also carry the session's CSRF token, which only a page of
+    // this origin was given, and must not come from another site.
+    const bool via_cookie = !csrf.empty();
+    if (via_cookie && req.method != "GET" && req.method != "HEAD") {
+      const std::string site = req.Header("Sec-Fetch-Site");
+      if (req.Header("X-QL-CSRF") != csrf || (!site.empty() && site != "same-origin")) {
+        return reject(403, "csrf_failed",
+                      "a write authenticated by the session cookie needs the session's "
+                      "X-QL-CSRF header and must come from this origin");
+      }
+    }
+    req.decision = std::make_shared<const RequestIdentity>(
+        RequestIdentity{true, std::move(who), std::move(digest), via_cookie});
   }
   const RouteMatch match = MatchRoute(req.method, req.path);
   if (match.kind == RouteMatch::Kind::kNotFound) {
     return reject(404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
   }
   if (match.kind == RouteMatch::Kind::kMethodNotAllowed) {
-    res.set_header("Allow", match.allow);
+    res.SetHeader("Allow", match.allow);
     return reject(405, "method_not_allowed",
                   req.method + " is not allowed on " + QuoteForMessage(req.path, 128) +
                       " (allowed: " + match.allow + ")");
@@ -547,180 +629,116 @@ httplib::Server::HandlerResponse ApiServer::Impl::PreRoute(const httplib::Reques
     return reject(400, "unexpected_body", "GET requests carry no body");
   }
   if (has_body) {
-    const std::string content_type = req.get_header_value("Content-Type");
+    const std::string content_type = req.Header("Content-Type");
     if (content_type.rfind("multipart/", 0) == 0) {
       return reject(415, "unsupported_media_type",
                     "request bodies are JSON (Content-Type: application/json), got " +
                         QuoteForMessage(content_type));
     }
-    const std::string encoding = req.get_header_value("Content-Encoding");
+    const std::string encoding = req.Header("Content-Encoding");
     if (!encoding.empty() && encoding != "identity") {
       return reject(
           415, "unsupported_media_type",
           "request bodies are not compressed, got Content-Encoding " + QuoteForMessage(encoding));
     }
-    if (req.has_header("Content-Length")) {
-      const std::string length = req.get_header_value("Content-Length");
+    if (req.HasHeader("Content-Length")) {
+      const std::string length = req.Header("Content-Length");
       uint64_t n = 0;
       auto [ptr, ec] = std::from_chars(length.data(), length.data() + length.size(), n);
       if (ec != std::errc() || ptr != length.data() + length.size()) {
         return reject(400, "bad_request",
                       "Content-Length " + QuoteForMessage(length) + " is not a number");
       }
-      if (n > options.max_body_bytes * kDrainFactor) {
+      if (n > options.max_body_bytes) {
         return reject(413, "body_too_large",
                       "request body of " + std::to_string(n) + " bytes exceeds the limit of " +
                           std::to_string(options.max_body_bytes) + " bytes");
       }
     }
   }
-  return HR::Unhandled;
+  return true;
 }
 
-const PanelFile* ApiServer::Impl::PanelFileFor(const httplib::Request& req) const {
+const PanelFile* ApiServer::Impl::PanelFileFor(const http::Request& req) const {
   if (options.panel == nullptr || IsApiPath(req.path)) return nullptr;
   return options.panel->Find(req.path);
 }
 
-void ApiServer::Impl::ServePanelFile(const PanelFile& file, httplib::Response& res) const {
-  res.headers.erase("Cache-Control");
-  res.set_header("Cache-Control", std::string(file.immutable ? kPanelImmutableCacheControl
+void ApiServer::Impl::ServePanelFile(const PanelFile& file, http::Response& res) const {
+  res.EraseHeader("Cache-Control");
+  res.SetHeader("Cache-Control", std::string(file.immutable ? kPanelImmutableCacheControl
                                                              : kPanelPageCacheControl));
-  res.set_header("Content-Security-Policy", std::string(kPanelContentSecurityPolicy));
-  res.set_header("Referrer-Policy", "no-referrer");
-  res.set_header("X-Frame-Options", "DENY");
+  res.SetHeader("Content-Security-Policy", std::string(kPanelContentSecurityPolicy));
+  res.SetHeader("Referrer-Policy", "no-referrer");
+  res.SetHeader("X-Frame-Options", "DENY");
   res.status = 200;
-  res.set_content(std::string(file.body), std::string(file.content_type));
+  res.SetContent(std::string(file.body), std::string(file.content_type));
 }
 
-void ApiServer::Impl::Configure() {
-  transport::Limits limits;
-  limits.threads = options.threads;
+http::ServerLimits ApiServer::Impl::Limits() const {
+  http::ServerLimits limits;
+  limits.workers = options.threads;
   limits.max_connections = options.max_connections;
-  limits.read_timeout_ms = options.read_timeout_ms;
+  limits.max_connections_per_address =
+      std::min(options.max_connections_per_address, options.max_connections);
+  limits.head_timeout_ms = options.read_timeout_ms;
+  limits.body_grace_ms = options.read_timeout_ms;
+  limits.min_body_bytes_per_second = options.min_body_bytes_per_second;
+  limits.idle_timeout_ms = options.idle_timeout_ms;
   limits.write_timeout_ms = options.write_timeout_ms;
+  limits.max_headers = kMaxClientHeaders;
   limits.max_body_bytes = options.max_body_bytes;
-  // PreRoute is the one admission decision; it sees only the request line and headers.
-  transport::Configure(
-      *server, limits, in_flight,
-      [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
-  // Bodies up to the drain bound reach our reader, which keeps at most max_body_bytes.
-  server->set_payload_max_length(options.max_body_bytes * kDrainFactor);
-  // Every answer, errors from httplib itself included; a panel file replaces Cache-Control.
-  server->set_default_headers(
-      {{"X-Content-Type-Options", "nosniff"}, {"Cache-Control", "no-store"}});
-  // Fills the JSON body of errors httplib produces itself (malformed request line, URI too
-  // long, ...); responses that already carry a body are left alone.
-  server->set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty() || res.content_provider_) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        std::string code = "http_" + std::to_string(res.status);
-        std::string message = httplib::detail::status_message(res.status);
-        switch (res.status) {
-          case 400:
-            code = "bad_request";
-            message = "the request is not valid HTTP/1.1 or a header line is too long";
-            break;
-          case 404:
-            code = "route_not_found";
-            message = "no such route";
-            break;
-          case 413:
-            code = "body_too_large";
-            message = "request body exceeds the limit";
-            break;
-          case 414:
-            code = "uri_too_long";
-            message = "request line exceeds " + std::to_string(CPPHTTPLIB_REQUEST_URI_MAX_LENGTH) +
-                      " bytes";
-            break;
-          case 415:
-            code = "unsupported_media_type";
-            message = "content encodings are not supported";
-            break;
-          case 500:
-            code = "internal";
-            message = "internal error";
-            break;
-          default:
-            break;
-        }
-        SendError(res, res.status, code, message);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  server->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unexpected exception";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        SendError(res, 500, "internal", "internal error: " + what);
-      });
-  server->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  // Every answer, the server's own refusals included; a panel file replaces Cache-Control.
+  limits.default_headers = {{"X-Content-Type-Options", "nosniff"}, {"Cache-Control", "no-store"}};
+  return limits;
+}
+
+http::ServerHandlers ApiServer::Impl::Handlers() {
+  http::ServerHandlers handlers;
+  // Liveness needs nothing but memory: answered on the I/O thread, so it holds even while
+  // every worker waits on the store.
+  handlers.immediate = [](const http::Request& req, http::Response& res) {
+    if (req.path != "/livez" || (req.method != "GET" && req.method != "HEAD") ||
+        !req.params.empty() || req.DeclaresBody()) {
+      return false;
+    }
+    SendJson(res, 200, json{{"status", "ok"}});
+    return true;
+  };
+  handlers.admit = [this](http::Request& req, http::Response& res) { return Admit(req, res); };
+  handlers.handle = [this](http::Request& req, http::Response& res) {
+    try {
+      Dispatch(req, res);
+    } catch (const std::exception& e) {
+      res = http::Response{};
+      SendError(res, 500, "internal", std::string("internal error: ") + e.what());
+    }
+  };
+  handlers.answered = [this](const http::Request& req, const http::Response& res) {
     const RouteMatch match = MatchRoute(req.method, req.path);
     const std::string_view route = match.kind == RouteMatch::Kind::kFound ? match.route->name
                                    : PanelFileFor(req) != nullptr         ? "panel"
                                                                           : "none";
     metrics.Increment("ql_http_requests_total", "route=\"" + std::string(route) + "\",code=\"" +
                                                     std::to_string(res.status) + "\"");
-  });
-
-  auto plain = [this](const httplib::Request& req, httplib::Response& res) {
-    Dispatch(req, res, std::string());
   };
-  auto with_body = [this](const httplib::Request& req, httplib::Response& res,
-                          const httplib::ContentReader& reader) {
-    std::string body;
-    size_t received = 0;
-    bool too_large = false;
-    const bool ok = reader([&](const char* data, size_t length) {
-      received += length;
-      if (received > options.max_body_bytes) {
-        too_large = true;
-        body.clear();
-        return received <= options.max_body_bytes * kDrainFactor;
-      }
-      body.append(data, length);
-      return true;
-    });
-    if (too_large || !ok) {
-      // A body that was not read to its end leaves the connection unusable.
-      if (!ok) res.set_header("Connection", "close");
-      if (too_large) {
-        SendError(res, 413, "body_too_large",
-                  "request body exceeds the limit of " + std::to_string(options.max_body_bytes) +
-                      " bytes");
-      } else {
-        SendError(res, 400, "bad_request", "the request body could not be read");
-      }
-      return;
-    }
-    Dispatch(req, res, body);
-  };
-  server->Get(".*", plain);
-  server->Post(".*", plain);
-  server->Post(".*", with_body);
-  server->Put(".*", with_body);
-  server->Delete(".*", plain);
+  return handlers;
 }
 
-void ApiServer::Impl::Dispatch(const httplib::Request& req, httplib::Response& res,
-                               const std::string& body) {
-  const RequestIdentity identity = std::exchange(t_identity, RequestIdentity{});
+void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
+  static const RequestIdentity kUndecided;
+  const RequestIdentity& identity =
+      req.decision != nullptr ? *static_cast<const RequestIdentity*>(req.decision.get())
+                              : kUndecided;
   const RouteMatch match = MatchRoute(req.method, req.path);
   if (match.kind != RouteMatch::Kind::kFound) {  // PreRoute answered these already
     SendError(res, 404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
     return;
   }
-  if (IsApiPath(req.path)) {
+  if (IsApiPath(req.path) && match.route->permission != std::string_view("public")) {
     // Fail closed: no decided identity, no answer.
     if (!identity.decided || identity.who.principal.id.empty()) {
-      res.set_header("WWW-Authenticate", "Bearer");
+      res.SetHeader("WWW-Authenticate", "Bearer");
       SendError(res, 401, "unauthorized", "the request carries no authenticated identity");
       return;
     }
@@ -730,11 +748,11 @@ void ApiServer::Impl::Dispatch(const httplib::Request& req, httplib::Response& r
     Result<Authentication> again = options.authenticate(identity.token_digest);
     if (!again.ok()) {
       if (again.status().code() == StatusCode::kPermissionDenied) {
-        res.set_header("WWW-Authenticate", "Bearer");
+        res.SetHeader("WWW-Authenticate", "Bearer");
         SendError(res, 401, "unauthorized",
                   "the token expired or was revoked while the request was in flight");
       } else {
-        res.set_header("Retry-After", "1");
+        res.SetHeader("Retry-After", "1");
         SendError(res, 503, "credentials_unavailable",
                   "the credential store cannot be read right now; retry shortly");
       }
@@ -745,7 +763,7 @@ void ApiServer::Impl::Dispatch(const httplib::Request& req, httplib::Response& r
       return;
     }
   }
-  Handle(match, req, res, body, identity);
+  Handle(match, req, res, req.body, identity);
 }
 
 namespace {
@@ -784,8 +802,8 @@ Result<std::optional<std::string>> TakeString(json& body, std::string_view name)
 
 }  // namespace
 
-void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& req,
-                             httplib::Response& res, const std::string& body_text,
+void ApiServer::Impl::Handle(const RouteMatch& match, const http::Request& req,
+                             http::Response& res, const std::string& body_text,
                              const RequestIdentity& identity) {
   const Query query(req);
   const bool post = match.route->method == "POST" || match.route->method == "PUT";
@@ -801,7 +819,12 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
                              match.route->id == RouteId::kProjectsCreate ||
                              match.route->id == RouteId::kProjectBindingsWrite ||
                              match.route->id == RouteId::kInstallationBindingsWrite ||
-                             match.route->id == RouteId::kSecretPut;
+                             match.route->id == RouteId::kSecretPut ||
+                             match.route->id == RouteId::kSignIn ||
+                             match.route->id == RouteId::kPasswordChange ||
+                             match.route->id == RouteId::kPrincipalPassword ||
+                             match.route->id == RouteId::kTotpConfirm ||
+                             match.route->id == RouteId::kTotpDisable;
   json body = json::object();
   if (post) {
     QL_HTTP_TRY(res, query.Check({}));
@@ -809,7 +832,8 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
   }
   const std::string& id = match.id;
   // Only /api/v1 routes act for a caller, and Dispatch made sure each has a principal.
-  const Caller caller = IsApiPath(req.path) ? CallerOf(req, identity) : Caller{};
+  const Caller caller = IsApiPath(req.path) && identity.decided ? CallerOf(req, identity)
+                                                                : Caller{};
   GovernanceService& governance = service.governance();
 
   switch (match.route->id) {
@@ -836,7 +860,8 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       return;
     case RouteId::kMetrics:
       QL_HTTP_TRY(res, query.Check({}));
-      metrics.SetGauge("ql_http_in_flight", "", in_flight.load());
+      metrics.SetGauge("ql_http_in_flight", "", server->requests());
+      metrics.SetGauge("ql_http_connections", "", server->connections());
       metrics.SetGauge("ql_http_log_followers", "", followers.load());
       {
         // Read at every scrape: an index range of the queued runs, and a few /proc files. A
@@ -848,7 +873,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
         (void)RecordProcessMetrics(metrics);
       }
       res.status = 200;
-      res.set_content(metrics.RenderPrometheus(), "text/plain; version=0.0.4; charset=utf-8");
+      res.SetContent(metrics.RenderPrometheus(), "text/plain; version=0.0.4; charset=utf-8");
       return;
 
     case RouteId::kProjectsList: {
@@ -865,7 +890,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, write.mutation_id, TakeString(body, "mutation_id"));
       write.body = std::move(body);
       QL_HTTP_ASSIGN(res, PublishedTask published, service.PublishTask(write, caller));
-      res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
       SendJson(res, published.replayed ? 200 : 201, api::TaskJson(published.task));
       return;
     }
@@ -904,7 +929,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       write.body = std::move(body);
       QL_HTTP_ASSIGN(res, PublishedTask published,
                      service.PublishTaskRevision(id, *expected, write, caller));
-      res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
       json out = api::TaskJson(published.task);
       out["repinned_triggers"] = published.trigger_ids;
       out["stale_triggers"] = published.stale_triggers;
@@ -915,7 +940,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_TRY(res, query.Check({}));
       QL_HTTP_TRY(res, api::CheckFields(body, {}));
       QL_HTTP_ASSIGN(res, PublishedTask deleted, service.DeleteTask(id, caller));
-      res.set_header("X-QL-Replayed", BoolHeader(deleted.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(deleted.replayed));
       json out = api::TaskJson(deleted.task);
       out["deleted_triggers"] = deleted.trigger_ids;
       SendJson(res, 200, out);
@@ -925,7 +950,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_TRY(res, query.Check({}));
       QL_HTTP_TRY(res, api::CheckFields(body, {}));
       QL_HTTP_ASSIGN(res, PublishedTrigger deleted, service.DeleteTrigger(id, caller));
-      res.set_header("X-QL-Replayed", BoolHeader(deleted.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(deleted.replayed));
       SendJson(res, 200, api::TriggerJson(deleted.trigger));
       return;
     }
@@ -957,7 +982,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, write.mutation_id, api::OptionalString(body, "mutation_id"));
       QL_HTTP_ASSIGN(res, write.name, api::OptionalString(body, "name"));
       QL_HTTP_ASSIGN(res, PublishedTrigger published, service.AddTrigger(write, caller));
-      res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
       SendJson(res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
       return;
     }
@@ -980,7 +1005,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, edit.name, api::OptionalString(body, "name"));
       QL_HTTP_ASSIGN(res, PublishedTrigger published,
                      service.EditTrigger(id, *expected, edit, caller));
-      res.set_header("X-QL-Replayed", BoolHeader(published.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
       SendJson(res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
       return;
     }
@@ -1012,7 +1037,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
               ? service.RepinTrigger(id, caller)
               : service.SetTriggerEnabled(id, match.route->id == RouteId::kTriggerEnable, caller);
       QL_HTTP_TRY(res, published.status());
-      res.set_header("X-QL-Replayed", BoolHeader(published->replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(published->replayed));
       SendJson(res, 200, api::TriggerJson(published->trigger));
       return;
     }
@@ -1099,7 +1124,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
         request.priority = static_cast<int>(*priority);
       }
       QL_HTTP_ASSIGN(res, StartedRun started, service.StartRun(request, caller));
-      res.set_header("X-QL-Replayed", BoolHeader(started.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(started.replayed));
       if (started.approval.has_value()) {
         SendJson(res, 202, api::ApprovalRequiredJson(*started.approval));
         return;
@@ -1113,7 +1138,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
       QL_HTTP_ASSIGN(res, std::string reason, api::RequiredString(body, "reason"));
       QL_HTTP_ASSIGN(res, ResolveRunResult resolved,
                      service.ResolveRun(id, resolution, reason, caller));
-      res.set_header("X-QL-Replayed", BoolHeader(resolved.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(resolved.replayed));
       SendJson(res, 200, api::ResolutionJson(resolved));
       return;
     }
@@ -1141,7 +1166,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     case RouteId::kApprovalApprove: {
       QL_HTTP_TRY(res, api::CheckFields(body, {}));
       QL_HTTP_ASSIGN(res, ApproveResult approved, service.Approve(id, caller));
-      res.set_header("X-QL-Replayed", BoolHeader(approved.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(approved.replayed));
       json out = api::ApprovalJson(approved.approval);
       out["run"] = api::RunJson(approved.run);
       SendJson(res, approved.replayed ? 200 : 201, out);
@@ -1195,9 +1220,37 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
     case RouteId::kWhoami: {
       QL_HTTP_TRY(res, query.Check({}));
       QL_HTTP_ASSIGN(res, WhoAmI who, governance.Whoami(caller));
-      SendJson(res, 200, api::WhoAmIJson(who));
+      json out = api::WhoAmIJson(who);
+      // How the caller signed in, and until when.
+      json session{{"kind", identity.who.token.kind},
+                   {"token_id", identity.who.token.id},
+                   {"expires_at", api::TimeJson(identity.who.token.expires_at_ms)},
+                   {"idle_timeout_ms", identity.who.token.idle_timeout_ms.has_value()
+                                           ? json(*identity.who.token.idle_timeout_ms)
+                                           : json(nullptr)},
+                   {"label", identity.who.token.label}};
+      if (identity.via_cookie) {
+        session["csrf_token"] = CsrfTokenOf(CookieValue(req.Header("Cookie"), kSessionCookie));
+      }
+      out["session"] = std::move(session);
+      SendJson(res, 200, out);
       return;
     }
+    case RouteId::kSignIn:
+    case RouteId::kSignOut:
+    case RouteId::kSessionsList:
+    case RouteId::kSessionRevoke:
+    case RouteId::kPasswordChange:
+    case RouteId::kPrincipalPassword:
+    case RouteId::kTotpEnrol:
+    case RouteId::kTotpConfirm:
+    case RouteId::kTotpDisable:
+      if (options.sign_in == nullptr) {
+        SendError(res, 503, "sign_in_unavailable", "this server does not sign people in");
+        return;
+      }
+      HandleSignIn(match.route->id, id, req, query, body, caller, identity, res);
+      return;
     case RouteId::kPrincipalsList: {
       QL_HTTP_TRY(res, query.Check({}));
       QL_HTTP_ASSIGN(res, std::vector<PrincipalRecord> principals,
@@ -1304,7 +1357,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
                                     : std::string(kInstallationScope);
       QL_HTTP_ASSIGN(res, WriteBindingResult written,
                      governance.WriteBinding(caller, scope, principal, role, mutation_id));
-      res.set_header("X-QL-Replayed", BoolHeader(written.replayed));
+      res.SetHeader("X-QL-Replayed", BoolHeader(written.replayed));
       SendJson(res, written.replayed ? 200 : 201, api::BindingJson(written.binding));
       return;
     }
@@ -1366,7 +1419,7 @@ void ApiServer::Impl::Handle(const RouteMatch& match, const httplib::Request& re
 
 void ApiServer::Impl::HandleSecrets(RouteId route, const std::string& name, const Query& query,
                                     const json& body, const Caller& caller,
-                                    httplib::Response& res) {
+                                    http::Response& res) {
   if (options.secrets == nullptr) {
     SendError(res, 503, "secrets_unavailable", "this server does not hold secrets");
     return;
@@ -1401,9 +1454,143 @@ void ApiServer::Impl::HandleSecrets(RouteId route, const std::string& name, cons
   SendError(res, 404, "route_not_found", "no secrets route");
 }
 
-void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request& req,
+void ApiServer::Impl::HandleSignIn(RouteId route, const std::string& id,
+                                   const http::Request& req, const Query& query,
+                                   const json& body, const Caller& caller,
+                                   const RequestIdentity& identity, http::Response& res) {
+  SignInService& sign_in = *options.sign_in;
+  const std::string secure = options.tls.has_value() ? "; Secure" : "";
+  switch (route) {
+    case RouteId::kSignIn: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"name", "password", "client", "totp"}));
+      QL_HTTP_ASSIGN(res, std::optional<std::string> totp, api::OptionalString(body, "totp"));
+      QL_HTTP_ASSIGN(res, std::string name, api::RequiredString(body, "name"));
+      QL_HTTP_ASSIGN(res, std::string password, api::RequiredString(body, "password"));
+      QL_HTTP_ASSIGN(res, std::optional<std::string> client, api::OptionalString(body, "client"));
+      if (client.has_value() && *client != "panel" && *client != "cli") {
+        SendError(res, 400, "invalid_client", "client is panel or cli, got " +
+                                                  QuoteForMessage(*client));
+        return;
+      }
+      const bool panel = client.value_or("panel") == "panel";
+      Result<SignedIn> signed_in =
+          sign_in.SignIn(name, password, panel ? SessionClient::kPanel : SessionClient::kCli,
+                         req.remote_address,
+                         caller.request_id.empty() ? req.Header("X-Request-Id").substr(0, 64)
+                                                   : caller.request_id,
+                         totp.value_or(""));
+      if (!signed_in.ok()) {
+        const std::string& reason = signed_in.status().reason();
+        if (reason == "sign_in_failed" || reason == "totp_required") {
+          SendError(res, 401, reason, signed_in.status().message());
+        } else if (reason == "too_many_attempts") {
+          res.SetHeader("Retry-After", "60");
+          SendError(res, 429, reason, signed_in.status().message());
+        } else {
+          SendStatus(res, signed_in.status());
+        }
+        return;
+      }
+      json out{{"principal", api::PrincipalJson(signed_in->principal)},
+               {"session", api::TokenJson(signed_in->session.record)},
+               {"must_change_password", signed_in->must_change_password}};
+      if (panel) {
+        const int64_t max_age_s = (signed_in->session.record.expires_at_ms.value_or(0) -
+                                   signed_in->session.record.created_at_ms) /
+                                  1000;
+        res.SetHeader("Set-Cookie", std::string(kSessionCookie) + "=" +
+                                        signed_in->session.token + "; Path=/; Max-Age=" +
+                                        std::to_string(max_age_s) +
+                                        "; HttpOnly; SameSite=Strict" + secure);
+        out["csrf_token"] = CsrfTokenOf(signed_in->session.token);
+      } else {
+        out["token"] = signed_in->session.token;
+      }
+      SendJson(res, 200, out);
+      return;
+    }
+    case RouteId::kSignOut: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_TRY(res, sign_in.SignOut(caller));
+      if (identity.via_cookie) {
+        res.SetHeader("Set-Cookie", std::string(kSessionCookie) +
+                                        "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" + secure);
+      }
+      SendJson(res, 200, json{{"signed_out", identity.who.token.kind == kTokenSession}});
+      return;
+    }
+    case RouteId::kSessionsList: {
+      QL_HTTP_TRY(res, query.Check({"principal"}));
+      QL_HTTP_ASSIGN(res, std::vector<TokenRecord> sessions,
+                     sign_in.ListSessions(caller, query.Get("principal").value_or("")));
+      json items = json::array();
+      for (const TokenRecord& t : sessions) {
+        json item = api::TokenJson(t);
+        item["current"] = t.id == identity.who.token.id;
+        items.push_back(std::move(item));
+      }
+      SendJson(res, 200, ItemsJson(std::move(items), std::nullopt));
+      return;
+    }
+    case RouteId::kSessionRevoke: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_ASSIGN(res, TokenRecord session, sign_in.RevokeSession(caller, id));
+      SendJson(res, 200, api::TokenJson(session));
+      return;
+    }
+    case RouteId::kPasswordChange: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"current_password", "new_password"}));
+      QL_HTTP_ASSIGN(res, std::optional<std::string> current,
+                     api::OptionalString(body, "current_password"));
+      QL_HTTP_ASSIGN(res, std::string replacement, api::RequiredString(body, "new_password"));
+      QL_HTTP_TRY(res, sign_in.ChangeOwnPassword(caller, current.value_or(""), replacement));
+      SendJson(res, 200, json{{"password_set", true}});
+      return;
+    }
+    case RouteId::kPrincipalPassword: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"new_password", "require_change"}));
+      QL_HTTP_ASSIGN(res, std::string replacement, api::RequiredString(body, "new_password"));
+      bool require_change = false;
+      if (body.contains("require_change")) {
+        if (!body.at("require_change").is_boolean()) {
+          SendError(res, 400, "invalid_require_change", "require_change is true or false");
+          return;
+        }
+        require_change = body.at("require_change").get<bool>();
+      }
+      QL_HTTP_TRY(res, sign_in.ResetPassword(caller, id, replacement, require_change));
+      SendJson(res, 200, json{{"password_set", true}, {"require_change", require_change}});
+      return;
+    }
+    case RouteId::kTotpEnrol: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {}));
+      QL_HTTP_ASSIGN(res, SignInService::TotpEnrolment enrolment, sign_in.EnrolTotp(caller));
+      SendJson(res, 200, json{{"secret", enrolment.secret}, {"otpauth_uri", enrolment.uri}});
+      return;
+    }
+    case RouteId::kTotpConfirm: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"code"}));
+      QL_HTTP_ASSIGN(res, std::string code, api::RequiredString(body, "code"));
+      QL_HTTP_ASSIGN(res, std::vector<std::string> recovery, sign_in.ConfirmTotp(caller, code));
+      SendJson(res, 200, json{{"enabled", true}, {"recovery_codes", recovery}});
+      return;
+    }
+    case RouteId::kTotpDisable: {
+      QL_HTTP_TRY(res, api::CheckFields(body, {"current_password"}));
+      QL_HTTP_ASSIGN(res, std::string current, api::RequiredString(body, "current_password"));
+      QL_HTTP_TRY(res, sign_in.DisableTotp(caller, current));
+      SendJson(res, 200, json{{"enabled", false}});
+      return;
+    }
+    default:
+      break;
+  }
+  SendError(res, 404, "route_not_found", "no sign-in route");
+}
+
+void ApiServer::Impl::ServeLog(const std::string& run_id, const http::Request& req,
                                const Caller& caller, const RequestIdentity& identity,
-                               httplib::Response& res) {
+                               http::Response& res) {
   const Query query(req);
   QL_HTTP_TRY(res, query.Check({"offset", "limit", "attempt", "follow"}));
   QL_HTTP_ASSIGN(res, int64_t offset, query.Integer("offset", "invalid_offset", 0, INT64_MAX, 0));
@@ -1425,28 +1612,28 @@ void ApiServer::Impl::ServeLog(const std::string& run_id, const httplib::Request
                   : "run " + run_id + " has no attempt " + std::to_string(attempt_number));
     return;
   }
-  res.set_header("X-QL-Attempt", std::to_string(attempt->attempt));
+  res.SetHeader("X-QL-Attempt", std::to_string(attempt->attempt));
   if (follow) {
     StartFollow(run_id, attempt->attempt, offset, caller, identity, res);
     return;
   }
   QL_HTTP_ASSIGN(res, LogChunk chunk,
                  options.log_reader->ReadLog(*attempt, offset, static_cast<size_t>(limit)));
-  res.set_header("X-QL-Log-Offset", std::to_string(offset));
-  res.set_header("X-QL-Log-Next-Offset", std::to_string(chunk.next_offset));
-  res.set_header("X-QL-Log-Eof", chunk.eof ? "true" : "false");
-  res.set_header("X-QL-Log-Exists", chunk.exists ? "true" : "false");
-  res.set_header("X-QL-Log-Size", std::to_string(chunk.size));
+  res.SetHeader("X-QL-Log-Offset", std::to_string(offset));
+  res.SetHeader("X-QL-Log-Next-Offset", std::to_string(chunk.next_offset));
+  res.SetHeader("X-QL-Log-Eof", chunk.eof ? "true" : "false");
+  res.SetHeader("X-QL-Log-Exists", chunk.exists ? "true" : "false");
+  res.SetHeader("X-QL-Log-Size", std::to_string(chunk.size));
   res.status = 200;
-  res.set_content(std::move(chunk.data), "text/plain; charset=utf-8");
+  res.SetContent(std::move(chunk.data), "text/plain; charset=utf-8");
 }
 
 void ApiServer::Impl::StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
                                   const Caller& caller, const RequestIdentity& identity,
-                                  httplib::Response& res) {
+                                  http::Response& res) {
   if (followers.fetch_add(1) >= options.max_log_followers) {
     followers.fetch_sub(1);
-    res.set_header("Retry-After", "5");
+    res.SetHeader("Retry-After", "5");
     SendError(res, 503, "overloaded",
               "at most " + std::to_string(options.max_log_followers) +
                   " log follow streams may be open at once");
@@ -1469,62 +1656,43 @@ void ApiServer::Impl::StartFollow(const std::string& run_id, int attempt_number,
   state->deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options.max_follow_ms);
   res.status = 200;
-  res.set_chunked_content_provider(
-      "text/plain; charset=utf-8",
-      [this, state](size_t, httplib::DataSink& sink) -> bool {
-        while (true) {
-          if (!sink.is_writable()) return false;
-          if (withdrawn.load() || std::chrono::steady_clock::now() >= state->deadline) {
-            sink.done();
-            return true;
-          }
-          // The follower's token and its right to read the run are confirmed at every turn: a
-          // revoked token (within the authentication cache's bound), a disabled principal or a
-          // revoked role ends the stream.
-          if (!options.authenticate(state->token_digest).ok()) {
-            sink.done();
-            return true;
-          }
-          // Look at the run before reading: when it is finished and the read then finds
-          // nothing new, the file is drained for good.
-          Result<RunView> view = service.GetRun(state->run_id, state->caller);
-          if (!view.ok()) {
-            sink.done();
-            return true;
-          }
-          const AttemptRecord* attempt = nullptr;
-          for (const AttemptRecord& a : view->attempts) {
-            if (a.attempt == state->attempt_number) attempt = &a;
-          }
-          if (attempt == nullptr) {
-            sink.done();
-            return true;
-          }
-          const std::optional<RunStatus> run_status = ParseRunStatus(view->run.status);
-          const std::optional<AttemptStatus> attempt_status = ParseAttemptStatus(attempt->status);
-          const bool finished = (run_status.has_value() && IsTerminal(*run_status)) ||
-                                (attempt_status.has_value() && IsTerminal(*attempt_status));
-          Result<LogChunk> chunk =
-              options.log_reader->ReadLog(*attempt, state->position, kDefaultLogChunkBytes);
-          if (!chunk.ok()) {
-            sink.done();
-            return true;
-          }
-          if (!chunk->data.empty()) {
-            if (!sink.write(chunk->data.data(), chunk->data.size())) return false;
-            state->position = chunk->next_offset;
-            return true;
-          }
-          if (finished) {
-            sink.done();
-            return true;
-          }
-          std::unique_lock<std::mutex> lock(wake_mu);
-          wake_cv.wait_for(lock, std::chrono::milliseconds(options.follow_poll_ms),
-                           [this] { return withdrawn.load(); });
-        }
-      },
-      [this](bool) { followers.fetch_sub(1); });
+  res.SetHeader("Content-Type", "text/plain; charset=utf-8");
+  res.on_stream_end = [this] { followers.fetch_sub(1); };
+  // One turn per call: confirm the follower, send what is new, or wait a poll interval.
+  res.stream = [this, state](const std::atomic<bool>& gone) -> http::StreamStep {
+    if (gone.load() || withdrawn.load() || std::chrono::steady_clock::now() >= state->deadline) {
+      return {};
+    }
+    // The follower's token and its right to read the run are confirmed at every turn: a
+    // revoked token (within the authentication cache's bound), a disabled principal or a
+    // revoked role ends the stream.
+    if (!options.authenticate(state->token_digest).ok()) return {};
+    // Look at the run before reading: when it is finished and the read then finds nothing
+    // new, the file is drained for good.
+    Result<RunView> view = service.GetRun(state->run_id, state->caller);
+    if (!view.ok()) return {};
+    const AttemptRecord* attempt = nullptr;
+    for (const AttemptRecord& a : view->attempts) {
+      if (a.attempt == state->attempt_number) attempt = &a;
+    }
+    if (attempt == nullptr) return {};
+    const std::optional<RunStatus> run_status = ParseRunStatus(view->run.status);
+    const std::optional<AttemptStatus> attempt_status = ParseAttemptStatus(attempt->status);
+    const bool finished = (run_status.has_value() && IsTerminal(*run_status)) ||
+                          (attempt_status.has_value() && IsTerminal(*attempt_status));
+    Result<LogChunk> chunk =
+        options.log_reader->ReadLog(*attempt, state->position, kDefaultLogChunkBytes);
+    if (!chunk.ok()) return {};
+    if (!chunk->data.empty()) {
+      state->position = chunk->next_offset;
+      return {std::move(chunk->data), true};
+    }
+    if (finished) return {};
+    std::unique_lock<std::mutex> lock(wake_mu);
+    wake_cv.wait_for(lock, std::chrono::milliseconds(options.follow_poll_ms),
+                     [this] { return withdrawn.load(); });
+    return {std::string(), true};
+  };
 }
 
 std::vector<ApiRoute> ApiRoutes() {
@@ -1549,46 +1717,37 @@ Status ApiServer::Start(const std::string& host, int port) {
     return invalid("max_body_bytes must be 1 KiB .. 16 MiB");
   }
   if (o.max_in_flight < 1 || o.max_in_flight > 10'000) return invalid("max_in_flight 1..10000");
-  if (o.max_connections <= o.max_in_flight || o.max_connections > 10'000) {
-    return invalid("max_connections must be max_in_flight+1..10000");
+  if (o.max_connections <= o.max_in_flight || o.max_connections > 100'000) {
+    return invalid("max_connections must be max_in_flight+1..100000");
   }
+  if (o.max_connections_per_address < 1) return invalid("max_connections_per_address must be > 0");
   if (o.threads < 1 || o.threads > 64) return invalid("threads must be 1..64");
   if (o.max_log_followers < 0 || o.max_log_followers >= o.threads) {
     return invalid("max_log_followers must be 0..threads-1 so followers never take every worker");
   }
-  if (o.read_timeout_ms < 1 || o.write_timeout_ms < 1) return invalid("timeouts must be > 0");
+  if (o.read_timeout_ms < 1 || o.write_timeout_ms < 1 || o.idle_timeout_ms < 1) {
+    return invalid("timeouts must be > 0");
+  }
+  if (o.min_body_bytes_per_second < 1) return invalid("min_body_bytes_per_second must be > 0");
   if (o.max_follow_ms < 1 || o.follow_poll_ms < 1) {
     return invalid("max_follow_ms and follow_poll_ms must be > 0");
   }
   if (o.log_reader == nullptr) return invalid("log_reader is required");
   if (port < 0 || port > 65535) return invalid("port must be 0..65535");
 
-  Result<std::unique_ptr<httplib::Server>> server = transport::NewServer(o.tls);
+  Result<std::unique_ptr<http::HttpServer>> server =
+      http::HttpServer::Create(o.tls, s.Limits(), s.Handlers());
   if (!server.ok()) {
     s.started = false;
     return server.status();
   }
   s.server = std::move(server).value();
-  s.Configure();
-  if (port == 0) {
-    const int bound = s.server->bind_to_any_port(host);
-    if (bound <= 0) {
-      s.started = false;
-      return Unavailable("listen_failed", "cannot listen on " + host + " (any port)");
-    }
-    s.port = bound;
-  } else {
-    if (!s.server->bind_to_port(host, port)) {
-      s.started = false;
-      return Unavailable("listen_failed", "cannot listen on " + host + ":" + std::to_string(port));
-    }
-    s.port = port;
+  if (Status listening = s.server->Start(host, port); !listening.ok()) {
+    s.server.reset();
+    s.started = false;
+    return listening;
   }
-  s.listener = std::thread([&s] { s.server->listen_after_bind(); });
-  // Stop() can only interrupt a listener that is running; wait for it so a quick Stop() after
-  // Start() never leaves the accept loop behind.
-  // (listen_after_bind marks the server running before anything else.)
-  while (!s.server->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  s.port = s.server->port();
   return Status::Ok();
 }
 
@@ -1617,8 +1776,7 @@ void ApiServer::Stop() {
   WithdrawAdmission();
   if (impl_->stopped.exchange(true)) return;
   if (!impl_->started.load()) return;
-  impl_->server->stop();
-  if (impl_->listener.joinable()) impl_->listener.join();
+  impl_->server->Stop();
 }
 
 }  // namespace ql

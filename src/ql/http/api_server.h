@@ -1,10 +1,11 @@
 #pragma once
 
 // The HTTP API of QingLong (docs/api.md): /livez, /readyz, /metrics, the authenticated JSON
-// API under /api/v1 over a ControlService, and the web panel's files when given. One listener
-// thread plus a small worker pool; hard bounds on request line, headers, body size, in-flight
-// requests, timeouts and log-follow duration. Every rejected request gets a JSON error {"code",
-// "message"} and changes nothing.
+// API under /api/v1 over a ControlService, and the web panel's files when given. An
+// event-driven listener (http_server.h: one I/O thread, so slow and idle clients hold no
+// thread) plus a small worker pool; hard bounds on request line, headers, body size and rate,
+// connections, in-flight requests, timeouts and log-follow duration. Every rejected request
+// gets a JSON error {"code", "message"} and changes nothing.
 
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "ql/core/status.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/secret_service.h"
+#include "ql/engine/sign_in_service.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
 #include "ql/http/listener_tls.h"
@@ -33,17 +35,24 @@ struct ApiServerOptions {
   std::function<Result<Authentication>(const std::string& token_digest)> authenticate;
   // Largest request body accepted; larger ones get 413 body_too_large.
   size_t max_body_bytes = size_t{1} << 20;
-  // Requests accepted (queued or being served) at once; beyond it /api/v1 answers 503
-  // overloaded until load drops.
+  // Requests between their head and the end of their answer at once; beyond it /api/v1
+  // answers 503 overloaded until load drops.
   int max_in_flight = 64;
-  // Connections open at once (queued or being served), more than max_in_flight; one accepted
-  // beyond it is closed before anything is read from it.
-  int max_connections = 256;
-  // Concurrent `follow=true` log streams; each holds a worker thread while it streams.
+  // Connections open at once, more than max_in_flight, and from one peer address (at most
+  // max_connections); one accepted beyond either is closed before anything is read from it. Idle and slow connections cost
+  // memory (a few KiB) and a descriptor each, never a thread.
+  int max_connections = 4096;
+  int max_connections_per_address = 512;
+  // Concurrent `follow=true` log streams; each holds a worker thread while it looks for news.
   int max_log_followers = 2;
-  // Worker threads serving requests.
+  // Worker threads deciding and serving requests.
   int threads = 4;
+  // The whole request head (TLS handshake included) must arrive within it; a body gets it as
+  // a grace period, then must keep up min_body_bytes_per_second.
   int read_timeout_ms = 10'000;
+  size_t min_body_bytes_per_second = 1024;
+  // A keep-alive connection with no new request is closed after this long.
+  int idle_timeout_ms = 30'000;
   int write_timeout_ms = 10'000;
   // A log follow stream ends after this long even when the run is still going.
   int64_t max_follow_ms = 10 * 60 * 1000;
@@ -59,6 +68,9 @@ struct ApiServerOptions {
   // Serves /api/v1/secrets; without it those routes answer 503 secrets_unavailable. Must
   // outlive the server.
   SecretService* secrets = nullptr;
+  // Serves sign-in, sign-out, sessions and passwords; without it those routes answer 503
+  // sign_in_unavailable. Must outlive the server.
+  SignInService* sign_in = nullptr;
   // The build's version, in ql_build_info{version="..."} on /metrics.
   std::string version = "unknown";
   // How this daemon confines commands (IsolationReport): "full", "user-namespace", "rlimits",

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -1277,11 +1278,23 @@ TEST_F(ApiServerTest, InFlightBoundAnswersOverloaded) {
   options.max_in_flight = 2;
   options.threads = 4;
   StartServer(options);
-  // Idle connections that never send a request each hold a worker and count as in flight.
+  // Connections that never send a request cost no worker and are not requests in flight.
   std::vector<int> idle;
   for (int i = 0; i < 3; ++i) {
     const int fd = ConnectLoopback(server_->port());
     ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  EXPECT_EQ(Get("/api/v1/tasks").status, 200);
+  // Admitted requests whose bodies are still on their way are in flight.
+  const std::string head = std::string("POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n") +
+                           "Authorization: Bearer " + kToken +
+                           "\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{";
+  for (int i = 0; i < 3; ++i) {
+    const int fd = ConnectLoopback(server_->port());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(head.size()));
     idle.push_back(fd);
   }
   Reply reply;
@@ -1396,16 +1409,17 @@ TEST_F(ApiServerTest, OverlongRequestLinesAndHeaderSectionsEndTheConnection) {
   EXPECT_THAT(long_uri.answer, ::testing::StartsWith("HTTP/1.1 414"));
   EXPECT_THAT(long_uri.answer, HasSubstr("uri_too_long"));
   EXPECT_TRUE(long_uri.closed);
-  // Past the line limit: nothing more is read and nothing is answered.
+  // Past the head limit: nothing more is read; 431 and the connection ends.
   Exchanged huge_uri = Exchange(
       server_->port(), "GET /" + std::string(8u << 20, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n");
-  EXPECT_EQ(huge_uri.answer, "");
+  EXPECT_THAT(huge_uri.answer, ::testing::StartsWith("HTTP/1.1 431"));
+  EXPECT_THAT(huge_uri.answer, HasSubstr("headers_too_large"));
   EXPECT_TRUE(huge_uri.closed);
-  // One header line past its limit.
+  // One header line past the head limit.
   Exchanged long_header =
       Exchange(server_->port(), "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n" + auth +
-                                    "X-Long: " + std::string(9000, 'b') + "\r\n\r\n");
-  EXPECT_THAT(long_header.answer, ::testing::StartsWith("HTTP/1.1 400"));
+                                    "X-Long: " + std::string(17000, 'b') + "\r\n\r\n");
+  EXPECT_THAT(long_header.answer, ::testing::StartsWith("HTTP/1.1 431"));
   EXPECT_TRUE(long_header.closed);
   // Header lines each within the limit, together past the header-section limit.
   std::string bulky = "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n" + auth;
@@ -1413,13 +1427,13 @@ TEST_F(ApiServerTest, OverlongRequestLinesAndHeaderSectionsEndTheConnection) {
     bulky += "X-Bulk-" + std::to_string(i) + ": " + std::string(4000, 'c') + "\r\n";
   }
   Exchanged bulky_answer = Exchange(server_->port(), bulky + "\r\n");
-  EXPECT_THAT(bulky_answer.answer, ::testing::StartsWith("HTTP/1.1 400"));
+  EXPECT_THAT(bulky_answer.answer, ::testing::StartsWith("HTTP/1.1 431"));
   EXPECT_TRUE(bulky_answer.closed);
-  // More header lines than the library reads.
+  // More header lines than a request may carry.
   std::string many = "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n" + auth;
   for (int i = 0; i < 200; ++i) many += "X-" + std::to_string(i) + ": 1\r\n";
   Exchanged many_answer = Exchange(server_->port(), many + "\r\n");
-  EXPECT_THAT(many_answer.answer, ::testing::StartsWith("HTTP/1.1 400"));
+  EXPECT_THAT(many_answer.answer, ::testing::StartsWith("HTTP/1.1 431"));
   EXPECT_TRUE(many_answer.closed);
   // The same request within the limits is served.
   EXPECT_THAT(Exchange(server_->port(), "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n" + auth +
@@ -1514,6 +1528,30 @@ TEST_F(ApiServerTlsTest, AClientWithAnotherCaRefusesTheServer) {
   httplib::Result result = TlsClient(pki_.other_ca_cert)->Get("/api/v1/status");
   ASSERT_FALSE(result);
   EXPECT_EQ(result.error(), httplib::Error::SSLServerVerification);
+}
+
+TEST_F(ApiServerTlsTest, HostNamesAreCheckedAgainstSubjectAltNamesOnly) {
+  auto client_for = [&](const std::string& host) {
+    auto client = std::make_unique<httplib::Client>(
+        "https://" + host + ":" + std::to_string(server_->port()));
+    client->enable_server_certificate_verification(true);
+    client->set_ca_cert_path(pki_.ca_cert.c_str());
+    client->set_connection_timeout(5, 0);
+    client->set_read_timeout(5, 0);
+    return client;
+  };
+  // The CA signed both; only the one naming localhost in its SANs is accepted for localhost.
+  StartServer(TlsOptions());
+  httplib::Result named = client_for("localhost")->Get("/livez");
+  ASSERT_TRUE(named) << httplib::to_string(named.error());
+  EXPECT_EQ(named->status, 200);
+  server_.reset();
+  ApiServerOptions cn_only = DefaultOptions();
+  cn_only.tls = ListenerTls{pki_.cn_only_cert, pki_.cn_only_key, ""};
+  StartServer(cn_only);
+  httplib::Result common_name = client_for("localhost")->Get("/livez");
+  ASSERT_FALSE(common_name);
+  EXPECT_EQ(common_name.error(), httplib::Error::SSLServerVerification);
 }
 
 TEST_F(ApiServerTlsTest, PlainHttpOnTheTlsPortGetsNoAnswer) {
@@ -1693,6 +1731,281 @@ TEST_F(ApiServerTest, AFollowEndsOnceItsTokenIsRevoked) {
   // The run is still running: only the revocation ended the stream, well before max_follow_ms.
   EXPECT_EQ(store_->runs().GetRun(run).value().status, "running");
   EXPECT_LT(ended - start, std::chrono::seconds(5)) << "max_follow_ms is 20 s";
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Hostile clients: what a client that sends slowly, oddly or too much gets, and what it cannot
+// take from the others.
+
+// Connects to 127.0.0.1:`port` from the loopback address `source` (127.0.0.x); -1 on failure.
+int ConnectFrom(const char* source, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &local.sin_addr);
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Milliseconds a fresh GET of `path` takes to answer `status`, or -1 for another answer.
+int64_t TimedGet(int port, const std::string& path, const std::string& extra = "") {
+  const auto start = std::chrono::steady_clock::now();
+  const Exchanged answer = Exchange(
+      port, "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + extra + "Connection: close\r\n\r\n", 5000);
+  if (answer.answer.rfind("HTTP/1.1 200", 0) != 0) return -1;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               start)
+      .count();
+}
+
+TEST_F(ApiServerTest, SlowClientsDoNotDelayLivezOrTheApi) {
+  ApiServerOptions options = DefaultOptions();
+  options.threads = 2;  // far fewer workers than slow clients
+  options.max_log_followers = 1;
+  StartServer(options);
+  const std::string auth = std::string("Authorization: Bearer ") + kToken + "\r\n";
+  std::vector<int> slow;
+  // Heads that never end, and admitted bodies that never come.
+  for (int i = 0; i < 64; ++i) {
+    const int fd = ConnectLoopback(server_->port());
+    ASSERT_GE(fd, 0);
+    const std::string partial = "GET /api/v1/tasks HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    ASSERT_EQ(::send(fd, partial.data(), partial.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(partial.size()));
+    slow.push_back(fd);
+  }
+  for (int i = 0; i < 16; ++i) {
+    const int fd = ConnectLoopback(server_->port());
+    ASSERT_GE(fd, 0);
+    const std::string head = "POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n" + auth +
+                             "Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{";
+    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(head.size()));
+    slow.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Every slow client keeps trickling while the others are served.
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    while (!done.load()) {
+      for (int fd : slow) (void)::send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::vector<int64_t> livez;
+  std::vector<int64_t> tasks;
+  for (int i = 0; i < 20; ++i) {
+    livez.push_back(TimedGet(server_->port(), "/livez"));
+    tasks.push_back(TimedGet(server_->port(), "/api/v1/tasks", auth));
+  }
+  done = true;
+  trickle.join();
+  for (int fd : slow) ::close(fd);
+  for (size_t i = 0; i < livez.size(); ++i) {
+    EXPECT_GE(livez[i], 0) << "request " << i;
+    EXPECT_LT(livez[i], 500) << "request " << i;
+    EXPECT_GE(tasks[i], 0) << "request " << i;
+    EXPECT_LT(tasks[i], 1000) << "request " << i;
+  }
+}
+
+TEST_F(ApiServerTest, AHeadOrBodyThatTricklesIsCutOffAtItsDeadline) {
+  ApiServerOptions options = DefaultOptions();
+  options.read_timeout_ms = 1000;
+  options.min_body_bytes_per_second = 1000;
+  StartServer(options);
+  const std::string before = Snapshot();
+  // A head that never ends, one byte per 100 ms: each byte arrives in time, the head does not.
+  {
+    const int fd = ConnectLoopback(server_->port());
+    ASSERT_GE(fd, 0);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string line = "GET /livez HTTP/1.1\r\nX-Slow: ";
+    ASSERT_GT(::send(fd, line.data(), line.size(), MSG_NOSIGNAL), 0);
+    bool closed = false;
+    while (!closed && std::chrono::steady_clock::now() - start < std::chrono::seconds(6)) {
+      closed = ::send(fd, "b", 1, MSG_NOSIGNAL) < 0;
+      char byte;
+      if (!closed && ::recv(fd, &byte, 1, MSG_DONTWAIT) == 0) closed = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ::close(fd);
+    EXPECT_TRUE(closed);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  }
+  // An admitted body at 50 bytes/s: cut off once it falls behind 1000 bytes/s after the grace.
+  {
+    const int fd = ConnectLoopback(server_->port());
+    ASSERT_GE(fd, 0);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string head = std::string("POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n") +
+                             "Authorization: Bearer " + kToken +
+                             "\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n";
+    ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+    bool closed = false;
+    while (!closed && std::chrono::steady_clock::now() - start < std::chrono::seconds(8)) {
+      closed = ::send(fd, "          ", 10, MSG_NOSIGNAL) < 0;
+      char byte;
+      if (!closed && ::recv(fd, &byte, 1, MSG_DONTWAIT) == 0) closed = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ::close(fd);
+    EXPECT_TRUE(closed);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  }
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(ApiServerTest, AnIdleKeepAliveConnectionIsClosed) {
+  ApiServerOptions options = DefaultOptions();
+  options.idle_timeout_ms = 300;
+  StartServer(options);
+  const int fd = ConnectLoopback(server_->port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_GT(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), 0);
+  const auto start = std::chrono::steady_clock::now();
+  const Exchanged answer = ReadAnswer(fd, 3000);
+  ::close(fd);
+  EXPECT_THAT(answer.answer, ::testing::StartsWith("HTTP/1.1 200"));
+  EXPECT_TRUE(answer.closed);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
+}
+
+TEST_F(ApiServerTest, AmbiguousOrUnboundedBodiesAreRefused) {
+  StartServer();
+  const std::string before = Snapshot();
+  const std::string auth = std::string("Authorization: Bearer ") + kToken + "\r\n";
+  // Content-Length together with Transfer-Encoding: which one frames the body is exactly what
+  // a smuggling proxy and the server would disagree on.
+  for (const std::string& framing :
+       {std::string("Content-Length: 4\r\nTransfer-Encoding: chunked\r\n"),
+        std::string("Transfer-Encoding: chunked\r\nContent-Length: 4\r\n"),
+        std::string("Transfer-Encoding: gzip\r\n"),
+        std::string("Transfer-Encoding: gzip, chunked\r\n"),
+        std::string("Content-Length: 4\r\nContent-Length: 5\r\n")}) {
+    const Exchanged answer =
+        Exchange(server_->port(), "POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n" + auth +
+                                      "Content-Type: application/json\r\n" + framing +
+                                      "\r\n0\r\n\r\nGET /livez HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_THAT(answer.answer, ::testing::StartsWith("HTTP/1.1 400")) << framing;
+    EXPECT_THAT(answer.answer, HasSubstr("bad_request")) << framing;
+    EXPECT_EQ(CountOf(answer.answer, "HTTP/1.1 "), 1u) << framing << answer.answer;
+    EXPECT_TRUE(answer.closed) << framing;
+  }
+  // A chunked body is bounded on every method, DELETE included.
+  std::string chunked = "DELETE /api/v1/tasks/nope HTTP/1.1\r\nHost: x\r\n" + auth +
+                        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string piece(64 * 1024, ' ');
+  for (int i = 0; i < 40; ++i) chunked += "10000\r\n" + piece + "\r\n";
+  chunked += "0\r\n\r\n";
+  const Exchanged bounded = Exchange(server_->port(), chunked, 5000);
+  EXPECT_THAT(bounded.answer, ::testing::StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(bounded.answer, HasSubstr("body_too_large"));
+  EXPECT_TRUE(bounded.closed);
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(ApiServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  StartServer();
+  const std::string auth = std::string("Authorization: Bearer ") + kToken + "\r\n";
+  const Exchanged answer = Exchange(
+      server_->port(), "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"
+                       "GET /api/v1/tasks/nope HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n"
+                       "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const size_t first = answer.answer.find("HTTP/1.1 200");
+  const size_t second = answer.answer.find("HTTP/1.1 404");
+  const size_t third = answer.answer.find("HTTP/1.1 200", first + 1);
+  ASSERT_NE(first, std::string::npos) << answer.answer;
+  ASSERT_NE(second, std::string::npos) << answer.answer;
+  ASSERT_NE(third, std::string::npos) << answer.answer;
+  EXPECT_LT(first, second);
+  EXPECT_LT(second, third);
+  EXPECT_THAT(answer.answer, HasSubstr("\"status\":\"ready\""));
+  EXPECT_TRUE(answer.closed);
+}
+
+TEST_F(ApiServerTest, OnePeerCannotTakeEveryConnection) {
+  ApiServerOptions options = DefaultOptions();
+  options.max_connections_per_address = 2;
+  StartServer(options);
+  std::vector<int> held;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = ConnectFrom("127.0.0.1", server_->port());
+    ASSERT_GE(fd, 0);
+    held.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // A third from the same address is closed unread; another address is served.
+  const int third = ConnectFrom("127.0.0.1", server_->port());
+  ASSERT_GE(third, 0);
+  const std::string request = "GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  (void)::send(third, request.data(), request.size(), MSG_NOSIGNAL);
+  const Exchanged refused = ReadAnswer(third, 2000);
+  ::close(third);
+  EXPECT_EQ(refused.answer, "");
+  EXPECT_TRUE(refused.closed);
+  const int other = ConnectFrom("127.0.0.2", server_->port());
+  ASSERT_GE(other, 0);
+  ASSERT_GT(::send(other, request.data(), request.size(), MSG_NOSIGNAL), 0);
+  const Exchanged served = ReadAnswer(other, 2000);
+  ::close(other);
+  EXPECT_THAT(served.answer, ::testing::StartsWith("HTTP/1.1 200"));
+  for (int fd : held) ::close(fd);
+}
+
+TEST_F(ApiServerTest, ManyRangesAnswerTheWholeResourceOnce) {
+  const std::string big(22 * 1024, 'p');
+  const PanelFile files[] = {{"/", "text/html; charset=utf-8", big, false}};
+  const PanelAssets panel(files);
+  ApiServerOptions options = DefaultOptions();
+  options.panel = &panel;
+  StartServer(options);
+  std::string ranges = "bytes=0-";
+  for (int i = 0; i < 2700; ++i) ranges += ",0-" + std::to_string(i % 1000);
+  const Exchanged answer =
+      Exchange(server_->port(), "GET / HTTP/1.1\r\nHost: x\r\nRange: " + ranges +
+                                    "\r\nConnection: close\r\n\r\n", 3000);
+  EXPECT_THAT(answer.answer, ::testing::StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(answer.answer, Not(HasSubstr("multipart/byteranges")));
+  EXPECT_LE(answer.answer.size(), big.size() + 1024);
+  EXPECT_THAT(answer.answer, HasSubstr(big));
+}
+
+TEST_F(ApiServerTest, PathVariantsNeverReachARoute) {
+  StartServer();
+  const std::string auth = std::string("Authorization: Bearer ") + kToken + "\r\n";
+  ASSERT_EQ(TimedGet(server_->port(), "/api/v1/tasks", auth) >= 0, true);
+  for (const char* variant_text :
+       {"/api/v1/tasks/", "/api/v1//tasks", "//api/v1/tasks", "/api/v1/./tasks",
+        "/api/v1/x/../tasks", "/API/v1/tasks", "/api/V1/tasks", "/api/v1/Tasks",
+        "/api/v1/tasks%2F", "/api/v1/%74asks", "/api%2Fv1/tasks", "/api/v1/tasks;x",
+        "/api/v1/tasks/%2e%2e", "/api/v1/tasks/%2E", "/api/v1/tasks/a%2Fb", "/api/v1/tasks/%zz",
+        "/api/v1/principals/%2e%2e/tokens", "/livez/", "/LIVEZ", "/%6civez"}) {
+    const std::string variant = variant_text;
+    for (const std::string& who : {auth, std::string()}) {
+      const Exchanged answer = Exchange(
+          server_->port(), "GET " + variant + " HTTP/1.1\r\nHost: x\r\n" + who +
+                               "Connection: close\r\n\r\n");
+      const bool api = variant.rfind("/api/v1/", 0) == 0;
+      if (api && who.empty()) {
+        EXPECT_THAT(answer.answer, ::testing::StartsWith("HTTP/1.1 401")) << variant;
+      } else {
+        EXPECT_THAT(answer.answer, ::testing::StartsWith("HTTP/1.1 404")) << variant;
+        EXPECT_THAT(answer.answer, HasSubstr("route_not_found")) << variant;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <absl/strings/escaping.h>
 
 #include <atomic>
+#include <charconv>
 #include <functional>
 #include <regex>
 #include <string_view>
@@ -11,8 +12,7 @@
 #include <vector>
 
 #include "ql/http/api_json.h"
-#include "ql/http/httplib_config.h"
-#include "ql/http/transport.h"
+#include "ql/http/http_server.h"
 
 namespace ql {
 namespace {
@@ -21,25 +21,32 @@ using nlohmann::json;
 
 constexpr size_t kMaxTokenBytes = 512;
 
-// The worker authenticated by the admission gate for the request this thread is serving. httplib
-// serves a request, gate and handler, on one worker thread, so the handler finds its identity
-// here without a second credential lookup.
+// What admission decided about a request, carried by the request (Request::decision) to its
+// handler: the authenticated worker and the route with its path id.
 struct Admitted {
-  const httplib::Request* request = nullptr;
   std::string worker_id;
+  size_t route = 0;
+  std::string id;
 };
-thread_local Admitted admitted;
 
-void SendJson(httplib::Response& res, int status, const json& body) {
+void SendJson(http::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  res.SetContent(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
-void SendStatus(httplib::Response& res, const Status& st) {
+void SendStatus(http::Response& res, const Status& st) {
   const std::string code =
       st.reason().empty() ? std::string(StatusCodeName(st.code())) : st.reason();
   const int http = code == "unauthorized" ? 401 : api::HttpStatusFor(st.code());
   SendJson(res, http, api::ErrorJson(code, st.message()));
+}
+
+// The value of a Content-Length header; unparsable or absent counts as 0 (the server refuses
+// an invalid length before admission).
+uint64_t ParseLength(const std::string& text) {
+  uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return ec == std::errc() && ptr == text.data() + text.size() ? value : 0;
 }
 
 Result<int64_t> RequiredInteger(const json& body, std::string_view name) {
@@ -192,79 +199,90 @@ struct WorkerApiServer::Impl {
   WorkerService& service;
   Metrics& metrics;
   WorkerApiServerOptions options;
-  std::unique_ptr<httplib::Server> server;  // created by Start (plain or TLS)
-  std::thread listener;
+  std::unique_ptr<http::HttpServer> server;  // created by Start (plain or TLS)
   std::atomic<bool> admitting{true};
-  std::atomic<int> connections{0};
-  std::vector<std::regex> routes;
+  struct Route {
+    std::regex pattern;
+    std::string_view name;
+    std::function<Status(const std::string& worker, const std::string& id, const json& body,
+                         http::Response& res)>
+        handler;
+  };
+  std::vector<Route> routes;
   int port = 0;
 
   using Handler = std::function<Status(const std::string& worker, const std::string& id,
-                                       const json& body, httplib::Response& res)>;
+                                       const json& body, http::Response& res)>;
 
   // Admits a request from its line and headers alone, before its body is read: the replica is
   // admitting, the worker token authenticates, the route exists, the body has a declared length
   // within the limit. Records the authenticated worker for the handler.
-  httplib::Server::HandlerResponse Admit(const httplib::Request& req, httplib::Response& res) {
-    using HR = httplib::Server::HandlerResponse;
-    admitted = Admitted{};
+  bool Admit(http::Request& req, http::Response& res) {
+    req.decision.reset();
     if (!admitting.load()) {
       SendJson(res, 503, api::ErrorJson("shutting_down", "this replica is stopping; use another"));
-      return HR::Handled;
+      return false;
     }
-    const std::string auth = req.get_header_value("Authorization");
+    const std::string auth = req.Header("Authorization");
     constexpr std::string_view kBearer = "Bearer ";
     if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 ||
         auth.size() - kBearer.size() > kMaxTokenBytes) {
       SendJson(res, 401, api::ErrorJson("unauthorized", "a worker bearer token is required"));
-      return HR::Handled;
+      return false;
     }
     Result<std::string> worker = service.Authenticate(auth.substr(kBearer.size()));
     if (!worker.ok()) {
       SendStatus(res, worker.status());
-      return HR::Handled;
+      return false;
     }
     if (req.method != "POST") {
-      res.set_header("Allow", "POST");
+      res.SetHeader("Allow", "POST");
       SendJson(res, 405, api::ErrorJson("method_not_allowed", "worker calls are POST requests"));
-      return HR::Handled;
+      return false;
     }
+    auto decision = std::make_shared<Admitted>();
     bool routed = false;
-    for (const std::regex& route : routes) routed = routed || std::regex_match(req.path, route);
+    for (size_t i = 0; i < routes.size() && !routed; ++i) {
+      std::smatch match;
+      if (std::regex_match(req.path, match, routes[i].pattern)) {
+        routed = true;
+        decision->route = i;
+        if (match.size() > 1) decision->id = match[1].str();
+      }
+    }
     if (!routed) {
       SendJson(res, 404, api::ErrorJson("route_not_found", "no worker route for this path"));
-      return HR::Handled;
+      return false;
     }
-    // httplib bounds declared lengths but not chunked bodies: workers always send a length.
-    if (req.has_header("Transfer-Encoding")) {
+    // Workers always send a length.
+    if (req.HasHeader("Transfer-Encoding")) {
       SendJson(res, 411,
                api::ErrorJson("length_required", "worker calls carry a Content-Length body"));
-      return HR::Handled;
+      return false;
     }
-    if (req.get_header_value<uint64_t>("Content-Length") > options.max_body_bytes) {
+    if (ParseLength(req.Header("Content-Length")) > options.max_body_bytes) {
       SendJson(
           res, 413,
           api::ErrorJson("body_too_large", "request body exceeds " +
                                                std::to_string(options.max_body_bytes) + " bytes"));
-      return HR::Handled;
+      return false;
     }
-    admitted = Admitted{&req, std::move(worker).value()};
-    return HR::Unhandled;
+    decision->worker_id = std::move(worker).value();
+    req.decision = std::move(decision);
+    return true;
   }
 
   // Parses the body of an admitted request and runs `handler`; any error answers with its code.
-  void Serve(const httplib::Request& req, httplib::Response& res, std::string_view route,
-             const Handler& handler) {
-    metrics.Increment("ql_worker_requests_total", "route=\"" + std::string(route) + "\"");
-    if (admitted.request != &req) {
+  void Serve(const http::Request& req, http::Response& res) {
+    const auto* admitted = static_cast<const Admitted*>(req.decision.get());
+    if (admitted == nullptr || admitted->route >= routes.size()) {
       return SendJson(res, 500, api::ErrorJson("internal", "request was not admitted"));
     }
-    const std::string worker = std::move(admitted.worker_id);
-    admitted = Admitted{};
+    const Route& route = routes[admitted->route];
+    metrics.Increment("ql_worker_requests_total", "route=\"" + std::string(route.name) + "\"");
     Result<json> body = api::ParseBody(req.body, true);
     if (!body.ok()) return SendStatus(res, body.status());
-    const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
-    Status st = handler(worker, id, *body, res);
+    Status st = route.handler(admitted->worker_id, admitted->id, *body, res);
     if (!st.ok()) SendStatus(res, st);
   }
 
@@ -284,15 +302,11 @@ struct WorkerApiServer::Impl {
   void Routes() {
     const WorkerServiceOptions& o = service.options();
     auto post = [this](const std::string& pattern, std::string_view route, Handler handler) {
-      routes.emplace_back(pattern);
-      server->Post(pattern,
-                  [this, route, handler](const httplib::Request& req, httplib::Response& res) {
-                    Serve(req, res, route, handler);
-                  });
+      routes.push_back(Route{std::regex(pattern), route, std::move(handler)});
     };
     post("/worker/v1/sessions", "sessions.register",
          [this, &o](const std::string& worker, const std::string&, const json& body,
-                    httplib::Response& res) -> Status {
+                    http::Response& res) -> Status {
            QL_RETURN_IF_ERROR(api::CheckFields(body, {"capabilities", "max_concurrent_runs",
                                                       "available_slots", "software_version"}));
            json capabilities =
@@ -310,7 +324,7 @@ struct WorkerApiServer::Impl {
          });
     post("/worker/v1/sessions/([^/]{1,128})/heartbeat", "sessions.heartbeat",
          [this, &o](const std::string& worker, const std::string& id, const json& body,
-                    httplib::Response& res) -> Status {
+                    http::Response& res) -> Status {
            QL_RETURN_IF_ERROR(api::CheckFields(body, {"generation", "available_slots"}));
            QL_ASSIGN_OR_RETURN(int64_t generation, RequiredInteger(body, "generation"));
            QL_ASSIGN_OR_RETURN(
@@ -325,7 +339,7 @@ struct WorkerApiServer::Impl {
       post("/worker/v1/sessions/([^/]{1,128})/" + status,
            status == "drain" ? "sessions.drain" : "sessions.offline",
            [this, &o, status](const std::string& worker, const std::string& id, const json& body,
-                              httplib::Response& res) -> Status {
+                              http::Response& res) -> Status {
              QL_RETURN_IF_ERROR(api::CheckFields(body, {"generation"}));
              QL_ASSIGN_OR_RETURN(int64_t generation, RequiredInteger(body, "generation"));
              QL_ASSIGN_OR_RETURN(WorkerSessionRecord s,
@@ -337,7 +351,7 @@ struct WorkerApiServer::Impl {
     }
     post("/worker/v1/pull", "pull",
          [this, &o](const std::string& worker, const std::string&, const json& body,
-                    httplib::Response& res) -> Status {
+                    http::Response& res) -> Status {
            QL_RETURN_IF_ERROR(
                api::CheckFields(body, {"session_id", "generation", "available_slots", "offers"}));
            QL_ASSIGN_OR_RETURN(std::string session, api::RequiredString(body, "session_id"));
@@ -366,7 +380,7 @@ struct WorkerApiServer::Impl {
          });
     post("/worker/v1/leases/([^/]{1,128})/starting", "leases.starting",
          [this](const std::string& worker, const std::string& id, const json& body,
-                httplib::Response& res) -> Status {
+                http::Response& res) -> Status {
            QL_ASSIGN_OR_RETURN(
                LeaseCall call,
                ParseLeaseCall(worker, id, body, {"session_id", "generation", "lease_token"}));
@@ -376,7 +390,7 @@ struct WorkerApiServer::Impl {
          });
     post("/worker/v1/leases/([^/]{1,128})/running", "leases.running",
          [this](const std::string& worker, const std::string& id, const json& body,
-                httplib::Response& res) -> Status {
+                http::Response& res) -> Status {
            QL_ASSIGN_OR_RETURN(LeaseCall call,
                                ParseLeaseCall(worker, id, body,
                                               {"session_id", "generation", "lease_token", "pid"}));
@@ -387,7 +401,7 @@ struct WorkerApiServer::Impl {
          });
     post("/worker/v1/leases/([^/]{1,128})/renew", "leases.renew",
          [this](const std::string& worker, const std::string& id, const json& body,
-                httplib::Response& res) -> Status {
+                http::Response& res) -> Status {
            QL_ASSIGN_OR_RETURN(
                LeaseCall call,
                ParseLeaseCall(worker, id, body, {"session_id", "generation", "lease_token"}));
@@ -400,7 +414,7 @@ struct WorkerApiServer::Impl {
          });
     post("/worker/v1/leases/([^/]{1,128})/log", "leases.log",
          [this](const std::string& worker, const std::string& id, const json& body,
-                httplib::Response& res) -> Status {
+                http::Response& res) -> Status {
            QL_ASSIGN_OR_RETURN(LeaseCall call, ParseLeaseCall(worker, id, body,
                                                               {"session_id", "generation",
                                                                "lease_token", "offset", "data"}));
@@ -416,7 +430,7 @@ struct WorkerApiServer::Impl {
          });
     post("/worker/v1/leases/([^/]{1,128})/complete", "leases.complete",
          [this](const std::string& worker, const std::string& id, const json& body,
-                httplib::Response& res) -> Status {
+                http::Response& res) -> Status {
            QL_ASSIGN_OR_RETURN(LeaseCall call,
                                ParseLeaseCall(worker, id, body,
                                               {"session_id", "generation", "lease_token", "outcome",
@@ -442,35 +456,26 @@ WorkerApiServer::~WorkerApiServer() { Stop(); }
 
 Status WorkerApiServer::Start(const std::string& host, int port) {
   Impl& s = *impl_;
-  transport::Limits limits;
-  limits.threads = s.options.threads;
+  if (s.server != nullptr) return Conflict("already_started", "the server was started");
+  http::ServerLimits limits;
+  limits.workers = s.options.threads;
   limits.max_connections = s.options.max_connections;
-  limits.read_timeout_ms = s.options.read_timeout_ms;
+  limits.max_connections_per_address = s.options.max_connections;
+  limits.head_timeout_ms = s.options.read_timeout_ms;
+  limits.body_grace_ms = s.options.read_timeout_ms;
   limits.write_timeout_ms = s.options.write_timeout_ms;
   limits.max_body_bytes = s.options.max_body_bytes;
-  QL_ASSIGN_OR_RETURN(s.server, transport::NewServer(s.options.tls));
-  transport::Configure(
-      *s.server, limits, s.connections,
-      [&s](const httplib::Request& req, httplib::Response& res) { return s.Admit(req, res); });
-  s.server->set_payload_max_length(s.options.max_body_bytes);
-  s.server->set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string code = res.status == 404   ? "route_not_found"
-                             : res.status == 413 ? "body_too_large"
-                                                 : "http_" + std::to_string(res.status);
-    SendJson(res, res.status, api::ErrorJson(code, httplib::detail::status_message(res.status)));
-  });
+  http::ServerHandlers handlers;
+  handlers.admit = [&s](http::Request& req, http::Response& res) { return s.Admit(req, res); };
+  handlers.handle = [&s](http::Request& req, http::Response& res) { s.Serve(req, res); };
   s.Routes();
-  if (port == 0) {
-    s.port = s.server->bind_to_any_port(host);
-  } else {
-    s.port = s.server->bind_to_port(host, port) ? port : -1;
-  }
-  if (s.port <= 0) {
+  QL_ASSIGN_OR_RETURN(s.server, http::HttpServer::Create(s.options.tls, limits, handlers));
+  if (Status listening = s.server->Start(host, port); !listening.ok()) {
+    s.server.reset();
     return Unavailable("listen_failed",
                        "cannot listen on " + host + ":" + std::to_string(port) + " for workers");
   }
-  s.listener = std::thread([&s]() { s.server->listen_after_bind(); });
+  s.port = s.server->port();
   return Status::Ok();
 }
 
@@ -481,8 +486,7 @@ void WorkerApiServer::WithdrawAdmission() { impl_->admitting.store(false); }
 void WorkerApiServer::Stop() {
   impl_->admitting.store(false);
   if (impl_->server == nullptr) return;
-  impl_->server->stop();
-  if (impl_->listener.joinable()) impl_->listener.join();
+  impl_->server->Stop();
 }
 
 }  // namespace ql

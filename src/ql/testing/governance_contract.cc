@@ -422,3 +422,122 @@ TEST_P(GovernanceContract, EveryGovernanceWriteLeavesOneAuditFactNewestFirst) {
 }
 
 }  // namespace ql::testing
+
+namespace ql::testing {
+namespace {
+
+// A session command for `principal` as a successful sign-in would send it.
+SignInCommand SessionFor(const std::string& principal_id, const std::string& session_id,
+                         const std::string& secret, int64_t now, bool password_ok) {
+  SignInCommand cmd;
+  cmd.principal_id = principal_id;
+  cmd.password_ok = password_ok;
+  cmd.session.id = session_id;
+  cmd.session.expires_at_ms = now + 3'600'000;
+  cmd.session.idle_timeout_ms = 60'000;
+  cmd.session.label = "panel from 127.0.0.1";
+  cmd.session_digest = Sha256Hex(secret);
+  cmd.lock_after = 3;
+  cmd.lock_ms = 60'000;
+  cmd.request_id = "sign-in";
+  cmd.now_ms = now;
+  return cmd;
+}
+
+}  // namespace
+
+TEST_P(GovernanceContract, PasswordsSessionsAndLockOut) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> alice = AddPrincipal(owner, "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status().ToString();
+  Result<PrincipalRecord> bob = AddPrincipal(owner, "bob");
+  ASSERT_TRUE(bob.ok()) << bob.status().ToString();
+  const std::string hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNo";
+
+  // No password yet: nothing to sign in with.
+  Result<std::optional<PasswordRecord>> none = gov().GetPassword(alice->id);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+  QL_EXPECT_ERROR(gov().RecordSignIn(SessionFor(alice->id, NewId(), "s0", Now(), true)),
+                  StatusCode::kNotFound, "principal_not_found");
+
+  // Bob may not set Alice's password; an installation admin (the owner) may, and Alice herself.
+  SetPasswordCommand set;
+  set.actor = Actor{bob->id, "r"};
+  set.principal_id = alice->id;
+  set.hash = hash;
+  set.must_change = true;
+  set.now_ms = Now();
+  QL_EXPECT_ERROR(gov().SetPassword(set), StatusCode::kPermissionDenied, "permission_denied");
+  set.actor = Actor{owner.id, "r"};
+  ASSERT_TRUE(gov().SetPassword(set).ok());
+  Result<std::optional<PasswordRecord>> stored = gov().GetPassword(alice->id);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->hash, hash);
+  EXPECT_TRUE((*stored)->must_change);
+
+  // A successful sign-in makes a session token that authenticates, idles out and is listed.
+  const std::string session_id = NewId();
+  Result<TokenRecord> session =
+      gov().RecordSignIn(SessionFor(alice->id, session_id, "alice-session", Now(), true));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  EXPECT_EQ(session->kind, "session");
+  EXPECT_EQ(session->label, "panel from 127.0.0.1");
+  Result<Authentication> auth = gov().Authenticate(Sha256Hex("alice-session"), Now());
+  ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+  EXPECT_EQ(auth->principal.id, alice->id);
+  EXPECT_EQ(auth->token.kind, "session");
+  EXPECT_EQ(auth->token.idle_timeout_ms, 60'000);
+  QL_EXPECT_ERROR(gov().Authenticate(Sha256Hex("alice-session"), Now() + 60'000),
+                  StatusCode::kConflict, "token_expired");
+  ASSERT_TRUE(gov().TouchToken(session_id, Now() + 50'000).ok());
+  EXPECT_TRUE(gov().Authenticate(Sha256Hex("alice-session"), Now() + 60'000).ok());
+
+  // Wrong passwords count; the third in a row locks the account, and while locked even the
+  // right password fails. Each attempt is an audit fact.
+  for (int i = 0; i < 3; ++i) {
+    QL_EXPECT_ERROR(gov().RecordSignIn(SessionFor(alice->id, NewId(), "x", Now(), false)),
+                    StatusCode::kPermissionDenied, "sign_in_failed");
+  }
+  stored = gov().GetPassword(alice->id);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  ASSERT_TRUE((*stored)->locked_until_ms.has_value());
+  EXPECT_EQ(*(*stored)->locked_until_ms, Now() + 60'000);
+  QL_EXPECT_ERROR(gov().RecordSignIn(SessionFor(alice->id, NewId(), "s2", Now(), true)),
+                  StatusCode::kPermissionDenied, "sign_in_failed");
+  EXPECT_EQ(gov().Authenticate(Sha256Hex("s2"), Now()).status().reason(), "token_unknown");
+  // After the lock the right password works again and clears the count.
+  Result<TokenRecord> later = gov().RecordSignIn(
+      SessionFor(alice->id, NewId(), "alice-later", Now() + 60'000, true));
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  stored = gov().GetPassword(alice->id);
+  EXPECT_EQ((*stored)->failed_attempts, 0);
+  EXPECT_FALSE((*stored)->locked_until_ms.has_value());
+  Result<Page<AuditRecord>> audit = gov().ListAudit(PageRequest{std::nullopt, 200});
+  ASSERT_TRUE(audit.ok()) << audit.status().ToString();
+  int sign_ins = 0, failures = 0, lockouts = 0;
+  for (const AuditRecord& fact : audit->items) {
+    if (fact.action == "auth.sign_in" && fact.outcome == "ok") ++sign_ins;
+    if (fact.action == "auth.sign_in" && fact.outcome == "failed") ++failures;
+    if (fact.action == "auth.lockout") ++lockouts;
+  }
+  EXPECT_EQ(sign_ins, 2);
+  EXPECT_EQ(failures, 4);
+  EXPECT_EQ(lockouts, 1);
+
+  // Alice changes her own password from one session: the other sessions end, that one stays.
+  set.actor = Actor{alice->id, "r"};
+  set.must_change = false;
+  set.keep_token_id = later->id;
+  set.now_ms = Now() + 60'001;
+  ASSERT_TRUE(gov().SetPassword(set).ok());
+  EXPECT_EQ(gov().Authenticate(Sha256Hex("alice-session"), Now() + 60'002).status().reason(),
+            "token_revoked");
+  EXPECT_TRUE(gov().Authenticate(Sha256Hex("alice-later"), Now() + 60'002).ok());
+  // A disabled principal cannot sign in.
+  ASSERT_TRUE(gov().SetPrincipalStatus(Actor{owner.id, "r"}, alice->id, "disabled", Now()).ok());
+  QL_EXPECT_ERROR(gov().RecordSignIn(SessionFor(alice->id, NewId(), "s3", Now() + 60'003, true)),
+                  StatusCode::kPermissionDenied, "sign_in_failed");
+}
+
+}  // namespace ql::testing

@@ -66,8 +66,13 @@ Result<TestPki> MakeTestPki(const std::string& dir) {
                               "basicConstraints=CA:FALSE\n"
                               "keyUsage=critical,digitalSignature\n"
                               "extendedKeyUsage=clientAuth\n"));
-  return TestPki{dir + "/ca.pem",     dir + "/server.pem", dir + "/server.key",
-                 dir + "/client.pem", dir + "/client.key", dir + "/other-ca.pem"};
+  QL_RETURN_IF_ERROR(MakeLeaf(dir, "ca", "cn-only", "localhost",
+                              "basicConstraints=CA:FALSE\n"
+                              "keyUsage=critical,digitalSignature\n"
+                              "extendedKeyUsage=serverAuth\n"));
+  return TestPki{dir + "/ca.pem",     dir + "/server.pem",   dir + "/server.key",
+                 dir + "/client.pem", dir + "/client.key",   dir + "/other-ca.pem",
+                 dir + "/cn-only.pem", dir + "/cn-only.key"};
 }
 
 }  // namespace ql::testing

@@ -15,6 +15,10 @@ struct TestPki {
   std::string client_cert;  // a client certificate (CN ql-test-client)
   std::string client_key;
   std::string other_ca_cert;  // an unrelated CA: verifying with it must fail
+  // A server certificate the CA signed for CN=localhost with no subjectAltName: a client that
+  // checks names against SANs only must refuse it.
+  std::string cn_only_cert;
+  std::string cn_only_key;
 };
 
 // Creates the files of a TestPki in the existing directory `dir` (P-256 keys, valid for two

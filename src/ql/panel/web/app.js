@@ -2,7 +2,7 @@
 // and a hash router that renders one page module at a time. Each page gets an AbortSignal
 // that fires when the page is left, so its requests, timers and log streams stop with it.
 
-import {ApiError, get, setUnauthorizedHandler} from './lib/api.js';
+import {ApiError, get, post, resumeCookieSession, setUnauthorizedHandler, signInWithPassword} from './lib/api.js';
 import {h, replace} from './lib/dom.js';
 import {viewerZone} from './lib/format.js';
 import {session} from './lib/session.js';
@@ -57,6 +57,60 @@ function signInView(reason) {
       h('div', {class: 'brand'}, h('span', {class: 'logo', 'aria-hidden': 'true'}), 'QingLong'));
   const errors = errorBox();
   if (reason) errors.show(reason);
+  const name = h('input', {
+    type: 'text',
+    id: 'signin-name',
+    name: 'username',
+    autocomplete: 'username',
+    spellcheck: 'false',
+    required: true,
+  });
+  const password = h('input', {
+    type: 'password',
+    id: 'signin-password',
+    name: 'password',
+    autocomplete: 'current-password',
+    required: true,
+  });
+  // Asked for once the server says the account has a second factor.
+  const totp = h('input', {
+    type: 'text',
+    id: 'signin-totp',
+    name: 'one-time-code',
+    autocomplete: 'one-time-code',
+    inputmode: 'numeric',
+    spellcheck: 'false',
+  });
+  const totpField = h('div', {class: 'field', hidden: true},
+                      h('label', {for: 'signin-totp', text: 'One-time code (or a recovery code)'}),
+                      totp);
+  const form = h(
+      'form',
+      {class: 'card signin', id: 'signin-form', 'aria-labelledby': 'signin-title'},
+      h('h1', {id: 'signin-title', text: 'Sign in'}),
+      errors,
+      h('div', {class: 'field'}, h('label', {for: 'signin-name', text: 'Name'}), name),
+      h('div', {class: 'field'}, h('label', {for: 'signin-password', text: 'Password'}), password),
+      totpField,
+      h('button', {type: 'submit', class: 'btn primary', text: 'Sign in'}),
+  );
+  onSubmit(form, errors, async () => {
+    session.clear();
+    let answer;
+    try {
+      answer = await signInWithPassword(name.value.trim(), password.value, totp.value.trim());
+    } catch (err) {
+      if (err.code === 'totp_required') {
+        totpField.hidden = false;
+        totp.focus();
+      }
+      throw err;
+    }
+    session.setCsrf(answer.csrf_token);
+    await loadIdentity();
+    render();
+  });
+  const tokenErrors = errorBox();
   const input = h('input', {
     type: 'password',
     id: 'token',
@@ -66,24 +120,21 @@ function signInView(reason) {
     required: true,
     placeholder: 'API token',
   });
-  const form = h(
+  const tokenForm = h(
       'form',
-      {class: 'card signin', 'aria-labelledby': 'signin-title'},
-      h('h1', {id: 'signin-title', text: 'Sign in'}),
+      {class: 'card signin', id: 'token-signin', 'aria-labelledby': 'token-title'},
+      h('h2', {id: 'token-title', text: 'Or use an API token'}),
       h('p', {
         class: 'muted',
         text:
-            'Paste an API token (ql-local writes the owner token to data/owner.token; `ql token create` makes more). It is kept in this tab only (sessionStorage) and sent as a bearer header, never in a URL or cookie.',
+            'For programs and first set-up: ql-local writes the owner token to data/owner.token; `ql token create` makes more. It is kept in this tab only (sessionStorage) and sent as a bearer header, never in a URL or cookie.',
       }),
-      errors,
-      h('div', {class: 'field'},
-        h('label',
-          { for: 'token', text: 'Token'
-          }),
-        input),
-      h('button', {type: 'submit', class: 'btn primary', text: 'Sign in'}),
+      tokenErrors,
+      h('div', {class: 'field'}, h('label', {for: 'token', text: 'Token'}), input),
+      h('button', {type: 'submit', class: 'btn', text: 'Sign in with the token'}),
   );
-  onSubmit(form, errors, async () => {
+  onSubmit(tokenForm, tokenErrors, async () => {
+    session.clear();
     session.setToken(input.value.trim());
     try {
       await loadIdentity();
@@ -93,8 +144,8 @@ function signInView(reason) {
     }
     render();
   });
-  replace(main, form);
-  input.focus();
+  replace(main, form, tokenForm);
+  name.focus();
 }
 
 async function loadIdentity() {
@@ -103,6 +154,8 @@ async function loadIdentity() {
 }
 
 function signOut(reason) {
+  // A cookie session ends on the server too (best effort: the page signs out either way).
+  if (!session.token && session.csrf && !reason) post('/api/v1/sign-out').catch(() => {});
   session.clear();
   history.replaceState(null, '', location.pathname);
   signInView(reason);
@@ -164,7 +217,12 @@ function header(path) {
 }
 
 async function render() {
-  if (!session.token) return signInView();
+  if (!session.signedIn) {
+    // A new tab or a reload: the session cookie may still be live.
+    const resumed = await resumeCookieSession().catch(() => null);
+    if (!resumed) return signInView();
+    session.setCsrf(resumed.session.csrf_token);
+  }
   const {path, query} = parseHash();
   if (query.project && query.project !== session.project) session.setProject(query.project);
   if (!session.who) {

@@ -43,6 +43,15 @@ GRANT SELECT, INSERT, UPDATE ON ql3.projects, ql3.task_heads, ql3.trigger_heads,
 -- ql3_admin: governance writes (principals, tokens, bindings under the scope's row lock) and
 -- the audit, which it alone reads.
 GRANT SELECT, INSERT, UPDATE ON ql3.installation, ql3.principals, ql3.api_tokens TO ql3_admin;
+-- Password hashes are read and written by the admin role only (sign-in runs there). The table
+-- came with pg-0020; a schema migrated only part of the way (an upgrade test) has none yet.
+DO $$
+BEGIN
+  IF to_regclass('ql3.principal_passwords') IS NOT NULL THEN
+    GRANT SELECT, INSERT, UPDATE ON ql3.principal_passwords TO ql3_admin;
+  END IF;
+END
+$$;
 GRANT SELECT ON ql3.api_token_usage TO ql3_admin;
 GRANT SELECT, INSERT ON ql3.role_bindings, ql3.security_audit TO ql3_admin;
 GRANT SELECT, INSERT ON ql3.task_revisions, ql3.execution_revisions, ql3.trigger_revisions

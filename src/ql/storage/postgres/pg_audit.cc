@@ -81,6 +81,7 @@ const std::map<std::string, std::set<std::string>>& AdminPrivileges() {
       {"installation", {"SELECT", "INSERT", "UPDATE"}},
       {"principals", {"SELECT", "INSERT", "UPDATE"}},
       {"api_tokens", {"SELECT", "INSERT", "UPDATE"}},
+      {"principal_passwords", {"SELECT", "INSERT", "UPDATE"}},
       {"api_token_usage", {"SELECT"}},
       {"role_bindings", {"SELECT", "INSERT"}},
       {"security_audit", {"SELECT", "INSERT"}},

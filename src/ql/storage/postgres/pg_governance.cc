@@ -18,11 +18,23 @@ PrincipalRecord ReadPrincipal(const Rows& r, int i) {
 
 constexpr char kTokenColumns[] =
     "SELECT t.id, t.principal_id, t.created_at_ms, t.expires_at_ms, t.revoked_at_ms, "
-    "u.last_used_at_ms FROM ql3.api_tokens t LEFT JOIN ql3.api_token_usage u ON u.token_id = t.id ";
+    "u.last_used_at_ms, t.kind, t.idle_timeout_ms, t.label FROM ql3.api_tokens t "
+    "LEFT JOIN ql3.api_token_usage u ON u.token_id = t.id ";
 
 TokenRecord ReadToken(const Rows& r, int i) {
-  return TokenRecord{r.Text(i, 0),   r.Text(i, 1),   r.Int(i, 2),
-                     r.OptInt(i, 3), r.OptInt(i, 4), r.OptInt(i, 5)};
+  return TokenRecord{r.Text(i, 0),   r.Text(i, 1), r.Int(i, 2),    r.OptInt(i, 3), r.OptInt(i, 4),
+                     r.OptInt(i, 5), r.Text(i, 6), r.OptInt(i, 7), r.Text(i, 8)};
+}
+
+constexpr char kPasswordColumns[] =
+    "SELECT principal_id, hash, must_change, set_at_ms, failed_attempts, locked_until_ms, "
+    "totp_secret, totp_enabled, totp_last_step, recovery_digests "
+    "FROM ql3.principal_passwords ";
+
+PasswordRecord ReadPassword(const Rows& r, int i) {
+  return PasswordRecord{r.Text(i, 0),   r.Text(i, 1), r.Bool(i, 2), r.Int(i, 3),
+                        r.Int(i, 4),    r.OptInt(i, 5), r.Text(i, 6), r.Bool(i, 7),
+                        r.Int(i, 8),    r.Text(i, 9)};
 }
 
 constexpr char kBindingColumns[] =
@@ -130,8 +142,37 @@ class PgGovernanceTx final : public GovernanceTx {
   Status InsertToken(const TokenRecord& t, const std::string& digest) override {
     return Exec(tx_,
                 "INSERT INTO ql3.api_tokens (id, principal_id, token_digest, created_at_ms, "
-                "expires_at_ms) VALUES ($1, $2, $3, $4, $5)",
-                {P(t.id), P(t.principal_id), P(digest), P(t.created_at_ms), P(t.expires_at_ms)});
+                "expires_at_ms, kind, idle_timeout_ms, label) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                {P(t.id), P(t.principal_id), P(digest), P(t.created_at_ms), P(t.expires_at_ms),
+                 P(t.kind), P(t.idle_timeout_ms), P(t.label)});
+  }
+  Status RevokeSessionsOf(const std::string& principal_id, const std::string& except_token_id,
+                          int64_t now_ms) override {
+    return Exec(tx_,
+                "UPDATE ql3.api_tokens SET revoked_at_ms = $1 WHERE principal_id = $2 AND "
+                "kind = 'session' AND revoked_at_ms IS NULL AND id <> $3",
+                {P(now_ms), P(principal_id), P(except_token_id)});
+  }
+  Result<std::optional<PasswordRecord>> LoadPassword(const std::string& principal_id) override {
+    static const std::string kSql = std::string(kPasswordColumns) + "WHERE principal_id = $1";
+    return One<PasswordRecord>(tx_, kSql, {P(principal_id)}, ReadPassword);
+  }
+  Status UpsertPassword(const PasswordRecord& p) override {
+    return Exec(tx_,
+                "INSERT INTO ql3.principal_passwords (principal_id, hash, must_change, "
+                "set_at_ms, failed_attempts, locked_until_ms, totp_secret, totp_enabled, "
+                "totp_last_step, recovery_digests) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
+                "ON CONFLICT (principal_id) DO UPDATE SET hash = EXCLUDED.hash, "
+                "must_change = EXCLUDED.must_change, set_at_ms = EXCLUDED.set_at_ms, "
+                "failed_attempts = EXCLUDED.failed_attempts, "
+                "locked_until_ms = EXCLUDED.locked_until_ms, totp_secret = EXCLUDED.totp_secret, "
+                "totp_enabled = EXCLUDED.totp_enabled, totp_last_step = EXCLUDED.totp_last_step, "
+                "recovery_digests = EXCLUDED.recovery_digests",
+                {P(p.principal_id), P(p.hash), P(p.must_change), P(p.set_at_ms),
+                 P(p.failed_attempts), P(p.locked_until_ms), P(p.totp_secret),
+                 P(p.totp_enabled), P(p.totp_last_step), P(p.recovery_digests)});
   }
   Status SetTokenRevoked(const std::string& id, int64_t now_ms) override {
     return Exec(tx_,

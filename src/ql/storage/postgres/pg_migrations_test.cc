@@ -80,6 +80,7 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
        "5d59886f1250c104228f46640fecd5f7e7d1797239e09c8e6a9595147daacd11"},
       {"pg-0019-compact-runs",
        "f315fbac9ed463d9f3323c77bd0ee5ce3cf927f42ea57ec03a3762f58445c73b"},
+      {"pg-0020-sign-in", "58f450371e539260b5cb9aea2b5c553be8d1663c8a455e58e3adf88904bab7c4"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

@@ -16,11 +16,22 @@ PrincipalRecord ReadPrincipal(const Stmt& s) {
 }
 
 constexpr char kTokenColumns[] =
-    "SELECT id, principal_id, created_at_ms, expires_at_ms, revoked_at_ms, last_used_at_ms "
-    "FROM api_tokens ";
+    "SELECT id, principal_id, created_at_ms, expires_at_ms, revoked_at_ms, last_used_at_ms, "
+    "kind, idle_timeout_ms, label FROM api_tokens ";
 
 TokenRecord ReadToken(const Stmt& s) {
-  return TokenRecord{s.Text(0), s.Text(1), s.Int(2), s.OptInt(3), s.OptInt(4), s.OptInt(5)};
+  return TokenRecord{s.Text(0),   s.Text(1), s.Int(2),    s.OptInt(3), s.OptInt(4),
+                     s.OptInt(5), s.Text(6), s.OptInt(7), s.Text(8)};
+}
+
+constexpr char kPasswordColumns[] =
+    "SELECT principal_id, hash, must_change, set_at_ms, failed_attempts, locked_until_ms, "
+    "totp_secret, totp_enabled, totp_last_step, recovery_digests "
+    "FROM principal_passwords ";
+
+PasswordRecord ReadPassword(const Stmt& s) {
+  return PasswordRecord{s.Text(0), s.Text(1),      s.Int(2) != 0, s.Int(3), s.Int(4),
+                        s.OptInt(5), s.Text(6), s.Int(7) != 0, s.Int(8), s.Text(9)};
 }
 
 constexpr char kBindingColumns[] =
@@ -135,8 +146,36 @@ class SqliteGovernanceTx final : public GovernanceTx {
   Status InsertToken(const TokenRecord& t, const std::string& digest) override {
     return Exec(db_,
                 "INSERT INTO api_tokens (id, principal_id, token_digest, created_at_ms, "
-                "expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                t.id, t.principal_id, digest, t.created_at_ms, t.expires_at_ms);
+                "expires_at_ms, kind, idle_timeout_ms, label) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                t.id, t.principal_id, digest, t.created_at_ms, t.expires_at_ms, t.kind,
+                t.idle_timeout_ms, t.label);
+  }
+  Status RevokeSessionsOf(const std::string& principal_id, const std::string& except_token_id,
+                          int64_t now_ms) override {
+    return Exec(db_,
+                "UPDATE api_tokens SET revoked_at_ms = ?1 WHERE principal_id = ?2 AND "
+                "kind = 'session' AND revoked_at_ms IS NULL AND id <> ?3",
+                now_ms, principal_id, except_token_id);
+  }
+  Result<std::optional<PasswordRecord>> LoadPassword(const std::string& principal_id) override {
+    static const std::string kSql = std::string(kPasswordColumns) + "WHERE principal_id = ?1";
+    return One<PasswordRecord>(db_, kSql, ReadPassword, principal_id);
+  }
+  Status UpsertPassword(const PasswordRecord& p) override {
+    return Exec(db_,
+                "INSERT INTO principal_passwords (principal_id, hash, must_change, set_at_ms, "
+                "failed_attempts, locked_until_ms, totp_secret, totp_enabled, totp_last_step, "
+                "recovery_digests) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+                "ON CONFLICT (principal_id) DO UPDATE SET hash = excluded.hash, "
+                "must_change = excluded.must_change, set_at_ms = excluded.set_at_ms, "
+                "failed_attempts = excluded.failed_attempts, "
+                "locked_until_ms = excluded.locked_until_ms, totp_secret = excluded.totp_secret, "
+                "totp_enabled = excluded.totp_enabled, totp_last_step = excluded.totp_last_step, "
+                "recovery_digests = excluded.recovery_digests",
+                p.principal_id, p.hash, int64_t{p.must_change ? 1 : 0}, p.set_at_ms,
+                p.failed_attempts, p.locked_until_ms, p.totp_secret,
+                int64_t{p.totp_enabled ? 1 : 0}, p.totp_last_step, p.recovery_digests);
   }
   Status SetTokenRevoked(const std::string& id, int64_t now_ms) override {
     return Exec(db_,

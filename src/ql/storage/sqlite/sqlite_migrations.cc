@@ -58,6 +58,10 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"({"approvals":2,"attempts":1,"definitions":4,"events":1,"governance":1,"projects":1,)"
        R"("retention":1,"retry_policies":1,"runs":3,"schedules":1,"secrets":1})",
        "0012-trigger-jitter"},
+      {kLocalControlCore, 10,
+       R"({"approvals":2,"attempts":1,"definitions":4,"events":1,"governance":2,"projects":1,)"
+       R"("retention":1,"retry_policies":1,"runs":3,"schedules":1,"secrets":1})",
+       "0013-sign-in"},
   };
   return kSteps;
 }

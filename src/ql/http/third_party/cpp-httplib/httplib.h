@@ -7726,6 +7726,8 @@ inline SSLClient::SSLClient(const std::string &host, int port,
                             const std::string &client_key_path)
     : ClientImpl(host, port, client_cert_path, client_key_path) {
   ctx_ = SSL_CTX_new(TLS_client_method());
+  // [ql patch] Clients speak TLS 1.2 at least.
+  if (ctx_) { SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION); }
 
   detail::split(&host_[0], &host_[host_.size()], '.',
                 [&](const char *b, const char *e) {
@@ -7747,6 +7749,8 @@ inline SSLClient::SSLClient(const std::string &host, int port,
                             X509 *client_cert, EVP_PKEY *client_key)
     : ClientImpl(host, port) {
   ctx_ = SSL_CTX_new(TLS_client_method());
+  // [ql patch] Clients speak TLS 1.2 at least.
+  if (ctx_) { SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION); }
 
   detail::split(&host_[0], &host_[host_.size()], '.',
                 [&](const char *b, const char *e) {
@@ -7989,8 +7993,9 @@ inline bool SSLClient::verify_host(X509 *server_cert) const {
      in the certificate and must exactly match the IP in the URI.
 
   */
-  return verify_host_with_subject_alt_name(server_cert) ||
-         verify_host_with_common_name(server_cert);
+  // [ql patch] Host names are verified against the subjectAltName only (RFC 6125 §6.4.4: the
+  // common name is not consulted; a certificate without a matching SAN is refused).
+  return verify_host_with_subject_alt_name(server_cert);
 }
 
 inline bool

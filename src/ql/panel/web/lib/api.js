@@ -30,8 +30,13 @@ export function apiUrl(path, query = {}, withProject = true) {
   return parts.length ? `${path}?${parts.join('&')}` : path;
 }
 
-function headers(json) {
-  const out = {Accept: 'application/json', Authorization: `Bearer ${session.token}`};
+function headers(json, method = 'GET') {
+  const out = {Accept: 'application/json'};
+  if (session.token) {
+    out.Authorization = `Bearer ${session.token}`;
+  } else if (method !== 'GET' && session.csrf) {
+    out['X-QL-CSRF'] = session.csrf;  // the cookie session's writes carry its CSRF token
+  }
   if (json) out['Content-Type'] = 'application/json';
   return out;
 }
@@ -56,11 +61,12 @@ async function errorOf(res) {
 export async function call(method, path, {query, body, signal} = {}) {
   const res = await fetch(apiUrl(path, query), {
     method,
-    headers: headers(body !== undefined),
+    headers: headers(body !== undefined, method),
     body: body === undefined ? undefined : JSON.stringify(body),
     signal,
     cache: 'no-store',
-    credentials: 'omit',
+    // The session cookie (HttpOnly, SameSite=Strict) goes along to this origin only.
+    credentials: session.token ? 'omit' : 'same-origin',
   });
   if (!res.ok) throw await errorOf(res);
   return res.status === 204 ? null : res.json();
@@ -103,7 +109,7 @@ export async function followLog(runId, attempt, signal, onText) {
   const res = await fetch(apiUrl(`/api/v1/runs/${runId}/log`, {follow: 'true', attempt}), {
     headers: headers(false),
     cache: 'no-store',
-    credentials: 'omit',
+    credentials: session.token ? 'omit' : 'same-origin',
     signal,
   });
   if (!res.ok) throw await errorOf(res);
@@ -120,7 +126,7 @@ export async function readLog(runId, attempt, offset, limit, signal) {
   const res = await fetch(apiUrl(`/api/v1/runs/${runId}/log`, {attempt, offset, limit}), {
     headers: headers(false),
     cache: 'no-store',
-    credentials: 'omit',
+    credentials: session.token ? 'omit' : 'same-origin',
     signal,
   });
   if (!res.ok) throw await errorOf(res);
@@ -130,4 +136,44 @@ export async function readLog(runId, attempt, offset, limit, signal) {
     eof: res.headers.get('X-QL-Log-Eof') === 'true',
     exists: res.headers.get('X-QL-Log-Exists') !== 'false',
   };
+}
+
+// Signs in with a name and password: the server sets the session cookie and answers the
+// session's CSRF token. Throws ApiError (401 sign_in_failed, 429 too_many_attempts, ...).
+export async function signInWithPassword(name, password, totp) {
+  const body = {name, password, client: 'panel'};
+  if (totp) body.totp = totp;
+  const res = await fetch('/api/v1/sign-in', {
+    method: 'POST',
+    headers: {Accept: 'application/json', 'Content-Type': 'application/json'},
+    body: JSON.stringify(body),
+    cache: 'no-store',
+    credentials: 'same-origin',
+  });
+  if (!res.ok) {
+    let code = '';
+    let message = '';
+    try {
+      const body = await res.json();
+      code = body.code || '';
+      message = body.message || '';
+    } catch {
+      message = `${res.status} ${res.statusText}`;
+    }
+    throw new ApiError(res.status, code, message);
+  }
+  return res.json();
+}
+
+// Asks whether the browser still holds a live session cookie (a new tab, a reload): returns
+// the answer of /api/v1/whoami, or null when there is none.
+export async function resumeCookieSession() {
+  const res = await fetch('/api/v1/whoami', {
+    headers: {Accept: 'application/json'},
+    cache: 'no-store',
+    credentials: 'same-origin',
+  });
+  if (!res.ok) return null;
+  const who = await res.json();
+  return who.session && who.session.kind === 'session' && who.session.csrf_token ? who : null;
 }

@@ -1,7 +1,10 @@
-// Who is signed in: the token (sessionStorage only: it leaves with the tab, never goes into a
-// URL or a cookie), the answer of GET /api/v1/whoami, and the project being looked at.
+// Who is signed in, one of two ways: a password sign-in, whose session the server keeps in an
+// HttpOnly cookie this script never sees (only the session's CSRF token, which every write
+// sends back); or a pasted API token (sessionStorage only: it leaves with the tab, never goes
+// into a URL or a cookie). Also the answer of GET /api/v1/whoami and the project looked at.
 
 const TOKEN_KEY = 'ql.token';
+const CSRF_KEY = 'ql.csrf';
 const PROJECT_KEY = 'ql.project';
 const RANK = {
   none: 0,
@@ -21,8 +24,19 @@ export const session = {
   setToken(token) {
     sessionStorage.setItem(TOKEN_KEY, token);
   },
+  // The CSRF token of the cookie session ('' when signed in with an API token).
+  get csrf() {
+    return sessionStorage.getItem(CSRF_KEY) || '';
+  },
+  setCsrf(csrf) {
+    sessionStorage.setItem(CSRF_KEY, csrf);
+  },
+  get signedIn() {
+    return Boolean(this.token || this.csrf);
+  },
   clear() {
     sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(CSRF_KEY);
     sessionStorage.removeItem(PROJECT_KEY);
     this.who = null;
     this.projects = [];
