@@ -1462,6 +1462,17 @@ void ApiServer::Impl::HandleSignIn(RouteId route, const std::string& id,
   const std::string secure = options.tls.has_value() ? "; Secure" : "";
   switch (route) {
     case RouteId::kSignIn: {
+      // No signing in from another site's page (login CSRF: a form that signs the victim into
+      // the attacker's account): a browser says where the request comes from, and a form
+      // cannot send JSON.
+      const std::string site = req.Header("Sec-Fetch-Site");
+      const std::string type = req.Header("Content-Type");
+      if ((!site.empty() && site != "same-origin" && site != "none") ||
+          type.rfind("application/json", 0) != 0) {
+        SendError(res, 403, "csrf_failed",
+                  "sign in from this server's own page or a program sending application/json");
+        return;
+      }
       QL_HTTP_TRY(res, api::CheckFields(body, {"name", "password", "client", "totp"}));
       QL_HTTP_ASSIGN(res, std::optional<std::string> totp, api::OptionalString(body, "totp"));
       QL_HTTP_ASSIGN(res, std::string name, api::RequiredString(body, "name"));

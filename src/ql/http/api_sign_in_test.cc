@@ -238,6 +238,30 @@ TEST_F(ApiSignInTest, WrongPasswordsAndUnknownNamesGetOneAnswerAndLockTheAccount
   EXPECT_EQ(ok, 1);
 }
 
+TEST_F(ApiSignInTest, AnotherSitesFormCannotSignAnyoneIn) {
+  // A cross-site form post (text/plain can carry a JSON-looking body) and a cross-site fetch are
+  // refused before the password is looked at; the server's own page and programs get in.
+  httplib::Client client("127.0.0.1", server_->port());
+  const std::string body =
+      json{{"name", "alice"}, {"password", kAlicePassword}, {"client", "panel"}}.dump();
+  httplib::Result form = client.Post("/api/v1/sign-in", {{"Sec-Fetch-Site", "cross-site"}},
+                                     body, "text/plain");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 403);
+  EXPECT_TRUE(form->get_header_value("Set-Cookie").empty());
+  httplib::Result plain = client.Post("/api/v1/sign-in", body, "text/plain");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 403);
+  httplib::Result cross = client.Post("/api/v1/sign-in", {{"Sec-Fetch-Site", "same-site"}}, body,
+                                      "application/json");
+  ASSERT_TRUE(cross);
+  EXPECT_EQ(cross->status, 403);
+  httplib::Result own = client.Post("/api/v1/sign-in", {{"Sec-Fetch-Site", "same-origin"}}, body,
+                                    "application/json");
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->status, 200);
+}
+
 TEST_F(ApiSignInTest, TheStoredHashIsArgon2idWithItsParameters) {
   Result<PrincipalRecord> alice = store_->governance().FindPrincipalByName("alice");
   ASSERT_TRUE(alice.ok());
