@@ -567,10 +567,11 @@ bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
     ServePanelFile(*file, res);
     return false;
   }
-  // Public routes under /api/v1 (signing in) are admitted without an identity.
-  const RouteMatch early = MatchRoute(req.method, req.path);
-  const bool public_api = early.kind == RouteMatch::Kind::kFound &&
-                          early.route->permission == std::string_view("public");
+  // Matched once here for both decisions below. Public routes under /api/v1 (signing in) are
+  // admitted without an identity.
+  const RouteMatch match = MatchRoute(req.method, req.path);
+  const bool public_api = match.kind == RouteMatch::Kind::kFound &&
+                          match.route->permission == std::string_view("public");
   if (IsApiPath(req.path)) {
     if (withdrawn.load()) {
       return reject(503, "shutting_down", "the server is shutting down and admits no requests");
@@ -615,7 +616,6 @@ bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
     req.decision = std::make_shared<const RequestIdentity>(
         RequestIdentity{true, std::move(who), std::move(digest), via_cookie});
   }
-  const RouteMatch match = MatchRoute(req.method, req.path);
   if (match.kind == RouteMatch::Kind::kNotFound) {
     return reject(404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
   }
