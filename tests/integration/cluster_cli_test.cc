@@ -66,7 +66,7 @@ TEST_F(ClusterCliTest, MigrateThenAuditIsReady) {
   EXPECT_NE(first.out.find("grants applied"), std::string::npos) << first.out;
   CommandResult again = Cluster({"migrate", "--database-url", Url("ql3_migration")});
   ASSERT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_NE(again.out.find("schema already current: pg-0020-sign-in"),
+  EXPECT_NE(again.out.find("schema already current: pg-0021-published-by"),
             std::string::npos)
       << again.out;
 
@@ -92,7 +92,7 @@ TEST_F(ClusterCliTest, FreshMigrationPrintsEveryAppliedMigration) {
   EXPECT_NE(r.out.find("applied pg-0001-schema-history\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("applied pg-0008-worker-leases\n"), std::string::npos) << r.out;
   EXPECT_NE(
-      r.out.find("schema migrated: pg-0020-sign-in, control-core v18"),
+      r.out.find("schema migrated: pg-0021-published-by, control-core v19"),
       std::string::npos)
       << r.out;
 }

@@ -188,21 +188,12 @@ ApprovalStore::ApprovalStore(ApprovalTxRunner& runner, RandomSource& random)
 AuditRecord ApprovalStore::Fact(const Actor& actor, std::string_view action,
                                 std::string_view target_kind, const std::string& target_id,
                                 const std::string& project_id, int64_t now_ms) {
-  AuditRecord fact;
+  std::string id;
   {
     std::lock_guard<std::mutex> lock(random_mu_);
-    fact.id = NewUuidV7(now_ms, random_);
+    id = NewUuidV7(now_ms, random_);
   }
-  fact.at_ms = now_ms;
-  if (!actor.principal_id.empty()) fact.actor_id = actor.principal_id;
-  fact.action = std::string(action);
-  fact.target_kind = std::string(target_kind);
-  fact.target_id = target_id;
-  fact.project_id = project_id;
-  fact.outcome = std::string(kAuditOk);
-  fact.code = std::string(kAuditOk);
-  fact.request_id = actor.request_id;
-  return fact;
+  return SucceededFact(std::move(id), actor, action, target_kind, target_id, project_id, now_ms);
 }
 
 Result<RequestApprovalResult> ApprovalStore::RequestApproval(const RequestApprovalCommand& cmd) {

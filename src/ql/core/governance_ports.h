@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ql/core/governance.h"
@@ -30,6 +31,11 @@ struct Actor {
   std::string principal_id;
   std::string request_id;
 };
+
+// The audit fact `id` of an action `actor` carried out at `at_ms` (outcome and code "ok").
+AuditRecord SucceededFact(std::string id, const Actor& actor, std::string_view action,
+                          std::string_view target_kind, const std::string& target_id,
+                          const std::optional<std::string>& project_id, int64_t at_ms);
 
 struct CreatePrincipalCommand {
   Actor actor;

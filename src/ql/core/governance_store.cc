@@ -135,12 +135,12 @@ std::string GovernanceStore::NewAuditId(int64_t now_ms) {
   return NewUuidV7(now_ms, random_);
 }
 
-AuditRecord GovernanceStore::Fact(const Actor& actor, std::string_view action,
-                                  std::string_view target_kind, const std::string& target_id,
-                                  const std::optional<std::string>& project_id, int64_t now_ms) {
+AuditRecord SucceededFact(std::string id, const Actor& actor, std::string_view action,
+                          std::string_view target_kind, const std::string& target_id,
+                          const std::optional<std::string>& project_id, int64_t at_ms) {
   AuditRecord fact;
-  fact.id = NewAuditId(now_ms);
-  fact.at_ms = now_ms;
+  fact.id = std::move(id);
+  fact.at_ms = at_ms;
   if (!actor.principal_id.empty()) fact.actor_id = actor.principal_id;
   fact.action = std::string(action);
   fact.target_kind = std::string(target_kind);
@@ -150,6 +150,13 @@ AuditRecord GovernanceStore::Fact(const Actor& actor, std::string_view action,
   fact.code = std::string(kAuditOk);
   fact.request_id = actor.request_id;
   return fact;
+}
+
+AuditRecord GovernanceStore::Fact(const Actor& actor, std::string_view action,
+                                  std::string_view target_kind, const std::string& target_id,
+                                  const std::optional<std::string>& project_id, int64_t now_ms) {
+  return SucceededFact(NewAuditId(now_ms), actor, action, target_kind, target_id, project_id,
+                       now_ms);
 }
 
 Result<PrincipalRecord> GovernanceStore::CreatePrincipal(const CreatePrincipalCommand& cmd) {

@@ -79,6 +79,9 @@ struct PublishTaskCommand {
   // Delete the task: this (disabled) revision is its last, the head becomes a tombstone, and
   // every live trigger of the task is disabled and tombstoned in the same transaction.
   bool tombstone = false;
+  // Written in the same transaction as the revision; not written again when the write is a
+  // replay of its mutation id.
+  std::optional<AuditRecord> audit;
 };
 
 struct PublishTaskResult {
@@ -100,6 +103,8 @@ struct PublishTriggerCommand {
   std::string name;
   // Delete the trigger: this (disabled) revision is its last and the head becomes a tombstone.
   bool tombstone = false;
+  // Written in the same transaction as the revision; not written again for a replay.
+  std::optional<AuditRecord> audit;
 };
 
 struct PublishTriggerResult {

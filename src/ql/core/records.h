@@ -57,6 +57,9 @@ struct TaskRevisionRecord {
   // At most this many unfinished runs of the task before a cron occurrence is skipped (reason
   // "concurrency"); absent = unlimited. Covered by the content digest, not part of the plan.
   std::optional<int64_t> concurrency;
+  // The principal who published this revision; absent: the system (or a revision written
+  // before this was recorded). Not covered by the content digest.
+  std::optional<std::string> published_by;
 };
 
 // The frozen plan of one enabled task revision for one executor type.

@@ -216,6 +216,14 @@ Status ControlService::ValidateOptions(const ControlOptions& options) {
   return Status::Ok();
 }
 
+AuditRecord ControlService::DefinitionFact(const Caller& caller, std::string_view action,
+                                           std::string_view target_kind,
+                                           const std::string& target_id,
+                                           const std::string& project_id, int64_t now_ms) {
+  return SucceededFact(NewId(), Actor{caller.principal_id, caller.request_id}, action,
+                       target_kind, target_id, project_id, now_ms);
+}
+
 std::string ControlService::NewId() {
   const int64_t now = clock_.NowMs();
   std::lock_guard<std::mutex> lock(random_mu_);
@@ -372,6 +380,11 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   cmd.now_ms = now;
   cmd.repin_triggers = repin_triggers;
   cmd.tombstone = tombstone;
+  cmd.audit = DefinitionFact(caller,
+                             tombstone                        ? "task.delete"
+                             : expected_revision.has_value() ? "task.revise"
+                                                             : "task.create",
+                             "task", task_id, project_id, now);
   TaskRevisionRecord& rec = cmd.revision;
   rec.project_id = project_id;
   rec.task_id = task_id;
@@ -390,6 +403,7 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   rec.enabled = content.enabled;
   rec.content_digest = digest;
   rec.created_at_ms = now;
+  if (!caller.principal_id.empty()) rec.published_by = caller.principal_id;
   if (content.enabled) {
     QL_ASSIGN_OR_RETURN(ExecutionPlan plan, BuildExecutionPlan(task_id, revision, content, digest,
                                                                options_.executor_type));
@@ -687,6 +701,7 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
   cmd.mutation_id = mutation_id;
   cmd.fence = FenceOf(caller, Action::kPublish, floor);
   cmd.now_ms = now;
+  cmd.audit = DefinitionFact(caller, "trigger.create", "trigger", cmd.trigger_id, project_id, now);
   // Unnamed: after the task and the last 12 hex digits of the id (random in a new id, a hash
   // of the mutation id in a derived one), as the upgrade named the triggers it found.
   cmd.name = write.name.value_or(task->head.name + "-" + cmd.trigger_id.substr(24));
@@ -715,9 +730,9 @@ Result<PublishedTrigger> ControlService::AddTrigger(const TriggerWrite& write,
 }
 
 Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(
-    const TriggerView& current, TriggerRevisionRecord next, const Caller& caller, Action action,
-    std::optional<int64_t> expected_revision, const std::string& name, bool tombstone,
-    Role at_least) {
+    const TriggerView& current, TriggerRevisionRecord next, const Caller& caller,
+    std::string_view audit_action, Action action, std::optional<int64_t> expected_revision,
+    const std::string& name, bool tombstone, Role at_least) {
   PublishTriggerCommand cmd;
   cmd.name = name;
   cmd.tombstone = tombstone;
@@ -727,6 +742,8 @@ Result<PublishedTrigger> ControlService::PublishTriggerRevisionOf(
   cmd.expected_revision = expected_revision.value_or(current.head.current_revision);
   cmd.mutation_id = NewId();
   cmd.now_ms = clock_.NowMs();
+  cmd.audit = DefinitionFact(caller, audit_action, "trigger", cmd.trigger_id, cmd.project_id,
+                             cmd.now_ms);
   next.revision = *cmd.expected_revision + 1;
   next.mutation_id = cmd.mutation_id;
   next.created_at_ms = cmd.now_ms;
@@ -765,8 +782,8 @@ Result<PublishedTrigger> ControlService::DeleteTrigger(const std::string& trigge
   if (current.head.deleted_at_ms.has_value()) return PublishedTrigger{std::move(current), true};
   TriggerRevisionRecord next = current.revision;
   next.enabled = false;
-  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish, std::nullopt,
-                                  "", /*tombstone=*/true);
+  return PublishTriggerRevisionOf(current, std::move(next), caller, "trigger.delete",
+                                  Action::kPublish, std::nullopt, "", /*tombstone=*/true);
 }
 
 Result<PublishedTrigger> ControlService::SetTriggerEnabled(const std::string& trigger_id,
@@ -791,8 +808,9 @@ Result<PublishedTrigger> ControlService::SetTriggerEnabled(const std::string& tr
   }
   TriggerRevisionRecord next = current.revision;
   next.enabled = enabled;
-  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kToggleTriggers,
-                                  std::nullopt, "", false, floor);
+  return PublishTriggerRevisionOf(current, std::move(next), caller,
+                                  enabled ? "trigger.enable" : "trigger.disable",
+                                  Action::kToggleTriggers, std::nullopt, "", false, floor);
 }
 
 Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger_id,
@@ -823,8 +841,8 @@ Result<PublishedTrigger> ControlService::RepinTrigger(const std::string& trigger
   TriggerRevisionRecord next = current.revision;
   next.task_revision = task.revision.revision;
   next.task_digest = task.revision.content_digest;
-  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish,
-                                  std::nullopt, "", false, floor);
+  return PublishTriggerRevisionOf(current, std::move(next), caller, "trigger.repin",
+                                  Action::kPublish, std::nullopt, "", false, floor);
 }
 
 Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_id,
@@ -865,8 +883,9 @@ Result<PublishedTrigger> ControlService::EditTrigger(const std::string& trigger_
       TriggerContentDigest(next) == current.revision.content_digest) {
     return PublishedTrigger{std::move(current), true};
   }
-  return PublishTriggerRevisionOf(current, std::move(next), caller, Action::kPublish,
-                                  expected_revision, renamed ? *edit.name : "", false, floor);
+  return PublishTriggerRevisionOf(current, std::move(next), caller, "trigger.revise",
+                                  Action::kPublish, expected_revision, renamed ? *edit.name : "",
+                                  false, floor);
 }
 
 Result<PageResult<TriggerView>> ControlService::ListTriggers(

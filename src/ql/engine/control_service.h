@@ -354,12 +354,18 @@ class ControlService {
                                 const std::string& mutation_id, const TaskContent& content,
                                 const Caller& caller, bool repin_triggers, bool tombstone);
   Result<TaskView> ViewOf(const TaskRevisionRecord& revision);
+  // The audit fact of a task or trigger write by `caller` (target_kind "task" or "trigger").
+  AuditRecord DefinitionFact(const Caller& caller, std::string_view action,
+                             std::string_view target_kind, const std::string& target_id,
+                             const std::string& project_id, int64_t now_ms);
   Result<TriggerView> ViewOf(const TriggerHeadRecord& head, const TriggerRevisionRecord& revision);
   // Publishes `next` over revision `expected_revision` (default: `current`'s), fenced for
   // `action`, which the caller has authorized; a trigger that moved on is revision_conflict.
+  // `audit_action` names the audit fact written with it (trigger.revise, trigger.enable, ...).
   Result<PublishedTrigger> PublishTriggerRevisionOf(
       const TriggerView& current, TriggerRevisionRecord next, const Caller& caller,
-      Action action, std::optional<int64_t> expected_revision = std::nullopt,
+      std::string_view audit_action, Action action,
+      std::optional<int64_t> expected_revision = std::nullopt,
       const std::string& name = "", bool tombstone = false, Role at_least = Role::kNone);
   // The approver floor of the task a trigger pins (its current revision).
   Result<Role> TriggerFloor(const TriggerView& trigger);

@@ -160,7 +160,8 @@ json TaskRevisionJson(const TaskRevisionRecord& r) {
               {"labels", StoredJson(r.labels_json)},
               {"enabled", r.enabled},
               {"content_digest", r.content_digest},
-              {"created_at", TimeJson(r.created_at_ms)}};
+              {"created_at", TimeJson(r.created_at_ms)},
+              {"published_by", r.published_by.has_value() ? json(*r.published_by) : json(nullptr)}};
 }
 
 json TaskJson(const TaskView& t) {
@@ -179,6 +180,7 @@ json TaskJson(const TaskView& t) {
               {"created_at", TimeJson(t.head.created_at_ms)},
               {"updated_at", TimeJson(t.head.updated_at_ms)},
               {"revision_created_at", TimeJson(r.created_at_ms)},
+              {"published_by", r.published_by.has_value() ? json(*r.published_by) : json(nullptr)},
               {"retry", t.retry.has_value() ? RetryPolicyJson(*t.retry) : json(nullptr)},
               {"approval", r.approval_json.has_value() ? StoredJson(*r.approval_json)
                                                        : json(nullptr)},

@@ -402,6 +402,81 @@ TEST_P(RepositoryContractTest, ReplayedTaskMutationReturnsTheStoredRevision) {
   EXPECT_EQ(history.size(), 1u);
 }
 
+// "Who changed this job?": a task revision names its publisher, and every task and trigger
+// write is an audit fact written in the same transaction (once: a replay adds none).
+TEST_P(RepositoryContractTest, DefinitionWritesNameTheirPublisherAndAreAuditedOnce) {
+  auto fact = [&](const std::string& action, const std::string& target_kind,
+                  const std::string& target_id) {
+    AuditRecord a;
+    a.id = NewId();
+    a.at_ms = Now();
+    a.actor_id = "principal-alice";
+    a.action = action;
+    a.target_kind = target_kind;
+    a.target_id = target_id;
+    a.project_id = project().id;
+    a.outcome = "ok";
+    a.code = "ok";
+    a.request_id = "req-1";
+    return a;
+  };
+  auto facts_of = [&](const std::string& target_id) {
+    std::vector<AuditRecord> out;
+    Result<Page<AuditRecord>> audit =
+        store().governance().ListAudit(PageRequest{std::nullopt, 200});
+    EXPECT_TRUE(audit.ok()) << audit.status().ToString();
+    if (audit.ok()) {
+      for (const AuditRecord& a : audit->items) {
+        if (a.target_id == target_id) out.push_back(a);
+      }
+    }
+    return out;
+  };
+  const std::string task_id = NewId();
+  PublishTaskCommand cmd = TaskCommand(task_id, std::nullopt, "nightly");
+  cmd.revision.published_by = "principal-alice";
+  cmd.audit = fact("task.create", "task", task_id);
+  QL_ASSERT_OK_AND_ASSIGN(PublishTaskResult first, store().definitions().PublishTaskRevision(cmd));
+  EXPECT_EQ(first.revision.published_by, std::optional<std::string>("principal-alice"));
+  cmd.audit->id = NewId();  // a retry of the same write carries a new fact id
+  QL_ASSERT_OK_AND_ASSIGN(PublishTaskResult replay, store().definitions().PublishTaskRevision(cmd));
+  EXPECT_TRUE(replay.replayed);
+  std::vector<AuditRecord> facts = facts_of(task_id);
+  ASSERT_EQ(facts.size(), 1u);
+  EXPECT_EQ(facts[0].action, "task.create");
+  EXPECT_EQ(facts[0].actor_id, std::optional<std::string>("principal-alice"));
+  EXPECT_EQ(facts[0].request_id, "req-1");
+
+  // A revision the system writes names nobody.
+  PublishTaskCommand second = TaskCommand(task_id, 1, "nightly-2");
+  QL_ASSERT_OK(store().definitions().PublishTaskRevision(second));
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<TaskRevisionRecord> history,
+                          store().definitions().ListTaskRevisions(task_id));
+  ASSERT_EQ(history.size(), 2u);
+  for (const TaskRevisionRecord& r : history) {
+    EXPECT_EQ(r.published_by, r.revision == 1 ? std::optional<std::string>("principal-alice")
+                                              : std::nullopt)
+        << "revision " << r.revision;
+  }
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord read,
+                          store().definitions().GetTaskRevision(task_id, 1));
+  EXPECT_EQ(read.published_by, std::optional<std::string>("principal-alice"));
+
+  // A trigger write is a fact too; a write refused (revision conflict) is none.
+  const std::string trigger_id = NewId();
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord current,
+                          store().definitions().GetTaskRevision(task_id, 2));
+  PublishTriggerCommand trigger = TriggerCommand(trigger_id, std::nullopt, current);
+  trigger.audit = fact("trigger.create", "trigger", trigger_id);
+  QL_ASSERT_OK(store().definitions().PublishTriggerRevision(trigger));
+  PublishTriggerCommand stale = TriggerCommand(trigger_id, 7, current);
+  stale.audit = fact("trigger.revise", "trigger", trigger_id);
+  EXPECT_FALSE(store().definitions().PublishTriggerRevision(stale).ok());
+  facts = facts_of(trigger_id);
+  ASSERT_EQ(facts.size(), 1u);
+  EXPECT_EQ(facts[0].action, "trigger.create");
+}
+
 TEST_P(RepositoryContractTest, ReusedTaskMutationWithDriftIsConflict) {
   const std::string task_id = NewId();
   PublishTaskCommand cmd = TaskCommand(task_id, std::nullopt, "nightly");

@@ -275,6 +275,7 @@ constexpr ConstraintRule kCheckRules[] = {
     {"task_revisions_content_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"task_revisions_kind_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"task_revisions_mutation_id_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"task_revisions_published_by_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"task_revisions_revision_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"trigger_heads_current_revision_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"trigger_revisions_content_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},

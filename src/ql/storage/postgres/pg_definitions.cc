@@ -5,6 +5,7 @@
 
 #include "ql/core/governance_store.h"
 #include "ql/core/store_commands.h"
+#include "ql/storage/postgres/pg_governance.h"
 #include "ql/storage/postgres/pg_store.h"
 #include "ql/storage/postgres/pg_store_rows.h"
 
@@ -225,11 +226,13 @@ Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCo
         tx,
         "INSERT INTO task_revisions (task_id, revision, project_id, mutation_id, name, kind, "
         "spec_json, labels_json, enabled, content_digest, created_at_ms, approval_json, "
-        "concurrency) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        "concurrency, published_by) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         {P(stored.task_id), P(stored.revision), P(stored.project_id), P(stored.mutation_id),
          P(stored.name), P(stored.kind), P(stored.spec_json), P(stored.labels_json),
          P(stored.enabled), P(stored.content_digest), P(stored.created_at_ms),
-         P(stored.approval_json), P(stored.concurrency)}));
+         P(stored.approval_json), P(stored.concurrency), P(stored.published_by)}));
+    if (cmd.audit.has_value()) QL_RETURN_IF_ERROR(NewGovernanceTx(tx)->InsertAudit(*cmd.audit));
     for (const ExecutionRevisionRecord& exec : cmd.executions) {
       QL_RETURN_IF_ERROR(Execute(
           tx,
@@ -389,6 +392,7 @@ Result<PublishTriggerResult> PostgresStore::PublishTriggerRevision(
         tx, stored, head.has_value() ? cmd.expected_revision : std::nullopt, rename,
         cmd.tombstone ? std::optional<int64_t>(cmd.now_ms) : std::nullopt,
         /*keep_cursor=*/false));
+    if (cmd.audit.has_value()) QL_RETURN_IF_ERROR(NewGovernanceTx(tx)->InsertAudit(*cmd.audit));
     out = PublishTriggerResult{std::move(stored), false};
     return Status();
   }));

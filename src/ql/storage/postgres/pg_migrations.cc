@@ -308,6 +308,12 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
        R"("worker_sessions":1})",
        "pg-0020-sign-in"},
+      {kControlCore, 19,
+       R"({"approvals":2,"attempts":1,"definitions":5,"dispatch_leases":2,"events":2,)"
+       R"("governance":2,"projects":1,"retention":1,"retry_policies":2,"run_logs":1,"runs":5,)"
+       R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
+       R"("worker_sessions":1})",
+       "pg-0021-published-by"},
   };
   return kSteps;
 }

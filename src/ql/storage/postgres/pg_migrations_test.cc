@@ -81,6 +81,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0019-compact-runs",
        "f315fbac9ed463d9f3323c77bd0ee5ce3cf927f42ea57ec03a3762f58445c73b"},
       {"pg-0020-sign-in", "58f450371e539260b5cb9aea2b5c553be8d1663c8a455e58e3adf88904bab7c4"},
+      {"pg-0021-published-by",
+       "a027ce1bd37c34b78e162e58c867e7533fcddf1624f9d5db4bbc22b17d261d09"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

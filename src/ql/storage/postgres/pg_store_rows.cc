@@ -32,6 +32,7 @@ TaskRevisionRecord ReadTaskRevision(const Rows& r, int i) {
   out.created_at_ms = r.Int(i, 10);
   out.approval_json = r.OptText(i, 11);
   out.concurrency = r.OptInt(i, 12);
+  out.published_by = r.OptText(i, 13);
   return out;
 }
 

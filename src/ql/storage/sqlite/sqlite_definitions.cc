@@ -5,6 +5,7 @@
 
 #include "ql/core/store_commands.h"
 #include "ql/storage/sqlite/sqlite_db.h"
+#include "ql/storage/sqlite/sqlite_governance.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/storage/sqlite/sqlite_store_rows.h"
 
@@ -188,13 +189,17 @@ Result<PublishTaskResult> SqliteStore::PublishTaskRevision(const PublishTaskComm
         QL_RETURN_IF_ERROR(Execute(*db_,
                                    "INSERT INTO task_revisions (task_id, revision, project_id, "
                                    "mutation_id, name, kind, spec_json, labels_json, enabled, "
-                                   "content_digest, created_at_ms, approval_json, concurrency) "
-                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   "content_digest, created_at_ms, approval_json, concurrency, "
+                                   "published_by) "
+                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                    stored.task_id, stored.revision, stored.project_id,
                                    stored.mutation_id, stored.name, stored.kind, stored.spec_json,
                                    stored.labels_json, stored.enabled, stored.content_digest,
                                    stored.created_at_ms, stored.approval_json,
-                                   stored.concurrency));
+                                   stored.concurrency, stored.published_by));
+        if (cmd.audit.has_value()) {
+          QL_RETURN_IF_ERROR(NewGovernanceTx(*db_)->InsertAudit(*cmd.audit));
+        }
         for (const ExecutionRevisionRecord& exec : cmd.executions) {
           QL_RETURN_IF_ERROR(
               Execute(*db_,
@@ -337,6 +342,9 @@ Result<PublishTriggerResult> SqliteStore::PublishTriggerRevision(const PublishTr
             *db_, stored, head.has_value() ? *cmd.expected_revision : 1, rename,
             cmd.tombstone ? std::optional<int64_t>(cmd.now_ms) : std::nullopt,
             /*keep_cursor=*/false));
+        if (cmd.audit.has_value()) {
+          QL_RETURN_IF_ERROR(NewGovernanceTx(*db_)->InsertAudit(*cmd.audit));
+        }
         out = PublishTriggerResult{std::move(stored), false};
         return Status();
       }));

@@ -33,6 +33,7 @@ TaskRevisionRecord ReadTaskRevision(const Stmt& s) {
   r.created_at_ms = s.Int(10);
   r.approval_json = s.OptText(11);
   r.concurrency = s.OptInt(12);
+  r.published_by = s.OptText(13);
   return r;
 }
 

@@ -32,7 +32,7 @@ TaskHeadRecord ReadTaskHead(const Stmt& s);
 inline constexpr char kTaskRevisionColumns[] =
     "tr.project_id, tr.task_id, tr.revision, tr.mutation_id, tr.name, tr.kind, tr.spec_json, "
     "tr.labels_json, tr.enabled, tr.content_digest, tr.created_at_ms, tr.approval_json, "
-    "tr.concurrency";
+    "tr.concurrency, tr.published_by";
 
 TaskRevisionRecord ReadTaskRevision(const Stmt& s);
 

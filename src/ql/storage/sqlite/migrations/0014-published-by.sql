@@ -1,0 +1,7 @@
+-- Who published each task revision (the revision history answers "who changed this job?").
+-- Revisions written before this migration, and those the system writes itself, name nobody.
+-- Each task and trigger write is also an audit fact (security_audit), written in the same
+-- transaction.
+
+ALTER TABLE task_revisions ADD COLUMN published_by TEXT
+  CHECK (published_by IS NULL OR length(published_by) BETWEEN 1 AND 128);
