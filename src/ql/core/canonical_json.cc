@@ -54,6 +54,25 @@ std::optional<size_t> FirstInvalidUtf8(std::string_view s) {
   return std::nullopt;
 }
 
+// Returns `s` with each byte that is not part of well-formed UTF-8 written as \xNN.
+std::string EscapeIllFormedUtf8(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = Utf8SequenceLength(s, i);
+    if (len == 0) {
+      const unsigned char c = static_cast<unsigned char>(s[i]);
+      out += "\\x";
+      out.push_back(kHexDigits[c >> 4]);
+      out.push_back(kHexDigits[c & 0x0f]);
+      ++i;
+      continue;
+    }
+    out.append(s.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
 // Returns `s` cut to at most `max_bytes` on a character boundary, with "..." when cut.
 std::string TruncateUtf8(std::string_view s, size_t max_bytes) {
   if (s.size() <= max_bytes) return std::string(s);
@@ -191,7 +210,9 @@ class StrictSaxBuilder {
   bool end_array() { return Close(); }
   bool parse_error(std::size_t position, const std::string& last_token, const json::exception& ex) {
     if (ex.id == 406) return Fail(UnsupportedNumber(last_token));  // number overflow
-    std::string what = ex.what();
+    // The explanation quotes the bytes read last, which may end inside a character: those are
+    // escaped so the message stays UTF-8.
+    std::string what = EscapeIllFormedUtf8(ex.what());
     // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep its explanation.
     if (const size_t tag_end = what.find("] "); tag_end != std::string::npos) {
       what = what.substr(tag_end + 2);
@@ -390,6 +411,12 @@ Result<json> ParseJsonStrict(std::string_view text) {
   if (const std::optional<size_t> bad = FirstInvalidUtf8(text)) {
     return InvalidArgument("json_invalid_utf8", "invalid UTF-8 at byte offset " +
                                                     std::to_string(*bad) + " of the JSON text");
+  }
+  // nlohmann's lexer takes a NUL byte for the end of the input and would ignore what follows;
+  // JSON text holds none (control characters in strings are escaped).
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return InvalidArgument("invalid_json", "invalid JSON at byte offset " + std::to_string(nul) +
+                                               ": a NUL byte is not allowed in JSON text");
   }
   StrictSaxBuilder builder;
   bool ok = false;

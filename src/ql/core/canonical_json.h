@@ -15,7 +15,8 @@ inline constexpr int kMaxJsonDepth = 64;
 
 // Parses `text` as one strict JSON document (RFC 8259, UTF-8, no comments, nothing after the
 // value). Returns InvalidArgument with reason
-//   `invalid_json`            for a syntax error (message carries the byte offset),
+//   `invalid_json`            for a syntax error, a NUL byte included (message carries the byte
+//                             offset; it is valid UTF-8),
 //   `json_invalid_utf8`       for bytes that are not well-formed UTF-8 (with the byte offset),
 //   `json_duplicate_key`      for a key repeated in one object (naming the key and its path),
 //   `json_too_deep`           for nesting deeper than kMaxJsonDepth,

@@ -60,6 +60,35 @@ TEST(ParseJsonStrictTest, RejectsSyntaxErrorsWithByteOffset) {
   ExpectParseError("NaN", "invalid_json", "byte offset 0");
 }
 
+// Found by fuzz/api_body_fuzzer and fuzz/canonical_json_fuzzer (corpus/api_body/
+// crash-invalid-bom-message, corpus/canonical_json/crash-message-cuts-a-character): the parser's
+// explanation quotes the bytes it read last, which may end inside a character of valid input
+// (here U+F67F, read as the start of a byte-order mark); the message must stay UTF-8.
+TEST(ParseJsonStrictTest, SyntaxErrorMessagesAreValidUtf8) {
+  for (std::string_view text :
+       {std::string_view("\xef\x99\xbf{\":\"\"n\": "), std::string_view("\xef\xbc\x81"),
+        std::string_view("[tr\xc3\xa9]"), std::string_view("{\"a\": n\xe4\xb8\xad}"),
+        std::string_view("\xcf\x98")}) {
+    Result<json> r = ParseJsonStrict(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().reason(), "invalid_json") << r.status().message();
+    EXPECT_TRUE(IsValidUtf8(r.status().message())) << r.status().message();
+  }
+  ExpectParseError("\xef\x99\xbf{}", "invalid_json", "'\\xef\\x99'");
+}
+
+// Found with fuzz/api_body_fuzzer (corpus/api_body/crash-nul-ends-the-text): nlohmann's lexer
+// takes a NUL byte for the end of the input, so whatever followed a complete value after a NUL
+// was ignored. JSON text holds no raw NUL anywhere.
+TEST(ParseJsonStrictTest, RejectsNulBytesAnywhere) {
+  using namespace std::string_view_literals;
+  ExpectParseError("{\"a\":1}\0{\"b\":2}"sv, "invalid_json", "byte offset 7");
+  ExpectParseError("{\"a\":1}\0"sv, "invalid_json", "byte offset 7");
+  ExpectParseError("[1]  \0 trailing"sv, "invalid_json", "byte offset 5");
+  ExpectParseError("\"a\0b\""sv, "invalid_json", "byte offset 2");
+  ExpectParseError("\0"sv, "invalid_json", "byte offset 0");
+}
+
 TEST(ParseJsonStrictTest, RejectsDuplicateKeysNamingKeyAndPath) {
   ExpectParseError(R"({"a":1,"a":2})", "json_duplicate_key",
                    "duplicate key \"a\" in the object at $");

@@ -1,11 +1,13 @@
 // The approval routes over real sockets against a real SQLite store (DESIGN §9.1, docs/api.md):
 // the 202 of a guarded run request and its replay, listing and showing requests, approval with
 // its receipt and run, refusals (self-approval, missing reason, unknown ids, decided requests)
-// and the resolution of runs. Every refusal is checked to have changed nothing.
+// and the resolution of runs. Every refusal is checked to have changed nothing. Also: who
+// changed a task or trigger (revision history and audit facts).
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -13,6 +15,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "ql/core/digest.h"
 #include "ql/engine/control_service.h"
@@ -98,7 +101,9 @@ class ApiApprovalsTest : public ::testing::Test {
     client.set_read_timeout(15, 0);
     client.set_default_headers({{"Authorization", "Bearer " + who}});
     httplib::Result result = method == "GET" ? client.Get(path.c_str())
-                                             : client.Post(path.c_str(), body, "application/json");
+                             : method == "DELETE"
+                                 ? client.Delete(path.c_str())
+                                 : client.Post(path.c_str(), body, "application/json");
     Answer answer;
     if (!result) return answer;
     answer.status = result->status;
@@ -374,8 +379,8 @@ TEST_F(ApiApprovalsTest, OnlyThoseWhoMayApproveChangeWhatRunsAGuardedTaskWithout
   json unguarded{{"name", "vault"},
                  {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}},
                  {"expected_revision", 1}};
-  Answer dropped = Call("amy", "POST", "/api/v1/tasks/" + vault_id + "/revisions",
-                        unguarded.dump());
+  Answer dropped =
+      Call("amy", "POST", "/api/v1/tasks/" + vault_id + "/revisions", unguarded.dump());
   EXPECT_EQ(dropped.status, 403) << dropped.raw;
   EXPECT_EQ(Call("root", "GET", "/api/v1/tasks/" + vault_id).body["revision"], 1);
   EXPECT_EQ(Call("root", "GET", "/api/v1/triggers").body["items"].size(), 0u);
@@ -388,8 +393,8 @@ TEST_F(ApiApprovalsTest, OnlyThoseWhoMayApproveChangeWhatRunsAGuardedTaskWithout
   EXPECT_EQ(edited.status, 403) << edited.raw;
 
   // Approved by admins (the default): an operator may disable the trigger, not enable it again.
-  const json deploy_cron{{"task_id", task_id_}, {"expression", "* * * * *"},
-                         {"timezone", "UTC"}, {"enabled", false}};
+  const json deploy_cron{
+      {"task_id", task_id_}, {"expression", "* * * * *"}, {"timezone", "UTC"}, {"enabled", false}};
   Answer deploy_trigger = Call("root", "POST", "/api/v1/triggers", deploy_cron.dump());
   ASSERT_EQ(deploy_trigger.status, 201) << deploy_trigger.raw;
   const std::string deploy_trigger_id = deploy_trigger.body["id"];
@@ -397,8 +402,92 @@ TEST_F(ApiApprovalsTest, OnlyThoseWhoMayApproveChangeWhatRunsAGuardedTaskWithout
   EXPECT_EQ(enabled.status, 403) << enabled.raw;
   EXPECT_EQ(Call("root", "GET", "/api/v1/triggers/" + deploy_trigger_id).body["enabled"], false);
   EXPECT_EQ(Call("amy", "POST", "/api/v1/triggers/" + deploy_trigger_id + "/enable").status, 200);
-  EXPECT_EQ(Call("ops", "POST", "/api/v1/triggers/" + deploy_trigger_id + "/disable").status,
+  EXPECT_EQ(Call("ops", "POST", "/api/v1/triggers/" + deploy_trigger_id + "/disable").status, 200);
+}
+
+TEST_F(ApiApprovalsTest, RetryingARunOfAGuardedTaskWaitsForApproval) {
+  Answer approved = Call("amy", "POST", "/api/v1/approvals/" + Request() + "/approve");
+  ASSERT_EQ(approved.status, 201) << approved.raw;
+  const std::string run_id = approved.body["run"]["id"];
+  Result<RunRecord> stored = store_->runs().GetRun(run_id);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  ASSERT_TRUE(testing::LoseAfterStart(store_->runs(), *stored, clock_.NowMs()).ok());
+  ASSERT_EQ(Call("amy", "POST", "/api/v1/runs/" + run_id + "/resolve",
+                 R"({"resolution":"failed","reason":"host lost"})")
+                .status,
             200);
+  Answer retried = Call("ops", "POST", "/api/v1/runs/" + run_id + "/retry");
+  ASSERT_EQ(retried.status, 202) << retried.raw;
+  EXPECT_EQ(retried.code(), "approval_required");
+  const std::string approval_id = retried.body.value("approval_id", "");
+  Answer pending = Call("vic", "GET", "/api/v1/approvals/" + approval_id);
+  ASSERT_EQ(pending.status, 200) << pending.raw;
+  EXPECT_EQ(pending.body["status"], "pending") << pending.raw;
+}
+
+// "Who changed this job?": every task and trigger write is an audit fact naming its actor, and
+// the revision history names who published each revision; a refused write is no such fact.
+TEST_F(ApiApprovalsTest, TaskAndTriggerWritesAreAuditFactsWithTheirActor) {
+  const std::string amy = principals_[Sha256Hex("amy")].id;
+  const std::string ops = principals_[Sha256Hex("ops")].id;
+  const std::string root = principals_[Sha256Hex("root")].id;
+  json nightly{{"name", "nightly"},
+               {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}};
+  Answer created = Call("amy", "POST", "/api/v1/tasks", nightly.dump());
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string task_id = created.body["id"];
+  EXPECT_EQ(created.body["published_by"], amy);
+  nightly["expected_revision"] = 1;
+  nightly["labels"] = {{"team", "ops"}};
+  ASSERT_EQ(Call("root", "POST", "/api/v1/tasks/" + task_id + "/revisions", nightly.dump()).status,
+            201);
+  Answer cron =
+      Call("amy", "POST", "/api/v1/triggers",
+           json{{"task_id", task_id}, {"expression", "0 3 * * *"}, {"timezone", "UTC"}}.dump());
+  ASSERT_EQ(cron.status, 201) << cron.raw;
+  const std::string trigger_id = cron.body["id"];
+  ASSERT_EQ(Call("ops", "POST", "/api/v1/triggers/" + trigger_id + "/disable").status, 200);
+  ASSERT_EQ(Call("amy", "POST", "/api/v1/triggers/" + trigger_id + "/enable").status, 200);
+  ASSERT_EQ(Call("amy", "POST", "/api/v1/triggers/" + trigger_id + "/revisions",
+                 json{{"expected_revision", 3}, {"expression", "0 4 * * *"}}.dump())
+                .status,
+            201);
+  // Refused: a viewer may not disable, a stale edit conflicts.
+  EXPECT_EQ(Call("vic", "POST", "/api/v1/triggers/" + trigger_id + "/disable").status, 403);
+  EXPECT_EQ(Call("amy", "POST", "/api/v1/triggers/" + trigger_id + "/revisions",
+                 json{{"expected_revision", 1}, {"expression", "0 5 * * *"}}.dump())
+                .status,
+            409);
+  ASSERT_EQ(Call("amy", "DELETE", "/api/v1/triggers/" + trigger_id).status, 200);
+  ASSERT_EQ(Call("amy", "DELETE", "/api/v1/tasks/" + task_id).status, 200);
+
+  Answer history = Call("vic", "GET", "/api/v1/tasks/" + task_id + "/revisions");
+  ASSERT_EQ(history.status, 200) << history.raw;
+  std::map<int64_t, std::string> published_by;
+  for (const json& r : history.body["items"]) {
+    published_by[r["revision"].get<int64_t>()] = r["published_by"].get<std::string>();
+  }
+  EXPECT_EQ(published_by, (std::map<int64_t, std::string>{{1, amy}, {2, root}, {3, amy}}));
+
+  Answer audit = Call("root", "GET", "/api/v1/audit?limit=200");
+  ASSERT_EQ(audit.status, 200) << audit.raw;
+  std::vector<std::tuple<std::string, std::string, std::string>> facts;  // action, actor, target
+  for (const json& a : audit.body["items"]) {
+    if (a["target_id"] != task_id && a["target_id"] != trigger_id) continue;
+    EXPECT_EQ(a["outcome"], "ok") << a.dump();
+    facts.emplace_back(a["action"],
+                       a["actor_id"].is_string() ? a["actor_id"].get<std::string>() : "",
+                       a["target_id"]);
+  }
+  std::sort(facts.begin(), facts.end());
+  using Fact = std::tuple<std::string, std::string, std::string>;
+  std::vector<Fact> want{
+      Fact{"task.create", amy, task_id},       Fact{"task.revise", root, task_id},
+      Fact{"trigger.create", amy, trigger_id}, Fact{"trigger.disable", ops, trigger_id},
+      Fact{"trigger.enable", amy, trigger_id}, Fact{"trigger.revise", amy, trigger_id},
+      Fact{"trigger.delete", amy, trigger_id}, Fact{"task.delete", amy, task_id}};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(facts, want);
 }
 
 }  // namespace

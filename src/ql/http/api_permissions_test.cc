@@ -307,6 +307,7 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
       {"livez", [](const Member&) { return Sample{"GET", "/livez", ""}; }},
       {"readyz", [](const Member&) { return Sample{"GET", "/readyz", ""}; }},
       {"metrics", [](const Member&) { return Sample{"GET", "/metrics", ""}; }},
+      {"openapi", [](const Member&) { return Sample{"GET", "/api/v1/openapi.json", ""}; }},
       {"whoami", [](const Member&) { return Sample{"GET", "/api/v1/whoami", ""}; }},
       {"projects.list", [](const Member&) { return Sample{"GET", "/api/v1/projects", ""}; }},
       {"projects.create",

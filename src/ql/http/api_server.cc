@@ -19,6 +19,7 @@
 #include "ql/core/timezone.h"
 #include "ql/http/api_json.h"
 #include "ql/http/http_server.h"
+#include "ql/http/openapi_document.h"
 #include "ql/http/process_metrics.h"
 #include "ql/http/retention_json.h"
 
@@ -35,178 +36,32 @@ constexpr size_t kDefaultLogChunkBytes = 64 * 1024;
 constexpr int kDefaultEventLimit = 100;
 constexpr std::string_view kApiPrefix = "/api/v1";
 
-enum class RouteId {
-  kLivez,
-  kReadyz,
-  kMetrics,
-  kProjectsList,
-  kTasksCreate,
-  kTasksList,
-  kTaskGet,
-  kTaskRevisionsCreate,
-  kTaskRevisionsList,
-  kTaskDelete,
-  kTriggersCreate,
-  kTriggersList,
-  kTriggerGet,
-  kTriggerEnable,
-  kTriggerDisable,
-  kTriggerRepin,
-  kTriggerRevisionsCreate,
-  kTriggerNext,
-  kTriggerDelete,
-  kCronNext,
-  kRunsList,
-  kRunsCreate,
-  kRunGet,
-  kRunEvents,
-  kRunLog,
-  kRunCancel,
-  kRunRetry,
-  kRunResolve,
-  kTaskRunsCreate,
-  kApprovalsList,
-  kApprovalGet,
-  kApprovalApprove,
-  kApprovalReject,
-  kStatus,
-  kWhoami,
-  kSignIn,
-  kSignOut,
-  kSessionsList,
-  kSessionRevoke,
-  kPasswordChange,
-  kPrincipalPassword,
-  kTotpEnrol,
-  kTotpConfirm,
-  kTotpDisable,
-  kPrincipalsList,
-  kPrincipalsCreate,
-  kPrincipalGet,
-  kPrincipalDisable,
-  kPrincipalEnable,
-  kTokensList,
-  kTokensCreate,
-  kTokenRevoke,
-  kProjectsCreate,
-  kProjectGet,
-  kProjectArchive,
-  kProjectBindingsList,
-  kProjectBindingsWrite,
-  kInstallationBindingsList,
-  kInstallationBindingsWrite,
-  kAuditList,
-  kProjectRetentionGet,
-  kProjectRetentionSet,
-  kTaskRetentionGet,
-  kTaskRetentionSet,
-  kSecretsList,
-  kSecretPut,
-  kSecretDelete,
+// What a route expects of its request body.
+enum class Body {
+  kNone,      // GET and DELETE: no body is read; handlers see {}
+  kOptional,  // an empty body counts as {}
+  kRequired,  // a JSON object must be sent
 };
 
+// A service a route needs that a server may not hold.
+enum class Needs { kNothing, kSignIn, kSecrets };
+
+struct Call;
+
+// One route: the request it answers, who may call it, its body and its handler. The table
+// (kRoutes, below ApiServer::Impl) is the only place routes are declared: admission, dispatch,
+// metrics and ApiRoutes() all read it.
 struct RouteSpec {
   std::string_view method;
   std::string_view pattern;  // "{id}" matches one non-empty path segment
-  RouteId id;
-  std::string_view name;  // metric label: bounded, never an id
+  std::string_view name;     // metric label: bounded, never an id
   // Who may call it (docs/api.md): public | authenticated | viewer | operator | admin | owner
   // (in the request's project, or the addressed object's) | installation_admin | self (the
   // principal itself, or an installation admin).
   std::string_view permission;
-};
-
-constexpr RouteSpec kRoutes[] = {
-    {"GET", "/livez", RouteId::kLivez, "livez", "public"},
-    {"GET", "/readyz", RouteId::kReadyz, "readyz", "public"},
-    {"GET", "/metrics", RouteId::kMetrics, "metrics", "public"},
-    {"GET", "/api/v1/whoami", RouteId::kWhoami, "whoami", "authenticated"},
-    {"POST", "/api/v1/sign-in", RouteId::kSignIn, "sign_in", "public"},
-    {"POST", "/api/v1/sign-out", RouteId::kSignOut, "sign_out", "authenticated"},
-    {"GET", "/api/v1/sessions", RouteId::kSessionsList, "sessions.list", "self"},
-    {"POST", "/api/v1/sessions/{id}/revoke", RouteId::kSessionRevoke, "sessions.revoke", "self"},
-    {"POST", "/api/v1/password", RouteId::kPasswordChange, "password.change", "authenticated"},
-    {"POST", "/api/v1/principals/{id}/password", RouteId::kPrincipalPassword,
-     "principals.password", "installation_admin"},
-    {"POST", "/api/v1/totp/enrol", RouteId::kTotpEnrol, "totp.enrol", "authenticated"},
-    {"POST", "/api/v1/totp/confirm", RouteId::kTotpConfirm, "totp.confirm", "authenticated"},
-    {"POST", "/api/v1/totp/disable", RouteId::kTotpDisable, "totp.disable", "authenticated"},
-    {"GET", "/api/v1/projects", RouteId::kProjectsList, "projects.list", "authenticated"},
-    {"POST", "/api/v1/projects", RouteId::kProjectsCreate, "projects.create",
-     "installation_admin"},
-    {"GET", "/api/v1/projects/{id}", RouteId::kProjectGet, "projects.get", "viewer"},
-    {"POST", "/api/v1/projects/{id}/archive", RouteId::kProjectArchive, "projects.archive",
-     "owner"},
-    {"GET", "/api/v1/projects/{id}/bindings", RouteId::kProjectBindingsList,
-     "projects.bindings.list", "viewer"},
-    {"POST", "/api/v1/projects/{id}/bindings", RouteId::kProjectBindingsWrite,
-     "projects.bindings.write", "admin"},
-    {"GET", "/api/v1/installation/bindings", RouteId::kInstallationBindingsList,
-     "installation.bindings.list", "installation_admin"},
-    {"POST", "/api/v1/installation/bindings", RouteId::kInstallationBindingsWrite,
-     "installation.bindings.write", "installation_admin"},
-    {"GET", "/api/v1/principals", RouteId::kPrincipalsList, "principals.list",
-     "installation_admin"},
-    {"POST", "/api/v1/principals", RouteId::kPrincipalsCreate, "principals.create",
-     "installation_admin"},
-    {"GET", "/api/v1/principals/{id}", RouteId::kPrincipalGet, "principals.get", "self"},
-    {"POST", "/api/v1/principals/{id}/disable", RouteId::kPrincipalDisable, "principals.disable",
-     "installation_admin"},
-    {"POST", "/api/v1/principals/{id}/enable", RouteId::kPrincipalEnable, "principals.enable",
-     "installation_admin"},
-    {"GET", "/api/v1/tokens", RouteId::kTokensList, "tokens.list", "self"},
-    {"POST", "/api/v1/tokens", RouteId::kTokensCreate, "tokens.create", "self"},
-    {"POST", "/api/v1/tokens/{id}/revoke", RouteId::kTokenRevoke, "tokens.revoke", "self"},
-    {"GET", "/api/v1/audit", RouteId::kAuditList, "audit.list", "installation_admin"},
-    {"POST", "/api/v1/tasks", RouteId::kTasksCreate, "tasks.create", "admin"},
-    {"GET", "/api/v1/tasks", RouteId::kTasksList, "tasks.list", "viewer"},
-    {"GET", "/api/v1/tasks/{id}", RouteId::kTaskGet, "tasks.get", "viewer"},
-    {"POST", "/api/v1/tasks/{id}/revisions", RouteId::kTaskRevisionsCreate,
-     "tasks.revisions.create", "admin"},
-    {"DELETE", "/api/v1/tasks/{id}", RouteId::kTaskDelete, "tasks.delete", "admin"},
-    {"GET", "/api/v1/tasks/{id}/revisions", RouteId::kTaskRevisionsList, "tasks.revisions.list",
-     "viewer"},
-    {"POST", "/api/v1/triggers", RouteId::kTriggersCreate, "triggers.create", "admin"},
-    {"GET", "/api/v1/triggers", RouteId::kTriggersList, "triggers.list", "viewer"},
-    {"GET", "/api/v1/triggers/{id}", RouteId::kTriggerGet, "triggers.get", "viewer"},
-    {"POST", "/api/v1/triggers/{id}/enable", RouteId::kTriggerEnable, "triggers.enable",
-     "operator"},
-    {"POST", "/api/v1/triggers/{id}/disable", RouteId::kTriggerDisable, "triggers.disable",
-     "operator"},
-    {"POST", "/api/v1/triggers/{id}/repin", RouteId::kTriggerRepin, "triggers.repin", "admin"},
-    {"POST", "/api/v1/triggers/{id}/revisions", RouteId::kTriggerRevisionsCreate,
-     "triggers.revisions.create", "admin"},
-    {"GET", "/api/v1/triggers/{id}/next", RouteId::kTriggerNext, "triggers.next", "viewer"},
-    {"DELETE", "/api/v1/triggers/{id}", RouteId::kTriggerDelete, "triggers.delete", "admin"},
-    {"GET", "/api/v1/cron/next", RouteId::kCronNext, "cron.next", "authenticated"},
-    {"GET", "/api/v1/runs", RouteId::kRunsList, "runs.list", "viewer"},
-    {"POST", "/api/v1/runs", RouteId::kRunsCreate, "runs.create", "operator"},
-    {"GET", "/api/v1/runs/{id}", RouteId::kRunGet, "runs.get", "viewer"},
-    {"GET", "/api/v1/runs/{id}/events", RouteId::kRunEvents, "runs.events", "viewer"},
-    {"GET", "/api/v1/runs/{id}/log", RouteId::kRunLog, "runs.log", "viewer"},
-    {"POST", "/api/v1/runs/{id}/cancel", RouteId::kRunCancel, "runs.cancel", "operator"},
-    {"POST", "/api/v1/runs/{id}/retry", RouteId::kRunRetry, "runs.retry", "operator"},
-    {"POST", "/api/v1/runs/{id}/resolve", RouteId::kRunResolve, "runs.resolve", "admin"},
-    {"POST", "/api/v1/tasks/{id}/runs", RouteId::kTaskRunsCreate, "tasks.runs.create",
-     "operator"},
-    {"GET", "/api/v1/approvals", RouteId::kApprovalsList, "approvals.list", "viewer"},
-    {"GET", "/api/v1/approvals/{id}", RouteId::kApprovalGet, "approvals.get", "viewer"},
-    {"POST", "/api/v1/approvals/{id}/approve", RouteId::kApprovalApprove, "approvals.approve",
-     "admin"},
-    {"POST", "/api/v1/approvals/{id}/reject", RouteId::kApprovalReject, "approvals.reject",
-     "operator"},
-    {"GET", "/api/v1/status", RouteId::kStatus, "status", "viewer"},
-    {"GET", "/api/v1/projects/{id}/retention", RouteId::kProjectRetentionGet,
-     "projects.retention.get", "viewer"},
-    {"POST", "/api/v1/projects/{id}/retention", RouteId::kProjectRetentionSet,
-     "projects.retention.set", "admin"},
-    {"GET", "/api/v1/tasks/{id}/retention", RouteId::kTaskRetentionGet, "tasks.retention.get",
-     "viewer"},
-    {"POST", "/api/v1/tasks/{id}/retention", RouteId::kTaskRetentionSet, "tasks.retention.set",
-     "admin"},
-    {"GET", "/api/v1/secrets", RouteId::kSecretsList, "secrets.list", "viewer"},
-    {"PUT", "/api/v1/secrets/{id}", RouteId::kSecretPut, "secrets.put", "admin"},
-    {"DELETE", "/api/v1/secrets/{id}", RouteId::kSecretDelete, "secrets.delete", "admin"},
+  Body body;
+  Needs needs;
+  void (ApiServer::Impl::*handle)(Call&);
 };
 
 struct RouteMatch {
@@ -243,27 +98,6 @@ bool MatchPattern(std::string_view pattern, std::string_view path, std::string* 
   return true;
 }
 
-RouteMatch MatchRoute(std::string_view method, std::string_view path) {
-  if (method == "HEAD") method = "GET";
-  RouteMatch out;
-  for (const RouteSpec& route : kRoutes) {
-    std::string id;
-    if (!MatchPattern(route.pattern, path, &id)) continue;
-    if (route.method == method) {
-      out.kind = RouteMatch::Kind::kFound;
-      out.route = &route;
-      out.id = std::move(id);
-      return out;
-    }
-    out.kind = RouteMatch::Kind::kMethodNotAllowed;
-    if (out.allow.find(route.method) == std::string::npos) {
-      if (!out.allow.empty()) out.allow += ", ";
-      out.allow += route.method;
-    }
-  }
-  return out;
-}
-
 bool IsApiPath(std::string_view path) {
   return path == kApiPrefix ||
          (path.size() > kApiPrefix.size() && path.compare(0, kApiPrefix.size(), kApiPrefix) == 0 &&
@@ -275,8 +109,7 @@ void SendJson(http::Response& res, int status, const json& body) {
   res.SetContent(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
-void SendError(http::Response& res, int status, std::string_view code,
-               std::string_view message) {
+void SendError(http::Response& res, int status, std::string_view code, std::string_view message) {
   SendJson(res, status, api::ErrorJson(code, message));
 }
 
@@ -382,12 +215,15 @@ const char* BoolHeader(bool value) { return value ? "true" : "false"; }
 
 }  // namespace
 
-// The identity of a request: decided by Admit from the request line and headers, before any
-// body is read, and carried by the request itself (Request::decision) to its handler. An
-// /api/v1 request that reaches its handler without one is refused; nothing on this side maps
-// "no principal" to the system.
+// What admission decided about a request: its route and its identity, from the request line
+// and headers, before any body is read, carried by the request itself (Request::decision) to
+// its handler and to the metrics. Routes are matched here once; dispatch never matches again.
+// An /api/v1 request that reaches its handler without an identity is refused; nothing on this
+// side maps "no principal" to the system.
 struct RequestIdentity {
-  bool decided = false;
+  const RouteSpec* route = nullptr;  // nullptr: no route (the request was refused)
+  std::string id;                    // the route's {id} segment, decoded
+  bool decided = false;              // `who` holds an authenticated identity
   Authentication who;
   std::string token_digest;
   // Authenticated by the panel's session cookie (not an Authorization header): its writes need
@@ -419,6 +255,58 @@ std::string CookieValue(const std::string& header, std::string_view name) {
   }
   return std::string();
 }
+
+namespace {
+
+// Runs `fn` (returning a Status) and sends its error, if any. Returns true on success.
+#define QL_HTTP_TRY(res, expr)             \
+  do {                                     \
+    ::ql::Status ql_http_status_ = (expr); \
+    if (!ql_http_status_.ok()) {           \
+      SendStatus(res, ql_http_status_);    \
+      return;                              \
+    }                                      \
+  } while (0)
+
+#define QL_HTTP_ASSIGN(res, lhs, rexpr) \
+  QL_HTTP_ASSIGN_IMPL_(QL_CONCAT_(ql_http_result_, __LINE__), res, lhs, rexpr)
+#define QL_HTTP_ASSIGN_IMPL_(tmp, res, lhs, rexpr) \
+  auto tmp = (rexpr);                              \
+  if (!tmp.ok()) {                                 \
+    SendStatus(res, tmp.status());                 \
+    return;                                        \
+  }                                                \
+  lhs = std::move(tmp).value()
+
+json ItemsJson(json items, const std::optional<std::string>& next_cursor) {
+  return json{{"items", std::move(items)},
+              {"next_cursor", next_cursor.has_value() ? json(*next_cursor) : json(nullptr)}};
+}
+
+// Removes an envelope field from a task body and returns it.
+Result<std::optional<std::string>> TakeString(json& body, std::string_view name) {
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> value, api::OptionalString(body, name));
+  body.erase(std::string(name));
+  return value;
+}
+
+}  // namespace
+
+namespace {
+
+// What a route's handler is given: the request, its answer, and what admission and the
+// route's policies decided before it ran.
+struct Call {
+  const http::Request& req;
+  http::Response& res;
+  const RequestIdentity& identity;
+  const std::string& id;  // the route's {id} segment, decoded; "" when the pattern has none
+  Query query;
+  Caller caller;  // /api/v1 routes: who acts, with the request's project and request id
+  json body;      // the JSON body per the route's Body policy; {} when there is none
+};
+
+}  // namespace
 
 struct ApiServer::Impl {
   Impl(ControlService& service, Metrics& metrics, ApiServerOptions options)
@@ -453,15 +341,83 @@ struct ApiServer::Impl {
   json IsolationJson() const {
     return json{{"level", options.isolation_level}, {"detail", options.isolation_detail}};
   }
-  void Handle(const RouteMatch& match, const http::Request& req, http::Response& res,
-              const std::string& body, const RequestIdentity& identity);
-  // Serves sign-in, sign-out, sessions and passwords (options.sign_in is set).
-  void HandleSignIn(RouteId route, const std::string& id, const http::Request& req,
-                    const Query& query, const json& body, const Caller& caller,
-                    const RequestIdentity& identity, http::Response& res);
-  // Serves the /api/v1/secrets routes; `name` is the path's secret name.
-  void HandleSecrets(RouteId route, const std::string& name, const Query& query, const json& body,
-                     const Caller& caller, http::Response& res);
+  // The routes' handlers (kRoutes names each).
+  void Livez(Call& c);
+  void Readyz(Call& c);
+  void ScrapeMetrics(Call& c);
+  void OpenApi(Call& c);
+  void ProjectsList(Call& c);
+  void TasksCreate(Call& c);
+  void TasksList(Call& c);
+  void TaskGet(Call& c);
+  void TaskRevisionsCreate(Call& c);
+  void TaskDelete(Call& c);
+  void TriggerDelete(Call& c);
+  void TaskRevisionsList(Call& c);
+  void TriggersCreate(Call& c);
+  void TriggerRevisionsCreate(Call& c);
+  void TriggersList(Call& c);
+  void TriggerGet(Call& c);
+  void TriggerEnable(Call& c);
+  void TriggerDisable(Call& c);
+  void TriggerRepin(Call& c);
+  void AnswerTrigger(Call& c, const Result<PublishedTrigger>& published);
+  void TriggerNext(Call& c);
+  void CronNext(Call& c);
+  void RunsList(Call& c);
+  void RunsCreate(Call& c);
+  void TaskRunsCreate(Call& c);
+  void StartRun(Call& c, StartRunRequest request);
+  void RunResolve(Call& c);
+  void ApprovalsList(Call& c);
+  void ApprovalGet(Call& c);
+  void ApprovalApprove(Call& c);
+  void ApprovalReject(Call& c);
+  void RunGet(Call& c);
+  void RunEvents(Call& c);
+  void RunLog(Call& c);
+  void RunCancel(Call& c);
+  void RunRetry(Call& c);
+  void Whoami(Call& c);
+  void PrincipalsList(Call& c);
+  void PrincipalsCreate(Call& c);
+  void PrincipalGet(Call& c);
+  void PrincipalDisable(Call& c);
+  void PrincipalEnable(Call& c);
+  void SetPrincipalStatus(Call& c, std::string_view status);
+  void TokensList(Call& c);
+  void TokensCreate(Call& c);
+  void TokenRevoke(Call& c);
+  void ProjectsCreate(Call& c);
+  void ProjectGet(Call& c);
+  void ProjectArchive(Call& c);
+  void ProjectBindingsList(Call& c);
+  void InstallationBindingsList(Call& c);
+  void ListBindings(Call& c, const std::string& scope);
+  void ProjectBindingsWrite(Call& c);
+  void InstallationBindingsWrite(Call& c);
+  void WriteBinding(Call& c, const std::string& scope);
+  void AuditList(Call& c);
+  void ProjectRetentionGet(Call& c);
+  void ProjectRetentionSet(Call& c);
+  void TaskRetentionGet(Call& c);
+  void TaskRetentionSet(Call& c);
+  void AnswerRetention(Call& c, bool task, bool set);
+  void GetStatus(Call& c);
+  void SecretsList(Call& c);
+  void SecretPut(Call& c);
+  void SecretDelete(Call& c);
+  void SignIn(Call& c);
+  void SignOut(Call& c);
+  void SessionsList(Call& c);
+  void SessionRevoke(Call& c);
+  void PasswordChange(Call& c);
+  void PrincipalPassword(Call& c);
+  void TotpEnrol(Call& c);
+  void TotpConfirm(Call& c);
+  void TotpDisable(Call& c);
+  // "; Secure" when the listener speaks TLS: the attribute of every cookie set.
+  std::string SecureAttribute() const { return options.tls.has_value() ? "; Secure" : ""; }
   enum class Auth { kOk, kDenied, kUnavailable };
   // Authenticates the bearer token of `req`; on kOk fills `who` and `digest` (of the token), on
   // kDenied `why` (a code).
@@ -478,6 +434,166 @@ struct ApiServer::Impl {
                    const Caller& caller, const RequestIdentity& identity, http::Response& res);
 };
 
+namespace {
+
+using Impl = ApiServer::Impl;
+
+const RouteSpec kRoutes[] = {
+    {"GET", "/livez", "livez", "public", Body::kNone, Needs::kNothing, &Impl::Livez},
+    {"GET", "/readyz", "readyz", "public", Body::kNone, Needs::kNothing, &Impl::Readyz},
+    {"GET", "/metrics", "metrics", "public", Body::kNone, Needs::kNothing, &Impl::ScrapeMetrics},
+    {"GET", "/api/v1/openapi.json", "openapi", "public", Body::kNone, Needs::kNothing,
+     &Impl::OpenApi},
+    {"GET", "/api/v1/whoami", "whoami", "authenticated", Body::kNone, Needs::kNothing,
+     &Impl::Whoami},
+    {"POST", "/api/v1/sign-in", "sign_in", "public", Body::kRequired, Needs::kSignIn,
+     &Impl::SignIn},
+    {"POST", "/api/v1/sign-out", "sign_out", "authenticated", Body::kOptional, Needs::kSignIn,
+     &Impl::SignOut},
+    {"GET", "/api/v1/sessions", "sessions.list", "self", Body::kNone, Needs::kSignIn,
+     &Impl::SessionsList},
+    {"POST", "/api/v1/sessions/{id}/revoke", "sessions.revoke", "self", Body::kOptional,
+     Needs::kSignIn, &Impl::SessionRevoke},
+    {"POST", "/api/v1/password", "password.change", "authenticated", Body::kRequired,
+     Needs::kSignIn, &Impl::PasswordChange},
+    {"POST", "/api/v1/principals/{id}/password", "principals.password", "installation_admin",
+     Body::kRequired, Needs::kSignIn, &Impl::PrincipalPassword},
+    {"POST", "/api/v1/totp/enrol", "totp.enrol", "authenticated", Body::kOptional, Needs::kSignIn,
+     &Impl::TotpEnrol},
+    {"POST", "/api/v1/totp/confirm", "totp.confirm", "authenticated", Body::kRequired,
+     Needs::kSignIn, &Impl::TotpConfirm},
+    {"POST", "/api/v1/totp/disable", "totp.disable", "authenticated", Body::kRequired,
+     Needs::kSignIn, &Impl::TotpDisable},
+    {"GET", "/api/v1/projects", "projects.list", "authenticated", Body::kNone, Needs::kNothing,
+     &Impl::ProjectsList},
+    {"POST", "/api/v1/projects", "projects.create", "installation_admin", Body::kRequired,
+     Needs::kNothing, &Impl::ProjectsCreate},
+    {"GET", "/api/v1/projects/{id}", "projects.get", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::ProjectGet},
+    {"POST", "/api/v1/projects/{id}/archive", "projects.archive", "owner", Body::kOptional,
+     Needs::kNothing, &Impl::ProjectArchive},
+    {"GET", "/api/v1/projects/{id}/bindings", "projects.bindings.list", "viewer", Body::kNone,
+     Needs::kNothing, &Impl::ProjectBindingsList},
+    {"POST", "/api/v1/projects/{id}/bindings", "projects.bindings.write", "admin", Body::kRequired,
+     Needs::kNothing, &Impl::ProjectBindingsWrite},
+    {"GET", "/api/v1/installation/bindings", "installation.bindings.list", "installation_admin",
+     Body::kNone, Needs::kNothing, &Impl::InstallationBindingsList},
+    {"POST", "/api/v1/installation/bindings", "installation.bindings.write", "installation_admin",
+     Body::kRequired, Needs::kNothing, &Impl::InstallationBindingsWrite},
+    {"GET", "/api/v1/principals", "principals.list", "installation_admin", Body::kNone,
+     Needs::kNothing, &Impl::PrincipalsList},
+    {"POST", "/api/v1/principals", "principals.create", "installation_admin", Body::kRequired,
+     Needs::kNothing, &Impl::PrincipalsCreate},
+    {"GET", "/api/v1/principals/{id}", "principals.get", "self", Body::kNone, Needs::kNothing,
+     &Impl::PrincipalGet},
+    {"POST", "/api/v1/principals/{id}/disable", "principals.disable", "installation_admin",
+     Body::kOptional, Needs::kNothing, &Impl::PrincipalDisable},
+    {"POST", "/api/v1/principals/{id}/enable", "principals.enable", "installation_admin",
+     Body::kOptional, Needs::kNothing, &Impl::PrincipalEnable},
+    {"GET", "/api/v1/tokens", "tokens.list", "self", Body::kNone, Needs::kNothing,
+     &Impl::TokensList},
+    {"POST", "/api/v1/tokens", "tokens.create", "self", Body::kOptional, Needs::kNothing,
+     &Impl::TokensCreate},
+    {"POST", "/api/v1/tokens/{id}/revoke", "tokens.revoke", "self", Body::kOptional,
+     Needs::kNothing, &Impl::TokenRevoke},
+    {"GET", "/api/v1/audit", "audit.list", "installation_admin", Body::kNone, Needs::kNothing,
+     &Impl::AuditList},
+    {"POST", "/api/v1/tasks", "tasks.create", "admin", Body::kRequired, Needs::kNothing,
+     &Impl::TasksCreate},
+    {"GET", "/api/v1/tasks", "tasks.list", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::TasksList},
+    {"GET", "/api/v1/tasks/{id}", "tasks.get", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::TaskGet},
+    {"POST", "/api/v1/tasks/{id}/revisions", "tasks.revisions.create", "admin", Body::kRequired,
+     Needs::kNothing, &Impl::TaskRevisionsCreate},
+    {"DELETE", "/api/v1/tasks/{id}", "tasks.delete", "admin", Body::kNone, Needs::kNothing,
+     &Impl::TaskDelete},
+    {"GET", "/api/v1/tasks/{id}/revisions", "tasks.revisions.list", "viewer", Body::kNone,
+     Needs::kNothing, &Impl::TaskRevisionsList},
+    {"POST", "/api/v1/triggers", "triggers.create", "admin", Body::kRequired, Needs::kNothing,
+     &Impl::TriggersCreate},
+    {"GET", "/api/v1/triggers", "triggers.list", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::TriggersList},
+    {"GET", "/api/v1/triggers/{id}", "triggers.get", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::TriggerGet},
+    {"POST", "/api/v1/triggers/{id}/enable", "triggers.enable", "operator", Body::kOptional,
+     Needs::kNothing, &Impl::TriggerEnable},
+    {"POST", "/api/v1/triggers/{id}/disable", "triggers.disable", "operator", Body::kOptional,
+     Needs::kNothing, &Impl::TriggerDisable},
+    {"POST", "/api/v1/triggers/{id}/repin", "triggers.repin", "admin", Body::kOptional,
+     Needs::kNothing, &Impl::TriggerRepin},
+    {"POST", "/api/v1/triggers/{id}/revisions", "triggers.revisions.create", "admin",
+     Body::kRequired, Needs::kNothing, &Impl::TriggerRevisionsCreate},
+    {"GET", "/api/v1/triggers/{id}/next", "triggers.next", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::TriggerNext},
+    {"DELETE", "/api/v1/triggers/{id}", "triggers.delete", "admin", Body::kNone, Needs::kNothing,
+     &Impl::TriggerDelete},
+    {"GET", "/api/v1/cron/next", "cron.next", "authenticated", Body::kNone, Needs::kNothing,
+     &Impl::CronNext},
+    {"GET", "/api/v1/runs", "runs.list", "viewer", Body::kNone, Needs::kNothing, &Impl::RunsList},
+    {"POST", "/api/v1/runs", "runs.create", "operator", Body::kRequired, Needs::kNothing,
+     &Impl::RunsCreate},
+    {"GET", "/api/v1/runs/{id}", "runs.get", "viewer", Body::kNone, Needs::kNothing, &Impl::RunGet},
+    {"GET", "/api/v1/runs/{id}/events", "runs.events", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::RunEvents},
+    {"GET", "/api/v1/runs/{id}/log", "runs.log", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::RunLog},
+    {"POST", "/api/v1/runs/{id}/cancel", "runs.cancel", "operator", Body::kOptional,
+     Needs::kNothing, &Impl::RunCancel},
+    {"POST", "/api/v1/runs/{id}/retry", "runs.retry", "operator", Body::kOptional, Needs::kNothing,
+     &Impl::RunRetry},
+    {"POST", "/api/v1/runs/{id}/resolve", "runs.resolve", "admin", Body::kRequired, Needs::kNothing,
+     &Impl::RunResolve},
+    {"POST", "/api/v1/tasks/{id}/runs", "tasks.runs.create", "operator", Body::kOptional,
+     Needs::kNothing, &Impl::TaskRunsCreate},
+    {"GET", "/api/v1/approvals", "approvals.list", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::ApprovalsList},
+    {"GET", "/api/v1/approvals/{id}", "approvals.get", "viewer", Body::kNone, Needs::kNothing,
+     &Impl::ApprovalGet},
+    {"POST", "/api/v1/approvals/{id}/approve", "approvals.approve", "admin", Body::kOptional,
+     Needs::kNothing, &Impl::ApprovalApprove},
+    {"POST", "/api/v1/approvals/{id}/reject", "approvals.reject", "operator", Body::kRequired,
+     Needs::kNothing, &Impl::ApprovalReject},
+    {"GET", "/api/v1/status", "status", "viewer", Body::kNone, Needs::kNothing, &Impl::GetStatus},
+    {"GET", "/api/v1/projects/{id}/retention", "projects.retention.get", "viewer", Body::kNone,
+     Needs::kNothing, &Impl::ProjectRetentionGet},
+    {"POST", "/api/v1/projects/{id}/retention", "projects.retention.set", "admin", Body::kOptional,
+     Needs::kNothing, &Impl::ProjectRetentionSet},
+    {"GET", "/api/v1/tasks/{id}/retention", "tasks.retention.get", "viewer", Body::kNone,
+     Needs::kNothing, &Impl::TaskRetentionGet},
+    {"POST", "/api/v1/tasks/{id}/retention", "tasks.retention.set", "admin", Body::kOptional,
+     Needs::kNothing, &Impl::TaskRetentionSet},
+    {"GET", "/api/v1/secrets", "secrets.list", "viewer", Body::kNone, Needs::kSecrets,
+     &Impl::SecretsList},
+    {"PUT", "/api/v1/secrets/{id}", "secrets.put", "admin", Body::kRequired, Needs::kSecrets,
+     &Impl::SecretPut},
+    {"DELETE", "/api/v1/secrets/{id}", "secrets.delete", "admin", Body::kNone, Needs::kSecrets,
+     &Impl::SecretDelete},
+};
+
+RouteMatch MatchRoute(std::string_view method, std::string_view path) {
+  if (method == "HEAD") method = "GET";
+  RouteMatch out;
+  for (const RouteSpec& route : kRoutes) {
+    std::string id;
+    if (!MatchPattern(route.pattern, path, &id)) continue;
+    if (route.method == method) {
+      out.kind = RouteMatch::Kind::kFound;
+      out.route = &route;
+      out.id = std::move(id);
+      return out;
+    }
+    out.kind = RouteMatch::Kind::kMethodNotAllowed;
+    if (out.allow.find(route.method) == std::string::npos) {
+      if (!out.allow.empty()) out.allow += ", ";
+      out.allow += route.method;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions options)
     : impl_(std::make_unique<Impl>(service, metrics, std::move(options))) {
   metrics.Describe("ql_http_requests_total", "counter",
@@ -485,8 +601,7 @@ ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions
   metrics.Describe("ql_http_in_flight", "gauge",
                    "HTTP requests between their head and the end of their answer when /metrics "
                    "was read.");
-  metrics.Describe("ql_http_connections", "gauge",
-                   "HTTP connections open when /metrics was read.");
+  metrics.Describe("ql_http_connections", "gauge", "HTTP connections open when /metrics was read.");
   metrics.Describe("ql_http_log_followers", "gauge", "Log follow streams open.");
   metrics.Describe("ql_runs_queued", "gauge",
                    "Runs in the queued state when /metrics was read (NaN: the store could not "
@@ -496,9 +611,8 @@ ApiServer::ApiServer(ControlService& service, Metrics& metrics, ApiServerOptions
 
 ApiServer::~ApiServer() { Stop(); }
 
-ApiServer::Impl::Auth ApiServer::Impl::Authenticate(const http::Request& req,
-                                                    Authentication* who, std::string* why,
-                                                    std::string* digest,
+ApiServer::Impl::Auth ApiServer::Impl::Authenticate(const http::Request& req, Authentication* who,
+                                                    std::string* why, std::string* digest,
                                                     std::string* csrf) const {
   *why = "unauthorized";
   const std::string header = req.Header("Authorization");
@@ -570,6 +684,10 @@ bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
   // Matched once here for both decisions below. Public routes under /api/v1 (signing in) are
   // admitted without an identity.
   const RouteMatch match = MatchRoute(req.method, req.path);
+  auto decision = std::make_shared<RequestIdentity>();
+  decision->route = match.route;
+  decision->id = match.id;
+  req.decision = decision;
   const bool public_api = match.kind == RouteMatch::Kind::kFound &&
                           match.route->permission == std::string_view("public");
   if (IsApiPath(req.path)) {
@@ -595,8 +713,7 @@ bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
                     "the credential store cannot be read right now; retry shortly");
     }
     if (auth != Auth::kOk) {
-      service.governance().RecordAuthFailure(req.Header("X-Request-Id").substr(0, 64),
-                                             why);
+      service.governance().RecordAuthFailure(req.Header("X-Request-Id").substr(0, 64), why);
       res.SetHeader("WWW-Authenticate", "Bearer");
       return reject(401, "unauthorized",
                     "missing or wrong bearer token in the Authorization header");
@@ -613,8 +730,10 @@ bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
                       "X-QL-CSRF header and must come from this origin");
       }
     }
-    req.decision = std::make_shared<const RequestIdentity>(
-        RequestIdentity{true, std::move(who), std::move(digest), via_cookie});
+    decision->decided = true;
+    decision->who = std::move(who);
+    decision->token_digest = std::move(digest);
+    decision->via_cookie = via_cookie;
   }
   if (match.kind == RouteMatch::Kind::kNotFound) {
     return reject(404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
@@ -666,8 +785,8 @@ const PanelFile* ApiServer::Impl::PanelFileFor(const http::Request& req) const {
 
 void ApiServer::Impl::ServePanelFile(const PanelFile& file, http::Response& res) const {
   res.EraseHeader("Cache-Control");
-  res.SetHeader("Cache-Control", std::string(file.immutable ? kPanelImmutableCacheControl
-                                                             : kPanelPageCacheControl));
+  res.SetHeader("Cache-Control",
+                std::string(file.immutable ? kPanelImmutableCacheControl : kPanelPageCacheControl));
   res.SetHeader("Content-Security-Policy", std::string(kPanelContentSecurityPolicy));
   res.SetHeader("Referrer-Policy", "no-referrer");
   res.SetHeader("X-Frame-Options", "DENY");
@@ -715,10 +834,13 @@ http::ServerHandlers ApiServer::Impl::Handlers() {
     }
   };
   handlers.answered = [this](const http::Request& req, const http::Response& res) {
-    const RouteMatch match = MatchRoute(req.method, req.path);
-    const std::string_view route = match.kind == RouteMatch::Kind::kFound ? match.route->name
-                                   : PanelFileFor(req) != nullptr         ? "panel"
-                                                                          : "none";
+    // The route admission matched; /livez, answered before admission, is matched here.
+    const auto* decided = static_cast<const RequestIdentity*>(req.decision.get());
+    const RouteSpec* matched =
+        decided != nullptr ? decided->route : MatchRoute(req.method, req.path).route;
+    const std::string_view route = matched != nullptr             ? matched->name
+                                   : PanelFileFor(req) != nullptr ? "panel"
+                                                                  : "none";
     metrics.Increment("ql_http_requests_total", "route=\"" + std::string(route) + "\",code=\"" +
                                                     std::to_string(res.status) + "\"");
   };
@@ -727,15 +849,15 @@ http::ServerHandlers ApiServer::Impl::Handlers() {
 
 void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
   static const RequestIdentity kUndecided;
-  const RequestIdentity& identity =
-      req.decision != nullptr ? *static_cast<const RequestIdentity*>(req.decision.get())
-                              : kUndecided;
-  const RouteMatch match = MatchRoute(req.method, req.path);
-  if (match.kind != RouteMatch::Kind::kFound) {  // PreRoute answered these already
+  const RequestIdentity& identity = req.decision != nullptr
+                                        ? *static_cast<const RequestIdentity*>(req.decision.get())
+                                        : kUndecided;
+  if (identity.route == nullptr) {  // Admit answered these already
     SendError(res, 404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
     return;
   }
-  if (IsApiPath(req.path) && match.route->permission != std::string_view("public")) {
+  const RouteSpec& route = *identity.route;
+  if (IsApiPath(req.path) && route.permission != std::string_view("public")) {
     // Fail closed: no decided identity, no answer.
     if (!identity.decided || identity.who.principal.id.empty()) {
       res.SetHeader("WWW-Authenticate", "Bearer");
@@ -763,840 +885,762 @@ void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
       return;
     }
   }
-  Handle(match, req, res, req.body, identity);
-}
-
-namespace {
-
-// Runs `fn` (returning a Status) and sends its error, if any. Returns true on success.
-#define QL_HTTP_TRY(res, expr)             \
-  do {                                     \
-    ::ql::Status ql_http_status_ = (expr); \
-    if (!ql_http_status_.ok()) {           \
-      SendStatus(res, ql_http_status_);    \
-      return;                              \
-    }                                      \
-  } while (0)
-
-#define QL_HTTP_ASSIGN(res, lhs, rexpr) \
-  QL_HTTP_ASSIGN_IMPL_(QL_CONCAT_(ql_http_result_, __LINE__), res, lhs, rexpr)
-#define QL_HTTP_ASSIGN_IMPL_(tmp, res, lhs, rexpr) \
-  auto tmp = (rexpr);                              \
-  if (!tmp.ok()) {                                 \
-    SendStatus(res, tmp.status());                 \
-    return;                                        \
-  }                                                \
-  lhs = std::move(tmp).value()
-
-json ItemsJson(json items, const std::optional<std::string>& next_cursor) {
-  return json{{"items", std::move(items)},
-              {"next_cursor", next_cursor.has_value() ? json(*next_cursor) : json(nullptr)}};
-}
-
-// Removes an envelope field from a task body and returns it.
-Result<std::optional<std::string>> TakeString(json& body, std::string_view name) {
-  QL_ASSIGN_OR_RETURN(std::optional<std::string> value, api::OptionalString(body, name));
-  body.erase(std::string(name));
-  return value;
-}
-
-}  // namespace
-
-void ApiServer::Impl::Handle(const RouteMatch& match, const http::Request& req,
-                             http::Response& res, const std::string& body_text,
-                             const RequestIdentity& identity) {
-  const Query query(req);
-  const bool post = match.route->method == "POST" || match.route->method == "PUT";
-  // Only task bodies are required; the action routes accept an empty body as {}.
-  const bool body_required = match.route->id == RouteId::kTasksCreate ||
-                             match.route->id == RouteId::kTaskRevisionsCreate ||
-                             match.route->id == RouteId::kTriggersCreate ||
-                             match.route->id == RouteId::kTriggerRevisionsCreate ||
-                             match.route->id == RouteId::kRunsCreate ||
-                             match.route->id == RouteId::kApprovalReject ||
-                             match.route->id == RouteId::kRunResolve ||
-                             match.route->id == RouteId::kPrincipalsCreate ||
-                             match.route->id == RouteId::kProjectsCreate ||
-                             match.route->id == RouteId::kProjectBindingsWrite ||
-                             match.route->id == RouteId::kInstallationBindingsWrite ||
-                             match.route->id == RouteId::kSecretPut ||
-                             match.route->id == RouteId::kSignIn ||
-                             match.route->id == RouteId::kPasswordChange ||
-                             match.route->id == RouteId::kPrincipalPassword ||
-                             match.route->id == RouteId::kTotpConfirm ||
-                             match.route->id == RouteId::kTotpDisable;
-  json body = json::object();
-  if (post) {
-    QL_HTTP_TRY(res, query.Check({}));
-    QL_HTTP_ASSIGN(res, body, api::ParseBody(body_text, body_required));
+  if (route.needs == Needs::kSignIn && options.sign_in == nullptr) {
+    SendError(res, 503, "sign_in_unavailable", "this server does not sign people in");
+    return;
   }
-  const std::string& id = match.id;
-  // Only /api/v1 routes act for a caller, and Dispatch made sure each has a principal.
-  const Caller caller = IsApiPath(req.path) && identity.decided ? CallerOf(req, identity)
-                                                                : Caller{};
-  GovernanceService& governance = service.governance();
-
-  switch (match.route->id) {
-    case RouteId::kLivez:
-      QL_HTTP_TRY(res, query.Check({}));
-      SendJson(res, 200, json{{"status", "ok"}});
-      return;
-    case RouteId::kReadyz:
-      QL_HTTP_TRY(res, query.Check({}));
-      if (withdrawn.load()) {
-        SendError(res, 503, "shutting_down", "the server is shutting down");
-      } else if (!ready.load()) {
-        Status why;
-        {
-          std::lock_guard<std::mutex> lock(readiness_mu);
-          why = not_ready;
-        }
-        SendError(res, 503, why.reason(), why.message());
-      } else {
-        json body{{"status", "ready"}};
-        if (!options.isolation_level.empty()) body["command_isolation"] = IsolationJson();
-        SendJson(res, 200, body);
-      }
-      return;
-    case RouteId::kMetrics:
-      QL_HTTP_TRY(res, query.Check({}));
-      metrics.SetGauge("ql_http_in_flight", "", server->requests());
-      metrics.SetGauge("ql_http_connections", "", server->connections());
-      metrics.SetGauge("ql_http_log_followers", "", followers.load());
-      {
-        // Read at every scrape: an index range of the queued runs, and a few /proc files. A
-        // failure shows as NaN (the queue) or as the last values (the process), never as 5xx.
-        const Result<int64_t> queued = service.CountQueuedRuns();
-        metrics.SetGauge(
-            "ql_runs_queued", "",
-            queued.ok() ? static_cast<double>(*queued) : std::numeric_limits<double>::quiet_NaN());
-        (void)RecordProcessMetrics(metrics);
-      }
-      res.status = 200;
-      res.SetContent(metrics.RenderPrometheus(), "text/plain; version=0.0.4; charset=utf-8");
-      return;
-
-    case RouteId::kProjectsList: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, std::vector<ProjectRecord> projects, service.ListProjects(caller));
-      json items = json::array();
-      for (const ProjectRecord& p : projects) items.push_back(api::ProjectJson(p));
-      SendJson(res, 200, json{{"items", std::move(items)}});
-      return;
-    }
-
-    case RouteId::kTasksCreate: {
-      TaskWrite write;
-      QL_HTTP_ASSIGN(res, write.mutation_id, TakeString(body, "mutation_id"));
-      write.body = std::move(body);
-      QL_HTTP_ASSIGN(res, PublishedTask published, service.PublishTask(write, caller));
-      res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
-      SendJson(res, published.replayed ? 200 : 201, api::TaskJson(published.task));
-      return;
-    }
-    case RouteId::kTasksList: {
-      QL_HTTP_TRY(res, query.Check({"limit", "cursor"}));
-      PageQuery page;
-      QL_HTTP_ASSIGN(res, page.limit,
-                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
-      page.cursor = query.Get("cursor");
-      QL_HTTP_ASSIGN(res, PageResult<TaskView> listed, service.ListTasks(page, caller));
-      json items = json::array();
-      for (const TaskView& t : listed.items) items.push_back(api::TaskJson(t));
-      SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
-      return;
-    }
-    case RouteId::kTaskGet: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, TaskView task, service.GetTask(id, caller));
-      SendJson(res, 200, api::TaskJson(task));
-      return;
-    }
-    case RouteId::kTaskRevisionsCreate: {
-      QL_HTTP_ASSIGN(res, std::optional<int64_t> expected,
-                     api::OptionalInteger(body, "expected_revision"));
-      if (!expected.has_value()) {
-        SendError(res, 400, "missing_field",
-                  "field expected_revision is required: the revision this update replaces");
-        return;
-      }
-      body.erase("expected_revision");
-      TaskWrite write;
-      QL_HTTP_ASSIGN(res, std::optional<bool> repin, api::OptionalBool(body, "repin_triggers"));
-      body.erase("repin_triggers");
-      write.repin_triggers = repin.value_or(false);
-      QL_HTTP_ASSIGN(res, write.mutation_id, TakeString(body, "mutation_id"));
-      write.body = std::move(body);
-      QL_HTTP_ASSIGN(res, PublishedTask published,
-                     service.PublishTaskRevision(id, *expected, write, caller));
-      res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
-      json out = api::TaskJson(published.task);
-      out["repinned_triggers"] = published.trigger_ids;
-      out["stale_triggers"] = published.stale_triggers;
-      SendJson(res, published.replayed ? 200 : 201, out);
-      return;
-    }
-    case RouteId::kTaskDelete: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, PublishedTask deleted, service.DeleteTask(id, caller));
-      res.SetHeader("X-QL-Replayed", BoolHeader(deleted.replayed));
-      json out = api::TaskJson(deleted.task);
-      out["deleted_triggers"] = deleted.trigger_ids;
-      SendJson(res, 200, out);
-      return;
-    }
-    case RouteId::kTriggerDelete: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, PublishedTrigger deleted, service.DeleteTrigger(id, caller));
-      res.SetHeader("X-QL-Replayed", BoolHeader(deleted.replayed));
-      SendJson(res, 200, api::TriggerJson(deleted.trigger));
-      return;
-    }
-    case RouteId::kTaskRevisionsList: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, std::vector<TaskRevisionRecord> revisions, service.TaskHistory(id, caller));
-      json items = json::array();
-      for (const TaskRevisionRecord& r : revisions) items.push_back(api::TaskRevisionJson(r));
-      SendJson(res, 200, json{{"items", std::move(items)}});
-      return;
-    }
-
-    case RouteId::kTriggersCreate: {
-      QL_HTTP_TRY(res,
-                  api::CheckFields(body, {"task_id", "expression", "timezone", "misfire", "overlap",
-                                          "jitter_ms", "enabled", "mutation_id", "name"}));
-      TriggerWrite write;
-      QL_HTTP_ASSIGN(res, write.task_id, api::RequiredString(body, "task_id"));
-      QL_HTTP_ASSIGN(res, write.expression, api::RequiredString(body, "expression"));
-      QL_HTTP_ASSIGN(res, write.timezone, api::RequiredString(body, "timezone"));
-      QL_HTTP_ASSIGN(res, std::optional<std::string> misfire, api::OptionalString(body, "misfire"));
-      if (misfire.has_value()) write.misfire = *misfire;
-      QL_HTTP_ASSIGN(res, std::optional<std::string> overlap, api::OptionalString(body, "overlap"));
-      if (overlap.has_value()) write.overlap = *overlap;
-      QL_HTTP_ASSIGN(res, std::optional<int64_t> jitter, api::OptionalInteger(body, "jitter_ms"));
-      write.jitter_ms = jitter.value_or(0);
-      QL_HTTP_ASSIGN(res, std::optional<bool> enabled, api::OptionalBool(body, "enabled"));
-      write.enabled = enabled.value_or(true);
-      QL_HTTP_ASSIGN(res, write.mutation_id, api::OptionalString(body, "mutation_id"));
-      QL_HTTP_ASSIGN(res, write.name, api::OptionalString(body, "name"));
-      QL_HTTP_ASSIGN(res, PublishedTrigger published, service.AddTrigger(write, caller));
-      res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
-      SendJson(res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
-      return;
-    }
-    case RouteId::kTriggerRevisionsCreate: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"expected_revision", "expression", "timezone",
-                                               "misfire", "overlap", "jitter_ms", "name"}));
-      QL_HTTP_ASSIGN(res, std::optional<int64_t> expected,
-                     api::OptionalInteger(body, "expected_revision"));
-      if (!expected.has_value()) {
-        SendError(res, 400, "missing_field",
-                  "field expected_revision is required: the revision this edit replaces");
-        return;
-      }
-      TriggerEdit edit;
-      QL_HTTP_ASSIGN(res, edit.expression, api::OptionalString(body, "expression"));
-      QL_HTTP_ASSIGN(res, edit.timezone, api::OptionalString(body, "timezone"));
-      QL_HTTP_ASSIGN(res, edit.misfire, api::OptionalString(body, "misfire"));
-      QL_HTTP_ASSIGN(res, edit.overlap, api::OptionalString(body, "overlap"));
-      QL_HTTP_ASSIGN(res, edit.jitter_ms, api::OptionalInteger(body, "jitter_ms"));
-      QL_HTTP_ASSIGN(res, edit.name, api::OptionalString(body, "name"));
-      QL_HTTP_ASSIGN(res, PublishedTrigger published,
-                     service.EditTrigger(id, *expected, edit, caller));
-      res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
-      SendJson(res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
-      return;
-    }
-    case RouteId::kTriggersList: {
-      QL_HTTP_TRY(res, query.Check({"task_id", "limit", "cursor"}));
-      PageQuery page;
-      QL_HTTP_ASSIGN(res, page.limit,
-                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
-      page.cursor = query.Get("cursor");
-      QL_HTTP_ASSIGN(res, PageResult<TriggerView> listed,
-                     service.ListTriggers(query.Get("task_id"), page, caller));
-      json items = json::array();
-      for (const TriggerView& t : listed.items) items.push_back(api::TriggerJson(t));
-      SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
-      return;
-    }
-    case RouteId::kTriggerGet: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, TriggerView trigger, service.GetTrigger(id, caller));
-      SendJson(res, 200, api::TriggerJson(trigger));
-      return;
-    }
-    case RouteId::kTriggerEnable:
-    case RouteId::kTriggerDisable:
-    case RouteId::kTriggerRepin: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      Result<PublishedTrigger> published =
-          match.route->id == RouteId::kTriggerRepin
-              ? service.RepinTrigger(id, caller)
-              : service.SetTriggerEnabled(id, match.route->id == RouteId::kTriggerEnable, caller);
-      QL_HTTP_TRY(res, published.status());
-      res.SetHeader("X-QL-Replayed", BoolHeader(published->replayed));
-      SendJson(res, 200, api::TriggerJson(published->trigger));
-      return;
-    }
-    case RouteId::kTriggerNext: {
-      QL_HTTP_TRY(res, query.Check({"count"}));
-      QL_HTTP_ASSIGN(
-          res, int64_t count,
-          query.Integer("count", "invalid_count", 1, kMaxPreviewCount, kDefaultPreviewCount));
-      QL_HTTP_ASSIGN(res, TriggerPreview preview,
-                     service.PreviewTrigger(id, static_cast<int>(count), caller));
-      QL_HTTP_ASSIGN(res, TimeZone zone, TimeZone::Load(preview.trigger.revision.timezone));
-      SendJson(res, 200,
-               json{{"trigger_id", preview.trigger.head.trigger_id},
-                    {"state", preview.trigger.state},
-                    {"admitting", preview.trigger.state == "active"},
-                    {"expression", preview.trigger.revision.expression},
-                    {"timezone", preview.trigger.revision.timezone},
-                    {"misfire", preview.trigger.revision.misfire},
-                    {"overlap", preview.trigger.revision.overlap},
-                    {"jitter_ms", preview.trigger.revision.jitter_ms},
-                    {"fire_times", api::FireTimesJson(preview.fire_times_ms, zone)}});
-      return;
-    }
-    case RouteId::kCronNext: {
-      QL_HTTP_TRY(res, query.Check({"expression", "timezone", "from", "count"}));
-      QL_HTTP_ASSIGN(res, std::string expression, query.Required("expression"));
-      QL_HTTP_ASSIGN(res, std::string timezone, query.Required("timezone"));
-      std::optional<int64_t> from;
-      if (std::optional<std::string> text = query.Get("from"); text.has_value()) {
-        QL_HTTP_ASSIGN(res, from, ParseRfc3339(*text));
-      }
-      QL_HTTP_ASSIGN(
-          res, int64_t count,
-          query.Integer("count", "invalid_count", 1, kMaxPreviewCount, kDefaultPreviewCount));
-      QL_HTTP_ASSIGN(res, CronPreview preview,
-                     service.PreviewCron(expression, timezone, from, static_cast<int>(count)));
-      QL_HTTP_ASSIGN(res, TimeZone zone, TimeZone::Load(preview.timezone));
-      SendJson(res, 200,
-               json{{"expression", preview.expression},
-                    {"timezone", preview.timezone},
-                    {"fire_times", api::FireTimesJson(preview.fire_times_ms, zone)}});
-      return;
-    }
-
-    case RouteId::kRunsList: {
-      QL_HTTP_TRY(res, query.Check({"task_id", "trigger_id", "status", "limit", "cursor"}));
-      RunQuery filter;
-      filter.task_id = query.Get("task_id");
-      filter.trigger_id = query.Get("trigger_id");
-      filter.status = query.Get("status");
-      PageQuery page;
-      QL_HTTP_ASSIGN(res, page.limit,
-                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
-      page.cursor = query.Get("cursor");
-      QL_HTTP_ASSIGN(res, PageResult<RunRecord> listed, service.ListRuns(filter, page, caller));
-      json items = json::array();
-      for (const RunRecord& r : listed.items) items.push_back(api::RunJson(r));
-      SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
-      return;
-    }
-    case RouteId::kRunsCreate:
-    case RouteId::kTaskRunsCreate: {
-      const bool by_path = match.route->id == RouteId::kTaskRunsCreate;
-      if (by_path) {
-        QL_HTTP_TRY(res, api::CheckFields(body, {"idempotency_key", "priority"}));
-      } else {
-        QL_HTTP_TRY(res, api::CheckFields(body, {"task_id", "idempotency_key", "priority"}));
-      }
-      StartRunRequest request;
-      if (by_path) {
-        request.task_id = id;
-      } else {
-        QL_HTTP_ASSIGN(res, request.task_id, api::RequiredString(body, "task_id"));
-      }
-      QL_HTTP_ASSIGN(res, request.idempotency_key, api::OptionalString(body, "idempotency_key"));
-      QL_HTTP_ASSIGN(res, std::optional<int64_t> priority, api::OptionalInteger(body, "priority"));
-      if (priority.has_value()) {
-        if (*priority < kMinRunPriority || *priority > kMaxRunPriority) {
-          SendError(res, 400, "invalid_priority",
-                    "priority must be " + std::to_string(kMinRunPriority) + ".." +
-                        std::to_string(kMaxRunPriority) + ", got " + std::to_string(*priority));
-          return;
-        }
-        request.priority = static_cast<int>(*priority);
-      }
-      QL_HTTP_ASSIGN(res, StartedRun started, service.StartRun(request, caller));
-      res.SetHeader("X-QL-Replayed", BoolHeader(started.replayed));
-      if (started.approval.has_value()) {
-        SendJson(res, 202, api::ApprovalRequiredJson(*started.approval));
-        return;
-      }
-      SendJson(res, started.replayed ? 200 : 201, api::RunJson(started.run));
-      return;
-    }
-    case RouteId::kRunResolve: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"resolution", "reason"}));
-      QL_HTTP_ASSIGN(res, std::string resolution, api::RequiredString(body, "resolution"));
-      QL_HTTP_ASSIGN(res, std::string reason, api::RequiredString(body, "reason"));
-      QL_HTTP_ASSIGN(res, ResolveRunResult resolved,
-                     service.ResolveRun(id, resolution, reason, caller));
-      res.SetHeader("X-QL-Replayed", BoolHeader(resolved.replayed));
-      SendJson(res, 200, api::ResolutionJson(resolved));
-      return;
-    }
-    case RouteId::kApprovalsList: {
-      QL_HTTP_TRY(res, query.Check({"status", "limit", "cursor"}));
-      PageQuery page;
-      QL_HTTP_ASSIGN(res, page.limit,
-                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
-      page.cursor = query.Get("cursor");
-      QL_HTTP_ASSIGN(res, PageResult<ApprovalRequestRecord> listed,
-                     service.ListApprovals(query.Get("status"), page, caller));
-      json items = json::array();
-      for (const ApprovalRequestRecord& r : listed.items) {
-        items.push_back(api::ApprovalRequestJson(r));
-      }
-      SendJson(res, 200, ItemsJson(std::move(items), listed.next_cursor));
-      return;
-    }
-    case RouteId::kApprovalGet: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, ApprovalView view, service.GetApproval(id, caller));
-      SendJson(res, 200, api::ApprovalJson(view));
-      return;
-    }
-    case RouteId::kApprovalApprove: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, ApproveResult approved, service.Approve(id, caller));
-      res.SetHeader("X-QL-Replayed", BoolHeader(approved.replayed));
-      json out = api::ApprovalJson(approved.approval);
-      out["run"] = api::RunJson(approved.run);
-      SendJson(res, approved.replayed ? 200 : 201, out);
-      return;
-    }
-    case RouteId::kApprovalReject: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"reason"}));
-      QL_HTTP_ASSIGN(res, std::string reason, api::RequiredString(body, "reason"));
-      QL_HTTP_ASSIGN(res, ApprovalView view, service.Reject(id, reason, caller));
-      SendJson(res, 200, api::ApprovalJson(view));
-      return;
-    }
-    case RouteId::kRunGet: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, RunView run, service.GetRun(id, caller));
-      SendJson(res, 200, api::RunJson(run));
-      return;
-    }
-    case RouteId::kRunEvents: {
-      QL_HTTP_TRY(res, query.Check({"after", "limit"}));
-      QL_HTTP_ASSIGN(res, int64_t after, query.Integer("after", "invalid_after", 0, INT64_MAX, 0));
-      QL_HTTP_ASSIGN(res, int64_t limit,
-                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultEventLimit));
-      QL_HTTP_ASSIGN(res, std::vector<EventRecord> events,
-                     service.ListRunEvents(id, after, static_cast<int>(limit), caller));
-      json items = json::array();
-      int64_t next_after = after;
-      for (const EventRecord& e : events) {
-        items.push_back(api::EventJson(e));
-        next_after = std::max(next_after, e.sequence);
-      }
-      SendJson(res, 200, json{{"items", std::move(items)}, {"next_after", next_after}});
-      return;
-    }
-    case RouteId::kRunLog:
-      ServeLog(id, req, caller, identity, res);
-      return;
-    case RouteId::kRunCancel: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"reason"}));
-      QL_HTTP_ASSIGN(res, std::optional<std::string> reason, api::OptionalString(body, "reason"));
-      QL_HTTP_ASSIGN(res, RunRecord run, service.CancelRun(id, reason, caller));
-      SendJson(res, 200, api::RunJson(run));
-      return;
-    }
-    case RouteId::kRunRetry: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, StartedRun started, service.RetryRun(id, caller));
-      SendJson(res, 201, api::RunJson(started.run));
-      return;
-    }
-    case RouteId::kWhoami: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, WhoAmI who, governance.Whoami(caller));
-      json out = api::WhoAmIJson(who);
-      // How the caller signed in, and until when.
-      json session{{"kind", identity.who.token.kind},
-                   {"token_id", identity.who.token.id},
-                   {"expires_at", api::TimeJson(identity.who.token.expires_at_ms)},
-                   {"idle_timeout_ms", identity.who.token.idle_timeout_ms.has_value()
-                                           ? json(*identity.who.token.idle_timeout_ms)
-                                           : json(nullptr)},
-                   {"label", identity.who.token.label}};
-      if (identity.via_cookie) {
-        session["csrf_token"] = CsrfTokenOf(CookieValue(req.Header("Cookie"), kSessionCookie));
-      }
-      out["session"] = std::move(session);
-      SendJson(res, 200, out);
-      return;
-    }
-    case RouteId::kSignIn:
-    case RouteId::kSignOut:
-    case RouteId::kSessionsList:
-    case RouteId::kSessionRevoke:
-    case RouteId::kPasswordChange:
-    case RouteId::kPrincipalPassword:
-    case RouteId::kTotpEnrol:
-    case RouteId::kTotpConfirm:
-    case RouteId::kTotpDisable:
-      if (options.sign_in == nullptr) {
-        SendError(res, 503, "sign_in_unavailable", "this server does not sign people in");
-        return;
-      }
-      HandleSignIn(match.route->id, id, req, query, body, caller, identity, res);
-      return;
-    case RouteId::kPrincipalsList: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, std::vector<PrincipalRecord> principals,
-                     governance.ListPrincipals(caller));
-      json items = json::array();
-      for (const PrincipalRecord& p : principals) items.push_back(api::PrincipalJson(p));
-      SendJson(res, 200, ItemsJson(std::move(items), std::nullopt));
-      return;
-    }
-    case RouteId::kPrincipalsCreate: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"name", "kind"}));
-      QL_HTTP_ASSIGN(res, std::string name, api::RequiredString(body, "name"));
-      QL_HTTP_ASSIGN(res, std::optional<std::string> kind, api::OptionalString(body, "kind"));
-      QL_HTTP_ASSIGN(res, PrincipalRecord principal,
-                     governance.AddPrincipal(caller, name, kind.value_or("user")));
-      SendJson(res, 201, api::PrincipalJson(principal));
-      return;
-    }
-    case RouteId::kPrincipalGet: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, PrincipalRecord principal, governance.GetPrincipal(caller, id));
-      SendJson(res, 200, api::PrincipalJson(principal));
-      return;
-    }
-    case RouteId::kPrincipalDisable:
-    case RouteId::kPrincipalEnable: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, PrincipalRecord principal,
-                     governance.SetPrincipalStatus(
-                         caller, id,
-                         match.route->id == RouteId::kPrincipalDisable ? "disabled" : "active"));
-      SendJson(res, 200, api::PrincipalJson(principal));
-      return;
-    }
-    case RouteId::kTokensList: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, std::vector<TokenRecord> tokens, governance.ListTokens(caller));
-      json items = json::array();
-      for (const TokenRecord& t : tokens) items.push_back(api::TokenJson(t));
-      SendJson(res, 200, ItemsJson(std::move(items), std::nullopt));
-      return;
-    }
-    case RouteId::kTokensCreate: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"principal", "expires_in_ms"}));
-      QL_HTTP_ASSIGN(res, std::optional<std::string> principal,
-                     api::OptionalString(body, "principal"));
-      QL_HTTP_ASSIGN(res, std::optional<int64_t> ttl, api::OptionalInteger(body, "expires_in_ms"));
-      QL_HTTP_ASSIGN(res, MintedToken minted,
-                     governance.CreateToken(caller, principal.value_or(""), ttl));
-      json out = api::TokenJson(minted.record);
-      out["token"] = minted.token;
-      SendJson(res, 201, out);
-      return;
-    }
-    case RouteId::kTokenRevoke: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, TokenRecord token, governance.RevokeToken(caller, id));
-      SendJson(res, 200, api::TokenJson(token));
-      return;
-    }
-    case RouteId::kProjectsCreate: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"slug", "name"}));
-      QL_HTTP_ASSIGN(res, std::string slug, api::RequiredString(body, "slug"));
-      QL_HTTP_ASSIGN(res, std::optional<std::string> name, api::OptionalString(body, "name"));
-      QL_HTTP_ASSIGN(res, ProjectRecord project,
-                     governance.CreateProject(caller, slug, name.value_or("")));
-      SendJson(res, 201, api::ProjectJson(project));
-      return;
-    }
-    case RouteId::kProjectGet: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, ProjectRecord project, governance.GetProject(caller, id));
-      SendJson(res, 200, api::ProjectJson(project));
-      return;
-    }
-    case RouteId::kProjectArchive: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, ProjectRecord project, governance.ArchiveProject(caller, id));
-      SendJson(res, 200, api::ProjectJson(project));
-      return;
-    }
-    case RouteId::kProjectBindingsList:
-    case RouteId::kInstallationBindingsList: {
-      QL_HTTP_TRY(res, query.Check({}));
-      const std::string scope = match.route->id == RouteId::kProjectBindingsList
-                                    ? id
-                                    : std::string(kInstallationScope);
-      QL_HTTP_ASSIGN(res, std::vector<BindingView> bindings,
-                     governance.ListBindings(caller, scope));
-      json items = json::array();
-      for (const BindingView& b : bindings) items.push_back(api::BindingJson(b));
-      SendJson(res, 200, ItemsJson(std::move(items), std::nullopt));
-      return;
-    }
-    case RouteId::kProjectBindingsWrite:
-    case RouteId::kInstallationBindingsWrite: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"principal", "role", "mutation_id"}));
-      QL_HTTP_ASSIGN(res, std::string principal, api::RequiredString(body, "principal"));
-      QL_HTTP_ASSIGN(res, std::string role, api::RequiredString(body, "role"));
-      QL_HTTP_ASSIGN(res, std::optional<std::string> mutation_id,
-                     api::OptionalString(body, "mutation_id"));
-      const std::string scope = match.route->id == RouteId::kProjectBindingsWrite
-                                    ? id
-                                    : std::string(kInstallationScope);
-      QL_HTTP_ASSIGN(res, WriteBindingResult written,
-                     governance.WriteBinding(caller, scope, principal, role, mutation_id));
-      res.SetHeader("X-QL-Replayed", BoolHeader(written.replayed));
-      SendJson(res, written.replayed ? 200 : 201, api::BindingJson(written.binding));
-      return;
-    }
-    case RouteId::kAuditList: {
-      QL_HTTP_TRY(res, query.Check({"limit", "cursor"}));
-      PageRequest page;
-      QL_HTTP_ASSIGN(res, int64_t limit,
-                     query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
-      page.limit = static_cast<int>(limit);
-      page.after_key = query.Get("cursor");
-      QL_HTTP_ASSIGN(res, Page<AuditRecord> facts, governance.ListAudit(caller, page));
-      json items = json::array();
-      for (const AuditRecord& a : facts.items) items.push_back(api::AuditJson(a));
-      SendJson(res, 200, ItemsJson(std::move(items), facts.next_key));
-      return;
-    }
-    case RouteId::kProjectRetentionGet:
-    case RouteId::kProjectRetentionSet:
-    case RouteId::kTaskRetentionGet:
-    case RouteId::kTaskRetentionSet: {
-      RetentionService& retention = service.retention();
-      const bool task = match.route->id == RouteId::kTaskRetentionGet ||
-                        match.route->id == RouteId::kTaskRetentionSet;
-      if (!post) QL_HTTP_TRY(res, query.Check({}));
-      std::string target = id;
-      if (task) {
-        QL_HTTP_ASSIGN(res, target, service.ResolveTaskRef(id, caller));
-      }
-      QL_HTTP_ASSIGN(res, RetentionView view,
-                     task ? retention.GetTaskRetention(caller, target)
-                          : retention.GetProjectRetention(caller, target));
-      if (post) {
-        QL_HTTP_ASSIGN(res, RetentionSettings settings,
-                       api::ApplyRetentionBody(body, view.stored.settings));
-        QL_HTTP_ASSIGN(res, view,
-                       task ? retention.SetTaskRetention(caller, target, settings)
-                            : retention.SetProjectRetention(caller, target, settings));
-      }
-      SendJson(res, 200, api::RetentionJson(view));
-      return;
-    }
-    case RouteId::kSecretsList:
-    case RouteId::kSecretPut:
-    case RouteId::kSecretDelete:
-      HandleSecrets(match.route->id, id, query, body, caller, res);
-      return;
-    case RouteId::kStatus: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, StatusSummary summary, service.GetStatus(caller));
-      json out = api::StatusJson(summary);
-      out["ready"] = ready.load() && !withdrawn.load();
-      if (!options.isolation_level.empty()) out["command_isolation"] = IsolationJson();
-      SendJson(res, 200, out);
-      return;
-    }
-  }
-  SendError(res, 404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
-}
-
-void ApiServer::Impl::HandleSecrets(RouteId route, const std::string& name, const Query& query,
-                                    const json& body, const Caller& caller,
-                                    http::Response& res) {
-  if (options.secrets == nullptr) {
+  if (route.needs == Needs::kSecrets && options.secrets == nullptr) {
     SendError(res, 503, "secrets_unavailable", "this server does not hold secrets");
     return;
   }
-  SecretService& secrets = *options.secrets;
-  switch (route) {
-    case RouteId::kSecretsList: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, std::vector<SecretRecord> listed, secrets.List(caller));
-      json items = json::array();
-      for (const SecretRecord& secret : listed) items.push_back(api::SecretJson(secret));
-      SendJson(res, 200, json{{"items", std::move(items)}});
-      return;
-    }
-    case RouteId::kSecretPut: {
-      // The value is answered by nothing: the reply is the secret's head.
-      QL_HTTP_TRY(res, api::CheckFields(body, {"value"}));
-      QL_HTTP_ASSIGN(res, std::string value, api::RequiredString(body, "value"));
-      QL_HTTP_ASSIGN(res, SecretRecord stored, secrets.Set(caller, name, value));
-      SendJson(res, 200, api::SecretJson(stored));
-      return;
-    }
-    case RouteId::kSecretDelete: {
-      QL_HTTP_TRY(res, query.Check({}));
-      QL_HTTP_ASSIGN(res, SecretRecord deleted, secrets.Remove(caller, name));
-      SendJson(res, 200, api::SecretJson(deleted));
-      return;
-    }
-    default:
-      break;
+  Call call{req, res, identity, identity.id, Query(req),
+            // Only /api/v1 routes act for a caller, and a principal was confirmed above.
+            IsApiPath(req.path) && identity.decided ? CallerOf(req, identity) : Caller{},
+            json::object()};
+  if (route.body != Body::kNone) {
+    QL_HTTP_TRY(res, call.query.Check({}));
+    QL_HTTP_ASSIGN(res, call.body, api::ParseBody(req.body, route.body == Body::kRequired));
   }
-  SendError(res, 404, "route_not_found", "no secrets route");
+  (this->*route.handle)(call);
 }
 
-void ApiServer::Impl::HandleSignIn(RouteId route, const std::string& id,
-                                   const http::Request& req, const Query& query,
-                                   const json& body, const Caller& caller,
-                                   const RequestIdentity& identity, http::Response& res) {
-  SignInService& sign_in = *options.sign_in;
-  const std::string secure = options.tls.has_value() ? "; Secure" : "";
-  switch (route) {
-    case RouteId::kSignIn: {
-      // No signing in from another site's page (login CSRF: a form that signs the victim into
-      // the attacker's account): a browser says where the request comes from, and a form
-      // cannot send JSON.
-      const std::string site = req.Header("Sec-Fetch-Site");
-      const std::string type = req.Header("Content-Type");
-      if ((!site.empty() && site != "same-origin" && site != "none") ||
-          type.rfind("application/json", 0) != 0) {
-        SendError(res, 403, "csrf_failed",
-                  "sign in from this server's own page or a program sending application/json");
-        return;
-      }
-      QL_HTTP_TRY(res, api::CheckFields(body, {"name", "password", "client", "totp"}));
-      QL_HTTP_ASSIGN(res, std::optional<std::string> totp, api::OptionalString(body, "totp"));
-      QL_HTTP_ASSIGN(res, std::string name, api::RequiredString(body, "name"));
-      QL_HTTP_ASSIGN(res, std::string password, api::RequiredString(body, "password"));
-      QL_HTTP_ASSIGN(res, std::optional<std::string> client, api::OptionalString(body, "client"));
-      if (client.has_value() && *client != "panel" && *client != "cli") {
-        SendError(res, 400, "invalid_client", "client is panel or cli, got " +
-                                                  QuoteForMessage(*client));
-        return;
-      }
-      const bool panel = client.value_or("panel") == "panel";
-      Result<SignedIn> signed_in =
-          sign_in.SignIn(name, password, panel ? SessionClient::kPanel : SessionClient::kCli,
-                         req.remote_address,
-                         caller.request_id.empty() ? req.Header("X-Request-Id").substr(0, 64)
-                                                   : caller.request_id,
-                         totp.value_or(""));
-      if (!signed_in.ok()) {
-        const std::string& reason = signed_in.status().reason();
-        if (reason == "sign_in_failed" || reason == "totp_required") {
-          SendError(res, 401, reason, signed_in.status().message());
-        } else if (reason == "too_many_attempts") {
-          res.SetHeader("Retry-After", "60");
-          SendError(res, 429, reason, signed_in.status().message());
-        } else {
-          SendStatus(res, signed_in.status());
-        }
-        return;
-      }
-      json out{{"principal", api::PrincipalJson(signed_in->principal)},
-               {"session", api::TokenJson(signed_in->session.record)},
-               {"must_change_password", signed_in->must_change_password}};
-      if (panel) {
-        const int64_t max_age_s = (signed_in->session.record.expires_at_ms.value_or(0) -
-                                   signed_in->session.record.created_at_ms) /
-                                  1000;
-        res.SetHeader("Set-Cookie", std::string(kSessionCookie) + "=" +
-                                        signed_in->session.token + "; Path=/; Max-Age=" +
-                                        std::to_string(max_age_s) +
-                                        "; HttpOnly; SameSite=Strict" + secure);
-        out["csrf_token"] = CsrfTokenOf(signed_in->session.token);
-      } else {
-        out["token"] = signed_in->session.token;
-      }
-      SendJson(res, 200, out);
-      return;
+void ApiServer::Impl::Livez(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  SendJson(c.res, 200, json{{"status", "ok"}});
+}
+
+void ApiServer::Impl::Readyz(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  if (withdrawn.load()) {
+    SendError(c.res, 503, "shutting_down", "the server is shutting down");
+  } else if (!ready.load()) {
+    Status why;
+    {
+      std::lock_guard<std::mutex> lock(readiness_mu);
+      why = not_ready;
     }
-    case RouteId::kSignOut: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_TRY(res, sign_in.SignOut(caller));
-      if (identity.via_cookie) {
-        res.SetHeader("Set-Cookie", std::string(kSessionCookie) +
-                                        "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" + secure);
-      }
-      SendJson(res, 200, json{{"signed_out", identity.who.token.kind == kTokenSession}});
-      return;
-    }
-    case RouteId::kSessionsList: {
-      QL_HTTP_TRY(res, query.Check({"principal"}));
-      QL_HTTP_ASSIGN(res, std::vector<TokenRecord> sessions,
-                     sign_in.ListSessions(caller, query.Get("principal").value_or("")));
-      json items = json::array();
-      for (const TokenRecord& t : sessions) {
-        json item = api::TokenJson(t);
-        item["current"] = t.id == identity.who.token.id;
-        items.push_back(std::move(item));
-      }
-      SendJson(res, 200, ItemsJson(std::move(items), std::nullopt));
-      return;
-    }
-    case RouteId::kSessionRevoke: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, TokenRecord session, sign_in.RevokeSession(caller, id));
-      SendJson(res, 200, api::TokenJson(session));
-      return;
-    }
-    case RouteId::kPasswordChange: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"current_password", "new_password"}));
-      QL_HTTP_ASSIGN(res, std::optional<std::string> current,
-                     api::OptionalString(body, "current_password"));
-      QL_HTTP_ASSIGN(res, std::string replacement, api::RequiredString(body, "new_password"));
-      QL_HTTP_TRY(res, sign_in.ChangeOwnPassword(caller, current.value_or(""), replacement));
-      SendJson(res, 200, json{{"password_set", true}});
-      return;
-    }
-    case RouteId::kPrincipalPassword: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"new_password", "require_change"}));
-      QL_HTTP_ASSIGN(res, std::string replacement, api::RequiredString(body, "new_password"));
-      bool require_change = false;
-      if (body.contains("require_change")) {
-        if (!body.at("require_change").is_boolean()) {
-          SendError(res, 400, "invalid_require_change", "require_change is true or false");
-          return;
-        }
-        require_change = body.at("require_change").get<bool>();
-      }
-      QL_HTTP_TRY(res, sign_in.ResetPassword(caller, id, replacement, require_change));
-      SendJson(res, 200, json{{"password_set", true}, {"require_change", require_change}});
-      return;
-    }
-    case RouteId::kTotpEnrol: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {}));
-      QL_HTTP_ASSIGN(res, SignInService::TotpEnrolment enrolment, sign_in.EnrolTotp(caller));
-      SendJson(res, 200, json{{"secret", enrolment.secret}, {"otpauth_uri", enrolment.uri}});
-      return;
-    }
-    case RouteId::kTotpConfirm: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"code"}));
-      QL_HTTP_ASSIGN(res, std::string code, api::RequiredString(body, "code"));
-      QL_HTTP_ASSIGN(res, std::vector<std::string> recovery, sign_in.ConfirmTotp(caller, code));
-      SendJson(res, 200, json{{"enabled", true}, {"recovery_codes", recovery}});
-      return;
-    }
-    case RouteId::kTotpDisable: {
-      QL_HTTP_TRY(res, api::CheckFields(body, {"current_password"}));
-      QL_HTTP_ASSIGN(res, std::string current, api::RequiredString(body, "current_password"));
-      QL_HTTP_TRY(res, sign_in.DisableTotp(caller, current));
-      SendJson(res, 200, json{{"enabled", false}});
-      return;
-    }
-    default:
-      break;
+    SendError(c.res, 503, why.reason(), why.message());
+  } else {
+    json out{{"status", "ready"}};
+    if (!options.isolation_level.empty()) out["command_isolation"] = IsolationJson();
+    SendJson(c.res, 200, out);
   }
-  SendError(res, 404, "route_not_found", "no sign-in route");
+}
+
+void ApiServer::Impl::ScrapeMetrics(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  metrics.SetGauge("ql_http_in_flight", "", server->requests());
+  metrics.SetGauge("ql_http_connections", "", server->connections());
+  metrics.SetGauge("ql_http_log_followers", "", followers.load());
+  {
+    // Read at every scrape: an index range of the queued runs, and a few /proc files. A
+    // failure shows as NaN (the queue) or as the last values (the process), never as 5xx.
+    const Result<int64_t> queued = service.CountQueuedRuns();
+    metrics.SetGauge(
+        "ql_runs_queued", "",
+        queued.ok() ? static_cast<double>(*queued) : std::numeric_limits<double>::quiet_NaN());
+    (void)RecordProcessMetrics(metrics);
+  }
+  c.res.status = 200;
+  c.res.SetContent(metrics.RenderPrometheus(), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void ApiServer::Impl::OpenApi(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  c.res.status = 200;
+  c.res.SetContent(std::string(http::OpenApiDocument()), "application/json");
+}
+
+void ApiServer::Impl::ProjectsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<ProjectRecord> projects, service.ListProjects(c.caller));
+  json items = json::array();
+  for (const ProjectRecord& p : projects) items.push_back(api::ProjectJson(p));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::TasksCreate(Call& c) {
+  TaskWrite write;
+  QL_HTTP_ASSIGN(c.res, write.mutation_id, TakeString(c.body, "mutation_id"));
+  write.body = std::move(c.body);
+  QL_HTTP_ASSIGN(c.res, PublishedTask published, service.PublishTask(write, c.caller));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
+  SendJson(c.res, published.replayed ? 200 : 201, api::TaskJson(published.task));
+}
+
+void ApiServer::Impl::TasksList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"limit", "cursor"}));
+  PageQuery page;
+  QL_HTTP_ASSIGN(c.res, page.limit,
+                 c.query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+  page.cursor = c.query.Get("cursor");
+  QL_HTTP_ASSIGN(c.res, PageResult<TaskView> listed, service.ListTasks(page, c.caller));
+  json items = json::array();
+  for (const TaskView& t : listed.items) items.push_back(api::TaskJson(t));
+  SendJson(c.res, 200, ItemsJson(std::move(items), listed.next_cursor));
+}
+
+void ApiServer::Impl::TaskGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, TaskView task, service.GetTask(c.id, c.caller));
+  SendJson(c.res, 200, api::TaskJson(task));
+}
+
+void ApiServer::Impl::TaskRevisionsCreate(Call& c) {
+  QL_HTTP_ASSIGN(c.res, std::optional<int64_t> expected,
+                 api::OptionalInteger(c.body, "expected_revision"));
+  if (!expected.has_value()) {
+    SendError(c.res, 400, "missing_field",
+              "field expected_revision is required: the revision this update replaces");
+    return;
+  }
+  c.body.erase("expected_revision");
+  TaskWrite write;
+  QL_HTTP_ASSIGN(c.res, std::optional<bool> repin, api::OptionalBool(c.body, "repin_triggers"));
+  c.body.erase("repin_triggers");
+  write.repin_triggers = repin.value_or(false);
+  QL_HTTP_ASSIGN(c.res, write.mutation_id, TakeString(c.body, "mutation_id"));
+  write.body = std::move(c.body);
+  QL_HTTP_ASSIGN(c.res, PublishedTask published,
+                 service.PublishTaskRevision(c.id, *expected, write, c.caller));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
+  json out = api::TaskJson(published.task);
+  out["repinned_triggers"] = published.trigger_ids;
+  out["stale_triggers"] = published.stale_triggers;
+  SendJson(c.res, published.replayed ? 200 : 201, out);
+}
+
+void ApiServer::Impl::TaskDelete(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, PublishedTask deleted, service.DeleteTask(c.id, c.caller));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(deleted.replayed));
+  json out = api::TaskJson(deleted.task);
+  out["deleted_triggers"] = deleted.trigger_ids;
+  SendJson(c.res, 200, out);
+}
+
+void ApiServer::Impl::TriggerDelete(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, PublishedTrigger deleted, service.DeleteTrigger(c.id, c.caller));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(deleted.replayed));
+  SendJson(c.res, 200, api::TriggerJson(deleted.trigger));
+}
+
+void ApiServer::Impl::TaskRevisionsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<TaskRevisionRecord> revisions,
+                 service.TaskHistory(c.id, c.caller));
+  json items = json::array();
+  for (const TaskRevisionRecord& r : revisions) items.push_back(api::TaskRevisionJson(r));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::TriggersCreate(Call& c) {
+  QL_HTTP_TRY(c.res,
+              api::CheckFields(c.body, {"task_id", "expression", "timezone", "misfire", "overlap",
+                                        "jitter_ms", "enabled", "mutation_id", "name"}));
+  TriggerWrite write;
+  QL_HTTP_ASSIGN(c.res, write.task_id, api::RequiredString(c.body, "task_id"));
+  QL_HTTP_ASSIGN(c.res, write.expression, api::RequiredString(c.body, "expression"));
+  QL_HTTP_ASSIGN(c.res, write.timezone, api::RequiredString(c.body, "timezone"));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> misfire, api::OptionalString(c.body, "misfire"));
+  if (misfire.has_value()) write.misfire = *misfire;
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> overlap, api::OptionalString(c.body, "overlap"));
+  if (overlap.has_value()) write.overlap = *overlap;
+  QL_HTTP_ASSIGN(c.res, std::optional<int64_t> jitter, api::OptionalInteger(c.body, "jitter_ms"));
+  write.jitter_ms = jitter.value_or(0);
+  QL_HTTP_ASSIGN(c.res, std::optional<bool> enabled, api::OptionalBool(c.body, "enabled"));
+  write.enabled = enabled.value_or(true);
+  QL_HTTP_ASSIGN(c.res, write.mutation_id, api::OptionalString(c.body, "mutation_id"));
+  QL_HTTP_ASSIGN(c.res, write.name, api::OptionalString(c.body, "name"));
+  QL_HTTP_ASSIGN(c.res, PublishedTrigger published, service.AddTrigger(write, c.caller));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
+  SendJson(c.res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
+}
+
+void ApiServer::Impl::TriggerRevisionsCreate(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"expected_revision", "expression", "timezone",
+                                               "misfire", "overlap", "jitter_ms", "name"}));
+  QL_HTTP_ASSIGN(c.res, std::optional<int64_t> expected,
+                 api::OptionalInteger(c.body, "expected_revision"));
+  if (!expected.has_value()) {
+    SendError(c.res, 400, "missing_field",
+              "field expected_revision is required: the revision this edit replaces");
+    return;
+  }
+  TriggerEdit edit;
+  QL_HTTP_ASSIGN(c.res, edit.expression, api::OptionalString(c.body, "expression"));
+  QL_HTTP_ASSIGN(c.res, edit.timezone, api::OptionalString(c.body, "timezone"));
+  QL_HTTP_ASSIGN(c.res, edit.misfire, api::OptionalString(c.body, "misfire"));
+  QL_HTTP_ASSIGN(c.res, edit.overlap, api::OptionalString(c.body, "overlap"));
+  QL_HTTP_ASSIGN(c.res, edit.jitter_ms, api::OptionalInteger(c.body, "jitter_ms"));
+  QL_HTTP_ASSIGN(c.res, edit.name, api::OptionalString(c.body, "name"));
+  QL_HTTP_ASSIGN(c.res, PublishedTrigger published,
+                 service.EditTrigger(c.id, *expected, edit, c.caller));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(published.replayed));
+  SendJson(c.res, published.replayed ? 200 : 201, api::TriggerJson(published.trigger));
+}
+
+void ApiServer::Impl::TriggersList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"task_id", "limit", "cursor"}));
+  PageQuery page;
+  QL_HTTP_ASSIGN(c.res, page.limit,
+                 c.query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+  page.cursor = c.query.Get("cursor");
+  QL_HTTP_ASSIGN(c.res, PageResult<TriggerView> listed,
+                 service.ListTriggers(c.query.Get("task_id"), page, c.caller));
+  json items = json::array();
+  for (const TriggerView& t : listed.items) items.push_back(api::TriggerJson(t));
+  SendJson(c.res, 200, ItemsJson(std::move(items), listed.next_cursor));
+}
+
+void ApiServer::Impl::TriggerGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, TriggerView trigger, service.GetTrigger(c.id, c.caller));
+  SendJson(c.res, 200, api::TriggerJson(trigger));
+}
+
+void ApiServer::Impl::TriggerEnable(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  AnswerTrigger(c, service.SetTriggerEnabled(c.id, true, c.caller));
+}
+
+void ApiServer::Impl::TriggerDisable(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  AnswerTrigger(c, service.SetTriggerEnabled(c.id, false, c.caller));
+}
+
+void ApiServer::Impl::TriggerRepin(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  AnswerTrigger(c, service.RepinTrigger(c.id, c.caller));
+}
+
+void ApiServer::Impl::AnswerTrigger(Call& c, const Result<PublishedTrigger>& published) {
+  QL_HTTP_TRY(c.res, published.status());
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(published->replayed));
+  SendJson(c.res, 200, api::TriggerJson(published->trigger));
+}
+
+void ApiServer::Impl::TriggerNext(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"count"}));
+  QL_HTTP_ASSIGN(
+      c.res, int64_t count,
+      c.query.Integer("count", "invalid_count", 1, kMaxPreviewCount, kDefaultPreviewCount));
+  QL_HTTP_ASSIGN(c.res, TriggerPreview preview,
+                 service.PreviewTrigger(c.id, static_cast<int>(count), c.caller));
+  QL_HTTP_ASSIGN(c.res, TimeZone zone, TimeZone::Load(preview.trigger.revision.timezone));
+  SendJson(c.res, 200,
+           json{{"trigger_id", preview.trigger.head.trigger_id},
+                {"state", preview.trigger.state},
+                {"admitting", preview.trigger.state == "active"},
+                {"expression", preview.trigger.revision.expression},
+                {"timezone", preview.trigger.revision.timezone},
+                {"misfire", preview.trigger.revision.misfire},
+                {"overlap", preview.trigger.revision.overlap},
+                {"jitter_ms", preview.trigger.revision.jitter_ms},
+                {"fire_times", api::FireTimesJson(preview.fire_times_ms, zone)}});
+}
+
+void ApiServer::Impl::CronNext(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"expression", "timezone", "from", "count"}));
+  QL_HTTP_ASSIGN(c.res, std::string expression, c.query.Required("expression"));
+  QL_HTTP_ASSIGN(c.res, std::string timezone, c.query.Required("timezone"));
+  std::optional<int64_t> from;
+  if (std::optional<std::string> text = c.query.Get("from"); text.has_value()) {
+    QL_HTTP_ASSIGN(c.res, from, ParseRfc3339(*text));
+  }
+  QL_HTTP_ASSIGN(
+      c.res, int64_t count,
+      c.query.Integer("count", "invalid_count", 1, kMaxPreviewCount, kDefaultPreviewCount));
+  QL_HTTP_ASSIGN(c.res, CronPreview preview,
+                 service.PreviewCron(expression, timezone, from, static_cast<int>(count)));
+  QL_HTTP_ASSIGN(c.res, TimeZone zone, TimeZone::Load(preview.timezone));
+  SendJson(c.res, 200,
+           json{{"expression", preview.expression},
+                {"timezone", preview.timezone},
+                {"fire_times", api::FireTimesJson(preview.fire_times_ms, zone)}});
+}
+
+void ApiServer::Impl::RunsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"task_id", "trigger_id", "status", "limit", "cursor"}));
+  RunQuery filter;
+  filter.task_id = c.query.Get("task_id");
+  filter.trigger_id = c.query.Get("trigger_id");
+  filter.status = c.query.Get("status");
+  PageQuery page;
+  QL_HTTP_ASSIGN(c.res, page.limit,
+                 c.query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+  page.cursor = c.query.Get("cursor");
+  QL_HTTP_ASSIGN(c.res, PageResult<RunRecord> listed, service.ListRuns(filter, page, c.caller));
+  json items = json::array();
+  for (const RunRecord& r : listed.items) items.push_back(api::RunJson(r));
+  SendJson(c.res, 200, ItemsJson(std::move(items), listed.next_cursor));
+}
+
+void ApiServer::Impl::RunsCreate(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"task_id", "idempotency_key", "priority"}));
+  StartRunRequest request;
+  QL_HTTP_ASSIGN(c.res, request.task_id, api::RequiredString(c.body, "task_id"));
+  StartRun(c, std::move(request));
+}
+
+void ApiServer::Impl::TaskRunsCreate(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"idempotency_key", "priority"}));
+  StartRunRequest request;
+  request.task_id = c.id;
+  StartRun(c, std::move(request));
+}
+
+void ApiServer::Impl::StartRun(Call& c, StartRunRequest request) {
+  QL_HTTP_ASSIGN(c.res, request.idempotency_key, api::OptionalString(c.body, "idempotency_key"));
+  QL_HTTP_ASSIGN(c.res, std::optional<int64_t> priority, api::OptionalInteger(c.body, "priority"));
+  if (priority.has_value()) {
+    if (*priority < kMinRunPriority || *priority > kMaxRunPriority) {
+      SendError(c.res, 400, "invalid_priority",
+                "priority must be " + std::to_string(kMinRunPriority) + ".." +
+                    std::to_string(kMaxRunPriority) + ", got " + std::to_string(*priority));
+      return;
+    }
+    request.priority = static_cast<int>(*priority);
+  }
+  QL_HTTP_ASSIGN(c.res, StartedRun started, service.StartRun(request, c.caller));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(started.replayed));
+  if (started.approval.has_value()) {
+    SendJson(c.res, 202, api::ApprovalRequiredJson(*started.approval));
+    return;
+  }
+  SendJson(c.res, started.replayed ? 200 : 201, api::RunJson(started.run));
+}
+
+void ApiServer::Impl::RunResolve(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"resolution", "reason"}));
+  QL_HTTP_ASSIGN(c.res, std::string resolution, api::RequiredString(c.body, "resolution"));
+  QL_HTTP_ASSIGN(c.res, std::string reason, api::RequiredString(c.body, "reason"));
+  QL_HTTP_ASSIGN(c.res, ResolveRunResult resolved,
+                 service.ResolveRun(c.id, resolution, reason, c.caller));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(resolved.replayed));
+  SendJson(c.res, 200, api::ResolutionJson(resolved));
+}
+
+void ApiServer::Impl::ApprovalsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"status", "limit", "cursor"}));
+  PageQuery page;
+  QL_HTTP_ASSIGN(c.res, page.limit,
+                 c.query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+  page.cursor = c.query.Get("cursor");
+  QL_HTTP_ASSIGN(c.res, PageResult<ApprovalRequestRecord> listed,
+                 service.ListApprovals(c.query.Get("status"), page, c.caller));
+  json items = json::array();
+  for (const ApprovalRequestRecord& r : listed.items) {
+    items.push_back(api::ApprovalRequestJson(r));
+  }
+  SendJson(c.res, 200, ItemsJson(std::move(items), listed.next_cursor));
+}
+
+void ApiServer::Impl::ApprovalGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, ApprovalView view, service.GetApproval(c.id, c.caller));
+  SendJson(c.res, 200, api::ApprovalJson(view));
+}
+
+void ApiServer::Impl::ApprovalApprove(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, ApproveResult approved, service.Approve(c.id, c.caller));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(approved.replayed));
+  json out = api::ApprovalJson(approved.approval);
+  out["run"] = api::RunJson(approved.run);
+  SendJson(c.res, approved.replayed ? 200 : 201, out);
+}
+
+void ApiServer::Impl::ApprovalReject(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"reason"}));
+  QL_HTTP_ASSIGN(c.res, std::string reason, api::RequiredString(c.body, "reason"));
+  QL_HTTP_ASSIGN(c.res, ApprovalView view, service.Reject(c.id, reason, c.caller));
+  SendJson(c.res, 200, api::ApprovalJson(view));
+}
+
+void ApiServer::Impl::RunGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, RunView run, service.GetRun(c.id, c.caller));
+  SendJson(c.res, 200, api::RunJson(run));
+}
+
+void ApiServer::Impl::RunEvents(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"after", "limit"}));
+  QL_HTTP_ASSIGN(c.res, int64_t after, c.query.Integer("after", "invalid_after", 0, INT64_MAX, 0));
+  QL_HTTP_ASSIGN(c.res, int64_t limit,
+                 c.query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultEventLimit));
+  QL_HTTP_ASSIGN(c.res, std::vector<EventRecord> events,
+                 service.ListRunEvents(c.id, after, static_cast<int>(limit), c.caller));
+  json items = json::array();
+  int64_t next_after = after;
+  for (const EventRecord& e : events) {
+    items.push_back(api::EventJson(e));
+    next_after = std::max(next_after, e.sequence);
+  }
+  SendJson(c.res, 200, json{{"items", std::move(items)}, {"next_after", next_after}});
+}
+
+void ApiServer::Impl::RunLog(Call& c) { ServeLog(c.id, c.req, c.caller, c.identity, c.res); }
+
+void ApiServer::Impl::RunCancel(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"reason"}));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> reason, api::OptionalString(c.body, "reason"));
+  QL_HTTP_ASSIGN(c.res, RunRecord run, service.CancelRun(c.id, reason, c.caller));
+  SendJson(c.res, 200, api::RunJson(run));
+}
+
+void ApiServer::Impl::RunRetry(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, StartedRun started, service.RetryRun(c.id, c.caller));
+  if (started.approval.has_value()) {  // a guarded task: the retry waits for its approval
+    SendJson(c.res, 202, api::ApprovalRequiredJson(*started.approval));
+    return;
+  }
+  SendJson(c.res, 201, api::RunJson(started.run));
+}
+
+void ApiServer::Impl::Whoami(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, WhoAmI who, service.governance().Whoami(c.caller));
+  json out = api::WhoAmIJson(who);
+  // How the caller signed in, and until when.
+  json session{{"kind", c.identity.who.token.kind},
+               {"token_id", c.identity.who.token.id},
+               {"expires_at", api::TimeJson(c.identity.who.token.expires_at_ms)},
+               {"idle_timeout_ms", c.identity.who.token.idle_timeout_ms.has_value()
+                                       ? json(*c.identity.who.token.idle_timeout_ms)
+                                       : json(nullptr)},
+               {"label", c.identity.who.token.label}};
+  if (c.identity.via_cookie) {
+    session["csrf_token"] = CsrfTokenOf(CookieValue(c.req.Header("Cookie"), kSessionCookie));
+  }
+  out["session"] = std::move(session);
+  SendJson(c.res, 200, out);
+}
+
+void ApiServer::Impl::PrincipalsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<PrincipalRecord> principals,
+                 service.governance().ListPrincipals(c.caller));
+  json items = json::array();
+  for (const PrincipalRecord& p : principals) items.push_back(api::PrincipalJson(p));
+  SendJson(c.res, 200, ItemsJson(std::move(items), std::nullopt));
+}
+
+void ApiServer::Impl::PrincipalsCreate(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"name", "kind"}));
+  QL_HTTP_ASSIGN(c.res, std::string name, api::RequiredString(c.body, "name"));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> kind, api::OptionalString(c.body, "kind"));
+  QL_HTTP_ASSIGN(c.res, PrincipalRecord principal,
+                 service.governance().AddPrincipal(c.caller, name, kind.value_or("user")));
+  SendJson(c.res, 201, api::PrincipalJson(principal));
+}
+
+void ApiServer::Impl::PrincipalGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, PrincipalRecord principal,
+                 service.governance().GetPrincipal(c.caller, c.id));
+  SendJson(c.res, 200, api::PrincipalJson(principal));
+}
+
+void ApiServer::Impl::PrincipalDisable(Call& c) { SetPrincipalStatus(c, "disabled"); }
+
+void ApiServer::Impl::PrincipalEnable(Call& c) { SetPrincipalStatus(c, "active"); }
+
+void ApiServer::Impl::SetPrincipalStatus(Call& c, std::string_view status) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, PrincipalRecord principal,
+                 service.governance().SetPrincipalStatus(c.caller, c.id, std::string(status)));
+  SendJson(c.res, 200, api::PrincipalJson(principal));
+}
+
+void ApiServer::Impl::TokensList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<TokenRecord> tokens, service.governance().ListTokens(c.caller));
+  json items = json::array();
+  for (const TokenRecord& t : tokens) items.push_back(api::TokenJson(t));
+  SendJson(c.res, 200, ItemsJson(std::move(items), std::nullopt));
+}
+
+void ApiServer::Impl::TokensCreate(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"principal", "expires_in_ms"}));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> principal,
+                 api::OptionalString(c.body, "principal"));
+  QL_HTTP_ASSIGN(c.res, std::optional<int64_t> ttl, api::OptionalInteger(c.body, "expires_in_ms"));
+  QL_HTTP_ASSIGN(c.res, MintedToken minted,
+                 service.governance().CreateToken(c.caller, principal.value_or(""), ttl));
+  json out = api::TokenJson(minted.record);
+  out["token"] = minted.token;
+  SendJson(c.res, 201, out);
+}
+
+void ApiServer::Impl::TokenRevoke(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, TokenRecord token, service.governance().RevokeToken(c.caller, c.id));
+  SendJson(c.res, 200, api::TokenJson(token));
+}
+
+void ApiServer::Impl::ProjectsCreate(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"slug", "name"}));
+  QL_HTTP_ASSIGN(c.res, std::string slug, api::RequiredString(c.body, "slug"));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> name, api::OptionalString(c.body, "name"));
+  QL_HTTP_ASSIGN(c.res, ProjectRecord project,
+                 service.governance().CreateProject(c.caller, slug, name.value_or("")));
+  SendJson(c.res, 201, api::ProjectJson(project));
+}
+
+void ApiServer::Impl::ProjectGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, ProjectRecord project, service.governance().GetProject(c.caller, c.id));
+  SendJson(c.res, 200, api::ProjectJson(project));
+}
+
+void ApiServer::Impl::ProjectArchive(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, ProjectRecord project, service.governance().ArchiveProject(c.caller, c.id));
+  SendJson(c.res, 200, api::ProjectJson(project));
+}
+
+void ApiServer::Impl::ProjectBindingsList(Call& c) { ListBindings(c, c.id); }
+
+void ApiServer::Impl::InstallationBindingsList(Call& c) {
+  ListBindings(c, std::string(kInstallationScope));
+}
+
+void ApiServer::Impl::ListBindings(Call& c, const std::string& scope) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<BindingView> bindings,
+                 service.governance().ListBindings(c.caller, scope));
+  json items = json::array();
+  for (const BindingView& b : bindings) items.push_back(api::BindingJson(b));
+  SendJson(c.res, 200, ItemsJson(std::move(items), std::nullopt));
+}
+
+void ApiServer::Impl::ProjectBindingsWrite(Call& c) { WriteBinding(c, c.id); }
+
+void ApiServer::Impl::InstallationBindingsWrite(Call& c) {
+  WriteBinding(c, std::string(kInstallationScope));
+}
+
+void ApiServer::Impl::WriteBinding(Call& c, const std::string& scope) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"principal", "role", "mutation_id"}));
+  QL_HTTP_ASSIGN(c.res, std::string principal, api::RequiredString(c.body, "principal"));
+  QL_HTTP_ASSIGN(c.res, std::string role, api::RequiredString(c.body, "role"));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> mutation_id,
+                 api::OptionalString(c.body, "mutation_id"));
+  QL_HTTP_ASSIGN(c.res, WriteBindingResult written,
+                 service.governance().WriteBinding(c.caller, scope, principal, role, mutation_id));
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(written.replayed));
+  SendJson(c.res, written.replayed ? 200 : 201, api::BindingJson(written.binding));
+}
+
+void ApiServer::Impl::AuditList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"limit", "cursor"}));
+  PageRequest page;
+  QL_HTTP_ASSIGN(c.res, int64_t limit,
+                 c.query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
+  page.limit = static_cast<int>(limit);
+  page.after_key = c.query.Get("cursor");
+  QL_HTTP_ASSIGN(c.res, Page<AuditRecord> facts, service.governance().ListAudit(c.caller, page));
+  json items = json::array();
+  for (const AuditRecord& a : facts.items) items.push_back(api::AuditJson(a));
+  SendJson(c.res, 200, ItemsJson(std::move(items), facts.next_key));
+}
+
+void ApiServer::Impl::ProjectRetentionGet(Call& c) { AnswerRetention(c, false, false); }
+
+void ApiServer::Impl::ProjectRetentionSet(Call& c) { AnswerRetention(c, false, true); }
+
+void ApiServer::Impl::TaskRetentionGet(Call& c) { AnswerRetention(c, true, false); }
+
+void ApiServer::Impl::TaskRetentionSet(Call& c) { AnswerRetention(c, true, true); }
+
+void ApiServer::Impl::AnswerRetention(Call& c, bool task, bool set) {
+  RetentionService& retention = service.retention();
+  if (!set) QL_HTTP_TRY(c.res, c.query.Check({}));
+  std::string target = c.id;
+  if (task) {
+    QL_HTTP_ASSIGN(c.res, target, service.ResolveTaskRef(c.id, c.caller));
+  }
+  QL_HTTP_ASSIGN(c.res, RetentionView view,
+                 task ? retention.GetTaskRetention(c.caller, target)
+                      : retention.GetProjectRetention(c.caller, target));
+  if (set) {
+    QL_HTTP_ASSIGN(c.res, RetentionSettings settings,
+                   api::ApplyRetentionBody(c.body, view.stored.settings));
+    QL_HTTP_ASSIGN(c.res, view,
+                   task ? retention.SetTaskRetention(c.caller, target, settings)
+                        : retention.SetProjectRetention(c.caller, target, settings));
+  }
+  SendJson(c.res, 200, api::RetentionJson(view));
+}
+
+void ApiServer::Impl::GetStatus(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, StatusSummary summary, service.GetStatus(c.caller));
+  json out = api::StatusJson(summary);
+  out["ready"] = ready.load() && !withdrawn.load();
+  if (!options.isolation_level.empty()) out["command_isolation"] = IsolationJson();
+  SendJson(c.res, 200, out);
+}
+
+void ApiServer::Impl::SecretsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<SecretRecord> listed, options.secrets->List(c.caller));
+  json items = json::array();
+  for (const SecretRecord& secret : listed) items.push_back(api::SecretJson(secret));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::SecretPut(Call& c) {
+  // The value is answered by nothing: the reply is the secret's head.
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"value"}));
+  QL_HTTP_ASSIGN(c.res, std::string value, api::RequiredString(c.body, "value"));
+  QL_HTTP_ASSIGN(c.res, SecretRecord stored, options.secrets->Set(c.caller, c.id, value));
+  SendJson(c.res, 200, api::SecretJson(stored));
+}
+
+void ApiServer::Impl::SecretDelete(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, SecretRecord deleted, options.secrets->Remove(c.caller, c.id));
+  SendJson(c.res, 200, api::SecretJson(deleted));
+}
+
+void ApiServer::Impl::SignIn(Call& c) {
+  // No signing in from another site's page (login CSRF: a form that signs the victim into
+  // the attacker's account): a browser says where the request comes from, and a form
+  // cannot send JSON.
+  const std::string site = c.req.Header("Sec-Fetch-Site");
+  const std::string type = c.req.Header("Content-Type");
+  if ((!site.empty() && site != "same-origin" && site != "none") ||
+      type.rfind("application/json", 0) != 0) {
+    SendError(c.res, 403, "csrf_failed",
+              "sign in from this server's own page or a program sending application/json");
+    return;
+  }
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"name", "password", "client", "totp"}));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> totp, api::OptionalString(c.body, "totp"));
+  QL_HTTP_ASSIGN(c.res, std::string name, api::RequiredString(c.body, "name"));
+  QL_HTTP_ASSIGN(c.res, std::string password, api::RequiredString(c.body, "password"));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> client, api::OptionalString(c.body, "client"));
+  if (client.has_value() && *client != "panel" && *client != "cli") {
+    SendError(c.res, 400, "invalid_client",
+              "client is panel or cli, got " + QuoteForMessage(*client));
+    return;
+  }
+  const bool panel = client.value_or("panel") == "panel";
+  Result<SignedIn> signed_in = options.sign_in->SignIn(
+      name, password, panel ? SessionClient::kPanel : SessionClient::kCli, c.req.remote_address,
+      c.caller.request_id.empty() ? c.req.Header("X-Request-Id").substr(0, 64)
+                                  : c.caller.request_id,
+      totp.value_or(""));
+  if (!signed_in.ok()) {
+    const std::string reason = signed_in.status().reason();
+    if (reason == "sign_in_failed" || reason == "totp_required") {
+      SendError(c.res, 401, reason, signed_in.status().message());
+    } else if (reason == "too_many_attempts") {
+      c.res.SetHeader("Retry-After", "60");
+      SendError(c.res, 429, reason, signed_in.status().message());
+    } else {
+      SendStatus(c.res, signed_in.status());
+    }
+    return;
+  }
+  json out{{"principal", api::PrincipalJson(signed_in->principal)},
+           {"session", api::TokenJson(signed_in->session.record)},
+           {"must_change_password", signed_in->must_change_password}};
+  if (panel) {
+    const int64_t max_age_s = (signed_in->session.record.expires_at_ms.value_or(0) -
+                               signed_in->session.record.created_at_ms) /
+                              1000;
+    c.res.SetHeader("Set-Cookie", std::string(kSessionCookie) + "=" + signed_in->session.token +
+                                      "; Path=/; Max-Age=" + std::to_string(max_age_s) +
+                                      "; HttpOnly; SameSite=Strict" + SecureAttribute());
+    out["csrf_token"] = CsrfTokenOf(signed_in->session.token);
+  } else {
+    out["token"] = signed_in->session.token;
+  }
+  SendJson(c.res, 200, out);
+}
+
+void ApiServer::Impl::SignOut(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_TRY(c.res, options.sign_in->SignOut(c.caller));
+  if (c.identity.via_cookie) {
+    c.res.SetHeader("Set-Cookie", std::string(kSessionCookie) +
+                                      "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" +
+                                      SecureAttribute());
+  }
+  SendJson(c.res, 200, json{{"signed_out", c.identity.who.token.kind == kTokenSession}});
+}
+
+void ApiServer::Impl::SessionsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"principal"}));
+  QL_HTTP_ASSIGN(c.res, std::vector<TokenRecord> sessions,
+                 options.sign_in->ListSessions(c.caller, c.query.Get("principal").value_or("")));
+  json items = json::array();
+  for (const TokenRecord& t : sessions) {
+    json item = api::TokenJson(t);
+    item["current"] = t.id == c.identity.who.token.id;
+    items.push_back(std::move(item));
+  }
+  SendJson(c.res, 200, ItemsJson(std::move(items), std::nullopt));
+}
+
+void ApiServer::Impl::SessionRevoke(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, TokenRecord session, options.sign_in->RevokeSession(c.caller, c.id));
+  SendJson(c.res, 200, api::TokenJson(session));
+}
+
+void ApiServer::Impl::PasswordChange(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"current_password", "new_password"}));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> current,
+                 api::OptionalString(c.body, "current_password"));
+  QL_HTTP_ASSIGN(c.res, std::string replacement, api::RequiredString(c.body, "new_password"));
+  QL_HTTP_TRY(c.res,
+              options.sign_in->ChangeOwnPassword(c.caller, current.value_or(""), replacement));
+  SendJson(c.res, 200, json{{"password_set", true}});
+}
+
+void ApiServer::Impl::PrincipalPassword(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"new_password", "require_change"}));
+  QL_HTTP_ASSIGN(c.res, std::string replacement, api::RequiredString(c.body, "new_password"));
+  bool require_change = false;
+  if (c.body.contains("require_change")) {
+    if (!c.body.at("require_change").is_boolean()) {
+      SendError(c.res, 400, "invalid_require_change", "require_change is true or false");
+      return;
+    }
+    require_change = c.body.at("require_change").get<bool>();
+  }
+  QL_HTTP_TRY(c.res, options.sign_in->ResetPassword(c.caller, c.id, replacement, require_change));
+  SendJson(c.res, 200, json{{"password_set", true}, {"require_change", require_change}});
+}
+
+void ApiServer::Impl::TotpEnrol(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, SignInService::TotpEnrolment enrolment,
+                 options.sign_in->EnrolTotp(c.caller));
+  SendJson(c.res, 200, json{{"secret", enrolment.secret}, {"otpauth_uri", enrolment.uri}});
+}
+
+void ApiServer::Impl::TotpConfirm(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"code"}));
+  QL_HTTP_ASSIGN(c.res, std::string code, api::RequiredString(c.body, "code"));
+  QL_HTTP_ASSIGN(c.res, std::vector<std::string> recovery,
+                 options.sign_in->ConfirmTotp(c.caller, code));
+  SendJson(c.res, 200, json{{"enabled", true}, {"recovery_codes", recovery}});
+}
+
+void ApiServer::Impl::TotpDisable(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"current_password"}));
+  QL_HTTP_ASSIGN(c.res, std::string current, api::RequiredString(c.body, "current_password"));
+  QL_HTTP_TRY(c.res, options.sign_in->DisableTotp(c.caller, current));
+  SendJson(c.res, 200, json{{"enabled", false}});
 }
 
 void ApiServer::Impl::ServeLog(const std::string& run_id, const http::Request& req,

@@ -120,8 +120,10 @@ class ApiServer {
   // Idempotent.
   void Stop();
 
- private:
+  // Opaque outside api_server.cc; public so that the route table there can name its handlers.
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

@@ -22,6 +22,7 @@
 #include "ql/core/rfc3339.h"
 #include "ql/engine/token_authenticator.h"
 #include "ql/http/httplib_config.h"
+#include "ql/http/openapi_document.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
 #include "ql/testing/raw_http.h"
@@ -1079,6 +1080,20 @@ TEST_F(ApiServerTest, OversizeBodiesAre413AndChangeNothing) {
   // The server is still healthy afterwards.
   EXPECT_THAT(RawExchange(server_->port(), "GARBAGE\r\n\r\n", 300), HasSubstr("bad_request"));
   EXPECT_EQ(Get("/api/v1/tasks").status, 200);
+}
+
+// The API's own description is public and is exactly the document kept in the repository.
+TEST_F(ApiServerTest, TheOpenApiDocumentIsServedWithoutAToken) {
+  StartServer();
+  auto client = NewClient(false);
+  Reply reply = ToReply(client->Get("/api/v1/openapi.json"));
+  ASSERT_EQ(reply.status, 200) << reply.raw;
+  EXPECT_THAT(reply.Header("Content-Type"), HasSubstr("application/json"));
+  EXPECT_EQ(reply.raw, std::string(http::OpenApiDocument()));
+  const nlohmann::json doc = nlohmann::json::parse(reply.raw, nullptr, false);
+  ASSERT_TRUE(doc.is_object());
+  EXPECT_EQ(doc.value("openapi", ""), "3.1.0");
+  EXPECT_EQ(ToReply(client->Get("/api/v1/openapi.json?x=1")).status, 400);
 }
 
 TEST_F(ApiServerTest, MetricsAreExposedAsPrometheusText) {

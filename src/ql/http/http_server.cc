@@ -36,8 +36,8 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 #endif
 
-#include "ql/core/canonical_json.h"
 #include "ql/http/api_json.h"
+#include "ql/http/http_parse.h"
 
 // Defined only by executables that load the TLS library when a TLS listener is configured
 // rather than at start (ql-local, apps/local/tls_library.cc): returns whether it could be
@@ -63,12 +63,6 @@ void FillError(Response& res, int status, std::string_view code, std::string_vie
   res.SetContent(
       api::ErrorJson(code, message).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
       "application/json");
-}
-
-// True for an error of the HTTP parser about the bytes received (not the connection ending).
-bool IsParseError(const beast::error_code& ec) {
-  return ec && ec.category() == bhttp::make_error_code(bhttp::error::end_of_stream).category() &&
-         ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
 }
 
 }  // namespace
@@ -157,10 +151,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void ReadHead() {
     parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(s_.limits.max_head_bytes));
-    // The body's limit is set once the request is admitted: a declared length over it is
-    // answered 413 only after admission (an anonymous client learns nothing but 401).
-    parser_->body_limit(boost::none);
+    PrepareParser(*parser_, s_.limits);
     Lowest().expires_at(head_deadline_);
     bhttp::async_read_header(
         stream_, buffer_, *parser_,
@@ -168,60 +159,20 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void OnHead(beast::error_code ec) {
+    // A refusal answers this request (a HEAD's without a body), never the previous one of the
+    // connection.
+    req_ = Request{};
+    req_.remote_address = address_;
     if (ec) {
-      if (ec == bhttp::error::header_limit) {
-        return Refuse(431, "headers_too_large",
-                      "the request head exceeds " + std::to_string(s_.limits.max_head_bytes) +
-                          " bytes");
-      }
-      if (ec == bhttp::error::bad_transfer_encoding || ec == bhttp::error::bad_content_length ||
-          ec == bhttp::error::multiple_content_length) {
-        return Refuse(400, "bad_request",
-                      "the request's Content-Length or Transfer-Encoding is invalid (both "
-                      "together, repeated or not a number)");
-      }
-      if (IsParseError(ec)) {
-        return Refuse(400, "bad_request", "the request is not valid HTTP/1.1");
+      if (std::optional<Refusal> refusal = RefusalForHeadError(ec, s_.limits)) {
+        return Refuse(*refusal);
       }
       return Close();  // the client went away, timed out or sent nothing
     }
-    const auto& head = parser_->get();
-    const size_t target_size = head.target().size();
-    if (target_size > s_.limits.max_target_bytes) {
-      return Refuse(414, "uri_too_long",
-                    "request target exceeds " + std::to_string(s_.limits.max_target_bytes) +
-                        " bytes");
+    if (std::optional<Refusal> refusal = RequestFromHead(*parser_, s_.limits, &req_)) {
+      return Refuse(*refusal);
     }
-    size_t fields = 0;
-    for (auto it = head.begin(); it != head.end(); ++it) ++fields;
-    if (fields > s_.limits.max_headers) {
-      return Refuse(431, "too_many_headers",
-                    "a request may carry at most " + std::to_string(s_.limits.max_headers) +
-                        " headers");
-    }
-    req_ = Request{};
-    req_.method = std::string(head.method_string());
-    req_.target = std::string(head.target());
-    req_.remote_address = address_;
-    req_.headers.reserve(fields);
-    for (const auto& field : head) {
-      req_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    }
-    if (!SplitTarget(req_.target, &req_.path, &req_.params)) {
-      return Refuse(400, "bad_request",
-                    "the request target must be a path with an optional query of valid "
-                    "percent-escapes");
-    }
-    if (req_.HasHeader("Transfer-Encoding") &&
-        !EqualsIgnoreCase(req_.Header("Transfer-Encoding"), "chunked")) {
-      return Refuse(400, "bad_request", "the only transfer coding accepted is chunked");
-    }
-    const std::string expect = req_.Header("Expect");
-    expect_continue_ = EqualsIgnoreCase(expect, "100-continue");
-    if (!expect.empty() && !expect_continue_) {
-      return Refuse(417, "expectation_failed",
-                    "only Expect: 100-continue is supported, got " + QuoteForMessage(expect));
-    }
+    expect_continue_ = ExpectsContinue(req_);
     s_.requests.fetch_add(1);
     counted_ = true;
     res_ = Response{};
@@ -247,16 +198,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (req_.DeclaresBody()) res_.close = true;  // its bytes must not be read as a request
       return Answer();
     }
-    const auto declared = parser_->content_length();
-    if (declared.has_value() && *declared > s_.limits.max_body_bytes) {
-      res_ = Response{};
-      FillError(res_, 413, "body_too_large",
-                "request body of " + std::to_string(*declared) + " bytes exceeds the limit of " +
-                    std::to_string(s_.limits.max_body_bytes) + " bytes");
-      res_.close = true;
-      return Answer();
-    }
-    parser_->body_limit(s_.limits.max_body_bytes);
+    if (std::optional<Refusal> refusal = StartBody(*parser_, s_.limits)) return Refuse(*refusal);
     body_start_ = Clock::now();
     if (expect_continue_ && !parser_->is_done()) {
       auto interim = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_,
@@ -284,23 +226,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     Lowest().expires_at(body_start_ + allowed);
     bhttp::async_read_some(stream_, buffer_, *parser_,
                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                             if (ec == bhttp::error::body_limit) {
-                               self->res_ = Response{};
-                               FillError(self->res_, 413, "body_too_large",
-                                         "request body exceeds the limit of " +
-                                             std::to_string(self->s_.limits.max_body_bytes) +
-                                             " bytes");
-                               self->res_.close = true;
-                               return self->Answer();
+                             if (ec) {
+                               std::optional<Refusal> refusal =
+                                   RefusalForBodyError(ec, self->s_.limits);
+                               if (refusal.has_value()) return self->Refuse(*refusal);
+                               return self->Close();
                              }
-                             if (IsParseError(ec)) {
-                               self->res_ = Response{};
-                               FillError(self->res_, 400, "bad_request",
-                                         "the request body is not valid (chunked) HTTP/1.1");
-                               self->res_.close = true;
-                               return self->Answer();
-                             }
-                             if (ec) return self->Close();
                              self->ReadBody();
                            });
   }
@@ -314,9 +245,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   // Answers a request the server refuses by itself, then closes.
-  void Refuse(int status, std::string_view code, const std::string& message) {
+  void Refuse(const Refusal& refusal) {
     res_ = Response{};
-    FillError(res_, status, code, message);
+    FillError(res_, refusal.status, refusal.code, refusal.message);
     res_.close = true;
     Answer();
   }
@@ -482,7 +413,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   HttpServer::Impl& s_;
   Stream stream_;
   const std::string address_;
-  beast::flat_buffer buffer_{64 * 1024};
+  beast::flat_buffer buffer_{kReadBufferBytes};
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   Request req_;
   Response res_;

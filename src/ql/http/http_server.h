@@ -4,7 +4,8 @@
 // Boost.Beast and Asio. One I/O thread reads and writes every connection without blocking, so a
 // slow or idle client holds memory and a descriptor, never a thread; requests are decided and
 // answered on a small worker pool, where handlers may block on the store. Private to ql_http:
-// no Beast type appears here (http_server.cc is the only file that includes it).
+// no Beast type appears here (only http_server.cc and http_parse.h/.cc include it; the latter
+// holds what the listener decides about a request's bytes, without sockets).
 //
 // Per connection: a deadline for the whole request head (TLS handshake included), a minimum
 // body rate once the body starts, an idle timeout between keep-alive requests and a deadline
