@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
+#include "json_checks.h"
 #include "ql/core/canonical_json.h"
 #include "ql/http/api_json.h"
 
@@ -29,10 +30,11 @@ namespace {
 
 using nlohmann::json;
 
+using ql::fuzz::OnlyInt64;
+
+// A refusal (json_checks.h) whose API error answer can be written.
 void CheckError(const ql::Status& status, const std::set<std::string>& reasons) {
-  QL_FUZZ_CHECK(status.code() == ql::StatusCode::kInvalidArgument, status.ToString());
-  QL_FUZZ_CHECK(reasons.count(status.reason()) == 1, status.ToString());
-  QL_FUZZ_CHECK(ql::IsValidUtf8(status.message()), status.message());
+  ql::fuzz::CheckRefusal(status, reasons);
   try {
     (void)ql::api::ErrorJson(status.reason(), status.message()).dump();
   } catch (const std::exception& e) {
@@ -81,20 +83,6 @@ Lenient ParseLeniently(std::string_view text) {
   return out;
 }
 
-bool OnlyInt64(const json& v) {
-  if (v.is_number_float()) return false;
-  if (v.is_number_unsigned()) {
-    return v.get<json::number_unsigned_t>() <=
-           static_cast<json::number_unsigned_t>(std::numeric_limits<int64_t>::max());
-  }
-  if (v.is_structured()) {
-    for (const auto& child : v) {
-      if (!OnlyInt64(child)) return false;
-    }
-  }
-  return true;
-}
-
 bool NoUnsigned(const json& v) {
   if (v.is_number_unsigned()) return false;
   if (v.is_structured()) {
@@ -104,10 +92,6 @@ bool NoUnsigned(const json& v) {
   }
   return true;
 }
-
-const std::set<std::string> kBodyReasons = {"invalid_json", "json_invalid_utf8",
-                                            "json_duplicate_key", "json_too_deep",
-                                            "json_number_unsupported"};
 
 void CheckFieldReaders(const json& body) {
   for (const auto& [key, value] : body.items()) {
@@ -177,7 +161,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 required.ok() ? "accepted a body that nlohmann refuses or that holds a NUL"
                               : required.status().ToString());
   if (!required.ok()) {
-    CheckError(required.status(), kBodyReasons);
+    CheckError(required.status(), ql::fuzz::kStrictJsonReasons);
     return 0;
   }
   const json& body = *required;

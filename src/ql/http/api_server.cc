@@ -220,7 +220,7 @@ const char* BoolHeader(bool value) { return value ? "true" : "false"; }
 // its handler and to the metrics. Routes are matched here once; dispatch never matches again.
 // An /api/v1 request that reaches its handler without an identity is refused; nothing on this
 // side maps "no principal" to the system.
-struct RequestIdentity {
+struct Admission {
   const RouteSpec* route = nullptr;  // nullptr: no route (the request was refused)
   std::string id;                    // the route's {id} segment, decoded
   bool decided = false;              // `who` holds an authenticated identity
@@ -299,7 +299,7 @@ namespace {
 struct Call {
   const http::Request& req;
   http::Response& res;
-  const RequestIdentity& identity;
+  const Admission& identity;
   const std::string& id;  // the route's {id} segment, decoded; "" when the pattern has none
   Query query;
   Caller caller;  // /api/v1 routes: who acts, with the request's project and request id
@@ -427,11 +427,11 @@ struct ApiServer::Impl {
                     std::string* digest = nullptr, std::string* csrf = nullptr) const;
   // The caller of an /api/v1 request whose identity PreRoute decided: its principal, its
   // token's expiry, the `project` query parameter and the request id.
-  static Caller CallerOf(const http::Request& req, const RequestIdentity& identity);
+  static Caller CallerOf(const http::Request& req, const Admission& identity);
   void ServeLog(const std::string& run_id, const http::Request& req, const Caller& caller,
-                const RequestIdentity& identity, http::Response& res);
+                const Admission& identity, http::Response& res);
   void StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
-                   const Caller& caller, const RequestIdentity& identity, http::Response& res);
+                   const Caller& caller, const Admission& identity, http::Response& res);
 };
 
 namespace {
@@ -649,7 +649,7 @@ ApiServer::Impl::Auth ApiServer::Impl::Authenticate(const http::Request& req, Au
   return Auth::kUnavailable;
 }
 
-Caller ApiServer::Impl::CallerOf(const http::Request& req, const RequestIdentity& identity) {
+Caller ApiServer::Impl::CallerOf(const http::Request& req, const Admission& identity) {
   Caller caller;
   caller.principal_id = identity.who.principal.id;
   caller.token_expires_at_ms = identity.who.token.expires_at_ms;
@@ -684,7 +684,7 @@ bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
   // Matched once here for both decisions below. Public routes under /api/v1 (signing in) are
   // admitted without an identity.
   const RouteMatch match = MatchRoute(req.method, req.path);
-  auto decision = std::make_shared<RequestIdentity>();
+  auto decision = std::make_shared<Admission>();
   decision->route = match.route;
   decision->id = match.id;
   req.decision = decision;
@@ -835,7 +835,7 @@ http::ServerHandlers ApiServer::Impl::Handlers() {
   };
   handlers.answered = [this](const http::Request& req, const http::Response& res) {
     // The route admission matched; /livez, answered before admission, is matched here.
-    const auto* decided = static_cast<const RequestIdentity*>(req.decision.get());
+    const auto* decided = static_cast<const Admission*>(req.decision.get());
     const RouteSpec* matched =
         decided != nullptr ? decided->route : MatchRoute(req.method, req.path).route;
     const std::string_view route = matched != nullptr             ? matched->name
@@ -848,10 +848,9 @@ http::ServerHandlers ApiServer::Impl::Handlers() {
 }
 
 void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
-  static const RequestIdentity kUndecided;
-  const RequestIdentity& identity = req.decision != nullptr
-                                        ? *static_cast<const RequestIdentity*>(req.decision.get())
-                                        : kUndecided;
+  static const Admission kUndecided;
+  const Admission& identity =
+      req.decision != nullptr ? *static_cast<const Admission*>(req.decision.get()) : kUndecided;
   if (identity.route == nullptr) {  // Admit answered these already
     SendError(res, 404, "route_not_found", "no route for " + QuoteForMessage(req.path, 128));
     return;
@@ -1644,7 +1643,7 @@ void ApiServer::Impl::TotpDisable(Call& c) {
 }
 
 void ApiServer::Impl::ServeLog(const std::string& run_id, const http::Request& req,
-                               const Caller& caller, const RequestIdentity& identity,
+                               const Caller& caller, const Admission& identity,
                                http::Response& res) {
   const Query query(req);
   QL_HTTP_TRY(res, query.Check({"offset", "limit", "attempt", "follow"}));
@@ -1684,7 +1683,7 @@ void ApiServer::Impl::ServeLog(const std::string& run_id, const http::Request& r
 }
 
 void ApiServer::Impl::StartFollow(const std::string& run_id, int attempt_number, int64_t offset,
-                                  const Caller& caller, const RequestIdentity& identity,
+                                  const Caller& caller, const Admission& identity,
                                   http::Response& res) {
   if (followers.fetch_add(1) >= options.max_log_followers) {
     followers.fetch_sub(1);
