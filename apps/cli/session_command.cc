@@ -1,19 +1,26 @@
 #include "session_command.h"
 
+#include <httplib.h>
 #include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "client.h"
 #include "output.h"
+#include "ql/secrets/sealed_box.h"
 
 namespace ql::cli {
 namespace {
@@ -107,20 +114,175 @@ CliResult<bool> WritePrivateFile(const std::string& path, const std::string& tex
   return true;
 }
 
+// Keeps the session a sign-in (or the set-up) answered with in the credentials file and says
+// so.
+int KeepSession(CommandContext& context, ApiClient& api, const json& answer,
+                const std::string& principal) {
+  const std::string path = CredentialsPath(context.env());
+  if (path.empty()) {
+    return context.Fail(CliError::Usage(
+        "credentials_unwritable", "neither HOME nor XDG_CONFIG_HOME is set to keep the session"));
+  }
+  const json session = answer.value("session", json::object());
+  json saved{{"server", api.connection().server.url},
+             {"token", answer.value("token", "")},
+             {"principal", principal},
+             {"expires_at", JsonText(session, "expires_at")},
+             {"ca_file", api.connection().tls.ca_file}};
+  CliResult<bool> written = WritePrivateFile(path, saved.dump(2) + "\n");
+  if (!written.ok()) return context.Fail(written.error());
+  const std::string restriction =
+      answer.contains("restriction") && answer["restriction"].is_string()
+          ? answer["restriction"].get<std::string>()
+          : std::string();
+  if (context.json()) {
+    context.out() << JsonOutput(json{
+                         {"server", saved["server"]},
+                         {"principal", principal},
+                         {"expires_at", saved["expires_at"]},
+                         {"credentials", path},
+                         {"must_change_password", answer.value("must_change_password", false)},
+                         {"restriction", restriction.empty() ? json(nullptr) : json(restriction)}})
+                  << "\n";
+  } else {
+    context.out() << "signed in to " << saved["server"].get<std::string>() << " as " << principal
+                  << " until " << saved["expires_at"].get<std::string>() << " (kept in " << path
+                  << ")\n";
+    if (restriction == "password_change" || answer.value("must_change_password", false)) {
+      context.out() << "your password must be changed before anything else: run ql passwd\n";
+    } else if (restriction == "totp_enrolment") {
+      context.out() << "this installation requires a second factor: run ql totp enrol, then "
+                       "ql totp confirm CODE\n";
+    }
+  }
+  return kExitOk;
+}
+
+// ql login --oidc: a loopback listener on a free port waits for the browser's last redirect,
+// which carries the session token sealed to a key pair made for this sign-in (only this process
+// can open it), or the reason the sign-in failed.
+int LoginThroughProvider(CommandContext& context, ApiClient& api, int timeout_s) {
+  Result<secrets::BoxKeyPair> keys = secrets::NewBoxKeyPair();
+  if (!keys.ok()) return context.Fail(CliError::Failure("internal", keys.status().message()));
+  std::mutex mu;
+  std::condition_variable answered;
+  std::optional<std::string> sealed;
+  std::optional<std::string> error;
+  httplib::Server listener;
+  listener.Get("/callback", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (sealed.has_value() || error.has_value()) {
+      res.status = 409;
+      res.set_content("This sign-in has finished.\n", "text/plain");
+      return;
+    }
+    if (req.has_param("sealed")) {
+      sealed = req.get_param_value("sealed");
+      res.set_content("Signed in. You can close this tab and go back to the terminal.\n",
+                      "text/plain");
+    } else {
+      error = req.has_param("error") ? req.get_param_value("error") : std::string("oidc_failed");
+      res.status = 400;
+      res.set_content("Signing in did not succeed (" + *error + "). See the terminal.\n",
+                      "text/plain");
+    }
+    answered.notify_all();
+  });
+  const int port = listener.bind_to_any_port("127.0.0.1");
+  if (port <= 0) {
+    return context.Fail(CliError::Failure("listen_failed", "cannot listen on a loopback port"));
+  }
+  std::thread serving([&] { listener.listen_after_bind(); });
+  const std::string url = api.connection().server.url +
+                          "/api/v1/sign-in/oidc?client=cli&port=" + std::to_string(port) +
+                          "&key=" + keys->public_key;
+  std::cerr << "Open this address in a browser to sign in (waiting up to " << timeout_s
+            << " s):\n  " << url << "\n"
+            << std::flush;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    answered.wait_for(lock, std::chrono::seconds(timeout_s),
+                      [&] { return sealed.has_value() || error.has_value(); });
+  }
+  listener.stop();
+  serving.join();
+  if (error.has_value()) {
+    return context.Fail(CliError::Failure(*error, "the single sign-on did not succeed: " + *error));
+  }
+  if (!sealed.has_value()) {
+    return context.Fail(CliError::Failure(
+        "oidc_timeout", "no answer from the browser within " + std::to_string(timeout_s) + " s"));
+  }
+  Result<std::string> token = secrets::OpenSealedBox(*keys, *sealed);
+  if (!token.ok()) {
+    return context.Fail(CliError::Failure(token.status().reason(), token.status().message()));
+  }
+  // Who the provider signed in, and until when: asked with the new token itself.
+  Connection connection = api.connection();
+  connection.token = *token;
+  ApiClient signed_in(connection);
+  CliResult<json> who = signed_in.GetJson("/api/v1/whoami");
+  if (!who.ok()) return context.Fail(who.error());
+  const json session = who->value("session", json::object());
+  json answer{{"token", *token},
+              {"session", json{{"expires_at", session.value("expires_at", json(nullptr))}}},
+              {"restriction", session.value("restriction", json(nullptr))}};
+  return KeepSession(context, api, answer,
+                     who->value("principal", json::object()).value("name", std::string()));
+}
+
 }  // namespace
 
 void RegisterSessionCommands(CLI::App& app, CLI::App& principal) {
+  // ql setup: the owner's first password, with the code ql-local printed at first start.
+  struct SetupArgs {
+    std::string code;
+    bool password_stdin = false;
+  };
+  auto setup_args = std::make_shared<SetupArgs>();
+  CLI::App* setup = app.add_subcommand(
+      "setup",
+      "Choose the installation owner's first password with the one-time set-up code "
+      "(data/setup.code) and keep a session like ql login");
+  setup->fallthrough();
+  setup->add_option("--code", setup_args->code, "The set-up code (from data/setup.code)")
+      ->required();
+  setup->add_flag("--password-stdin", setup_args->password_stdin,
+                  "Read the new password from the first line of standard input");
+  setup->callback([setup, setup_args] {
+    RunCommand(*setup, [&](CommandContext& context) {
+      CliResult<ApiClient*> api = context.ApiWithoutToken();
+      if (!api.ok()) return context.Fail(api.error());
+      CliResult<std::string> password = NewPassword(setup_args->password_stdin, "owner");
+      if (!password.ok()) return context.Fail(password.error());
+      CliResult<json> answer = (*api)->PostJson(
+          "/api/v1/setup",
+          json{{"code", setup_args->code}, {"password", *password}, {"client", "cli"}});
+      if (!answer.ok()) return context.Fail(answer.error());
+      return KeepSession(
+          context, **api, *answer,
+          answer->value("principal", json::object()).value("name", std::string("owner")));
+    });
+  });
+
   // ql login
   struct LoginArgs {
     std::string user;
     bool password_stdin = false;
     std::string totp;
+    bool oidc = false;
+    int oidc_timeout_s = 300;
   };
   auto login_args = std::make_shared<LoginArgs>();
   CLI::App* login = app.add_subcommand(
       "login", "Sign in with a password and keep an expiring session for ql (0600 file)");
   login->fallthrough();
-  login->add_option("--user,-u", login_args->user, "Principal name")->required();
+  login->add_option("--user,-u", login_args->user, "Principal name (password sign-in)");
+  login->add_flag("--oidc", login_args->oidc,
+                  "Sign in through the server's single sign-on provider in a browser: ql prints "
+                  "an address to open and waits on a loopback port for the answer");
+  login->add_option("--oidc-timeout", login_args->oidc_timeout_s,
+                    "Seconds to wait for the browser sign-in (default 300)");
   login->add_flag("--password-stdin", login_args->password_stdin,
                   "Read the password from the first line of standard input");
   login->add_option("--totp", login_args->totp, "A one-time code of the second factor");
@@ -128,6 +290,17 @@ void RegisterSessionCommands(CLI::App& app, CLI::App& principal) {
     RunCommand(*login, [&](CommandContext& context) {
       CliResult<ApiClient*> api = context.ApiWithoutToken();
       if (!api.ok()) return context.Fail(api.error());
+      if (login_args->oidc) {
+        if (!login_args->user.empty() || login_args->password_stdin || !login_args->totp.empty()) {
+          return context.Fail(
+              CliError::Usage("invalid_arguments",
+                              "--oidc signs in at the provider: no --user, password or --totp"));
+        }
+        return LoginThroughProvider(context, **api, login_args->oidc_timeout_s);
+      }
+      if (login_args->user.empty()) {
+        return context.Fail(CliError::Usage("missing_user", "--user NAME is required (or --oidc)"));
+      }
       std::string password;
       if (login_args->password_stdin) {
         std::optional<std::string> line = ReadStdinLine();
@@ -146,36 +319,7 @@ void RegisterSessionCommands(CLI::App& app, CLI::App& principal) {
       if (!login_args->totp.empty()) body["totp"] = login_args->totp;
       CliResult<json> answer = (*api)->PostJson("/api/v1/sign-in", body);
       if (!answer.ok()) return context.Fail(answer.error());
-      const std::string path = CredentialsPath(context.env());
-      if (path.empty()) {
-        return context.Fail(CliError::Usage(
-            "credentials_unwritable", "neither HOME nor XDG_CONFIG_HOME is set to keep the session"));
-      }
-      const json session = answer->value("session", json::object());
-      json saved{{"server", (*api)->connection().server.url},
-                 {"token", answer->value("token", "")},
-                 {"principal", login_args->user},
-                 {"expires_at", JsonText(session, "expires_at")},
-                 {"ca_file", (*api)->connection().tls.ca_file}};
-      CliResult<bool> written = WritePrivateFile(path, saved.dump(2) + "\n");
-      if (!written.ok()) return context.Fail(written.error());
-      if (context.json()) {
-        context.out() << JsonOutput(json{{"server", saved["server"]},
-                                         {"principal", login_args->user},
-                                         {"expires_at", saved["expires_at"]},
-                                         {"credentials", path},
-                                         {"must_change_password",
-                                          answer->value("must_change_password", false)}})
-                      << "\n";
-      } else {
-        context.out() << "signed in to " << saved["server"].get<std::string>() << " as "
-                      << login_args->user << " until " << saved["expires_at"].get<std::string>()
-                      << " (kept in " << path << ")\n";
-        if (answer->value("must_change_password", false)) {
-          context.out() << "your password must be changed: run ql passwd\n";
-        }
-      }
-      return kExitOk;
+      return KeepSession(context, **api, *answer, login_args->user);
     });
   });
 
@@ -195,8 +339,8 @@ void RegisterSessionCommands(CLI::App& app, CLI::App& principal) {
         ended = answer.ok();
       }
       std::remove(path.c_str());
-      context.out() << (ended ? "signed out; " : "the server could not be told; ")
-                    << "removed " << path << "\n";
+      context.out() << (ended ? "signed out; " : "the server could not be told; ") << "removed "
+                    << path << "\n";
       return kExitOk;
     });
   });
@@ -248,6 +392,7 @@ void RegisterSessionCommands(CLI::App& app, CLI::App& principal) {
     std::string name;
     bool password_stdin = false;
     bool require_change = false;
+    bool remove = false;
   };
   auto reset_args = std::make_shared<ResetArgs>();
   CLI::App* reset = principal.add_subcommand(
@@ -258,10 +403,24 @@ void RegisterSessionCommands(CLI::App& app, CLI::App& principal) {
                   "Read the new password from the first line of standard input");
   reset->add_flag("--require-change", reset_args->require_change,
                   "The next sign-in must choose a new password");
+  reset->add_flag("--remove", reset_args->remove,
+                  "Remove the password (and second factor): no password sign-in any more");
   reset->callback([reset, reset_args] {
     RunCommand(*reset, [&](CommandContext& context) {
       CliResult<ApiClient*> api = context.Api();
       if (!api.ok()) return context.Fail(api.error());
+      if (reset_args->remove) {
+        if (reset_args->password_stdin || reset_args->require_change) {
+          return context.Fail(CliError::Usage(
+              "invalid_arguments", "--remove takes no --password-stdin or --require-change"));
+        }
+        CliResult<json> removed =
+            (*api)->DeleteJson("/api/v1/principals/" + UrlEncode(reset_args->name) + "/password");
+        if (!removed.ok()) return context.Fail(removed.error());
+        context.out() << "password of " << reset_args->name
+                      << " removed; its sessions have ended\n";
+        return kExitOk;
+      }
       CliResult<std::string> fresh = NewPassword(reset_args->password_stdin, reset_args->name);
       if (!fresh.ok()) return context.Fail(fresh.error());
       CliResult<json> answer = (*api)->PostJson(
@@ -357,8 +516,8 @@ void RegisterSessionCommands(CLI::App& app, CLI::App& principal) {
     RunCommand(*list, [&](CommandContext& context) {
       CliResult<ApiClient*> api = context.Api();
       if (!api.ok()) return context.Fail(api.error());
-      CliResult<json> answer = (*api)->GetJson(
-          WithQuery("/api/v1/sessions", {{"principal", *list_principal}}));
+      CliResult<json> answer =
+          (*api)->GetJson(WithQuery("/api/v1/sessions", {{"principal", *list_principal}}));
       if (!answer.ok()) return context.Fail(answer.error());
       if (context.json()) {
         context.out() << JsonOutput(*answer) << "\n";
@@ -382,8 +541,8 @@ void RegisterSessionCommands(CLI::App& app, CLI::App& principal) {
     RunCommand(*revoke, [&](CommandContext& context) {
       CliResult<ApiClient*> api = context.Api();
       if (!api.ok()) return context.Fail(api.error());
-      CliResult<json> answer = (*api)->PostJson(
-          "/api/v1/sessions/" + UrlEncode(*revoke_id) + "/revoke", json::object());
+      CliResult<json> answer =
+          (*api)->PostJson("/api/v1/sessions/" + UrlEncode(*revoke_id) + "/revoke", json::object());
       if (!answer.ok()) return context.Fail(answer.error());
       context.out() << "session " << *revoke_id << " ended\n";
       return kExitOk;

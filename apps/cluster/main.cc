@@ -226,6 +226,15 @@ int Main(int argc, char** argv) {
                     "PEM CAs: require a client certificate one of them signed");
   serve->add_flag("--allow-insecure-http", serve_config.security.allow_insecure_http,
                   "Allow plain HTTP on a non-loopback --listen / --worker-listen address");
+  serve->add_option("--session-idle", serve_config.session_idle_s,
+                    "Seconds a panel session may go unused before it ends (default 1800)")
+      ->check(CLI::Range(int64_t{10}, int64_t{7} * 24 * 3600));
+  serve->add_option("--session-lifetime", serve_config.session_lifetime_s,
+                    "Seconds a panel session lasts at most (default 43200)")
+      ->check(CLI::Range(int64_t{10}, int64_t{30} * 24 * 3600));
+  serve->add_option("--oidc-config", serve_config.oidc_config,
+                    "Single sign-on: an OpenID Connect provider's JSON configuration "
+                    "(docs/sign-in.md)");
   serve->add_option("--owner", serve_config.owner,
                     "claim owner name (default host:pid:random; must be unique per process)");
   serve->add_option("--claims-per-round", serve_config.claims_per_round,

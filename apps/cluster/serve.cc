@@ -15,6 +15,7 @@
 #include <string_view>
 #include <thread>
 
+#include "../oidc_config_file.h"
 #include "ql/core/clock.h"
 #include "ql/core/ids.h"
 #include "ql/core/misfire.h"
@@ -22,19 +23,22 @@
 #include "ql/engine/cluster_scheduler.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/metrics.h"
-#include "ql/engine/sign_in_service.h"
+#include "ql/engine/oidc_sign_in.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
 #include "ql/engine/secret_service.h"
+#include "ql/engine/sign_in_service.h"
 #include "ql/engine/token_authenticator.h"
 #include "ql/engine/worker_service.h"
 #include "ql/http/api_server.h"
 #include "ql/http/listen_address.h"
 #include "ql/http/panel_assets.h"
 #include "ql/http/worker_api_server.h"
+#include "ql/oidc/client/http_provider.h"
 #include "ql/panel/embedded_panel.h"
-#include "ql/secrets/store_sealer.h"
 #include "ql/secrets/password_hasher.h"
+#include "ql/secrets/sealed_box.h"
+#include "ql/secrets/store_sealer.h"
 #include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_cluster_recovery.h"
 #include "ql/storage/postgres/pg_cluster_schedules.h"
@@ -97,7 +101,6 @@ pg::PoolOptions PoolFor(const std::string& url, const std::string& app, int max)
   options.session.application_name = app;
   return options;
 }
-
 
 }  // namespace
 
@@ -378,6 +381,7 @@ int Serve(const ServeConfig& config) {
   api_options.authenticate = [&](const std::string& digest) {
     return authenticator.Authenticate(digest);
   };
+  api_options.forget_token = [&](const std::string& digest) { authenticator.Forget(digest); };
   api_options.log_reader = &logs;
   api_options.tls = *tls;
   const PanelAssets panel(EmbeddedPanelFiles());
@@ -386,8 +390,32 @@ int Serve(const ServeConfig& config) {
   api_options.secrets = &secret_service;
   // People sign in with a password (Argon2id); the session is a token like any other.
   SodiumPasswordHasher password_hasher;
-  SignInService sign_in(control.governance(), password_hasher, clock, random);
+  SignInOptions sign_in_options;
+  sign_in_options.panel_idle_ms = config.session_idle_s * 1000;
+  sign_in_options.panel_session_ms = config.session_lifetime_s * 1000;
+  SignInService sign_in(control.governance(), password_hasher, clock, random, sign_in_options);
   api_options.sign_in = &sign_in;
+  // Single sign-on, when configured; every replica gets the same file, and a sign-in started
+  // on one replica may finish on another (its state is in the store).
+  std::unique_ptr<oidc::HttpProvider> oidc_provider;
+  std::unique_ptr<OidcSignIn> oidc;
+  if (!config.oidc_config.empty()) {
+    Result<OidcConfig> oidc_config = LoadOidcConfigFile(config.oidc_config);
+    if (!oidc_config.ok()) {
+      stop_lifecycles();
+      return Fail(kExitUsage, oidc_config.status());
+    }
+    oidc_provider = std::make_unique<oidc::HttpProvider>(*oidc_config, clock);
+    if (Status st = oidc_provider->Check(); !st.ok()) {
+      Diagnose("single sign-on: the provider is not reachable yet", st);
+    }
+    oidc = std::make_unique<OidcSignIn>(*oidc_config, *oidc_provider, control.governance(), sign_in,
+                                        clock, random,
+                                        [](const std::string& key, const std::string& token) {
+                                          return secrets::SealToPublicKey(key, token);
+                                        });
+    api_options.oidc = oidc.get();
+  }
   api_options.version = kProjectVersion;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {

@@ -19,6 +19,7 @@ struct ServeConfig {
   // TLS of both listeners (API and workers), and the plain-HTTP policy off loopback.
   ListenSecurityFlags security;
   std::string owner;  // claim owner; default host:pid:random
+  std::string oidc_config;  // single sign-on configuration file (empty: none)
   int claims_per_round = 16;
   int max_claims_per_round = 256;  // a burst grows the batch up to this
   int64_t lease_ms = 30'000;
@@ -28,6 +29,9 @@ struct ServeConfig {
   int64_t retention_interval_ms = 60'000;  // sleep after a retention round that found no more
   int pool_max = 8;
   int shutdown_wait_s = 10;
+  // The panel's sessions: how long one may go unused, and how long it lasts at most.
+  int64_t session_idle_s = 30 * 60;
+  int64_t session_lifetime_s = 12 * 3600;
   std::string admission_isolation = "serializable";  // or "read-committed"
   // Remote workers: the listener runs when the worker-ingress role's URL is configured.
   UrlSource worker_url{"", "", "QL3_WORKER_DATABASE_URL", "--worker-database-url"};

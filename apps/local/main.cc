@@ -22,6 +22,8 @@
 #include <thread>
 
 #include "../isolation_flags.h"
+#include "../oidc_config_file.h"
+#include "oidc_loader.h"
 #include "ql/core/clock.h"
 #include "ql/core/digest.h"
 #include "ql/core/governance_ports.h"
@@ -31,9 +33,10 @@
 #include "ql/engine/local_scheduler.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
-#include "ql/engine/sign_in_service.h"
+#include "ql/engine/oidc_sign_in.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
+#include "ql/engine/sign_in_service.h"
 #include "ql/engine/token_authenticator.h"
 #include "ql/exec/executor.h"
 #include "ql/exec/purged_files.h"
@@ -44,6 +47,7 @@
 #include "ql/panel/embedded_panel.h"
 #include "ql/secrets/file_key_provider.h"
 #include "ql/secrets/password_hasher.h"
+#include "ql/secrets/sealed_box.h"
 #include "ql/secrets/secret_bytes.h"
 #include "ql/secrets/store_sealer.h"
 #include "ql/storage/sqlite/sqlite_store.h"
@@ -67,6 +71,10 @@ struct ServeConfig {
   ListenSecurityFlags security;
   int shutdown_wait_s = 30;
   int retention_interval_s = 60;
+  // The panel's sessions: how long one may go unused, and how long it lasts at most.
+  int64_t session_idle_s = 30 * 60;
+  int64_t session_lifetime_s = 12 * 3600;
+  std::string oidc_config;  // single sign-on configuration file (empty: none)
   IsolationFlags isolation;
 };
 
@@ -111,6 +119,40 @@ Result<std::string> EnsureOwnerToken(const fs::path& path, bool& created) {
   if (!ok) return Internal("owner_token_io", "cannot write " + path.string());
   created = true;
   return token;
+}
+
+// First start, or while the owner has no password: a one-time set-up code in `path` (0600),
+// valid for 24 hours, with which the owner chooses a password. An unexpired code whose file is
+// still there is kept; once the owner has a password the file is removed. Returns the code, or
+// "" when none is needed.
+Result<std::string> EnsureSetupCode(SignInService& sign_in, const fs::path& path) {
+  std::error_code ec;
+  std::ifstream in(path);
+  std::string kept;
+  if (in) std::getline(in, kept);
+  in.close();
+  QL_ASSIGN_OR_RETURN(const bool pending, sign_in.SetupPending());
+  if (pending && !kept.empty() && sign_in.IsSetupCode(kept)) return kept;
+  QL_ASSIGN_OR_RETURN(std::string code, sign_in.IssueSetupCode(24LL * 3600 * 1000));
+  if (code.empty()) {
+    fs::remove(path, ec);
+    return code;
+  }
+  const fs::path temporary = path.string() + ".tmp";
+  fs::remove(temporary, ec);
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Internal("setup_code_io",
+                    "cannot create " + temporary.string() + ": " + strerror(errno));
+  }
+  const std::string line = code + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                  ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return Internal("setup_code_io", "cannot write " + path.string());
+  }
+  return code;
 }
 
 // Describes the daemon that holds the lock on `data`, from its server.json (or, while it is still
@@ -272,14 +314,14 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
                                  (data / "work").string());
   // Commands never see the data directory (database, owner.token, secret.key, logs, other
   // tasks' directories) or the TLS files; as root each project's commands get a uid of their own.
-  Result<exec::RunnerIsolation> isolation = BuildIsolation(
-      config.isolation, profile, (data / "command-uids").string(),
-      {data.string(), config.security.tls_key, config.security.tls_cert,
-       config.security.tls_client_ca});
+  Result<exec::RunnerIsolation> isolation =
+      BuildIsolation(config.isolation, profile, (data / "command-uids").string(),
+                     {data.string(), config.security.tls_key, config.security.tls_cert,
+                      config.security.tls_client_ca});
   if (!isolation.ok()) {
-    return Fail(isolation.status().code() == StatusCode::kInvalidArgument ? kExitUsage
-                                                                          : kExitFailure,
-                isolation.status());
+    return Fail(
+        isolation.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure,
+        isolation.status());
   }
   const exec::IsolationReport isolation_report = isolation->report;
   runner.SetIsolation(std::move(isolation).value());
@@ -340,16 +382,27 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   RetentionJob retention((*store)->retention(), clock, random, metrics, retention_options);
   ConditionSleeper retention_sleeper;
   const RoundLoopOptions retention_loop_options = LoopOptions("retention", metrics);
-  RoundLoop retention_loop([&] { return retention.RunLoopRound(retention_loop_options.diagnostics); },
-                           retention_sleeper, retention_loop_options);
+  RoundLoop retention_loop(
+      [&] { return retention.RunLoopRound(retention_loop_options.diagnostics); }, retention_sleeper,
+      retention_loop_options);
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
   std::thread dispatcher_thread([&] { dispatcher_loop.Run(); });
   std::thread retention_thread([&] { retention_loop.Run(); });
+  // Ends the loops above, for a start that fails from here on.
+  auto stop_loops = [&] {
+    scheduler_loop.Stop();
+    dispatcher_loop.Stop();
+    retention_loop.Stop();
+    scheduler_thread.join();
+    dispatcher_thread.join();
+    retention_thread.join();
+  };
 
   ApiServerOptions api_options;
   api_options.authenticate = [&](const std::string& digest) {
     return authenticator.Authenticate(digest);
   };
+  api_options.forget_token = [&](const std::string& digest) { authenticator.Forget(digest); };
   api_options.log_reader = &log_reader;
   api_options.tls = *tls;
   const PanelAssets panel(EmbeddedPanelFiles());
@@ -357,25 +410,55 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   api_options.secrets = &secret_service;
   // People sign in with a password (Argon2id); the session is a token like any other.
   SodiumPasswordHasher password_hasher;
-  SignInService sign_in(control.governance(), password_hasher, clock, random);
+  SignInOptions sign_in_options;
+  sign_in_options.panel_idle_ms = config.session_idle_s * 1000;
+  sign_in_options.panel_session_ms = config.session_lifetime_s * 1000;
+  // The set-up code is single use: once the owner has chosen a password, its file goes.
+  sign_in_options.on_setup_complete = [setup_file = data / "setup.code"] {
+    std::error_code ignored;
+    fs::remove(setup_file, ignored);
+  };
+  SignInService sign_in(control.governance(), password_hasher, clock, random, sign_in_options);
   api_options.sign_in = &sign_in;
+  Result<std::string> setup_code = EnsureSetupCode(sign_in, data / "setup.code");
+  if (!setup_code.ok()) {
+    stop_loops();
+    return Fail(kExitFailure, setup_code.status());
+  }
+  // Single sign-on, when configured: the provider client is loaded from its module now.
+  std::unique_ptr<OidcProvider> oidc_provider;
+  std::unique_ptr<OidcSignIn> oidc;
+  if (!config.oidc_config.empty()) {
+    Result<OidcConfig> oidc_config = LoadOidcConfigFile(config.oidc_config);
+    Result<std::unique_ptr<OidcProvider>> provider =
+        oidc_config.ok() ? LoadOidcProvider(*oidc_config, clock)
+                         : Result<std::unique_ptr<OidcProvider>>(oidc_config.status());
+    if (!provider.ok()) {
+      stop_loops();
+      return Fail(
+          provider.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure,
+          provider.status());
+    }
+    oidc_provider = std::move(provider).value();
+    oidc = std::make_unique<OidcSignIn>(*oidc_config, *oidc_provider, control.governance(), sign_in,
+                                        clock, random,
+                                        [](const std::string& key, const std::string& token) {
+                                          return secrets::SealToPublicKey(key, token);
+                                        });
+    api_options.oidc = oidc.get();
+  }
   api_options.version = kProjectVersion;
   api_options.isolation_level = isolation_report.level;
   api_options.isolation_detail = isolation_report.Summary();
-  metrics.SetGauge("ql_command_isolation_level",
-                   "level=\"" + isolation_report.level + "\"", isolation_report.Rank());
+  metrics.SetGauge("ql_command_isolation_level", "level=\"" + isolation_report.level + "\"",
+                   isolation_report.Rank());
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
-    scheduler_loop.Stop();
-    dispatcher_loop.Stop();
-    retention_loop.Stop();
-    scheduler_thread.join();
-    dispatcher_thread.join();
-    retention_thread.join();
+    stop_loops();
     return Fail(st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure, st);
   }
-  const std::string url = std::string(tls->has_value() ? "https://" : "http://") +
-                          listen->first + ":" + std::to_string(api.port());
+  const std::string url = std::string(tls->has_value() ? "https://" : "http://") + listen->first +
+                          ":" + std::to_string(api.port());
   if (Status st = WriteServerFile(data / "server.json", url); !st.ok()) {
     std::cerr << "warning: " << st.message() << "\n";
   }
@@ -387,9 +470,15 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
             << (panel.size() > 0 ? "web panel: " + url + "/\n" : std::string())
             << "owner API token: " << (data / "owner.token").string()
             << (token_created ? " (created)" : "") << "\n"
-            << "secret key: " << (data / "secret.key").string() << " ("
-            << (*secret_key)->key_id() << (key_created ? ", created" : "") << ")\n"
+            << (setup_code->empty()
+                    ? std::string()
+                    : "set-up code: " + (data / "setup.code").string() +
+                          " (single use, 24 h): choose the owner's password in the web panel "
+                          "or with ql setup --code CODE\n")
+            << "secret key: " << (data / "secret.key").string() << " (" << (*secret_key)->key_id()
+            << (key_created ? ", created" : "") << ")\n"
             << isolation_report.Summary() << "\n"
+            << (oidc != nullptr ? "single sign-on: " + oidc->name() + "\n" : std::string())
             << std::flush;
   // Ready only once the banner is out, so whoever waits for /readyz can read it.
   api.SetReady(true);
@@ -460,7 +549,8 @@ int RotateSecretKey(const std::string& data_dir) {
   if (ec) {
     return Fail(kExitFailure, Internal("secret_key_file_io",
                                        "data keys were re-wrapped but the key files could not "
-                                       "be swapped (run again): " + ec.message()));
+                                       "be swapped (run again): " +
+                                           ec.message()));
   }
   std::cout << "secret key rotated: " << (*from)->key_id() << " -> " << (*to)->key_id() << " ("
             << report->rewrapped << " data keys re-wrapped, " << report->skipped
@@ -496,6 +586,15 @@ int main(int argc, char** argv) {
   serve->add_option("--shutdown-wait", config.shutdown_wait_s,
                     "Seconds to let running commands finish on SIGTERM (default 30)");
   AddIsolationFlags(*serve, config.isolation);
+  serve->add_option("--oidc-config", config.oidc_config,
+                    "Single sign-on: an OpenID Connect provider's JSON configuration "
+                    "(docs/sign-in.md); needs libql-oidc.so beside ql-local");
+  serve->add_option("--session-idle", config.session_idle_s,
+                    "Seconds a panel session may go unused before it ends (default 1800)")
+      ->check(CLI::Range(int64_t{10}, int64_t{7} * 24 * 3600));
+  serve->add_option("--session-lifetime", config.session_lifetime_s,
+                    "Seconds a panel session lasts at most (default 43200)")
+      ->check(CLI::Range(int64_t{10}, int64_t{30} * 24 * 3600));
   serve->add_option("--retention-interval", config.retention_interval_s,
                     "Seconds between retention rounds that found nothing more to purge "
                     "(default 60)");

@@ -44,16 +44,16 @@ inline constexpr int64_t kAuthCacheMs = 2'000;
 
 // What a caller wants to do, each with the least role it needs (DESIGN §9 permissions).
 enum class Action {
-  kRead,             // viewer: tasks, triggers, runs, events, logs of a project
-  kOperateRuns,      // operator: start, cancel, retry runs
-  kToggleTriggers,   // operator: enable / disable triggers
-  kPublish,          // admin: publish tasks and triggers, repin
-  kWriteSecrets,     // admin
-  kApprove,          // admin
-  kGrantRole,        // admin: grant or revoke viewer .. admin (owner needs owner)
-  kArchiveProject,   // owner
-  kManageIdentity,   // installation admin: principals, tokens, projects
-  kReadAudit,        // installation admin
+  kRead,            // viewer: tasks, triggers, runs, events, logs of a project
+  kOperateRuns,     // operator: start, cancel, retry runs
+  kToggleTriggers,  // operator: enable / disable triggers
+  kPublish,         // admin: publish tasks and triggers, repin
+  kWriteSecrets,    // admin
+  kApprove,         // admin
+  kGrantRole,       // admin: grant or revoke viewer .. admin (owner needs owner)
+  kArchiveProject,  // owner
+  kManageIdentity,  // installation admin: principals, tokens, projects
+  kReadAudit,       // installation admin
 };
 
 // Returns the least role `action` needs in its scope.
@@ -88,10 +88,45 @@ struct TokenRecord {
   std::optional<int64_t> idle_timeout_ms;
   // What made it, for people: "panel from 10.0.0.7", "ql login from ...".
   std::string label;
+  // A session that may do one thing before anything else: "" (none), kRestrictPasswordChange
+  // or kRestrictTotpEnrolment. Admission refuses every other route (DESIGN §9).
+  std::string restriction;
 };
 
 inline constexpr std::string_view kTokenApi = "api";
 inline constexpr std::string_view kTokenSession = "session";
+inline constexpr std::string_view kRestrictPasswordChange = "password_change";
+inline constexpr std::string_view kRestrictTotpEnrolment = "totp_enrolment";
+
+// Installation-wide sign-in settings: whether a password sign-in needs a second factor ("off",
+// "admins": principals holding admin or owner anywhere, "everyone"), and the one-time set-up
+// code printed at first start (only its SHA-256 digest), until it is used or expires.
+struct InstallationSettings {
+  std::string require_second_factor = std::string("off");
+  std::optional<std::string> setup_code_digest;
+  std::optional<int64_t> setup_code_expires_at_ms;
+  int64_t version = 0;
+  int64_t updated_at_ms = 0;
+};
+
+inline constexpr std::string_view kSecondFactorOff = "off";
+inline constexpr std::string_view kSecondFactorAdmins = "admins";
+inline constexpr std::string_view kSecondFactorEveryone = "everyone";
+
+// An OpenID Connect sign-in in progress: the digest of its `state` (the browser holds the
+// state), the nonce the ID token must carry, the PKCE verifier, and until when it may finish.
+struct OidcLoginRecord {
+  std::string state_digest;
+  std::string nonce;
+  std::string code_verifier;
+  std::string client;  // panel | cli
+  int64_t created_at_ms = 0;
+  int64_t expires_at_ms = 0;
+  // `ql login`: the loopback port its listener waits on, and the X25519 public key (unpadded
+  // base64url) the session token is sealed for on its way back through the browser.
+  std::optional<int64_t> cli_port;
+  std::optional<std::string> cli_key;
+};
 
 // A principal's password: only its Argon2id hash (libsodium's encoded string, which carries the
 // parameters it was made with), whether the next sign-in must choose a new one, and the failed

@@ -115,8 +115,8 @@ struct SetPasswordCommand {
   std::string principal_id;
   std::string hash;
   bool must_change = false;
-  // The session the actor changes its own password from stays; every other session of the
-  // principal ends.
+  // The session the actor changes its own password from stays (its password_change
+  // restriction lifted); every other session of the principal ends.
   std::string keep_token_id;
   // An admin's reset for a lost device: the second factor and its recovery codes go too.
   bool clear_second_factor = false;
@@ -132,6 +132,36 @@ struct SetSecondFactorCommand {
   int64_t totp_last_step = 0;
   std::string recovery_digests;
   std::string audit_action;  // totp.enrol | totp.enable | totp.disable
+  // The session the actor enables its second factor from: its totp_enrolment restriction is
+  // lifted.
+  std::string lift_token_id;
+  int64_t now_ms = 0;
+};
+
+// The first password of the installation owner, chosen with the one-time set-up code.
+struct SetupCommand {
+  std::string code_digest;  // SHA-256 hex of the code given
+  std::string hash;         // Argon2id hash of the chosen password
+  // The session to create (id, expiry, idle timeout, label) and its digest.
+  TokenRecord session;
+  std::string session_digest;
+  std::string request_id;
+  int64_t now_ms = 0;
+};
+
+struct SetupResult {
+  PrincipalRecord principal;
+  TokenRecord session;
+};
+
+// A sign-in decided outside the password table (OpenID Connect): the principal the provider's
+// claims mapped to, and the session to create.
+struct ExternalSignInCommand {
+  std::string principal_id;
+  std::string method;  // "oidc": recorded as the audit fact's code
+  TokenRecord session;
+  std::string session_digest;
+  std::string request_id;
   int64_t now_ms = 0;
 };
 
@@ -171,8 +201,7 @@ class GovernanceRepository {
   // installation owner is Conflict `last_owner`.
   virtual Result<PrincipalRecord> SetPrincipalStatus(const Actor& actor,
                                                      const std::string& principal_id,
-                                                     const std::string& status,
-                                                     int64_t now_ms) = 0;
+                                                     const std::string& status, int64_t now_ms) = 0;
 
   // Adds a token to a principal. Needs installation admin, or the principal itself (a principal
   // may mint its own tokens). Conflict `principal_disabled` for a disabled principal; Duplicate
@@ -187,8 +216,7 @@ class GovernanceRepository {
                                           int64_t now_ms) = 0;
   // Finds the live token with this digest and its active principal. NotFound `token_unknown`;
   // Conflict `token_revoked`, `token_expired` (expires_at <= now) or `principal_disabled`.
-  virtual Result<Authentication> Authenticate(const std::string& token_digest,
-                                              int64_t now_ms) = 0;
+  virtual Result<Authentication> Authenticate(const std::string& token_digest, int64_t now_ms) = 0;
   // Records that a token was used (best effort; at most once a minute per token is enough).
   virtual Status TouchToken(const std::string& token_id, int64_t now_ms) = 0;
 
@@ -232,6 +260,11 @@ class GovernanceRepository {
   // failed attempts and any lock, ends the principal's sessions but cmd.keep_token_id, audited
   // `password.set`. Conflict `principal_disabled` for a disabled principal.
   virtual Status SetPassword(const SetPasswordCommand& cmd) = 0;
+  // Removes a principal's password (and its second factor): an installation admin of at least
+  // its rank. Every session of the principal ends; API tokens stay. Audited `password.remove`.
+  // NotFound `password_not_set`.
+  virtual Status RemovePassword(const Actor& actor, const std::string& principal_id,
+                                int64_t now_ms) = 0;
   // Records a sign-in attempt. A success (principal active, not locked) creates the session,
   // clears failed attempts and is audited `auth.sign_in` ok; a failure counts an attempt, locks
   // the account for cmd.lock_ms at cmd.lock_after in a row (audited `auth.lockout`), is audited
@@ -241,6 +274,32 @@ class GovernanceRepository {
   // Sets the principal's own second factor (the principal itself only; it needs a password).
   // Audited as cmd.audit_action. NotFound `password_not_set`.
   virtual Status SetSecondFactor(const SetSecondFactorCommand& cmd) = 0;
+
+  // The installation's sign-in settings.
+  virtual Result<InstallationSettings> GetInstallationSettings() = 0;
+  // Sets whether a password sign-in needs a second factor (off | admins | everyone). Needs
+  // installation admin; audited `settings.write`. InvalidArgument `invalid_setting`.
+  virtual Result<InstallationSettings> SetRequireSecondFactor(const Actor& actor,
+                                                              const std::string& value,
+                                                              int64_t now_ms) = 0;
+  // Stores the digest of a new one-time set-up code (the system at first start of ql-local).
+  virtual Status SetSetupCode(const std::string& code_digest, int64_t expires_at_ms,
+                              int64_t now_ms) = 0;
+  // Uses the set-up code: sets the bootstrap owner's first password, creates its session,
+  // clears the code, audited `auth.setup`. One answer, PermissionDenied `setup_code_invalid`,
+  // for a wrong, used or expired code, and when the owner has a password already (also
+  // audited, failed). Conflict `principal_disabled` when the owner is disabled.
+  virtual Result<SetupResult> CompleteSetup(const SetupCommand& cmd) = 0;
+  // Keeps an OpenID Connect sign-in in progress (and drops expired ones).
+  virtual Status BeginOidcLogin(const OidcLoginRecord& login) = 0;
+  // Takes (removes) the sign-in in progress with this state digest: it can finish once.
+  // PermissionDenied `oidc_state_invalid` when there is none or it expired.
+  virtual Result<OidcLoginRecord> TakeOidcLogin(const std::string& state_digest,
+                                                int64_t now_ms) = 0;
+  // Creates the session of a sign-in decided by an identity provider. The principal must be
+  // active (PermissionDenied `principal_disabled`, audited failed). Audited `auth.sign_in` with
+  // code = cmd.method.
+  virtual Result<TokenRecord> RecordExternalSignIn(const ExternalSignInCommand& cmd) = 0;
 };
 
 }  // namespace ql

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <utility>
 
+#include "ql/core/digest.h"
 #include "ql/core/ids.h"
 #include "ql/core/store_commands.h"
 
@@ -43,9 +44,8 @@ Result<Role> Authorize(GovernanceTx& tx, const Actor& actor, const std::string& 
   if (actor.principal_id.empty()) return Role::kOwner;
   QL_ASSIGN_OR_RETURN(PolicyInputs in, ReadPolicyInputs(tx, actor.principal_id, scope));
   QL_RETURN_IF_ERROR(DecidePolicy(in, required, scope != kInstallationScope));
-  return scope == kInstallationScope
-             ? in.installation_role
-             : EffectiveProjectRole(in.installation_role, in.project_role);
+  return scope == kInstallationScope ? in.installation_role
+                                     : EffectiveProjectRole(in.installation_role, in.project_role);
 }
 
 Status AuthorizeOnly(GovernanceTx& tx, const Actor& actor, const std::string& scope,
@@ -68,10 +68,9 @@ Status RequireRankOver(GovernanceTx& tx, const Actor& actor, Role actor_role,
   if (actor.principal_id.empty() || actor.principal_id == subject_id) return Status();
   QL_ASSIGN_OR_RETURN(Role target, RankOf(tx, subject_id));
   if (actor_role >= target) return Status();
-  return PermissionDenied("rank_too_low",
-                          std::string(what) + " a token of a principal holding " +
-                              std::string(RoleName(target)) + " needs " +
-                              std::string(RoleName(target)) + " installation-wide");
+  return PermissionDenied("rank_too_low", std::string(what) + " a token of a principal holding " +
+                                              std::string(RoleName(target)) + " needs " +
+                                              std::string(RoleName(target)) + " installation-wide");
 }
 
 Result<ProjectRecord> RequireProject(GovernanceTx& tx, const std::string& project_id) {
@@ -112,6 +111,49 @@ Status ValidateAudit(const AuditRecord& fact) {
                            "audit outcome " + Quote(fact.outcome) + " is not ok, denied or failed");
   }
   return Status();
+}
+
+}  // namespace
+
+namespace {
+
+// Lifts `restriction` from the principal's token `token_id` (none given, or another restriction:
+// nothing changes).
+Status LiftRestriction(GovernanceTx& tx, const std::string& token_id,
+                       const std::string& principal_id, std::string_view restriction) {
+  if (token_id.empty()) return Status();
+  QL_ASSIGN_OR_RETURN(std::optional<TokenRecord> token, tx.LoadToken(token_id));
+  if (!token.has_value() || token->principal_id != principal_id ||
+      token->restriction != restriction) {
+    return Status();
+  }
+  return tx.SetTokenRestriction(token_id, "");
+}
+
+// Inserts the session a sign-in asked for (id, expiry, idle timeout, label, restriction) as a
+// live session token of `principal_id`, and returns it as stored.
+Result<TokenRecord> InsertSession(GovernanceTx& tx, const TokenRecord& requested,
+                                  const std::string& digest, const std::string& principal_id,
+                                  int64_t now_ms) {
+  TokenRecord session = requested;
+  session.principal_id = principal_id;
+  session.kind = std::string(kTokenSession);
+  session.created_at_ms = now_ms;
+  session.revoked_at_ms.reset();
+  session.last_used_at_ms.reset();
+  QL_RETURN_IF_ERROR(tx.InsertToken(session, digest));
+  return session;
+}
+
+// The bootstrap owner: the installation owner named kBootstrapOwnerName.
+Result<std::optional<PrincipalRecord>> BootstrapOwner(GovernanceTx& tx) {
+  QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> principal,
+                      tx.LoadPrincipalByName(std::string(kBootstrapOwnerName)));
+  if (!principal.has_value()) return principal;
+  QL_ASSIGN_OR_RETURN(std::optional<RoleBindingRecord> binding,
+                      tx.LoadCurrentBinding(std::string(kInstallationScope), principal->id));
+  if (RoleOf(binding) != Role::kOwner) return std::optional<PrincipalRecord>();
+  return principal;
 }
 
 }  // namespace
@@ -163,45 +205,41 @@ Result<PrincipalRecord> GovernanceStore::CreatePrincipal(const CreatePrincipalCo
   QL_RETURN_IF_ERROR(ValidateId("principal id", cmd.id));
   QL_RETURN_IF_ERROR(ValidatePrincipalName(cmd.name));
   QL_RETURN_IF_ERROR(ValidatePrincipalKind(cmd.kind));
-  PrincipalRecord out{cmd.id, cmd.kind, cmd.name, std::string(kPrincipalActive), 1, cmd.now_ms,
-                      cmd.now_ms};
+  PrincipalRecord out{cmd.id, cmd.kind,   cmd.name,  std::string(kPrincipalActive),
+                      1,      cmd.now_ms, cmd.now_ms};
   AuditRecord fact = Fact(cmd.actor, "principal.create", "principal", cmd.id, {}, cmd.now_ms);
-  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kWrite, "creating a principal",
-                                 [&](GovernanceTx& tx) -> Status {
-                                   QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope))
-                                                          .status());
-                                   QL_RETURN_IF_ERROR(AuthorizeOnly(
-                                       tx, cmd.actor, std::string(kInstallationScope),
-                                       RequiredRole(Action::kManageIdentity)));
-                                   QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> same,
-                                                       tx.LoadPrincipalByName(cmd.name));
-                                   if (same.has_value()) {
-                                     return Duplicate("principal_name_duplicate",
-                                                      "a principal named " + cmd.name +
-                                                          " exists already");
-                                   }
-                                   QL_RETURN_IF_ERROR(tx.InsertPrincipal(out));
-                                   return tx.InsertAudit(fact);
-                                 }));
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "creating a principal", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
+        QL_RETURN_IF_ERROR(AuthorizeOnly(tx, cmd.actor, std::string(kInstallationScope),
+                                         RequiredRole(Action::kManageIdentity)));
+        QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> same, tx.LoadPrincipalByName(cmd.name));
+        if (same.has_value()) {
+          return Duplicate("principal_name_duplicate",
+                           "a principal named " + cmd.name + " exists already");
+        }
+        QL_RETURN_IF_ERROR(tx.InsertPrincipal(out));
+        return tx.InsertAudit(fact);
+      }));
   return out;
 }
 
 Result<PrincipalRecord> GovernanceStore::GetPrincipal(const std::string& principal_id) {
   QL_RETURN_IF_ERROR(ValidateId("principal id", principal_id));
   PrincipalRecord out;
-  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kRead, "reading a principal",
-                                 [&](GovernanceTx& tx) -> Status {
-                                   QL_ASSIGN_OR_RETURN(out, RequirePrincipal(tx, principal_id));
-                                   return Status();
-                                 }));
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kRead, "reading a principal", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(out, RequirePrincipal(tx, principal_id));
+        return Status();
+      }));
   return out;
 }
 
 Result<PrincipalRecord> GovernanceStore::FindPrincipalByName(const std::string& name) {
   QL_RETURN_IF_ERROR(ValidatePrincipalName(name));
   PrincipalRecord out;
-  QL_RETURN_IF_ERROR(runner_.Run(
-      GovernanceTxKind::kRead, "finding a principal", [&](GovernanceTx& tx) -> Status {
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kRead, "finding a principal", [&](GovernanceTx& tx) -> Status {
         QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> found, tx.LoadPrincipalByName(name));
         if (!found.has_value()) {
           return NotFound("principal_not_found", "no principal is named " + name);
@@ -214,11 +252,11 @@ Result<PrincipalRecord> GovernanceStore::FindPrincipalByName(const std::string& 
 
 Result<std::vector<PrincipalRecord>> GovernanceStore::ListPrincipals() {
   std::vector<PrincipalRecord> out;
-  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kRead, "listing principals",
-                                 [&](GovernanceTx& tx) -> Status {
-                                   QL_ASSIGN_OR_RETURN(out, tx.ListPrincipals());
-                                   return Status();
-                                 }));
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kRead, "listing principals", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(out, tx.ListPrincipals());
+        return Status();
+      }));
   return out;
 }
 
@@ -236,8 +274,8 @@ Result<PrincipalRecord> GovernanceStore::SetPrincipalStatus(const Actor& actor,
   QL_RETURN_IF_ERROR(runner_.Run(
       GovernanceTxKind::kWrite, "changing a principal's status", [&](GovernanceTx& tx) -> Status {
         QL_RETURN_IF_ERROR(tx.LockScope(installation).status());
-        QL_ASSIGN_OR_RETURN(Role held, Authorize(tx, actor, installation,
-                                                 RequiredRole(Action::kManageIdentity)));
+        QL_ASSIGN_OR_RETURN(
+            Role held, Authorize(tx, actor, installation, RequiredRole(Action::kManageIdentity)));
         QL_ASSIGN_OR_RETURN(PrincipalRecord current, RequirePrincipal(tx, principal_id));
         if (current.status == status) {
           out = std::move(current);
@@ -255,11 +293,10 @@ Result<PrincipalRecord> GovernanceStore::SetPrincipalStatus(const Actor& actor,
                                               " is the last active owner of the installation");
           }
         }
-        QL_RETURN_IF_ERROR(
-            tx.UpdatePrincipalStatus(principal_id, status, current.version, now_ms));
-        QL_RETURN_IF_ERROR(tx.InsertAudit(Fact(
-            actor, status == kPrincipalDisabled ? "principal.disable" : "principal.enable",
-            "principal", principal_id, {}, now_ms)));
+        QL_RETURN_IF_ERROR(tx.UpdatePrincipalStatus(principal_id, status, current.version, now_ms));
+        QL_RETURN_IF_ERROR(tx.InsertAudit(
+            Fact(actor, status == kPrincipalDisabled ? "principal.disable" : "principal.enable",
+                 "principal", principal_id, {}, now_ms)));
         QL_ASSIGN_OR_RETURN(out, RequirePrincipal(tx, principal_id));
         return Status();
       }));
@@ -282,8 +319,8 @@ Result<TokenRecord> GovernanceStore::CreateToken(const CreateTokenCommand& cmd) 
     expires_at_ms = std::min(expires_at_ms.value_or(INT64_MAX), *cmd.parent_expires_at_ms);
   }
   TokenRecord out{cmd.id, cmd.principal_id, cmd.now_ms, expires_at_ms, {}, {}};
-  QL_RETURN_IF_ERROR(runner_.Run(
-      GovernanceTxKind::kWrite, "creating a token", [&](GovernanceTx& tx) -> Status {
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kWrite, "creating a token", [&](GovernanceTx& tx) -> Status {
         QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
         // A principal may mint its own tokens; anyone else's need an installation admin.
         const Role required = cmd.actor.principal_id == cmd.principal_id
@@ -298,8 +335,7 @@ Result<TokenRecord> GovernanceStore::CreateToken(const CreateTokenCommand& cmd) 
                           "principal " + principal.name + " is disabled; it gets no new token");
         }
         QL_RETURN_IF_ERROR(tx.InsertToken(out, cmd.token_digest));
-        return tx.InsertAudit(
-            Fact(cmd.actor, "token.create", "token", cmd.id, {}, cmd.now_ms));
+        return tx.InsertAudit(Fact(cmd.actor, "token.create", "token", cmd.id, {}, cmd.now_ms));
       }));
   return out;
 }
@@ -308,11 +344,11 @@ Result<std::vector<TokenRecord>> GovernanceStore::ListTokens(
     const std::optional<std::string>& principal_id) {
   if (principal_id.has_value()) QL_RETURN_IF_ERROR(ValidateId("principal id", *principal_id));
   std::vector<TokenRecord> out;
-  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kRead, "listing tokens",
-                                 [&](GovernanceTx& tx) -> Status {
-                                   QL_ASSIGN_OR_RETURN(out, tx.ListTokens(principal_id));
-                                   return Status();
-                                 }));
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kRead, "listing tokens", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(out, tx.ListTokens(principal_id));
+        return Status();
+      }));
   return out;
 }
 
@@ -320,8 +356,8 @@ Result<TokenRecord> GovernanceStore::RevokeToken(const Actor& actor, const std::
                                                  int64_t now_ms) {
   QL_RETURN_IF_ERROR(ValidateId("token id", token_id));
   TokenRecord out;
-  QL_RETURN_IF_ERROR(runner_.Run(
-      GovernanceTxKind::kWrite, "revoking a token", [&](GovernanceTx& tx) -> Status {
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kWrite, "revoking a token", [&](GovernanceTx& tx) -> Status {
         QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
         QL_ASSIGN_OR_RETURN(std::optional<TokenRecord> token, tx.LoadToken(token_id));
         if (!token.has_value()) {
@@ -335,8 +371,8 @@ Result<TokenRecord> GovernanceStore::RevokeToken(const Actor& actor, const std::
         QL_RETURN_IF_ERROR(RequireRankOver(tx, actor, held, token->principal_id, "revoking"));
         if (!token->revoked_at_ms.has_value()) {
           QL_RETURN_IF_ERROR(tx.SetTokenRevoked(token_id, now_ms));
-          QL_RETURN_IF_ERROR(tx.InsertAudit(Fact(actor, "token.revoke", "token", token_id, {},
-                                                 now_ms)));
+          QL_RETURN_IF_ERROR(
+              tx.InsertAudit(Fact(actor, "token.revoke", "token", token_id, {}, now_ms)));
         }
         QL_ASSIGN_OR_RETURN(token, tx.LoadToken(token_id));
         out = std::move(*token);
@@ -386,13 +422,13 @@ Result<ProjectRecord> GovernanceStore::CreateProject(const CreateProjectCommand&
   if (cmd.name.empty() || cmd.name.size() > 256) {
     return InvalidArgument("invalid_project_name", "a project's display name must be 1-256 bytes");
   }
-  ProjectRecord out{cmd.id, cmd.slug, cmd.name, std::string(kProjectActive), 1, cmd.now_ms,
-                    cmd.now_ms};
-  QL_RETURN_IF_ERROR(runner_.Run(
-      GovernanceTxKind::kWrite, "creating a project", [&](GovernanceTx& tx) -> Status {
+  ProjectRecord out{cmd.id, cmd.slug,   cmd.name,  std::string(kProjectActive),
+                    1,      cmd.now_ms, cmd.now_ms};
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kWrite, "creating a project", [&](GovernanceTx& tx) -> Status {
         QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
         QL_RETURN_IF_ERROR(AuthorizeOnly(tx, cmd.actor, std::string(kInstallationScope),
-                                     RequiredRole(Action::kManageIdentity)));
+                                         RequiredRole(Action::kManageIdentity)));
         QL_RETURN_IF_ERROR(tx.InsertProject(out));
         if (!cmd.actor.principal_id.empty()) {
           QL_RETURN_IF_ERROR(tx.InsertBinding(RoleBindingRecord{
@@ -410,8 +446,8 @@ Result<ProjectRecord> GovernanceStore::ArchiveProject(const Actor& actor,
                                                       int64_t now_ms) {
   QL_RETURN_IF_ERROR(ValidateId("project id", project_id));
   ProjectRecord out;
-  QL_RETURN_IF_ERROR(runner_.Run(
-      GovernanceTxKind::kWrite, "archiving a project", [&](GovernanceTx& tx) -> Status {
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kWrite, "archiving a project", [&](GovernanceTx& tx) -> Status {
         QL_ASSIGN_OR_RETURN(bool exists, tx.LockScope(project_id));
         if (!exists) {
           return NotFound("project_not_found", "project " + project_id + " does not exist");
@@ -459,12 +495,11 @@ Result<WriteBindingResult> GovernanceStore::WriteBinding(const WriteBindingComma
             out = WriteBindingResult{std::move(*replay), true};
             return Status();
           }
-          return Conflict("mutation_id_reused",
-                          "mutation id " + Quote(cmd.mutation_id) +
-                              " was used for another binding write");
+          return Conflict("mutation_id_reused", "mutation id " + Quote(cmd.mutation_id) +
+                                                    " was used for another binding write");
         }
-        QL_ASSIGN_OR_RETURN(Role held, Authorize(tx, cmd.actor, cmd.scope,
-                                                 RequiredRole(Action::kGrantRole)));
+        QL_ASSIGN_OR_RETURN(Role held,
+                            Authorize(tx, cmd.actor, cmd.scope, RequiredRole(Action::kGrantRole)));
         if (cmd.scope != kInstallationScope) {
           QL_ASSIGN_OR_RETURN(ProjectRecord project, RequireProject(tx, cmd.scope));
           if (project.status != kProjectActive) {
@@ -479,19 +514,21 @@ Result<WriteBindingResult> GovernanceStore::WriteBinding(const WriteBindingComma
         if (current_role == Role::kOwner && new_role != Role::kOwner) {
           QL_ASSIGN_OR_RETURN(int owners, CountActiveOwners(tx, cmd.scope));
           if (owners <= 1) {
-            return Conflict("last_owner", "the last owner of " + ScopeLabel(cmd.scope) +
-                                              " cannot be removed");
+            return Conflict("last_owner",
+                            "the last owner of " + ScopeLabel(cmd.scope) + " cannot be removed");
           }
         }
-        RoleBindingRecord next{cmd.scope,
-                               cmd.subject_id,
-                               current.has_value() ? current->version + 1 : 1,
-                               cmd.role,
-                               cmd.mutation_id,
-                               cmd.actor.principal_id,
-                               cmd.now_ms};
+        RoleBindingRecord next{
+            cmd.scope, cmd.subject_id,  current.has_value() ? current->version + 1 : 1,
+            cmd.role,  cmd.mutation_id, cmd.actor.principal_id,
+            cmd.now_ms};
         QL_RETURN_IF_ERROR(tx.InsertBinding(next));
         QL_RETURN_IF_ERROR(tx.BumpScope(cmd.scope, cmd.now_ms));
+        // A role taken away (or lowered) ends the subject's sessions: a person signs in again
+        // under what they may do now. API tokens stay; every request is authorized afresh.
+        if (new_role < current_role) {
+          QL_RETURN_IF_ERROR(tx.RevokeSessionsOf(cmd.subject_id, "", cmd.now_ms));
+        }
         std::optional<std::string> project;
         if (cmd.scope != kInstallationScope) project = cmd.scope;
         QL_RETURN_IF_ERROR(tx.InsertAudit(
@@ -591,15 +628,15 @@ Result<BootstrapResult> GovernanceStore::Bootstrap(const BootstrapCommand& cmd) 
           }
         } else {
           if (!principal.has_value()) {
-            principal = PrincipalRecord{cmd.principal_id, cmd.kind, cmd.name,
-                                        std::string(kPrincipalActive), 1, cmd.now_ms, cmd.now_ms};
+            principal = PrincipalRecord{
+                cmd.principal_id, cmd.kind,  cmd.name, std::string(kPrincipalActive), 1,
+                cmd.now_ms,       cmd.now_ms};
             QL_RETURN_IF_ERROR(tx.InsertPrincipal(*principal));
             QL_RETURN_IF_ERROR(tx.InsertAudit(
                 Fact(system, "principal.create", "principal", principal->id, {}, cmd.now_ms)));
           } else if (principal->status != kPrincipalActive) {
-            QL_RETURN_IF_ERROR(tx.UpdatePrincipalStatus(principal->id,
-                                                        std::string(kPrincipalActive),
-                                                        principal->version, cmd.now_ms));
+            QL_RETURN_IF_ERROR(tx.UpdatePrincipalStatus(
+                principal->id, std::string(kPrincipalActive), principal->version, cmd.now_ms));
           }
           QL_ASSIGN_OR_RETURN(std::optional<RoleBindingRecord> current,
                               tx.LoadCurrentBinding(installation, principal->id));
@@ -635,11 +672,11 @@ Result<std::optional<PasswordRecord>> GovernanceStore::GetPassword(
   QL_RETURN_IF_ERROR(ValidateId("principal id", principal_id));
   std::optional<PasswordRecord> out;
   // On the role that writes passwords: the runtime role never reads a hash.
-  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kWrite, "reading a password",
-                                 [&](GovernanceTx& tx) -> Status {
-                                   QL_ASSIGN_OR_RETURN(out, tx.LoadPassword(principal_id));
-                                   return Status();
-                                 }));
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kWrite, "reading a password", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(out, tx.LoadPassword(principal_id));
+        return Status();
+      }));
   return out;
 }
 
@@ -674,8 +711,32 @@ Status GovernanceStore::SetPassword(const SetPasswordCommand& cmd) {
         next.locked_until_ms.reset();
         QL_RETURN_IF_ERROR(tx.UpsertPassword(next));
         QL_RETURN_IF_ERROR(tx.RevokeSessionsOf(cmd.principal_id, cmd.keep_token_id, cmd.now_ms));
+        QL_RETURN_IF_ERROR(
+            LiftRestriction(tx, cmd.keep_token_id, cmd.principal_id, kRestrictPasswordChange));
         return tx.InsertAudit(
             Fact(cmd.actor, "password.set", "principal", cmd.principal_id, {}, cmd.now_ms));
+      });
+}
+
+Status GovernanceStore::RemovePassword(const Actor& actor, const std::string& principal_id,
+                                       int64_t now_ms) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", principal_id));
+  return runner_.Run(
+      GovernanceTxKind::kWrite, "removing a password", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
+        QL_ASSIGN_OR_RETURN(Role held, Authorize(tx, actor, std::string(kInstallationScope),
+                                                 RequiredRole(Action::kManageIdentity)));
+        QL_RETURN_IF_ERROR(
+            RequireRankOver(tx, actor, held, principal_id, "removing the password of"));
+        QL_RETURN_IF_ERROR(RequirePrincipal(tx, principal_id).status());
+        QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> existing, tx.LoadPassword(principal_id));
+        if (!existing.has_value()) {
+          return NotFound("password_not_set", "this principal has no password");
+        }
+        QL_RETURN_IF_ERROR(tx.DeletePassword(principal_id));
+        QL_RETURN_IF_ERROR(tx.RevokeSessionsOf(principal_id, "", now_ms));
+        return tx.InsertAudit(
+            Fact(actor, "password.remove", "principal", principal_id, {}, now_ms));
       });
 }
 
@@ -688,8 +749,8 @@ Result<TokenRecord> GovernanceStore::RecordSignIn(const SignInCommand& cmd) {
   const Actor actor{cmd.principal_id, cmd.request_id};
   TokenRecord out;
   bool failed = false;
-  QL_RETURN_IF_ERROR(runner_.Run(
-      GovernanceTxKind::kWrite, "recording a sign-in", [&](GovernanceTx& tx) -> Status {
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kWrite, "recording a sign-in", [&](GovernanceTx& tx) -> Status {
         QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> principal,
                             tx.LoadPrincipal(cmd.principal_id));
         QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> password,
@@ -725,18 +786,12 @@ Result<TokenRecord> GovernanceStore::RecordSignIn(const SignInCommand& cmd) {
           password->recovery_digests = kept;
         }
         if (cmd.password_ok && second_ok && !locked && active) {
-          out = cmd.session;
-          out.principal_id = cmd.principal_id;
-          out.kind = std::string(kTokenSession);
-          out.created_at_ms = cmd.now_ms;
-          out.revoked_at_ms.reset();
-          out.last_used_at_ms.reset();
-          QL_RETURN_IF_ERROR(tx.InsertToken(out, cmd.session_digest));
+          QL_ASSIGN_OR_RETURN(out, InsertSession(tx, cmd.session, cmd.session_digest,
+                                                 cmd.principal_id, cmd.now_ms));
           password->failed_attempts = 0;
           password->locked_until_ms.reset();
           QL_RETURN_IF_ERROR(tx.UpsertPassword(*password));
-          return tx.InsertAudit(
-              Fact(actor, "auth.sign_in", "token", out.id, {}, cmd.now_ms));
+          return tx.InsertAudit(Fact(actor, "auth.sign_in", "token", out.id, {}, cmd.now_ms));
         }
         failed = true;
         // A wrong password or second factor counts; attempts against a locked or disabled
@@ -791,9 +846,184 @@ Status GovernanceStore::SetSecondFactor(const SetSecondFactorCommand& cmd) {
         password->totp_last_step = cmd.totp_last_step;
         password->recovery_digests = cmd.recovery_digests;
         QL_RETURN_IF_ERROR(tx.UpsertPassword(*password));
+        if (password->totp_enabled) {
+          QL_RETURN_IF_ERROR(
+              LiftRestriction(tx, cmd.lift_token_id, cmd.principal_id, kRestrictTotpEnrolment));
+        }
         return tx.InsertAudit(
             Fact(cmd.actor, cmd.audit_action, "principal", cmd.principal_id, {}, cmd.now_ms));
       });
+}
+
+Result<InstallationSettings> GovernanceStore::GetInstallationSettings() {
+  InstallationSettings out;
+  // On the role that signs people in (it reads the set-up code's digest).
+  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kWrite, "reading the installation settings",
+                                 [&](GovernanceTx& tx) -> Status {
+                                   QL_ASSIGN_OR_RETURN(out, tx.LoadInstallationSettings());
+                                   return Status();
+                                 }));
+  return out;
+}
+
+Result<InstallationSettings> GovernanceStore::SetRequireSecondFactor(const Actor& actor,
+                                                                     const std::string& value,
+                                                                     int64_t now_ms) {
+  if (value != kSecondFactorOff && value != kSecondFactorAdmins && value != kSecondFactorEveryone) {
+    return InvalidArgument(
+        "invalid_setting",
+        "require_second_factor is one of off, admins, everyone; got " + Quote(value.substr(0, 64)));
+  }
+  InstallationSettings out;
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kWrite, "writing the installation settings",
+                  [&](GovernanceTx& tx) -> Status {
+                    QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
+                    QL_RETURN_IF_ERROR(Authorize(tx, actor, std::string(kInstallationScope),
+                                                 RequiredRole(Action::kManageIdentity))
+                                           .status());
+                    QL_ASSIGN_OR_RETURN(out, tx.LoadInstallationSettings());
+                    if (out.require_second_factor == value) return Status();
+                    out.require_second_factor = value;
+                    QL_RETURN_IF_ERROR(tx.UpdateInstallationSettings(out, now_ms));
+                    QL_ASSIGN_OR_RETURN(out, tx.LoadInstallationSettings());
+                    AuditRecord fact = Fact(actor, "settings.write", "installation",
+                                            std::string(kInstallationScope), {}, now_ms);
+                    fact.code = "require_second_factor=" + value;
+                    return tx.InsertAudit(fact);
+                  }));
+  out.setup_code_digest.reset();
+  return out;
+}
+
+Status GovernanceStore::SetSetupCode(const std::string& code_digest, int64_t expires_at_ms,
+                                     int64_t now_ms) {
+  QL_RETURN_IF_ERROR(RequireDigest("set-up code digest", code_digest));
+  return runner_.Run(
+      GovernanceTxKind::kWrite, "storing the set-up code", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
+        QL_ASSIGN_OR_RETURN(InstallationSettings settings, tx.LoadInstallationSettings());
+        settings.setup_code_digest = code_digest;
+        settings.setup_code_expires_at_ms = expires_at_ms;
+        QL_RETURN_IF_ERROR(tx.UpdateInstallationSettings(settings, now_ms));
+        return tx.InsertAudit(Fact(Actor{}, "setup.code", "installation",
+                                   std::string(kInstallationScope), {}, now_ms));
+      });
+}
+
+Result<SetupResult> GovernanceStore::CompleteSetup(const SetupCommand& cmd) {
+  QL_RETURN_IF_ERROR(RequireDigest("set-up code digest", cmd.code_digest));
+  QL_RETURN_IF_ERROR(RequireText("password hash", cmd.hash));
+  QL_RETURN_IF_ERROR(ValidateId("session id", cmd.session.id));
+  QL_RETURN_IF_ERROR(RequireDigest("session digest", cmd.session_digest));
+  SetupResult out;
+  bool refused = false;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      GovernanceTxKind::kWrite, "completing the set-up", [&](GovernanceTx& tx) -> Status {
+        QL_RETURN_IF_ERROR(tx.LockScope(std::string(kInstallationScope)).status());
+        QL_ASSIGN_OR_RETURN(InstallationSettings settings, tx.LoadInstallationSettings());
+        QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> owner, BootstrapOwner(tx));
+        std::optional<PasswordRecord> password;
+        if (owner.has_value()) {
+          QL_ASSIGN_OR_RETURN(password, tx.LoadPassword(owner->id));
+        }
+        const bool code_ok = settings.setup_code_digest.has_value() &&
+                             ConstantTimeEquals(*settings.setup_code_digest, cmd.code_digest) &&
+                             settings.setup_code_expires_at_ms.value_or(0) > cmd.now_ms;
+        const Actor actor{owner.has_value() ? owner->id : std::string(), cmd.request_id};
+        if (!code_ok || !owner.has_value() || password.has_value()) {
+          refused = true;
+          AuditRecord fact = Fact(Actor{std::string(), cmd.request_id}, "auth.setup",
+                                  "installation", std::string(kInstallationScope), {}, cmd.now_ms);
+          fact.outcome = std::string(kAuditFailed);
+          fact.code = "setup_code_invalid";
+          return tx.InsertAudit(fact);
+        }
+        if (owner->status != kPrincipalActive) {
+          return Conflict("principal_disabled", "principal " + owner->name + " is disabled");
+        }
+        PasswordRecord next;
+        next.principal_id = owner->id;
+        next.hash = cmd.hash;
+        next.set_at_ms = cmd.now_ms;
+        QL_RETURN_IF_ERROR(tx.UpsertPassword(next));
+        settings.setup_code_digest.reset();
+        settings.setup_code_expires_at_ms.reset();
+        QL_RETURN_IF_ERROR(tx.UpdateInstallationSettings(settings, cmd.now_ms));
+        QL_ASSIGN_OR_RETURN(
+            out.session, InsertSession(tx, cmd.session, cmd.session_digest, owner->id, cmd.now_ms));
+        QL_RETURN_IF_ERROR(
+            tx.InsertAudit(Fact(actor, "password.set", "principal", owner->id, {}, cmd.now_ms)));
+        QL_RETURN_IF_ERROR(tx.InsertAudit(Fact(actor, "auth.setup", "installation",
+                                               std::string(kInstallationScope), {}, cmd.now_ms)));
+        QL_RETURN_IF_ERROR(
+            tx.InsertAudit(Fact(actor, "auth.sign_in", "token", out.session.id, {}, cmd.now_ms)));
+        out.principal = std::move(*owner);
+        return Status();
+      }));
+  if (refused) {
+    return PermissionDenied("setup_code_invalid",
+                            "the set-up code is wrong, used or expired, or the owner has a "
+                            "password already");
+  }
+  return out;
+}
+
+Status GovernanceStore::BeginOidcLogin(const OidcLoginRecord& login) {
+  QL_RETURN_IF_ERROR(RequireDigest("state digest", login.state_digest));
+  return runner_.Run(GovernanceTxKind::kWrite, "starting an OpenID Connect sign-in",
+                     [&](GovernanceTx& tx) -> Status {
+                       QL_RETURN_IF_ERROR(tx.PurgeOidcLogins(login.created_at_ms));
+                       return tx.InsertOidcLogin(login);
+                     });
+}
+
+Result<OidcLoginRecord> GovernanceStore::TakeOidcLogin(const std::string& state_digest,
+                                                       int64_t now_ms) {
+  QL_RETURN_IF_ERROR(RequireDigest("state digest", state_digest));
+  std::optional<OidcLoginRecord> out;
+  QL_RETURN_IF_ERROR(runner_.Run(GovernanceTxKind::kWrite, "finishing an OpenID Connect sign-in",
+                                 [&](GovernanceTx& tx) -> Status {
+                                   QL_ASSIGN_OR_RETURN(out, tx.TakeOidcLogin(state_digest));
+                                   return Status();
+                                 }));
+  if (!out.has_value() || out->expires_at_ms <= now_ms) {
+    return PermissionDenied("oidc_state_invalid",
+                            "this sign-in was not started here, was used already or took too "
+                            "long; start again");
+  }
+  return *out;
+}
+
+Result<TokenRecord> GovernanceStore::RecordExternalSignIn(const ExternalSignInCommand& cmd) {
+  QL_RETURN_IF_ERROR(ValidateId("principal id", cmd.principal_id));
+  QL_RETURN_IF_ERROR(ValidateId("session id", cmd.session.id));
+  QL_RETURN_IF_ERROR(RequireDigest("session digest", cmd.session_digest));
+  QL_RETURN_IF_ERROR(RequireText("sign-in method", cmd.method));
+  const Actor actor{cmd.principal_id, cmd.request_id};
+  TokenRecord out;
+  bool disabled = false;
+  QL_RETURN_IF_ERROR(
+      runner_.Run(GovernanceTxKind::kWrite, "recording a sign-in", [&](GovernanceTx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(PrincipalRecord principal, RequirePrincipal(tx, cmd.principal_id));
+        if (principal.status != kPrincipalActive) {
+          disabled = true;
+          AuditRecord fact =
+              Fact(actor, "auth.sign_in", "principal", cmd.principal_id, {}, cmd.now_ms);
+          fact.outcome = std::string(kAuditFailed);
+          fact.code = "principal_disabled";
+          return tx.InsertAudit(fact);
+        }
+        QL_ASSIGN_OR_RETURN(
+            out, InsertSession(tx, cmd.session, cmd.session_digest, cmd.principal_id, cmd.now_ms));
+        AuditRecord fact = Fact(actor, "auth.sign_in", "token", out.id, {}, cmd.now_ms);
+        fact.code = cmd.method;
+        return tx.InsertAudit(fact);
+      }));
+  if (disabled) {
+    return PermissionDenied("principal_disabled", "this account is disabled");
+  }
+  return out;
 }
 
 }  // namespace ql

@@ -51,6 +51,8 @@ class GovernanceTx {
   virtual Status InsertToken(const TokenRecord& token, const std::string& digest) = 0;
   virtual Status SetTokenRevoked(const std::string& id, int64_t now_ms) = 0;
   virtual Status SetTokenUsed(const std::string& id, int64_t now_ms) = 0;
+  // Sets a token's restriction ("" lifts it).
+  virtual Status SetTokenRestriction(const std::string& id, const std::string& restriction) = 0;
   // Revokes every live session of a principal but `except_token_id` (empty: all of them).
   virtual Status RevokeSessionsOf(const std::string& principal_id,
                                   const std::string& except_token_id, int64_t now_ms) = 0;
@@ -58,6 +60,7 @@ class GovernanceTx {
   virtual Result<std::optional<PasswordRecord>> LoadPassword(const std::string& principal_id) = 0;
   // Inserts or replaces the principal's password row.
   virtual Status UpsertPassword(const PasswordRecord& password) = 0;
+  virtual Status DeletePassword(const std::string& principal_id) = 0;
 
   virtual Result<std::optional<ProjectRecord>> LoadProject(const std::string& id) = 0;
   virtual Status InsertProject(const ProjectRecord& project) = 0;
@@ -82,6 +85,19 @@ class GovernanceTx {
   // Returns the current binding of every scope of a subject (role none included), by scope.
   virtual Result<std::vector<RoleBindingRecord>> CurrentBindingsOf(
       const std::string& subject_id) = 0;
+
+  // The installation row's sign-in settings.
+  virtual Result<InstallationSettings> LoadInstallationSettings() = 0;
+  // Writes the settings, version + 1 and updated_at where the version is still
+  // `settings.version`; Conflict `version_conflict` otherwise.
+  virtual Status UpdateInstallationSettings(const InstallationSettings& settings,
+                                            int64_t now_ms) = 0;
+
+  virtual Status InsertOidcLogin(const OidcLoginRecord& login) = 0;
+  // Removes and returns the login with this state digest (nullopt: none).
+  virtual Result<std::optional<OidcLoginRecord>> TakeOidcLogin(const std::string& state_digest) = 0;
+  // Removes the logins that expired before `now_ms`.
+  virtual Status PurgeOidcLogins(int64_t now_ms) = 0;
 
   virtual Status InsertAudit(const AuditRecord& fact) = 0;
   // Returns facts with id < before_id (all when empty), newest first, at most `limit`.
@@ -136,8 +152,19 @@ class GovernanceStore final : public GovernanceRepository {
   Result<BootstrapResult> Bootstrap(const BootstrapCommand& cmd) override;
   Result<std::optional<PasswordRecord>> GetPassword(const std::string& principal_id) override;
   Status SetPassword(const SetPasswordCommand& cmd) override;
+  Status RemovePassword(const Actor& actor, const std::string& principal_id,
+                        int64_t now_ms) override;
   Result<TokenRecord> RecordSignIn(const SignInCommand& cmd) override;
   Status SetSecondFactor(const SetSecondFactorCommand& cmd) override;
+  Result<InstallationSettings> GetInstallationSettings() override;
+  Result<InstallationSettings> SetRequireSecondFactor(const Actor& actor, const std::string& value,
+                                                      int64_t now_ms) override;
+  Status SetSetupCode(const std::string& code_digest, int64_t expires_at_ms,
+                      int64_t now_ms) override;
+  Result<SetupResult> CompleteSetup(const SetupCommand& cmd) override;
+  Status BeginOidcLogin(const OidcLoginRecord& login) override;
+  Result<OidcLoginRecord> TakeOidcLogin(const std::string& state_digest, int64_t now_ms) override;
+  Result<TokenRecord> RecordExternalSignIn(const ExternalSignInCommand& cmd) override;
 
  private:
   // An audit fact of a successful governance write by `actor`.

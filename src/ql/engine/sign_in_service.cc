@@ -19,15 +19,21 @@ std::string NormalizeRecoveryCode(const std::string& code) {
   return out;
 }
 
+// A set-up code as typed: upper case, without spaces or dashes.
+std::string NormalizeSetupCode(const std::string& code) {
+  std::string out;
+  for (char c : code) {
+    if (c == ' ' || c == '-') continue;
+    out += static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  }
+  return out;
+}
+
 }  // namespace
 
 SignInService::SignInService(GovernanceService& governance, PasswordHasher& hasher, Clock& clock,
                              RandomSource& random, SignInOptions options)
-    : governance_(governance),
-      hasher_(hasher),
-      clock_(clock),
-      random_(random),
-      options_(options) {}
+    : governance_(governance), hasher_(hasher), clock_(clock), random_(random), options_(options) {}
 
 const std::string& SignInService::DecoyHash() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -66,9 +72,9 @@ Result<SignedIn> SignInService::SignIn(const std::string& name, const std::strin
   GovernanceRepository& repo = governance_.repository();
   // The same work whether or not the account exists: one Argon2id check either way.
   Result<PrincipalRecord> principal =
-      ValidatePrincipalName(name).ok() ? repo.FindPrincipalByName(name)
-                                       : Result<PrincipalRecord>(NotFound("principal_not_found",
-                                                                          "no such principal"));
+      ValidatePrincipalName(name).ok()
+          ? repo.FindPrincipalByName(name)
+          : Result<PrincipalRecord>(NotFound("principal_not_found", "no such principal"));
   if (!principal.ok() && principal.status().code() != StatusCode::kNotFound) {
     return principal.status();
   }
@@ -107,18 +113,17 @@ Result<SignedIn> SignInService::SignIn(const std::string& name, const std::strin
   }
   SignedIn out;
   if (matches) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      out.session.token = "qls_" + RandomHex(random_, 32);
-      cmd.session.id = NewUuidV7(cmd.now_ms, random_);
+    NewSession(client, address, cmd.now_ms, &cmd.session, &cmd.session_digest, &out.session.token);
+  }
+  if (matches) {
+    // A password chosen by an admin must be changed first; an installation that requires a
+    // second factor lets an account without one only enrol it.
+    if (stored->must_change) {
+      cmd.session.restriction = std::string(kRestrictPasswordChange);
+    } else if (!stored->totp_enabled) {
+      QL_ASSIGN_OR_RETURN(bool required, SecondFactorRequired(principal->id));
+      if (required) cmd.session.restriction = std::string(kRestrictTotpEnrolment);
     }
-    const bool panel = client == SessionClient::kPanel;
-    cmd.session.expires_at_ms =
-        cmd.now_ms + (panel ? options_.panel_session_ms : options_.cli_session_ms);
-    cmd.session.idle_timeout_ms = panel ? options_.panel_idle_ms : options_.cli_idle_ms;
-    cmd.session.label = std::string(panel ? "panel" : "ql login") +
-                        (address.empty() ? std::string() : " from " + address.substr(0, 64));
-    cmd.session_digest = Sha256Hex(out.session.token);
   }
   Result<TokenRecord> recorded = repo.RecordSignIn(cmd);
   if (!recorded.ok()) {
@@ -129,6 +134,133 @@ Result<SignedIn> SignInService::SignIn(const std::string& name, const std::strin
   out.principal = std::move(principal).value();
   out.must_change_password = stored->must_change;
   return out;
+}
+
+Result<SignInService::Credentials> SignInService::CredentialsOf(const std::string& principal_id) {
+  QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> stored,
+                      governance_.repository().GetPassword(principal_id));
+  return Credentials{stored.has_value(), stored.has_value() && stored->totp_enabled};
+}
+
+Result<bool> SignInService::SecondFactorRequired(const std::string& principal_id) {
+  GovernanceRepository& repo = governance_.repository();
+  QL_ASSIGN_OR_RETURN(InstallationSettings settings, repo.GetInstallationSettings());
+  if (settings.require_second_factor == kSecondFactorEveryone) return true;
+  if (settings.require_second_factor != kSecondFactorAdmins) return false;
+  QL_ASSIGN_OR_RETURN(PrincipalRoles roles, repo.RolesOf(principal_id));
+  if (roles.installation >= Role::kAdmin) return true;
+  for (const auto& [project, role] : roles.projects) {
+    if (role >= Role::kAdmin) return true;
+  }
+  return false;
+}
+
+Result<InstallationSettings> SignInService::Settings(const Caller& caller) {
+  QL_RETURN_IF_ERROR(governance_.Authorize(caller, "", Action::kManageIdentity, "settings.get"));
+  QL_ASSIGN_OR_RETURN(InstallationSettings settings,
+                      governance_.repository().GetInstallationSettings());
+  settings.setup_code_digest.reset();
+  return settings;
+}
+
+Result<InstallationSettings> SignInService::SetRequireSecondFactor(const Caller& caller,
+                                                                   const std::string& value) {
+  return governance_.repository().SetRequireSecondFactor(
+      Actor{caller.principal_id, caller.request_id}, value, clock_.NowMs());
+}
+
+Result<std::string> SignInService::IssueSetupCode(int64_t valid_ms) {
+  GovernanceRepository& repo = governance_.repository();
+  QL_ASSIGN_OR_RETURN(PrincipalRecord owner,
+                      repo.FindPrincipalByName(std::string(kBootstrapOwnerName)));
+  QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> stored, repo.GetPassword(owner.id));
+  if (stored.has_value()) return std::string();
+  std::string code;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // 80 bits, typed from a file: five groups of four base32 characters.
+    std::string raw(10, '\0');
+    random_.Fill(std::span<uint8_t>(reinterpret_cast<uint8_t*>(raw.data()), raw.size()));
+    const std::string b32 = Base32Encode(raw);
+    for (size_t i = 0; i < b32.size(); i += 4) {
+      code += (code.empty() ? "" : "-") + b32.substr(i, 4);
+    }
+  }
+  const int64_t now = clock_.NowMs();
+  QL_RETURN_IF_ERROR(repo.SetSetupCode(Sha256Hex(NormalizeSetupCode(code)), now + valid_ms, now));
+  return code;
+}
+
+Result<bool> SignInService::SetupPending() {
+  QL_ASSIGN_OR_RETURN(InstallationSettings settings,
+                      governance_.repository().GetInstallationSettings());
+  return settings.setup_code_digest.has_value() &&
+         settings.setup_code_expires_at_ms.value_or(0) > clock_.NowMs();
+}
+
+bool SignInService::IsSetupCode(const std::string& code) {
+  Result<InstallationSettings> settings = governance_.repository().GetInstallationSettings();
+  return settings.ok() && settings->setup_code_digest.has_value() &&
+         ConstantTimeEquals(*settings->setup_code_digest, Sha256Hex(NormalizeSetupCode(code)));
+}
+
+Result<SignedIn> SignInService::CompleteSetup(const std::string& code, const std::string& password,
+                                              SessionClient client, const std::string& address,
+                                              const std::string& request_id) {
+  if (AddressBlocked(address, false)) {
+    return Unavailable("too_many_attempts",
+                       "too many failed attempts from this address; wait a minute");
+  }
+  QL_RETURN_IF_ERROR(CheckPasswordPolicy(password, std::string(kBootstrapOwnerName)));
+  QL_ASSIGN_OR_RETURN(std::string hash, hasher_.Hash(password));
+  SetupCommand cmd;
+  cmd.code_digest = Sha256Hex(NormalizeSetupCode(code));
+  cmd.hash = std::move(hash);
+  cmd.request_id = request_id;
+  cmd.now_ms = clock_.NowMs();
+  SignedIn out;
+  NewSession(client, address, cmd.now_ms, &cmd.session, &cmd.session_digest, &out.session.token);
+  Result<SetupResult> done = governance_.repository().CompleteSetup(cmd);
+  if (!done.ok()) {
+    if (done.status().reason() == "setup_code_invalid") AddressBlocked(address, true);
+    return done.status();
+  }
+  out.session.record = std::move(done->session);
+  out.principal = std::move(done->principal);
+  if (options_.on_setup_complete) options_.on_setup_complete();
+  return out;
+}
+
+Result<SignedIn> SignInService::SignInExternal(const PrincipalRecord& principal,
+                                               std::string_view method, SessionClient client,
+                                               const std::string& address,
+                                               const std::string& request_id) {
+  ExternalSignInCommand cmd;
+  cmd.principal_id = principal.id;
+  cmd.method = std::string(method);
+  cmd.request_id = request_id;
+  cmd.now_ms = clock_.NowMs();
+  SignedIn out;
+  NewSession(client, address, cmd.now_ms, &cmd.session, &cmd.session_digest, &out.session.token);
+  cmd.session.label = std::string(method) + " " + cmd.session.label;
+  QL_ASSIGN_OR_RETURN(out.session.record, governance_.repository().RecordExternalSignIn(cmd));
+  out.principal = principal;
+  return out;
+}
+
+void SignInService::NewSession(SessionClient client, const std::string& address, int64_t now_ms,
+                               TokenRecord* session, std::string* digest, std::string* token) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    *token = "qls_" + RandomHex(random_, 32);
+    session->id = NewUuidV7(now_ms, random_);
+  }
+  const bool panel = client == SessionClient::kPanel;
+  session->expires_at_ms = now_ms + (panel ? options_.panel_session_ms : options_.cli_session_ms);
+  session->idle_timeout_ms = panel ? options_.panel_idle_ms : options_.cli_idle_ms;
+  session->label = std::string(panel ? "panel" : "ql login") +
+                   (address.empty() ? std::string() : " from " + address.substr(0, 64));
+  *digest = Sha256Hex(*token);
 }
 
 Status SignInService::SignOut(const Caller& caller) {
@@ -167,8 +299,8 @@ Status SignInService::ResetPassword(const Caller& caller, const std::string& pri
   QL_ASSIGN_OR_RETURN(PrincipalRecord principal,
                       governance_.GetPrincipal(caller, principal_name_or_id));
   if (principal.id != caller.principal_id) {
-    QL_RETURN_IF_ERROR(governance_.Authorize(caller, "", Action::kManageIdentity,
-                                             "principals.password"));
+    QL_RETURN_IF_ERROR(
+        governance_.Authorize(caller, "", Action::kManageIdentity, "principals.password"));
   }
   QL_RETURN_IF_ERROR(CheckPasswordPolicy(replacement, principal.name));
   QL_ASSIGN_OR_RETURN(std::string hash, hasher_.Hash(replacement));
@@ -184,6 +316,14 @@ Status SignInService::ResetPassword(const Caller& caller, const std::string& pri
   return governance_.repository().SetPassword(cmd);
 }
 
+Status SignInService::RemovePassword(const Caller& caller,
+                                     const std::string& principal_name_or_id) {
+  QL_ASSIGN_OR_RETURN(PrincipalRecord principal,
+                      governance_.GetPrincipal(caller, principal_name_or_id));
+  return governance_.repository().RemovePassword(Actor{caller.principal_id, caller.request_id},
+                                                 principal.id, clock_.NowMs());
+}
+
 Result<std::vector<TokenRecord>> SignInService::ListSessions(const Caller& caller,
                                                              const std::string& principal) {
   std::string principal_id = caller.principal_id;
@@ -192,18 +332,17 @@ Result<std::vector<TokenRecord>> SignInService::ListSessions(const Caller& calle
     principal_id = found.id;
   }
   if (principal_id != caller.principal_id) {
-    QL_RETURN_IF_ERROR(
-        governance_.Authorize(caller, "", Action::kManageIdentity, "sessions.list"));
+    QL_RETURN_IF_ERROR(governance_.Authorize(caller, "", Action::kManageIdentity, "sessions.list"));
   }
   QL_ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens,
                       governance_.repository().ListTokens(principal_id));
   const int64_t now = clock_.NowMs();
   std::vector<TokenRecord> out;
   for (TokenRecord& t : tokens) {
-    const bool live =
-        !t.revoked_at_ms.has_value() && (!t.expires_at_ms.has_value() || *t.expires_at_ms > now) &&
-        (!t.idle_timeout_ms.has_value() ||
-         t.last_used_at_ms.value_or(t.created_at_ms) + *t.idle_timeout_ms > now);
+    const bool live = !t.revoked_at_ms.has_value() &&
+                      (!t.expires_at_ms.has_value() || *t.expires_at_ms > now) &&
+                      (!t.idle_timeout_ms.has_value() ||
+                       t.last_used_at_ms.value_or(t.created_at_ms) + *t.idle_timeout_ms > now);
     if (t.kind == kTokenSession && live) out.push_back(std::move(t));
   }
   return out;
@@ -240,8 +379,7 @@ Result<SignInService::TotpEnrolment> SignInService::EnrolTotp(const Caller& call
 Result<std::vector<std::string>> SignInService::ConfirmTotp(const Caller& caller,
                                                             const std::string& code) {
   GovernanceRepository& repo = governance_.repository();
-  QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> stored,
-                      repo.GetPassword(caller.principal_id));
+  QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> stored, repo.GetPassword(caller.principal_id));
   if (!stored.has_value() || stored->totp_secret.empty()) {
     return Conflict("totp_not_enrolled", "start with POST /api/v1/totp/enrol (ql totp enrol)");
   }
@@ -272,6 +410,7 @@ Result<std::vector<std::string>> SignInService::ConfirmTotp(const Caller& caller
   cmd.totp_last_step = step;
   cmd.recovery_digests = digests;
   cmd.audit_action = "totp.enable";
+  cmd.lift_token_id = caller.token_id;
   cmd.now_ms = now;
   QL_RETURN_IF_ERROR(repo.SetSecondFactor(cmd));
   return codes;
@@ -279,10 +418,15 @@ Result<std::vector<std::string>> SignInService::ConfirmTotp(const Caller& caller
 
 Status SignInService::DisableTotp(const Caller& caller, const std::string& current_password) {
   GovernanceRepository& repo = governance_.repository();
-  QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> stored,
-                      repo.GetPassword(caller.principal_id));
+  QL_ASSIGN_OR_RETURN(std::optional<PasswordRecord> stored, repo.GetPassword(caller.principal_id));
   if (!stored.has_value() || !hasher_.Verify(stored->hash, current_password)) {
     return PermissionDenied("wrong_password", "the current password is wrong");
+  }
+  QL_ASSIGN_OR_RETURN(bool required, SecondFactorRequired(caller.principal_id));
+  if (required) {
+    return Conflict("second_factor_required",
+                    "this installation requires a second factor for your account; it cannot "
+                    "be removed (an admin's password reset replaces a lost one)");
   }
   SetSecondFactorCommand cmd;
   cmd.actor = Actor{caller.principal_id, caller.request_id};

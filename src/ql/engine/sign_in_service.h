@@ -16,6 +16,7 @@
 // governance store's errors.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -41,6 +42,8 @@ struct SignInOptions {
   int64_t lock_ms = 15LL * 60 * 1000;
   // Failed attempts one client address may make in a minute before it is told to wait.
   int max_failures_per_address_per_minute = 20;
+  // Called once the set-up code was used (ql-local removes its file). Optional.
+  std::function<void()> on_setup_complete;
 };
 
 enum class SessionClient { kPanel, kCli };
@@ -71,11 +74,12 @@ class SignInService {
   };
   Result<TotpEnrolment> EnrolTotp(const Caller& caller);
   // Confirms the pending secret with a current code; returns ten one-time recovery codes (shown
-  // once; only their digests are kept). InvalidArgument `totp_invalid`, Conflict
+  // once; only their digests are kept). Lifts the caller's session's totp_enrolment
+  // restriction. InvalidArgument `totp_invalid`, Conflict
   // `totp_not_enrolled`.
   Result<std::vector<std::string>> ConfirmTotp(const Caller& caller, const std::string& code);
   // Removes the caller's second factor; its password must be given. PermissionDenied
-  // `wrong_password`.
+  // `wrong_password`; Conflict `second_factor_required` when the installation requires one.
   Status DisableTotp(const Caller& caller, const std::string& current_password);
   // Ends the session the caller authenticated with (a no-op for an API token).
   Status SignOut(const Caller& caller);
@@ -86,16 +90,52 @@ class SignInService {
   // `require_change` the next sign-in must choose a new one. The principal's sessions end.
   Status ResetPassword(const Caller& caller, const std::string& principal_name_or_id,
                        const std::string& replacement, bool require_change);
+  // An installation admin (of at least the principal's rank) removes its password and second
+  // factor: it can no longer sign in with one, and its sessions end.
+  Status RemovePassword(const Caller& caller, const std::string& principal_name_or_id);
   // Live sessions of the caller, or of `principal` (an installation admin's view).
-  Result<std::vector<TokenRecord>> ListSessions(const Caller& caller,
-                                                const std::string& principal);
+  Result<std::vector<TokenRecord>> ListSessions(const Caller& caller, const std::string& principal);
   Result<TokenRecord> RevokeSession(const Caller& caller, const std::string& session_id);
+  // Whether the principal has a password, and a confirmed second factor.
+  struct Credentials {
+    bool password_set = false;
+    bool totp_enabled = false;
+  };
+  Result<Credentials> CredentialsOf(const std::string& principal_id);
+  // Whether a password sign-in of this principal needs a second factor (the installation's
+  // require_second_factor setting and the principal's roles).
+  Result<bool> SecondFactorRequired(const std::string& principal_id);
+  // The installation's sign-in settings (installation admins), and setting whether a second
+  // factor is required: "off", "admins" (admin or owner anywhere) or "everyone".
+  Result<InstallationSettings> Settings(const Caller& caller);
+  Result<InstallationSettings> SetRequireSecondFactor(const Caller& caller,
+                                                      const std::string& value);
+  // First start: when the bootstrap owner has no password, stores the digest of a new one-time
+  // set-up code valid for `valid_ms` and returns the code (for a 0600 file); "" when the owner
+  // has a password (nothing stored).
+  Result<std::string> IssueSetupCode(int64_t valid_ms);
+  // Whether a set-up code is waiting to be used, and whether `code` is it.
+  Result<bool> SetupPending();
+  bool IsSetupCode(const std::string& code);
+  // The owner chooses its first password with the set-up code and is signed in. One answer,
+  // PermissionDenied `setup_code_invalid`, for a wrong, used or expired code (counted against
+  // the address like a failed sign-in); the password policy's errors.
+  Result<SignedIn> CompleteSetup(const std::string& code, const std::string& password,
+                                 SessionClient client, const std::string& address,
+                                 const std::string& request_id);
+  // A session for a principal an identity provider vouched for (`method`: "oidc").
+  Result<SignedIn> SignInExternal(const PrincipalRecord& principal, std::string_view method,
+                                  SessionClient client, const std::string& address,
+                                  const std::string& request_id);
   // How new password hashes are made, for people.
   std::string hash_parameters() const { return hasher_.Describe(); }
 
  private:
   // Counts a failure from `address`; true when the address is over its budget.
   bool AddressBlocked(const std::string& address, bool count_failure);
+  // A new session's record (id, expiry, idle timeout, label), its digest and its token.
+  void NewSession(SessionClient client, const std::string& address, int64_t now_ms,
+                  TokenRecord* session, std::string* digest, std::string* token);
   // A hash to check passwords of unknown accounts against, so they take as long.
   const std::string& DecoyHash();
 

@@ -1,5 +1,7 @@
 #include "ql/engine/token_authenticator.h"
 
+#include <algorithm>
+
 #include <utility>
 
 namespace ql {
@@ -10,9 +12,8 @@ Result<Authentication> TokenAuthenticator::Authenticate(const std::string& token
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(token_digest);
     if (it != cache_.end()) {
-      if (it->second.valid_until_ms > now &&
-          (!it->second.auth.token.expires_at_ms.has_value() ||
-           *it->second.auth.token.expires_at_ms > now)) {
+      if (it->second.valid_until_ms > now && (!it->second.auth.token.expires_at_ms.has_value() ||
+                                              *it->second.auth.token.expires_at_ms > now)) {
         return it->second.auth;
       }
       cache_.erase(it);
@@ -33,8 +34,14 @@ Result<Authentication> TokenAuthenticator::Authenticate(const std::string& token
     if (cache_.size() >= kMaxEntries) cache_.clear();
     cache_[token_digest] = Entry{*found, now + kAuthCacheMs};
     if (touched_at_ms_.size() >= kMaxEntries) touched_at_ms_.clear();
+    // A session's idle bound counts from its last recorded use: record it often enough that a
+    // session in use never idles out (a quarter of the bound, at most once a minute).
+    int64_t every = kTouchEveryMs;
+    if (found->token.idle_timeout_ms.has_value()) {
+      every = std::max<int64_t>(1000, std::min(every, *found->token.idle_timeout_ms / 4));
+    }
     auto [it, inserted] = touched_at_ms_.emplace(found->token.id, now);
-    if (inserted || now - it->second >= kTouchEveryMs) {
+    if (inserted || now - it->second >= every) {
       it->second = now;
       touch = true;
     }
@@ -42,6 +49,11 @@ Result<Authentication> TokenAuthenticator::Authenticate(const std::string& token
   // Best effort: a lost last-used time is not worth failing a request for.
   if (touch) (void)governance_.TouchToken(found->token.id, now);
   return found;
+}
+
+void TokenAuthenticator::Forget(const std::string& token_digest) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_.erase(token_digest);
 }
 
 }  // namespace ql

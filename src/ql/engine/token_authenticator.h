@@ -3,7 +3,8 @@
 // Authenticates API bearer tokens against the governance store (DESIGN §9) for every API
 // listener. A verified token is remembered for at most kAuthCacheMs, so a revoked token or a
 // disabled principal stops working on every replica within that bound; unknown tokens are never
-// cached. A token's last-used time is recorded at most once a minute.
+// cached. A token's last-used time is recorded at most once a minute, and for a session at least
+// every quarter of its idle bound (so use keeps it alive).
 
 #include <cstdint>
 #include <map>
@@ -26,6 +27,8 @@ class TokenAuthenticator {
   // expired token, disabled principal) with the store's reason in the message; store failures
   // are returned as they are (Unavailable, Busy, ...).
   Result<Authentication> Authenticate(const std::string& token_digest);
+  // Drops what is remembered of a token, after this process changed it (a lifted restriction).
+  void Forget(const std::string& token_digest);
 
  private:
   struct Entry {

@@ -108,7 +108,8 @@ json TokenJson(const TokenRecord& t) {
               {"kind", t.kind},
               {"idle_timeout_ms",
                t.idle_timeout_ms.has_value() ? json(*t.idle_timeout_ms) : json(nullptr)},
-              {"label", t.label}};
+              {"label", t.label},
+              {"restriction", t.restriction.empty() ? json(nullptr) : json(t.restriction)}};
 }
 
 json BindingJson(const RoleBindingRecord& b) {

@@ -361,6 +361,20 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
       {"sign_in",
        [](const Member&) { return Sample{"POST", "/api/v1/sign-in", R"({"name":"nobody"})"}; }},
       {"sign_out", [](const Member&) { return Sample{"POST", "/api/v1/sign-out", "{}"}; }},
+      {"sign_in.methods",
+       [](const Member&) { return Sample{"GET", "/api/v1/sign-in/methods", ""}; }},
+      {"sign_in.oidc", [](const Member&) { return Sample{"GET", "/api/v1/sign-in/oidc", ""}; }},
+      {"sign_in.oidc_callback",
+       [](const Member&) { return Sample{"GET", "/api/v1/sign-in/oidc/callback", ""}; }},
+      {"setup",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/setup", R"({"code":"AAAA","password":"x"})"};
+       }},
+      {"settings.get", [](const Member&) { return Sample{"GET", "/api/v1/settings", ""}; }},
+      {"settings.write",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/settings", R"({"require_second_factor":"off"})"};
+       }},
       {"sessions.list", [](const Member&) { return Sample{"GET", "/api/v1/sessions", ""}; }},
       {"sessions.revoke",
        [&](const Member& m) {
@@ -382,6 +396,17 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          const PrincipalRecord p = AddPrincipal(fresh());
          return Sample{"POST", "/api/v1/principals/" + p.name + "/password",
                        R"({"new_password":"a long enough phrase 9"})"};
+       }},
+      {"principals.password.remove",
+       [&](const Member&) {
+         const PrincipalRecord p = AddPrincipal(fresh());
+         SetPasswordCommand set;
+         set.actor = Actor{"", "setup"};
+         set.principal_id = p.id;
+         set.hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNo";
+         set.now_ms = 1;
+         EXPECT_TRUE(store_->governance().SetPassword(set).ok());
+         return Sample{"DELETE", "/api/v1/principals/" + p.name + "/password", ""};
        }},
       {"tasks.create",
        [&](const Member&) { return Sample{"POST", "/api/v1/tasks", TaskBody(fresh())}; }},

@@ -240,6 +240,22 @@ std::string CsrfTokenOf(std::string_view session_token) {
   return Sha256Hex(std::string("ql-csrf:") + std::string(session_token)).substr(0, 32);
 }
 
+// The routes a restricted session may use: what lifts the restriction, and what a page needs
+// to show it.
+bool AllowedWhileRestricted(std::string_view restriction, std::string_view route) {
+  static constexpr std::string_view kAlways[] = {"whoami", "sign_out", "password.change"};
+  static constexpr std::string_view kEnrolment[] = {"totp.enrol", "totp.confirm"};
+  for (std::string_view r : kAlways) {
+    if (r == route) return true;
+  }
+  if (restriction == kRestrictTotpEnrolment) {
+    for (std::string_view r : kEnrolment) {
+      if (r == route) return true;
+    }
+  }
+  return false;
+}
+
 // The value of cookie `name` in a Cookie header, or "".
 std::string CookieValue(const std::string& header, std::string_view name) {
   size_t at = 0;
@@ -408,6 +424,17 @@ struct ApiServer::Impl {
   void SecretPut(Call& c);
   void SecretDelete(Call& c);
   void SignIn(Call& c);
+  void SignInMethods(Call& c);
+  void PrincipalPasswordRemove(Call& c);
+  void OidcBegin(Call& c);
+  void OidcCallback(Call& c);
+  void Setup(Call& c);
+  void SettingsGet(Call& c);
+  void SettingsSet(Call& c);
+  // Answers a sign-in: the session as an HttpOnly cookie for the panel, else its token.
+  void SendSignedIn(Call& c, const SignedIn& signed_in, bool panel);
+  // Refuses a sign-in request sent from another site's page or not as JSON (login CSRF).
+  bool RefuseCrossSiteSignIn(Call& c);
   void SignOut(Call& c);
   void SessionsList(Call& c);
   void SessionRevoke(Call& c);
@@ -448,6 +475,17 @@ const RouteSpec kRoutes[] = {
      &Impl::Whoami},
     {"POST", "/api/v1/sign-in", "sign_in", "public", Body::kRequired, Needs::kSignIn,
      &Impl::SignIn},
+    {"GET", "/api/v1/sign-in/methods", "sign_in.methods", "public", Body::kNone, Needs::kSignIn,
+     &Impl::SignInMethods},
+    {"GET", "/api/v1/sign-in/oidc", "sign_in.oidc", "public", Body::kNone, Needs::kSignIn,
+     &Impl::OidcBegin},
+    {"GET", "/api/v1/sign-in/oidc/callback", "sign_in.oidc_callback", "public", Body::kNone,
+     Needs::kSignIn, &Impl::OidcCallback},
+    {"POST", "/api/v1/setup", "setup", "public", Body::kRequired, Needs::kSignIn, &Impl::Setup},
+    {"GET", "/api/v1/settings", "settings.get", "installation_admin", Body::kNone, Needs::kSignIn,
+     &Impl::SettingsGet},
+    {"POST", "/api/v1/settings", "settings.write", "installation_admin", Body::kRequired,
+     Needs::kSignIn, &Impl::SettingsSet},
     {"POST", "/api/v1/sign-out", "sign_out", "authenticated", Body::kOptional, Needs::kSignIn,
      &Impl::SignOut},
     {"GET", "/api/v1/sessions", "sessions.list", "self", Body::kNone, Needs::kSignIn,
@@ -458,6 +496,8 @@ const RouteSpec kRoutes[] = {
      Needs::kSignIn, &Impl::PasswordChange},
     {"POST", "/api/v1/principals/{id}/password", "principals.password", "installation_admin",
      Body::kRequired, Needs::kSignIn, &Impl::PrincipalPassword},
+    {"DELETE", "/api/v1/principals/{id}/password", "principals.password.remove",
+     "installation_admin", Body::kNone, Needs::kSignIn, &Impl::PrincipalPasswordRemove},
     {"POST", "/api/v1/totp/enrol", "totp.enrol", "authenticated", Body::kOptional, Needs::kSignIn,
      &Impl::TotpEnrol},
     {"POST", "/api/v1/totp/confirm", "totp.confirm", "authenticated", Body::kRequired,
@@ -728,6 +768,18 @@ bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
         return reject(403, "csrf_failed",
                       "a write authenticated by the session cookie needs the session's "
                       "X-QL-CSRF header and must come from this origin");
+      }
+    }
+    // A restricted session (a password to change, a second factor to enrol) may do that one
+    // thing and nothing else, decided here with the identity.
+    if (const std::string& restriction = who.token.restriction; !restriction.empty()) {
+      if (match.kind == RouteMatch::Kind::kFound &&
+          !AllowedWhileRestricted(restriction, match.route->name)) {
+        return reject(403, restriction + "_required",
+                      restriction == kRestrictPasswordChange
+                          ? "choose a new password first (POST /api/v1/password)"
+                          : "this installation requires a second factor: enrol one first "
+                            "(POST /api/v1/totp/enrol, then /api/v1/totp/confirm)");
       }
     }
     decision->decided = true;
@@ -1312,11 +1364,24 @@ void ApiServer::Impl::Whoami(Call& c) {
                {"idle_timeout_ms", c.identity.who.token.idle_timeout_ms.has_value()
                                        ? json(*c.identity.who.token.idle_timeout_ms)
                                        : json(nullptr)},
-               {"label", c.identity.who.token.label}};
+               {"label", c.identity.who.token.label},
+               {"restriction", c.identity.who.token.restriction.empty()
+                                   ? json(nullptr)
+                                   : json(c.identity.who.token.restriction)}};
   if (c.identity.via_cookie) {
     session["csrf_token"] = CsrfTokenOf(CookieValue(c.req.Header("Cookie"), kSessionCookie));
   }
   out["session"] = std::move(session);
+  // What the caller may sign in with (the Account page offers what is missing); left out when
+  // the password table cannot be read (a replica without the admin role).
+  if (options.sign_in != nullptr && !c.caller.principal_id.empty()) {
+    Result<SignInService::Credentials> credentials =
+        options.sign_in->CredentialsOf(c.caller.principal_id);
+    if (credentials.ok()) {
+      out["password_set"] = credentials->password_set;
+      out["totp_enabled"] = credentials->totp_enabled;
+    }
+  }
   SendJson(c.res, 200, out);
 }
 
@@ -1508,7 +1573,7 @@ void ApiServer::Impl::SecretDelete(Call& c) {
   SendJson(c.res, 200, api::SecretJson(deleted));
 }
 
-void ApiServer::Impl::SignIn(Call& c) {
+bool ApiServer::Impl::RefuseCrossSiteSignIn(Call& c) {
   // No signing in from another site's page (login CSRF: a form that signs the victim into
   // the attacker's account): a browser says where the request comes from, and a form
   // cannot send JSON.
@@ -1518,19 +1583,51 @@ void ApiServer::Impl::SignIn(Call& c) {
       type.rfind("application/json", 0) != 0) {
     SendError(c.res, 403, "csrf_failed",
               "sign in from this server's own page or a program sending application/json");
-    return;
+    return true;
   }
+  return false;
+}
+
+void ApiServer::Impl::SendSignedIn(Call& c, const SignedIn& signed_in, bool panel) {
+  const TokenRecord& session = signed_in.session.record;
+  json out{
+      {"principal", api::PrincipalJson(signed_in.principal)},
+      {"session", api::TokenJson(session)},
+      {"must_change_password", signed_in.must_change_password},
+      {"restriction", session.restriction.empty() ? json(nullptr) : json(session.restriction)}};
+  if (panel) {
+    const int64_t max_age_s = (session.expires_at_ms.value_or(0) - session.created_at_ms) / 1000;
+    c.res.SetHeader("Set-Cookie", std::string(kSessionCookie) + "=" + signed_in.session.token +
+                                      "; Path=/; Max-Age=" + std::to_string(max_age_s) +
+                                      "; HttpOnly; SameSite=Strict" + SecureAttribute());
+    out["csrf_token"] = CsrfTokenOf(signed_in.session.token);
+  } else {
+    out["token"] = signed_in.session.token;
+  }
+  SendJson(c.res, 200, out);
+}
+
+namespace {
+
+// The client a sign-in body names: panel (the default) or cli.
+Result<bool> PanelClient(const json& body) {
+  QL_ASSIGN_OR_RETURN(std::optional<std::string> client, api::OptionalString(body, "client"));
+  if (client.has_value() && *client != "panel" && *client != "cli") {
+    return InvalidArgument("invalid_client",
+                           "client is panel or cli, got " + QuoteForMessage(*client));
+  }
+  return client.value_or("panel") == "panel";
+}
+
+}  // namespace
+
+void ApiServer::Impl::SignIn(Call& c) {
+  if (RefuseCrossSiteSignIn(c)) return;
   QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"name", "password", "client", "totp"}));
   QL_HTTP_ASSIGN(c.res, std::optional<std::string> totp, api::OptionalString(c.body, "totp"));
   QL_HTTP_ASSIGN(c.res, std::string name, api::RequiredString(c.body, "name"));
   QL_HTTP_ASSIGN(c.res, std::string password, api::RequiredString(c.body, "password"));
-  QL_HTTP_ASSIGN(c.res, std::optional<std::string> client, api::OptionalString(c.body, "client"));
-  if (client.has_value() && *client != "panel" && *client != "cli") {
-    SendError(c.res, 400, "invalid_client",
-              "client is panel or cli, got " + QuoteForMessage(*client));
-    return;
-  }
-  const bool panel = client.value_or("panel") == "panel";
+  QL_HTTP_ASSIGN(c.res, const bool panel, PanelClient(c.body));
   Result<SignedIn> signed_in = options.sign_in->SignIn(
       name, password, panel ? SessionClient::kPanel : SessionClient::kCli, c.req.remote_address,
       c.caller.request_id.empty() ? c.req.Header("X-Request-Id").substr(0, 64)
@@ -1548,21 +1645,161 @@ void ApiServer::Impl::SignIn(Call& c) {
     }
     return;
   }
-  json out{{"principal", api::PrincipalJson(signed_in->principal)},
-           {"session", api::TokenJson(signed_in->session.record)},
-           {"must_change_password", signed_in->must_change_password}};
-  if (panel) {
-    const int64_t max_age_s = (signed_in->session.record.expires_at_ms.value_or(0) -
-                               signed_in->session.record.created_at_ms) /
-                              1000;
-    c.res.SetHeader("Set-Cookie", std::string(kSessionCookie) + "=" + signed_in->session.token +
-                                      "; Path=/; Max-Age=" + std::to_string(max_age_s) +
-                                      "; HttpOnly; SameSite=Strict" + SecureAttribute());
-    out["csrf_token"] = CsrfTokenOf(signed_in->session.token);
-  } else {
-    out["token"] = signed_in->session.token;
+  SendSignedIn(c, *signed_in, panel);
+}
+
+void ApiServer::Impl::SignInMethods(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, const bool setup, options.sign_in->SetupPending());
+  json oidc = nullptr;
+  if (options.oidc != nullptr) {
+    oidc = json{{"name", options.oidc->name()}, {"url", "/api/v1/sign-in/oidc"}};
   }
-  SendJson(c.res, 200, out);
+  SendJson(c.res, 200, json{{"password", true}, {"oidc", oidc}, {"setup", setup}});
+}
+
+// The cookie that ties a provider's answer to the browser that started the sign-in: sent back
+// on the provider's top-level redirect (SameSite=Lax), only to the sign-in paths.
+constexpr std::string_view kOidcStateCookie = "ql_oidc_state";
+
+void ApiServer::Impl::OidcBegin(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"client", "port", "key"}));
+  if (options.oidc == nullptr) {
+    SendError(c.res, 404, "oidc_not_configured", "this server has no single sign-on provider");
+    return;
+  }
+  // `ql login` names its loopback port and the public key its token is sealed to.
+  const std::string client = c.query.Get("client").value_or("panel");
+  if (client != "panel" && client != "cli") {
+    SendError(c.res, 400, "invalid_client",
+              "client is panel or cli, got " + QuoteForMessage(client));
+    return;
+  }
+  std::optional<int64_t> port;
+  if (client == "cli") {
+    QL_HTTP_ASSIGN(c.res, int64_t p, c.query.Integer("port", "invalid_cli_port", 1024, 65535, 0));
+    port = p;
+  }
+  Result<OidcSignIn::Started> started =
+      options.oidc->Begin(client == "cli" ? SessionClient::kCli : SessionClient::kPanel, port,
+                          c.query.Get("key").value_or(""));
+  if (!started.ok() && started.status().code() == StatusCode::kInvalidArgument) {
+    SendStatus(c.res, started.status());
+    return;
+  }
+  if (!started.ok()) {
+    c.res.status = 303;
+    c.res.SetHeader("Location", "/?sign_in_error=" + started.status().reason());
+    c.res.SetContent("", "text/plain");
+    return;
+  }
+  c.res.SetHeader("Set-Cookie", std::string(kOidcStateCookie) + "=" + started->state +
+                                    "; Path=/api/v1/sign-in/oidc; Max-Age=" +
+                                    std::to_string(OidcSignIn::kLoginTtlMs / 1000) +
+                                    "; HttpOnly; SameSite=Lax" + SecureAttribute());
+  c.res.SetHeader("Referrer-Policy", "no-referrer");
+  c.res.status = 302;
+  c.res.SetHeader("Location", started->url);
+  c.res.SetContent("", "text/plain");
+}
+
+void ApiServer::Impl::OidcCallback(Call& c) {
+  // A provider may add parameters of its own to its answer; they are ignored (RFC 6749
+  // §4.1.2), but each one this sign-in reads must come once.
+  if (options.oidc == nullptr) {
+    SendError(c.res, 404, "oidc_not_configured", "this server has no single sign-on provider");
+    return;
+  }
+  // Whatever happens, the state cookie has done its work.
+  const std::string clear_state = std::string(kOidcStateCookie) +
+                                  "=; Path=/api/v1/sign-in/oidc; Max-Age=0; HttpOnly; "
+                                  "SameSite=Lax" +
+                                  SecureAttribute();
+  auto back = [&](std::string_view error) {
+    c.res.headers.emplace_back("Set-Cookie", clear_state);
+    c.res.SetHeader("Referrer-Policy", "no-referrer");
+    c.res.status = 303;
+    c.res.SetHeader("Location",
+                    error.empty() ? std::string("/") : "/?sign_in_error=" + std::string(error));
+    c.res.SetContent("", "text/plain");
+  };
+  const std::string request_id = c.req.Header("X-Request-Id").substr(0, 64);
+  for (const char* name : {"code", "state", "iss", "error"}) {
+    if (c.req.ParamCount(name) > 1) {
+      service.governance().RecordAuthFailure(request_id, "oidc_failed");
+      back("oidc_failed");
+      return;
+    }
+  }
+  if (c.query.Get("error").has_value() || !c.query.Get("code").has_value()) {
+    // The person cancelled at the provider, or the provider refused.
+    service.governance().RecordAuthFailure(request_id, "oidc_failed");
+    back("oidc_failed");
+    return;
+  }
+  OidcSignIn::Outcome outcome = options.oidc->Finish(
+      c.query.Get("state").value_or(""), CookieValue(c.req.Header("Cookie"), kOidcStateCookie),
+      *c.query.Get("code"), c.query.Get("iss"), c.req.remote_address, request_id);
+  if (outcome.cli && outcome.cli_port.has_value()) {
+    // Back to the `ql login` that started it, on this machine's loopback (only the port came
+    // from the request): its token sealed to its key, or why not.
+    c.res.headers.emplace_back("Set-Cookie", clear_state);
+    c.res.SetHeader("Referrer-Policy", "no-referrer");
+    c.res.status = 303;
+    c.res.SetHeader("Location", "http://127.0.0.1:" + std::to_string(*outcome.cli_port) +
+                                    "/callback?" +
+                                    (outcome.status.ok() ? "sealed=" + outcome.sealed_token
+                                                         : "error=" + outcome.status.reason()));
+    c.res.SetContent("", "text/plain");
+    return;
+  }
+  if (!outcome.status.ok()) {
+    back(outcome.status.reason());
+    return;
+  }
+  const SignedIn* signed_in = &outcome.signed_in;
+  const TokenRecord& session = signed_in->session.record;
+  const int64_t max_age_s = (session.expires_at_ms.value_or(0) - session.created_at_ms) / 1000;
+  c.res.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) + "=" +
+                                               signed_in->session.token +
+                                               "; Path=/; Max-Age=" + std::to_string(max_age_s) +
+                                               "; HttpOnly; SameSite=Strict" + SecureAttribute());
+  back("");
+}
+
+void ApiServer::Impl::Setup(Call& c) {
+  if (RefuseCrossSiteSignIn(c)) return;
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"code", "password", "client"}));
+  QL_HTTP_ASSIGN(c.res, std::string code, api::RequiredString(c.body, "code"));
+  QL_HTTP_ASSIGN(c.res, std::string password, api::RequiredString(c.body, "password"));
+  QL_HTTP_ASSIGN(c.res, const bool panel, PanelClient(c.body));
+  Result<SignedIn> signed_in = options.sign_in->CompleteSetup(
+      code, password, panel ? SessionClient::kPanel : SessionClient::kCli, c.req.remote_address,
+      c.req.Header("X-Request-Id").substr(0, 64));
+  if (!signed_in.ok()) {
+    if (signed_in.status().reason() == "too_many_attempts") {
+      c.res.SetHeader("Retry-After", "60");
+      SendError(c.res, 429, "too_many_attempts", signed_in.status().message());
+    } else {
+      SendStatus(c.res, signed_in.status());
+    }
+    return;
+  }
+  SendSignedIn(c, *signed_in, panel);
+}
+
+void ApiServer::Impl::SettingsGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, InstallationSettings settings, options.sign_in->Settings(c.caller));
+  SendJson(c.res, 200, json{{"require_second_factor", settings.require_second_factor}});
+}
+
+void ApiServer::Impl::SettingsSet(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"require_second_factor"}));
+  QL_HTTP_ASSIGN(c.res, std::string value, api::RequiredString(c.body, "require_second_factor"));
+  QL_HTTP_ASSIGN(c.res, InstallationSettings settings,
+                 options.sign_in->SetRequireSecondFactor(c.caller, value));
+  SendJson(c.res, 200, json{{"require_second_factor", settings.require_second_factor}});
 }
 
 void ApiServer::Impl::SignOut(Call& c) {
@@ -1602,6 +1839,7 @@ void ApiServer::Impl::PasswordChange(Call& c) {
   QL_HTTP_ASSIGN(c.res, std::string replacement, api::RequiredString(c.body, "new_password"));
   QL_HTTP_TRY(c.res,
               options.sign_in->ChangeOwnPassword(c.caller, current.value_or(""), replacement));
+  if (options.forget_token) options.forget_token(c.identity.token_digest);
   SendJson(c.res, 200, json{{"password_set", true}});
 }
 
@@ -1620,6 +1858,12 @@ void ApiServer::Impl::PrincipalPassword(Call& c) {
   SendJson(c.res, 200, json{{"password_set", true}, {"require_change", require_change}});
 }
 
+void ApiServer::Impl::PrincipalPasswordRemove(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_TRY(c.res, options.sign_in->RemovePassword(c.caller, c.id));
+  SendJson(c.res, 200, json{{"password_set", false}});
+}
+
 void ApiServer::Impl::TotpEnrol(Call& c) {
   QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
   QL_HTTP_ASSIGN(c.res, SignInService::TotpEnrolment enrolment,
@@ -1632,6 +1876,7 @@ void ApiServer::Impl::TotpConfirm(Call& c) {
   QL_HTTP_ASSIGN(c.res, std::string code, api::RequiredString(c.body, "code"));
   QL_HTTP_ASSIGN(c.res, std::vector<std::string> recovery,
                  options.sign_in->ConfirmTotp(c.caller, code));
+  if (options.forget_token) options.forget_token(c.identity.token_digest);
   SendJson(c.res, 200, json{{"enabled", true}, {"recovery_codes", recovery}});
 }
 

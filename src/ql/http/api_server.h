@@ -19,6 +19,7 @@
 #include "ql/core/status.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/secret_service.h"
+#include "ql/engine/oidc_sign_in.h"
 #include "ql/engine/sign_in_service.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
@@ -71,6 +72,12 @@ struct ApiServerOptions {
   // Serves sign-in, sign-out, sessions and passwords; without it those routes answer 503
   // sign_in_unavailable. Must outlive the server.
   SignInService* sign_in = nullptr;
+  // Signs people in through an OpenID Connect provider (/api/v1/sign-in/oidc); without it those
+  // routes answer 404 oidc_not_configured. Must outlive the server.
+  OidcSignIn* oidc = nullptr;
+  // Forgets what authentication remembered of a token (by digest) after a write changed it (a
+  // session's restriction lifted), so the next request sees the change. Optional.
+  std::function<void(const std::string& token_digest)> forget_token;
   // The build's version, in ql_build_info{version="..."} on /metrics.
   std::string version = "unknown";
   // How this daemon confines commands (IsolationReport): "full", "user-namespace", "rlimits",

@@ -74,6 +74,8 @@ class ApiSignInTest : public ::testing::Test {
     authenticator_ = std::make_unique<TokenAuthenticator>(store_->governance(), clock_);
     SignInOptions sign_in_options;
     sign_in_options.lock_after = 5;
+    // Short enough that an idle bound under the once-a-minute use record is exercised.
+    sign_in_options.panel_idle_ms = 40'000;
     sign_in_service_ = std::make_unique<SignInService>(service_->governance(), hasher_, clock_,
                                                        random_, sign_in_options);
     ApiServerOptions options;
@@ -82,12 +84,14 @@ class ApiSignInTest : public ::testing::Test {
     };
     options.log_reader = log_reader_.get();
     options.sign_in = sign_in_service_.get();
+    options.forget_token = [this](const std::string& digest) { authenticator_->Forget(digest); };
     server_ = std::make_unique<ApiServer>(*service_, metrics_, options);
     ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
     server_->SetReady(true);
     // Alice, a viewer of the default project, with a password set by the owner.
-    ASSERT_EQ(Call("POST", "/api/v1/principals", json{{"name", "alice"}}, Bearer(kOwnerToken)).status,
-              201);
+    ASSERT_EQ(
+        Call("POST", "/api/v1/principals", json{{"name", "alice"}}, Bearer(kOwnerToken)).status,
+        201);
     ASSERT_EQ(Call("POST", "/api/v1/projects/default/bindings",
                    json{{"principal", "alice"}, {"role", "viewer"}}, Bearer(kOwnerToken))
                   .status,
@@ -244,20 +248,20 @@ TEST_F(ApiSignInTest, AnotherSitesFormCannotSignAnyoneIn) {
   httplib::Client client("127.0.0.1", server_->port());
   const std::string body =
       json{{"name", "alice"}, {"password", kAlicePassword}, {"client", "panel"}}.dump();
-  httplib::Result form = client.Post("/api/v1/sign-in", {{"Sec-Fetch-Site", "cross-site"}},
-                                     body, "text/plain");
+  httplib::Result form =
+      client.Post("/api/v1/sign-in", {{"Sec-Fetch-Site", "cross-site"}}, body, "text/plain");
   ASSERT_TRUE(form);
   EXPECT_EQ(form->status, 403);
   EXPECT_TRUE(form->get_header_value("Set-Cookie").empty());
   httplib::Result plain = client.Post("/api/v1/sign-in", body, "text/plain");
   ASSERT_TRUE(plain);
   EXPECT_EQ(plain->status, 403);
-  httplib::Result cross = client.Post("/api/v1/sign-in", {{"Sec-Fetch-Site", "same-site"}}, body,
-                                      "application/json");
+  httplib::Result cross =
+      client.Post("/api/v1/sign-in", {{"Sec-Fetch-Site", "same-site"}}, body, "application/json");
   ASSERT_TRUE(cross);
   EXPECT_EQ(cross->status, 403);
-  httplib::Result own = client.Post("/api/v1/sign-in", {{"Sec-Fetch-Site", "same-origin"}}, body,
-                                    "application/json");
+  httplib::Result own =
+      client.Post("/api/v1/sign-in", {{"Sec-Fetch-Site", "same-origin"}}, body, "application/json");
   ASSERT_TRUE(own);
   EXPECT_EQ(own->status, 200);
 }
@@ -286,10 +290,10 @@ TEST_F(ApiSignInTest, PasswordsFollowThePolicyAndAChangeEndsTheOtherSessions) {
   for (const json& s : sessions.body["items"]) current += s["current"].get<bool>() ? 1 : 0;
   EXPECT_EQ(current, 1);
 
-  for (const auto& [password, code] :
-       std::vector<std::pair<std::string, std::string>>{{"short", "password_too_short"},
-                                                        {"password1234", "password_too_common"},
-                                                        {"aaaaaaaaaaaaaaaa", "password_too_common"}}) {
+  for (const auto& [password, code] : std::vector<std::pair<std::string, std::string>>{
+           {"short", "password_too_short"},
+           {"password1234", "password_too_common"},
+           {"aaaaaaaaaaaaaaaa", "password_too_common"}}) {
     const Answer refused =
         Call("POST", "/api/v1/password",
              json{{"current_password", kAlicePassword}, {"new_password", password}},
@@ -322,10 +326,9 @@ TEST_F(ApiSignInTest, AnAdminResetEndsSessionsAndCanRequireAChange) {
                  json{{"new_password", "take over the owner"}}, Bearer(before.body["token"]))
                 .status,
             403);
-  const Answer reset =
-      Call("POST", "/api/v1/principals/alice/password",
-           json{{"new_password", "temporary phrase 1"}, {"require_change", true}},
-           Bearer(kOwnerToken));
+  const Answer reset = Call("POST", "/api/v1/principals/alice/password",
+                            json{{"new_password", "temporary phrase 1"}, {"require_change", true}},
+                            Bearer(kOwnerToken));
   ASSERT_EQ(reset.status, 200) << reset.body.dump();
   clock_.Advance(3'000);
   EXPECT_EQ(Call("GET", "/api/v1/whoami", nullptr, Bearer(before.body["token"])).status, 401);
@@ -345,9 +348,9 @@ TEST_F(ApiSignInTest, APanelSessionEndsWhenIdleOrWhenThePrincipalIsDisabled) {
   const Answer again = SignIn("alice", kAlicePassword);
   const httplib::Headers cookie2 = {{"Cookie", CookieOf(again)}};
   ASSERT_EQ(Call("GET", "/api/v1/whoami", nullptr, cookie2).status, 200);
-  ASSERT_EQ(Call("POST", "/api/v1/principals/alice/disable", json::object(), Bearer(kOwnerToken))
-                .status,
-            200);
+  ASSERT_EQ(
+      Call("POST", "/api/v1/principals/alice/disable", json::object(), Bearer(kOwnerToken)).status,
+      200);
   clock_.Advance(2'001);
   EXPECT_EQ(Call("GET", "/api/v1/whoami", nullptr, cookie2).status, 401);
 }
@@ -366,16 +369,16 @@ TEST_F(ApiSignInTest, ASecondFactorIsAskedForOnceEnrolledAndRecoveryCodesWorkOnc
   EXPECT_EQ(SignIn("alice", kAlicePassword).status, 200);
   EXPECT_EQ(Call("POST", "/api/v1/totp/confirm", json{{"code", "000000"}}, alice).code(),
             "totp_invalid");
-  const Answer confirmed = Call("POST", "/api/v1/totp/confirm",
-                                json{{"code", TotpCode(secret, clock_.NowMs())}}, alice);
+  const Answer confirmed =
+      Call("POST", "/api/v1/totp/confirm", json{{"code", TotpCode(secret, clock_.NowMs())}}, alice);
   ASSERT_EQ(confirmed.status, 200) << confirmed.body.dump();
   ASSERT_EQ(confirmed.body["recovery_codes"].size(), 10u);
   const std::string recovery = confirmed.body["recovery_codes"][0];
 
   auto sign_in = [&](const std::string& code) {
-    return Call("POST", "/api/v1/sign-in",
-                json{{"name", "alice"}, {"password", kAlicePassword}, {"client", "cli"},
-                     {"totp", code}});
+    return Call(
+        "POST", "/api/v1/sign-in",
+        json{{"name", "alice"}, {"password", kAlicePassword}, {"client", "cli"}, {"totp", code}});
   };
   // The right password alone is not enough now.
   EXPECT_EQ(SignIn("alice", kAlicePassword, "cli").code(), "totp_required");
@@ -398,6 +401,160 @@ TEST_F(ApiSignInTest, ASecondFactorIsAskedForOnceEnrolledAndRecoveryCodesWorkOnc
                 .status,
             200);
   EXPECT_EQ(SignIn("alice", "after the lost phone 1").status, 200);
+}
+
+TEST_F(ApiSignInTest, ARequiredPasswordChangeRestrictsTheSessionUntilItIsDone) {
+  ASSERT_EQ(Call("POST", "/api/v1/principals/alice/password",
+                 json{{"new_password", "temporary phrase 1"}, {"require_change", true}},
+                 Bearer(kOwnerToken))
+                .status,
+            200);
+  const Answer signed_in = SignIn("alice", "temporary phrase 1", "cli");
+  ASSERT_EQ(signed_in.status, 200) << signed_in.body.dump();
+  EXPECT_EQ(signed_in.body["restriction"], "password_change");
+  const httplib::Headers alice = Bearer(signed_in.body["token"]);
+  // Nothing but what lifts it: reads and writes alike are refused before their handler runs.
+  for (const std::string& path : {"/api/v1/tasks", "/api/v1/runs", "/api/v1/sessions"}) {
+    const Answer refused = Call("GET", path, nullptr, alice);
+    EXPECT_EQ(refused.status, 403) << path;
+    EXPECT_EQ(refused.code(), "password_change_required") << path;
+  }
+  EXPECT_EQ(Call("POST", "/api/v1/totp/enrol", json::object(), alice).code(),
+            "password_change_required");
+  const Answer who = Call("GET", "/api/v1/whoami", nullptr, alice);
+  ASSERT_EQ(who.status, 200);
+  EXPECT_EQ(who.body["session"]["restriction"], "password_change");
+  ASSERT_EQ(
+      Call("POST", "/api/v1/password",
+           json{{"current_password", "temporary phrase 1"}, {"new_password", "my own phrase 22"}},
+           alice)
+          .status,
+      200);
+  // The same session carries on, at once.
+  EXPECT_EQ(Call("GET", "/api/v1/whoami", nullptr, alice).body["session"]["restriction"], nullptr);
+  EXPECT_EQ(Call("GET", "/api/v1/tasks", nullptr, alice).status, 200);
+}
+
+TEST_F(ApiSignInTest, AnInstallationCanRequireASecondFactorForAdmins) {
+  const Answer viewer = SignIn("alice", kAlicePassword, "cli");
+  ASSERT_EQ(viewer.status, 200);
+  EXPECT_EQ(Call("GET", "/api/v1/settings", nullptr, Bearer(viewer.body["token"])).status, 403);
+  EXPECT_EQ(Call("POST", "/api/v1/settings", json{{"require_second_factor", "everyone"}},
+                 Bearer(viewer.body["token"]))
+                .status,
+            403);
+  EXPECT_EQ(Call("POST", "/api/v1/settings", json{{"require_second_factor", "maybe"}},
+                 Bearer(kOwnerToken))
+                .code(),
+            "invalid_setting");
+  const Answer set = Call("POST", "/api/v1/settings", json{{"require_second_factor", "admins"}},
+                          Bearer(kOwnerToken));
+  ASSERT_EQ(set.status, 200) << set.body.dump();
+  EXPECT_EQ(
+      Call("GET", "/api/v1/settings", nullptr, Bearer(kOwnerToken)).body["require_second_factor"],
+      "admins");
+  // A viewer is not asked; an admin of a project is.
+  EXPECT_EQ(SignIn("alice", kAlicePassword, "cli").body["restriction"], nullptr);
+  ASSERT_EQ(Call("POST", "/api/v1/projects/default/bindings",
+                 json{{"principal", "alice"}, {"role", "admin"}}, Bearer(kOwnerToken))
+                .status,
+            201);
+  const Answer admin = SignIn("alice", kAlicePassword, "cli");
+  ASSERT_EQ(admin.status, 200);
+  EXPECT_EQ(admin.body["restriction"], "totp_enrolment");
+  const httplib::Headers alice = Bearer(admin.body["token"]);
+  EXPECT_EQ(Call("GET", "/api/v1/tasks", nullptr, alice).code(), "totp_enrolment_required");
+  const Answer enrol = Call("POST", "/api/v1/totp/enrol", json::object(), alice);
+  ASSERT_EQ(enrol.status, 200) << enrol.body.dump();
+  std::string secret;
+  ASSERT_TRUE(Base32Decode(enrol.body["secret"].get<std::string>(), &secret));
+  ASSERT_EQ(
+      Call("POST", "/api/v1/totp/confirm", json{{"code", TotpCode(secret, clock_.NowMs())}}, alice)
+          .status,
+      200);
+  EXPECT_EQ(Call("GET", "/api/v1/tasks", nullptr, alice).status, 200);
+  const Answer who = Call("GET", "/api/v1/whoami", nullptr, alice);
+  EXPECT_EQ(who.body["password_set"], true);
+  EXPECT_EQ(who.body["totp_enabled"], true);
+  // Required: it cannot be removed.
+  EXPECT_EQ(Call("POST", "/api/v1/totp/disable", json{{"current_password", kAlicePassword}}, alice)
+                .code(),
+            "second_factor_required");
+}
+
+TEST_F(ApiSignInTest, TheSetUpCodeGivesTheOwnerAFirstPasswordOnce) {
+  EXPECT_EQ(Call("GET", "/api/v1/sign-in/methods", nullptr).body,
+            (json{{"password", true}, {"oidc", nullptr}, {"setup", false}}));
+  Result<std::string> code = sign_in_service_->IssueSetupCode(60'000);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_EQ(code->size(), 19u) << *code;  // XXXX-XXXX-XXXX-XXXX
+  EXPECT_TRUE(Call("GET", "/api/v1/sign-in/methods", nullptr).body["setup"].get<bool>());
+  auto setup = [&](const std::string& typed, const std::string& password) {
+    return Call("POST", "/api/v1/setup",
+                json{{"code", typed}, {"password", password}, {"client", "panel"}});
+  };
+  EXPECT_EQ(setup("AAAA-BBBB-CCCC-DDDD", "the owner's phrase 1").code(), "setup_code_invalid");
+  // A password the policy refuses does not spend the code.
+  EXPECT_EQ(setup(*code, "short").status, 400);
+  std::string typed = *code;
+  for (char& c : typed) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const Answer done = setup(typed, "the owner's phrase 1");
+  ASSERT_EQ(done.status, 200) << done.body.dump();
+  EXPECT_EQ(done.body["principal"]["name"], "owner");
+  EXPECT_THAT(done.Header("Set-Cookie"), HasSubstr("HttpOnly; SameSite=Strict"));
+  EXPECT_EQ(Call("GET", "/api/v1/whoami", nullptr, {{"Cookie", CookieOf(done)}}).status, 200);
+  EXPECT_EQ(setup(*code, "the owner's phrase 2").code(), "setup_code_invalid");
+  EXPECT_FALSE(Call("GET", "/api/v1/sign-in/methods", nullptr).body["setup"].get<bool>());
+  EXPECT_EQ(SignIn("owner", "the owner's phrase 1").status, 200);
+  // Once the owner has a password, no new code is issued.
+  code = sign_in_service_->IssueSetupCode(60'000);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, "");
+}
+
+TEST_F(ApiSignInTest, ASessionInUseNeverIdlesOutEvenWithAShortIdleBound) {
+  const Answer signed_in = SignIn("alice", kAlicePassword);
+  const httplib::Headers cookie = {{"Cookie", CookieOf(signed_in)}};
+  // Used every 25 s, past the 40 s bound counted from the sign-in.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(Call("GET", "/api/v1/whoami", nullptr, cookie).status, 200) << "use " << i;
+    clock_.Advance(25'000);
+  }
+  ASSERT_EQ(Call("GET", "/api/v1/whoami", nullptr, cookie).status, 200);
+  // Then left alone for longer than the bound: over.
+  clock_.Advance(41'000);
+  EXPECT_EQ(Call("GET", "/api/v1/whoami", nullptr, cookie).status, 401);
+}
+
+TEST_F(ApiSignInTest, TakingARoleAwayEndsThePrincipalsSessions) {
+  const Answer signed_in = SignIn("alice", kAlicePassword);
+  const httplib::Headers cookie = {{"Cookie", CookieOf(signed_in)}};
+  ASSERT_EQ(Call("GET", "/api/v1/whoami", nullptr, cookie).status, 200);
+  ASSERT_EQ(Call("POST", "/api/v1/projects/default/bindings",
+                 json{{"principal", "alice"}, {"role", "none"}}, Bearer(kOwnerToken))
+                .status,
+            201);
+  clock_.Advance(2'001);
+  EXPECT_EQ(Call("GET", "/api/v1/whoami", nullptr, cookie).status, 401);
+}
+
+TEST_F(ApiSignInTest, RemovingAPasswordEndsSessionsAndPasswordSignIns) {
+  const Answer signed_in = SignIn("alice", kAlicePassword);
+  const httplib::Headers cookie = {{"Cookie", CookieOf(signed_in)}};
+  ASSERT_EQ(Call("GET", "/api/v1/whoami", nullptr, cookie).status, 200);
+  // Only an installation admin: alice cannot remove her own through the admin route.
+  httplib::Client client("127.0.0.1", server_->port());
+  auto remove = [&](const httplib::Headers& headers) {
+    httplib::Result r = client.Delete("/api/v1/principals/alice/password", headers);
+    return r ? r->status : 0;
+  };
+  const Answer cli = SignIn("alice", kAlicePassword, "cli");
+  EXPECT_EQ(remove(Bearer(cli.body["token"])), 403);
+  EXPECT_EQ(remove(Bearer(kOwnerToken)), 200);
+  EXPECT_EQ(remove(Bearer(kOwnerToken)), 404) << "nothing left to remove";
+  clock_.Advance(2'001);
+  EXPECT_EQ(Call("GET", "/api/v1/whoami", nullptr, cookie).status, 401);
+  EXPECT_EQ(SignIn("alice", kAlicePassword).code(), "sign_in_failed");
 }
 
 }  // namespace

@@ -109,8 +109,10 @@ const std::set<std::string> kEveryRoute = {"bad_request",        "uri_too_long",
 // Admission of every /api/v1 route.
 const std::set<std::string> kApiAdmission = {"shutting_down", "overloaded"};
 // Admission of every authenticated route (the identity decided before the body, and confirmed
-// after it).
-const std::set<std::string> kAuthenticated = {"unauthorized", "credentials_unavailable"};
+// after it), and of a restricted session (a password to change, a second factor to enrol).
+const std::set<std::string> kAuthenticated = {"unauthorized", "credentials_unavailable",
+                                              "password_change_required",
+                                              "totp_enrolment_required"};
 // Admission by method: a GET carries no body; a write's body is refused by its media type or
 // length, and a write authenticated by the session cookie needs its CSRF token.
 const std::set<std::string> kGetAdmission = {"unexpected_body"};

@@ -61,8 +61,31 @@ TEST(EmbeddedPanelTest, EmbedsEveryWebFileByteForByte) {
     }
     EXPECT_EQ(file->body, expected) << rel;
   }
+  // The files embedded from outside web/ ("path=file|path=file"), byte for byte too.
+  std::stringstream extra(QL_PANEL_EXTRA_FILES);
+  for (std::string spec; std::getline(extra, spec, '|');) {
+    if (spec.empty()) continue;
+    const size_t eq = spec.find('=');
+    ASSERT_NE(eq, std::string::npos) << spec;
+    ++on_disk;
+    const PanelFile* file = assets.Find(prefix + "/" + spec.substr(0, eq));
+    ASSERT_NE(file, nullptr) << spec;
+    EXPECT_TRUE(file->immutable) << spec;
+    EXPECT_EQ(file->body, ReadFile(spec.substr(eq + 1))) << spec;
+  }
   EXPECT_EQ(assets.size(), on_disk);
   EXPECT_GT(assets.body_bytes(), 0u);
+}
+
+// The QR code generator index.html loads is embedded from Debian's node-qrcode-generator.
+TEST(EmbeddedPanelTest, EmbedsTheQrCodeGenerator) {
+  const PanelAssets assets(EmbeddedPanelFiles());
+  const PanelFile* qr = assets.Find(AssetPrefix() + "/lib/vendor/qrcode.js");
+  ASSERT_NE(qr, nullptr);
+  EXPECT_EQ(qr->content_type, "text/javascript; charset=utf-8");
+  EXPECT_THAT(std::string(qr->body), HasSubstr("var qrcode = function()"));
+  EXPECT_THAT(std::string(assets.Find("/")->body),
+              HasSubstr("src=\"" + AssetPrefix() + "/lib/vendor/qrcode.js\""));
 }
 
 TEST(EmbeddedPanelTest, GivesEachKindItsContentType) {

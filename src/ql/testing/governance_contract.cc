@@ -19,11 +19,11 @@ bool LinkGovernanceContract() { return true; }
 
 namespace {
 
-#define QL_EXPECT_ERROR(expr, want_code, want_reason)                              \
-  do {                                                                             \
-    const ::ql::Status ql_st_ = StatusOfAny(expr);                                 \
-    EXPECT_EQ(ql_st_.code(), want_code) << ql_st_.ToString();                      \
-    EXPECT_EQ(ql_st_.reason(), want_reason) << ql_st_.ToString();                  \
+#define QL_EXPECT_ERROR(expr, want_code, want_reason)             \
+  do {                                                            \
+    const ::ql::Status ql_st_ = StatusOfAny(expr);                \
+    EXPECT_EQ(ql_st_.code(), want_code) << ql_st_.ToString();     \
+    EXPECT_EQ(ql_st_.reason(), want_reason) << ql_st_.ToString(); \
   } while (0)
 
 Status StatusOfAny(const Status& status) { return status; }
@@ -31,7 +31,6 @@ template <typename T>
 Status StatusOfAny(const Result<T>& result) {
   return result.status();
 }
-
 
 }  // namespace
 
@@ -131,8 +130,8 @@ TEST_P(GovernanceContract, AuthenticationFindsOnlyLiveTokensOfActivePrincipals) 
   token.now_ms = Now();
   ASSERT_TRUE(gov().CreateToken(token).ok());
   EXPECT_TRUE(gov().Authenticate(Sha256Hex("bot-token"), Now()).ok());
-  QL_EXPECT_ERROR(gov().Authenticate(Sha256Hex("bot-token"), Now() + 60'000),
-                  StatusCode::kConflict, "token_expired");
+  QL_EXPECT_ERROR(gov().Authenticate(Sha256Hex("bot-token"), Now() + 60'000), StatusCode::kConflict,
+                  "token_expired");
 
   Result<PrincipalRecord> disabled =
       gov().SetPrincipalStatus(Actor{owner.id, "r"}, bot->id, "disabled", Now());
@@ -157,8 +156,7 @@ TEST_P(GovernanceContract, PrincipalsNeedAnInstallationAdminAndAUniqueName) {
   const PrincipalRecord owner = Owner();
   Result<PrincipalRecord> alice = AddPrincipal(owner, "alice");
   ASSERT_TRUE(alice.ok()) << alice.status().ToString();
-  QL_EXPECT_ERROR(AddPrincipal(owner, "alice"), StatusCode::kDuplicate,
-                  "principal_name_duplicate");
+  QL_EXPECT_ERROR(AddPrincipal(owner, "alice"), StatusCode::kDuplicate, "principal_name_duplicate");
   QL_EXPECT_ERROR(AddPrincipal(owner, "bad name!"), StatusCode::kInvalidArgument,
                   "invalid_principal_name");
   // alice holds no installation role: she may not add principals.
@@ -217,8 +215,8 @@ TEST_P(GovernanceContract, AdminsGrantUpToAdminAndOnlyOwnersTouchOwners) {
   EXPECT_TRUE(Grant(*admin, project().id, *bob, Role::kAdmin).ok());
   QL_EXPECT_ERROR(Grant(*admin, project().id, *bob, Role::kOwner), StatusCode::kPermissionDenied,
                   "permission_denied");
-  QL_EXPECT_ERROR(Grant(*viewer, project().id, *bob, Role::kViewer),
-                  StatusCode::kPermissionDenied, "permission_denied");
+  QL_EXPECT_ERROR(Grant(*viewer, project().id, *bob, Role::kViewer), StatusCode::kPermissionDenied,
+                  "permission_denied");
   // An admin in a project is nothing at the installation.
   QL_EXPECT_ERROR(Grant(*admin, std::string(kInstallationScope), *bob, Role::kAdmin),
                   StatusCode::kPermissionDenied, "permission_denied");
@@ -507,8 +505,8 @@ TEST_P(GovernanceContract, PasswordsSessionsAndLockOut) {
                   StatusCode::kPermissionDenied, "sign_in_failed");
   EXPECT_EQ(gov().Authenticate(Sha256Hex("s2"), Now()).status().reason(), "token_unknown");
   // After the lock the right password works again and clears the count.
-  Result<TokenRecord> later = gov().RecordSignIn(
-      SessionFor(alice->id, NewId(), "alice-later", Now() + 60'000, true));
+  Result<TokenRecord> later =
+      gov().RecordSignIn(SessionFor(alice->id, NewId(), "alice-later", Now() + 60'000, true));
   ASSERT_TRUE(later.ok()) << later.status().ToString();
   stored = gov().GetPassword(alice->id);
   EXPECT_EQ((*stored)->failed_attempts, 0);
@@ -538,6 +536,255 @@ TEST_P(GovernanceContract, PasswordsSessionsAndLockOut) {
   ASSERT_TRUE(gov().SetPrincipalStatus(Actor{owner.id, "r"}, alice->id, "disabled", Now()).ok());
   QL_EXPECT_ERROR(gov().RecordSignIn(SessionFor(alice->id, NewId(), "s3", Now() + 60'003, true)),
                   StatusCode::kPermissionDenied, "sign_in_failed");
+}
+
+}  // namespace ql::testing
+
+namespace ql::testing {
+
+TEST_P(GovernanceContract, RestrictedSessionsAreLiftedByWhatTheyWaitFor) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> alice = AddPrincipal(owner, "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status().ToString();
+  SetPasswordCommand set;
+  set.actor = Actor{owner.id, "r"};
+  set.principal_id = alice->id;
+  set.hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNo";
+  set.must_change = true;
+  set.now_ms = Now();
+  ASSERT_TRUE(gov().SetPassword(set).ok());
+
+  // The session is stored with its restriction and authentication returns it.
+  SignInCommand cmd = SessionFor(alice->id, NewId(), "restricted", Now(), true);
+  cmd.session.restriction = std::string(kRestrictPasswordChange);
+  Result<TokenRecord> session = gov().RecordSignIn(cmd);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  EXPECT_EQ(session->restriction, "password_change");
+  Result<Authentication> auth = gov().Authenticate(Sha256Hex("restricted"), Now());
+  ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+  EXPECT_EQ(auth->token.restriction, "password_change");
+
+  // Enabling a second factor does not lift a password_change restriction ...
+  SetSecondFactorCommand totp;
+  totp.actor = Actor{alice->id, "r"};
+  totp.principal_id = alice->id;
+  totp.totp_secret = "JBSWY3DPEHPK3PXP";
+  totp.totp_enabled = true;
+  totp.audit_action = "totp.enable";
+  totp.lift_token_id = session->id;
+  totp.now_ms = Now();
+  ASSERT_TRUE(gov().SetSecondFactor(totp).ok());
+  EXPECT_EQ(gov().Authenticate(Sha256Hex("restricted"), Now())->token.restriction,
+            "password_change");
+  // ... choosing the password from that session does, and the session stays.
+  set.actor = Actor{alice->id, "r"};
+  set.must_change = false;
+  set.keep_token_id = session->id;
+  set.now_ms = Now() + 1;
+  ASSERT_TRUE(gov().SetPassword(set).ok());
+  auth = gov().Authenticate(Sha256Hex("restricted"), Now() + 2);
+  ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+  EXPECT_EQ(auth->token.restriction, "");
+
+  // A totp_enrolment restriction goes once a second factor is enabled from that session; a
+  // session of another principal named as lift_token_id is not touched.
+  SignInCommand enrol = SessionFor(alice->id, NewId(), "enrol", Now() + 3, true);
+  enrol.session.restriction = std::string(kRestrictTotpEnrolment);
+  enrol.totp_step = 1;
+  Result<TokenRecord> enrolling = gov().RecordSignIn(enrol);
+  ASSERT_TRUE(enrolling.ok()) << enrolling.status().ToString();
+  totp.actor = Actor{owner.id, "r"};
+  totp.principal_id = owner.id;
+  totp.lift_token_id = enrolling->id;
+  QL_EXPECT_ERROR(gov().SetSecondFactor(totp), StatusCode::kNotFound, "password_not_set");
+  totp.actor = Actor{alice->id, "r"};
+  totp.principal_id = alice->id;
+  ASSERT_TRUE(gov().SetSecondFactor(totp).ok());
+  EXPECT_EQ(gov().Authenticate(Sha256Hex("enrol"), Now() + 4)->token.restriction, "");
+}
+
+TEST_P(GovernanceContract, SettingsNeedAnInstallationAdminAndAreAudited) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> bob = AddPrincipal(owner, "bob");
+  ASSERT_TRUE(bob.ok()) << bob.status().ToString();
+  Result<InstallationSettings> settings = gov().GetInstallationSettings();
+  ASSERT_TRUE(settings.ok()) << settings.status().ToString();
+  EXPECT_EQ(settings->require_second_factor, "off");
+  QL_EXPECT_ERROR(gov().SetRequireSecondFactor(Actor{bob->id, "r"}, "everyone", Now()),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  QL_EXPECT_ERROR(gov().SetRequireSecondFactor(Actor{owner.id, "r"}, "sometimes", Now()),
+                  StatusCode::kInvalidArgument, "invalid_setting");
+  EXPECT_EQ(gov().GetInstallationSettings()->require_second_factor, "off");
+  Result<InstallationSettings> set =
+      gov().SetRequireSecondFactor(Actor{owner.id, "r"}, "admins", Now());
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->require_second_factor, "admins");
+  EXPECT_EQ(gov().GetInstallationSettings()->require_second_factor, "admins");
+  Result<Page<AuditRecord>> audit = gov().ListAudit(PageRequest{std::nullopt, 5});
+  ASSERT_TRUE(audit.ok() && !audit->items.empty());
+  EXPECT_EQ(audit->items.front().action, "settings.write");
+  EXPECT_EQ(audit->items.front().actor_id, owner.id);
+  EXPECT_EQ(audit->items.front().code, "require_second_factor=admins");
+}
+
+TEST_P(GovernanceContract, TheSetUpCodeSetsTheOwnersFirstPasswordOnce) {
+  const PrincipalRecord owner = Owner();
+  const std::string hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNo";
+  auto setup = [&](const std::string& code, const std::string& secret, int64_t at) {
+    SetupCommand cmd;
+    cmd.code_digest = Sha256Hex(code);
+    cmd.hash = hash;
+    cmd.session.id = NewId();
+    cmd.session.expires_at_ms = at + 3'600'000;
+    cmd.session.idle_timeout_ms = 60'000;
+    cmd.session_digest = Sha256Hex(secret);
+    cmd.request_id = "setup";
+    cmd.now_ms = at;
+    return gov().CompleteSetup(cmd);
+  };
+  // No code issued: nothing works.
+  QL_EXPECT_ERROR(setup("CODE", "s0", Now()), StatusCode::kPermissionDenied, "setup_code_invalid");
+  ASSERT_TRUE(gov().SetSetupCode(Sha256Hex("CODE"), Now() + 1000, Now()).ok());
+  QL_EXPECT_ERROR(setup("WRONG", "s1", Now()), StatusCode::kPermissionDenied, "setup_code_invalid");
+  // Expired.
+  QL_EXPECT_ERROR(setup("CODE", "s2", Now() + 1000), StatusCode::kPermissionDenied,
+                  "setup_code_invalid");
+  EXPECT_FALSE(gov().GetPassword(owner.id)->has_value());
+  Result<SetupResult> done = setup("CODE", "s3", Now() + 999);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->principal.id, owner.id);
+  EXPECT_EQ(done->session.kind, "session");
+  EXPECT_TRUE(gov().Authenticate(Sha256Hex("s3"), Now() + 999).ok());
+  ASSERT_TRUE(gov().GetPassword(owner.id)->has_value());
+  EXPECT_EQ((*gov().GetPassword(owner.id))->hash, hash);
+  EXPECT_FALSE(gov().GetInstallationSettings()->setup_code_digest.has_value());
+  // Single use: the same code again, or a new code once the owner has a password, fails.
+  QL_EXPECT_ERROR(setup("CODE", "s4", Now() + 999), StatusCode::kPermissionDenied,
+                  "setup_code_invalid");
+  ASSERT_TRUE(gov().SetSetupCode(Sha256Hex("NEXT"), Now() + 5000, Now()).ok());
+  QL_EXPECT_ERROR(setup("NEXT", "s5", Now() + 1), StatusCode::kPermissionDenied,
+                  "setup_code_invalid");
+  EXPECT_EQ(gov().Authenticate(Sha256Hex("s5"), Now() + 1).status().reason(), "token_unknown");
+  int failed = 0;
+  Result<Page<AuditRecord>> audit = gov().ListAudit(PageRequest{std::nullopt, 200});
+  ASSERT_TRUE(audit.ok()) << audit.status().ToString();
+  for (const AuditRecord& fact : audit->items) {
+    if (fact.action == "auth.setup" && fact.outcome == "failed") ++failed;
+  }
+  EXPECT_EQ(failed, 5);
+}
+
+TEST_P(GovernanceContract, AnOidcSignInFinishesOnceAndInTime) {
+  const PrincipalRecord owner = Owner();
+  OidcLoginRecord login{
+      Sha256Hex("state-1"), "nonce-0123456789abcdef", std::string(64, 'v'), "panel", Now(),
+      Now() + 600'000};
+  ASSERT_TRUE(gov().BeginOidcLogin(login).ok());
+  Result<OidcLoginRecord> taken = gov().TakeOidcLogin(Sha256Hex("state-1"), Now() + 1);
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_EQ(taken->nonce, login.nonce);
+  EXPECT_EQ(taken->code_verifier, login.code_verifier);
+  EXPECT_EQ(taken->client, "panel");
+  EXPECT_FALSE(taken->cli_port.has_value());
+  QL_EXPECT_ERROR(gov().TakeOidcLogin(Sha256Hex("state-1"), Now() + 2),
+                  StatusCode::kPermissionDenied, "oidc_state_invalid");
+  // One started by ql login keeps where its answer goes.
+  OidcLoginRecord cli = login;
+  cli.state_digest = Sha256Hex("state-cli");
+  cli.client = "cli";
+  cli.cli_port = 40123;
+  cli.cli_key = std::string(43, 'k');
+  ASSERT_TRUE(gov().BeginOidcLogin(cli).ok());
+  taken = gov().TakeOidcLogin(Sha256Hex("state-cli"), Now() + 1);
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_EQ(taken->client, "cli");
+  EXPECT_EQ(taken->cli_port, 40123);
+  EXPECT_EQ(taken->cli_key, std::string(43, 'k'));
+  login.state_digest = Sha256Hex("state-2");
+  ASSERT_TRUE(gov().BeginOidcLogin(login).ok());
+  QL_EXPECT_ERROR(gov().TakeOidcLogin(Sha256Hex("state-2"), Now() + 600'000),
+                  StatusCode::kPermissionDenied, "oidc_state_invalid");
+  // A sign-in the provider vouched for: a session for an active principal, refused and audited
+  // for a disabled one.
+  Result<PrincipalRecord> carol = AddPrincipal(owner, "carol");
+  ASSERT_TRUE(carol.ok()) << carol.status().ToString();
+  ExternalSignInCommand ext;
+  ext.principal_id = carol->id;
+  ext.method = "oidc";
+  ext.session.id = NewId();
+  ext.session.expires_at_ms = Now() + 3'600'000;
+  ext.session_digest = Sha256Hex("carol-sso");
+  ext.now_ms = Now();
+  Result<TokenRecord> session = gov().RecordExternalSignIn(ext);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  EXPECT_EQ(session->kind, "session");
+  EXPECT_TRUE(gov().Authenticate(Sha256Hex("carol-sso"), Now()).ok());
+  ASSERT_TRUE(gov().SetPrincipalStatus(Actor{owner.id, "r"}, carol->id, "disabled", Now()).ok());
+  ext.session.id = NewId();
+  ext.session_digest = Sha256Hex("carol-sso-2");
+  QL_EXPECT_ERROR(gov().RecordExternalSignIn(ext), StatusCode::kPermissionDenied,
+                  "principal_disabled");
+  int refused = 0;
+  Result<Page<AuditRecord>> audit = gov().ListAudit(PageRequest{std::nullopt, 200});
+  ASSERT_TRUE(audit.ok()) << audit.status().ToString();
+  for (const AuditRecord& fact : audit->items) {
+    if (fact.action == "auth.sign_in" && fact.outcome == "failed" &&
+        fact.code == "principal_disabled" && fact.target_id == carol->id) {
+      ++refused;
+    }
+  }
+  EXPECT_EQ(refused, 1);
+}
+
+TEST_P(GovernanceContract, RemovingAPasswordEndsEverySession) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> erin = AddPrincipal(owner, "erin");
+  ASSERT_TRUE(erin.ok()) << erin.status().ToString();
+  Result<PrincipalRecord> bob = AddPrincipal(owner, "bob");
+  ASSERT_TRUE(bob.ok()) << bob.status().ToString();
+  SetPasswordCommand set;
+  set.actor = Actor{owner.id, "r"};
+  set.principal_id = erin->id;
+  set.hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNo";
+  set.now_ms = Now();
+  ASSERT_TRUE(gov().SetPassword(set).ok());
+  ASSERT_TRUE(gov().RecordSignIn(SessionFor(erin->id, NewId(), "erin-1", Now(), true)).ok());
+  QL_EXPECT_ERROR(gov().RemovePassword(Actor{bob->id, "r"}, erin->id, Now()),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  ASSERT_TRUE(gov().RemovePassword(Actor{owner.id, "r"}, erin->id, Now()).ok());
+  EXPECT_FALSE(gov().GetPassword(erin->id)->has_value());
+  EXPECT_EQ(gov().Authenticate(Sha256Hex("erin-1"), Now()).status().reason(), "token_revoked");
+  QL_EXPECT_ERROR(gov().RemovePassword(Actor{owner.id, "r"}, erin->id, Now()),
+                  StatusCode::kNotFound, "password_not_set");
+}
+
+TEST_P(GovernanceContract, TakingARoleAwayEndsTheSubjectsSessions) {
+  const PrincipalRecord owner = Owner();
+  Result<PrincipalRecord> dana = AddPrincipal(owner, "dana");
+  ASSERT_TRUE(dana.ok()) << dana.status().ToString();
+  ASSERT_TRUE(Grant(owner, std::string(kInstallationScope), *dana, Role::kOwner).ok());
+  ExternalSignInCommand ext;
+  ext.principal_id = dana->id;
+  ext.method = "oidc";
+  ext.session.id = NewId();
+  ext.session.expires_at_ms = Now() + 3'600'000;
+  ext.session_digest = Sha256Hex("dana-session");
+  ext.now_ms = Now();
+  ASSERT_TRUE(gov().RecordExternalSignIn(ext).ok());
+  // Her API token is not a session: it stays.
+  CreateTokenCommand token;
+  token.actor = Actor{owner.id, "r"};
+  token.id = NewId();
+  token.principal_id = dana->id;
+  token.token_digest = Sha256Hex("dana-api");
+  token.now_ms = Now();
+  ASSERT_TRUE(gov().CreateToken(token).ok());
+  // Lowering owner to admin ends the session.
+  EXPECT_TRUE(gov().Authenticate(Sha256Hex("dana-session"), Now()).ok());
+  ASSERT_TRUE(Grant(owner, std::string(kInstallationScope), *dana, Role::kAdmin).ok());
+  EXPECT_EQ(gov().Authenticate(Sha256Hex("dana-session"), Now()).status().reason(),
+            "token_revoked");
+  EXPECT_TRUE(gov().Authenticate(Sha256Hex("dana-api"), Now()).ok());
 }
 
 }  // namespace ql::testing

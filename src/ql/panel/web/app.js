@@ -1,17 +1,45 @@
-// The panel's entry point: sign-in, the header (navigation, project switcher, who you are),
-// and a hash router that renders one page module at a time. Each page gets an AbortSignal
-// that fires when the page is left, so its requests, timers and log streams stop with it.
+// The panel's entry point: sign-in (password, single sign-on, first-start set-up, token), the
+// header (navigation, project switcher, who you are), the screen a restricted session must
+// pass first, and a hash router that renders one page module at a time. Each page gets an
+// AbortSignal that fires when the page is left, so its requests, timers and log streams stop
+// with it.
 
-import {ApiError, get, post, resumeCookieSession, setUnauthorizedHandler, signInWithPassword} from './lib/api.js';
+import {ApiError, get, post, resumeCookieSession, setRestrictedHandler, setUnauthorizedHandler, setUp, signInMethods, signInWithPassword} from './lib/api.js';
 import {h, replace} from './lib/dom.js';
 import {viewerZone} from './lib/format.js';
 import {session} from './lib/session.js';
-import {errorBox, onSubmit, select} from './lib/ui.js';
+import {errorBox, field, notice, onSubmit, select} from './lib/ui.js';
+import {passwordForm, totpEnrolment} from './pages/account.js';
 import {pages} from './pages/registry.js';
 
 const top = document.getElementById('top');
 const main = document.getElementById('main');
 let current = null;  // {controller} of the page on screen
+
+// What a failed single sign-on's code (`/?sign_in_error=CODE`, the server's redirect) means.
+const SIGN_IN_ERRORS = {
+  oidc_failed: 'Single sign-on did not succeed. Try again, or sign in with your name and password.',
+  oidc_state_invalid:
+      'The single sign-on attempt expired or was started in another tab. Start it again from here.',
+  oidc_no_principal:
+      'The identity provider signed you in, but no QingLong account is linked to that identity. Ask an administrator to add you.',
+  oidc_unavailable:
+      'Single sign-on is unavailable: the identity provider could not be reached. Try again later, or sign in with your name and password.',
+  principal_disabled: 'Your QingLong account is disabled. Ask an administrator to enable it.',
+};
+
+// The code of a failed single sign-on, taken out of the address bar at once and shown by the
+// sign-in screen.
+let signInError = null;
+{
+  const query = new URLSearchParams(location.search);
+  if (query.has('sign_in_error')) {
+    signInError = query.get('sign_in_error') || 'sign_in_failed';
+    query.delete('sign_in_error');
+    const rest = query.toString();
+    history.replaceState(null, '', location.pathname + (rest ? `?${rest}` : '') + location.hash);
+  }
+}
 
 const routes = pages.flatMap(
     (p) => p.routes.map((r) => ({...r, segments: r.pattern.split('/').filter(Boolean)})));
@@ -51,12 +79,97 @@ function leavePage() {
   current = null;
 }
 
-function signInView(reason) {
-  leavePage();
+function brandOnly() {
   top.replaceChildren(
       h('div', {class: 'brand'}, h('span', {class: 'logo', 'aria-hidden': 'true'}), 'QingLong'));
+}
+
+// Returns a single sign-on link for `oidc` ({name, url}), or null when its URL is not http(s).
+function oidcLink(oidc) {
+  let url;
+  try {
+    url = new URL(oidc.url, location.href);
+  } catch {
+    return null;
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return null;
+  // A top-level navigation: the server answers with a redirect to the identity provider.
+  return h('a', {
+    class: 'btn',
+    id: 'signin-oidc',
+    href: url.href,
+    text: `Sign in with ${oidc.name || 'single sign-on'}`,
+  });
+}
+
+// The first-start form: the one-time set-up code the server wrote to its data directory and
+// the owner's first password, twice.
+function setUpForm() {
   const errors = errorBox();
-  if (reason) errors.show(reason);
+  const code = h('input', {
+    id: 'setup-code',
+    required: true,
+    autocomplete: 'off',
+    spellcheck: 'false',
+    class: 'mono',
+  });
+  const password = h('input', {
+    type: 'password',
+    id: 'setup-password',
+    autocomplete: 'new-password',
+    required: true,
+  });
+  const again = h('input', {
+    type: 'password',
+    id: 'setup-password-repeat',
+    autocomplete: 'new-password',
+    required: true,
+  });
+  const form = h(
+      'form', {class: 'card signin', id: 'setup-form', 'aria-labelledby': 'setup-title'},
+      h('h1', {id: 'setup-title', text: 'Set up QingLong'}),
+      h('p', {
+        class: 'muted',
+        text:
+            'First start: the owner has no password yet. Choose it with the one-time set-up code the server wrote to setup.code in its data directory.',
+      }),
+      errors,
+      field(
+          'Set-up code', code,
+          'On the server: cat DATA_DIR/setup.code (data/setup.code for scripts/start-local.sh). It works once.'),
+      field('Owner password', password, 'At least 12 characters; a phrase is easiest to remember.'),
+      field('Owner password again', again),
+      h('button', {type: 'submit', class: 'btn primary', text: 'Set the password and sign in'}));
+  return onSubmit(form, errors, async () => {
+    if (password.value !== again.value) {
+      throw Object.assign(new Error('the two passwords differ'), {code: 'form'});
+    }
+    session.clear();
+    await startSession(await setUp(code.value.trim(), password.value));
+  });
+}
+
+// Continues after a sign-in or set-up answer: keeps its CSRF token and restriction, reads who
+// signed in and shows the page asked for (or the restricted screen).
+async function startSession(answer) {
+  session.setCsrf(answer.csrf_token);
+  session.hint = 'restriction' in answer ? answer.restriction || null :
+                                           (answer.must_change_password ? 'password_change' : null);
+  await loadIdentity();
+  render();
+}
+
+function signInView(reason) {
+  leavePage();
+  brandOnly();
+  const errors = errorBox();
+  if (reason) {
+    errors.show(reason);
+  } else if (signInError) {
+    errors.show(
+        {code: signInError, message: SIGN_IN_ERRORS[signInError] || 'signing in did not succeed'});
+  }
+  signInError = null;
   const name = h('input', {
     type: 'text',
     id: 'signin-name',
@@ -84,6 +197,8 @@ function signInView(reason) {
   const totpField = h('div', {class: 'field', hidden: true},
                       h('label', {for: 'signin-totp', text: 'One-time code (or a recovery code)'}),
                       totp);
+  // Single sign-on, once the server says it offers it.
+  const others = h('div', {class: 'other-methods', id: 'signin-other', hidden: true});
   const form = h(
       'form',
       {class: 'card signin', id: 'signin-form', 'aria-labelledby': 'signin-title'},
@@ -93,6 +208,7 @@ function signInView(reason) {
       h('div', {class: 'field'}, h('label', {for: 'signin-password', text: 'Password'}), password),
       totpField,
       h('button', {type: 'submit', class: 'btn primary', text: 'Sign in'}),
+      others,
   );
   onSubmit(form, errors, async () => {
     session.clear();
@@ -106,9 +222,7 @@ function signInView(reason) {
       }
       throw err;
     }
-    session.setCsrf(answer.csrf_token);
-    await loadIdentity();
-    render();
+    await startSession(answer);
   });
   const tokenErrors = errorBox();
   const input = h('input', {
@@ -146,11 +260,84 @@ function signInView(reason) {
   });
   replace(main, form, tokenForm);
   name.focus();
+  // What else the server offers arrives after the form is on screen; a server without the
+  // route offers the password only.
+  signInMethods().then((methods) => {
+    if (!form.isConnected) return;
+    const link = methods.oidc ? oidcLink(methods.oidc) : null;
+    if (link) {
+      replace(others, h('p', {class: 'or muted', text: 'or'}), link);
+      others.hidden = false;
+    }
+    if (methods.setup) {
+      const setup = setUpForm();
+      main.prepend(setup);
+      // To the set-up code, unless the person has started typing already.
+      if (document.activeElement === name && !name.value) {
+        setup.querySelector('#setup-code').focus();
+      }
+    }
+  });
+}
+
+// The one screen a restricted session sees until it has done what the server asks: choose a
+// new password, or set up a second factor. No navigation; then the panel goes on as usual.
+function restrictedView(restriction) {
+  leavePage();
+  // Already on screen (the address changed): keep it, and whatever was typed into it.
+  if (main.querySelector('#restricted')?.dataset.restriction === restriction) return;
+  const out = h('button', {type: 'button', class: 'btn subtle', id: 'signout', text: 'Sign out'});
+  out.addEventListener('click', () => signOut());
+  replace(
+      top,
+      h('div', {class: 'bar'},
+        h('span', {class: 'brand'}, h('span', {class: 'logo', 'aria-hidden': 'true'}), 'QingLong')),
+      h('div', {class: 'bar who'},
+        h('span', {class: 'identity', id: 'identity'},
+          h('strong', {text: session.who.principal.name})),
+        out));
+  const proceed = async () => {
+    session.hint = null;
+    session.who = null;
+    main.replaceChildren();  // drawn again should whoami still say restricted
+    await render();
+  };
+  let title;
+  let body;
+  if (restriction === 'password_change') {
+    title = 'Choose a new password';
+    body = [
+      h('p', {
+        text:
+            'Your password was set by an administrator or has to be replaced: choose your own before going on.',
+      }),
+      passwordForm(proceed, {label: 'Change password and continue'}),
+    ];
+  } else if (restriction === 'totp_enrolment') {
+    title = 'Set up a second factor';
+    body = [
+      h('p', {
+        text:
+            'This installation requires a second factor for your account: a one-time code from an authenticator app, asked for after your password. Set it up before going on.',
+      }),
+      totpEnrolment(proceed, {onAlreadyOn: proceed, cancellable: false}),
+    ];
+  } else {
+    title = 'Your session is restricted';
+    const what = `The server restricts this session (${restriction}).`;
+    body = [notice(`${what} Sign out and in again, or ask an administrator.`, 'warn')];
+  }
+  document.title = `${title} · QingLong`;
+  replace(
+      main,
+      h('section', {class: 'card forced', id: 'restricted', dataset: {restriction}},
+        h('h1', {text: title}), body));
 }
 
 async function loadIdentity() {
   session.who = await get('/api/v1/whoami');
-  session.projects = (await get('/api/v1/projects')).items || [];
+  // A restricted session may read nothing else.
+  session.projects = session.restriction ? [] : (await get('/api/v1/projects')).items || [];
 }
 
 function signOut(reason) {
@@ -203,7 +390,13 @@ function header(path) {
           h(
               'span',
               {class: 'identity', id: 'identity', title: `principal ${who.principal.id}`},
-              h('strong', {text: who.principal.name}),
+              h('a', {
+                id: 'account-link',
+                href: `#/account?${new URLSearchParams({project: session.project})}`,
+                title: 'Your account: sessions, password, second factor',
+                'aria-current': path === '/account' ? 'page' : false,
+              },
+                h('strong', {text: who.principal.name})),
               ' · ',
               h('span', {id: 'role', text: roleText}),
               who.installation_role ?
@@ -222,6 +415,7 @@ async function render() {
     const resumed = await resumeCookieSession().catch(() => null);
     if (!resumed) return signInView();
     session.setCsrf(resumed.session.csrf_token);
+    signInError = null;
   }
   const {path, query} = parseHash();
   if (query.project && query.project !== session.project) session.setProject(query.project);
@@ -237,6 +431,7 @@ async function render() {
       return;
     }
   }
+  if (session.restriction) return restrictedView(session.restriction);
   leavePage();
   header(path);
   const found = match(path);
@@ -275,5 +470,12 @@ async function render() {
 }
 
 setUnauthorizedHandler((err) => signOut(err));
+// A call refused because the session is restricted: show the screen that lifts it.
+setRestrictedHandler((restriction) => {
+  if (!session.who || session.restriction === restriction) return;
+  session.hint = restriction;
+  if (session.who.session) session.who.session.restriction = restriction;
+  render();
+});
 window.addEventListener('hashchange', () => render());
 render();

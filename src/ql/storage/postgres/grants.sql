@@ -48,7 +48,11 @@ GRANT SELECT, INSERT, UPDATE ON ql3.installation, ql3.principals, ql3.api_tokens
 DO $$
 BEGIN
   IF to_regclass('ql3.principal_passwords') IS NOT NULL THEN
-    GRANT SELECT, INSERT, UPDATE ON ql3.principal_passwords TO ql3_admin;
+    GRANT SELECT, INSERT, UPDATE, DELETE ON ql3.principal_passwords TO ql3_admin;
+  END IF;
+  -- OpenID Connect sign-ins in progress (pg-0022): written, read and removed by the admin role.
+  IF to_regclass('ql3.oidc_logins') IS NOT NULL THEN
+    GRANT SELECT, INSERT, DELETE ON ql3.oidc_logins TO ql3_admin;
   END IF;
 END
 $$;

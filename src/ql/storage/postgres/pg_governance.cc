@@ -18,12 +18,29 @@ PrincipalRecord ReadPrincipal(const Rows& r, int i) {
 
 constexpr char kTokenColumns[] =
     "SELECT t.id, t.principal_id, t.created_at_ms, t.expires_at_ms, t.revoked_at_ms, "
-    "u.last_used_at_ms, t.kind, t.idle_timeout_ms, t.label FROM ql3.api_tokens t "
+    "u.last_used_at_ms, t.kind, t.idle_timeout_ms, t.label, t.restriction FROM ql3.api_tokens t "
     "LEFT JOIN ql3.api_token_usage u ON u.token_id = t.id ";
 
 TokenRecord ReadToken(const Rows& r, int i) {
   return TokenRecord{r.Text(i, 0),   r.Text(i, 1), r.Int(i, 2),    r.OptInt(i, 3), r.OptInt(i, 4),
-                     r.OptInt(i, 5), r.Text(i, 6), r.OptInt(i, 7), r.Text(i, 8)};
+                     r.OptInt(i, 5), r.Text(i, 6), r.OptInt(i, 7), r.Text(i, 8),   r.Text(i, 9)};
+}
+
+constexpr char kSettingsColumns[] =
+    "SELECT require_second_factor, setup_code_digest, setup_code_expires_at_ms, version, "
+    "updated_at_ms FROM ql3.installation WHERE id = 'installation'";
+
+InstallationSettings ReadSettings(const Rows& r, int i) {
+  return InstallationSettings{r.Text(i, 0), r.OptText(i, 1), r.OptInt(i, 2), r.Int(i, 3),
+                              r.Int(i, 4)};
+}
+
+constexpr char kOidcLoginColumns[] =
+    "state_digest, nonce, code_verifier, client, created_at_ms, expires_at_ms, cli_port, cli_key";
+
+OidcLoginRecord ReadOidcLogin(const Rows& r, int i) {
+  return OidcLoginRecord{r.Text(i, 0), r.Text(i, 1), r.Text(i, 2),   r.Text(i, 3),
+                         r.Int(i, 4),  r.Int(i, 5),  r.OptInt(i, 6), r.OptText(i, 7)};
 }
 
 constexpr char kPasswordColumns[] =
@@ -32,9 +49,8 @@ constexpr char kPasswordColumns[] =
     "FROM ql3.principal_passwords ";
 
 PasswordRecord ReadPassword(const Rows& r, int i) {
-  return PasswordRecord{r.Text(i, 0),   r.Text(i, 1), r.Bool(i, 2), r.Int(i, 3),
-                        r.Int(i, 4),    r.OptInt(i, 5), r.Text(i, 6), r.Bool(i, 7),
-                        r.Int(i, 8),    r.Text(i, 9)};
+  return PasswordRecord{r.Text(i, 0),   r.Text(i, 1), r.Bool(i, 2), r.Int(i, 3), r.Int(i, 4),
+                        r.OptInt(i, 5), r.Text(i, 6), r.Bool(i, 7), r.Int(i, 8), r.Text(i, 9)};
 }
 
 constexpr char kBindingColumns[] =
@@ -142,10 +158,44 @@ class PgGovernanceTx final : public GovernanceTx {
   Status InsertToken(const TokenRecord& t, const std::string& digest) override {
     return Exec(tx_,
                 "INSERT INTO ql3.api_tokens (id, principal_id, token_digest, created_at_ms, "
-                "expires_at_ms, kind, idle_timeout_ms, label) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                "expires_at_ms, kind, idle_timeout_ms, label, restriction) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 {P(t.id), P(t.principal_id), P(digest), P(t.created_at_ms), P(t.expires_at_ms),
-                 P(t.kind), P(t.idle_timeout_ms), P(t.label)});
+                 P(t.kind), P(t.idle_timeout_ms), P(t.label), P(t.restriction)});
+  }
+  Status SetTokenRestriction(const std::string& id, const std::string& restriction) override {
+    return Exec(tx_, "UPDATE ql3.api_tokens SET restriction = $1 WHERE id = $2",
+                {P(restriction), P(id)});
+  }
+  Result<InstallationSettings> LoadInstallationSettings() override {
+    QL_ASSIGN_OR_RETURN(std::optional<InstallationSettings> settings,
+                        One<InstallationSettings>(tx_, kSettingsColumns, {}, ReadSettings));
+    if (!settings.has_value()) return Corrupt("installation_missing", "no installation row");
+    return *settings;
+  }
+  Status UpdateInstallationSettings(const InstallationSettings& s, int64_t now_ms) override {
+    return Cas(tx_, "the installation settings",
+               "UPDATE ql3.installation SET require_second_factor = $1, setup_code_digest = $2, "
+               "setup_code_expires_at_ms = $3, version = version + 1, updated_at_ms = $4 "
+               "WHERE id = 'installation' AND version = $5",
+               {P(s.require_second_factor), P(s.setup_code_digest), P(s.setup_code_expires_at_ms),
+                P(now_ms), P(s.version)});
+  }
+  Status InsertOidcLogin(const OidcLoginRecord& l) override {
+    return Exec(tx_,
+                std::string("INSERT INTO ql3.oidc_logins (") + kOidcLoginColumns +
+                    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                {P(l.state_digest), P(l.nonce), P(l.code_verifier), P(l.client), P(l.created_at_ms),
+                 P(l.expires_at_ms), P(l.cli_port), P(l.cli_key)});
+  }
+  Result<std::optional<OidcLoginRecord>> TakeOidcLogin(const std::string& state_digest) override {
+    static const std::string kSql =
+        std::string("DELETE FROM ql3.oidc_logins WHERE state_digest = $1 RETURNING ") +
+        kOidcLoginColumns;
+    return One<OidcLoginRecord>(tx_, kSql, {P(state_digest)}, ReadOidcLogin);
+  }
+  Status PurgeOidcLogins(int64_t now_ms) override {
+    return Exec(tx_, "DELETE FROM ql3.oidc_logins WHERE expires_at_ms < $1", {P(now_ms)});
   }
   Status RevokeSessionsOf(const std::string& principal_id, const std::string& except_token_id,
                           int64_t now_ms) override {
@@ -171,8 +221,12 @@ class PgGovernanceTx final : public GovernanceTx {
                 "totp_enabled = EXCLUDED.totp_enabled, totp_last_step = EXCLUDED.totp_last_step, "
                 "recovery_digests = EXCLUDED.recovery_digests",
                 {P(p.principal_id), P(p.hash), P(p.must_change), P(p.set_at_ms),
-                 P(p.failed_attempts), P(p.locked_until_ms), P(p.totp_secret),
-                 P(p.totp_enabled), P(p.totp_last_step), P(p.recovery_digests)});
+                 P(p.failed_attempts), P(p.locked_until_ms), P(p.totp_secret), P(p.totp_enabled),
+                 P(p.totp_last_step), P(p.recovery_digests)});
+  }
+  Status DeletePassword(const std::string& principal_id) override {
+    return Exec(tx_, "DELETE FROM ql3.principal_passwords WHERE principal_id = $1",
+                {P(principal_id)});
   }
   Status SetTokenRevoked(const std::string& id, int64_t now_ms) override {
     return Exec(tx_,

@@ -314,6 +314,12 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
        R"("worker_sessions":1})",
        "pg-0021-published-by"},
+      {kControlCore, 20,
+       R"({"approvals":2,"attempts":1,"definitions":5,"dispatch_leases":2,"events":2,)"
+       R"("governance":3,"projects":1,"retention":1,"retry_policies":2,"run_logs":1,"runs":5,)"
+       R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
+       R"("worker_sessions":1})",
+       "pg-0022-sign-in-policies"},
   };
   return kSteps;
 }

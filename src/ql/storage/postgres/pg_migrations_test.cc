@@ -83,6 +83,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0020-sign-in", "58f450371e539260b5cb9aea2b5c553be8d1663c8a455e58e3adf88904bab7c4"},
       {"pg-0021-published-by",
        "a027ce1bd37c34b78e162e58c867e7533fcddf1624f9d5db4bbc22b17d261d09"},
+      {"pg-0022-sign-in-policies",
+       "6c7d4c4b00f5aa0d3b4e070348d4c6b9b399ba59c272d56a4b397b5d6ed175f0"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

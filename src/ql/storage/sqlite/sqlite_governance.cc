@@ -17,11 +17,27 @@ PrincipalRecord ReadPrincipal(const Stmt& s) {
 
 constexpr char kTokenColumns[] =
     "SELECT id, principal_id, created_at_ms, expires_at_ms, revoked_at_ms, last_used_at_ms, "
-    "kind, idle_timeout_ms, label FROM api_tokens ";
+    "kind, idle_timeout_ms, label, restriction FROM api_tokens ";
 
 TokenRecord ReadToken(const Stmt& s) {
   return TokenRecord{s.Text(0),   s.Text(1), s.Int(2),    s.OptInt(3), s.OptInt(4),
-                     s.OptInt(5), s.Text(6), s.OptInt(7), s.Text(8)};
+                     s.OptInt(5), s.Text(6), s.OptInt(7), s.Text(8),   s.Text(9)};
+}
+
+constexpr char kSettingsColumns[] =
+    "SELECT require_second_factor, setup_code_digest, setup_code_expires_at_ms, version, "
+    "updated_at_ms FROM installation WHERE id = 'installation'";
+
+InstallationSettings ReadSettings(const Stmt& s) {
+  return InstallationSettings{s.Text(0), s.OptText(1), s.OptInt(2), s.Int(3), s.Int(4)};
+}
+
+constexpr char kOidcLoginColumns[] =
+    "state_digest, nonce, code_verifier, client, created_at_ms, expires_at_ms, cli_port, cli_key";
+
+OidcLoginRecord ReadOidcLogin(const Stmt& s) {
+  return OidcLoginRecord{s.Text(0), s.Text(1), s.Text(2),   s.Text(3),
+                         s.Int(4),  s.Int(5),  s.OptInt(6), s.OptText(7)};
 }
 
 constexpr char kPasswordColumns[] =
@@ -30,7 +46,7 @@ constexpr char kPasswordColumns[] =
     "FROM principal_passwords ";
 
 PasswordRecord ReadPassword(const Stmt& s) {
-  return PasswordRecord{s.Text(0), s.Text(1),      s.Int(2) != 0, s.Int(3), s.Int(4),
+  return PasswordRecord{s.Text(0),   s.Text(1), s.Int(2) != 0, s.Int(3), s.Int(4),
                         s.OptInt(5), s.Text(6), s.Int(7) != 0, s.Int(8), s.Text(9)};
 }
 
@@ -146,10 +162,44 @@ class SqliteGovernanceTx final : public GovernanceTx {
   Status InsertToken(const TokenRecord& t, const std::string& digest) override {
     return Exec(db_,
                 "INSERT INTO api_tokens (id, principal_id, token_digest, created_at_ms, "
-                "expires_at_ms, kind, idle_timeout_ms, label) "
-                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "expires_at_ms, kind, idle_timeout_ms, label, restriction) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 t.id, t.principal_id, digest, t.created_at_ms, t.expires_at_ms, t.kind,
-                t.idle_timeout_ms, t.label);
+                t.idle_timeout_ms, t.label, t.restriction);
+  }
+  Status SetTokenRestriction(const std::string& id, const std::string& restriction) override {
+    return Exec(db_, "UPDATE api_tokens SET restriction = ?1 WHERE id = ?2", restriction, id);
+  }
+  Result<InstallationSettings> LoadInstallationSettings() override {
+    QL_ASSIGN_OR_RETURN(std::optional<InstallationSettings> settings,
+                        One<InstallationSettings>(db_, kSettingsColumns, ReadSettings));
+    if (!settings.has_value()) return Corrupt("installation_missing", "no installation row");
+    return *settings;
+  }
+  Status UpdateInstallationSettings(const InstallationSettings& s, int64_t now_ms) override {
+    return Cas(db_, "the installation settings",
+               "UPDATE installation SET require_second_factor = ?1, setup_code_digest = ?2, "
+               "setup_code_expires_at_ms = ?3, version = version + 1, updated_at_ms = ?4 "
+               "WHERE id = 'installation' AND version = ?5",
+               s.require_second_factor, s.setup_code_digest, s.setup_code_expires_at_ms, now_ms,
+               s.version);
+  }
+  Status InsertOidcLogin(const OidcLoginRecord& l) override {
+    return Exec(db_,
+                std::string("INSERT INTO oidc_logins (") + kOidcLoginColumns +
+                    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                l.state_digest, l.nonce, l.code_verifier, l.client, l.created_at_ms,
+                l.expires_at_ms, l.cli_port, l.cli_key);
+  }
+  Result<std::optional<OidcLoginRecord>> TakeOidcLogin(const std::string& state_digest) override {
+    static const std::string kSql = std::string(
+                                        "DELETE FROM oidc_logins WHERE state_digest = ?1 "
+                                        "RETURNING ") +
+                                    kOidcLoginColumns;
+    return One<OidcLoginRecord>(db_, kSql, ReadOidcLogin, state_digest);
+  }
+  Status PurgeOidcLogins(int64_t now_ms) override {
+    return Exec(db_, "DELETE FROM oidc_logins WHERE expires_at_ms < ?1", now_ms);
   }
   Status RevokeSessionsOf(const std::string& principal_id, const std::string& except_token_id,
                           int64_t now_ms) override {
@@ -176,6 +226,9 @@ class SqliteGovernanceTx final : public GovernanceTx {
                 p.principal_id, p.hash, int64_t{p.must_change ? 1 : 0}, p.set_at_ms,
                 p.failed_attempts, p.locked_until_ms, p.totp_secret,
                 int64_t{p.totp_enabled ? 1 : 0}, p.totp_last_step, p.recovery_digests);
+  }
+  Status DeletePassword(const std::string& principal_id) override {
+    return Exec(db_, "DELETE FROM principal_passwords WHERE principal_id = ?1", principal_id);
   }
   Status SetTokenRevoked(const std::string& id, int64_t now_ms) override {
     return Exec(db_,

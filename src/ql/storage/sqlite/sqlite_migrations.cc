@@ -66,6 +66,10 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"({"approvals":2,"attempts":1,"definitions":5,"events":1,"governance":2,"projects":1,)"
        R"("retention":1,"retry_policies":1,"runs":3,"schedules":1,"secrets":1})",
        "0014-published-by"},
+      {kLocalControlCore, 12,
+       R"({"approvals":2,"attempts":1,"definitions":5,"events":1,"governance":3,"projects":1,)"
+       R"("retention":1,"retry_policies":1,"runs":3,"schedules":1,"secrets":1})",
+       "0015-sign-in-policies"},
   };
   return kSteps;
 }

@@ -169,6 +169,8 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0012-trigger-jitter", "f20087a4ac3f1ce0d567497b96ab87829dc1fdfabc60a6c5001d9d13fe80f4e0"},
       {"0013-sign-in", "74915d2bf9f6e22292a64ddbe3e3d8ddd9aaea433d248dfcde930167f81512e4"},
       {"0014-published-by", "46c5e8636f6f1db1e0ddcf2ccdca273801de06bfa8724ea0044fc608289d726a"},
+      {"0015-sign-in-policies",
+       "33821fe954b285a83c7c41ac9c1202aa6983af385896d6210ef1f71aafff0a18"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -186,7 +188,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 11);
+  EXPECT_EQ(capability.version, 12);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);

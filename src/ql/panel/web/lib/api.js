@@ -18,6 +18,19 @@ export function setUnauthorizedHandler(fn) {
   onUnauthorized = fn;
 }
 
+// The 403 codes of a restricted session (the password must be changed, or a second factor set
+// up, before anything else), and the restriction each means.
+const RESTRICTIONS = {
+  password_change_required: 'password_change',
+  totp_enrolment_required: 'totp_enrolment',
+};
+// Called with the restriction when the server refuses a call for one: the app shows the
+// screen that lifts it.
+let onRestricted = () => {};
+export function setRestrictedHandler(fn) {
+  onRestricted = fn;
+}
+
 // Returns `path` with the query (undefined, null and '' are left out) and the current project.
 // Values are percent-encoded by hand: a space must be %20 and a '+' %2B (docs/api.md).
 export function apiUrl(path, query = {}, withProject = true) {
@@ -53,6 +66,7 @@ async function errorOf(res) {
   }
   const err = new ApiError(res.status, code, message);
   if (res.status === 401) onUnauthorized(err);
+  if (res.status === 403 && RESTRICTIONS[code]) onRestricted(RESTRICTIONS[code]);
   return err;
 }
 
@@ -138,15 +152,13 @@ export async function readLog(runId, attempt, offset, limit, signal) {
   };
 }
 
-// Signs in with a name and password: the server sets the session cookie and answers the
-// session's CSRF token. Throws ApiError (401 sign_in_failed, 429 too_many_attempts, ...).
-export async function signInWithPassword(name, password, totp) {
-  const body = {name, password, client: 'panel'};
-  if (totp) body.totp = totp;
-  const res = await fetch('/api/v1/sign-in', {
+// Posts `body` as JSON to a public route that starts a cookie session (sign-in, set-up) and
+// returns the answer; the server sets the cookie. Throws ApiError.
+async function startSession(path, body) {
+  const res = await fetch(path, {
     method: 'POST',
     headers: {Accept: 'application/json', 'Content-Type': 'application/json'},
-    body: JSON.stringify(body),
+    body: JSON.stringify({...body, client: 'panel'}),
     cache: 'no-store',
     credentials: 'same-origin',
   });
@@ -154,15 +166,48 @@ export async function signInWithPassword(name, password, totp) {
     let code = '';
     let message = '';
     try {
-      const body = await res.json();
-      code = body.code || '';
-      message = body.message || '';
+      const answer = await res.json();
+      code = answer.code || '';
+      message = answer.message || '';
     } catch {
       message = `${res.status} ${res.statusText}`;
     }
     throw new ApiError(res.status, code, message);
   }
   return res.json();
+}
+
+// Signs in with a name and password: the server sets the session cookie and answers the
+// session's CSRF token. Throws ApiError (401 sign_in_failed, 429 too_many_attempts, ...).
+export async function signInWithPassword(name, password, totp) {
+  const body = {name, password};
+  if (totp) body.totp = totp;
+  return startSession('/api/v1/sign-in', body);
+}
+
+// Sets the owner's first password with the one-time set-up code (first start) and signs in:
+// answers like signInWithPassword. Throws ApiError (setup_code_invalid, password_too_short, ...).
+export async function setUp(code, password) {
+  return startSession('/api/v1/setup', {code, password});
+}
+
+// Returns how one may sign in: {password, oidc: null | {name, url}, setup}. A server without
+// the route (404) offers the password only; so does one that cannot answer.
+export async function signInMethods() {
+  const fallback = {password: true, oidc: null, setup: false};
+  try {
+    const res = await fetch('/api/v1/sign-in/methods', {
+      headers: {Accept: 'application/json'},
+      cache: 'no-store',
+      credentials: 'omit',
+    });
+    if (!res.ok) return fallback;
+    const methods = await res.json();
+    const oidc = methods.oidc && typeof methods.oidc.url === 'string' ? methods.oidc : null;
+    return {password: methods.password !== false, oidc, setup: methods.setup === true};
+  } catch {
+    return fallback;
+  }
 }
 
 // Asks whether the browser still holds a live session cookie (a new tab, a reload): returns

@@ -17,6 +17,9 @@ const RANK = {
 export const session = {
   who: null,     // GET /api/v1/whoami
   projects: [],  // GET /api/v1/projects
+  // A restriction learned from the sign-in answer or a refused call, for a whoami that does
+  // not name one ('password_change', 'totp_enrolment' or null).
+  hint: null,
 
   get token() {
     return sessionStorage.getItem(TOKEN_KEY) || '';
@@ -40,6 +43,21 @@ export const session = {
     sessionStorage.removeItem(PROJECT_KEY);
     this.who = null;
     this.projects = [];
+    this.hint = null;
+  },
+
+  // What the session must do before anything else: 'password_change' (choose a new password),
+  // 'totp_enrolment' (set up a second factor) or null. whoami's `session.restriction` decides
+  // when it has one; otherwise the hint.
+  get restriction() {
+    const current = this.who?.session;
+    if (current && 'restriction' in current) return current.restriction || null;
+    return this.hint || null;
+  },
+  // Whether the principal has a second factor: true, false, or null when the server does not say.
+  get totpEnabled() {
+    const known = this.who?.totp_enabled ?? this.who?.principal?.totp_enabled;
+    return typeof known === 'boolean' ? known : null;
   },
 
   // The project slug every request names (`?project=`): the URL's, else the last one used.

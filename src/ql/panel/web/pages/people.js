@@ -20,11 +20,17 @@ async function render(ctx) {
   const errors = errorBox();
   const admin = allowed('install');
   const reload = () => ctx.navigate('/people', {t: Date.now()});
-  const [principals, tokens, installBindings] = await Promise.all([
+  const [principals, tokens, installBindings, settings] = await Promise.all([
     admin ? get('/api/v1/principals', {}, ctx.signal) :
             Promise.resolve({items: [session.who.principal]}),
     get('/api/v1/tokens', {}, ctx.signal),
     admin ? get('/api/v1/installation/bindings', {}, ctx.signal) : Promise.resolve({items: []}),
+    // Installation settings; a server without the route (404) has none to show.
+    admin ? get('/api/v1/settings', {}, ctx.signal).catch((err) => {
+      if (err.name === 'AbortError') throw err;
+      return err.status === 404 ? null : {error: err};
+    }) :
+            Promise.resolve(null),
   ]);
   const names = new Map((principals.items || []).map((p) => [p.id, p.name]));
   const content = [pageHeader('People & tokens'), errors];
@@ -167,5 +173,37 @@ async function render(ctx) {
             ),
     );
   }
+  if (settings) content.push(signInPolicy(settings));
   replace(ctx.main, ...content);
+}
+
+const SECOND_FACTOR_CHOICES = [
+  ['off', 'No one'],
+  ['admins', 'Installation owners and admins'],
+  ['everyone', 'Everyone'],
+];
+
+// The installation's sign-in policy (GET/POST /api/v1/settings): who must have a second factor.
+function signInPolicy(settings) {
+  const saved = h('div', {id: 'settings-saved', 'aria-live': 'polite'});
+  const errors = errorBox();
+  if (settings.error) errors.show(settings.error);
+  const required = select(
+      SECOND_FACTOR_CHOICES, settings.require_second_factor || 'off',
+      {id: 'require-second-factor'});
+  const form = inlineForm(
+      'settings-form',
+      [
+        field(
+            'Require a second factor', required,
+            'No one: each person chooses. Someone who must have one and has none can do nothing but set it up after signing in.')
+      ],
+      'Save', 'install', async () => {
+        const now = await post('/api/v1/settings', {require_second_factor: required.value});
+        required.value = now.require_second_factor || required.value;
+        const chosen = SECOND_FACTOR_CHOICES.find(([v]) => v === required.value);
+        const whom = chosen ? chosen[1].toLowerCase() : required.value;
+        replace(saved, notice(`Saved: a second factor is now required of ${whom}.`));
+      });
+  return section('Sign-in policy', errors, saved, settings.error ? null : form);
 }

@@ -3,6 +3,7 @@
 //   routes: [{pattern: '/things/:id', render: async (ctx) => ...}] (literal patterns first).
 // Adding a page is one module here plus its place in the list below.
 
+import * as account from './account.js';
 import * as approvals from './approvals.js';
 import * as audit from './audit.js';
 import * as dashboard from './dashboard.js';
@@ -14,4 +15,4 @@ import * as tasks from './tasks.js';
 import * as triggers from './triggers.js';
 
 export const pages =
-    [dashboard, tasks, triggers, runs, approvals, secrets, projects, people, audit];
+    [dashboard, tasks, triggers, runs, approvals, secrets, projects, people, audit, account];
