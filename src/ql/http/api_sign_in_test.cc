@@ -414,7 +414,7 @@ TEST_F(ApiSignInTest, ARequiredPasswordChangeRestrictsTheSessionUntilItIsDone) {
   EXPECT_EQ(signed_in.body["restriction"], "password_change");
   const httplib::Headers alice = Bearer(signed_in.body["token"]);
   // Nothing but what lifts it: reads and writes alike are refused before their handler runs.
-  for (const std::string& path : {"/api/v1/tasks", "/api/v1/runs", "/api/v1/sessions"}) {
+  for (const char* path : {"/api/v1/tasks", "/api/v1/runs", "/api/v1/sessions"}) {
     const Answer refused = Call("GET", path, nullptr, alice);
     EXPECT_EQ(refused.status, 403) << path;
     EXPECT_EQ(refused.code(), "password_change_required") << path;
