@@ -4,6 +4,7 @@
 
 #include "ql/core/digest.h"
 #include "ql/core/ids.h"
+#include "ql/core/store_commands.h"
 
 namespace ql {
 
@@ -28,8 +29,13 @@ Result<OidcSignIn::Started> OidcSignIn::Begin(SessionClient client, std::optiona
     if (!cli_port.has_value() || *cli_port < 1024 || *cli_port > 65535) {
       return InvalidArgument("invalid_cli_port", "port is ql login's loopback port, 1024-65535");
     }
-    // A key that cannot be sealed to is refused now, not after the person signed in.
-    QL_RETURN_IF_ERROR(seal_for_cli_(cli_key, "probe").status());
+    // A key that cannot be sealed to is refused now, not after the person signed in: an X25519
+    // public key is 32 bytes.
+    std::optional<std::string> raw = Base64UrlDecode(cli_key);
+    if (!raw.has_value() || raw->size() != 32) {
+      return InvalidArgument("invalid_public_key",
+                             "key is ql's public key: 32 bytes in unpadded base64url");
+    }
     login.cli_port = cli_port;
     login.cli_key = cli_key;
   }
