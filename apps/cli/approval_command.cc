@@ -39,8 +39,8 @@ int ApprovalList(const std::optional<std::string>& status, int64_t limit,
   }
   Table table({"ID", "STATUS", "TASK", "REV", "REQUESTER", "APPROVER", "EXPIRES"});
   for (const json& r : items->items) {
-    table.AddRow({JsonText(r, "id"), JsonText(r, "status"), JsonText(r, "task_id"),
-                  JsonText(r, "task_revision"), JsonText(r, "requester_id"),
+    table.AddRow({JsonText(r, "id"), JsonText(r, "status"), NameOr(r, "task_name", "task_id"),
+                  JsonText(r, "task_revision"), NameOr(r, "requester_name", "requester_id"),
                   JsonText(r, "approver_role"), JsonText(r, "expires_at")});
   }
   table.Print(context.out());
@@ -51,10 +51,10 @@ std::string ShowText(const json& a) {
   std::string out;
   out += "approval   " + JsonText(a, "id") + "\n";
   out += "status     " + JsonText(a, "status") + "\n";
-  out += "action     " + JsonText(a, "action") + " of task " + JsonText(a, "task_id") +
+  out += "action     " + JsonText(a, "action") + " of task " + NameOr(a, "task_name", "task_id") +
          " revision " + JsonText(a, "task_revision") + "\n";
   out += "payload    " + JsonText(a, "payload_digest") + "\n";
-  out += "requester  " + JsonText(a, "requester_id") + " (binding version " +
+  out += "requester  " + NameOr(a, "requester_name", "requester_id") + " (binding version " +
          JsonText(a, "requester_binding_version") + ")\n";
   out += "approver   role " + JsonText(a, "approver_role") + "\n";
   out += "created    " + JsonText(a, "created_at") + "\n";
@@ -62,7 +62,8 @@ std::string ShowText(const json& a) {
   const json decision = a.value("decision", json());
   if (decision.is_object()) {
     out += "decision   " + JsonText(decision, "decision") + " by " +
-           JsonText(decision, "decided_by") + " at " + JsonText(decision, "decided_at");
+           NameOr(decision, "decided_by_name", "decided_by") + " at " +
+           JsonText(decision, "decided_at");
     if (decision.contains("reason") && decision["reason"].is_string()) {
       out += ": " + decision["reason"].get<std::string>();
     }

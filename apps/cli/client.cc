@@ -580,6 +580,7 @@ void AddGlobalOptions(CLI::App& root) {
   root.add_flag("--allow-insecure-http")
       ->description("Allow plain http to a non-loopback server (tokens in clear text)");
   root.add_flag("--json")->description("Print JSON for scripts instead of tables");
+  root.add_flag("--wide")->description("Tables show full ids beside names");
 }
 
 GlobalOptions GlobalOptionsOf(const CLI::App& app) {
@@ -604,6 +605,7 @@ GlobalOptions GlobalOptionsOf(const CLI::App& app) {
   };
   options.allow_insecure_http = flag("--allow-insecure-http");
   options.json = flag("--json");
+  options.wide = flag("--wide");
   return options;
 }
 

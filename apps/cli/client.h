@@ -32,6 +32,13 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;      // the server refused, or a local failure
 inline constexpr int kExitUsage = 2;        // bad flags or arguments, nothing to connect with
 inline constexpr int kExitUnreachable = 3;  // the server could not be reached
+// How a run ended, for commands that wait for one (run start --wait/--follow, run log -f).
+inline constexpr int kExitRunFailed = 10;            // failed: the command exited non-zero
+inline constexpr int kExitRunTimedOut = 11;          // timed out
+inline constexpr int kExitRunCancelled = 12;         // cancelled
+inline constexpr int kExitApprovalRequired = 13;     // waits for another person's approval
+inline constexpr int kExitRunRecoveryRequired = 14;  // outcome unknown: an admin resolves it
+inline constexpr int kExitRunSkipped = 15;           // skipped at admission
 
 // Why a command failed: printed as "error: <reason>: <message>", and the exit status to return.
 class CliError {
@@ -102,6 +109,7 @@ struct GlobalOptions {
   std::optional<std::string> client_key;   // --client-key FILE (else $QL_CLIENT_KEY)
   bool allow_insecure_http = false;  // --allow-insecure-http (or $QL_ALLOW_INSECURE_HTTP=true)
   bool json = false;                 // --json
+  bool wide = false;                 // --wide: tables show full ids beside names
 };
 
 // A server address taken apart: http or https.
@@ -261,6 +269,7 @@ class CommandContext {
 
   const GlobalOptions& options() const { return options_; }
   bool json() const { return options_.json; }
+  bool wide() const { return options_.wide; }
   std::ostream& out() { return out_; }
   std::ostream& err() { return err_; }
 

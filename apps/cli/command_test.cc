@@ -139,9 +139,29 @@ TEST(BuildTaskBodyTest, PublishKeepsWhatNoFlagChanges) {
   CliResult<json> replaced = BuildTaskBody(replace, "renamed", &current);
   ASSERT_TRUE(replaced.ok()) << replaced.error().ToString();
   EXPECT_EQ((*replaced)["name"], "renamed");
-  EXPECT_EQ((*replaced)["spec"]["environment"], json::parse(R"({"B":"2"})"));
+  // --env sets one variable and keeps the others.
+  EXPECT_EQ((*replaced)["spec"]["environment"], json::parse(R"({"A":"1","B":"2"})"));
   EXPECT_FALSE((*replaced)["spec"].contains("workingDirectory"));
   EXPECT_EQ((*replaced)["spec"]["command"]["shell"], "/bin/bash");
+
+  // Replacing the whole environment is explicit; removing one variable is too.
+  TaskContentFlags whole;
+  whole.clear_env = true;
+  whole.env = {"C=3"};
+  EXPECT_EQ((*BuildTaskBody(whole, std::nullopt, &current))["spec"]["environment"],
+            json::parse(R"({"C":"3"})"));
+  TaskContentFlags unset;
+  unset.unset_env = {"A"};
+  unset.unset_labels = {"team"};
+  CliResult<json> removed = BuildTaskBody(unset, std::nullopt, &current);
+  ASSERT_TRUE(removed.ok()) << removed.error().ToString();
+  EXPECT_EQ((*removed)["spec"]["environment"], json::object());
+  EXPECT_EQ((*removed)["labels"], json::object());
+  unset.unset_env = {"NOPE"};
+  EXPECT_EQ(BuildTaskBody(unset, std::nullopt, &current).error().reason(), "unknown_env");
+  unset.unset_env = {"A"};
+  unset.env = {"A=2"};
+  EXPECT_EQ(BuildTaskBody(unset, std::nullopt, &current).error().reason(), "flag_conflict");
 }
 
 TEST(BuildTaskBodyTest, PublishKeepsTheRetryPolicyAndChangesOnlyTheFieldsGiven) {
@@ -398,7 +418,8 @@ TEST_F(CommandTest, TaskEditByNameRepinsOverTheCurrentRevisionAndRemoveDeletes) 
   CommandContext context = Context();
   EXPECT_EQ(TaskPublish(edit, context), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "5\n");
-  EXPECT_EQ(err_.str(), "");
+  // What changed goes to stderr, stdout stays the revision number.
+  EXPECT_NE(err_.str().find("command: a -> "), std::string::npos) << err_.str();
   // Addressed by name, published by id over the revision the server showed.
   EXPECT_EQ(server_.requests().at(0), "GET /api/v1/tasks/nightly backup");
   EXPECT_EQ(server_.requests().at(1), "POST /api/v1/tasks/t1/revisions");
@@ -541,9 +562,9 @@ TEST_F(CommandTest, RunListTableAlignsColumns) {
   CommandContext context = Context();
   EXPECT_EQ(RunList(args, context), kExitOk);
   EXPECT_EQ(out_.str(),
-            "ID  TASK  TYPE    STATUS     SCHEDULED  STARTED  DURATION  EXIT\n"
-            "r0  t     manual  succeeded  -          -        -         0\n"
-            "r1  t     manual  succeeded  -          -        -         0\n");
+            "RUN  TASK  ORIGIN  STATUS     SCHEDULED  STARTED  DURATION  EXIT\n"
+            "r0   t     manual  succeeded  -          -        -         0\n"
+            "r1   t     manual  succeeded  -          -        -         0\n");
 }
 
 TEST_F(CommandTest, RunListRejectsAnUnknownStatusLocally) {
@@ -667,7 +688,8 @@ TEST_F(CommandTest, RunLogFollowContinuesIntoTheNextAttemptWithoutRepeatingOutpu
   args.follow = true;
   args.poll_ms = 1;
   CommandContext context = Context();
-  EXPECT_EQ(RunLog(args, context), kExitOk) << err_.str();
+  // Following a run to its end exits with its outcome: it failed.
+  EXPECT_EQ(RunLog(args, context), kExitRunFailed) << err_.str();
   EXPECT_EQ(out_.str(), "first\nsecond\n");
   EXPECT_NE(err_.str().find("attempt 2"), std::string::npos) << err_.str();
 }

@@ -407,8 +407,9 @@ void AddAudit(CLI::App& app) {
         }
         Table table({"AT", "ACTOR", "ACTION", "TARGET", "OUTCOME", "CODE"});
         for (const json& f : facts->items) {
-          table.AddRow({JsonText(f, "at"), JsonText(f, "actor_id"), JsonText(f, "action"),
-                        JsonText(f, "target_kind") + " " + JsonText(f, "target_id"),
+          table.AddRow({JsonText(f, "at"), NameOr(f, "actor_name", "actor_id"),
+                        JsonText(f, "action"),
+                        JsonText(f, "target_kind") + " " + NameOr(f, "target_name", "target_id"),
                         JsonText(f, "outcome"), JsonText(f, "code")});
         }
         table.Print(context.out());

@@ -347,3 +347,162 @@ std::string CommandSummary(const nlohmann::json& spec) {
 }
 
 }  // namespace ql::cli
+
+namespace ql::cli {
+namespace {
+
+std::vector<std::string> SplitFields(std::string_view text) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    const size_t start = i;
+    while (i < text.size() && text[i] != ' ' && text[i] != '\t') ++i;
+    if (i > start) out.emplace_back(text.substr(start, i - start));
+  }
+  return out;
+}
+
+// A plain decimal number of at most two digits within [0, max].
+std::optional<int> SmallNumber(const std::string& text, int max) {
+  if (text.empty() || text.size() > 2 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const int value = std::stoi(text);
+  return value <= max ? std::optional<int>(value) : std::nullopt;
+}
+
+// "*/N" → N.
+std::optional<int> Step(const std::string& text, int max) {
+  if (!text.starts_with("*/")) return std::nullopt;
+  return SmallNumber(text.substr(2), max);
+}
+
+std::string TwoDigits(int value) {
+  char buffer[8];
+  std::snprintf(buffer, sizeof buffer, "%02d", value);
+  return buffer;
+}
+
+// Days of the week as written ("1-5", "MON-FRI", "0,6", "SAT,SUN") in words, or "".
+std::string WeekdaysInWords(const std::string& field) {
+  static constexpr std::array<const char*, 8> kNames = {"Sun", "Mon", "Tue", "Wed",
+                                                        "Thu", "Fri", "Sat", "Sun"};
+  static constexpr std::array<const char*, 8> kUpper = {"SUN", "MON", "TUE", "WED",
+                                                        "THU", "FRI", "SAT", "SUN"};
+  auto day = [&](std::string token) -> std::optional<int> {
+    for (char& c : token) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (int i = 0; i < 7; ++i) {
+      if (token == kUpper[i]) return i;
+    }
+    return SmallNumber(token, 7);
+  };
+  std::string out;
+  size_t start = 0;
+  while (start <= field.size()) {
+    const size_t comma = std::min(field.find(',', start), field.size());
+    const std::string part = field.substr(start, comma - start);
+    std::string words;
+    if (const size_t dash = part.find('-'); dash != std::string::npos) {
+      auto from = day(part.substr(0, dash));
+      auto to = day(part.substr(dash + 1));
+      if (!from || !to) return "";
+      words = std::string(kNames[*from]) + "-" + kNames[*to];
+    } else {
+      auto one = day(part);
+      if (!one) return "";
+      words = kNames[*one];
+    }
+    out += (out.empty() ? "" : ", ") + words;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string NameOr(const nlohmann::json& object, std::string_view name_key,
+                   std::string_view id_key) {
+  const std::string name = JsonText(object, name_key, "");
+  return name.empty() ? JsonText(object, id_key) : name;
+}
+
+std::string DescribeCron(std::string_view expression) {
+  std::vector<std::string> f = SplitFields(expression);
+  if (f.size() == 6) {
+    // Seconds: "0" is the 5-field form; "*" and "*/N" with nothing else set describe alone.
+    if (f[0] != "0") {
+      if (f[1] != "*" || f[2] != "*" || f[3] != "*" || f[4] != "*" || f[5] != "*") return "";
+      if (f[0] == "*") return "every second";
+      if (auto n = Step(f[0], 59)) return "every " + std::to_string(*n) + " seconds";
+      return "";
+    }
+    f.erase(f.begin());
+  }
+  if (f.size() != 5 || f[3] != "*") return "";
+  const std::string& minute = f[0];
+  const std::string& hour = f[1];
+  const std::string& day = f[2];
+  const std::string& weekday = f[4];
+  // Which days.
+  std::string days;
+  if (day == "*" && weekday == "*") {
+    days = "";
+  } else if (day == "*") {
+    const std::string words = WeekdaysInWords(weekday);
+    if (words.empty()) return "";
+    days = " on " + words;
+  } else if (weekday == "*") {
+    auto d = SmallNumber(day, 31);
+    if (!d || *d == 0) return "";
+    days = " on day " + std::to_string(*d) + " of the month";
+  } else {
+    return "";
+  }
+  // Which times of those days.
+  const auto m = SmallNumber(minute, 59);
+  const auto h = SmallNumber(hour, 23);
+  if (m && h) {
+    return (days.empty() ? "daily at " : "at ") + TwoDigits(*h) + ":" + TwoDigits(*m) + days;
+  }
+  if (!days.empty()) {
+    // Every-so-often schedules on some days only read better as the expression.
+    if (!(m && hour == "*")) return "";
+  }
+  if (minute == "*" && hour == "*") return "every minute" + days;
+  if (auto n = Step(minute, 59); n && hour == "*") {
+    return "every " + std::to_string(*n) + " minutes" + days;
+  }
+  if (m && hour == "*") return "hourly at :" + TwoDigits(*m) + days;
+  if (auto n = Step(hour, 23); n && m) {
+    return "every " + std::to_string(*n) + " hours at :" + TwoDigits(*m);
+  }
+  return "";
+}
+
+std::string RelativeTime(std::string_view iso, int64_t now_ms, std::string_view fallback) {
+  const Result<int64_t> at = ParseRfc3339(iso);
+  if (!at.ok()) return std::string(fallback);
+  const int64_t delta = *at - now_ms;
+  if (delta > -1000 && delta < 1000) return "now";
+  // Seconds are enough past a minute: "4m12s", "3h05m".
+  const int64_t rounded = std::llabs(delta) / 1000 * 1000;
+  const std::string span = FormatElapsedMs(rounded);
+  return delta > 0 ? "in " + span : span + " ago";
+}
+
+std::vector<std::string> ShortIds(const std::vector<std::string>& ids) {
+  for (size_t length = 8;; ++length) {
+    std::vector<std::string> cut;
+    for (const std::string& id : ids) cut.push_back(id.substr(0, length));
+    std::vector<std::string> sorted = cut;
+    std::sort(sorted.begin(), sorted.end());
+    const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+    const bool on_dash =
+        std::any_of(cut.begin(), cut.end(), [](const std::string& c) { return c.ends_with('-'); });
+    if ((distinct && !on_dash) || length >= 36) return cut;
+  }
+}
+
+}  // namespace ql::cli

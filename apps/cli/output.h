@@ -86,4 +86,21 @@ std::string ShellQuote(std::string_view word);
 // shell-quoted. "?" when the spec has neither form.
 std::string CommandSummary(const nlohmann::json& spec);
 
+// Returns object[name_key] when the server named the object, else object[id_key] (JsonText).
+std::string NameOr(const nlohmann::json& object, std::string_view name_key,
+                   std::string_view id_key);
+
+// Returns the common shapes of a cron expression in words ("every 5 minutes", "daily at 08:00",
+// "at 09:30 on Mon-Fri", "hourly at :15"); "" for any other shape (show the expression).
+std::string DescribeCron(std::string_view expression);
+
+// Returns the time from now to an RFC 3339 instant for people: "in 4m12s", "3h05m ago", "now";
+// `fallback` when `iso` is not a time.
+std::string RelativeTime(std::string_view iso, int64_t now_ms, std::string_view fallback = "-");
+
+// Returns, for canonical ids, the prefixes a table shows: one length for all, the shortest of at
+// least 8 characters that tells them apart (and never ends on a dash); any unique prefix of at
+// least 8 characters addresses a run.
+std::vector<std::string> ShortIds(const std::vector<std::string>& ids);
+
 }  // namespace ql::cli

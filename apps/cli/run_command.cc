@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "output.h"
+#include "ql/core/clock.h"
+#include "ql/core/rfc3339.h"
 #include "ql/core/states.h"
 
 namespace ql::cli {
@@ -177,7 +179,55 @@ std::string ErrorText(const json& object) {
   return code.empty() ? summary : code + ": " + summary;
 }
 
+// Prints how the run ended on stderr and returns its exit status.
+int ReportOutcome(const json& run, int code, CommandContext& context) {
+  context.err() << "ql: run " << JsonText(run, "id") << " " << JsonText(run, "status");
+  if (!JsonText(run, "exit_code", "").empty()) {
+    context.err() << " (command exit code " << JsonText(run, "exit_code") << ")";
+  }
+  if (const std::string error = ErrorText(run); error != "-" && code != kExitOk) {
+    context.err() << ": " << error;
+  }
+  context.err() << "\n";
+  context.err().flush();
+  return code;
+}
+
+// Polls the run until it ends; returns its exit status.
+int WaitForRun(ApiClient& api, const std::string& run_id, int64_t poll_ms,
+               CommandContext& context) {
+  while (true) {
+    CliResult<json> run = api.GetJson(RunPath(run_id));
+    if (!run.ok()) return context.Fail(run.error());
+    if (std::optional<int> code = RunOutcomeExit(JsonText(*run, "status", ""))) {
+      return ReportOutcome(*run, *code, context);
+    }
+    Sleep(poll_ms);
+  }
+}
+
 }  // namespace
+
+std::optional<int> RunOutcomeExit(const std::string& status) {
+  const std::optional<RunStatus> parsed = ParseRunStatus(status);
+  if (!parsed.has_value()) return std::nullopt;
+  switch (*parsed) {
+    case RunStatus::kSucceeded:
+      return kExitOk;
+    case RunStatus::kFailed:
+      return kExitRunFailed;
+    case RunStatus::kTimedOut:
+      return kExitRunTimedOut;
+    case RunStatus::kCancelled:
+      return kExitRunCancelled;
+    case RunStatus::kRecoveryRequired:
+      return kExitRunRecoveryRequired;
+    case RunStatus::kSkipped:
+      return kExitRunSkipped;
+    default:
+      return std::nullopt;
+  }
+}
 
 int RunList(const RunListArgs& args, CommandContext& context) {
   if (args.limit < 1) {
@@ -192,22 +242,52 @@ int RunList(const RunListArgs& args, CommandContext& context) {
     return context.Fail(CliError::Usage(
         "invalid_status", "--status '" + *args.status + "' is not a run state (" + states + ")"));
   }
+  // --since / --until: an RFC 3339 time, or a duration back from now ("2h", "1d").
+  const int64_t now = SystemClock().NowMs();
+  std::string bounds[2];
+  const std::optional<std::string>* given[2] = {&args.since, &args.until};
+  const char* names[2] = {"--since", "--until"};
+  for (int i = 0; i < 2; ++i) {
+    if (!given[i]->has_value()) continue;
+    const std::string& text = **given[i];
+    if (ParseRfc3339(text).ok()) {
+      bounds[i] = text;
+    } else if (std::optional<int64_t> back = ParseDurationMs(text); back.has_value()) {
+      bounds[i] = FormatRfc3339Utc(now - *back);
+    } else {
+      return context.Fail(CliError::Usage(
+          "invalid_time", std::string(names[i]) + " '" + text +
+                              "' is neither an RFC 3339 time (2026-12-06T08:00:00Z) nor a "
+                              "duration back from now (30m, 2h, 1d)"));
+    }
+  }
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
   CliResult<Listing> runs = ListFrom(**api, "/api/v1/runs",
                                      {{"task_id", args.task_id.value_or("")},
                                       {"trigger_id", args.trigger_id.value_or("")},
-                                      {"status", args.status.value_or("")}},
+                                      {"status", args.status.value_or("")},
+                                      {"since", bounds[0]},
+                                      {"until", bounds[1]}},
                                      args.limit, args.cursor);
   if (!runs.ok()) return context.Fail(runs.error());
   if (context.json()) {
     context.out() << JsonOutput(runs->ToJson()) << "\n";
     return kExitOk;
   }
-  Table table({"ID", "TASK", "TYPE", "STATUS", "SCHEDULED", "STARTED", "DURATION", "EXIT"});
-  for (const json& run : runs->items) {
-    table.AddRow({JsonText(run, "id"), JsonText(run, "task_id"), JsonText(run, "trigger_type"),
-                  JsonText(run, "status"), JsonText(run, "scheduled_for"),
+  std::vector<std::string> ids;
+  for (const json& run : runs->items) ids.push_back(JsonText(run, "id"));
+  const std::vector<std::string> shown = context.wide() ? ids : ShortIds(ids);
+  Table table({"RUN", "TASK", "ORIGIN", "STATUS", "SCHEDULED", "STARTED", "DURATION", "EXIT"});
+  for (size_t i = 0; i < runs->items.size(); ++i) {
+    const json& run = runs->items[i];
+    std::string task = JsonText(run, "task_name", "");
+    if (task.empty() || context.wide()) {
+      task = task.empty() ? JsonText(run, "task_id") : task + " (" + JsonText(run, "task_id") + ")";
+    }
+    std::string origin = JsonText(run, "trigger_type");
+    if (!JsonText(run, "trigger_name", "").empty()) origin += " " + JsonText(run, "trigger_name");
+    table.AddRow({shown[i], task, origin, JsonText(run, "status"), JsonText(run, "scheduled_for"),
                   JsonText(run, "started_at"), JsonElapsed(run, "started_at", "finished_at"),
                   JsonText(run, "exit_code")});
   }
@@ -242,9 +322,17 @@ int RunShow(const std::string& run_id, CommandContext& context) {
   const json& r = *run;
   Table fields({"FIELD", "VALUE"});
   fields.AddRow({"id", JsonText(r, "id")});
-  fields.AddRow({"task", JsonText(r, "task_id") + " revision " + JsonText(r, "task_revision")});
+  const std::string task_name = JsonText(r, "task_name", "");
+  fields.AddRow(
+      {"task", (task_name.empty() ? JsonText(r, "task_id") : task_name) + " revision " +
+                   JsonText(r, "task_revision") +
+                   (context.wide() && !task_name.empty() ? " (" + JsonText(r, "task_id") + ")"
+                                                         : std::string())});
   std::string origin = JsonText(r, "trigger_type");
-  if (!JsonText(r, "trigger_id", "").empty()) origin += " trigger " + JsonText(r, "trigger_id");
+  if (!JsonText(r, "trigger_id", "").empty()) {
+    const std::string trigger_name = JsonText(r, "trigger_name", "");
+    origin += " trigger " + (trigger_name.empty() ? JsonText(r, "trigger_id") : trigger_name);
+  }
   fields.AddRow({"origin", origin});
   fields.AddRow({"status", JsonText(r, "status")});
   fields.AddRow({"scheduled for", JsonText(r, "scheduled_for")});
@@ -358,8 +446,9 @@ int RunLog(const RunLogArgs& args, CommandContext& context) {
     if (!run.ok()) return context.Fail(run.error());
     const int64_t latest = LatestAttempt(*run);
     const bool terminal = IsTerminalRun(*run);
+    const int outcome = RunOutcomeExit(JsonText(*run, "status", "")).value_or(kExitOk);
     if (terminal && cursor.attempt == 0) {
-      if (latest == 0) return kExitOk;  // ended before any attempt started
+      if (latest == 0) return outcome;  // ended before any attempt started
       cursor.attempt = latest;
     }
     const bool newer_attempt = args.attempt == 0 && cursor.attempt > 0 && latest > cursor.attempt;
@@ -377,7 +466,7 @@ int RunLog(const RunLogArgs& args, CommandContext& context) {
         context.err().flush();
         continue;
       }
-      return kExitOk;
+      return outcome;
     }
     // Nothing new arrived (the attempt is between retries, or not started): do not spin.
     if (cursor.offset == before.offset && cursor.attempt == before.attempt) Sleep(args.poll_ms);
@@ -408,15 +497,36 @@ int RunStart(const RunStartArgs& args, CommandContext& context) {
   if (!api.ok()) return context.Fail(api.error());
   CliResult<json> run = (*api)->PostJson("/api/v1/runs", body);
   if (!run.ok()) return context.Fail(run.error());
+  if (JsonText(*run, "code", "") == "approval_required") {
+    // The task requires approval: no run yet, the request waits for another principal.
+    if (context.json()) context.out() << JsonOutput(*run) << "\n";
+    context.err() << "ql: approval required: request " << JsonText(*run, "approval_id", "")
+                  << " waits for another person (ql approval approve ID); no run was started\n";
+    return kExitApprovalRequired;
+  }
+  const std::string run_id = JsonText(*run, "id", "");
+  if (args.follow) {
+    // The log is the output; the run id goes to stderr.
+    context.err() << "ql: run " << run_id << "\n";
+    context.err().flush();
+    RunLogArgs log;
+    log.run_id = run_id;
+    log.follow = true;
+    log.poll_ms = args.poll_ms;
+    const int followed = RunLog(log, context);
+    if (followed == kExitFailure || followed == kExitUsage || followed == kExitUnreachable) {
+      return followed;
+    }
+    return WaitForRun(**api, run_id, args.poll_ms, context);
+  }
   if (context.json()) {
     context.out() << JsonOutput(*run) << "\n";
-  } else if (JsonText(*run, "code", "") == "approval_required") {
-    // The task requires approval: the request waits for another principal.
-    context.out() << "approval required: " << JsonText(*run, "approval_id", "") << "\n";
   } else {
-    context.out() << JsonText(*run, "id", "") << "\n";
+    context.out() << run_id << "\n";
   }
-  return kExitOk;
+  context.out().flush();
+  if (!args.wait) return kExitOk;
+  return WaitForRun(**api, run_id, args.poll_ms, context);
 }
 
 int RunResolve(const std::string& run_id, const std::string& as, const std::string& reason,
@@ -469,6 +579,12 @@ void RegisterRunCommands(CLI::App& app) {
   list->add_option_function<std::string>(
       "--status", [list_args](const std::string& v) { list_args->status = v; },
       "Only runs in this state (queued, running, succeeded, failed, ...)");
+  list->add_option_function<std::string>(
+      "--since", [list_args](const std::string& v) { list_args->since = v; },
+      "Only runs created at or after this time: RFC 3339, or a duration back from now (2h, 1d)");
+  list->add_option_function<std::string>(
+      "--until", [list_args](const std::string& v) { list_args->until = v; },
+      "Only runs created before this time (as --since)");
   list->add_option("--limit", list_args->limit, "Show at most N runs")->capture_default_str();
   list->add_option("--cursor", list_args->cursor,
                    "Continue a listing where a --json listing's next_cursor says");
@@ -479,7 +595,8 @@ void RegisterRunCommands(CLI::App& app) {
   auto show_id = std::make_shared<std::string>();
   CLI::App* show = run->add_subcommand("show", "Show a run with its attempts and events");
   show->fallthrough();
-  show->add_option("id", *show_id, "Run id")->required();
+  show->add_option("id", *show_id, "Run id, or a unique prefix of it (8 characters or more)")
+      ->required();
   show->callback([show, show_id] {
     RunCommand(*show, [&](CommandContext& context) { return RunShow(*show_id, context); });
   });
@@ -488,7 +605,8 @@ void RegisterRunCommands(CLI::App& app) {
   CLI::App* log =
       run->add_subcommand("log", "Print a run's log (stdout and stderr of the command)");
   log->fallthrough();
-  log->add_option("id", log_args->run_id, "Run id")->required();
+  log->add_option("id", log_args->run_id, "Run id, or a unique prefix of it (8 characters or more)")
+      ->required();
   log->add_flag("-f,--follow", log_args->follow, "Keep printing new output until the run ends");
   log->add_option("--attempt", log_args->attempt, "Attempt number (default: the latest)");
   log->add_option_function<std::string>(
@@ -502,7 +620,8 @@ void RegisterRunCommands(CLI::App& app) {
   auto cancel_reason = std::make_shared<std::optional<std::string>>();
   CLI::App* cancel = run->add_subcommand("cancel", "Ask a run to stop");
   cancel->fallthrough();
-  cancel->add_option("id", *cancel_id, "Run id")->required();
+  cancel->add_option("id", *cancel_id, "Run id, or a unique prefix of it (8 characters or more)")
+      ->required();
   cancel->add_option_function<std::string>(
       "--reason", [cancel_reason](const std::string& v) { *cancel_reason = v; },
       "Why (recorded with the run; default \"user\")");
@@ -515,13 +634,19 @@ void RegisterRunCommands(CLI::App& app) {
   auto start_args = std::make_shared<RunStartArgs>();
   CLI::App* start = run->add_subcommand("start", "Run a task now and print the run id");
   start->fallthrough();
-  start->add_option("task_id", start_args->task_id, "Task id")->required();
+  start->add_option("task", start_args->task_id, "Task name or id")->required();
   start->add_option_function<std::string>(
       "--idempotency-key", [start_args](const std::string& v) { start_args->idempotency_key = v; },
       "Start at most one run for this key; repeating it prints the first run");
   start->add_option_function<int64_t>(
       "--priority", [start_args](const int64_t& v) { start_args->priority = v; },
       "Dispatch priority, -1000..1000 (default 0; higher first)");
+  start->add_flag("--wait", start_args->wait,
+                  "Wait until the run ends and exit with its outcome: 0 succeeded, 10 failed, "
+                  "11 timed out, 12 cancelled, 14 recovery required (13: approval required)");
+  start->add_flag("--follow", start_args->follow,
+                  "Print the run's log as it is written (the run id goes to stderr), then exit "
+                  "as --wait does");
   start->callback([start, start_args] {
     RunCommand(*start, [&](CommandContext& context) { return RunStart(*start_args, context); });
   });
@@ -532,7 +657,8 @@ void RegisterRunCommands(CLI::App& app) {
   CLI::App* resolve = run->add_subcommand(
       "resolve", "Resolve a run in recovery_required: succeeded, failed, or retry (a new run)");
   resolve->fallthrough();
-  resolve->add_option("id", *resolve_id, "Run id")->required();
+  resolve->add_option("id", *resolve_id, "Run id, or a unique prefix of it (8 characters or more)")
+      ->required();
   resolve->add_option("--as", *resolve_as, "succeeded, failed or retry")
       ->required()
       ->check(CLI::IsMember({"succeeded", "failed", "retry"}));
@@ -548,7 +674,8 @@ void RegisterRunCommands(CLI::App& app) {
   CLI::App* retry =
       run->add_subcommand("retry", "Start a new run of a finished run's task and print its id");
   retry->fallthrough();
-  retry->add_option("id", *retry_id, "Run id")->required();
+  retry->add_option("id", *retry_id, "Run id, or a unique prefix of it (8 characters or more)")
+      ->required();
   retry->callback([retry, retry_id] {
     RunCommand(*retry, [&](CommandContext& context) { return RunRetry(*retry_id, context); });
   });

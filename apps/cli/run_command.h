@@ -16,6 +16,8 @@ struct RunListArgs {
   std::optional<std::string> task_id;     // --task
   std::optional<std::string> trigger_id;  // --trigger
   std::optional<std::string> status;      // --status
+  std::optional<std::string> since;       // --since: RFC 3339 time or a duration back from now
+  std::optional<std::string> until;       // --until: the same
   int64_t limit = 50;                     // --limit
   std::string cursor;                     // --cursor: a next_cursor printed before
 };
@@ -39,7 +41,15 @@ struct RunStartArgs {
   std::string task_id;
   std::optional<std::string> idempotency_key;
   std::optional<int64_t> priority;
+  bool wait = false;    // --wait: exit with the run's outcome
+  bool follow = false;  // --follow: print its log as it is written, then exit as --wait
+  int64_t poll_ms = 500;
 };
+
+// The exit status of a run in `status` (a wire name): 0 succeeded, kExitRunFailed,
+// kExitRunTimedOut, kExitRunCancelled, kExitRunRecoveryRequired, kExitRunSkipped; nullopt while
+// the run may still change.
+std::optional<int> RunOutcomeExit(const std::string& status);
 
 // GET /api/v1/runs with the filters, from --cursor (default: the newest run), following
 // next_cursor until `limit` runs are collected. Prints a table; with --json the API's page shape

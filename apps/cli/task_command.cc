@@ -1,13 +1,14 @@
 #include "task_command.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 
 #include "output.h"
-#include "retention_command.h"
 #include "ql/core/clock.h"
 #include "ql/core/ids.h"
 #include "ql/core/secret_ref.h"
+#include "retention_command.h"
 
 namespace ql::cli {
 namespace {
@@ -60,7 +61,10 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
       "--timeout", [flags](const std::string& v) { flags->timeout = v; },
       "Kill the command after this long: 500ms, 30s, 5m, 2h, 1d, 1h30m or milliseconds "
       "(server default 1d)");
-  command->add_option("--env", flags->env, "Environment variable NAME=VALUE (repeatable)")
+  command
+      ->add_option("--env", flags->env,
+                   "Set environment variable NAME=VALUE (repeatable; an edit keeps the other "
+                   "variables)")
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -74,7 +78,9 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
   command->add_option_function<std::string>(
       "--workdir", [flags](const std::string& v) { flags->workdir = v; },
       "Working directory (absolute path)");
-  command->add_option("--label", flags->labels, "Label KEY=VALUE (repeatable)")
+  command
+      ->add_option("--label", flags->labels,
+                   "Set label KEY=VALUE (repeatable; an edit keeps the other labels)")
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -147,13 +153,38 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
     command->add_flag("--no-approval", flags->no_approval,
                       "Publish without an approval requirement");
     command->add_flag("--enabled", flags->enabled, "Publish the revision enabled");
-    command->add_flag("--clear-env", flags->clear_env, "Publish with an empty environment");
+    command->add_flag("--clear-env", flags->clear_env,
+                      "Start from an empty environment: with --env, replace the whole "
+                      "environment; alone, remove every variable");
+    command
+        ->add_option("--unset-env", flags->unset_env,
+                     "Remove one environment variable, plain or secret (repeatable)")
+        ->expected(1)
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     command->add_flag("--clear-workdir", flags->clear_workdir,
                       "Publish without a working directory");
-    command->add_flag("--clear-labels", flags->clear_labels, "Publish without labels");
+    command->add_flag("--clear-labels", flags->clear_labels,
+                      "Start from no labels: with --label, replace them all; alone, remove them");
+    command->add_option("--unset-label", flags->unset_labels, "Remove one label (repeatable)")
+        ->expected(1)
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     command->add_flag("--no-retry-on-lost", flags->no_retry_on_lost,
                       "Stop retrying attempts lost with their executor");
   }
+}
+
+// How one environment variable reads: NAME=VALUE, or NAME ← secret SECRET (latest | vN).
+std::string EnvEntryText(const std::string& name, const json& value) {
+  const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+  if (text.starts_with("qlsecret:")) {
+    if (Result<SecretRef> ref = DecodeSecretRef(text); ref.ok()) {
+      return name + " \u2190 secret " + ref->name +
+             (ref->version.has_value() ? " v" + std::to_string(*ref->version) : " (latest)");
+    }
+  }
+  return name + "=" + ShellQuote(text);
 }
 
 std::string EnvironmentSummary(const json& spec) {
@@ -163,10 +194,116 @@ std::string EnvironmentSummary(const json& spec) {
   }
   std::string out;
   for (const auto& [name, value] : spec["environment"].items()) {
-    if (!out.empty()) out += ' ';
-    out += name + "=" + ShellQuote(value.is_string() ? value.get<std::string>() : value.dump());
+    if (!out.empty()) out += ", ";
+    out += EnvEntryText(name, value);
   }
   return out;
+}
+
+std::string Compact(const json& value) {
+  if (value.is_null()) return "-";
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Adds to `out` one line per key of two objects that differs: "+what KEY=V", "-what KEY",
+// "what KEY: old -> new"; `entry` formats one key and value.
+void MapChanges(const std::string& what, const json& before, const json& after,
+                const std::function<std::string(const std::string&, const json&)>& entry,
+                std::vector<std::string>& out) {
+  const json empty = json::object();
+  const json& b = before.is_object() ? before : empty;
+  const json& a = after.is_object() ? after : empty;
+  for (const auto& [key, value] : a.items()) {
+    if (!b.contains(key)) {
+      out.push_back("+" + what + " " + entry(key, value));
+    } else if (b[key] != value) {
+      out.push_back(what + " " + entry(key, b[key]) + " -> " + entry(key, value));
+    }
+  }
+  for (const auto& [key, value] : b.items()) {
+    if (!a.contains(key)) out.push_back("-" + what + " " + key);
+  }
+}
+
+// What a new revision changed, one line each, for people: the name, enabled, the command and
+// every other spec field, each environment variable and label, the retry and approval policies
+// and the concurrency limit.
+std::vector<std::string> RevisionChanges(const json& before, const json& after) {
+  std::vector<std::string> out;
+  for (const char* key : {"name", "enabled"}) {
+    if (before.value(key, json()) != after.value(key, json())) {
+      out.push_back(std::string(key) + ": " + Compact(before.value(key, json())) + " -> " +
+                    Compact(after.value(key, json())));
+    }
+  }
+  const json b = before.value("spec", json::object());
+  const json a = after.value("spec", json::object());
+  if (b.value("command", json()) != a.value("command", json())) {
+    out.push_back("command: " + CommandSummary(b) + " -> " + CommandSummary(a));
+  }
+  json other_b = b, other_a = a;
+  for (const char* key : {"command", "environment"}) {
+    other_b.erase(key);
+    other_a.erase(key);
+  }
+  MapChanges(
+      "spec", other_b, other_a,
+      [](const std::string& key, const json& value) { return key + "=" + Compact(value); }, out);
+  MapChanges("env", b.value("environment", json::object()), a.value("environment", json::object()),
+             EnvEntryText, out);
+  MapChanges(
+      "label", before.value("labels", json::object()), after.value("labels", json::object()),
+      [](const std::string& key, const json& value) { return key + "=" + Compact(value); }, out);
+  for (const char* key : {"retry", "approval", "concurrency"}) {
+    if (before.value(key, json()) != after.value(key, json())) {
+      out.push_back(std::string(key) + ": " + Compact(before.value(key, json())) + " -> " +
+                    Compact(after.value(key, json())));
+    }
+  }
+  return out;
+}
+
+// One schedule of the cron list: words when the expression has a common shape, the expression
+// and its zone always.
+std::string ScheduleText(const json& schedule) {
+  const std::string expression = JsonText(schedule, "expression", "");
+  const std::string words = DescribeCron(expression);
+  std::string out = words.empty() ? expression : words + " (" + expression + ")";
+  out += " " + JsonText(schedule, "timezone", "");
+  const std::string state = JsonText(schedule, "state", "");
+  if (state != "active") out += " [" + state + "]";
+  return out;
+}
+
+std::string SchedulesText(const json& task) {
+  const json schedules = task.value("schedules", json::array());
+  if (!schedules.is_array() || schedules.empty()) return "manual";
+  const bool task_enabled = task.value("enabled", true);
+  std::string out;
+  for (json schedule : schedules) {
+    // A disabled task's triggers wait for it; that is what ENABLED says already.
+    if (!task_enabled && schedule.value("state", "") == "pin_stale") schedule["state"] = "active";
+    out += (out.empty() ? "" : "; ") + ScheduleText(schedule);
+  }
+  return out;
+}
+
+// The last run for the cron list: "succeeded 3m ago (1.2s)", "running (started 12s ago)".
+std::string LastRunText(const json& task, int64_t now_ms) {
+  const json last = task.value("last_run", json());
+  if (!last.is_object()) return "never";
+  const std::string status = JsonText(last, "status", "?");
+  const std::string finished = JsonText(last, "finished_at", "");
+  if (!finished.empty()) {
+    std::string out = status + " " + RelativeTime(finished, now_ms);
+    const std::string elapsed = JsonElapsed(last, "started_at", "finished_at", "");
+    if (!elapsed.empty()) out += " (" + elapsed + ")";
+    return out;
+  }
+  const std::string started = JsonText(last, "started_at", "");
+  if (!started.empty()) return status + " (started " + RelativeTime(started, now_ms) + ")";
+  return status + " (" + RelativeTime(JsonText(last, "created_at", ""), now_ms) + ")";
 }
 
 std::string LabelsSummary(const json& labels) {
@@ -220,18 +357,12 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
   if (flags.enabled && flags.disabled) {
     return CliError::Usage("flag_conflict", "give either --enabled or --disabled, not both");
   }
-  if (flags.clear_env && !flags.env.empty()) {
-    return CliError::Usage("flag_conflict", "--clear-env cannot be combined with --env");
-  }
   if (flags.clear_workdir && flags.workdir) {
     return CliError::Usage("flag_conflict", "--clear-workdir cannot be combined with --workdir");
   }
   if (flags.retry_on_lost && flags.no_retry_on_lost) {
     return CliError::Usage("flag_conflict",
                            "give either --retry-on-lost or --no-retry-on-lost, not both");
-  }
-  if (flags.clear_labels && !flags.labels.empty()) {
-    return CliError::Usage("flag_conflict", "--clear-labels cannot be combined with --label");
   }
 
   json spec = json::object();
@@ -272,13 +403,25 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
     if (!ms.ok()) return ms.error();
     spec["timeoutMs"] = *ms;
   }
-  if (flags.clear_env) spec["environment"] = json::object();
-  if (!flags.env.empty()) {
+  // The environment: each --env sets one variable, each --unset-env removes one.
+  if (flags.clear_env || !spec.contains("environment") || !spec["environment"].is_object()) {
+    spec["environment"] = json::object();
+  }
+  {
     CliResult<json> env = PairsFlag("--env", "invalid_env", flags.env);
     if (!env.ok()) return env.error();
-    spec["environment"] = *env;
+    for (const std::string& name : flags.unset_env) {
+      if (env->contains(name)) {
+        return CliError::Usage("flag_conflict", name + " is both set (--env) and unset");
+      }
+      if (!spec["environment"].contains(name)) {
+        return CliError::Usage("unknown_env", "--unset-env " + name +
+                                                  ": the task has no environment variable " + name);
+      }
+      spec["environment"].erase(name);
+    }
+    for (const auto& [name, value] : env->items()) spec["environment"][name] = value;
   }
-  if (!spec.contains("environment")) spec["environment"] = json::object();
   if (flags.clear_workdir) spec.erase("workingDirectory");
   if (flags.workdir) spec["workingDirectory"] = *flags.workdir;
   // Limits: each flag given changes one limit and keeps the others.
@@ -309,11 +452,22 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
     }
   }
 
+  // Labels: each --label sets one, each --unset-label removes one.
   if (flags.clear_labels) labels = json::object();
-  if (!flags.labels.empty()) {
+  {
     CliResult<json> parsed = PairsFlag("--label", "invalid_label", flags.labels);
     if (!parsed.ok()) return parsed.error();
-    labels = *parsed;
+    for (const std::string& key : flags.unset_labels) {
+      if (parsed->contains(key)) {
+        return CliError::Usage("flag_conflict", "label " + key + " is both set and unset");
+      }
+      if (!labels.contains(key)) {
+        return CliError::Usage("unknown_label",
+                               "--unset-label " + key + ": the task has no label " + key);
+      }
+      labels.erase(key);
+    }
+    for (const auto& [key, value] : parsed->items()) labels[key] = value;
   }
   if (flags.disabled) enabled = false;
   if (flags.enabled) enabled = true;
@@ -454,21 +608,53 @@ int TaskList(const TaskListArgs& args, CommandContext& context) {
   }
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
-  CliResult<Listing> tasks = ListFrom(**api, "/api/v1/tasks", {}, args.limit, args.cursor);
+  CliResult<Listing> tasks = ListFrom(**api, "/api/v1/tasks",
+                                      {{"q", args.text.value_or("")},
+                                       {"label", args.label.value_or("")},
+                                       {"last_status", args.last_status.value_or("")}},
+                                      args.limit, args.cursor);
   if (!tasks.ok()) return context.Fail(tasks.error());
   if (context.json()) {
     context.out() << JsonOutput(tasks->ToJson()) << "\n";
     return kExitOk;
   }
-  Table table({"ID", "NAME", "REV", "ENABLED", "TIMEOUT", "COMMAND", "UPDATED"});
+  const int64_t now = SystemClock().NowMs();
+  std::vector<std::string> headers = {"NAME", "SCHEDULE", "ENABLED", "LAST RUN", "NEXT FIRE"};
+  if (context.wide()) {
+    headers.insert(headers.begin(), "ID");
+    headers.push_back("COMMAND");
+  }
+  Table table(headers);
   for (const json& task : tasks->items) {
-    const json spec = task.value("spec", json::object());
-    table.AddRow({JsonText(task, "id"), Ellipsize(JsonText(task, "name"), 32),
-                  JsonText(task, "revision"), JsonText(task, "enabled") == "true" ? "yes" : "no",
-                  TimeoutSummary(spec), Ellipsize(PrintableCell(CommandSummary(spec)), 48),
-                  JsonText(task, "updated_at")});
+    const bool enabled = JsonText(task, "enabled") == "true";
+    const std::string next = JsonText(task, "next_fire_at", "");
+    std::vector<std::string> row = {
+        Ellipsize(JsonText(task, "name"), 32), Ellipsize(SchedulesText(task), 64),
+        enabled ? "yes" : "no", LastRunText(task, now),
+        next.empty() ? "-" : RelativeTime(next, now) + " (" + next + ")"};
+    if (context.wide()) {
+      row.insert(row.begin(), JsonText(task, "id"));
+      row.push_back(
+          Ellipsize(PrintableCell(CommandSummary(task.value("spec", json::object()))), 48));
+    }
+    table.AddRow(std::move(row));
   }
   table.Print(context.out());
+  return kExitOk;
+}
+
+int TaskSetEnabled(const std::string& task_ref, bool enabled, CommandContext& context) {
+  CliResult<ApiClient*> api = context.Api();
+  if (!api.ok()) return context.Fail(api.error());
+  CliResult<json> task =
+      (*api)->PostJson(TaskPath(task_ref) + (enabled ? "/enable" : "/disable"), json::object());
+  if (!task.ok()) return context.Fail(task.error());
+  if (context.json()) {
+    context.out() << JsonOutput(*task) << "\n";
+    return kExitOk;
+  }
+  context.out() << JsonText(*task, "name") << (enabled ? " enabled" : " disabled") << " (revision "
+                << JsonText(*task, "revision") << ")\n";
   return kExitOk;
 }
 
@@ -489,7 +675,7 @@ int TaskShow(const std::string& task_id, CommandContext& context) {
   const json spec = task->value("spec", json::object());
   const json command = spec.value("command", json::object());
   Table fields({"FIELD", "VALUE"});
-  fields.AddRow({"id", JsonText(*task, "id")});
+  if (context.wide()) fields.AddRow({"id", JsonText(*task, "id")});
   fields.AddRow({"name", JsonText(*task, "name")});
   fields.AddRow({"revision", JsonText(*task, "revision")});
   fields.AddRow({"enabled", JsonText(*task, "enabled")});
@@ -529,6 +715,61 @@ int TaskShow(const std::string& task_id, CommandContext& context) {
   fields.AddRow({"created", JsonText(*task, "created_at")});
   fields.AddRow({"updated", JsonText(*task, "updated_at")});
   fields.Print(context.out());
+
+  // Its schedules with their next fires, and its last runs.
+  const int64_t now = SystemClock().NowMs();
+  context.out() << "\n";
+  Table triggers({"TRIGGER", "SCHEDULE", "STATE", "NEXT FIRES"});
+  for (const json& schedule : task->value("schedules", json::array())) {
+    std::string fires = "-";
+    if (JsonText(schedule, "state", "") == "active") {
+      CliResult<json> next = (*api)->GetJson(
+          "/api/v1/triggers/" + UrlEncode(JsonText(schedule, "trigger_id", "")) + "/next?count=3");
+      if (!next.ok()) return context.Fail(next.error());
+      fires.clear();
+      for (const json& fire : next->value("fire_times", json::array())) {
+        fires += (fires.empty() ? "" : ", ") + JsonText(fire, "local");
+      }
+      if (fires.empty())
+        fires = "-";
+      else
+        fires += " (" + RelativeTime(JsonText(schedule, "next_fire_at", ""), now) + ")";
+    }
+    const std::string expression = JsonText(schedule, "expression", "");
+    const std::string words = DescribeCron(expression);
+    triggers.AddRow({JsonText(schedule, "trigger_name"),
+                     (words.empty() ? expression : words + " (" + expression + ")") + " " +
+                         JsonText(schedule, "timezone", ""),
+                     JsonText(schedule, "state"), fires});
+  }
+  if (triggers.rows() == 0) {
+    context.out() << "no triggers: runs start by hand (ql run start " << JsonText(*task, "name")
+                  << ")\n";
+  } else {
+    triggers.Print(context.out());
+  }
+  context.out() << "\n";
+  CliResult<json> runs = (*api)->GetJson(
+      WithQuery("/api/v1/runs", {{"task_id", JsonText(*task, "id")}, {"limit", "5"}}));
+  if (!runs.ok()) return context.Fail(runs.error());
+  const json recent = runs->value("items", json::array());
+  std::vector<std::string> ids;
+  for (const json& run : recent) ids.push_back(JsonText(run, "id"));
+  const std::vector<std::string> short_ids = context.wide() ? ids : ShortIds(ids);
+  Table last({"RUN", "ORIGIN", "STATUS", "STARTED", "DURATION", "EXIT"});
+  for (size_t i = 0; i < recent.size(); ++i) {
+    const json& run = recent[i];
+    std::string origin = JsonText(run, "trigger_type");
+    if (!JsonText(run, "trigger_name", "").empty()) origin += " " + JsonText(run, "trigger_name");
+    last.AddRow({short_ids[i], origin, JsonText(run, "status"),
+                 RelativeTime(JsonText(run, "started_at", ""), now),
+                 JsonElapsed(run, "started_at", "finished_at"), JsonText(run, "exit_code")});
+  }
+  if (last.rows() == 0) {
+    context.out() << "no runs yet\n";
+  } else {
+    last.Print(context.out());
+  }
   context.out() << "\n";
   Table table({"REVISION", "NAME", "ENABLED", "COMMAND", "CREATED"});
   for (const json& revision : revisions) {
@@ -571,6 +812,11 @@ int TaskPublish(const TaskPublishArgs& args, CommandContext& context) {
     context.out() << JsonOutput(*task) << "\n";
   } else {
     context.out() << JsonText(*task, "revision", "") << "\n";
+    const std::vector<std::string> changes = RevisionChanges(*current, *task);
+    context.err() << JsonText(*task, "name") << " revision " << JsonText(*task, "revision", "")
+                  << (changes.empty() ? ": nothing changed\n" : ":\n");
+    for (const std::string& change : changes)
+      context.err() << "  " << PrintableCell(change) << "\n";
   }
   const int64_t stale = task->value("stale_triggers", int64_t{0});
   if (stale > 0) {
@@ -617,14 +863,42 @@ void RegisterTaskCommands(CLI::App& app) {
   });
 
   auto list_args = std::make_shared<TaskListArgs>();
-  CLI::App* list = task->add_subcommand("list", "List tasks with their current revision");
+  CLI::App* list = task->add_subcommand(
+      "list",
+      "The cron list: each task's schedules, last run and next fire (--wide: ids and "
+      "commands too)");
   list->fallthrough();
   list->add_option("--limit", list_args->limit, "Show at most N tasks")->capture_default_str();
   list->add_option("--cursor", list_args->cursor,
                    "Continue a listing where a --json listing's next_cursor says");
+  list->add_option_function<std::string>(
+      "--search,-q", [list_args](const std::string& v) { list_args->text = v; },
+      "Only tasks whose name contains TEXT (ignoring case)");
+  list->add_option_function<std::string>(
+      "--label", [list_args](const std::string& v) { list_args->label = v; },
+      "Only tasks with this label: KEY=VALUE, or KEY for any value");
+  list->add_option_function<std::string>(
+      "--last-status", [list_args](const std::string& v) { list_args->last_status = v; },
+      "Only tasks whose last run is in this state (succeeded, failed, running, ...), or none: "
+      "never ran");
   list->callback([list, list_args] {
     RunCommand(*list, [&](CommandContext& context) { return TaskList(*list_args, context); });
   });
+
+  for (const bool enabled : {true, false}) {
+    auto ref = std::make_shared<std::string>();
+    CLI::App* toggle = task->add_subcommand(
+        enabled ? "enable" : "disable",
+        enabled ? "Enable a task: publish it enabled and repin its triggers, so they fire again"
+                : "Disable a task: publish it disabled; its triggers admit nothing and manual "
+                  "runs are refused until it is enabled");
+    toggle->fallthrough();
+    toggle->add_option("task", *ref, "Task name or id")->required();
+    toggle->callback([toggle, ref, enabled] {
+      RunCommand(*toggle,
+                 [&](CommandContext& context) { return TaskSetEnabled(*ref, enabled, context); });
+    });
+  }
 
   auto show_id = std::make_shared<std::string>();
   CLI::App* show = task->add_subcommand("show", "Show a task's current revision and history");

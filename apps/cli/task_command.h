@@ -25,10 +25,12 @@ struct TaskContentFlags {
   std::vector<std::string> env;            // --env NAME=VALUE, repeatable
   std::vector<std::string> secret_env;     // --secret-env VAR=SECRET[@VERSION], repeatable
   bool clear_env = false;                  // --clear-env (publish)
+  std::vector<std::string> unset_env;      // --unset-env NAME, repeatable (publish)
   std::optional<std::string> workdir;      // --workdir DIR
   bool clear_workdir = false;              // --clear-workdir (publish)
   std::vector<std::string> labels;         // --label KEY=VALUE, repeatable
   bool clear_labels = false;               // --clear-labels (publish)
+  std::vector<std::string> unset_labels;   // --unset-label KEY, repeatable (publish)
   bool disabled = false;                   // --disabled
   bool enabled = false;                    // --enabled (publish)
   std::optional<int64_t> max_attempts;     // --max-attempts N
@@ -56,16 +58,18 @@ struct TaskContentFlags {
 // Builds the body of a task publish request (without mutation_id or expected_revision):
 // {"name", "spec": {"command", "environment", "workingDirectory"?, "timeoutMs"?}, "labels",
 // "enabled", "retry"?}. With `current` (a task as GET /api/v1/tasks/{id} returns it) every
-// content flag left out keeps the current value; --env / --label given at least once replace
-// the whole environment / label set, and retry flags change single fields of the current retry
-// policy. --retry-on-lost without --safety declares the command idempotent unless the policy
+// content flag left out keeps the current value; --env / --label set or override one variable /
+// label each and --unset-env / --unset-label remove one (unknown_env / unknown_label when the
+// task has none of that name); --clear-env / --clear-labels start from an empty set, so with
+// --env / --label they replace the whole set; retry flags change single fields of the current
+// retry policy. --retry-on-lost without --safety declares the command idempotent unless the policy
 // already names a safety (the server retries lost attempts only of commands declared safe).
 // Usage errors (exit 2): command_required (neither --shell nor --argv for a new task),
 // command_conflict (both, or --bash with --argv, or ARGS or --arg without --argv),
 // invalid_duration,
 // invalid_env (not NAME=VALUE, or a name given twice), invalid_label, flag_conflict
-// (--enabled with --disabled, --retry-on-lost with --no-retry-on-lost, a --clear-* flag with the
-// value it clears).
+// (--enabled with --disabled, --retry-on-lost with --no-retry-on-lost, --clear-workdir with
+// --workdir, a variable both set and unset).
 CliResult<nlohmann::json> BuildTaskBody(const TaskContentFlags& flags,
                                         const std::optional<std::string>& name,
                                         const nlohmann::json* current);
@@ -87,6 +91,9 @@ struct TaskAddArgs {
 struct TaskListArgs {
   int64_t limit = 1000;  // tasks to show at most
   std::string cursor;    // --cursor: a next_cursor printed before
+  std::optional<std::string> text;         // --search TEXT: in the name
+  std::optional<std::string> label;        // --label KEY[=VALUE]
+  std::optional<std::string> last_status;  // --last-status STATUS|none
 };
 
 struct TaskPublishArgs {

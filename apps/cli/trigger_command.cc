@@ -85,12 +85,20 @@ int TriggerList(const TriggerListArgs& args, CommandContext& context) {
     context.out() << JsonOutput(triggers->ToJson()) << "\n";
     return kExitOk;
   }
-  Table table({"ID", "NAME", "TASK", "CRON", "TIMEZONE", "MISFIRE", "STATE", "NEXT FIRE"});
+  std::vector<std::string> headers = {"NAME",    "TASK",  "CRON",     "TIMEZONE",
+                                      "MISFIRE", "STATE", "NEXT FIRE"};
+  if (context.wide()) headers.insert(headers.begin(), "ID");
+  Table table(headers);
   for (const json& trigger : triggers->items) {
-    table.AddRow({JsonText(trigger, "id"), Ellipsize(JsonText(trigger, "name"), 32),
-                  JsonText(trigger, "task_id"),
-                  JsonText(trigger, "expression"), JsonText(trigger, "timezone"),
-                  JsonText(trigger, "misfire"), JsonText(trigger, "state"), NextFire(trigger)});
+    std::vector<std::string> row = {Ellipsize(JsonText(trigger, "name"), 32),
+                                    NameOr(trigger, "task_name", "task_id"),
+                                    JsonText(trigger, "expression"),
+                                    JsonText(trigger, "timezone"),
+                                    JsonText(trigger, "misfire"),
+                                    JsonText(trigger, "state"),
+                                    NextFire(trigger)};
+    if (context.wide()) row.insert(row.begin(), JsonText(trigger, "id"));
+    table.AddRow(std::move(row));
   }
   table.Print(context.out());
   return kExitOk;
@@ -106,10 +114,10 @@ int TriggerShow(const std::string& trigger_id, CommandContext& context) {
     return kExitOk;
   }
   Table fields({"FIELD", "VALUE"});
-  fields.AddRow({"id", JsonText(*trigger, "id")});
+  if (context.wide()) fields.AddRow({"id", JsonText(*trigger, "id")});
   fields.AddRow({"name", JsonText(*trigger, "name")});
-  fields.AddRow(
-      {"task", JsonText(*trigger, "task_id") + " revision " + JsonText(*trigger, "task_revision")});
+  fields.AddRow({"task", NameOr(*trigger, "task_name", "task_id") + " revision " +
+                             JsonText(*trigger, "task_revision")});
   fields.AddRow({"revision", JsonText(*trigger, "revision")});
   fields.AddRow({"cron", JsonText(*trigger, "expression")});
   fields.AddRow({"timezone", JsonText(*trigger, "timezone")});

@@ -249,6 +249,8 @@ int Serve(const ServeConfig& config) {
   PostgresLogSource logs(store->runtime_pool());
   worker_options.logs = &logs;
   worker_options.approvals = &store->approvals();
+  worker_options.definitions = &store->definitions();
+  worker_options.projects = &store->projects();
   for (int attempt = 1;; ++attempt) {
     Result<RecoveryReport> report = recovery.RunOnce();
     if (report.ok() && report->errors == 0) {

@@ -334,6 +334,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   dopts.logs = &log_reader;
   dopts.secrets = &(*store)->secrets();
   dopts.sealer = &sealer;
+  dopts.projects = &(*store)->projects();
   LocalDispatcher dispatcher((*store)->runs(), (*store)->definitions(), runner, clock, random,
                              metrics, dopts);
   if (Status st = dispatcher.Recover(); !st.ok()) return Fail(kExitFailure, st);

@@ -450,6 +450,12 @@ struct RunFilter {
   std::optional<std::string> task_id;
   std::optional<std::string> trigger_id;
   std::optional<std::string> status;
+  // Runs created at or after `created_from_ms` and before `created_before_ms`.
+  std::optional<int64_t> created_from_ms;
+  std::optional<int64_t> created_before_ms;
+  // Runs whose id lies in [first, last] (both canonical ids): the runs an id prefix names,
+  // first and last being the prefix completed with 0s and with fs.
+  std::optional<std::pair<std::string, std::string>> id_range;
 };
 
 class RunRepository {

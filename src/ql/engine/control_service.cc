@@ -10,11 +10,12 @@
 #include "ql/core/digest.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/ids.h"
-#include "ql/core/misfire.h"
 #include "ql/core/jitter.h"
+#include "ql/core/misfire.h"
 #include "ql/core/overlap.h"
 #include "ql/core/retry_policy.h"
 #include "ql/core/states.h"
+#include "ql/core/store_commands.h"
 #include "ql/core/task_spec.h"
 
 namespace ql {
@@ -475,7 +476,7 @@ Result<TaskView> ControlService::ViewOf(const TaskRevisionRecord& revision) {
                       "task " + revision.task_id + " does not exist");
   }
   QL_ASSIGN_OR_RETURN(std::optional<PinnedPlan> plan, PlanOf(revision));
-  TaskView view{std::move(head).value(), revision, std::nullopt};
+  TaskView view{std::move(head).value(), revision, std::nullopt, nullptr};
   if (plan.has_value()) view.retry = plan->plan.retry_policy;
   return view;
 }
@@ -491,27 +492,172 @@ Result<TaskView> ControlService::GetTask(const std::string& task_ref, const Call
   QL_ASSIGN_OR_RETURN(TaskRevisionRecord revision,
                       store_.definitions().GetTaskRevision(task_id, head->current_revision));
   QL_ASSIGN_OR_RETURN(std::optional<PinnedPlan> plan, PlanOf(revision));
-  TaskView view{std::move(head).value(), std::move(revision), std::nullopt};
+  TaskView view{std::move(head).value(), std::move(revision), std::nullopt, nullptr};
   if (plan.has_value()) view.retry = plan->plan.retry_policy;
+  if (!view.head.deleted_at_ms.has_value()) {
+    QL_ASSIGN_OR_RETURN(view.overview, OverviewOf(view.head.project_id, task_id));
+  }
   return view;
 }
 
-Result<PageResult<TaskView>> ControlService::ListTasks(const PageQuery& page,
-                                                       const Caller& caller) {
+Result<std::shared_ptr<const TaskOverview>> ControlService::OverviewOf(
+    const std::string& project_id, const std::string& task_id) {
+  auto overview = std::make_shared<TaskOverview>();
+  PageRequest request;
+  request.limit = kMaxPageLimit;
+  for (;;) {
+    QL_ASSIGN_OR_RETURN(Page<TriggerRevisionRecord> listed,
+                        store_.definitions().ListTriggers(project_id, task_id, request));
+    for (const TriggerRevisionRecord& revision : listed.items) {
+      QL_ASSIGN_OR_RETURN(TriggerHeadRecord head,
+                          store_.definitions().GetTriggerHead(revision.trigger_id));
+      QL_ASSIGN_OR_RETURN(TriggerView trigger, ViewOf(head, revision));
+      if (trigger.next_fire_at_ms.has_value() &&
+          (!overview->next_fire_at_ms.has_value() ||
+           *trigger.next_fire_at_ms < *overview->next_fire_at_ms)) {
+        overview->next_fire_at_ms = trigger.next_fire_at_ms;
+      }
+      overview->triggers.push_back(std::move(trigger));
+    }
+    if (!listed.next_key.has_value()) break;
+    request.after_key = listed.next_key;
+  }
+  RunFilter filter;
+  filter.project_id = project_id;
+  filter.task_id = task_id;
+  PageRequest newest;
+  newest.limit = 1;
+  QL_ASSIGN_OR_RETURN(Page<RunRecord> runs, store_.runs().ListRuns(filter, newest));
+  if (!runs.items.empty()) overview->last_run = std::move(runs.items.front());
+  return std::shared_ptr<const TaskOverview>(std::move(overview));
+}
+
+namespace {
+
+char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool ContainsIgnoringCase(std::string_view haystack, std::string_view needle) {
+  return std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end(),
+                     [](char a, char b) { return AsciiLower(a) == AsciiLower(b); }) !=
+         haystack.end();
+}
+
+}  // namespace
+
+Result<PageResult<TaskView>> ControlService::ListTasks(const PageQuery& page, const Caller& caller,
+                                                       const TaskListQuery& query) {
   QL_ASSIGN_OR_RETURN(PageRequest request, ToPageRequest(kTasksCursor, page));
+  if (query.text.has_value() && (query.text->empty() || query.text->size() > 200)) {
+    return InvalidArgument("invalid_text", "q must be 1..200 bytes of text to find in task names");
+  }
+  std::optional<std::pair<std::string, std::optional<std::string>>> label;
+  if (query.label.has_value()) {
+    const size_t eq = query.label->find('=');
+    std::string key = query.label->substr(0, eq);
+    if (key.empty() || query.label->size() > 512) {
+      return InvalidArgument(
+          "invalid_label", "label " + QuoteForMessage(*query.label) + " must be KEY or KEY=VALUE");
+    }
+    label.emplace(std::move(key), eq == std::string::npos
+                                      ? std::nullopt
+                                      : std::optional<std::string>(query.label->substr(eq + 1)));
+  }
+  if (query.last_status.has_value() && *query.last_status != "none" &&
+      !ParseRunStatus(*query.last_status).has_value()) {
+    std::string names = "none";
+    for (RunStatus s : kAllRunStatuses) {
+      names += ", ";
+      names += RunStatusName(s);
+    }
+    return InvalidArgument("invalid_status", "last_status " + QuoteForMessage(*query.last_status) +
+                                                 " is not a run status (" + names + ")");
+  }
   QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
   QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kRead, "tasks.list",
                            RoleDenied(Role::kViewer, "tasks.list", project_id)));
-  QL_ASSIGN_OR_RETURN(Page<TaskRevisionRecord> listed,
-                      store_.definitions().ListTasks(project_id, request));
+  const bool filtered = query.text || query.label || query.last_status;
   PageResult<TaskView> out;
-  out.items.reserve(listed.items.size());
-  for (const TaskRevisionRecord& revision : listed.items) {
-    QL_ASSIGN_OR_RETURN(TaskView view, ViewOf(revision));
-    out.items.push_back(std::move(view));
+  const size_t wanted = static_cast<size_t>(request.limit);
+  // Unfiltered, one page of the store is one page of the list. Filtered, pages are read until
+  // `wanted` tasks match; the cursor then continues after the last task examined.
+  for (;;) {
+    QL_ASSIGN_OR_RETURN(Page<TaskRevisionRecord> listed,
+                        store_.definitions().ListTasks(project_id, request));
+    std::optional<std::string> last_examined;
+    for (const TaskRevisionRecord& revision : listed.items) {
+      if (out.items.size() == wanted) break;
+      last_examined = revision.task_id;
+      QL_ASSIGN_OR_RETURN(TaskView view, ViewOf(revision));
+      const std::string& name = view.head.name.empty() ? revision.name : view.head.name;
+      if (query.text.has_value() && !ContainsIgnoringCase(name, *query.text)) continue;
+      if (label.has_value()) {
+        const json labels = json::parse(revision.labels_json, nullptr, false);
+        if (!labels.is_object() || !labels.contains(label->first)) continue;
+        if (label->second.has_value() && labels[label->first] != *label->second) continue;
+      }
+      QL_ASSIGN_OR_RETURN(view.overview, OverviewOf(project_id, revision.task_id));
+      if (query.last_status.has_value()) {
+        const std::string status =
+            view.overview->last_run.has_value() ? view.overview->last_run->status : "none";
+        if (status != *query.last_status) continue;
+      }
+      out.items.push_back(std::move(view));
+    }
+    const bool store_has_more = listed.next_key.has_value();
+    const bool page_cut = last_examined.has_value() && !listed.items.empty() &&
+                          *last_examined != listed.items.back().task_id;
+    if (page_cut || (out.items.size() == wanted && store_has_more)) {
+      out.next_cursor = EncodeCursor(kTasksCursor, EncodeIdKey("tasks", *last_examined));
+      break;
+    }
+    if (!store_has_more || !filtered) break;
+    request.after_key = listed.next_key;
   }
-  if (listed.next_key.has_value()) out.next_cursor = EncodeCursor(kTasksCursor, *listed.next_key);
   return out;
+}
+
+Result<PublishedTask> ControlService::SetTaskEnabled(const std::string& task_ref, bool enabled,
+                                                     const Caller& caller) {
+  QL_ASSIGN_OR_RETURN(TaskView current, GetTask(task_ref, caller));
+  const std::string& task_id = current.head.task_id;
+  // Decided before the no-op answer, so a caller without the role learns nothing from it.
+  QL_ASSIGN_OR_RETURN(const Role floor, ApproverFloor(current.revision));
+  QL_RETURN_IF_ERROR(Allow(
+      caller, current.head.project_id, Action::kPublish, enabled ? "tasks.enable" : "tasks.disable",
+      NotFound("task_not_found", "task " + task_id + " does not exist"), floor));
+  if (current.head.deleted_at_ms.has_value()) {
+    return NotFound("task_not_found", "task " + task_id + " was deleted");
+  }
+  if (current.revision.enabled == enabled) {
+    current.overview = nullptr;
+    return PublishedTask{std::move(current), true, {}, 0};
+  }
+  json body = {{"name", current.revision.name},
+               {"spec", json::parse(current.revision.spec_json)},
+               {"labels", json::parse(current.revision.labels_json)},
+               {"enabled", enabled}};
+  std::optional<RetryPolicy> retry = current.retry;
+  if (!retry.has_value() && enabled) {
+    // A disabled revision has no execution plan: the policy is the last enabled revision's.
+    QL_ASSIGN_OR_RETURN(std::vector<TaskRevisionRecord> history,
+                        store_.definitions().ListTaskRevisions(task_id));
+    for (const TaskRevisionRecord& older : history) {
+      if (!older.enabled) continue;
+      QL_ASSIGN_OR_RETURN(std::optional<PinnedPlan> plan, PlanOf(older));
+      if (plan.has_value()) {
+        retry = plan->plan.retry_policy;
+        break;
+      }
+    }
+  }
+  if (retry.has_value()) body["retry"] = RetryPolicyToJson(*retry);
+  if (current.revision.approval_json.has_value()) {
+    body["approval"] = json::parse(*current.revision.approval_json);
+  }
+  if (current.revision.concurrency.has_value()) body["concurrency"] = *current.revision.concurrency;
+  QL_ASSIGN_OR_RETURN(TaskContent content, ParseTaskContent(body));
+  return Publish(current.head.project_id, task_id, current.head.current_revision, NewId(), content,
+                 caller, /*repin_triggers=*/enabled, /*tombstone=*/false);
 }
 
 Result<std::vector<TaskRevisionRecord>> ControlService::TaskHistory(const std::string& task_ref,
@@ -1253,6 +1399,77 @@ Result<RunView> ControlService::GetRun(const std::string& run_id, const Caller& 
   return RunView{std::move(run).value(), std::move(attempts)};
 }
 
+Result<ControlService::DisplayNames> ControlService::NamesOf(
+    const std::set<std::string>& task_ids, const std::set<std::string>& trigger_ids,
+    const std::set<std::string>& principal_ids) {
+  DisplayNames out;
+  auto known = [](const Status& st) { return st.ok() || st.code() == StatusCode::kNotFound; };
+  for (const std::string& id : task_ids) {
+    auto head = store_.definitions().GetTaskHead(id);
+    if (!known(head.status())) return head.status();
+    if (!head.ok()) continue;
+    if (!head->name.empty()) {
+      out.tasks[id] = head->name;
+      continue;
+    }
+    auto revision = store_.definitions().GetTaskRevision(id, head->current_revision);
+    if (!known(revision.status())) return revision.status();
+    if (revision.ok()) out.tasks[id] = revision->name;
+  }
+  for (const std::string& id : trigger_ids) {
+    auto head = store_.definitions().GetTriggerHead(id);
+    if (!known(head.status())) return head.status();
+    if (head.ok()) out.triggers[id] = head->name;
+  }
+  for (const std::string& id : principal_ids) {
+    auto principal = store_.governance().GetPrincipal(id);
+    if (!known(principal.status())) return principal.status();
+    if (principal.ok()) out.principals[id] = principal->name;
+  }
+  return out;
+}
+
+Result<std::string> ControlService::ResolveRunRef(const std::string& ref, const Caller& caller) {
+  if (IsCanonicalUuid(ref)) return ref;
+  // A prefix of a canonical id: lowercase hex digits, dashes exactly where an id has them.
+  static constexpr std::string_view kLow = "00000000-0000-0000-0000-000000000000";
+  static constexpr std::string_view kHigh = "ffffffff-ffff-ffff-ffff-ffffffffffff";
+  bool prefix = ref.size() >= 8 && ref.size() < kLow.size();
+  for (size_t i = 0; prefix && i < ref.size(); ++i) {
+    const char c = ref[i];
+    prefix = kLow[i] == '-' ? c == '-' : ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+  }
+  if (!prefix) {
+    return InvalidArgument("invalid_id", "run id " + QuoteForMessage(ref) +
+                                             " is neither a run id nor a prefix of one (at least "
+                                             "8 characters, lowercase hex digits and dashes)");
+  }
+  QL_ASSIGN_OR_RETURN(std::string project_id, ProjectIdFor(caller));
+  QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kRead, "runs.get",
+                           NotFound("run_not_found", "no run id starts with " + ref)));
+  RunFilter filter;
+  filter.project_id = project_id;
+  filter.id_range.emplace(ref + std::string(kLow.substr(ref.size())),
+                          ref + std::string(kHigh.substr(ref.size())));
+  PageRequest request;
+  request.limit = 5;
+  QL_ASSIGN_OR_RETURN(Page<RunRecord> found, store_.runs().ListRuns(filter, request));
+  std::erase_if(found.items, [&](const RunRecord& r) { return !r.id.starts_with(ref); });
+  if (found.items.empty()) {
+    return NotFound("run_not_found",
+                    "no run of project " + project_id + " has an id starting with " + ref);
+  }
+  if (found.items.size() > 1) {
+    std::string ids;
+    for (const RunRecord& r : found.items) ids += (ids.empty() ? "" : ", ") + r.id;
+    return Conflict("run_ref_ambiguous",
+                    "run id prefix " + ref + " matches " +
+                        (found.next_key.has_value() ? "more than 5 runs" : "several runs") + " (" +
+                        ids + "): give more characters");
+  }
+  return std::move(found.items.front().id);
+}
+
 Result<AttemptRecord> ControlService::LatestAttempt(const std::string& run_id,
                                                     const Caller& caller) {
   QL_ASSIGN_OR_RETURN(RunView view, GetRun(run_id, caller));
@@ -1291,6 +1508,12 @@ Result<PageResult<RunRecord>> ControlService::ListRuns(const RunQuery& query,
   filter.task_id = task_id;
   filter.trigger_id = trigger_id;
   filter.status = query.status;
+  if (query.since_ms.has_value() && query.until_ms.has_value() &&
+      *query.since_ms >= *query.until_ms) {
+    return InvalidArgument("invalid_time_range", "since must be before until");
+  }
+  filter.created_from_ms = query.since_ms;
+  filter.created_before_ms = query.until_ms;
   QL_ASSIGN_OR_RETURN(Page<RunRecord> listed, store_.runs().ListRuns(filter, request));
   PageResult<RunRecord> out;
   out.items = std::move(listed.items);

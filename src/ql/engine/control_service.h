@@ -20,9 +20,12 @@
 //   Busy / Unavailable / OutcomeUnknown / Corrupt / Internal  passed through from the store
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +63,8 @@ struct ControlOptions {
   std::string default_project_name = "Default";
 };
 
+struct TaskOverview;  // below TriggerView
+
 // A task head with its current revision.
 struct TaskView {
   TaskHeadRecord head;
@@ -67,6 +72,17 @@ struct TaskView {
   // The retry policy runs of this revision snapshot, read from its execution revision; empty
   // for a disabled revision, which has none.
   std::optional<RetryPolicy> retry;
+  // Set by ListTasks and GetTask (not by writes).
+  std::shared_ptr<const TaskOverview> overview;
+};
+
+// Filters of the cron list (ListTasks); each one given narrows it.
+struct TaskListQuery {
+  std::optional<std::string> text;  // in the name, ignoring ASCII case
+  // A label KEY=VALUE, or KEY alone: the task has the key.
+  std::optional<std::string> label;
+  // The status of the task's last run (a run status), or "none": it never ran.
+  std::optional<std::string> last_status;
 };
 
 // A publish body: {"name", "kind"?, "spec", "labels"?, "enabled"?, "retry"?}. `mutation_id`
@@ -103,6 +119,15 @@ struct TriggerView {
   // The pinned task revision is not the task's current revision, or that one is disabled.
   bool pin_stale = false;
   // The next occurrence the scheduler will admit (set only when state is active).
+  std::optional<int64_t> next_fire_at_ms;
+};
+
+// What the cron list shows of a task beside its revision: its schedules, its last run and its
+// next fire.
+struct TaskOverview {
+  std::vector<TriggerView> triggers;  // the live triggers of the task, by id
+  std::optional<RunRecord> last_run;  // the task's newest run, whatever its status
+  // The earliest next fire of the task's active triggers.
   std::optional<int64_t> next_fire_at_ms;
 };
 
@@ -168,6 +193,9 @@ struct RunQuery {
   std::optional<std::string> task_id;
   std::optional<std::string> trigger_id;
   std::optional<std::string> status;
+  // Runs created at or after `since_ms` and before `until_ms`.
+  std::optional<int64_t> since_ms;
+  std::optional<int64_t> until_ms;
 };
 
 struct StartRunRequest {
@@ -233,7 +261,17 @@ class ControlService {
   // task of the caller's project (NotFound task_not_found when none has it).
   Result<std::string> ResolveTaskRef(const std::string& ref, const Caller& caller = {});
   Result<std::string> ResolveTriggerRef(const std::string& ref, const Caller& caller = {});
-  Result<PageResult<TaskView>> ListTasks(const PageQuery& page, const Caller& caller = {});
+  // The cron list: the project's live tasks by id, each with its overview, narrowed by `query`
+  // (a page holds up to `page.limit` matching tasks; its cursor continues after the last task
+  // examined). InvalidArgument invalid_label, invalid_text, invalid_status.
+  Result<PageResult<TaskView>> ListTasks(const PageQuery& page, const Caller& caller = {},
+                                         const TaskListQuery& query = {});
+  // Publishes the next revision of a task with `enabled` changed, everything else kept (a
+  // disabled revision has no retry policy of its own: enabling takes the last enabled
+  // revision's), and, when enabling, repins the task's triggers in the same transaction so they
+  // fire again. A no-op (replayed) when the task already is in that state.
+  Result<PublishedTask> SetTaskEnabled(const std::string& task_ref, bool enabled,
+                                       const Caller& caller = {});
   // Returns every revision of the task, newest first.
   Result<std::vector<TaskRevisionRecord>> TaskHistory(const std::string& task_id,
                                                       const Caller& caller = {});
@@ -284,6 +322,21 @@ class ControlService {
   Result<RunRecord> CancelRun(const std::string& run_id, const std::optional<std::string>& reason,
                               const Caller& caller = {});
   Result<RunView> GetRun(const std::string& run_id, const Caller& caller = {});
+  // Names to show beside ids: of tasks, triggers and principals by id. An id nothing is known
+  // of is left out. For callers that read the objects naming these ids already.
+  struct DisplayNames {
+    std::map<std::string, std::string> tasks;
+    std::map<std::string, std::string> triggers;
+    std::map<std::string, std::string> principals;
+  };
+  Result<DisplayNames> NamesOf(const std::set<std::string>& task_ids,
+                               const std::set<std::string>& trigger_ids,
+                               const std::set<std::string>& principal_ids);
+  // The id of the run `ref` names: a canonical id as it is; a prefix of at least 8 characters
+  // of one (lowercase hex, dashes where an id has them) as the one run of the caller's project
+  // whose id starts with it. InvalidArgument invalid_id; NotFound run_not_found; Conflict
+  // run_ref_ambiguous (the message names up to 5 of the runs it matches).
+  Result<std::string> ResolveRunRef(const std::string& ref, const Caller& caller = {});
   Result<PageResult<RunRecord>> ListRuns(const RunQuery& query, const PageQuery& page,
                                          const Caller& caller = {});
   // Returns events with sequence > after_sequence (>= 0), at most `limit` (1 .. kMaxPageLimit).
@@ -354,6 +407,9 @@ class ControlService {
                                 const std::string& mutation_id, const TaskContent& content,
                                 const Caller& caller, bool repin_triggers, bool tombstone);
   Result<TaskView> ViewOf(const TaskRevisionRecord& revision);
+  // The task's live triggers, last run and next fire (the caller may read the task).
+  Result<std::shared_ptr<const TaskOverview>> OverviewOf(const std::string& project_id,
+                                                         const std::string& task_id);
   // The audit fact of a task or trigger write by `caller` (target_kind "task" or "trigger").
   AuditRecord DefinitionFact(const Caller& caller, std::string_view action,
                              std::string_view target_kind, const std::string& target_id,

@@ -8,6 +8,7 @@
 #include "ql/core/ids.h"
 #include "ql/core/states.h"
 #include "ql/core/task_spec.h"
+#include "ql/engine/run_environment.h"
 #include "ql/engine/secret_resolution.h"
 
 namespace ql {
@@ -156,6 +157,10 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   launch.task_id = run.task_id;
   launch.argv = plan->argv;
   launch.environment = plan->environment;
+  Result<EnvironmentList> context =
+      RunContextEnvironment(definitions_, options_.projects, run, plan->environment);
+  if (!context.ok()) return context.status();  // the store: the next tick tries again
+  for (auto& variable : *context) launch.environment.push_back(std::move(variable));
   launch.environment.emplace_back("QL_RUN_ID", run.id);
   launch.environment.emplace_back("QL_ATTEMPT_ID", attempt.id);
   launch.working_directory = plan->working_directory;

@@ -38,6 +38,8 @@ struct LocalDispatcherOptions {
   // secret_unavailable.
   SecretRepository* secrets = nullptr;
   SecretSealer* sealer = nullptr;
+  // Names the project in QL_PROJECT (run_environment.h); without it the project's id is used.
+  ProjectRepository* projects = nullptr;
 };
 
 // Returns the dispatcher options of "edge" or "standalone" (log_root and logs left empty).

@@ -8,6 +8,7 @@
 #include "ql/core/ids.h"
 #include "ql/core/states.h"
 #include "ql/core/task_spec.h"
+#include "ql/engine/run_environment.h"
 
 namespace ql {
 namespace {
@@ -298,6 +299,15 @@ Result<PullAnswer> WorkerService::Pull(const std::string& worker_id, const std::
         (void)Complete(call, failed);
       }
       continue;
+    }
+    if (options_.definitions != nullptr) {
+      // What the command is told about its run; a store that cannot be read fails the pull,
+      // and the worker's retry replays the offer.
+      QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(g.run_id));
+      QL_ASSIGN_OR_RETURN(
+          EnvironmentList context,
+          RunContextEnvironment(*options_.definitions, options_.projects, run, plan->environment));
+      for (auto& variable : context) plan->environment.push_back(std::move(variable));
     }
     if (!g.replay) metrics_.Increment("ql_worker_leases_granted_total");
     const int64_t log_cap = LogCapOf(g);

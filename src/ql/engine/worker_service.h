@@ -49,6 +49,11 @@ struct WorkerServiceOptions {
   // Resolves approved runs in recovery_required from their lost attempt's late report (automatic
   // evidence resolution); must outlive the service. Without it such a report is refused as late.
   ApprovalRepository* approvals = nullptr;
+  // Give each offer's command the variables of run_environment.h (TZ, LANG, QL_TASK_NAME,
+  // QL_PROJECT, QL_SCHEDULED_FOR); must outlive the service. Without `definitions` offers carry
+  // only the task's environment.
+  DefinitionRepository* definitions = nullptr;
+  ProjectRepository* projects = nullptr;
   // A verified worker token is trusted this long (monotonic clock) before it is looked up
   // again, so a revoked credential is refused by every replica within this bound; unknown
   // tokens are never remembered. 0 looks every call up.

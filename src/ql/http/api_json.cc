@@ -167,25 +167,56 @@ json TaskRevisionJson(const TaskRevisionRecord& r) {
 
 json TaskJson(const TaskView& t) {
   const TaskRevisionRecord& r = t.revision;
-  return json{{"id", t.head.task_id},
-              {"project_id", t.head.project_id},
-              {"revision", r.revision},
-              {"mutation_id", r.mutation_id},
-              {"name", t.head.name.empty() ? r.name : t.head.name},
-              {"deleted_at", TimeJson(t.head.deleted_at_ms)},
-              {"kind", r.kind},
-              {"spec", StoredJson(r.spec_json)},
-              {"labels", StoredJson(r.labels_json)},
-              {"enabled", r.enabled},
-              {"content_digest", r.content_digest},
-              {"created_at", TimeJson(t.head.created_at_ms)},
-              {"updated_at", TimeJson(t.head.updated_at_ms)},
-              {"revision_created_at", TimeJson(r.created_at_ms)},
-              {"published_by", r.published_by.has_value() ? json(*r.published_by) : json(nullptr)},
-              {"retry", t.retry.has_value() ? RetryPolicyJson(*t.retry) : json(nullptr)},
-              {"approval", r.approval_json.has_value() ? StoredJson(*r.approval_json)
-                                                       : json(nullptr)},
-              {"concurrency", r.concurrency.has_value() ? json(*r.concurrency) : json(nullptr)}};
+  json out{{"id", t.head.task_id},
+           {"project_id", t.head.project_id},
+           {"revision", r.revision},
+           {"mutation_id", r.mutation_id},
+           {"name", t.head.name.empty() ? r.name : t.head.name},
+           {"deleted_at", TimeJson(t.head.deleted_at_ms)},
+           {"kind", r.kind},
+           {"spec", StoredJson(r.spec_json)},
+           {"labels", StoredJson(r.labels_json)},
+           {"enabled", r.enabled},
+           {"content_digest", r.content_digest},
+           {"created_at", TimeJson(t.head.created_at_ms)},
+           {"updated_at", TimeJson(t.head.updated_at_ms)},
+           {"revision_created_at", TimeJson(r.created_at_ms)},
+           {"published_by", r.published_by.has_value() ? json(*r.published_by) : json(nullptr)},
+           {"retry", t.retry.has_value() ? RetryPolicyJson(*t.retry) : json(nullptr)},
+           {"approval", r.approval_json.has_value() ? StoredJson(*r.approval_json) : json(nullptr)},
+           {"concurrency", r.concurrency.has_value() ? json(*r.concurrency) : json(nullptr)}};
+  if (t.overview != nullptr) {
+    json schedules = json::array();
+    for (const TriggerView& trigger : t.overview->triggers) {
+      schedules.push_back({{"trigger_id", trigger.head.trigger_id},
+                           {"trigger_name", trigger.head.name},
+                           {"expression", trigger.revision.expression},
+                           {"timezone", trigger.revision.timezone},
+                           {"enabled", trigger.revision.enabled},
+                           {"state", trigger.state},
+                           {"next_fire_at", TimeJson(trigger.next_fire_at_ms)}});
+    }
+    out["schedules"] = std::move(schedules);
+    out["next_fire_at"] = TimeJson(t.overview->next_fire_at_ms);
+    json last = nullptr;
+    if (const std::optional<RunRecord>& run = t.overview->last_run; run.has_value()) {
+      std::optional<int64_t> duration;
+      if (run->started_at_ms.has_value() && run->finished_at_ms.has_value()) {
+        duration = *run->finished_at_ms - *run->started_at_ms;
+      }
+      last = {{"id", run->id},
+              {"status", run->status},
+              {"trigger_type", run->trigger_type},
+              {"scheduled_for", TimeJson(run->scheduled_for_ms)},
+              {"created_at", TimeJson(run->created_at_ms)},
+              {"started_at", TimeJson(run->started_at_ms)},
+              {"finished_at", TimeJson(run->finished_at_ms)},
+              {"duration_ms", Nullable(duration)},
+              {"exit_code", Nullable(run->exit_code)}};
+    }
+    out["last_run"] = std::move(last);
+  }
+  return out;
 }
 
 json TriggerJson(const TriggerView& t) {

@@ -425,6 +425,20 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          EXPECT_EQ(doomed.status, 201) << doomed.raw;
          return Sample{"DELETE", "/api/v1/tasks/" + doomed.body.value("id", ""), ""};
        }},
+      {"tasks.enable",
+       [&](const Member&) {
+         json body = json::parse(TaskBody(fresh()));
+         body["enabled"] = false;
+         Reply off = AsRoot({"POST", "/api/v1/tasks", body.dump()});
+         EXPECT_EQ(off.status, 201) << off.raw;
+         return Sample{"POST", "/api/v1/tasks/" + off.body.value("id", "") + "/enable", "{}"};
+       }},
+      {"tasks.disable",
+       [&](const Member&) {
+         Reply on = AsRoot({"POST", "/api/v1/tasks", TaskBody(fresh())});
+         EXPECT_EQ(on.status, 201) << on.raw;
+         return Sample{"POST", "/api/v1/tasks/" + on.body.value("id", "") + "/disable", "{}"};
+       }},
       {"tasks.revisions.list",
        [&](const Member&) { return Sample{"GET", "/api/v1/tasks/" + task_id + "/revisions", ""}; }},
       {"triggers.create",

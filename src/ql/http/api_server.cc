@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -316,7 +317,9 @@ struct Call {
   const http::Request& req;
   http::Response& res;
   const Admission& identity;
-  const std::string& id;  // the route's {id} segment, decoded; "" when the pattern has none
+  // The route's {id} segment, decoded ("" when the pattern has none); for /api/v1/runs/{id}
+  // routes, the run id a prefix names.
+  std::string id;
   Query query;
   Caller caller;  // /api/v1 routes: who acts, with the request's project and request id
   json body;      // the JSON body per the route's Body policy; {} when there is none
@@ -368,6 +371,13 @@ struct ApiServer::Impl {
   void TaskGet(Call& c);
   void TaskRevisionsCreate(Call& c);
   void TaskDelete(Call& c);
+  void TaskEnable(Call& c);
+  void TaskDisable(Call& c);
+  void AnswerTask(Call& c, const Result<PublishedTask>& published);
+  // Sets task_name, trigger_name, requester_name, actor_name, target_name and
+  // decision.decided_by_name beside the ids of runs, triggers, approval requests and audit facts
+  // (`items`: one object or an array of them); null when the object is gone.
+  Status AddNames(json& items);
   void TriggerDelete(Call& c);
   void TaskRevisionsList(Call& c);
   void TriggersCreate(Call& c);
@@ -548,6 +558,10 @@ const RouteSpec kRoutes[] = {
      Needs::kNothing, &Impl::TaskRevisionsCreate},
     {"DELETE", "/api/v1/tasks/{id}", "tasks.delete", "admin", Body::kNone, Needs::kNothing,
      &Impl::TaskDelete},
+    {"POST", "/api/v1/tasks/{id}/enable", "tasks.enable", "admin", Body::kOptional, Needs::kNothing,
+     &Impl::TaskEnable},
+    {"POST", "/api/v1/tasks/{id}/disable", "tasks.disable", "admin", Body::kOptional,
+     Needs::kNothing, &Impl::TaskDisable},
     {"GET", "/api/v1/tasks/{id}/revisions", "tasks.revisions.list", "viewer", Body::kNone,
      Needs::kNothing, &Impl::TaskRevisionsList},
     {"POST", "/api/v1/triggers", "triggers.create", "admin", Body::kRequired, Needs::kNothing,
@@ -952,6 +966,10 @@ void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
     QL_HTTP_TRY(res, call.query.Check({}));
     QL_HTTP_ASSIGN(res, call.body, api::ParseBody(req.body, route.body == Body::kRequired));
   }
+  // A run is addressed by its id or a unique prefix of it: every run route gets the id.
+  if (route.pattern.starts_with("/api/v1/runs/{id}")) {
+    QL_HTTP_ASSIGN(res, call.id, service.ResolveRunRef(call.id, call.caller));
+  }
   (this->*route.handle)(call);
 }
 
@@ -1020,12 +1038,16 @@ void ApiServer::Impl::TasksCreate(Call& c) {
 }
 
 void ApiServer::Impl::TasksList(Call& c) {
-  QL_HTTP_TRY(c.res, c.query.Check({"limit", "cursor"}));
+  QL_HTTP_TRY(c.res, c.query.Check({"limit", "cursor", "q", "label", "last_status"}));
   PageQuery page;
   QL_HTTP_ASSIGN(c.res, page.limit,
                  c.query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
   page.cursor = c.query.Get("cursor");
-  QL_HTTP_ASSIGN(c.res, PageResult<TaskView> listed, service.ListTasks(page, c.caller));
+  TaskListQuery query;
+  query.text = c.query.Get("q");
+  query.label = c.query.Get("label");
+  query.last_status = c.query.Get("last_status");
+  QL_HTTP_ASSIGN(c.res, PageResult<TaskView> listed, service.ListTasks(page, c.caller, query));
   json items = json::array();
   for (const TaskView& t : listed.items) items.push_back(api::TaskJson(t));
   SendJson(c.res, 200, ItemsJson(std::move(items), listed.next_cursor));
@@ -1069,6 +1091,93 @@ void ApiServer::Impl::TaskDelete(Call& c) {
   json out = api::TaskJson(deleted.task);
   out["deleted_triggers"] = deleted.trigger_ids;
   SendJson(c.res, 200, out);
+}
+
+Status ApiServer::Impl::AddNames(json& items) {
+  std::vector<json*> objects;
+  if (items.is_array()) {
+    for (json& item : items) objects.push_back(&item);
+  } else {
+    objects.push_back(&items);
+  }
+  std::set<std::string> tasks, triggers, principals;
+  auto id_of = [](const json& object, const char* field) -> std::optional<std::string> {
+    auto it = object.find(field);
+    if (it == object.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  };
+  // An audit fact's target, by its kind.
+  auto target_set = [&](const json& object) -> std::set<std::string>* {
+    const std::string kind = object.value("target_kind", "");
+    if (kind == "task") return &tasks;
+    if (kind == "trigger") return &triggers;
+    if (kind == "principal") return &principals;
+    return nullptr;
+  };
+  for (const json* o : objects) {
+    if (auto id = id_of(*o, "task_id")) tasks.insert(*id);
+    if (auto id = id_of(*o, "trigger_id")) triggers.insert(*id);
+    if (auto id = id_of(*o, "requester_id")) principals.insert(*id);
+    if (auto id = id_of(*o, "actor_id")) principals.insert(*id);
+    if (auto id = id_of(*o, "target_id"); id && target_set(*o) != nullptr) {
+      target_set(*o)->insert(*id);
+    }
+    if (o->contains("decision") && (*o)["decision"].is_object()) {
+      if (auto id = id_of((*o)["decision"], "decided_by")) principals.insert(*id);
+    }
+  }
+  QL_ASSIGN_OR_RETURN(ControlService::DisplayNames names,
+                      service.NamesOf(tasks, triggers, principals));
+  auto name_of = [](const std::map<std::string, std::string>& known,
+                    const std::optional<std::string>& id) -> json {
+    if (!id.has_value()) return nullptr;
+    auto it = known.find(*id);
+    return it == known.end() ? json(nullptr) : json(it->second);
+  };
+  for (json* o : objects) {
+    if (o->contains("task_id")) (*o)["task_name"] = name_of(names.tasks, id_of(*o, "task_id"));
+    if (o->contains("trigger_id")) {
+      (*o)["trigger_name"] = name_of(names.triggers, id_of(*o, "trigger_id"));
+    }
+    if (o->contains("requester_id")) {
+      (*o)["requester_name"] = name_of(names.principals, id_of(*o, "requester_id"));
+    }
+    if (o->contains("actor_id")) {
+      (*o)["actor_name"] = name_of(names.principals, id_of(*o, "actor_id"));
+    }
+    if (o->contains("target_id")) {
+      const std::string kind = o->value("target_kind", "");
+      (*o)["target_name"] = kind == "task"      ? name_of(names.tasks, id_of(*o, "target_id"))
+                            : kind == "trigger" ? name_of(names.triggers, id_of(*o, "target_id"))
+                            : kind == "principal"
+                                ? name_of(names.principals, id_of(*o, "target_id"))
+                                : json(nullptr);
+    }
+    if (o->contains("decision") && (*o)["decision"].is_object()) {
+      json& decision = (*o)["decision"];
+      decision["decided_by_name"] = name_of(names.principals, id_of(decision, "decided_by"));
+    }
+  }
+  return Status();
+}
+
+void ApiServer::Impl::AnswerTask(Call& c, const Result<PublishedTask>& published) {
+  QL_HTTP_TRY(c.res, published.status());
+  c.res.SetHeader("X-QL-Replayed", BoolHeader(published->replayed));
+  json out = api::TaskJson(published->task);
+  out["repinned_triggers"] = published->trigger_ids;
+  out["stale_triggers"] = published->stale_triggers;
+  SendJson(c.res, 200, out);
+}
+
+void ApiServer::Impl::TaskEnable(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  AnswerTask(c, service.SetTaskEnabled(c.id, true, c.caller));
+}
+
+void ApiServer::Impl::TaskDisable(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  AnswerTask(c, service.SetTaskEnabled(c.id, false, c.caller));
 }
 
 void ApiServer::Impl::TriggerDelete(Call& c) {
@@ -1144,13 +1253,16 @@ void ApiServer::Impl::TriggersList(Call& c) {
                  service.ListTriggers(c.query.Get("task_id"), page, c.caller));
   json items = json::array();
   for (const TriggerView& t : listed.items) items.push_back(api::TriggerJson(t));
+  QL_HTTP_TRY(c.res, AddNames(items));
   SendJson(c.res, 200, ItemsJson(std::move(items), listed.next_cursor));
 }
 
 void ApiServer::Impl::TriggerGet(Call& c) {
   QL_HTTP_TRY(c.res, c.query.Check({}));
   QL_HTTP_ASSIGN(c.res, TriggerView trigger, service.GetTrigger(c.id, c.caller));
-  SendJson(c.res, 200, api::TriggerJson(trigger));
+  json out = api::TriggerJson(trigger);
+  QL_HTTP_TRY(c.res, AddNames(out));
+  SendJson(c.res, 200, out);
 }
 
 void ApiServer::Impl::TriggerEnable(Call& c) {
@@ -1215,11 +1327,25 @@ void ApiServer::Impl::CronNext(Call& c) {
 }
 
 void ApiServer::Impl::RunsList(Call& c) {
-  QL_HTTP_TRY(c.res, c.query.Check({"task_id", "trigger_id", "status", "limit", "cursor"}));
+  QL_HTTP_TRY(c.res, c.query.Check(
+                         {"task_id", "trigger_id", "status", "since", "until", "limit", "cursor"}));
   RunQuery filter;
   filter.task_id = c.query.Get("task_id");
   filter.trigger_id = c.query.Get("trigger_id");
   filter.status = c.query.Get("status");
+  for (auto [name, field] :
+       {std::pair{"since", &filter.since_ms}, std::pair{"until", &filter.until_ms}}) {
+    if (std::optional<std::string> text = c.query.Get(name); text.has_value()) {
+      Result<int64_t> at = ParseRfc3339(*text);
+      if (!at.ok()) {
+        SendError(c.res, 400, "invalid_time",
+                  std::string(name) + " " + QuoteForMessage(*text) +
+                      " is not an RFC 3339 time (2026-12-06T08:00:00Z or with an offset)");
+        return;
+      }
+      *field = *at;
+    }
+  }
   PageQuery page;
   QL_HTTP_ASSIGN(c.res, page.limit,
                  c.query.Integer("limit", "invalid_limit", 1, kMaxPageLimit, kDefaultPageLimit));
@@ -1227,6 +1353,7 @@ void ApiServer::Impl::RunsList(Call& c) {
   QL_HTTP_ASSIGN(c.res, PageResult<RunRecord> listed, service.ListRuns(filter, page, c.caller));
   json items = json::array();
   for (const RunRecord& r : listed.items) items.push_back(api::RunJson(r));
+  QL_HTTP_TRY(c.res, AddNames(items));
   SendJson(c.res, 200, ItemsJson(std::move(items), listed.next_cursor));
 }
 
@@ -1287,13 +1414,16 @@ void ApiServer::Impl::ApprovalsList(Call& c) {
   for (const ApprovalRequestRecord& r : listed.items) {
     items.push_back(api::ApprovalRequestJson(r));
   }
+  QL_HTTP_TRY(c.res, AddNames(items));
   SendJson(c.res, 200, ItemsJson(std::move(items), listed.next_cursor));
 }
 
 void ApiServer::Impl::ApprovalGet(Call& c) {
   QL_HTTP_TRY(c.res, c.query.Check({}));
   QL_HTTP_ASSIGN(c.res, ApprovalView view, service.GetApproval(c.id, c.caller));
-  SendJson(c.res, 200, api::ApprovalJson(view));
+  json out = api::ApprovalJson(view);
+  QL_HTTP_TRY(c.res, AddNames(out));
+  SendJson(c.res, 200, out);
 }
 
 void ApiServer::Impl::ApprovalApprove(Call& c) {
@@ -1315,7 +1445,9 @@ void ApiServer::Impl::ApprovalReject(Call& c) {
 void ApiServer::Impl::RunGet(Call& c) {
   QL_HTTP_TRY(c.res, c.query.Check({}));
   QL_HTTP_ASSIGN(c.res, RunView run, service.GetRun(c.id, c.caller));
-  SendJson(c.res, 200, api::RunJson(run));
+  json out = api::RunJson(run);
+  QL_HTTP_TRY(c.res, AddNames(out));
+  SendJson(c.res, 200, out);
 }
 
 void ApiServer::Impl::RunEvents(Call& c) {
@@ -1511,6 +1643,7 @@ void ApiServer::Impl::AuditList(Call& c) {
   QL_HTTP_ASSIGN(c.res, Page<AuditRecord> facts, service.governance().ListAudit(c.caller, page));
   json items = json::array();
   for (const AuditRecord& a : facts.items) items.push_back(api::AuditJson(a));
+  QL_HTTP_TRY(c.res, AddNames(items));
   SendJson(c.res, 200, ItemsJson(std::move(items), facts.next_key));
 }
 

@@ -909,8 +909,8 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
        R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","jitter_ms":-1})", 400,
        "invalid_jitter"},
       {"POST", "/api/v1/triggers",
-       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","jitter_ms":3600001})",
-       400, "invalid_jitter"},
+       R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","jitter_ms":3600001})", 400,
+       "invalid_jitter"},
       {"POST", "/api/v1/triggers",
        R"({"task_id":"{task}","expression":"0 0 * * *","timezone":"UTC","jitter_ms":"30s"})", 400,
        "invalid_type"},
@@ -965,6 +965,22 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
       {"POST", "/api/v1/runs/{run}/retry", R"({"again":true})", 400, "unknown_field"},
       {"POST", "/api/v1/runs/{run}/retry", "", 409, "run_not_terminal"},
       {"POST", "/api/v1/runs/" + missing + "/cancel", "", 404, "run_not_found"},
+      {"GET", "/api/v1/runs?since=yesterday", "", 400, "invalid_time"},
+      {"GET", "/api/v1/runs?since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", "", 400,
+       "invalid_time_range"},
+      // a run by id prefix: 8 characters or more of an id's form
+      {"GET", "/api/v1/runs/0123456", "", 400, "invalid_id"},
+      {"GET", "/api/v1/runs/0123456G", "", 400, "invalid_id"},
+      {"GET", "/api/v1/runs/01234567_", "", 400, "invalid_id"},
+      {"GET", "/api/v1/runs/012345678", "", 400, "invalid_id"},  // a dash belongs there
+      {"GET", "/api/v1/runs/ffffffff", "", 404, "run_not_found"},
+      {"POST", "/api/v1/runs/ffffffff-ffff/cancel", "", 404, "run_not_found"},
+      // the cron list's filters
+      {"GET", "/api/v1/tasks?last_status=exploded", "", 400, "invalid_status"},
+      {"GET", "/api/v1/tasks?q=", "", 400, "invalid_text"},
+      {"GET", "/api/v1/tasks?label==x", "", 400, "invalid_label"},
+      {"POST", "/api/v1/tasks/{task}/enable", R"({"now":true})", 400, "unknown_field"},
+      {"POST", "/api/v1/tasks/nosuch/disable", "", 404, "task_not_found"},
       // routing
       {"GET", "/api/v1/nothing", "", 404, "route_not_found"},
       {"GET", "/api/v1/tasks/", "", 404, "route_not_found"},

@@ -1788,6 +1788,55 @@ TEST_P(RepositoryContractTest, ListRunsFiltersByProjectTaskTriggerAndStatus) {
                        StatusCode::kInvalidArgument, "invalid_status"));
 }
 
+TEST_P(RepositoryContractTest, ListRunsByCreationTimeAndIdRange) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, PublishTask(NewId(), std::nullopt, "job"));
+  std::vector<RunRecord> created;
+  for (int i = 0; i < 3; ++i) {
+    clock().Advance(1000);
+    QL_ASSERT_OK_AND_ASSIGN(NewRun run, ManualRun(task));
+    QL_ASSERT_OK_AND_ASSIGN(RunRecord stored, store().runs().CreateRun(run));
+    created.push_back(stored);
+  }
+  auto ids = [&](const RunFilter& filter) -> std::vector<std::string> {
+    Result<Page<RunRecord>> result =
+        store().runs().ListRuns(filter, PageRequest{std::nullopt, 100});
+    std::vector<std::string> out;
+    if (!result.ok()) {
+      ADD_FAILURE() << result.status().ToString();
+      return out;
+    }
+    for (const RunRecord& run : result->items) out.push_back(run.id);
+    return out;
+  };
+  RunFilter from_second;
+  from_second.created_from_ms = created[1].created_at_ms;  // inclusive
+  EXPECT_EQ(ids(from_second), (std::vector<std::string>{created[2].id, created[1].id}));
+  RunFilter before_second;
+  before_second.created_before_ms = created[1].created_at_ms;  // exclusive
+  EXPECT_EQ(ids(before_second), (std::vector<std::string>{created[0].id}));
+  RunFilter window;
+  window.created_from_ms = created[1].created_at_ms;
+  window.created_before_ms = created[2].created_at_ms;
+  EXPECT_EQ(ids(window), (std::vector<std::string>{created[1].id}));
+
+  // An id range is the runs a prefix names: the prefix completed with 0s and with fs.
+  const std::string& id = created[1].id;
+  auto range_of = [](const std::string& prefix) {
+    const std::string low = "00000000-0000-0000-0000-000000000000";
+    const std::string high = "ffffffff-ffff-ffff-ffff-ffffffffffff";
+    return std::pair{prefix + low.substr(prefix.size()), prefix + high.substr(prefix.size())};
+  };
+  RunFilter exact;
+  exact.id_range = range_of(id.substr(0, 30));
+  EXPECT_EQ(ids(exact), (std::vector<std::string>{id}));
+  RunFilter whole;
+  whole.id_range = range_of(id);
+  EXPECT_EQ(ids(whole), (std::vector<std::string>{id}));
+  RunFilter none;
+  none.id_range = range_of("ffffffff-ffff-ffff-ffff-fffffff");
+  EXPECT_TRUE(ids(none).empty());
+}
+
 TEST_P(RepositoryContractTest, MalformedPageKeyIsInvalidArgument) {
   QL_ASSERT_OK(QueuedRun());
   QL_ASSERT_OK(QueuedRun());

@@ -288,14 +288,24 @@ RunListing RunListingQuery(const RunFilter& filter, const std::optional<RunPosit
                            int limit) {
   RunListing out;
   out.sql = Cat({"SELECT ", kRunColumns, kRunFrom, " WHERE true"});
-  auto add = [&](std::string_view condition, Param param) {
+  auto add = [&](std::string_view condition, std::string_view op, Param param) {
     out.params.push_back(std::move(param));
-    out.sql += Cat({" AND ", condition, " = $", std::to_string(out.params.size())});
+    out.sql += Cat({" AND ", condition, " ", op, " $", std::to_string(out.params.size())});
   };
-  if (filter.project_id.has_value()) add("r.project_id", P(*filter.project_id));
-  if (filter.task_id.has_value()) add("r.task_id", P(*filter.task_id));
-  if (filter.trigger_id.has_value()) add("r.trigger_id", P(*filter.trigger_id));
-  if (filter.status.has_value()) add("r.status", P(*filter.status));
+  if (filter.project_id.has_value()) add("r.project_id", "=", P(*filter.project_id));
+  if (filter.task_id.has_value()) add("r.task_id", "=", P(*filter.task_id));
+  if (filter.trigger_id.has_value()) add("r.trigger_id", "=", P(*filter.trigger_id));
+  if (filter.status.has_value()) add("r.status", "=", P(*filter.status));
+  if (filter.created_from_ms.has_value()) {
+    add("r.created_at_ms", ">=", P(*filter.created_from_ms));
+  }
+  if (filter.created_before_ms.has_value()) {
+    add("r.created_at_ms", "<", P(*filter.created_before_ms));
+  }
+  if (filter.id_range.has_value()) {
+    add("r.id", ">=", P(filter.id_range->first));
+    add("r.id", "<=", P(filter.id_range->second));
+  }
   if (after.has_value()) {
     out.params.push_back(P(after->created_at_ms));
     out.params.push_back(P(after->id));

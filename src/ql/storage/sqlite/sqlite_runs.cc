@@ -129,6 +129,9 @@ Result<Page<RunRecord>> SqliteStore::ListRuns(const RunFilter& filter, const Pag
   if (filter.task_id.has_value()) sql += " AND r.task_id = ?";
   if (filter.trigger_id.has_value()) sql += " AND r.trigger_id = ?";
   if (filter.status.has_value()) sql += " AND r.status = ?";
+  if (filter.created_from_ms.has_value()) sql += " AND r.created_at_ms >= ?";
+  if (filter.created_before_ms.has_value()) sql += " AND r.created_at_ms < ?";
+  if (filter.id_range.has_value()) sql += " AND r.id >= ? AND r.id <= ?";
   if (after.has_value()) sql += " AND (r.created_at_ms, r.id) < (?, ?)";
   sql += " ORDER BY r.created_at_ms DESC, r.id DESC LIMIT ?";
 
@@ -140,6 +143,12 @@ Result<Page<RunRecord>> SqliteStore::ListRuns(const RunFilter& filter, const Pag
     if (filter.task_id.has_value()) stmt.Bind(++index, *filter.task_id);
     if (filter.trigger_id.has_value()) stmt.Bind(++index, *filter.trigger_id);
     if (filter.status.has_value()) stmt.Bind(++index, *filter.status);
+    if (filter.created_from_ms.has_value()) stmt.Bind(++index, *filter.created_from_ms);
+    if (filter.created_before_ms.has_value()) stmt.Bind(++index, *filter.created_before_ms);
+    if (filter.id_range.has_value()) {
+      stmt.Bind(++index, filter.id_range->first);
+      stmt.Bind(++index, filter.id_range->second);
+    }
     if (after.has_value()) {
       stmt.Bind(++index, after->created_at_ms);
       stmt.Bind(++index, after->id);
