@@ -9,7 +9,7 @@ PACKAGES="build-essential cmake pkg-config ca-certificates tzdata procps curl \
   node-qrcode-generator \
   libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev \
   postgresql-15 postgresql-client-15 \
-  python3 python3-selenium python3-jsonschema chromium chromium-driver \
+  python3 python3-selenium python3-jsonschema chromium chromium-driver fonts-wqy-microhei \
   jq git util-linux passwd"
 
 missing=""

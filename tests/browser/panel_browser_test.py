@@ -230,7 +230,8 @@ class Server:
 class Panel:
     """The browser on the panel, with helpers that wait for what a page shows."""
 
-    def __init__(self, base, shots):
+    def __init__(self, base, shots, lang="en-US"):
+        """`lang`: the browser's language (--lang and the Accept-Language preference)."""
         check(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing: run scripts/install-deps.sh (package chromium)")
         check(os.path.exists(CHROMEDRIVER), f"{CHROMEDRIVER} is missing: run scripts/install-deps.sh (package chromium-driver)")
         self.base = base
@@ -239,9 +240,10 @@ class Panel:
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
         for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                    "--no-first-run", "--disable-extensions", "--lang=en-US",
+                    "--no-first-run", "--disable-extensions", f"--lang={lang}",
                     f"--window-size={DESKTOP[0]},{DESKTOP[1]}", f"--user-data-dir={self.profile}"):
             options.add_argument(arg)
+        options.add_experimental_option("prefs", {"intl.accept_languages": lang})
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         env = dict(os.environ, TZ=VIEWER_TZ)
         service = Service(executable_path=CHROMEDRIVER, env=env)
@@ -278,10 +280,14 @@ class Panel:
         return wait_until(lambda: needle in self.text(selector), f"{needle!r} in {selector}", timeout)
 
     def fill(self, selector, value):
-        el = self.one(selector)
-        el.clear()
-        el.send_keys(value)
-        return el
+        # Again when the page drew the field anew meanwhile (a stale element).
+        def attempt():
+            el = self.one(selector)
+            el.clear()
+            el.send_keys(value)
+            return el
+
+        return wait_until(attempt, f"{selector} to take the text")
 
     def main_text(self):
         return self.text("main")

@@ -155,6 +155,40 @@ TEST(EmbeddedPanelTest, ScriptImportsResolveAndUseNoStringSinks) {
   EXPECT_GE(imports, 10);
 }
 
+// Every text a script looks up by its English words (t('...') or tParts('...')) has a
+// Simplified Chinese translation in lib/locales/zh-CN.js, so no label shows in English there.
+TEST(EmbeddedPanelTest, EveryLookedUpTextHasAChineseTranslation) {
+  const std::string prefix = AssetPrefix();
+  std::string dictionary;
+  for (const PanelFile& file : EmbeddedPanelFiles()) {
+    if (file.path == prefix + "/lib/locales/zh-CN.js") dictionary = std::string(file.body);
+  }
+  ASSERT_FALSE(dictionary.empty()) << "lib/locales/zh-CN.js is not embedded";
+  std::set<std::string> translated;
+  const std::regex entry(R"(\n\s*'((?:[^'\\\n]|\\.)*)':)");
+  for (auto it = std::sregex_iterator(dictionary.begin(), dictionary.end(), entry);
+       it != std::sregex_iterator(); ++it) {
+    translated.insert((*it)[1].str());
+  }
+  EXPECT_GE(translated.size(), 300u);
+  const std::regex lookup(R"(\b(?:t|tParts)\(\s*'((?:[^'\\\n]|\\.)*)')");
+  int lookups = 0;
+  for (const PanelFile& file : EmbeddedPanelFiles()) {
+    const std::string path(file.path);
+    if (!path.ends_with(".js") || path.find("/lib/locales/") != std::string::npos ||
+        path.find("/lib/vendor/") != std::string::npos) {
+      continue;
+    }
+    const std::string body(file.body);
+    for (auto it = std::sregex_iterator(body.begin(), body.end(), lookup);
+         it != std::sregex_iterator(); ++it, ++lookups) {
+      EXPECT_TRUE(translated.contains((*it)[1].str()))
+          << path << " looks up a text with no Chinese translation: " << (*it)[1];
+    }
+  }
+  EXPECT_GE(lookups, 300);
+}
+
 #else
 
 TEST(EmbeddedPanelTest, BuildWithoutPanelEmbedsNothing) {

@@ -7,25 +7,31 @@
 import {ApiError, get, post, resumeCookieSession, setRestrictedHandler, setUnauthorizedHandler, setUp, signInMethods, signInWithPassword} from './lib/api.js';
 import {h, replace} from './lib/dom.js';
 import {viewerZone} from './lib/format.js';
+import {locale, LOCALES, setLocale, t} from './lib/i18n.js';
 import {session} from './lib/session.js';
-import {errorBox, field, notice, onSubmit, select} from './lib/ui.js';
+import {setTheme, themeChoice} from './lib/theme.js';
+import {errorBox, errorText, field, notice, onSubmit, select} from './lib/ui.js';
 import {passwordForm, totpEnrolment} from './pages/account.js';
 import {pages} from './pages/registry.js';
 
 const top = document.getElementById('top');
 const main = document.getElementById('main');
+// The page's own words, written in English, in the chosen language.
+document.querySelector('.skip').textContent = t('Skip to content');
+main.querySelector('p.muted')?.replaceChildren(t('Loading…'));
 let current = null;  // {controller} of the page on screen
 
 // What a failed single sign-on's code (`/?sign_in_error=CODE`, the server's redirect) means.
 const SIGN_IN_ERRORS = {
-  oidc_failed: 'Single sign-on did not succeed. Try again, or sign in with your name and password.',
-  oidc_state_invalid:
-      'The single sign-on attempt expired or was started in another tab. Start it again from here.',
-  oidc_no_principal:
-      'The identity provider signed you in, but no QingLong account is linked to that identity. Ask an administrator to add you.',
-  oidc_unavailable:
-      'Single sign-on is unavailable: the identity provider could not be reached. Try again later, or sign in with your name and password.',
-  principal_disabled: 'Your QingLong account is disabled. Ask an administrator to enable it.',
+  oidc_failed:
+      t('Single sign-on did not succeed. Try again, or sign in with your name and password.'),
+  oidc_state_invalid: t(
+      'The single sign-on attempt expired or was started in another tab. Start it again from here.'),
+  oidc_no_principal: t(
+      'The identity provider signed you in, but no QingLong account is linked to that identity. Ask an administrator to add you.'),
+  oidc_unavailable: t(
+      'Single sign-on is unavailable: the identity provider could not be reached. Try again later, or sign in with your name and password.'),
+  principal_disabled: t('Your QingLong account is disabled. Ask an administrator to enable it.'),
 };
 
 // The code of a failed single sign-on, taken out of the address bar at once and shown by the
@@ -79,9 +85,23 @@ function leavePage() {
   current = null;
 }
 
+// Returns the header's language and theme switches (remembered in localStorage).
+function preferences() {
+  const lang = select(LOCALES, locale, {id: 'lang-select', 'aria-label': t('Language')});
+  lang.addEventListener('change', () => setLocale(lang.value));
+  const theme = select(
+      [['system', t('System theme')], ['light', t('Light theme')], ['dark', t('Dark theme')]],
+      themeChoice(), {id: 'theme-select', 'aria-label': t('Theme')});
+  theme.addEventListener('change', () => setTheme(theme.value));
+  return h('span', {class: 'prefs'}, lang, theme);
+}
+
 function brandOnly() {
-  top.replaceChildren(
-      h('div', {class: 'brand'}, h('span', {class: 'logo', 'aria-hidden': 'true'}), 'QingLong'));
+  top.classList.remove('has-menu', 'menu-open');
+  replace(
+      top,
+      h('div', {class: 'brand'}, h('span', {class: 'logo', 'aria-hidden': 'true'}), 'QingLong'),
+      h('div', {class: 'bar who'}, preferences()));
 }
 
 // Returns a single sign-on link for `oidc` ({name, url}), or null when its URL is not http(s).
@@ -98,7 +118,7 @@ function oidcLink(oidc) {
     class: 'btn',
     id: 'signin-oidc',
     href: url.href,
-    text: `Sign in with ${oidc.name || 'single sign-on'}`,
+    text: t('Sign in with {name}', {name: oidc.name || t('single sign-on')}),
   });
 }
 
@@ -127,22 +147,23 @@ function setUpForm() {
   });
   const form = h(
       'form', {class: 'card signin', id: 'setup-form', 'aria-labelledby': 'setup-title'},
-      h('h1', {id: 'setup-title', text: 'Set up QingLong'}),
-      h('p', {
+      h('h1', {id: 'setup-title', text: t('Set up QingLong')}), h('p', {
         class: 'muted',
-        text:
-            'First start: the owner has no password yet. Choose it with the one-time set-up code the server wrote to setup.code in its data directory.',
+        text: t(
+            'First start: the owner has no password yet. Choose it with the one-time set-up code the server wrote to setup.code in its data directory.'),
       }),
       errors,
       field(
-          'Set-up code', code,
-          'On the server: cat DATA_DIR/setup.code (data/setup.code for scripts/start-local.sh). It works once.'),
-      field('Owner password', password, 'At least 12 characters; a phrase is easiest to remember.'),
-      field('Owner password again', again),
-      h('button', {type: 'submit', class: 'btn primary', text: 'Set the password and sign in'}));
+          t('Set-up code'), code,
+          t('On the server: cat DATA_DIR/setup.code (data/setup.code for scripts/start-local.sh). It works once.')),
+      field(
+          t('Owner password'), password,
+          t('At least 12 characters; a phrase is easiest to remember.')),
+      field(t('Owner password again'), again),
+      h('button', {type: 'submit', class: 'btn primary', text: t('Set the password and sign in')}));
   return onSubmit(form, errors, async () => {
     if (password.value !== again.value) {
-      throw Object.assign(new Error('the two passwords differ'), {code: 'form'});
+      throw Object.assign(new Error(t('the two passwords differ')), {code: 'form'});
     }
     session.clear();
     await startSession(await setUp(code.value.trim(), password.value));
@@ -166,8 +187,10 @@ function signInView(reason) {
   if (reason) {
     errors.show(reason);
   } else if (signInError) {
-    errors.show(
-        {code: signInError, message: SIGN_IN_ERRORS[signInError] || 'signing in did not succeed'});
+    errors.show({
+      code: signInError,
+      message: SIGN_IN_ERRORS[signInError] || t('signing in did not succeed')
+    });
   }
   signInError = null;
   const name = h('input', {
@@ -194,20 +217,27 @@ function signInView(reason) {
     inputmode: 'numeric',
     spellcheck: 'false',
   });
-  const totpField = h('div', {class: 'field', hidden: true},
-                      h('label', {for: 'signin-totp', text: 'One-time code (or a recovery code)'}),
-                      totp);
+  const totpField = h('div', {class: 'field', hidden: true}, h('label', {for: 'signin-totp', text: t('One-time code (or a recovery code)')
+                      }), totp);
   // Single sign-on, once the server says it offers it.
   const others = h('div', {class: 'other-methods', id: 'signin-other', hidden: true});
   const form = h(
       'form',
       {class: 'card signin', id: 'signin-form', 'aria-labelledby': 'signin-title'},
-      h('h1', {id: 'signin-title', text: 'Sign in'}),
+      h('h1', {id: 'signin-title', text: t('Sign in')}),
       errors,
-      h('div', {class: 'field'}, h('label', {for: 'signin-name', text: 'Name'}), name),
-      h('div', {class: 'field'}, h('label', {for: 'signin-password', text: 'Password'}), password),
+      h('div', {class: 'field'},
+        h('label',
+          {for: 'signin-name', text: t('Name')
+          }),
+        name),
+      h('div', {class: 'field'},
+        h('label',
+          {for: 'signin-password', text: t('Password')
+          }),
+        password),
       totpField,
-      h('button', {type: 'submit', class: 'btn primary', text: 'Sign in'}),
+      h('button', {type: 'submit', class: 'btn primary', text: t('Sign in')}),
       others,
   );
   onSubmit(form, errors, async () => {
@@ -232,20 +262,24 @@ function signInView(reason) {
     autocomplete: 'off',
     spellcheck: 'false',
     required: true,
-    placeholder: 'API token',
+    placeholder: t('API token'),
   });
   const tokenForm = h(
       'form',
       {class: 'card signin', id: 'token-signin', 'aria-labelledby': 'token-title'},
-      h('h2', {id: 'token-title', text: 'Or use an API token'}),
+      h('h2', {id: 'token-title', text: t('Or use an API token')}),
       h('p', {
         class: 'muted',
-        text:
-            'For programs and first set-up: ql-local writes the owner token to data/owner.token; `ql token create` makes more. It is kept in this tab only (sessionStorage) and sent as a bearer header, never in a URL or cookie.',
+        text: t(
+            'For programs and first set-up: ql-local writes the owner token to data/owner.token; `ql token create` makes more. It is kept in this tab only (sessionStorage) and sent as a bearer header, never in a URL or cookie.'),
       }),
       tokenErrors,
-      h('div', {class: 'field'}, h('label', {for: 'token', text: 'Token'}), input),
-      h('button', {type: 'submit', class: 'btn', text: 'Sign in with the token'}),
+      h('div', {class: 'field'},
+        h('label',
+          {for: 'token', text: t('Token')
+          }),
+        input),
+      h('button', {type: 'submit', class: 'btn', text: t('Sign in with the token')}),
   );
   onSubmit(tokenForm, tokenErrors, async () => {
     session.clear();
@@ -266,7 +300,7 @@ function signInView(reason) {
     if (!form.isConnected) return;
     const link = methods.oidc ? oidcLink(methods.oidc) : null;
     if (link) {
-      replace(others, h('p', {class: 'or muted', text: 'or'}), link);
+      replace(others, h('p', {class: 'or muted', text: t('or')}), link);
       others.hidden = false;
     }
     if (methods.setup) {
@@ -286,8 +320,10 @@ function restrictedView(restriction) {
   leavePage();
   // Already on screen (the address changed): keep it, and whatever was typed into it.
   if (main.querySelector('#restricted')?.dataset.restriction === restriction) return;
-  const out = h('button', {type: 'button', class: 'btn subtle', id: 'signout', text: 'Sign out'});
+  const out =
+      h('button', {type: 'button', class: 'btn subtle', id: 'signout', text: t('Sign out')});
   out.addEventListener('click', () => signOut());
+  top.classList.remove('has-menu', 'menu-open');
   replace(
       top,
       h('div', {class: 'bar'},
@@ -295,7 +331,7 @@ function restrictedView(restriction) {
       h('div', {class: 'bar who'},
         h('span', {class: 'identity', id: 'identity'},
           h('strong', {text: session.who.principal.name})),
-        out));
+        preferences(), out));
   const proceed = async () => {
     session.hint = null;
     session.who = null;
@@ -305,27 +341,29 @@ function restrictedView(restriction) {
   let title;
   let body;
   if (restriction === 'password_change') {
-    title = 'Choose a new password';
+    title = t('Choose a new password');
     body = [
       h('p', {
-        text:
-            'Your password was set by an administrator or has to be replaced: choose your own before going on.',
+        text: t(
+            'Your password was set by an administrator or has to be replaced: choose your own before going on.'),
       }),
-      passwordForm(proceed, {label: 'Change password and continue'}),
+      passwordForm(proceed, {label: t('Change password and continue')}),
     ];
   } else if (restriction === 'totp_enrolment') {
-    title = 'Set up a second factor';
+    title = t('Set up a second factor');
     body = [
       h('p', {
-        text:
-            'This installation requires a second factor for your account: a one-time code from an authenticator app, asked for after your password. Set it up before going on.',
+        text: t(
+            'This installation requires a second factor for your account: a one-time code from an authenticator app, asked for after your password. Set it up before going on.'),
       }),
       totpEnrolment(proceed, {onAlreadyOn: proceed, cancellable: false}),
     ];
   } else {
-    title = 'Your session is restricted';
-    const what = `The server restricts this session (${restriction}).`;
-    body = [notice(`${what} Sign out and in again, or ask an administrator.`, 'warn')];
+    title = t('Your session is restricted');
+    body = [notice(
+        t('The server restricts this session ({restriction}). Sign out and in again, or ask an administrator.',
+          {restriction}),
+        'warn')];
   }
   document.title = `${title} · QingLong`;
   replace(
@@ -352,7 +390,7 @@ function header(path) {
   const who = session.who;
   const nav = h(
       'nav',
-      {class: 'nav', 'aria-label': 'Sections'},
+      {class: 'nav', 'aria-label': t('Sections')},
       pages.filter((p) => p.nav && (!p.nav.visible || p.nav.visible(session))).map((p) => {
         const active = p.nav.path === '/' ? path === '/' : path.startsWith(p.nav.path);
         const q = new URLSearchParams({project: session.project});
@@ -365,45 +403,75 @@ function header(path) {
       }),
   );
   const known = session.projects.map(
-      (p) => [p.slug, p.status === 'archived' ? `${p.slug} (archived)` : p.slug]);
+      (p) => [p.slug, p.status === 'archived' ? t('{slug} (archived)', {slug: p.slug}) : p.slug]);
   if (!known.some(([slug]) => slug === session.project))
     known.push([session.project, session.project]);
-  const projectSelect = select(known, session.project, {id: 'project', 'aria-label': 'Project'});
+  const projectSelect = select(known, session.project, {id: 'project', 'aria-label': t('Project')});
   projectSelect.addEventListener('change', () => {
     session.setProject(projectSelect.value);
     navigate(parseHash().path === '/' ? '/' : `/${parseHash().path.split('/')[1]}`);
   });
-  const roleText = session.role();
-  const out = h('button', {type: 'button', class: 'btn subtle', id: 'signout', text: 'Sign out'});
+  const roleText = t(session.role());
+  const out =
+      h('button', {type: 'button', class: 'btn subtle', id: 'signout', text: t('Sign out')});
   out.addEventListener('click', () => signOut());
+  // Narrow screens: the navigation and the rest of the header fold behind a menu button.
+  const menu = h('button', {
+    type: 'button',
+    class: 'btn subtle menu-toggle',
+    id: 'menu-toggle',
+    'aria-expanded': 'false',
+    'aria-controls': 'nav',
+    text: t('Menu'),
+  });
+  menu.addEventListener('click', () => {
+    const open = top.classList.toggle('menu-open');
+    menu.setAttribute('aria-expanded', String(open));
+  });
+  nav.id = 'nav';
+  // Choosing an item closes the menu, also when it is the page already on screen.
+  nav.addEventListener('click', () => {
+    top.classList.remove('menu-open');
+    menu.setAttribute('aria-expanded', 'false');
+  });
+  top.classList.add('has-menu');
+  top.classList.remove('menu-open');
   replace(
       top,
       h('div', {class: 'bar'},
         h('a', {class: 'brand', href: '#/'}, h('span', {class: 'logo', 'aria-hidden': 'true'}),
           'QingLong'),
-        nav),
+        menu, nav),
       h(
           'div',
           {class: 'bar who'},
-          h('label', {class: 'project'}, h('span', {class: 'muted', text: 'Project'}),
+          h('label', {class: 'project'}, h('span', {class: 'muted', text: t('Project')}),
             projectSelect),
           h(
               'span',
-              {class: 'identity', id: 'identity', title: `principal ${who.principal.id}`},
+              {
+                class: 'identity',
+                id: 'identity',
+                title: t('principal {id}', {id: who.principal.id})
+              },
               h('a', {
                 id: 'account-link',
                 href: `#/account?${new URLSearchParams({project: session.project})}`,
-                title: 'Your account: sessions, password, second factor',
+                title: t('Your account: sessions, password, second factor'),
                 'aria-current': path === '/account' ? 'page' : false,
               },
                 h('strong', {text: who.principal.name})),
               ' · ',
               h('span', {id: 'role', text: roleText}),
-              who.installation_role ?
-                  h('span', {class: 'muted', text: ` (installation ${who.installation_role})`}) :
-                  null,
+              who.installation_role ? h('span', {
+                class: 'muted',
+                text: t(' (installation {role})', {role: t(who.installation_role)}),
+              }) :
+                                      null,
               ),
-          h('span', {class: 'muted small zone-note', text: `Times in ${viewerZone}`}),
+          h('span',
+            {class: 'muted small zone-note', text: t('Times in {zone}', {zone: viewerZone})}),
+          preferences(),
           out,
           ),
   );
@@ -427,7 +495,7 @@ async function render() {
       replace(
           main,
           h('div',
-            {class: 'banner error', role: 'alert', text: `${err.code || ''} ${err.message}`}));
+            {class: 'banner error', role: 'alert', text: `${err.code || ''} ${errorText(err)}`}));
       return;
     }
   }
@@ -456,7 +524,7 @@ async function render() {
   };
   main.replaceChildren();
   if (!found) {
-    replace(main, h('h1', {text: 'Not found'}), h('p', {text: `No page at ${path}.`}));
+    replace(main, h('h1', {text: t('Not found')}), h('p', {text: t('No page at {path}.', {path})}));
     return;
   }
   try {

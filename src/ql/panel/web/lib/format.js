@@ -1,7 +1,8 @@
-// Times and durations for people: instants in the viewer's zone, a trigger's wall time in the
-// trigger's zone beside it.
+// Times and durations for people, in the chosen language: instants in the viewer's zone, a
+// trigger's wall time in the trigger's zone beside it, and durations (a running one ticking).
 
 import {h} from './dom.js';
+import {locale, numberText, t} from './i18n.js';
 
 export const viewerZone = Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
 
@@ -10,7 +11,7 @@ function formatter(zone) {
   if (!formatters.has(zone)) {
     formatters.set(
         zone,
-        new Intl.DateTimeFormat(undefined, {
+        new Intl.DateTimeFormat(locale, {
           timeZone: zone,
           year: 'numeric',
           month: 'short',
@@ -49,17 +50,53 @@ export function timeEl(iso, zone) {
       h('span', {class: 'zone', text: `${timeText(iso, zone)} · ${zone}`}));
 }
 
-// Returns a short human duration for milliseconds ("850 ms", "4.2 s", "3 min 5 s", "2 h 1 min").
+// Returns a short human duration for milliseconds ("850 ms", "4.2 s", "3 min 5 s", "2 h 1 min";
+// in Chinese "4.2 秒", "3 分 5 秒").
 export function durationText(ms) {
   if (ms === null || ms === undefined || Number.isNaN(ms)) return '—';
-  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 1000) return t('{n} ms', {n: numberText(Math.round(ms))});
   const s = ms / 1000;
-  if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+  if (s < 60) {
+    const digits = s < 10 ? 1 : 0;
+    return t(
+        '{n} s',
+        {n: numberText(s, {minimumFractionDigits: digits, maximumFractionDigits: digits})});
+  }
   const m = Math.floor(s / 60);
-  if (m < 60) return `${m} min ${Math.round(s % 60)} s`;
+  if (m < 60) return t('{m} min {s} s', {m, s: Math.floor(s % 60)});
   const hr = Math.floor(m / 60);
-  if (hr < 48) return `${hr} h ${m % 60} min`;
-  return `${Math.floor(hr / 24)} d ${hr % 24} h`;
+  if (hr < 48) return t('{h} h {m} min', {h: hr, m: m % 60});
+  return t('{d} d {h} h', {d: Math.floor(hr / 24), h: hr % 24});
+}
+
+// Elements showing how long a running thing has run, updated every second while on screen.
+const ticking = new Set();
+let ticker = 0;
+function tick() {
+  for (const el of ticking) {
+    if (!el.isConnected) {
+      ticking.delete(el);
+      continue;
+    }
+    el.textContent = durationText(Date.now() - Date.parse(el.dataset.since));
+  }
+  if (!ticking.size) {
+    clearInterval(ticker);
+    ticker = 0;
+  }
+}
+
+// Returns the duration from `start` to `end` as text in a <span>; while `start` is set and
+// `end` is not (it runs), the text counts up every second from `start` without a request.
+export function durationEl(start, end) {
+  const el = h('span', {class: 'duration', text: durationText(between(start, end))});
+  if (start && !end) {
+    el.dataset.since = start;
+    el.classList.add('live');
+    ticking.add(el);
+    if (!ticker) ticker = setInterval(tick, 1000);
+  }
+  return el;
 }
 
 // Returns the duration between two RFC 3339 instants (to now when `end` is null).

@@ -4,6 +4,8 @@
 // `ql task add --secret-env VAR=NAME[@VERSION]` writes it; without a version it means the
 // secret's current version. The panel shows refs as names, never as values (it has none).
 
+import {t} from './i18n.js';
+
 const PREFIX = 'qlsecret:v1:';
 const NAME = /^[A-Za-z_][A-Za-z0-9_.-]{0,127}$/;
 const VERSION = /^[1-9][0-9]{0,17}$/;
@@ -49,7 +51,11 @@ export function parseSecretTarget(text, what) {
     throw Object.assign(new Error(`${what}: ${why}`), {code: 'form'});
   };
   if (!NAME.test(name))
-    fail(`secret name "${name}" is not 1–128 of A-Z a-z 0-9 _ . - starting with a letter or _`);
-  if (digits !== null && !VERSION.test(digits)) fail(`version "${digits}" is not a number from 1`);
+    fail(
+        t('secret name "{name}" is not 1–128 of A-Z a-z 0-9 _ . - starting with a letter or _',
+          {name}));
+  if (digits !== null && !VERSION.test(digits)) {
+    fail(t('version "{version}" is not a number from 1', {version: digits}));
+  }
   return {name, version: digits === null ? null : Number(digits)};
 }

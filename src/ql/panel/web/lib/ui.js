@@ -3,6 +3,7 @@
 // data-needs with that role), so a viewer's pages hold no edit controls at all.
 
 import {h, replace} from './dom.js';
+import {codeMessage, t} from './i18n.js';
 import {session} from './session.js';
 
 let fieldCounter = 0;
@@ -18,12 +19,13 @@ export function section(title, ...children) {
 }
 
 // Returns an error banner (role=alert) with show(err) / clear(); hidden while empty. An
-// ApiError shows as "code: message", the server's own words.
+// ApiError shows as "code: message": the panel's words for a code it knows in the chosen
+// language, else the server's own; the code always shows.
 export function errorBox() {
   const el = h('div', {class: 'banner error', role: 'alert', hidden: true});
   el.show = (err) => {
     const code = err?.code ? `${err.code}: ` : '';
-    replace(el, h('strong', {class: 'code', text: code}), err?.message || String(err));
+    replace(el, h('strong', {class: 'code', text: code}), errorText(err));
     el.hidden = false;
   };
   el.clear = () => {
@@ -31,6 +33,12 @@ export function errorBox() {
     el.replaceChildren();
   };
   return el;
+}
+
+// Returns the message of `err` to show: the panel's text for its code in the chosen language
+// (an ApiError's code it knows), else its own message.
+export function errorText(err) {
+  return (err?.code && err.code !== 'form' && codeMessage(err.code)) || err?.message || String(err);
 }
 
 // Returns a notice banner (role=status).
@@ -94,18 +102,27 @@ export function actionLink(label, role, href) {
 }
 
 // Returns a table over `rows`: columns are {label, cell(row) → node|string, class?}. `empty`
-// is shown when there is no row. The table scrolls sideways inside its box on narrow screens.
-export function table(columns, rows, empty = 'Nothing here yet.') {
+// is shown when there is no row; while `rows` is null (the first answer has not come) the
+// table says it is loading instead, never that there is nothing. The table scrolls sideways
+// inside its box on narrow screens.
+export function table(columns, rows = null, empty = t('Nothing here yet.')) {
   const tbody = h('tbody');
-  const t = h(
+  const tableEl = h(
       'table',
       {},
       h('thead', {},
         h('tr', {}, columns.map((c) => h('th', {scope: 'col', class: c.class, text: c.label})))),
       tbody,
   );
-  const wrap = h('div', {class: 'table-wrap'}, t);
+  const wrap = h('div', {class: 'table-wrap'}, tableEl);
   wrap.setRows = (list) => {
+    if (list === null) {
+      replace(
+          tbody,
+          h('tr', {},
+            h('td', {colspan: columns.length, class: 'muted loading', text: t('Loading…')})));
+      return;
+    }
     replace(
         tbody,
         list.length ?
@@ -119,15 +136,26 @@ export function table(columns, rows, empty = 'Nothing here yet.') {
     );
   };
   wrap.addRows = (list) => {
-    if (tbody.querySelector('td.empty')) tbody.replaceChildren();
+    if (tbody.querySelector('td.empty, td.loading, td.failed')) tbody.replaceChildren();
     for (const row of list) {
       tbody.append(
           h('tr', {},
             columns.map((c) => h('td', {class: c.class, dataset: {label: c.label}}, c.cell(row)))));
     }
   };
+  // Says the rows could not be read (the error shows elsewhere), instead of "Loading…".
+  wrap.setFailed = () => {
+    if (!tbody.querySelector('td.loading')) return;
+    replace(tbody, h('tr', {}, h('td', {
+                       colspan: columns.length,
+                       class: 'muted failed',
+                       text: t('Not loaded: see the error above.'),
+                     })));
+  };
   // Returns the number of rows shown.
-  wrap.count = () => [...tbody.rows].filter((r) => !r.querySelector('td.empty')).length;
+  wrap.count = () => [...tbody.rows]
+                         .filter((r) => !r.querySelector('td.empty, td.loading, td.failed'))
+                         .length;
   wrap.setRows(rows);
   return wrap;
 }
@@ -137,7 +165,7 @@ export function table(columns, rows, empty = 'Nothing here yet.') {
 // end the listing early (a time window passed). Errors go to `errors`.
 export function pagedTable(
     tableEl, pager, {errors, signal, filter = (x) => x, stop = () => false} = {}) {
-  const more = h('button', {type: 'button', class: 'btn', text: 'Load more'});
+  const more = h('button', {type: 'button', class: 'btn', text: t('Load more')});
   const status = h('span', {class: 'muted small'});
   let first = true;
   let ended = false;
@@ -155,7 +183,10 @@ export function pagedTable(
       more.hidden = ended;
       el.recount();
     } catch (err) {
-      if (err.name !== 'AbortError') errors?.show(err);
+      if (err.name !== 'AbortError') {
+        errors?.show(err);
+        if (first) tableEl.setFailed();
+      }
     } finally {
       more.disabled = false;
     }
@@ -165,7 +196,7 @@ export function pagedTable(
   // Shows how many rows the table holds (call after changing its rows).
   el.recount = () => {
     const n = tableEl.count();
-    status.textContent = ended ? `${n} shown, end of list` : `${n} shown`;
+    status.textContent = ended ? t('{n} shown, end of list', {n}) : t('{n} shown', {n});
   };
   el.ready = load();
   return el;
@@ -269,9 +300,13 @@ const STATUS_KIND = {
   deleted: 'muted',
 };
 
-// Returns a coloured status label.
+// Returns a coloured status label in the chosen language (the status itself in data-status).
 export function badge(status) {
-  return h('span', {class: `badge ${STATUS_KIND[status] || ''}`.trim(), text: status});
+  return h('span', {
+    class: `badge ${STATUS_KIND[status] || ''}`.trim(),
+    dataset: {status},
+    text: t(status),
+  });
 }
 
 // Returns a link to a hash route, keeping the current project.

@@ -6,6 +6,7 @@
 import {get, post} from '../lib/api.js';
 import {h, replace} from '../lib/dom.js';
 import {shortId, timeEl} from '../lib/format.js';
+import {t} from '../lib/i18n.js';
 import {qrSvg} from '../lib/qr.js';
 import {session} from '../lib/session.js';
 import {actionButton, errorBox, facts, field, notice, onSubmit, pageHeader, section, table} from '../lib/ui.js';
@@ -18,7 +19,7 @@ const formError = (message) => Object.assign(new Error(message), {code: 'form'})
 // Returns the form that changes your own password (current, new, new again), calling
 // `onDone` once the server has taken it. `requireCurrent` false lets the current one be empty
 // (a principal that has none yet, signed in with a token).
-export function passwordForm(onDone, {requireCurrent = true, label = 'Change password'} = {}) {
+export function passwordForm(onDone, {requireCurrent = true, label = t('Change password')} = {}) {
   const errors = errorBox();
   const current = h('input', {
     type: 'password',
@@ -38,17 +39,18 @@ export function passwordForm(onDone, {requireCurrent = true, label = 'Change pas
     autocomplete: 'new-password',
     required: true,
   });
-  const form =
-      h('form', {class: 'form', id: 'password-form'}, errors,
+  const form = h(
+      'form', {class: 'form', id: 'password-form'}, errors,
+      field(
+          t('Current password'), current,
+          requireCurrent ? null : t('Leave it empty if you have none yet.')),
+      h('div', {class: 'row'},
         field(
-            'Current password', current,
-            requireCurrent ? null : 'Leave it empty if you have none yet.'),
-        h('div', {class: 'row'},
-          field('New password', next, 'At least 12 characters; a phrase is easiest to remember.'),
-          field('New password again', again)),
-        h('button', {type: 'submit', class: 'btn primary', text: label}));
+            t('New password'), next, t('At least 12 characters; a phrase is easiest to remember.')),
+        field(t('New password again'), again)),
+      h('button', {type: 'submit', class: 'btn primary', text: label}));
   return onSubmit(form, errors, async () => {
-    if (next.value !== again.value) throw formError('the two new passwords differ');
+    if (next.value !== again.value) throw formError(t('the two new passwords differ'));
     await post('/api/v1/password', {current_password: current.value, new_password: next.value});
     current.value = '';
     next.value = '';
@@ -69,7 +71,7 @@ export function totpEnrolment(onDone, {onAlreadyOn = null, cancellable = true} =
       type: 'button',
       class: 'btn primary',
       id: 'totp-start',
-      text: 'Set up a second factor',
+      text: t('Set up a second factor'),
     });
     start.addEventListener('click', async () => {
       errors.clear();
@@ -88,7 +90,7 @@ export function totpEnrolment(onDone, {onAlreadyOn = null, cancellable = true} =
 
   const showEnrolment = (enrolment) => {
     const uri = enrolment.otpauth_uri || enrolment.uri || '';
-    const qr = uri ? qrSvg(uri, 'QR code of the key, for an authenticator app') : null;
+    const qr = uri ? qrSvg(uri, t('QR code of the key, for an authenticator app')) : null;
     const key = String(enrolment.secret || '');
     const code = h('input', {
       id: 'totp-code',
@@ -104,13 +106,13 @@ export function totpEnrolment(onDone, {onAlreadyOn = null, cancellable = true} =
     const confirm =
         h('form', {class: 'form inline', id: 'totp-confirm-form'}, confirmErrors,
           h('div', {class: 'row'},
-            field('Code from the app', code, '6 digits; it changes every 30 seconds.')),
+            field(t('Code from the app'), code, t('6 digits; it changes every 30 seconds.'))),
           h('div', {class: 'actions'},
-            h('button', {type: 'submit', class: 'btn primary', text: 'Turn on'}),
+            h('button', {type: 'submit', class: 'btn primary', text: t('Turn on')}),
             cancellable ? h('button', {
               type: 'button',
               class: 'btn',
-              text: 'Cancel',
+              text: t('Cancel'),
               onclick: () => begin(),
             }) :
                           null));
@@ -122,21 +124,23 @@ export function totpEnrolment(onDone, {onAlreadyOn = null, cancellable = true} =
         box,
         h('div', {class: 'enrol-steps'},
           h('div', {class: 'qr-box', id: 'totp-qr'},
-            qr ||
-                h('p',
-                  {class: 'muted', text: 'The QR code could not be drawn: type the key instead.'})),
+            qr || h('p', {
+              class: 'muted',
+              text: t('The QR code could not be drawn: type the key instead.')
+            })),
           h('ol', {class: 'steps'}, h('li', {
-              text:
-                  'Scan the QR code with an authenticator app (any app for time-based one-time codes).',
+              text: t(
+                  'Scan the QR code with an authenticator app (any app for time-based one-time codes).'),
             }),
-            h('li', {}, 'Or type this key into the app by hand (time-based, 6 digits, 30 seconds):',
+            h('li', {},
+              t('Or type this key into the app by hand (time-based, 6 digits, 30 seconds):'),
               h('code', {
                 class: 'secret-key',
                 id: 'totp-secret',
                 dataset: {secret: key},
                 text: key.replace(/(.{4})(?=.)/g, '$1 '),
               })),
-            h('li', {text: 'Enter the code the app shows to turn the second factor on.'}))),
+            h('li', {text: t('Enter the code the app shows to turn the second factor on.')}))),
         confirm);
     code.focus();
   };
@@ -146,14 +150,14 @@ export function totpEnrolment(onDone, {onAlreadyOn = null, cancellable = true} =
       type: 'button',
       class: 'btn primary',
       id: 'totp-done',
-      text: 'I have stored the recovery codes',
+      text: t('I have stored the recovery codes'),
     });
     done.addEventListener('click', () => onDone());
     replace(
         box,
-        notice('The second factor is on. Signing in now asks for a code from the app.', 'info'),
+        notice(t('The second factor is on. Signing in now asks for a code from the app.'), 'info'),
         notice(
-            'Store these ten recovery codes somewhere safe now (a password manager, or on paper): each signs you in once in place of a code if the app is lost. They are shown only this once.',
+            t('Store these ten recovery codes somewhere safe now (a password manager, or on paper): each signs you in once in place of a code if the app is lost. They are shown only this once.'),
             'warn'),
         h('ol', {class: 'recovery', id: 'recovery-codes'},
           codes.map((c) => h('li', {}, h('code', {text: c})))),
@@ -176,8 +180,8 @@ function totpDisableForm(onDone) {
   });
   const form =
       h('form', {class: 'form inline', id: 'totp-disable-form'}, errors,
-        h('div', {class: 'row'}, field('Current password', current)),
-        h('button', {type: 'submit', class: 'btn danger', text: 'Remove the second factor'}));
+        h('div', {class: 'row'}, field(t('Current password'), current)),
+        h('button', {type: 'submit', class: 'btn danger', text: t('Remove the second factor')}));
   return onSubmit(form, errors, async () => {
     await post('/api/v1/totp/disable', {current_password: current.value});
     current.value = '';
@@ -189,36 +193,38 @@ function totpDisableForm(onDone) {
 function secondFactor(box, state, message = null) {
   const again = (next, text) => secondFactor(box, next, text);
   const said = message ? notice(message) : null;
-  const disable = () => totpDisableForm(() => again(false, 'The second factor is removed.'));
-  const enrol = () => totpEnrolment(() => again(true, 'The second factor is on.'), {
-    onAlreadyOn: () => again(true, 'A second factor is set already.'),
+  const disable = () => totpDisableForm(() => again(false, t('The second factor is removed.')));
+  const enrol = () => totpEnrolment(() => again(true, t('The second factor is on.')), {
+    onAlreadyOn: () => again(true, t('A second factor is set already.')),
   });
   if (state === true) {
     replace(
         box, said, h('p', {
           id: 'totp-state',
-          text: 'On: signing in asks for a code from your authenticator app (or a recovery code).',
+          text:
+              t('On: signing in asks for a code from your authenticator app (or a recovery code).'),
         }),
         disable());
   } else if (state === false) {
     replace(
-        box, said, h('p', {id: 'totp-state', text: 'Off: signing in asks for your password only.'}),
+        box, said,
+        h('p', {id: 'totp-state', text: t('Off: signing in asks for your password only.')}),
         enrol());
   } else {
     replace(
         box, said, h('p', {
           id: 'totp-state',
-          text:
-              'Signing in can ask for a one-time code from an authenticator app as well as your password.',
+          text: t(
+              'Signing in can ask for a one-time code from an authenticator app as well as your password.'),
         }),
         enrol(),
         h('details', {class: 'disable-details'},
-          h('summary', {text: 'Remove a second factor you set up'}), disable()));
+          h('summary', {text: t('Remove a second factor you set up')}), disable()));
   }
 }
 
 async function render(ctx) {
-  ctx.title('Your account');
+  ctx.title(t('Your account'));
   const who = session.who;
   const errors = errorBox();
   const cookie = who.session?.kind === 'session';
@@ -226,31 +232,31 @@ async function render(ctx) {
   const sessions = table(
       [
         {
-          label: 'Session',
+          label: t('Session'),
           cell: (s) =>
               [h('span', {title: s.id, text: s.label || shortId(s.id)}),
                s.current ?
-                   [' ', h('span', {class: 'badge ok current-session', text: 'this session'})] :
+                   [' ', h('span', {class: 'badge ok current-session', text: t('this session')})] :
                    null,
   ],
         },
-        {label: 'Signed in', cell: (s) => timeEl(s.created_at)},
-        {label: 'Last used', class: 'wide', cell: (s) => timeEl(s.last_used_at)},
-        {label: 'Ends by', class: 'wide', cell: (s) => timeEl(s.expires_at)},
+        {label: t('Signed in'), cell: (s) => timeEl(s.created_at)},
+        {label: t('Last used'), class: 'wide', cell: (s) => timeEl(s.last_used_at)},
+        {label: t('Ends by'), class: 'wide', cell: (s) => timeEl(s.expires_at)},
         {
           label: '',
           class: 'row-actions',
           cell: (s) => s.current ? null :
                                    actionButton(
-                                       'Revoke', 'self',
+                                       t('Revoke'), 'self',
                                        async () => {
                                          await post(`/api/v1/sessions/${s.id}/revoke`);
                                          await loadSessions();
                                        },
-                                       {errors, confirm: 'Confirm revoke'}),
+                                       {errors, confirm: t('Confirm revoke')}),
         },
       ],
-      [], 'You are not signed in with a password anywhere.');
+      null, t('You are not signed in with a password anywhere.'));
   sessions.id = 'sessions';
   const loadSessions = async () => {
     const list = await get('/api/v1/sessions', {}, ctx.signal);
@@ -260,43 +266,44 @@ async function render(ctx) {
   secondFactor(factorBox, session.totpEnabled);
   replace(
       ctx.main,
-      pageHeader('Your account'),
+      pageHeader(t('Your account')),
       errors,
       section(null, facts([
-                ['Name', h('strong', {id: 'account-name', text: who.principal.name})],
-                ['Kind', who.principal.kind],
-                ['Installation role', who.installation_role || 'none'],
+                [t('Name'), h('strong', {id: 'account-name', text: who.principal.name})],
+                [t('Kind'), t(who.principal.kind)],
+                [t('Installation role'), t(who.installation_role || 'none')],
                 [
-                  'Signed in with',
-                  cookie ? 'your password: a session of this browser' :
-                           'an API token, kept in this tab only',
+                  t('Signed in with'),
+                  cookie ? t('your password: a session of this browser') :
+                           t('an API token, kept in this tab only'),
                 ],
                 [
-                  'Until',
+                  t('Until'),
                   who.session?.expires_at ? timeEl(who.session.expires_at) :
-                                            'no expiry: until the token is revoked'
+                                            t('no expiry: until the token is revoked')
                 ],
               ])),
       section(
-          'Sessions', h('p', {
+          t('Sessions'), h('p', {
             class: 'muted small',
-            text:
-                'Where you are signed in with your password: browsers and ql login. Revoking a session signs it out within 2 seconds; changing your password signs out all but this one.',
+            text: t(
+                'Where you are signed in with your password: browsers and ql login. Revoking a session signs it out within 2 seconds; changing your password signs out all but this one.'),
           }),
           sessions),
       section(
-          'Password', changed,
+          t('Password'), changed,
           passwordForm(
               async () => {
-                replace(changed, notice('Password changed. Your other sessions are signed out.'));
+                replace(
+                    changed, notice(t('Password changed. Your other sessions are signed out.')));
                 await loadSessions();
               },
               {requireCurrent: false})),
       section(
-          'Second factor', h('p', {
+          t('Second factor'), h('p', {
             class: 'muted small',
-            text:
-                'A time-based one-time code (TOTP) from an app on your phone, asked for after your password.',
+            text: t(
+                'A time-based one-time code (TOTP) from an app on your phone, asked for after your password.'),
           }),
           factorBox),
   );
@@ -305,5 +312,6 @@ async function render(ctx) {
   } catch (err) {
     if (err.name === 'AbortError') throw err;
     errors.show(err);
+    sessions.setFailed();
   }
 }

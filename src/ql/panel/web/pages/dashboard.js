@@ -4,11 +4,12 @@
 import {get, publicText} from '../lib/api.js';
 import {h, replace} from '../lib/dom.js';
 import {durationText, shortId, timeEl} from '../lib/format.js';
+import {numberText, t} from '../lib/i18n.js';
 import {taskNames} from '../lib/lookup.js';
 import {badge, errorBox, facts, link, pageHeader, section, table} from '../lib/ui.js';
 
 export const nav = {
-  label: 'Dashboard',
+  label: t('Dashboard'),
   path: '/'
 };
 export const routes = [{pattern: '/', render}];
@@ -55,71 +56,73 @@ export function quantileBound(hist, q) {
 function lagView(text) {
   const hist = histogram(text, 'ql_scheduler_lag_seconds');
   if (!hist || hist.count === 0) {
-    return h('p', {class: 'muted', text: 'No occurrence admitted since this server started.'});
+    return h('p', {class: 'muted', text: t('No occurrence admitted since this server started.')});
   }
   const bound = (q) => {
     const b = quantileBound(hist, q);
-    return b === Infinity ? 'over 60 s' : `≤ ${durationText(b * 1000)}`;
+    return b === Infinity ? t('over 60 s') : `≤ ${durationText(b * 1000)}`;
   };
   return facts([
-    ['Occurrences admitted', String(hist.count)],
-    ['Mean lag', durationText((hist.sum / hist.count) * 1000)],
-    ['Median', bound(0.5)],
-    ['99th percentile', bound(0.99)],
+    [t('Occurrences admitted'), numberText(hist.count)],
+    [t('Mean lag'), durationText((hist.sum / hist.count) * 1000)],
+    [t('Median'), bound(0.5)],
+    [t('99th percentile'), bound(0.99)],
   ]);
 }
 
 async function render(ctx) {
-  ctx.title('Dashboard');
+  ctx.title(t('Dashboard'));
   const errors = errorBox();
-  const statusBox = h('div', {class: 'tiles', id: 'status-tiles'});
+  const loading = () => h('p', {class: 'muted loading', text: t('Loading…')});
+  const statusBox = h('div', {class: 'tiles', id: 'status-tiles'}, loading());
   const readyBox = h('div', {id: 'readiness'});
   const dueTable = table(
       [
-        {label: 'Next fire', cell: (t) => timeEl(t.next_fire_at, t.timezone)},
-        {label: 'Task', cell: (t) => link(t.taskName, `/tasks/${t.task_id}`)},
+        {label: t('Next fire'), cell: (row) => timeEl(row.next_fire_at, row.timezone)},
+        {label: t('Task'), cell: (row) => link(row.taskName, `/tasks/${row.task_id}`)},
         {
-          label: 'Schedule',
+          label: t('Schedule'),
           class: 'wide',
-          cell: (t) => link(`${t.expression}`, `/triggers/${t.id}`, {}, {class: 'mono'})
+          cell: (row) => link(`${row.expression}`, `/triggers/${row.id}`, {}, {class: 'mono'})
         },
       ],
-      [],
-      'No active trigger.',
+      null,
+      t('No active trigger.'),
   );
   const failTable = table(
       [
-        {label: 'Run', cell: (r) => link(shortId(r.id), `/runs/${r.id}`, {}, {class: 'mono'})},
-        {label: 'Task', cell: (r) => link(r.taskName, `/tasks/${r.task_id}`)},
-        {label: 'Status', cell: (r) => badge(r.status)},
-        {label: 'Finished', class: 'wide', cell: (r) => timeEl(r.finished_at || r.created_at)},
+        {label: t('Run'), cell: (r) => link(shortId(r.id), `/runs/${r.id}`, {}, {class: 'mono'})},
+        {label: t('Task'), cell: (r) => link(r.taskName, `/tasks/${r.task_id}`)},
+        {label: t('Status'), cell: (r) => badge(r.status)},
+        {label: t('Finished'), class: 'wide', cell: (r) => timeEl(r.finished_at || r.created_at)},
         {
-          label: 'Error',
+          label: t('Error'),
           class: 'wide',
-          cell: (r) => r.error_summary || (r.exit_code !== null ? `exit ${r.exit_code}` : '—')
+          cell: (r) => r.error_summary ||
+              (r.exit_code !== null ? t('exit {code}', {code: r.exit_code}) : '—')
         },
       ],
-      [],
-      'No failed run.',
+      null,
+      t('No failed run.'),
   );
-  const lagBox = h('div', {id: 'lag'});
+  const lagBox = h('div', {id: 'lag'}, loading());
   replace(
       ctx.main,
-      pageHeader('Dashboard'),
+      pageHeader(t('Dashboard')),
       errors,
       h(
           'div',
           {class: 'grid'},
-          section('Status', statusBox, readyBox),
+          section(t('Status'), statusBox, readyBox),
           section(
-              'Schedule lag', h('p', {
+              t('Schedule lag'), h('p', {
                 class: 'muted small',
-                text:
-                    'How late the scheduler admitted cron occurrences, since this server started (all projects).'
+                text: t(
+                    'How late the scheduler admitted cron occurrences, since this server started (all projects).')
               }),
               lagBox),
-          section('Next occurrences due', dueTable),
-          section('Recent failures', failTable, link('All runs', '/runs')),
+          section(t('Next occurrences due'), dueTable),
+          section(t('Recent failures'), failTable, link(t('All runs'), '/runs')),
           ),
   );
 
@@ -137,19 +140,19 @@ async function render(ctx) {
       replace(
           statusBox,
           [
-            ['Runs', status.runs_total],
-            ['Running', (counts.running || 0) + (counts.dispatching || 0)],
-            ['Queued', (counts.queued || 0) + (counts.created || 0) + (counts.retry_wait || 0)],
-            ['Succeeded', counts.succeeded || 0],
-            ['Failed', (counts.failed || 0) + (counts.timed_out || 0) + (counts.lost || 0)],
-            ['Enabled triggers', status.enabled_triggers],
-            counts.recovery_required ? ['Need resolution', counts.recovery_required] : null,
-          ]
-              .filter(Boolean)
+            [t('Runs'), status.runs_total],
+            [t('Running'), (counts.running || 0) + (counts.dispatching || 0)],
+            [t('Queued'), (counts.queued || 0) + (counts.created || 0) + (counts.retry_wait || 0)],
+            [t('Succeeded'), counts.succeeded || 0],
+            [t('Failed'), (counts.failed || 0) + (counts.timed_out || 0) + (counts.lost || 0)],
+            [t('Enabled triggers'), status.enabled_triggers],
+            counts.recovery_required ? [t('Need resolution'), counts.recovery_required] : null,
+          ].filter(Boolean)
               .map(
-                  ([label, value]) => h(
-                      'div', {class: 'tile'}, h('span', {class: 'tile-value', text: String(value)}),
-                      h('span', {class: 'tile-label', text: label}))),
+                  ([label, value]) =>
+                      h('div', {class: 'tile'},
+                        h('span', {class: 'tile-value', text: numberText(value ?? 0)}),
+                        h('span', {class: 'tile-label', text: label}))),
       );
       let readyText = 'ready';
       if (ready.status !== 200) {
@@ -163,28 +166,33 @@ async function render(ctx) {
       replace(
           readyBox,
           facts([
-            ['Project', `${status.project.slug} (${status.project.status})`],
+            [t('Project'), `${status.project.slug} (${t(status.project.status)})`],
             [
-              'Readiness',
+              t('Readiness'),
               h('span', {}, badge(ready.status === 200 ? 'ready' : 'not ready'),
                 ready.status === 200 ? '' : ` ${readyText}`)
             ],
-            ['Executor', status.executor_type],
-            ['Server time', timeEl(status.now)],
+            [t('Executor'), status.executor_type],
+            [t('Server time'), timeEl(status.now)],
           ]),
       );
-      const due = (triggers.items || []).filter((t) => t.state === 'active' && t.next_fire_at);
+      const due =
+          (triggers.items || []).filter((row) => row.state === 'active' && row.next_fire_at);
       due.sort((a, b) => a.next_fire_at.localeCompare(b.next_fire_at));
       const recent = failed.flatMap((p) => p.items || [])
                          .sort((a, b) => b.created_at.localeCompare(a.created_at))
                          .slice(0, 10);
       const names =
           await taskNames([...due.slice(0, 10), ...recent].map((x) => x.task_id), ctx.signal);
-      dueTable.setRows(due.slice(0, 10).map((t) => ({...t, taskName: names.get(t.task_id)})));
+      dueTable.setRows(due.slice(0, 10).map((row) => ({...row, taskName: names.get(row.task_id)})));
       failTable.setRows(recent.map((r) => ({...r, taskName: names.get(r.task_id)})));
       replace(lagBox, lagView(metrics.text));
     } catch (err) {
-      if (err.name !== 'AbortError') errors.show(err);
+      if (err.name !== 'AbortError') {
+        errors.show(err);
+        dueTable.setFailed();
+        failTable.setFailed();
+      }
     }
   };
   await refresh();

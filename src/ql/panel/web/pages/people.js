@@ -4,11 +4,12 @@
 import {get, post} from '../lib/api.js';
 import {h, randomId, replace} from '../lib/dom.js';
 import {shortId, timeEl} from '../lib/format.js';
+import {t} from '../lib/i18n.js';
 import {session} from '../lib/session.js';
 import {actionButton, allowed, badge, errorBox, field, inlineForm, notice, pageHeader, section, select, table} from '../lib/ui.js';
 
 export const nav = {
-  label: 'People & tokens',
+  label: t('People & tokens'),
   path: '/people'
 };
 export const routes = [{pattern: '/people', render}];
@@ -16,7 +17,7 @@ export const routes = [{pattern: '/people', render}];
 const DAY_MS = 24 * 3600 * 1000;
 
 async function render(ctx) {
-  ctx.title('People & tokens');
+  ctx.title(t('People & tokens'));
   const errors = errorBox();
   const admin = allowed('install');
   const reload = () => ctx.navigate('/people', {t: Date.now()});
@@ -33,41 +34,43 @@ async function render(ctx) {
             Promise.resolve(null),
   ]);
   const names = new Map((principals.items || []).map((p) => [p.id, p.name]));
-  const content = [pageHeader('People & tokens'), errors];
+  const content = [pageHeader(t('People & tokens')), errors];
 
   if (admin) {
     const name = h(
         'input', {id: 'principal-name', required: true, placeholder: 'alice', autocomplete: 'off'});
-    const kind = select(['user', 'service'], 'user', {id: 'principal-kind'});
+    const kind =
+        select([['user', t('user')], ['service', t('service')]], 'user', {id: 'principal-kind'});
     const form = inlineForm(
-        'principal-form', [field('Name', name, '1–64 of A-Z a-z 0-9 . _ -'), field('Kind', kind)],
-        'Add principal', 'install', async () => {
+        'principal-form',
+        [field(t('Name'), name, t('1–64 of A-Z a-z 0-9 . _ -')), field(t('Kind'), kind)],
+        t('Add principal'), 'install', async () => {
           await post('/api/v1/principals', {name: name.value.trim(), kind: kind.value});
           reload();
         });
     content.push(
         section(
-            'Principals',
+            t('Principals'),
             table(
                 [
-                  {label: 'Name', cell: (p) => p.name},
-                  {label: 'Kind', cell: (p) => p.kind},
+                  {label: t('Name'), cell: (p) => p.name},
+                  {label: t('Kind'), cell: (p) => t(p.kind)},
                   {
-                    label: 'Status',
+                    label: t('Status'),
                     cell: (p) => badge(p.status === 'active' ? 'active' : 'disabled')
                   },
-                  {label: 'Created', class: 'wide', cell: (p) => timeEl(p.created_at)},
+                  {label: t('Created'), class: 'wide', cell: (p) => timeEl(p.created_at)},
                   {
                     label: '',
                     class: 'row-actions',
                     cell: (p) => p.status === 'active' ?
                         actionButton(
-                            'Disable', 'install',
+                            t('Disable'), 'install',
                             async () =>
                                 (await post(`/api/v1/principals/${p.id}/disable`), reload()),
-                            {errors, confirm: 'Confirm disable'}) :
+                            {errors, confirm: t('Confirm disable')}) :
                         actionButton(
-                            'Enable', 'install',
+                            t('Enable'), 'install',
                             async () => (await post(`/api/v1/principals/${p.id}/enable`), reload()),
                             {errors}),
                   },
@@ -88,14 +91,14 @@ async function render(ctx) {
                             session.who.principal.name, {id: 'token-principal'}) :
                         null;
   const days =
-      h('input', {id: 'token-days', type: 'number', min: 1, step: 1, placeholder: 'never'});
+      h('input', {id: 'token-days', type: 'number', min: 1, step: 1, placeholder: t('never')});
   const tokenForm = inlineForm(
       'token-form',
       [
-        owner ? field('For', owner) : null,
-        field('Expires after (days)', days, 'Empty: never expires.')
+        owner ? field(t('For'), owner) : null,
+        field(t('Expires after (days)'), days, t('Empty: never expires.'))
       ],
-      'Create token', null, async () => {
+      t('Create token'), null, async () => {
         const body = {};
         if (owner) body.principal = owner.value;
         if (days.value) body.expires_in_ms = Math.round(Number(days.value) * DAY_MS);
@@ -103,36 +106,39 @@ async function render(ctx) {
         const value =
             h('input', {id: 'token-value', readonly: true, class: 'mono', value: minted.token});
         replace(
-            shown, notice('Copy this token now: it is shown once and never again.', 'warn'),
-            field('New token', value));
+            shown, notice(t('Copy this token now: it is shown once and never again.'), 'warn'),
+            field(t('New token'), value));
         value.select();
       }, shown);
   content.push(
       section(
-          admin ? 'Tokens' : 'Your tokens',
+          admin ? t('Tokens') : t('Your tokens'),
           table(
               [
-                {label: 'Token', cell: (t) => h('code', {title: t.id, text: shortId(t.id)})},
                 {
-                  label: 'Principal',
-                  cell: (t) => names.get(t.principal_id) || shortId(t.principal_id)
+                  label: t('Token'),
+                  cell: (row) => h('code', {title: row.id, text: shortId(row.id)})
                 },
-                {label: 'Created', class: 'wide', cell: (t) => timeEl(t.created_at)},
-                {label: 'Expires', cell: (t) => timeEl(t.expires_at)},
-                {label: 'Last used', class: 'wide', cell: (t) => timeEl(t.last_used_at)},
                 {
-                  label: 'State',
-                  cell: (t) =>
-                      (t.revoked_at ?
-                           badge('revoked') :
-                           actionButton(
-                               'Revoke', 'self',
-                               async () => (await post(`/api/v1/tokens/${t.id}/revoke`), reload()),
-                               {errors, confirm: 'Confirm revoke'})),
+                  label: t('Principal'),
+                  cell: (row) => names.get(row.principal_id) || shortId(row.principal_id)
+                },
+                {label: t('Created'), class: 'wide', cell: (row) => timeEl(row.created_at)},
+                {label: t('Expires'), cell: (row) => timeEl(row.expires_at)},
+                {label: t('Last used'), class: 'wide', cell: (row) => timeEl(row.last_used_at)},
+                {
+                  label: t('State'),
+                  cell: (row) => (
+                      row.revoked_at ?
+                          badge('revoked') :
+                          actionButton(
+                              t('Revoke'), 'self',
+                              async () => (await post(`/api/v1/tokens/${row.id}/revoke`), reload()),
+                              {errors, confirm: t('Confirm revoke')})),
                 },
               ],
               tokens.items || [],
-              'No token.',
+              t('No token.'),
               ),
           tokenForm,
           ),
@@ -143,11 +149,12 @@ async function render(ctx) {
         h('input',
           {id: 'install-principal', required: true, autocomplete: 'off', placeholder: 'alice'});
     const role = select(
-        session.who.installation_role === 'owner' ? ['admin', 'owner', 'none'] : ['admin', 'none'],
+        (session.who.installation_role === 'owner' ? ['admin', 'owner', 'none'] : ['admin', 'none'])
+            .map((r) => [r, t(r)]),
         'admin', {id: 'install-role'});
     const form = inlineForm(
-        'install-form', [field('Principal', who), field('Role', role, 'none revokes')],
-        'Set installation role', 'install', async () => {
+        'install-form', [field(t('Principal'), who), field(t('Role'), role, t('none revokes'))],
+        t('Set installation role'), 'install', async () => {
           await post(
               '/api/v1/installation/bindings',
               {principal: who.value.trim(), role: role.value, mutation_id: randomId()});
@@ -155,17 +162,17 @@ async function render(ctx) {
         });
     content.push(
         section(
-            'Installation roles',
+            t('Installation roles'),
             h('p', {
               class: 'muted small',
-              text:
-                  'An installation owner or admin holds that role in every project and manages principals, tokens, projects and the audit.'
+              text: t(
+                  'An installation owner or admin holds that role in every project and manages principals, tokens, projects and the audit.')
             }),
             table(
                 [
-                  {label: 'Principal', cell: (b) => b.principal},
-                  {label: 'Role', cell: (b) => b.role},
-                  {label: 'Since', cell: (b) => timeEl(b.created_at)},
+                  {label: t('Principal'), cell: (b) => b.principal},
+                  {label: t('Role'), cell: (b) => t(b.role)},
+                  {label: t('Since'), cell: (b) => timeEl(b.created_at)},
                 ],
                 installBindings.items || [],
                 ),
@@ -178,9 +185,9 @@ async function render(ctx) {
 }
 
 const SECOND_FACTOR_CHOICES = [
-  ['off', 'No one'],
-  ['admins', 'Installation owners and admins'],
-  ['everyone', 'Everyone'],
+  ['off', t('No one')],
+  ['admins', t('Installation owners and admins')],
+  ['everyone', t('Everyone')],
 ];
 
 // The installation's sign-in policy (GET/POST /api/v1/settings): who must have a second factor.
@@ -195,15 +202,15 @@ function signInPolicy(settings) {
       'settings-form',
       [
         field(
-            'Require a second factor', required,
-            'No one: each person chooses. Someone who must have one and has none can do nothing but set it up after signing in.')
+            t('Require a second factor'), required,
+            t('No one: each person chooses. Someone who must have one and has none can do nothing but set it up after signing in.'))
       ],
-      'Save', 'install', async () => {
+      t('Save'), 'install', async () => {
         const now = await post('/api/v1/settings', {require_second_factor: required.value});
         required.value = now.require_second_factor || required.value;
         const chosen = SECOND_FACTOR_CHOICES.find(([v]) => v === required.value);
         const whom = chosen ? chosen[1].toLowerCase() : required.value;
-        replace(saved, notice(`Saved: a second factor is now required of ${whom}.`));
+        replace(saved, notice(t('Saved: a second factor is now required of {whom}.', {whom})));
       });
-  return section('Sign-in policy', errors, saved, settings.error ? null : form);
+  return section(t('Sign-in policy'), errors, saved, settings.error ? null : form);
 }

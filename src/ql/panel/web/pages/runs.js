@@ -5,12 +5,13 @@
 
 import {followLog, get, pager, post, readLog} from '../lib/api.js';
 import {h, replace} from '../lib/dom.js';
-import {between, durationText, isoFromLocalInput, localInputFromIso, shortId, timeEl} from '../lib/format.js';
+import {durationEl, isoFromLocalInput, localInputFromIso, shortId, timeEl} from '../lib/format.js';
+import {t, tParts} from '../lib/i18n.js';
 import {principalNames, taskNames} from '../lib/lookup.js';
-import {actionButton, allowed, badge, errorBox, facts, field, inlineForm, link, notice, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
+import {actionButton, allowed, badge, errorBox, errorText, facts, field, inlineForm, link, notice, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
 
 export const nav = {
-  label: 'Runs',
+  label: t('Runs'),
   path: '/runs'
 };
 export const routes = [
@@ -26,15 +27,15 @@ const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'timed_out', 'skip
 // Why admission recorded a cron occurrence as skipped, by the run's error_code.
 const SKIP_REASONS = {
   overlap:
-      'an earlier run of its trigger was unfinished and the trigger\'s overlap policy is forbid',
-  concurrency: 'the task already had as many unfinished runs as its concurrency limit allows',
+      t('an earlier run of its trigger was unfinished and the trigger\'s overlap policy is forbid'),
+  concurrency: t('the task already had as many unfinished runs as its concurrency limit allows'),
 };
 
 // Returns why a skipped run was skipped, in words.
 export function skipReasonText(run) {
   const why = SKIP_REASONS[run.error_code];
   return why ? `${run.error_code}: ${why}` :
-               `${run.error_code || 'unknown'}: ${run.error_summary || ''}`;
+               `${run.error_code || t('unknown')}: ${run.error_summary || ''}`;
 }
 
 // Returns a run's status badge; a skipped run's reason (overlap, concurrency) follows it.
@@ -53,42 +54,45 @@ export function runTable(rows, names = new Map()) {
   return table(
       [
         {
-          label: 'Run',
+          label: t('Run'),
           cell: (r) =>
               link(shortId(r.id), `/runs/${r.id}`, {}, {class: 'mono run-link', title: r.id})
         },
         {
-          label: 'Task',
+          label: t('Task'),
           cell: (r) => link(names.get(r.task_id) || shortId(r.task_id), `/tasks/${r.task_id}`)
         },
-        {label: 'Status', cell: statusCell},
-        {label: 'Type', class: 'wide', cell: (r) => r.trigger_type},
-        {label: 'Created', cell: (r) => timeEl(r.created_at)},
+        {label: t('Status'), cell: statusCell},
+        {label: t('Type'), class: 'wide', cell: (r) => t(r.trigger_type)},
+        {label: t('Created'), cell: (r) => timeEl(r.created_at)},
         {
-          label: 'Duration',
+          label: t('Duration'),
           class: 'wide num',
-          cell: (r) => durationText(between(r.started_at, r.finished_at))
+          cell: (r) => durationEl(r.started_at, r.finished_at)
         },
         {
-          label: 'Exit',
+          label: t('Exit'),
           class: 'wide num',
           cell: (r) => (r.exit_code === null ? '—' : String(r.exit_code))
         },
       ],
       rows,
-      'No run.',
+      t('No run.'),
   );
 }
 
 async function renderList(ctx) {
-  ctx.title('Runs');
+  ctx.title(t('Runs'));
   const q = ctx.query;
   const errors = errorBox();
   const tasks = (await get('/api/v1/tasks', {limit: 500}, ctx.signal)).items || [];
-  const names = new Map(tasks.map((t) => [t.id, t.name]));
+  const names = new Map(tasks.map((row) => [row.id, row.name]));
   const taskSel = select(
-      [['', 'any task'], ...tasks.map((t) => [t.id, t.name])], q.task || '', {id: 'runs-task'});
-  const statusSel = select([['', 'any status'], ...STATUSES], q.status || '', {id: 'runs-status'});
+      [['', t('any task')], ...tasks.map((row) => [row.id, row.name])], q.task || '',
+      {id: 'runs-task'});
+  const statusSel = select(
+      [['', t('any status')], ...STATUSES.map((s) => [s, t(s)])], q.status || '',
+      {id: 'runs-status'});
   const since =
       h('input', {type: 'datetime-local', id: 'runs-since', value: localInputFromIso(q.since)});
   const until =
@@ -97,15 +101,15 @@ async function renderList(ctx) {
   const form = h(
       'form',
       {class: 'filters', id: 'runs-filters'},
-      field('Task', taskSel),
-      field('Status', statusSel),
-      field('Created after', since),
-      field('Created before', until),
+      field(t('Task'), taskSel),
+      field(t('Status'), statusSel),
+      field(t('Created after'), since),
+      field(t('Created before'), until),
       h('div', {class: 'field check'}, live,
         h('label',
-          { for: live.id, text: 'Refresh every 2 s'
+          { for: live.id, text: t('Refresh every 2 s')
           })),
-      h('div', {class: 'field'}, h('button', {type: 'submit', class: 'btn', text: 'Apply'})),
+      h('div', {class: 'field'}, h('button', {type: 'submit', class: 'btn', text: t('Apply')})),
   );
   form.addEventListener('submit', (e) => {
     e.preventDefault();
@@ -129,7 +133,7 @@ async function renderList(ctx) {
       names.set(k, v);
     return items;
   };
-  const tbl = runTable([], names);
+  const tbl = runTable(null, names);
   const p = pager('/api/v1/runs', apiQuery, 50);
   let pagesLoaded = 0;
   const pagerEl = pagedTable(
@@ -154,13 +158,14 @@ async function renderList(ctx) {
   );
   replace(
       ctx.main,
-      pageHeader('Runs'),
+      pageHeader(t('Runs')),
       errors,
       form,
-      q.trigger ? notice(`Only the runs of trigger ${shortId(q.trigger)}.`) : null,
+      q.trigger ? notice(t('Only the runs of trigger {id}.', {id: shortId(q.trigger)})) : null,
       sinceIso || untilIso ? h('p', {
         class: 'muted small',
-        text: 'The time window is applied to the pages as they load (the API lists newest first).'
+        text:
+            t('The time window is applied to the pages as they load (the API lists newest first).')
       }) :
                              null,
       tbl,
@@ -184,25 +189,21 @@ function attemptTable(attempts, empty) {
   return table(
       [
         {label: '#', class: 'num', cell: (a) => String(a.attempt)},
-        {label: 'Status', cell: (a) => badge(a.status)},
-        {label: 'Started', cell: (a) => timeEl(a.started_at)},
+        {label: t('Status'), cell: (a) => badge(a.status)},
+        {label: t('Started'), cell: (a) => timeEl(a.started_at)},
+        {label: t('Duration'), class: 'num', cell: (a) => durationEl(a.started_at, a.finished_at)},
         {
-          label: 'Duration',
-          class: 'num',
-          cell: (a) => durationText(between(a.started_at, a.finished_at))
-        },
-        {
-          label: 'Exit',
+          label: t('Exit'),
           class: 'num',
           cell: (a) => (a.exit_code === null ? '—' : String(a.exit_code))
         },
         {
-          label: 'Executor',
+          label: t('Executor'),
           class: 'wide',
-          cell: (a) => `${a.executor_type}${a.pid ? ` pid ${a.pid}` : ''}`
+          cell: (a) => `${a.executor_type}${a.pid ? ` ${t('pid {pid}', {pid: a.pid})}` : ''}`
         },
         {
-          label: 'Error',
+          label: t('Error'),
           class: 'wide',
           cell: (a) => (a.error_code ? `${a.error_code}: ${a.error_summary || ''}` : '—')
         },
@@ -215,7 +216,7 @@ function attemptTable(attempts, empty) {
 // The log view: a fixed-height box (no layout shift while text arrives) that follows the end
 // unless the reader scrolled up.
 function logView(attemptSelect) {
-  const pre = h('pre', {class: 'log', id: 'log', tabindex: '0', 'aria-label': 'Run log'});
+  const pre = h('pre', {class: 'log', id: 'log', tabindex: '0', 'aria-label': t('Run log')});
   const state = h('span', {class: 'log-state', id: 'log-state', text: ''});
   const box =
       h('div', {class: 'log-box'}, h('div', {class: 'log-head'}, attemptSelect, state), pre);
@@ -232,7 +233,7 @@ function logView(attemptSelect) {
       text = text.slice(text.length - LOG_KEEP_CHARS);
       trimmed = true;
     }
-    pre.textContent = trimmed ? `[earlier output not shown]\n${text}` : text;
+    pre.textContent = trimmed ? `${t('[earlier output not shown]')}\n${text}` : text;
     if (atEnd) pre.scrollTop = pre.scrollHeight;
   };
   box.add = (chunk) => {
@@ -257,19 +258,20 @@ function logView(attemptSelect) {
 async function showLog(runId, attempt, finished, view, signal) {
   view.reset();
   if (!finished()) {
-    view.state('following…');
+    view.state(t('following…'));
     try {
       await followLog(runId, attempt, signal, (chunk) => view.add(chunk));
       view.state(
-          finished() ? 'end of log' : 'stream ended (the server closes streams after 10 minutes)');
+          finished() ? t('end of log') :
+                       t('stream ended (the server closes streams after 10 minutes)'));
       return;
     } catch (err) {
       if (err.name === 'AbortError') return;
       if (err.code !== 'overloaded') {
-        view.state(`${err.code}: ${err.message}`);
+        view.state(`${err.code}: ${errorText(err)}`);
         return;
       }
-      view.state('polling every second (no free stream)');
+      view.state(t('polling every second (no free stream)'));
     }
   }
   const decoder = new TextDecoder();
@@ -280,12 +282,12 @@ async function showLog(runId, attempt, finished, view, signal) {
       view.add(decoder.decode(chunk.bytes, {stream: true}));
       offset = chunk.next;
       if (chunk.eof && finished()) {
-        view.state(chunk.exists ? 'end of log' : 'no log');
+        view.state(chunk.exists ? t('end of log') : t('no log'));
         return;
       }
       if (chunk.eof) await new Promise((r) => setTimeout(r, 1000));
     } catch (err) {
-      if (err.name !== 'AbortError') view.state(`${err.code}: ${err.message}`);
+      if (err.name !== 'AbortError') view.state(`${err.code}: ${errorText(err)}`);
       return;
     }
   }
@@ -296,26 +298,26 @@ async function renderRun(ctx) {
   const errors = errorBox();
   let run = await get(`/api/v1/runs/${id}`, {}, ctx.signal);
   const names = await taskNames([run.task_id], ctx.signal);
-  ctx.title(`Run ${shortId(id)}`);
+  ctx.title(t('Run {id}', {id: shortId(id)}));
   const headActions = h('div', {class: 'actions'});
   const summary = h('div');
   const attemptsBox = h('div');
   const eventsBody = table(
       [
         {label: '#', class: 'num', cell: (e) => String(e.sequence)},
-        {label: 'Event', cell: (e) => h('code', {text: e.type})},
-        {label: 'At', cell: (e) => timeEl(e.created_at)},
-        {label: 'By', class: 'wide', cell: (e) => e.actor_type},
+        {label: t('Event'), cell: (e) => h('code', {text: e.type})},
+        {label: t('At'), cell: (e) => timeEl(e.created_at)},
+        {label: t('By'), class: 'wide', cell: (e) => t(e.actor_type)},
         {
-          label: 'Detail',
+          label: t('Detail'),
           class: 'wide mono clip',
           cell: (e) => (e.payload && Object.keys(e.payload).length ? JSON.stringify(e.payload) : '')
         },
       ],
-      [],
-      'No event.',
+      null,
+      t('No event.'),
   );
-  const attemptSel = h('select', {id: 'log-attempt', 'aria-label': 'Attempt'});
+  const attemptSel = h('select', {id: 'log-attempt', 'aria-label': t('Attempt')});
   const log = logView(attemptSel);
   const resolveBox = h('div', {id: 'resolve-box'});
   let resolution = null;      // the payload of run.recovery_resolved, once there is one
@@ -323,8 +325,8 @@ async function renderRun(ctx) {
   let paintedActions = null;  // what the buttons on screen are for: finished, recovery, going
   let paintedKey = '';
   const actionsMode = () => TERMINAL.has(run.status) ? 'finished' :
-      run.status === 'recovery_required'           ? 'recovery' :
-                                                     'going';
+      run.status === 'recovery_required'             ? 'recovery' :
+                                                       'going';
 
   // Repaints what changed since the last paint (buttons only when the run's mode changed, so an
   // armed Cancel or a half-written resolution survives the refresh).
@@ -340,20 +342,21 @@ async function renderRun(ctx) {
     replace(resolveBox, paintedActions === 'recovery' ? resolveForm() : null);
     replace(
         headActions,
-        paintedActions === 'recovery' ? null :
-        paintedActions === 'going'    ?
+        paintedActions === 'recovery' ?
+            null :
+            paintedActions === 'going' ?
             actionButton(
-                'Cancel run',
+                t('Cancel run'),
                 'operator',
                 async () => {
                   await post(`/api/v1/runs/${id}/cancel`, {reason: 'cancelled from the web panel'});
                   run = await get(`/api/v1/runs/${id}`, {}, ctx.signal);
                   paint();
                 },
-                {errors, kind: 'danger', confirm: 'Confirm cancel'},
+                {errors, kind: 'danger', confirm: t('Confirm cancel')},
                 ) :
             actionButton(
-                'Retry',
+                t('Retry'),
                 'operator',
                 async () => {
                   const next = await post(`/api/v1/runs/${id}/retry`);
@@ -367,25 +370,23 @@ async function renderRun(ctx) {
   // for an admin to say how it ended; nothing retries it by itself.
   const resolveForm = () => {
     const explain = notice(
-        'An attempt of this approved run was lost after it started, so it may or may not have ' +
-            'done its work. Nothing retries it: an admin resolves it as succeeded, failed, or ' +
-            'failed and retried (a new approved run of the same revision).',
+        t('An attempt of this approved run was lost after it started, so it may or may not have done its work. Nothing retries it: an admin resolves it as succeeded, failed, or failed and retried (a new approved run of the same revision).'),
         'warn');
-    if (!allowed('admin')) return section('Needs resolution', explain);
+    if (!allowed('admin')) return section(t('Needs resolution'), explain);
     const resolution = select(
         [
-          ['succeeded', 'succeeded (it did its work)'], ['failed', 'failed'],
-          ['retry', 'retry (fail it and run it again)']
+          ['succeeded', t('succeeded (it did its work)')], ['failed', t('failed')],
+          ['retry', t('retry (fail it and run it again)')]
         ],
         'failed', {id: 'resolve-resolution'});
     const reason =
         h('input', {id: 'resolve-reason', required: true, maxlength: 512, autocomplete: 'off'});
     return section(
-        'Needs resolution', explain,
+        t('Needs resolution'), explain,
         inlineForm(
             'resolve-form',
-            [field('Resolution', resolution), field('Reason', reason, '1–512 characters')],
-            'Resolve', 'admin', async () => {
+            [field(t('Resolution'), resolution), field(t('Reason'), reason, t('1–512 characters'))],
+            t('Resolve'), 'admin', async () => {
               const answer = await post(
                   `/api/v1/runs/${id}/resolve`,
                   {resolution: resolution.value, reason: reason.value.trim()});
@@ -401,13 +402,13 @@ async function renderRun(ctx) {
   // as the late report of the worker that held the lost attempt.
   const resolutionText = () => {
     const by = resolution.resolved_by;
-    const who =
-        by ? `by ${resolverNames?.get(by) || shortId(by)}` : 'resolved automatically from evidence';
+    const who = by ? t('by {name}', {name: resolverNames?.get(by) || shortId(by)}) :
+                     t('resolved automatically from evidence');
     return h(
-        'span', {id: 'run-resolution'}, h('strong', {text: resolution.resolution}), ` — ${who}: `,
-        h('q', {text: resolution.reason || ''}),
+        'span', {id: 'run-resolution'}, h('strong', {text: t(resolution.resolution)}),
+        ` — ${who}: `, h('q', {text: resolution.reason || ''}),
         resolution.retry_run_id ?
-            h('span', {}, ' (', link('the new run', `/runs/${resolution.retry_run_id}`), ')') :
+            h('span', {}, ' (', link(t('the new run'), `/runs/${resolution.retry_run_id}`), ')') :
             null);
   };
   const paintFacts = () => {
@@ -415,39 +416,43 @@ async function renderRun(ctx) {
         summary,
         facts(
             [
-              ['Status', h('span', {id: 'run-status'}, badge(run.status))],
-              ['Task', link(names.get(run.task_id), `/tasks/${run.task_id}`)],
+              [t('Status'), h('span', {id: 'run-status'}, badge(run.status))],
+              [t('Task'), link(names.get(run.task_id), `/tasks/${run.task_id}`)],
               [
-                'Started by',
-                run.trigger_id ? h('span', {}, `${run.trigger_type}, `,
-                                   link('trigger', `/triggers/${run.trigger_id}`)) :
-                                 run.trigger_type
+                t('Started by'),
+                run.trigger_id ? h('span', {}, `${t(run.trigger_type)}${t(', ')}`,
+                                   link(t('trigger'), `/triggers/${run.trigger_id}`)) :
+                                 t(run.trigger_type)
               ],
-              run.scheduled_for ? ['Scheduled for', timeEl(run.scheduled_for)] : null,
-              ['Created', timeEl(run.created_at)],
-              ['Started', timeEl(run.started_at)],
-              ['Finished', timeEl(run.finished_at)],
-              ['Duration', durationText(between(run.started_at, run.finished_at))],
-              run.exit_code !== null ? ['Exit code', String(run.exit_code)] : null,
+              run.scheduled_for ? [t('Scheduled for'), timeEl(run.scheduled_for)] : null,
+              [t('Created'), timeEl(run.created_at)],
+              [t('Started'), timeEl(run.started_at)],
+              [t('Finished'), timeEl(run.finished_at)],
+              [t('Duration'), durationEl(run.started_at, run.finished_at)],
+              run.exit_code !== null ? [t('Exit code'), String(run.exit_code)] : null,
               run.status === 'skipped' ?
                   [
-                    'Skipped because', h('span', {id: 'run-skip-reason', text: skipReasonText(run)})
+                    t('Skipped because'),
+                    h('span', {id: 'run-skip-reason', text: skipReasonText(run)})
                   ] :
-                  run.error_code ? ['Error', `${run.error_code}: ${run.error_summary || ''}`] :
+                  run.error_code ? [t('Error'), `${run.error_code}: ${run.error_summary || ''}`] :
                                    null,
-              resolution ? ['Resolution', resolutionText()] : null,
+              resolution ? [t('Resolution'), resolutionText()] : null,
               run.cancel_requested_at ?
                   [
-                    'Cancel requested',
+                    t('Cancel requested'),
                     h('span', {}, timeEl(run.cancel_requested_at), ` (${run.cancel_reason})`)
                   ] :
                   null,
-              run.retry_at ? ['Next attempt at', timeEl(run.retry_at)] : null,
+              run.retry_at ? [t('Next attempt at'), timeEl(run.retry_at)] : null,
               run.retry_of_run_id ?
-                  ['Retry of', link(shortId(run.retry_of_run_id), `/runs/${run.retry_of_run_id}`)] :
+                  [
+                    t('Retry of'),
+                    link(shortId(run.retry_of_run_id), `/runs/${run.retry_of_run_id}`)
+                  ] :
                   null,
-              ['Task revision', String(run.task_revision)],
-              ['Id', h('code', {text: run.id})],
+              [t('Task revision'), String(run.task_revision)],
+              [t('Id'), h('code', {text: run.id})],
             ],
             2),
     );
@@ -455,20 +460,21 @@ async function renderRun(ctx) {
         attemptsBox,
         attemptTable(
             run.attempts || [],
-            run.status === 'skipped' ? 'No attempt: the occurrence was skipped.' :
-                                       'No attempt yet.'));
+            run.status === 'skipped' ? t('No attempt: the occurrence was skipped.') :
+                                       t('No attempt yet.')));
   };
   paint();
   replace(
       ctx.main,
       h('div', {class: 'page-head'},
-        h('h1', {}, 'Run ', h('span', {class: 'mono', text: shortId(id)})), headActions),
+        h('h1', {}, tParts('Run {id}', {id: h('span', {class: 'mono', text: shortId(id)})})),
+        headActions),
       errors,
       resolveBox,
       section(null, summary),
-      section('Attempts', attemptsBox),
-      section('Log', log),
-      section('Events', eventsBody),
+      section(t('Attempts'), attemptsBox),
+      section(t('Log'), log),
+      section(t('Events'), eventsBody),
   );
 
   // Events: read from the last sequence seen.
@@ -512,7 +518,7 @@ async function renderRun(ctx) {
     const had = [...attemptSel.options].map((o) => Number(o.value));
     if (numbers.join() !== had.join()) {
       const latest = numbers[numbers.length - 1];
-      replace(attemptSel, numbers.map((n) => h('option', {value: n, text: `attempt ${n}`})));
+      replace(attemptSel, numbers.map((n) => h('option', {value: n, text: t('attempt {n}', {n})})));
       attemptSel.value =
           String(shownAttempt && shownAttempt !== had[had.length - 1] ? shownAttempt : latest);
       if (latest && Number(attemptSel.value) !== shownAttempt) startLog(Number(attemptSel.value));
@@ -521,8 +527,8 @@ async function renderRun(ctx) {
   attemptSel.addEventListener('change', () => startLog(Number(attemptSel.value)));
   if (!(run.attempts || []).length)
     log.state(
-        run.status === 'skipped' ? 'no attempt: the occurrence was skipped' :
-                                   'waiting for the first attempt…');
+        run.status === 'skipped' ? t('no attempt: the occurrence was skipped') :
+                                   t('waiting for the first attempt…'));
   syncAttempts();
   await loadEvents();
 

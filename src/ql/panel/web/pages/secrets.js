@@ -5,16 +5,17 @@
 import {del, get, put} from '../lib/api.js';
 import {h, replace} from '../lib/dom.js';
 import {timeEl} from '../lib/format.js';
+import {t} from '../lib/i18n.js';
 import {actionButton, allowed, badge, errorBox, field, inlineForm, notice, pageHeader, section, table} from '../lib/ui.js';
 
 export const nav = {
-  label: 'Secrets',
+  label: t('Secrets'),
   path: '/secrets'
 };
 export const routes = [{pattern: '/secrets', render}];
 
 async function render(ctx) {
-  ctx.title('Secrets');
+  ctx.title(t('Secrets'));
   const errors = errorBox();
   const saved = h('div', {id: 'secret-saved', 'aria-live': 'polite'});
   const name = h('input', {
@@ -24,7 +25,7 @@ async function render(ctx) {
     autocomplete: 'off',
     spellcheck: 'false',
     class: 'mono',
-    placeholder: 'github-token'
+    placeholder: t('github-token')
   });
   const value = h('input', {
     id: 'secret-value',
@@ -36,31 +37,39 @@ async function render(ctx) {
   const path = (n) => `/api/v1/secrets/${encodeURIComponent(n)}`;
   const tbl = table(
       [
-        {label: 'Name', cell: (s) => h('code', {class: 'secret-name', text: s.name})},
-        {label: 'Version', class: 'num', cell: (s) => String(s.current_version)},
-        {label: 'Status', cell: (s) => badge(s.status)},
-        {label: 'Created', class: 'wide', cell: (s) => timeEl(s.created_at)},
-        {label: 'Updated', cell: (s) => timeEl(s.updated_at)},
-        {label: 'Deleted', class: 'wide', cell: (s) => timeEl(s.deleted_at)},
+        {label: t('Name'), cell: (s) => h('code', {class: 'secret-name', text: s.name})},
+        {label: t('Version'), class: 'num', cell: (s) => String(s.current_version)},
+        {label: t('Status'), cell: (s) => badge(s.status)},
+        {label: t('Created'), class: 'wide', cell: (s) => timeEl(s.created_at)},
+        {label: t('Updated'), cell: (s) => timeEl(s.updated_at)},
+        {label: t('Deleted'), class: 'wide', cell: (s) => timeEl(s.deleted_at)},
         {
           label: '',
           class: 'row-actions',
-          cell: (s) => [
-            actionButton('New value', 'admin', async () => {
-              name.value = s.name;
-              value.focus();
-            }),
-            s.status === 'deleted' ? null :
-                                     actionButton('Delete', 'admin', async () => {
-                                       await del(path(s.name));
-                                       replace(saved, notice(`Secret ${s.name} deleted.`));
-                                       await load();
-                                     }, {errors, kind: 'danger', confirm: 'Confirm delete'}),
-          ],
+          cell: (s) =>
+              [actionButton(
+                   t('New value'), 'admin',
+                   async () => {
+                     name.value = s.name;
+                     value.focus();
+                   }),
+               s.status === 'deleted' ? null :
+                                        actionButton(
+                                            t('Delete'), 'admin',
+                                            async () => {
+                                              await del(path(s.name));
+                                              replace(
+                                                  saved,
+                                                  notice(
+                                                      t('Secret {name} deleted.', {name: s.name})));
+                                              await load();
+                                            },
+                                            {errors, kind: 'danger', confirm: t('Confirm delete')}),
+  ],
         },
       ],
-      [],
-      'No secret yet.',
+      null,
+      t('No secret yet.'),
   );
   const load = async () => {
     const list = await get('/api/v1/secrets', {}, ctx.signal);
@@ -71,36 +80,43 @@ async function render(ctx) {
     form = inlineForm(
         'secret-form',
         [
-          field('Name', name, 'Letters, digits, _ . - (at most 128), starting with a letter or _.'),
-          field('Value', value, 'Stored sealed as the next version; never shown again.'),
+          field(
+              t('Name'), name,
+              t('Letters, digits, _ . - (at most 128), starting with a letter or _.')),
+          field(t('Value'), value, t('Stored sealed as the next version; never shown again.')),
         ],
-        'Save value', 'admin', async () => {
+        t('Save value'), 'admin', async () => {
           const text = value.value;
           // The field is emptied as soon as the value is on its way, whatever the answer.
           value.value = '';
           const s = await put(path(name.value.trim()), {value: text});
-          replace(saved, notice(`Secret ${s.name} is at version ${s.current_version}.`));
+          replace(
+              saved,
+              notice(
+                  t('Secret {name} is at version {version}.',
+                    {name: s.name, version: s.current_version})));
           name.value = '';
           await load();
         });
   }
   replace(
       ctx.main,
-      pageHeader('Secrets'),
+      pageHeader(t('Secrets')),
       errors,
       saved,
       h('p', {
         class: 'muted small',
-        text:
-            'A task names a secret in its secret environment; the value is opened only when an attempt starts and is masked in its log. Deleting destroys every version\'s key: runs that need it then fail with secret_not_found.',
+        text: t(
+            'A task names a secret in its secret environment; the value is opened only when an attempt starts and is masked in its log. Deleting destroys every version\'s key: runs that need it then fail with secret_not_found.'),
       }),
       section(null, tbl),
-      form ? section('Set a value', form) : null,
+      form ? section(t('Set a value'), form) : null,
   );
   try {
     await load();
   } catch (err) {
     if (err.name === 'AbortError') throw err;
     errors.show(err);
+    tbl.setFailed();
   }
 }

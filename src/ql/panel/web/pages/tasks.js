@@ -1,10 +1,14 @@
-// Tasks: the list (search over the loaded pages), one task with its triggers, recent runs and
-// revision history, and the form that creates a task or publishes its next revision (with its
-// approval policy and the secrets its environment names).
+// Tasks: the cron list (each task's schedules in words, last run, next fire, run now, enable
+// and disable; filtered by the server on text in the name, a label and the last run's status),
+// one task with its triggers, recent runs and revision history, and the form that creates a
+// task or publishes its next revision (with its approval policy and the secrets its
+// environment names).
 
 import {get, pager, post} from '../lib/api.js';
-import {h, randomId, replace} from '../lib/dom.js';
-import {durationText, shortId, timeEl} from '../lib/format.js';
+import {cronWords} from '../lib/cron.js';
+import {debounce, h, randomId, replace} from '../lib/dom.js';
+import {durationEl, durationText, shortId, timeEl} from '../lib/format.js';
+import {t, tParts} from '../lib/i18n.js';
 import {forgetTask} from '../lib/lookup.js';
 import {decodeSecretRef, encodeSecretRef, isSecretRef, parseSecretTarget, secretTargetText} from '../lib/secretref.js';
 import {session} from '../lib/session.js';
@@ -14,7 +18,7 @@ import {runTable} from './runs.js';
 import {triggerTable} from './triggers.js';
 
 export const nav = {
-  label: 'Tasks',
+  label: t('Tasks'),
   path: '/tasks'
 };
 export const routes = [
@@ -36,100 +40,198 @@ export function commandText(spec) {
   return '';
 }
 
-function searchText(task) {
-  return [
-    task.name, commandText(task.spec),
-    ...Object.entries(task.labels || {}).map(([k, v]) => `${k}=${v}`)
-  ].join(' ')
-      .toLowerCase();
+// Returns a task's schedules: each trigger's expression in words when it has a common shape
+// (else the expression itself), with its zone; a disabled or stale trigger is marked.
+function schedulesCell(task) {
+  if (!Array.isArray(task.schedules)) return '—';  // a server that does not say
+  const list = task.schedules;
+  if (!list.length) return h('span', {class: 'muted', text: t('no schedule')});
+  return h('ul', {class: 'plain schedules'}, list.map((s) => {
+    const words = cronWords(s.expression);
+    return h(
+        'li', {},
+        link(
+            words || s.expression, `/triggers/${s.trigger_id}`, {},
+            {class: words ? 'schedule-link' : 'schedule-link mono', title: s.expression}),
+        h('span', {class: 'zone', text: ` ${s.timezone}`}),
+        s.state && s.state !== 'active' ? [' ', badge(s.state)] : null);
+  }));
 }
 
+// Returns a task's last run: its status, when it was created and how long it ran (ticking
+// while it runs), or a dash.
+function lastRunCell(task) {
+  const r = task.last_run;
+  if (r === undefined) return '—';  // a server that does not say
+  if (!r) return h('span', {class: 'muted', text: t('never run')});
+  return h(
+      'div', {class: 'last-run'},
+      h('div', {},
+        h('a', {href: href(`/runs/${r.id}`), class: 'run-link', title: r.id}, badge(r.status)), ' ',
+        h('span', {class: 'muted small'}, durationEl(r.started_at, r.finished_at))),
+      h('div', {class: 'small wide'}, timeEl(r.created_at)));
+}
+
+const LAST_STATUSES = [
+  'succeeded', 'failed', 'running', 'queued', 'cancelled', 'timed_out', 'lost', 'skipped',
+  'retry_wait', 'recovery_required', 'none'
+];
+
 async function renderList(ctx) {
-  ctx.title('Tasks');
+  ctx.title(t('Tasks'));
   const errors = errorBox();
+  const q = ctx.query;
   const search = h('input', {
     type: 'search',
     id: 'task-search',
-    placeholder: 'Search name, command, label',
-    value: ctx.query.q || ''
+    placeholder: t('Search the name'),
+    value: q.q || '',
+    autocomplete: 'off',
   });
-  const all = [];
+  const label = h('input', {
+    id: 'task-label',
+    class: 'mono',
+    placeholder: 'team=ops',
+    value: q.label || '',
+    autocomplete: 'off',
+    spellcheck: 'false',
+  });
+  const lastStatus = select(
+      [
+        ['', t('any status')],
+        ...LAST_STATUSES.map((s) => [s, s === 'none' ? t('never run') : t(s)])
+      ],
+      q.last_status || '', {id: 'task-last-status'});
+  const reload = () => !ctx.signal.aborted && ctx.navigate('/tasks', {
+    q: search.value.trim(),
+    label: label.value.trim(),
+    last_status: lastStatus.value,
+    t: Date.now(),
+  });
   const tbl = table(
       [
-        {label: 'Name', cell: (t) => link(t.name, `/tasks/${t.id}`, {}, {class: 'task-link'})},
-        {label: 'State', cell: (t) => badge(t.enabled ? 'active' : 'disabled')},
-        {label: 'Command', class: 'wide mono clip', cell: (t) => commandText(t.spec)},
-        {label: 'Rev.', class: 'num', cell: (t) => String(t.revision)},
-        {label: 'Updated', class: 'wide', cell: (t) => timeEl(t.updated_at)},
+        {
+          label: t('Name'),
+          cell: (row) => link(row.name, `/tasks/${row.id}`, {}, {class: 'task-link'}),
+        },
+        {label: t('Schedule'), cell: schedulesCell},
+        {
+          label: t('Enabled'),
+          class: 'wide',
+          cell: (row) => badge(row.enabled ? 'active' : 'disabled'),
+        },
+        {label: t('Last run'), cell: lastRunCell},
+        {label: t('Next fire'), class: 'wide', cell: (row) => timeEl(row.next_fire_at)},
+        {
+          label: '',
+          class: 'row-actions',
+          cell: (row) =>
+              [actionButton(
+                   t('Run now'), 'operator', () => startRun(ctx, row.id, requested),
+                   {errors, kind: 'primary'}),
+               row.enabled ? actionButton(
+                                 t('Disable'), 'admin',
+                                 async () => {
+                                   await post(`/api/v1/tasks/${row.id}/disable`);
+                                   forgetTask(row.id);
+                                   reload();
+                                 },
+                                 {errors, confirm: t('Confirm disable')}) :
+                             actionButton(
+                                 t('Enable'), 'admin',
+                                 async () => {
+                                   await post(`/api/v1/tasks/${row.id}/enable`);
+                                   forgetTask(row.id);
+                                   reload();
+                                 },
+                                 {errors}),
+  ],
+        },
       ],
-      [],
-      'No task yet.',
+      null,
+      q.q || q.label || q.last_status ? t('No task matches.') : t('No task yet.'),
   );
-  const matches = () => {
-    const q = search.value.trim().toLowerCase();
-    return q ? all.filter((t) => searchText(t).includes(q)) : all;
-  };
-  const p = pager('/api/v1/tasks', {}, 50);
-  const pagerEl = pagedTable(tbl, p, {
-    errors,
-    signal: ctx.signal,
-    filter: (items) => {
-      all.push(...items);
-      const q = search.value.trim().toLowerCase();
-      return q ? items.filter((t) => searchText(t).includes(q)) : items;
-    },
+  const requested = h('div', {hidden: true});
+  const p = pager('/api/v1/tasks', {q: q.q, label: q.label, last_status: q.last_status}, 50);
+  const pagerEl = pagedTable(tbl, p, {errors, signal: ctx.signal});
+  // Typing searches the server (debounced); the label and status filters apply when changed.
+  const later = debounce(reload, 400);
+  search.addEventListener('input', later);
+  lastStatus.addEventListener('change', reload);
+  label.addEventListener('change', reload);
+  const filters =
+      h('form', {class: 'filters', id: 'tasks-filters', role: 'search'},
+        field(t('Search'), search, t('Text in the task\'s name.')),
+        field(t('Label'), label, t('KEY=VALUE')), field(t('Last run'), lastStatus),
+        h('div', {class: 'field'}, h('button', {type: 'submit', class: 'btn', text: t('Apply')})));
+  filters.addEventListener('submit', (e) => {
+    e.preventDefault();
+    reload();
   });
-  search.addEventListener('input', () => tbl.setRows(matches()));
   replace(
       ctx.main,
-      pageHeader('Tasks', actionLink('New task', 'admin', href('/tasks/new'))),
+      pageHeader(t('Tasks'), actionLink(t('New task'), 'admin', href('/tasks/new'))),
       errors,
-      h('div', {class: 'toolbar'},
-        field('Search', search, 'Searches the tasks loaded so far; "Load more" widens it.')),
+      requested,
+      filters,
       tbl,
       pagerEl,
   );
+  // Back in the search box after a reload that typing caused.
+  if (q.q && document.activeElement === document.body) {
+    search.focus();
+    search.setSelectionRange(search.value.length, search.value.length);
+  }
   await pagerEl.ready;
 }
 
 function retryText(retry) {
-  if (!retry) return 'none (disabled revision)';
-  const extra = retry.max_attempts > 1 ?
-      `, backoff ${durationText(retry.backoff_base_ms)}–${durationText(retry.backoff_max_ms)}` :
-      '';
-  return `${retry.max_attempts} attempt(s)${extra}, safety ${retry.safety}${
-      retry.retry_on_lost ? ', retried when lost' : ''}`;
+  if (!retry) return t('none (disabled revision)');
+  const extra = retry.max_attempts > 1 ? t(', backoff {from}–{to}', {
+    from: durationText(retry.backoff_base_ms),
+    to: durationText(retry.backoff_max_ms),
+  }) :
+                                         '';
+  return t('{n} attempt(s)', {n: retry.max_attempts}) + extra +
+      t(', safety {safety}', {safety: t(retry.safety)}) +
+      (retry.retry_on_lost ? t(', retried when lost') : '');
 }
 
 // Lists a spec's environment; a secret shows as the reference it is (name and version), with
 // a link to the secrets page: the spec never holds a secret's value.
 function envList(env) {
   const entries = Object.entries(env || {});
-  if (!entries.length) return h('span', {class: 'muted', text: 'none'});
+  if (!entries.length) return h('span', {class: 'muted', text: t('none')});
   return h('ul', {class: 'plain mono', id: 'task-env-list'}, entries.map(([k, v]) => {
     if (!isSecretRef(v)) return h('li', {text: `${k}=${v}`});
     const ref = decodeSecretRef(v);
-    if (!ref) return h('li', {}, `${k}=`, h('span', {class: 'muted', text: '(unreadable ref)'}));
+    if (!ref) return h('li', {}, `${k}=`, h('span', {class: 'muted', text: t('(unreadable ref)')}));
     return h(
-        'li', {class: 'secret-env'}, `${k} ← secret `,
-        link(ref.name, '/secrets', {}, {class: 'chip'}),
-        h('span', {class: 'muted', text: ref.version ? ` version ${ref.version}` : ' (current)'}));
+        'li', {class: 'secret-env'}, `${k} ← ${t('secret')} `,
+        link(ref.name, '/secrets', {}, {class: 'chip'}), h('span', {
+          class: 'muted',
+          text: ref.version ? t(' version {version}', {version: ref.version}) : t(' (current)'),
+        }));
   }));
 }
 
 // Returns a task's concurrency limit in words.
 function concurrencyText(limit) {
-  if (limit === null || limit === undefined) return 'unlimited';
-  return `at most ${limit} unfinished run${limit === 1 ? '' : 's'}: ` +
-      'a cron occurrence due beyond that is skipped';
+  if (limit === null || limit === undefined) return t('unlimited');
+  return t(
+      limit === 1 ? 'at most {n} unfinished run: a cron occurrence due beyond that is skipped' :
+                    'at most {n} unfinished runs: a cron occurrence due beyond that is skipped',
+      {n: limit});
 }
 
 // Returns a task's approval policy in words.
 function approvalText(approval) {
-  if (!approval?.required) return 'not required for manual runs';
+  if (!approval?.required) return t('not required for manual runs');
   const role = approval.approver_role || 'admin';
   const ttl = durationText(approval.ttl_ms ?? 86400000);
-  return `manual runs wait for an ${role} to approve (requests expire after ${ttl})`;
+  return t(
+      'manual runs wait for an {role} to approve (requests expire after {ttl})',
+      {role: t(role), ttl});
 }
 
 // Returns the panel's answer to starting a run of task `id`: the run's page, or — when the
@@ -144,12 +246,14 @@ async function startRun(ctx, id, shown) {
   replace(
       shown,
       h('div', {class: 'banner info', role: 'status', id: 'approval-requested'},
-        h('strong', {text: 'Approval requested. '}),
-        `This task's manual runs wait for an ${role} to approve them: `,
-        link(
-            `request ${shortId(answer.approval_id)}`, `/approvals/${answer.approval_id}`, {},
-            {class: 'approval-link', title: answer.approval_id}),
-        '.'));
+        h('strong', {text: t('Approval requested. ')}),
+        tParts('This task\'s manual runs wait for an {role} to approve them: {request}.', {
+          role: t(role),
+          request: link(
+              t('request {id}', {id: shortId(answer.approval_id)}),
+              `/approvals/${answer.approval_id}`, {},
+              {class: 'approval-link', title: answer.approval_id}),
+        })));
   shown.hidden = false;
 }
 
@@ -161,10 +265,10 @@ async function renderTask(ctx) {
   const spec = task.spec || {};
   const requested = h('div', {hidden: true});
   const runNow = actionButton(
-      'Run now', 'operator', () => startRun(ctx, id, requested), {errors, kind: 'primary'});
+      t('Run now'), 'operator', () => startRun(ctx, id, requested), {errors, kind: 'primary'});
   const toggle = task.enabled ?
       actionButton(
-          'Disable',
+          t('Disable'),
           'admin',
           async () => {
             const body = {
@@ -180,17 +284,17 @@ async function renderTask(ctx) {
             forgetTask(id);
             ctx.navigate(`/tasks/${id}`, {t: Date.now()});
           },
-          {errors, confirm: 'Confirm disable'},
+          {errors, confirm: t('Confirm disable')},
           ) :
-      actionLink('Enable…', 'admin', href(`/tasks/${id}/edit`, {enable: '1'}));
+      actionLink(t('Enable…'), 'admin', href(`/tasks/${id}/edit`, {enable: '1'}));
   replace(
       ctx.main,
       pageHeader(
           task.name,
           runNow,
-          actionLink('Edit', 'admin', href(`/tasks/${id}/edit`)),
+          actionLink(t('Edit'), 'admin', href(`/tasks/${id}/edit`)),
           toggle,
-          actionLink('Add trigger', 'admin', href('/triggers/new', {task: id})),
+          actionLink(t('Add trigger'), 'admin', href('/triggers/new', {task: id})),
           ),
       errors,
       requested,
@@ -198,55 +302,62 @@ async function renderTask(ctx) {
           null,
           facts(
               [
-                ['State', badge(task.enabled ? 'active' : 'disabled')],
-                ['Command', h('code', {class: 'wrap', text: commandText(spec)})],
-                spec.command?.kind === 'shell' ? ['Shell', spec.command.shell] : null,
-                ['Environment', envList(spec.environment)],
+                [t('State'), badge(task.enabled ? 'active' : 'disabled')],
+                [t('Command'), h('code', {class: 'wrap', text: commandText(spec)})],
+                spec.command?.kind === 'shell' ? [t('Shell'), spec.command.shell] : null,
+                [t('Environment'), envList(spec.environment)],
                 [
-                  'Working directory',
+                  t('Working directory'),
                   spec.workingDirectory ||
-                      h('span', {class: 'muted', text: 'the task\'s own directory'})
+                      h('span', {class: 'muted', text: t('the task\'s own directory')})
                 ],
-                ['Timeout', durationText(spec.timeoutMs)],
-                ['Retries', retryText(task.retry)],
+                [t('Timeout'), durationText(spec.timeoutMs)],
+                [t('Retries'), retryText(task.retry)],
                 [
-                  'Concurrency',
+                  t('Concurrency'),
                   h('span', {id: 'task-concurrency-limit', text: concurrencyText(task.concurrency)})
                 ],
-                ['Approval', h('span', {id: 'task-approval', text: approvalText(task.approval)})],
                 [
-                  'Labels',
+                  t('Approval'), h('span', {id: 'task-approval', text: approvalText(task.approval)})
+                ],
+                [
+                  t('Labels'),
                   Object.keys(task.labels || {}).length ?
                       Object.entries(task.labels)
                           .map(([k, v]) => h('span', {class: 'chip', text: `${k}=${v}`})) :
                       null
                 ],
                 [
-                  'Revision',
-                  h('span', {}, `${task.revision}, published `, timeEl(task.revision_created_at))
+                  t('Revision'), h('span', {}, tParts('{revision}, published {at}', {
+                                     revision: String(task.revision),
+                                     at: timeEl(task.revision_created_at)
+                                   }))
                 ],
-                ['Id', h('code', {text: task.id})],
+                [t('Id'), h('code', {text: task.id})],
               ],
               2),
           ),
   );
-  const triggersBox = h('div');
-  const runsBox = h('div');
-  const historyBox = h('div');
+  const loading = () => h('p', {class: 'muted loading', text: t('Loading…')});
+  const triggersBox = h('div', {}, loading());
+  const runsBox = h('div', {}, loading());
+  const historyBox = h('div', {}, loading());
   ctx.main.append(
-      section('Triggers', triggersBox),
-      section('Recent runs', runsBox, link('All runs of this task', '/runs', {task: id})),
-      section('Revision history', historyBox),
+      section(t('Triggers'), triggersBox),
+      section(t('Recent runs'), runsBox, link(t('All runs of this task'), '/runs', {task: id})),
+      section(t('Revision history'), historyBox),
   );
   const [triggers, runs, revisions] = await Promise.all([
     get('/api/v1/triggers', {task_id: id, limit: 100}, ctx.signal),
     get('/api/v1/runs', {task_id: id, limit: 10}, ctx.signal),
     get(`/api/v1/tasks/${id}/revisions`, {}, ctx.signal),
   ]);
-  const stale = (triggers.items || []).filter((t) => t.state === 'pin_stale');
+  for (const box of [triggersBox, runsBox, historyBox]) box.replaceChildren();
+  const stale = (triggers.items || []).filter((row) => row.state === 'pin_stale');
   if (stale.length) {
     triggersBox.append(notice(
-        `${stale.length} trigger(s) still run an older revision of this task and admit nothing until repinned.`,
+        t('{n} trigger(s) still run an older revision of this task and admit nothing until repinned.',
+          {n: stale.length}),
         'warn'));
   }
   triggersBox.append(triggerTable(
@@ -256,18 +367,18 @@ async function renderTask(ctx) {
   historyBox.append(
       table(
           [
-            {label: 'Rev.', class: 'num', cell: (r) => String(r.revision)},
-            {label: 'Published', cell: (r) => timeEl(r.created_at)},
-            {label: 'State', cell: (r) => badge(r.enabled ? 'active' : 'disabled')},
-            {label: 'Name', class: 'wide', cell: (r) => r.name},
+            {label: t('Rev.'), class: 'num', cell: (r) => String(r.revision)},
+            {label: t('Published'), cell: (r) => timeEl(r.created_at)},
+            {label: t('State'), cell: (r) => badge(r.enabled ? 'active' : 'disabled')},
+            {label: t('Name'), class: 'wide', cell: (r) => r.name},
             {
-              label: 'Spec',
-              cell: (r) =>
-                  h('details', {}, h('summary', {text: commandText(r.spec) || 'spec'}), h('pre', {
-                      class: 'json',
-                      text: JSON.stringify(
-                          {spec: r.spec, labels: r.labels, digest: r.content_digest}, null, 2)
-                    })),
+              label: t('Spec'),
+              cell: (r) => h(
+                  'details', {}, h('summary', {text: commandText(r.spec) || t('spec')}), h('pre', {
+                    class: 'json',
+                    text: JSON.stringify(
+                        {spec: r.spec, labels: r.labels, digest: r.content_digest}, null, 2)
+                  })),
             },
           ],
           revisions.items || [],
@@ -283,7 +394,8 @@ function linesToMap(text, what) {
     const eq = line.indexOf('=');
     if (eq <= 0)
       throw Object.assign(
-          new Error(`${what} line ${i + 1} ("${line}") is not NAME=value`), {code: 'form'});
+          new Error(t('{what} line {n} ("{line}") is not NAME=value', {what, n: i + 1, line})),
+          {code: 'form'});
     out[line.slice(0, eq)] = line.slice(eq + 1);
   });
   return out;
@@ -309,13 +421,16 @@ function splitEnvironment(env) {
 // Returns the spec's environment: the plain entries, and each VAR=NAME[@VERSION] line of
 // `secretText` as a SecretRef of project `projectId` (as `ql task add --secret-env` writes it).
 function environmentOf(plainText, secretText, projectId) {
-  const env = linesToMap(plainText, 'environment');
-  for (const [variable, target] of Object.entries(linesToMap(secretText, 'secret environment'))) {
+  const env = linesToMap(plainText, t('environment'));
+  for (const [variable, target] of Object.entries(
+           linesToMap(secretText, t('secret environment')))) {
     if (variable in env) {
       throw Object.assign(
-          new Error(`${variable} is given both as a value and as a secret`), {code: 'form'});
+          new Error(t('{variable} is given both as a value and as a secret', {variable})),
+          {code: 'form'});
     }
-    const {name, version} = parseSecretTarget(target.trim(), `secret environment ${variable}`);
+    const {name, version} =
+        parseSecretTarget(target.trim(), t('secret environment {variable}', {variable}));
     env[variable] = encodeSecretRef(projectId, name, version);
   }
   return env;
@@ -323,11 +438,15 @@ function environmentOf(plainText, secretText, projectId) {
 
 async function renderForm(ctx, task) {
   const editing = !!task;
-  ctx.title(editing ? `Edit ${task.name}` : 'New task');
+  const heading = editing ? t('Edit {name}', {name: task.name}) : t('New task');
+  ctx.title(heading);
   if (!session.can('admin')) {
     replace(
-        ctx.main, pageHeader(editing ? `Edit ${task.name}` : 'New task'),
-        notice(`Publishing tasks needs the admin role; yours here is ${session.role()}.`, 'warn'));
+        ctx.main, pageHeader(heading),
+        notice(
+            t('Publishing tasks needs the admin role; yours here is {role}.',
+              {role: t(session.role())}),
+            'warn'));
     return;
   }
   const spec = task?.spec || {};
@@ -343,7 +462,8 @@ async function renderForm(ctx, task) {
   const name =
       h('input', {id: 'task-name', required: true, maxlength: 128, value: task?.name || ''});
   const kind = select(
-      [['shell', 'Shell command'], ['argv', 'Program and arguments']], cmd.kind, {id: 'task-kind'});
+      [['shell', t('Shell command')], ['argv', t('Program and arguments')]], cmd.kind,
+      {id: 'task-kind'});
   const shellCommand =
       h('textarea', {id: 'task-command', rows: 3, class: 'mono', spellcheck: 'false'});
   shellCommand.value = cmd.kind === 'shell' ? cmd.command : '';
@@ -373,7 +493,7 @@ async function renderForm(ctx, task) {
     id: 'task-workdir',
     class: 'mono',
     value: spec.workingDirectory || '',
-    placeholder: '(the task\'s own directory)'
+    placeholder: t('(the task\'s own directory)')
   });
   const timeout = h('input', {
     id: 'task-timeout',
@@ -390,15 +510,16 @@ async function renderForm(ctx, task) {
     max: 10000,
     step: 1,
     value: task?.concurrency != null ? String(task.concurrency) : '',
-    placeholder: 'unlimited'
+    placeholder: t('unlimited')
   });
   const whole = (id, value, min, max) =>
       h('input', {id, type: 'number', min, max, step: 1, value: String(value)});
   const attempts = whole('task-attempts', retry.max_attempts, 1, 16);
   const backoffBase = whole('task-backoff-base', retry.backoff_base_ms, 0);
   const backoffMax = whole('task-backoff-max', retry.backoff_max_ms, 0);
-  const safety =
-      select(['unknown', 'idempotent', 'deduplicated'], retry.safety, {id: 'task-safety'});
+  const safety = select(
+      ['unknown', 'idempotent', 'deduplicated'].map((v) => [v, t(v)]), retry.safety,
+      {id: 'task-safety'});
   const onLost = h('input', {type: 'checkbox', id: 'task-on-lost', checked: retry.retry_on_lost});
   const labels =
       h('textarea',
@@ -408,7 +529,7 @@ async function renderForm(ctx, task) {
   const needsApproval =
       h('input', {type: 'checkbox', id: 'task-approval', checked: !!approval?.required});
   const approverRole = select(
-      [['admin', 'admin (or owner)'], ['owner', 'owner']], approval?.approver_role || 'admin',
+      [['admin', t('admin (or owner)')], ['owner', t('owner')]], approval?.approver_role || 'admin',
       {id: 'task-approver-role'});
   const approvalTtl = h('input', {
     id: 'task-approval-ttl',
@@ -420,8 +541,8 @@ async function renderForm(ctx, task) {
     placeholder: '24'
   });
   const approvalFields = h(
-      'div', {class: 'row'}, field('Approver role', approverRole),
-      field('Request expires after (hours)', approvalTtl, 'Empty: 24 hours; 1 s – 30 days.'));
+      'div', {class: 'row'}, field(t('Approver role'), approverRole),
+      field(t('Request expires after (hours)'), approvalTtl, t('Empty: 24 hours; 1 s – 30 days.')));
   const syncApproval = () => {
     approvalFields.hidden = !needsApproval.checked;
   };
@@ -434,11 +555,12 @@ async function renderForm(ctx, task) {
   });
 
   const shellFields =
-      h('div', {class: 'group'}, field('Command', shellCommand, 'Run by the shell below with -c.'),
-        field('Shell', shell));
+      h('div', {class: 'group'},
+        field(t('Command'), shellCommand, t('Run by the shell below with -c.')),
+        field(t('Shell'), shell));
   const argvFields =
-      h('div', {class: 'group'}, field('Program', file, 'Absolute path of the executable.'),
-        field('Arguments', args, 'One argument per line.'));
+      h('div', {class: 'group'}, field(t('Program'), file, t('Absolute path of the executable.')),
+        field(t('Arguments'), args, t('One argument per line.')));
   const syncKind = () => {
     shellFields.hidden = kind.value !== 'shell';
     argvFields.hidden = kind.value !== 'argv';
@@ -451,61 +573,61 @@ async function renderForm(ctx, task) {
     type: 'submit',
     class: 'btn primary',
     id: 'task-save',
-    text: editing ? 'Publish revision' : 'Create task'
+    text: editing ? t('Publish revision') : t('Create task')
   });
   const form = h(
       'form',
       {class: 'card form', id: 'task-form', novalidate: true},
       errors,
-      field('Name', name),
-      field('Command kind', kind),
+      field(t('Name'), name),
+      field(t('Command kind'), kind),
       shellFields,
       argvFields,
-      field('Environment', env, 'One NAME=value per line.'),
+      field(t('Environment'), env, t('One NAME=value per line.')),
       field(
-          'Secret environment', secretEnv,
-          'One NAME=secret[@version] per line: the variable gets the secret\'s value when an attempt starts (no version: its current one). The task keeps only the reference.'),
+          t('Secret environment'), secretEnv,
+          t('One NAME=secret[@version] per line: the variable gets the secret\'s value when an attempt starts (no version: its current one). The task keeps only the reference.')),
       field(
-          'Working directory', workdir,
-          'Absolute path; empty runs the command in the task\'s own directory.'),
-      field('Timeout (seconds)', timeout, 'Empty: 24 hours.'),
+          t('Working directory'), workdir,
+          t('Absolute path; empty runs the command in the task\'s own directory.')),
+      field(t('Timeout (seconds)'), timeout, t('Empty: 24 hours.')),
       field(
-          'Concurrency', concurrency,
-          'At most this many unfinished runs (1–10000) when a cron occurrence comes due; one beyond it is recorded as skipped. Manual runs are not limited but count. Empty: unlimited.'),
+          t('Concurrency'), concurrency,
+          t('At most this many unfinished runs (1–10000) when a cron occurrence comes due; one beyond it is recorded as skipped. Manual runs are not limited but count. Empty: unlimited.')),
       h(
           'fieldset',
           {},
-          h('legend', {text: 'Retries'}),
-          h('div', {class: 'row'}, field('Attempts', attempts, '1–16'),
-            field('Backoff base (ms)', backoffBase), field('Backoff max (ms)', backoffMax)),
+          h('legend', {text: t('Retries')}),
+          h('div', {class: 'row'}, field(t('Attempts'), attempts, t('1–16')),
+            field(t('Backoff base (ms)'), backoffBase), field(t('Backoff max (ms)'), backoffMax)),
           h('div', {class: 'row'},
-            field('Safety', safety, 'Whether running the command twice is harmless.'),
+            field(t('Safety'), safety, t('Whether running the command twice is harmless.')),
             h('div', {class: 'field check'}, onLost,
               h('label',
-                { for: onLost.id, text: 'Retry when the attempt is lost'
+                { for: onLost.id, text: t('Retry when the attempt is lost')
                 }))),
           ),
-      h('fieldset', {}, h('legend', {text: 'Approval'}),
+      h('fieldset', {}, h('legend', {text: t('Approval')}),
         h('div', {class: 'field check'}, needsApproval,
           h('label',
             { for: needsApproval.id,
-              text: 'Manual runs need approval (cron occurrences run as usual)'
+              text: t('Manual runs need approval (cron occurrences run as usual)')
             })),
         approvalFields),
-      field('Labels', labels, 'One key=value per line.'),
+      field(t('Labels'), labels, t('One key=value per line.')),
       h('div', {class: 'field check'}, enabled,
         h('label',
-          { for: enabled.id, text: 'Enabled (runs may start)'
+          { for: enabled.id, text: t('Enabled (runs may start)')
           })),
       editing && !task.retry ?
           notice(
-              'This revision is disabled and kept no retry policy: check the retries above before enabling it.',
+              t('This revision is disabled and kept no retry policy: check the retries above before enabling it.'),
               'warn') :
           null,
       h('div', {class: 'actions'}, submit, h('a', {
           class: 'btn subtle',
           href: editing ? href(`/tasks/${task.id}`) : href('/tasks'),
-          text: 'Cancel'
+          text: t('Cancel')
         })),
   );
   onSubmit(form, errors, async () => {
@@ -518,7 +640,7 @@ async function renderForm(ctx, task) {
         };
     // A ref names a secret of the task's own project: the one the server resolves `?project=`
     // to, asked only when the form names a secret (as `ql task add --secret-env` does).
-    const projectId = editing ? task.project_id :
+    const projectId = editing  ? task.project_id :
         secretEnv.value.trim() ? (await get('/api/v1/status')).project.id :
                                  '';
     const body = {
@@ -533,7 +655,7 @@ async function renderForm(ctx, task) {
     // A number field reads as '' when what was typed is not a number: refuse rather than
     // publish "unlimited". Out-of-range and fractional values go to the server, which names them.
     if (concurrency.validity.badInput)
-      throw Object.assign(new Error('concurrency is not a number'), {code: 'form'});
+      throw Object.assign(new Error(t('concurrency is not a number')), {code: 'form'});
     if (concurrency.value !== '') body.concurrency = Number(concurrency.value);
     if (enabled.checked) {
       body.retry = {
@@ -560,7 +682,11 @@ async function renderForm(ctx, task) {
     ctx.navigate(`/tasks/${saved.id}`);
   });
   replace(
-      ctx.main, pageHeader(editing ? `Edit ${task.name} (revision ${task.revision})` : 'New task'),
+      ctx.main,
+      pageHeader(
+          editing ?
+              t('Edit {name} (revision {revision})', {name: task.name, revision: task.revision}) :
+              t('New task')),
       form);
   name.focus();
 }

@@ -2,14 +2,16 @@
 // form that creates one with a live preview of its next 5 fire times in its own zone.
 
 import {get, pager, post} from '../lib/api.js';
+import {cronWords} from '../lib/cron.js';
 import {debounce, h, randomId, replace} from '../lib/dom.js';
 import {offsetOf, shortId, timeEl, timeText, viewerZone} from '../lib/format.js';
+import {t, tParts} from '../lib/i18n.js';
 import {taskNames} from '../lib/lookup.js';
 import {session} from '../lib/session.js';
 import {actionButton, actionLink, badge, errorBox, facts, field, href, link, notice, onSubmit, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
 
 export const nav = {
-  label: 'Triggers',
+  label: t('Triggers'),
   path: '/triggers'
 };
 export const routes = [
@@ -18,21 +20,19 @@ export const routes = [
   {pattern: '/triggers/:id', render: renderTrigger},
 ];
 
-export const DST_RULE =
-    'Daylight saving: a wall time skipped when clocks spring forward fires once, at the first instant after the gap; ' +
-    'a wall time that occurs twice when clocks fall back fires once, at its first occurrence — unless the hour field is *, ' +
-    'then both passes fire.';
+export const DST_RULE = t(
+    'Daylight saving: a wall time skipped when clocks spring forward fires once, at the first instant after the gap; a wall time that occurs twice when clocks fall back fires once, at its first occurrence — unless the hour field is *, then both passes fire.');
 
 const MISFIRE = [
-  ['skip', 'skip — an occurrence later than the grace is skipped'],
-  ['fire_once', 'fire_once — the oldest missed occurrence runs once'],
+  ['skip', t('skip — an occurrence later than the grace is skipped')],
+  ['fire_once', t('fire_once — the oldest missed occurrence runs once')],
 ];
 
 // What admission does with an occurrence while an earlier run of the same trigger is unfinished.
 export const OVERLAP = [
-  ['allow', 'every occurrence starts its own run, even while earlier ones go on'],
-  ['forbid', 'the occurrence is not run: it is recorded as a skipped run (reason overlap)'],
-  ['replace', 'the unfinished runs are cancelled (reason replaced), then the occurrence runs'],
+  ['allow', t('every occurrence starts its own run, even while earlier ones go on')],
+  ['forbid', t('the occurrence is not run: it is recorded as a skipped run (reason overlap)')],
+  ['replace', t('the unfinished runs are cancelled (reason replaced), then the occurrence runs')],
 ];
 
 // Returns a trigger's overlap policy in words.
@@ -43,15 +43,15 @@ export function overlapText(policy) {
 }
 
 // Returns the buttons that change a trigger, for the caller's role.
-function triggerActions(t, errors, onChange) {
+function triggerActions(trigger, errors, onChange) {
   const change = (verb) => async () => {
-    await post(`/api/v1/triggers/${t.id}/${verb}`);
+    await post(`/api/v1/triggers/${trigger.id}/${verb}`);
     onChange();
   };
   return [
-    t.enabled ? actionButton('Disable', 'operator', change('disable'), {errors}) :
-                actionButton('Enable', 'operator', change('enable'), {errors}),
-    t.pin_stale ? actionButton('Repin', 'admin', change('repin'), {errors}) : null,
+    trigger.enabled ? actionButton(t('Disable'), 'operator', change('disable'), {errors}) :
+                      actionButton(t('Enable'), 'operator', change('enable'), {errors}),
+    trigger.pin_stale ? actionButton(t('Repin'), 'admin', change('repin'), {errors}) : null,
   ];
 }
 
@@ -60,34 +60,39 @@ export function triggerTable(rows, {errors, onChange, names = new Map(), showTas
   return table(
       [
         {
-          label: 'Schedule',
-          cell: (t) => link(t.expression, `/triggers/${t.id}`, {}, {class: 'mono trigger-link'})
+          label: t('Schedule'),
+          cell: (row) =>
+              [link(row.expression, `/triggers/${row.id}`, {}, {class: 'mono trigger-link'}),
+               cronWords(row.expression) ?
+                   h('div', {class: 'muted small', text: cronWords(row.expression)}) :
+                   null],
         },
-        {label: 'Zone', class: 'wide', cell: (t) => t.timezone},
+        {label: t('Zone'), class: 'wide', cell: (row) => row.timezone},
         showTask ? {
-          label: 'Task',
-          cell: (t) => link(names.get(t.task_id) || shortId(t.task_id), `/tasks/${t.task_id}`)
+          label: t('Task'),
+          cell: (row) =>
+              link(names.get(row.task_id) || shortId(row.task_id), `/tasks/${row.task_id}`)
         } :
                    null,
-        {label: 'State', cell: (t) => badge(t.state)},
-        {label: 'Next fire', cell: (t) => timeEl(t.next_fire_at, t.timezone)},
-        {label: 'Misfire', class: 'wide', cell: (t) => t.misfire},
-        {label: 'Overlap', class: 'wide', cell: (t) => t.overlap || 'allow'},
-        {label: '', class: 'row-actions', cell: (t) => triggerActions(t, errors, onChange)},
+        {label: t('State'), cell: (row) => badge(row.state)},
+        {label: t('Next fire'), cell: (row) => timeEl(row.next_fire_at, row.timezone)},
+        {label: t('Misfire'), class: 'wide', cell: (row) => row.misfire},
+        {label: t('Overlap'), class: 'wide', cell: (row) => row.overlap || 'allow'},
+        {label: '', class: 'row-actions', cell: (row) => triggerActions(row, errors, onChange)},
       ].filter(Boolean),
       rows,
-      'No trigger.',
+      t('No trigger.'),
   );
 }
 
 async function renderList(ctx) {
-  ctx.title('Triggers');
+  ctx.title(t('Triggers'));
   const errors = errorBox();
   const task = ctx.query.task || '';
   const p = pager('/api/v1/triggers', {task_id: task}, 50);
   const names = new Map();
   const tbl = triggerTable(
-      [], {errors, onChange: () => ctx.navigate('/triggers', {task, t: Date.now()}), names});
+      null, {errors, onChange: () => ctx.navigate('/triggers', {task, t: Date.now()}), names});
   const pagerEl = pagedTable(
       tbl, {
         get done() {
@@ -95,7 +100,7 @@ async function renderList(ctx) {
         },
         async next(signal) {
           const items = await p.next(signal);
-          for (const [k, v] of await taskNames(items.map((t) => t.task_id), signal))
+          for (const [k, v] of await taskNames(items.map((row) => row.task_id), signal))
             names.set(k, v);
           return items;
         },
@@ -103,9 +108,10 @@ async function renderList(ctx) {
       {errors, signal: ctx.signal});
   replace(
       ctx.main,
-      pageHeader('Triggers', actionLink('New trigger', 'admin', href('/triggers/new', {task}))),
+      pageHeader(
+          t('Triggers'), actionLink(t('New trigger'), 'admin', href('/triggers/new', {task}))),
       errors,
-      task ? notice(`Only the triggers of task ${shortId(task)}.`) : null,
+      task ? notice(t('Only the triggers of task {id}.', {id: shortId(task)})) : null,
       tbl,
       pagerEl,
   );
@@ -114,7 +120,7 @@ async function renderList(ctx) {
 
 // Returns a list of fire times: the trigger zone's wall time (from the server) and the viewer's.
 function fireList(times, zone) {
-  if (!times.length) return h('p', {class: 'muted', text: 'No fire time.'});
+  if (!times.length) return h('p', {class: 'muted', text: t('No fire time.')});
   let lastOffset = null;
   return h(
       'ol',
@@ -128,7 +134,9 @@ function fireList(times, zone) {
             {},
             h('span', {class: 'mono local'}, f.local.replace('T', ' ')),
             h('span', {class: 'zone', text: ` ${zone}`}),
-            changed ? h('span', {class: 'badge warn', text: `UTC offset now ${offset}`}) : null,
+            changed ?
+                h('span', {class: 'badge warn', text: t('UTC offset now {offset}', {offset})}) :
+                null,
             zone !== viewerZone ? h('span', {class: 'viewer muted', text: ` = ${timeText(f.at)}`}) :
                                   null,
         );
@@ -139,87 +147,94 @@ function fireList(times, zone) {
 async function renderTrigger(ctx) {
   const id = ctx.params.id;
   const errors = errorBox();
-  const [t, next] = await Promise.all([
+  const [trig, next] = await Promise.all([
     get(`/api/v1/triggers/${id}`, {}, ctx.signal),
     get(`/api/v1/triggers/${id}/next`, {count: 5}, ctx.signal)
   ]);
-  const names = await taskNames([t.task_id], ctx.signal);
-  ctx.title(`Trigger ${t.expression}`);
+  const names = await taskNames([trig.task_id], ctx.signal);
+  ctx.title(t('Trigger {expression}', {expression: trig.expression}));
   const reload = () => ctx.navigate(`/triggers/${id}`, {t: Date.now()});
   replace(
       ctx.main,
       pageHeader(
-          `Trigger ${t.expression}`,
-          triggerActions(t, errors, reload),
+          t('Trigger {expression}', {expression: trig.expression}),
+          triggerActions(trig, errors, reload),
           actionLink(
-              'Change schedule…', 'admin', href('/triggers/new', {task: t.task_id, replace: t.id})),
+              t('Change schedule…'), 'admin',
+              href('/triggers/new', {task: trig.task_id, replace: trig.id})),
           ),
       errors,
       section(
           null,
           facts(
               [
-                ['Task', link(names.get(t.task_id), `/tasks/${t.task_id}`)],
-                ['Expression', h('code', {text: t.expression})],
-                ['Time zone', t.timezone],
-                ['State', badge(t.state)],
-                ['Misfire', t.misfire],
+                [t('Task'), link(names.get(trig.task_id), `/tasks/${trig.task_id}`)],
+                [t('Expression'), h('code', {text: trig.expression})],
+                cronWords(trig.expression) ? [t('Schedule'), cronWords(trig.expression)] : null,
+                [t('Time zone'), trig.timezone],
+                [t('State'), badge(trig.state)],
+                [t('Misfire'), trig.misfire],
                 [
-                  'Overlap', h('span', {id: 'trigger-overlap-policy', text: overlapText(t.overlap)})
+                  t('Overlap'),
+                  h('span', {id: 'trigger-overlap-policy', text: overlapText(trig.overlap)})
                 ],
                 [
-                  'Jitter',
-                  h('span', {
+                  t('Jitter'), h('span', {
                     id: 'trigger-jitter',
-                    text: t.jitter_ms ?
-                        `each run starts up to ${t.jitter_ms / 1000} s after its occurrence` :
-                        'none'
+                    text: trig.jitter_ms ? t('each run starts up to {n} s after its occurrence',
+                                             {n: trig.jitter_ms / 1000}) :
+                                           t('none')
                   })
                 ],
                 [
-                  'Pinned to',
-                  `task revision ${t.task_revision}${
-                      t.pin_stale ? ' (stale: the task changed since)' : ''}`
+                  t('Pinned to'),
+                  t('task revision {revision}', {revision: trig.task_revision}) +
+                      (trig.pin_stale ? t(' (stale: the task changed since)') : '')
                 ],
-                ['Last scheduled', timeEl(t.last_scheduled_at, t.timezone)],
+                [t('Last scheduled'), timeEl(trig.last_scheduled_at, trig.timezone)],
                 [
-                  'Revision',
-                  h('span', {}, `${t.revision}, published `, timeEl(t.revision_created_at))
+                  t('Revision'), h('span', {}, tParts('{revision}, published {at}', {
+                                     revision: String(trig.revision),
+                                     at: timeEl(trig.revision_created_at)
+                                   }))
                 ],
-                ['Id', h('code', {text: t.id})],
+                [t('Id'), h('code', {text: trig.id})],
               ],
               2),
           ),
       section(
-          'Next 5 occurrences',
+          t('Next 5 occurrences'),
           next.admitting ?
               null :
               notice(
-                  'This trigger is not active: these times are computed, but nothing will run.',
+                  t('This trigger is not active: these times are computed, but nothing will run.'),
                   'warn'),
-          fireList(next.fire_times || [], t.timezone),
+          fireList(next.fire_times || [], trig.timezone),
           h('p', {class: 'muted small', text: DST_RULE}),
           ),
-      section('Runs', link('Runs of this trigger', '/runs', {trigger: t.id})),
+      section(t('Runs'), link(t('Runs of this trigger'), '/runs', {trigger: trig.id})),
   );
 }
 
 async function renderForm(ctx) {
   if (!session.can('admin')) {
     replace(
-        ctx.main, pageHeader('New trigger'),
+        ctx.main, pageHeader(t('New trigger')),
         notice(
-            `Publishing triggers needs the admin role; yours here is ${session.role()}.`, 'warn'));
+            t('Publishing triggers needs the admin role; yours here is {role}.',
+              {role: t(session.role())}),
+            'warn'));
     return;
   }
   const replacing =
       ctx.query.replace ? await get(`/api/v1/triggers/${ctx.query.replace}`, {}, ctx.signal) : null;
-  ctx.title(replacing ? 'Change schedule' : 'New trigger');
+  ctx.title(replacing ? t('Change schedule') : t('New trigger'));
   const errors = errorBox();
   const tasks = (await get('/api/v1/tasks', {limit: 500}, ctx.signal)).items || [];
   const chosen = ctx.query.task || replacing?.task_id || tasks[0]?.id || '';
   const taskSelect = select(
-      tasks.map((t) => [t.id, t.enabled ? t.name : `${t.name} (disabled)`]),
+      tasks.map(
+          (row) => [row.id, row.enabled ? row.name : t('{name} (disabled)', {name: row.name})]),
       chosen,
       {id: 'trigger-task', required: true, disabled: !!replacing},
   );
@@ -230,7 +245,7 @@ async function renderForm(ctx) {
     spellcheck: 'false',
     autocomplete: 'off',
     value: replacing?.expression || '',
-    placeholder: '*/5 * * * * *  or  30 2 * * *'
+    placeholder: t('*/5 * * * * *  or  30 2 * * *')
   });
   const zones =
       h('datalist', {id: 'zones'},
@@ -257,8 +272,8 @@ async function renderForm(ctx) {
   overlap.addEventListener('change', markOverlap);
   markOverlap();
   const overlapField = field(
-      'Overlap policy', overlap,
-      'When an occurrence comes due while an earlier run of this trigger is unfinished:');
+      t('Overlap policy'), overlap,
+      t('When an occurrence comes due while an earlier run of this trigger is unfinished:'));
   overlapField.append(overlapChoices);
   overlap.setAttribute(
       'aria-describedby', `${overlap.getAttribute('aria-describedby')} ${overlapChoices.id}`);
@@ -274,7 +289,7 @@ async function renderForm(ctx) {
   const enabled = h('input', {type: 'checkbox', id: 'trigger-enabled', checked: true});
   const preview =
       h('div', {id: 'preview', class: 'preview', 'aria-live': 'polite'},
-        h('p', {class: 'muted', text: 'Type an expression to see its next 5 fire times.'}));
+        h('p', {class: 'muted', text: t('Type an expression to see its next 5 fire times.')}));
 
   let seq = 0;
   const refreshPreview = async () => {
@@ -282,7 +297,7 @@ async function renderForm(ctx) {
     if (!expression.value.trim()) {
       replace(
           preview,
-          h('p', {class: 'muted', text: 'Type an expression to see its next 5 fire times.'}));
+          h('p', {class: 'muted', text: t('Type an expression to see its next 5 fire times.')}));
       return;
     }
     try {
@@ -290,10 +305,12 @@ async function renderForm(ctx) {
           '/api/v1/cron/next',
           {expression: expression.value.trim(), timezone: zone.value.trim(), count: 5}, ctx.signal);
       if (mine !== seq) return;
+      const words = cronWords(expression.value.trim());
       replace(
-          preview,
-          h('p',
-            {class: 'small', text: `Next 5 fire times in ${out.timezone} (your time after "=")`}),
+          preview, words ? h('p', {id: 'preview-words', text: words}) : null, h('p', {
+            class: 'small',
+            text: t('Next 5 fire times in {zone} (your time after "=")', {zone: out.timezone})
+          }),
           fireList(out.fire_times || [], out.timezone));
     } catch (err) {
       if (mine !== seq || err.name === 'AbortError') return;
@@ -313,7 +330,7 @@ async function renderForm(ctx) {
     type: 'submit',
     class: 'btn primary',
     id: 'trigger-save',
-    text: replacing ? 'Save new revision' : 'Create trigger'
+    text: replacing ? t('Save new revision') : t('Create trigger')
   });
   const mutationId = randomId();
   const form = h(
@@ -324,37 +341,37 @@ async function renderForm(ctx) {
           {class: 'split-main'},
           replacing ?
               notice(
-                  'Saving publishes the next revision of this trigger (same id, same task pin, enabled as it is); its schedule follows the new expression from the moment you save.',
+                  t('Saving publishes the next revision of this trigger (same id, same task pin, enabled as it is); its schedule follows the new expression from the moment you save.'),
                   'info') :
               null,
           errors,
-          field('Task', taskSelect),
+          field(t('Task'), taskSelect),
           field(
-              'Cron expression', expression,
-              'Five fields (minute hour day-of-month month day-of-week) or six with seconds first. Lists, ranges, steps, JAN–DEC, SUN–SAT; no @macros.'),
+              t('Cron expression'), expression,
+              t('Five fields (minute hour day-of-month month day-of-week) or six with seconds first. Lists, ranges, steps, JAN–DEC, SUN–SAT; no @macros.')),
           field(
-              'Time zone', zone,
-              'An IANA name, e.g. Asia/Shanghai. The schedule follows wall-clock time there.'),
+              t('Time zone'), zone,
+              t('An IANA name, e.g. Asia/Shanghai. The schedule follows wall-clock time there.')),
           zones,
           field(
-              'Misfire policy', misfire,
-              'What happens to an occurrence the scheduler sees late (after a stop).'),
+              t('Misfire policy'), misfire,
+              t('What happens to an occurrence the scheduler sees late (after a stop).')),
           overlapField,
           field(
-              'Jitter (seconds)', jitter,
-              'Spread the runs: each occurrence is admitted on time, but its run starts up to this many seconds later, by an offset fixed per trigger and occurrence. 0 for none, at most 3600.'),
+              t('Jitter (seconds)'), jitter,
+              t('Spread the runs: each occurrence is admitted on time, but its run starts up to this many seconds later, by an offset fixed per trigger and occurrence. 0 for none, at most 3600.')),
           replacing ? null :
                       h('div', {class: 'field check'}, enabled,
                         h('label',
-                          { for: enabled.id, text: 'Enabled'
+                          { for: enabled.id, text: t('Enabled')
                           })),
           h('div', {class: 'actions'}, submit, h('a', {
               class: 'btn subtle',
               href: replacing ? href(`/triggers/${replacing.id}`) : href('/triggers'),
-              text: 'Cancel'
+              text: t('Cancel')
             })),
           ),
-      h('aside', {class: 'split-side', 'aria-label': 'Preview'}, h('h2', {text: 'Preview'}),
+      h('aside', {class: 'split-side', 'aria-label': t('Preview')}, h('h2', {text: t('Preview')}),
         preview, h('p', {class: 'muted small', text: DST_RULE})),
   );
   onSubmit(form, errors, async () => {
@@ -384,8 +401,11 @@ async function renderForm(ctx) {
   });
   replace(
       ctx.main,
-      pageHeader(replacing ? `Change schedule of ${replacing.expression}` : 'New trigger'), form);
-  if (!tasks.length) form.prepend(notice('Create a task first: a trigger runs a task.', 'warn'));
+      pageHeader(
+          replacing ? t('Change schedule of {expression}', {expression: replacing.expression}) :
+                      t('New trigger')),
+      form);
+  if (!tasks.length) form.prepend(notice(t('Create a task first: a trigger runs a task.'), 'warn'));
   if (expression.value) refreshPreview();
   expression.focus();
 }
