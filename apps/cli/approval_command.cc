@@ -51,8 +51,12 @@ std::string ShowText(const json& a) {
   std::string out;
   out += "approval   " + JsonText(a, "id") + "\n";
   out += "status     " + JsonText(a, "status") + "\n";
-  out += "action     " + JsonText(a, "action") + " of task " + NameOr(a, "task_name", "task_id") +
-         " revision " + JsonText(a, "task_revision") + "\n";
+  // Once approved, `action` is the approved action (an object naming what it is).
+  const std::string action = a.value("action", nlohmann::json()).is_object()
+                                 ? JsonText(a["action"], "action")
+                                 : JsonText(a, "action");
+  out += "action     " + action + " of task " + NameOr(a, "task_name", "task_id") + " revision " +
+         JsonText(a, "task_revision") + "\n";
   out += "payload    " + JsonText(a, "payload_digest") + "\n";
   out += "requester  " + NameOr(a, "requester_name", "requester_id") + " (binding version " +
          JsonText(a, "requester_binding_version") + ")\n";

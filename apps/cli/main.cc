@@ -4,13 +4,14 @@
 #include <iostream>
 #include <string>
 
-#include "client.h"
-#include "cron_command.h"
 #include "approval_command.h"
+#include "client.h"
+#include "completion_command.h"
+#include "cron_command.h"
 #include "governance_command.h"
 #include "ql_version.h"
-#include "secret_command.h"
 #include "run_command.h"
+#include "secret_command.h"
 #include "status_command.h"
 #include "task_command.h"
 #include "trigger_command.h"
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   ql::cli::RegisterGovernanceCommands(app);
   ql::cli::RegisterApprovalCommands(app);
   ql::cli::RegisterSecretCommands(app);
+  ql::cli::RegisterCompletionCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -352,6 +352,7 @@ Result<CompleteAnswer> ControlClient::Complete(const LeaseRef& lease,
   body["message"] = message;
   if (!completion.error_code.empty()) body["error_code"] = completion.error_code;
   if (!completion.confinement.empty()) body["confinement"] = completion.confinement;
+  if (completion.descendants_ended > 0) body["descendants_ended"] = completion.descendants_ended;
   body["log_truncated"] = completion.log_truncated;
   if (completion.pid) body["pid"] = *completion.pid;
   QL_ASSIGN_OR_RETURN(json answer, Post(path, body));

@@ -145,6 +145,8 @@ struct Completion {
   std::string error_code;
   // How the command was confined, in one line (empty when it never started).
   std::string confinement;
+  // Processes the command left running at its end, ended with its run.
+  int64_t descendants_ended = 0;
   bool log_truncated = false;
   // The command's pid when it ended before its start was reported (the control plane records
   // the start first); empty once `running` was reported.

@@ -84,6 +84,7 @@ Completion ToCompletion(const AttemptOutcome& outcome) {
   }
   c.message = outcome.message;
   c.confinement = outcome.confinement;
+  c.descendants_ended = outcome.descendants_ended;
   c.error_code = outcome.kind == AttemptOutcome::Kind::kExited ||
                          outcome.kind == AttemptOutcome::Kind::kSignaled
                      ? outcome.limit_error_code

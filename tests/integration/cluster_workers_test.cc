@@ -215,11 +215,14 @@ TEST_F(ClusterWorkersTest, TwoReplicasAndTwoWorkersRunScheduledAndManualRunsToTh
   std::unique_ptr<ChildProcess> w1 = StartWorker("w1", a);
   std::unique_ptr<ChildProcess> w2 = StartWorker("w2", b);
 
-  const std::string hello = Task(a, "hello", "echo hello from $QL_RUN_ID");
+  // The command is told its run's context by the control plane, through the offer.
+  const std::string hello =
+      Task(a, "hello", "echo hello from $QL_RUN_ID as $QL_TASK_NAME in $TZ $LANG");
   ASSERT_FALSE(hello.empty());
-  json trigger = Api(a, "POST", "/api/v1/triggers",
-                     {{"task_id", hello}, {"expression", "* * * * * *"}, {"timezone", "UTC"}});
-  const std::string fail = Task(a, "fail", "echo oops; exit 3");
+  json trigger =
+      Api(a, "POST", "/api/v1/triggers",
+          {{"task_id", hello}, {"expression", "* * * * * *"}, {"timezone", "Asia/Shanghai"}});
+  const std::string fail = Task(a, "fail", "echo oops $TZ $QL_PROJECT; exit 3");
   const std::string slow = Task(a, "slow", "sleep 30", {{"timeoutMs", 1500}});
   const std::string endless = Task(a, "endless", "sleep 60");
 
@@ -253,9 +256,9 @@ TEST_F(ClusterWorkersTest, TwoReplicasAndTwoWorkersRunScheduledAndManualRunsToTh
   while (!one->empty() && (one->back() == '\n' || one->back() == ' ')) one->pop_back();
   CommandResult log = Ql(a, {"run", "log", *one});
   EXPECT_EQ(log.exit_code, 0) << log.err;
-  EXPECT_EQ(log.out, "hello from " + *one + "\n");
+  EXPECT_EQ(log.out, "hello from " + *one + " as hello in Asia/Shanghai C.UTF-8\n");
   CommandResult failed_log = Ql(b, {"run", "log", failed_run});
-  EXPECT_EQ(failed_log.out, "oops\n");
+  EXPECT_EQ(failed_log.out, "oops UTC default\n");
 
   // Both workers took part, every run had one attempt, and no lease is left granted.
   EXPECT_EQ(Count("SELECT count(DISTINCT s.credential_id) FROM ql3.run_dispatch_leases l JOIN "

@@ -85,12 +85,15 @@ TEST_F(LocalApprovalTest, AnOperatorAsksAnAdminApprovesAndExactlyOneRunSucceeds)
   ASSERT_EQ(task.exit_code, 0) << task.err;
   const std::string task_id = LastLine(task.out);
 
+  // No run yet: exit 13, nothing on stdout, the request on stderr.
   CommandResult start = As(ops, {"run", "start", task_id});
-  ASSERT_EQ(start.exit_code, 0) << start.err;
-  const std::string prefix = "approval required: ";
-  ASSERT_EQ(start.out.rfind(prefix, 0), 0u) << start.out;
-  const std::string approval_id = LastLine(start.out.substr(prefix.size()));
-  ASSERT_FALSE(approval_id.empty());
+  ASSERT_EQ(start.exit_code, 13) << start.err;
+  EXPECT_EQ(start.out, "");
+  const std::string prefix = "approval required: request ";
+  const size_t at = start.err.find(prefix);
+  ASSERT_NE(at, std::string::npos) << start.err;
+  const std::string approval_id = start.err.substr(at + prefix.size(), 36);
+  ASSERT_EQ(approval_id.size(), 36u) << start.err;
 
   CommandResult own = As(ops, {"approval", "approve", approval_id});
   EXPECT_EQ(own.exit_code, 1);
@@ -134,7 +137,10 @@ TEST_F(LocalApprovalTest, AnOperatorAsksAnAdminApprovesAndExactlyOneRunSucceeds)
   EXPECT_NE(shown.out.find("receipt    " + receipt["id"].get<std::string>()), std::string::npos)
       << shown.out;
   EXPECT_NE(shown.out.find("  run      " + run_id), std::string::npos) << shown.out;
-  EXPECT_NE(shown.out.find("decision   approved by " + IdOf("amy")), std::string::npos)
+  // People by name, the task by name, the action by what it is.
+  EXPECT_NE(shown.out.find("decision   approved by amy at "), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("requester  ops "), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("action     run.create of task deploy revision 1"), std::string::npos)
       << shown.out;
 
   CommandResult audit = daemon_->Ql({"audit", "list", "--limit", "200", "--json"});

@@ -205,6 +205,20 @@ TEST_F(LocalDaemonTest, AChildStartedWithSetsidDoesNotOutliveItsRun) {
   const std::string finished_run = Trim(start.out);
   EXPECT_EQ(WaitForStatus(finished_run, {"succeeded", "failed"}), "succeeded");
   EXPECT_EQ(RunCommand({"/usr/bin/pgrep", "-f", finishes_sleep}).out, "");
+  // The run's events say so, before the attempt's end.
+  std::vector<std::string> types;
+  json ended;
+  const json finished = Run(finished_run);
+  for (const json& e : finished["events"]) {
+    types.push_back(e["type"]);
+    if (e["type"] == "attempt.descendants_ended") ended = e["payload"];
+  }
+  ASSERT_TRUE(ended.is_object()) << json(types).dump();
+  EXPECT_GE(ended.value("processes", 0), 1) << json(types).dump();
+  auto at = [&](const std::string& type) {
+    return std::find(types.begin(), types.end(), type) - types.begin();
+  };
+  EXPECT_LT(at("attempt.descendants_ended"), at("attempt.succeeded")) << json(types).dump();
 
   auto [cancelled, cancelled_sleep] = escaping("cancelled-one", "sleep 30");
   start = daemon_->Ql({"run", "start", cancelled});
@@ -273,6 +287,16 @@ TEST_F(LocalDaemonTest, SigtermStopsWithinTheBoundAndTheNextStartAdoptsTheComman
   ASSERT_TRUE(daemon_->Start()) << daemon_->log();
   EXPECT_EQ(WaitForStatus(run_id, {"succeeded", "failed", "lost"}), "succeeded") << daemon_->log();
   EXPECT_NE(daemon_->Ql({"run", "log", run_id}).out.find("survived"), std::string::npos);
+  // The adoption is on the run's record.
+  int adopted = 0;
+  const json run = Run(run_id);
+  for (const json& e : run["events"]) {
+    if (e["type"] != "attempt.adopted") continue;
+    ++adopted;
+    EXPECT_EQ(e["payload"]["running"], true) << e.dump();
+    EXPECT_GT(e["payload"].value("pid", 0), 0) << e.dump();
+  }
+  EXPECT_EQ(adopted, 1) << run["events"].dump();
 }
 
 TEST_F(LocalDaemonTest, CommandWithoutWorkingDirectoryRunsInItsTasksPrivateDirectory) {
@@ -554,7 +578,9 @@ TEST_F(LocalDaemonTest, EditingATaskByNameKeepsItsTriggerFiringWithoutAMissedOcc
         daemon_->Ql({"task", "edit", "tick", "--shell", "echo v" + std::to_string(version)});
     ASSERT_EQ(edit.exit_code, 0) << edit.err;
     EXPECT_EQ(Trim(edit.out), std::to_string(version));
-    EXPECT_EQ(edit.err, "");  // nothing went stale
+    EXPECT_EQ(edit.err.find("pin an older revision"), std::string::npos)
+        << edit.err;                                                       // nothing went stale
+    EXPECT_NE(edit.err.find("command: "), std::string::npos) << edit.err;  // what changed
     std::this_thread::sleep_for(milliseconds(700));
   }
   ASSERT_TRUE(WaitFor(

@@ -167,6 +167,10 @@ inline constexpr std::string_view kEventRunDispatching = "run.dispatching";
 inline constexpr std::string_view kEventAttemptLateCallbackIgnored =
     "attempt.late_callback_ignored";
 inline constexpr std::string_view kEventLogTruncated = "attempt.log_truncated";
+// Processes a command left running at its end were ended with its run ({"processes": N}).
+inline constexpr std::string_view kEventDescendantsEnded = "attempt.descendants_ended";
+// A restarted daemon took an attempt back from its supervisor ({"pid", "running"}).
+inline constexpr std::string_view kEventAdopted = "attempt.adopted";
 // A remote worker was granted a lease on the attempt (payload: offer, session, generation).
 inline constexpr std::string_view kEventAttemptLeased = "attempt.leased";
 // A run that required recovery was resolved (payload: resolution, reason, resolved_by, and the

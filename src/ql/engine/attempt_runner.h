@@ -59,6 +59,8 @@ struct AttemptOutcome {
   std::string limit_error_code;
   // How the command was confined, in one line; empty when the runner does not say.
   std::string confinement;
+  // Processes the command left running at its end that were ended with its run.
+  int64_t descendants_ended = 0;
 };
 
 // One running (or finished) attempt.

@@ -227,10 +227,16 @@ Status RunSettlement::FinishFrom(RunRecord run, std::vector<AttemptRecord> attem
   if (outcome.kind == AttemptOutcome::Kind::kSignaled) payload["signal"] = outcome.signal;
   // How the command was confined: `ql run show` prints it with the attempt's end.
   if (!outcome.confinement.empty()) payload["confinement"] = outcome.confinement;
-  t.events = {
-      Event(AttemptEventType(m.attempt_to), actor_, attempt_id, payload),
+  t.events.clear();
+  if (outcome.descendants_ended > 0) {
+    // What the command left behind was ended with it: said before the attempt's end.
+    t.events.push_back(Event(std::string(kEventDescendantsEnded), actor_, attempt_id,
+                             {{"processes", outcome.descendants_ended}}));
+  }
+  t.events.push_back(Event(AttemptEventType(m.attempt_to), actor_, attempt_id, payload));
+  t.events.push_back(
       Event(RunEventType(run_to), "dispatcher", attempt_id,
-            retry ? nlohmann::json{{"retry_at_ms", *t.retry_at_ms}} : nlohmann::json::object())};
+            retry ? nlohmann::json{{"retry_at_ms", *t.retry_at_ms}} : nlohmann::json::object()));
   t.now_ms = now;
   if (lease != nullptr) t.lease = *lease;
   steps.push_back(std::move(t));

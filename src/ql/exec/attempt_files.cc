@@ -228,6 +228,7 @@ std::string EncodeResult(const ResultRecord& r) {
          {"message", o.message},
          {"error_code", o.error_code},
          {"confinement", o.confinement},
+         {"descendants_ended", o.descendants_ended},
          {"supervisor", IdentityJson(r.supervisor)},
          {"boot_id", r.boot_id}};
   return DumpLenient(j);
@@ -384,6 +385,8 @@ Result<ResultRecord> DecodeResult(std::string_view text, std::string_view what) 
   if (j.contains("confinement")) {
     QL_ASSIGN_OR_RETURN(o.confinement, f.String("confinement"));
   }
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> ended, f.OptionalInt("descendants_ended"));
+  o.descendants_ended = ended.value_or(0);
   QL_ASSIGN_OR_RETURN(r.supervisor, f.Identity("supervisor"));
   QL_ASSIGN_OR_RETURN(r.boot_id, f.String("boot_id"));
   return r;

@@ -1,12 +1,13 @@
 #include "ql/exec/confinement.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
 #include <net/if.h>
 #include <sched.h>
-#include <spawn.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -20,9 +21,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -61,6 +62,25 @@ std::string ReadSmallFile(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The processes of this PID namespace (its own /proc) other than its init, zombies left out.
+int LiveProcessesBesidesInit() {
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return 0;
+  int count = 0;
+  while (const dirent* entry = readdir(dir)) {
+    const char* name = entry->d_name;
+    if (name[0] < '1' || name[0] > '9' || std::strcmp(name, "1") == 0) continue;
+    if (std::strspn(name, "0123456789") != std::strlen(name)) continue;
+    // /proc/N/stat: "N (comm) S ..."; the state follows the last ')'.
+    const std::string stat = ReadSmallFile(std::string("/proc/") + name + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') continue;
+    ++count;
+  }
+  closedir(dir);
+  return count;
 }
 
 // Returns the value after `key ` on a line of a "key value" file (cgroup event files), or 0.
@@ -543,12 +563,13 @@ void CloseAllBut(std::vector<int> keep) {
   close(ctx.output_fd);
   Report(ctx.report_fd, "X");
   // The init of the namespace: reaps every orphan; when the command ends, it ends, and the
-  // kernel ends whatever the command left behind.
+  // kernel ends whatever the command left behind (how many is reported with the status).
   while (true) {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, 0);
     if (pid == command) {
-      Report(ctx.report_fd, "S " + std::to_string(status));
+      Report(ctx.report_fd,
+             "S " + std::to_string(status) + " " + std::to_string(LiveProcessesBesidesInit()));
       _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     }
     if (pid < 0 && errno != EINTR) _exit(127);

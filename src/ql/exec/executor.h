@@ -93,6 +93,9 @@ struct Outcome {
   std::string error_code;
   // How the command was confined (DescribeConfinement), empty when it never started.
   std::string confinement;
+  // Processes the command left behind when its run ended (started outside its process group,
+  // e.g. with setsid), ended by the supervisor.
+  int64_t descendants_ended = 0;
 
   bool operator==(const Outcome&) const = default;
 };

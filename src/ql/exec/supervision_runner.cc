@@ -43,6 +43,7 @@ class SupervisionHandle final : public AttemptHandle {
     AttemptOutcome out;
     out.message = o.message;
     out.confinement = o.confinement;
+    out.descendants_ended = o.descendants_ended;
     out.log_truncated = o.log_truncated;
     out.log_bytes = o.log_bytes_written;
     switch (o.kind) {

@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "ql/core/clock.h"
 #include "ql/exec/attempt_files.h"
@@ -464,7 +465,11 @@ void Supervisor::ReadConfinedEnd() {
     const std::string line = internal::ReadReportLine(report_fd_);
     if (line.empty()) break;
     if (line.rfind("S ", 0) != 0) continue;
+    // "S <status> <processes left>": the namespace's init ended what the command left behind.
     const int status = std::atoi(line.c_str() + 2);
+    if (const size_t space = line.find(' ', 2); space != std::string::npos) {
+      outcome_.descendants_ended += std::max(0, std::atoi(line.c_str() + space + 1));
+    }
     if (WIFEXITED(status)) {
       outcome_.exit_code = WEXITSTATUS(status);
       outcome_.signal.reset();
@@ -506,10 +511,13 @@ void Supervisor::SignalAttempt(int sig) {
 
 void Supervisor::EndDescendants() {
   const int64_t until = clock_.MonotonicMs() + kEndDescendantsMs;
+  std::set<pid_t> ended;
   while (true) {
     internal::ReapChildrenExcept(command_pid_);
     std::vector<internal::Descendant> left = internal::Descendants(getpid());
     std::erase_if(left, [](const internal::Descendant& d) { return d.state == 'Z'; });
+    for (const internal::Descendant& d : left) ended.insert(d.pid);
+    outcome_.descendants_ended = static_cast<int64_t>(ended.size());
     if (left.empty() || clock_.MonotonicMs() >= until) return;
     internal::SignalDescendants(left, getpid(), SIGKILL, /*skip_group=*/0);
     usleep(kEndDescendantsPauseMs * 1000);

@@ -187,6 +187,12 @@ Result<AttemptOutcome> ParseOutcome(const json& body) {
     }
     o.confinement = *confinement;
   }
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> ended,
+                      api::OptionalInteger(body, "descendants_ended"));
+  if (ended.has_value() && (*ended < 0 || *ended > 1'000'000)) {
+    return InvalidArgument("invalid_argument", "descendants_ended must be 0..1000000");
+  }
+  o.descendants_ended = ended.value_or(0);
   return o;
 }
 
@@ -431,11 +437,12 @@ struct WorkerApiServer::Impl {
     post("/worker/v1/leases/([^/]{1,128})/complete", "leases.complete",
          [this](const std::string& worker, const std::string& id, const json& body,
                 http::Response& res) -> Status {
-           QL_ASSIGN_OR_RETURN(LeaseCall call,
-                               ParseLeaseCall(worker, id, body,
-                                              {"session_id", "generation", "lease_token", "outcome",
-                                               "exit_code", "signal", "message", "log_truncated",
-                                               "error_code", "pid", "confinement"}));
+           QL_ASSIGN_OR_RETURN(
+               LeaseCall call,
+               ParseLeaseCall(worker, id, body,
+                              {"session_id", "generation", "lease_token", "outcome", "exit_code",
+                               "signal", "message", "log_truncated", "error_code", "pid",
+                               "confinement", "descendants_ended"}));
            QL_ASSIGN_OR_RETURN(AttemptOutcome outcome, ParseOutcome(body));
            QL_ASSIGN_OR_RETURN(std::optional<int64_t> pid, api::OptionalInteger(body, "pid"));
            QL_ASSIGN_OR_RETURN(CompleteAnswer a, service.Complete(call, outcome, pid));
