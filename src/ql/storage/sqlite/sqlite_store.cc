@@ -1,5 +1,7 @@
 #include "ql/storage/sqlite/sqlite_store.h"
 
+#include <sqlite3.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -218,6 +220,13 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& opti
   if (options.busy_timeout_ms < 0 || options.max_busy_retries < 0) {
     return InvalidArgument("invalid_sqlite_options",
                            "busy_timeout_ms and max_busy_retries must not be negative");
+  }
+  if (edge) {
+    // No up-front page-cache block per connection (SQLite allocates one of 20 pages by default):
+    // pages are allocated as they are read. Process-wide, so only before SQLite's first use; a
+    // later call is refused by SQLite and changes nothing.
+    static const int configured = sqlite3_config(SQLITE_CONFIG_PAGECACHE, nullptr, 0, 0);
+    (void)configured;
   }
   QL_ASSIGN_OR_RETURN(std::unique_ptr<Db> db,
                       Db::Open(options.path, options.busy_timeout_ms, options.max_busy_retries));
