@@ -119,8 +119,10 @@ export async function publicText(path, signal) {
 // Streams a run's log (follow=true) into `onText` until the server ends it (run finished,
 // 10 minutes passed) or `signal` aborts. Throws ApiError when the server refuses to start
 // (e.g. 503 overloaded: at most 2 streams at once).
-export async function followLog(runId, attempt, signal, onText) {
-  const res = await fetch(apiUrl(`/api/v1/runs/${runId}/log`, {follow: 'true', attempt}), {
+export async function followLog(runId, attempt, signal, onText, offset = 0) {
+  const query = {follow: 'true', attempt};
+  if (offset > 0) query.offset = offset;
+  const res = await fetch(apiUrl(`/api/v1/runs/${runId}/log`, query), {
     headers: headers(false),
     cache: 'no-store',
     credentials: session.token ? 'omit' : 'same-origin',
@@ -135,7 +137,8 @@ export async function followLog(runId, attempt, signal, onText) {
   }
 }
 
-// Reads up to `limit` log bytes from `offset`: {bytes, next, eof, exists}.
+// Reads up to `limit` log bytes from `offset`: {bytes, next, eof, exists, size} (size: the
+// log's length now, -1 when the server does not say).
 export async function readLog(runId, attempt, offset, limit, signal) {
   const res = await fetch(apiUrl(`/api/v1/runs/${runId}/log`, {attempt, offset, limit}), {
     headers: headers(false),
@@ -149,6 +152,7 @@ export async function readLog(runId, attempt, offset, limit, signal) {
     next: Number(res.headers.get('X-QL-Log-Next-Offset') || offset),
     eof: res.headers.get('X-QL-Log-Eof') === 'true',
     exists: res.headers.get('X-QL-Log-Exists') !== 'false',
+    size: Number(res.headers.get('X-QL-Log-Size') ?? -1),
   };
 }
 

@@ -48,6 +48,9 @@ function statusCell(r) {
 
 // Text kept in the log view; older output is dropped from the top.
 const LOG_KEEP_CHARS = 512 * 1024;
+// How much of the end of a log the view reads first: a long log shows its end at once, and the
+// whole of it is one download away.
+const LOG_TAIL_BYTES = 256 * 1024;
 
 // Returns a table of runs; `names` maps task ids to names.
 export function runTable(rows, names = new Map()) {
@@ -215,11 +218,11 @@ function attemptTable(attempts, empty) {
 
 // The log view: a fixed-height box (no layout shift while text arrives) that follows the end
 // unless the reader scrolled up.
-function logView(attemptSelect) {
+function logView(attemptSelect, download) {
   const pre = h('pre', {class: 'log', id: 'log', tabindex: '0', 'aria-label': t('Run log')});
   const state = h('span', {class: 'log-state', id: 'log-state', text: ''});
-  const box =
-      h('div', {class: 'log-box'}, h('div', {class: 'log-head'}, attemptSelect, state), pre);
+  const box = h('div', {class: 'log-box'},
+                h('div', {class: 'log-head'}, attemptSelect, download, state), pre);
   let text = '';
   let trimmed = false;
   let pending = '';
@@ -246,6 +249,10 @@ function logView(attemptSelect) {
     trimmed = false;
     pre.textContent = '';
   };
+  // The view starts past the log's beginning: say that earlier output is not shown.
+  box.startsLate = () => {
+    trimmed = true;
+  };
   box.state = (s) => {
     state.textContent = s;
   };
@@ -257,10 +264,34 @@ function logView(attemptSelect) {
 // the file to its end.
 async function showLog(runId, attempt, finished, view, signal) {
   view.reset();
+  // Only the end of a long log is read: from its last line start within LOG_TAIL_BYTES.
+  let offset = 0;
+  let skipToLine = false;
+  try {
+    const head = await readLog(runId, attempt, 0, 1, signal);
+    if (head.size > LOG_TAIL_BYTES) {
+      offset = head.size - LOG_TAIL_BYTES;
+      skipToLine = true;
+      view.startsLate();
+    }
+  } catch (err) {
+    if (err.name === 'AbortError') return;
+    // No attempt or no log yet: read from the start as it comes.
+  }
+  // The first chunk read from the middle of the log starts at its next whole line.
+  const add = (chunk) => {
+    if (skipToLine) {
+      const nl = chunk.indexOf('\n');
+      if (nl < 0) return;
+      chunk = chunk.slice(nl + 1);
+      skipToLine = false;
+    }
+    view.add(chunk);
+  };
   if (!finished()) {
     view.state(t('following…'));
     try {
-      await followLog(runId, attempt, signal, (chunk) => view.add(chunk));
+      await followLog(runId, attempt, signal, add, offset);
       view.state(
           finished() ? t('end of log') :
                        t('stream ended (the server closes streams after 10 minutes)'));
@@ -275,11 +306,10 @@ async function showLog(runId, attempt, finished, view, signal) {
     }
   }
   const decoder = new TextDecoder();
-  let offset = 0;
   for (;;) {
     try {
       const chunk = await readLog(runId, attempt, offset, 1 << 20, signal);
-      view.add(decoder.decode(chunk.bytes, {stream: true}));
+      add(decoder.decode(chunk.bytes, {stream: true}));
       offset = chunk.next;
       if (chunk.eof && finished()) {
         view.state(chunk.exists ? t('end of log') : t('no log'));
@@ -318,7 +348,34 @@ async function renderRun(ctx) {
       t('No event.'),
   );
   const attemptSel = h('select', {id: 'log-attempt', 'aria-label': t('Attempt')});
-  const log = logView(attemptSel);
+  // The whole log of the attempt shown, as a file: read in 1 MiB chunks into a Blob.
+  const download = h('button', {type: 'button', class: 'btn subtle', id: 'log-download',
+                                text: t('Download')});
+  download.addEventListener('click', async () => {
+    const attempt = Number(attemptSel.value);
+    if (!attempt) return;
+    download.disabled = true;
+    try {
+      const parts = [];
+      for (let offset = 0;;) {
+        const chunk = await readLog(id, attempt, offset, 1 << 20, ctx.signal);
+        parts.push(chunk.bytes);
+        if (chunk.eof || chunk.next <= offset) break;
+        offset = chunk.next;
+      }
+      const url = URL.createObjectURL(new Blob(parts, {type: 'text/plain'}));
+      const a = h('a', {href: url, download: `run-${shortId(id)}-attempt-${attempt}.log`});
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    } catch (err) {
+      if (err.name !== 'AbortError') log.state(`${err.code || ''}: ${errorText(err)}`);
+    } finally {
+      download.disabled = false;
+    }
+  });
+  const log = logView(attemptSel, download);
   const resolveBox = h('div', {id: 'resolve-box'});
   let resolution = null;      // the payload of run.recovery_resolved, once there is one
   let resolverNames = null;   // principal names, read when a person resolved the run

@@ -359,6 +359,7 @@ const texts = {
   'pid {pid}': '进程 {pid}',
   'Run log': '运行日志',
   '[earlier output not shown]': '[更早的输出未显示]',
+  'Download': '下载',
   'following…': '实时跟踪中…',
   'end of log': '日志结束',
   'stream ended (the server closes streams after 10 minutes)':
