@@ -34,9 +34,10 @@ PHONE = (390, 844)
 
 # The navigation in each language, in order (an installation owner sees every item).
 NAV = {
-    "zh-CN": ["仪表盘", "定时任务", "触发器", "运行记录", "审批", "密钥", "项目", "成员与令牌", "审计"],
-    "en": ["Dashboard", "Tasks", "Triggers", "Runs", "Approvals", "Secrets", "Projects", "People & tokens",
-           "Audit"],
+    "zh-CN": ["仪表盘", "定时任务", "触发器", "运行记录", "历史", "审批", "密钥", "项目", "成员与令牌",
+              "审计"],
+    "en": ["Dashboard", "Tasks", "Triggers", "Runs", "History", "Approvals", "Secrets", "Projects",
+           "People & tokens", "Audit"],
 }
 # Records, from before any script of the page runs, the order in which tables say "loading" or
 # "empty": the dashboard must never say there is nothing before its data came.

@@ -1036,6 +1036,25 @@ def long_log_shows_its_end(server, panel):
     check(samples[1] <= 300, f"the end of a 32 MiB log took {samples[1]:.0f} ms to show (bound 300)")
     check("[earlier output not shown]" in panel.text("#log"), "the skipped start is not marked")
     check(panel.one("#log-download").is_displayed(), "no Download button beside the log")
+    history_page(server, panel, task["id"])
+
+
+def history_page(server, panel, task_id):
+    """History: each task's recent runs as bars coloured by outcome, and what fires in the next
+    24 hours (a daily trigger added here is there)."""
+    api(server, "POST", "/api/v1/triggers",
+        {"task_id": task_id, "expression": "17 3 * * *", "timezone": "UTC"})
+    panel.go("/history?project=default")
+    wait_until(lambda: panel.css("#history-grid svg.history-bars rect"), "bars of recent runs")
+    statuses = [r.get_attribute("data-status") for r in panel.css("#history-grid rect")]
+    check("succeeded" in statuses, f"no succeeded run among the bars: {statuses}")
+    colours = {r.get_attribute("data-status"): r.get_attribute("class")
+               for r in panel.css("#history-grid rect")}
+    check(colours.get("succeeded") == "bar-ok", f"a succeeded run is not drawn as such: {colours}")
+    panel.wait_text("#history-next", "panel-long-log")
+    check("03:17" in panel.text("#history-next") or "3:17" in panel.text("#history-next"),
+          f"the daily fire is not listed: {panel.text('#history-next')!r}")
+    panel.shoot("history")
 
 
 def scenario(server, panel):

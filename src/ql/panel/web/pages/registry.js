@@ -7,6 +7,7 @@ import * as account from './account.js';
 import * as approvals from './approvals.js';
 import * as audit from './audit.js';
 import * as dashboard from './dashboard.js';
+import * as history from './history.js';
 import * as people from './people.js';
 import * as projects from './projects.js';
 import * as runs from './runs.js';
@@ -15,4 +16,4 @@ import * as tasks from './tasks.js';
 import * as triggers from './triggers.js';
 
 export const pages =
-    [dashboard, tasks, triggers, runs, approvals, secrets, projects, people, audit, account];
+    [dashboard, tasks, triggers, runs, history, approvals, secrets, projects, people, audit, account];

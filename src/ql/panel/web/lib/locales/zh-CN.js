@@ -2,6 +2,19 @@
 // meaning of the API's error codes the panel knows (the code itself always shows beside it).
 
 const texts = {
+  // History
+  'History': '历史',
+  '{n} runs': '{n} 次运行',
+  'Recent runs by task': '各任务最近的运行',
+  'Each bar is a run, oldest on the left: its height is how long it ran, its colour how it ended.':
+      '每根柱子是一次运行，最早的在左边：高度表示运行时长，颜色表示结果。',
+  'Next 24 hours': '未来 24 小时',
+  'Could not load.': '无法加载。',
+  'No run yet.': '还没有运行。',
+  'When': '时间',
+  'Trigger': '触发器',
+  'Nothing fires in the next 24 hours.': '未来 24 小时内没有定时触发。',
+  'Showing the first {n} active triggers.': '只显示前 {n} 个启用的触发器。',
   // Page, header, sign-in
   'Skip to content': '跳到正文',
   'Loading…': '加载中…',
