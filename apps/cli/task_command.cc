@@ -264,13 +264,17 @@ std::vector<std::string> RevisionChanges(const json& before, const json& after) 
   return out;
 }
 
-// One schedule of the cron list: words when the expression has a common shape, the expression
-// and its zone always.
-std::string ScheduleText(const json& schedule) {
+// A schedule in words when its expression has a common shape, the expression and its zone always.
+std::string ScheduleWords(const json& schedule) {
   const std::string expression = JsonText(schedule, "expression", "");
   const std::string words = DescribeCron(expression);
-  std::string out = words.empty() ? expression : words + " (" + expression + ")";
-  out += " " + JsonText(schedule, "timezone", "");
+  return (words.empty() ? expression : words + " (" + expression + ")") + " " +
+         JsonText(schedule, "timezone", "");
+}
+
+// One schedule of the cron list: ScheduleWords, and its state unless it is active.
+std::string ScheduleText(const json& schedule) {
+  std::string out = ScheduleWords(schedule);
   const std::string state = JsonText(schedule, "state", "");
   if (state != "active") out += " [" + state + "]";
   return out;
@@ -735,11 +739,7 @@ int TaskShow(const std::string& task_id, CommandContext& context) {
       else
         fires += " (" + RelativeTime(JsonText(schedule, "next_fire_at", ""), now) + ")";
     }
-    const std::string expression = JsonText(schedule, "expression", "");
-    const std::string words = DescribeCron(expression);
-    triggers.AddRow({JsonText(schedule, "trigger_name"),
-                     (words.empty() ? expression : words + " (" + expression + ")") + " " +
-                         JsonText(schedule, "timezone", ""),
+    triggers.AddRow({JsonText(schedule, "trigger_name"), ScheduleWords(schedule),
                      JsonText(schedule, "state"), fires});
   }
   if (triggers.rows() == 0) {

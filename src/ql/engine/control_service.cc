@@ -534,6 +534,20 @@ Result<std::shared_ptr<const TaskOverview>> ControlService::OverviewOf(
 
 namespace {
 
+// The publish body of `revision` as it is, under `name` and `enabled`, with `retry` (a disabled
+// revision has none of its own).
+json RevisionBody(const TaskRevisionRecord& revision, const std::string& name, bool enabled,
+                  const std::optional<RetryPolicy>& retry) {
+  json body = {{"name", name},
+               {"spec", json::parse(revision.spec_json)},
+               {"labels", json::parse(revision.labels_json)},
+               {"enabled", enabled}};
+  if (retry.has_value()) body["retry"] = RetryPolicyToJson(*retry);
+  if (revision.approval_json.has_value()) body["approval"] = json::parse(*revision.approval_json);
+  if (revision.concurrency.has_value()) body["concurrency"] = *revision.concurrency;
+  return body;
+}
+
 char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
 bool ContainsIgnoringCase(std::string_view haystack, std::string_view needle) {
@@ -632,10 +646,6 @@ Result<PublishedTask> ControlService::SetTaskEnabled(const std::string& task_ref
     current.overview = nullptr;
     return PublishedTask{std::move(current), true, {}, 0};
   }
-  json body = {{"name", current.revision.name},
-               {"spec", json::parse(current.revision.spec_json)},
-               {"labels", json::parse(current.revision.labels_json)},
-               {"enabled", enabled}};
   std::optional<RetryPolicy> retry = current.retry;
   if (!retry.has_value() && enabled) {
     // A disabled revision has no execution plan: the policy is the last enabled revision's.
@@ -650,12 +660,9 @@ Result<PublishedTask> ControlService::SetTaskEnabled(const std::string& task_ref
       }
     }
   }
-  if (retry.has_value()) body["retry"] = RetryPolicyToJson(*retry);
-  if (current.revision.approval_json.has_value()) {
-    body["approval"] = json::parse(*current.revision.approval_json);
-  }
-  if (current.revision.concurrency.has_value()) body["concurrency"] = *current.revision.concurrency;
-  QL_ASSIGN_OR_RETURN(TaskContent content, ParseTaskContent(body));
+  QL_ASSIGN_OR_RETURN(
+      TaskContent content,
+      ParseTaskContent(RevisionBody(current.revision, current.revision.name, enabled, retry)));
   return Publish(current.head.project_id, task_id, current.head.current_revision, NewId(), content,
                  caller, /*repin_triggers=*/enabled, /*tombstone=*/false);
 }
@@ -710,16 +717,8 @@ Result<PublishedTask> ControlService::DeleteTask(const std::string& task_ref,
   if (current.head.deleted_at_ms.has_value()) return PublishedTask{std::move(current), true};
   // The last revision is the current one disabled. Its name is checked as it was stored, not
   // as a new name would be.
-  json body = {{"name", "deleted"},
-               {"spec", json::parse(current.revision.spec_json)},
-               {"labels", json::parse(current.revision.labels_json)},
-               {"enabled", false}};
-  if (current.retry.has_value()) body["retry"] = RetryPolicyToJson(*current.retry);
-  if (current.revision.approval_json.has_value()) {
-    body["approval"] = json::parse(*current.revision.approval_json);
-  }
-  if (current.revision.concurrency.has_value()) body["concurrency"] = *current.revision.concurrency;
-  QL_ASSIGN_OR_RETURN(TaskContent content, ParseTaskContent(body));
+  QL_ASSIGN_OR_RETURN(TaskContent content, ParseTaskContent(RevisionBody(
+                                               current.revision, "deleted", false, current.retry)));
   content.name = current.revision.name;
   return Publish(current.head.project_id, task_id, current.head.current_revision, NewId(), content,
                  caller, /*repin_triggers=*/false, /*tombstone=*/true);

@@ -220,15 +220,16 @@ Status LocalDispatcher::Recover() {
       QL_RETURN_IF_ERROR(settlement_.Finish(run.id, attempt.id, lost));
       continue;
     }
+    const std::optional<AttemptOutcome> outcome = (*handle)->Poll();
     {
       // Said once per start of the daemon that adopted it.
       NewEvent adopted = Event(std::string(kEventAdopted), "recovery", attempt.id,
-                               {{"pid", (*handle)->pid()}, {"running", !(*handle)->Poll()}});
+                               {{"pid", (*handle)->pid()}, {"running", !outcome.has_value()}});
       adopted.dedupe_key = "adopted:" + attempt.id + ":" + std::to_string(clock_.NowMs());
       Result<EventRecord> noted = runs_.AppendEvent(run.id, adopted, clock_.NowMs());
       if (!noted.ok() && noted.status().code() != StatusCode::kDuplicate) return noted.status();
     }
-    if (std::optional<AttemptOutcome> outcome = (*handle)->Poll()) {
+    if (outcome.has_value()) {
       QL_RETURN_IF_ERROR(settlement_.Finish(run.id, attempt.id, *outcome));
       continue;
     }
