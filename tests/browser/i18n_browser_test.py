@@ -24,11 +24,10 @@ import tempfile
 import time
 import traceback
 
-from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from panel_browser_test import Panel, Server, api, check, sign_in, wait_until
+from panel_browser_test import Panel, Server, api, check, report_failure, sign_in, wait_until
 
 PHONE = (390, 844)
 
@@ -417,16 +416,7 @@ def main():
         scenario(server, panel, args.screenshots)
     except Exception:  # noqa: BLE001 - report everything, then fail
         traceback.print_exc()
-        if panel:
-            try:
-                panel.driver.save_screenshot(os.path.join(args.screenshots, "failure.png"))
-                print("URL at failure:", panel.driver.current_url)
-                print("page text:", panel.main_text()[:3000])
-                for m in panel.driver.get_log("browser"):
-                    print("console:", m["message"])
-            except WebDriverException:
-                pass
-        server.dump_logs()
+        report_failure(panel, server, args.screenshots)
         print("panel languages and themes browser test: FAILED")
         return 1
     finally:

@@ -1057,6 +1057,21 @@ def history_page(server, panel, task_id):
     panel.shoot("history")
 
 
+def report_failure(panel, server, screenshots):
+    """Prints what a failed browser test needs to be understood: the page's screenshot, address,
+    text and console, and the server's logs."""
+    if panel:
+        try:
+            panel.driver.save_screenshot(os.path.join(screenshots, "failure.png"))
+            print("URL at failure:", panel.driver.current_url)
+            print("page text:", panel.main_text()[:3000])
+            for m in panel.driver.get_log("browser"):
+                print("console:", m["message"])
+        except WebDriverException:
+            pass
+    server.dump_logs()
+
+
 def scenario(server, panel):
     check_headers(server)
     base = server.url
@@ -1275,16 +1290,7 @@ def main():
         scenario(server, panel)
     except Exception:  # noqa: BLE001 - report everything, then fail
         traceback.print_exc()
-        if panel:
-            try:
-                panel.driver.save_screenshot(os.path.join(args.screenshots, "failure.png"))
-                print("URL at failure:", panel.driver.current_url)
-                print("page text:", panel.main_text()[:3000])
-                for m in panel.driver.get_log("browser"):
-                    print("console:", m["message"])
-            except WebDriverException:
-                pass
-        server.dump_logs()
+        report_failure(panel, server, args.screenshots)
         print(f"panel browser test ({args.server}): FAILED")
         return 1
     finally:
