@@ -786,6 +786,22 @@ namespace ql {
 namespace {
 
 // Status counts what the caller may see: the runs and triggers of the project it asked about.
+// Enabling an enabled task (or disabling a disabled one) changes nothing, but the answer is
+// still the admin's to have: a lower role is refused before the no-op is known.
+TEST_F(ApiPermissionsTest, ANoOpEnableIsRefusedBelowAdminLikeAnyOther) {
+  Reply task = AsRoot({"POST", "/api/v1/tasks", TaskBody("already-on")});
+  ASSERT_EQ(task.status, 201) << task.raw;
+  const std::string path = "/api/v1/tasks/" + task.body.value("id", "") + "/enable";
+  for (const Member& member : members_) {
+    Reply reply = Send(member.token, {"POST", path, "{}"});
+    if (member.level >= 3) {
+      EXPECT_EQ(reply.status, 200) << member.name << ": " << reply.raw;
+    } else {
+      EXPECT_EQ(reply.status, member.level == 0 ? 404 : 403) << member.name << ": " << reply.raw;
+    }
+  }
+}
+
 TEST_F(ApiPermissionsTest, StatusCountsOnlyTheProjectAskedAbout) {
   ASSERT_EQ(AsRoot({"POST", "/api/v1/projects", R"({"slug":"hidden"})"}).status, 201);
   Reply task = AsRoot({"POST", "/api/v1/tasks?project=hidden", TaskBody("secretive")});
