@@ -12,17 +12,23 @@ turns it to English, which a reload keeps (localStorage). The theme switch turns
 light (the computed background changes) and "system" follows prefers-color-scheme. At 390 px
 every navigation item is opened through the menu button, and no page scrolls sideways. A running
 run's duration counts up on the run page and in the runs list (without refreshing the list)
-within 2.5 s. Every page is saved as a screenshot in both languages and both themes, desktop and
+within 2.5 s. The Notifications page adds a webhook channel posting to a receiver this test runs on
+127.0.0.1 (ql-local runs with --notify-allow-loopback), sends a test message from it that the
+Deliveries table shows delivered, adds a rule whose failed run is then delivered with its run
+linked, and reads in Chinese. Every page is saved as a screenshot in both languages and both themes, desktop and
 390 px wide, into --screenshots. A missing browser or driver is a failure, never a skip.
 """
 
 import argparse
+import json
 import os
+import threading
 import shutil
 import sys
 import tempfile
 import time
 import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
@@ -33,10 +39,10 @@ PHONE = (390, 844)
 
 # The navigation in each language, in order (an installation owner sees every item).
 NAV = {
-    "zh-CN": ["仪表盘", "定时任务", "触发器", "运行记录", "历史", "审批", "密钥", "项目", "成员与令牌",
-              "审计"],
-    "en": ["Dashboard", "Tasks", "Triggers", "Runs", "History", "Approvals", "Secrets", "Projects",
-           "People & tokens", "Audit"],
+    "zh-CN": ["仪表盘", "定时任务", "触发器", "运行记录", "历史", "审批", "密钥", "通知", "项目",
+              "成员与令牌", "审计"],
+    "en": ["Dashboard", "Tasks", "Triggers", "Runs", "History", "Approvals", "Secrets", "Notifications",
+           "Projects", "People & tokens", "Audit"],
 }
 # Records, from before any script of the page runs, the order in which tables say "loading" or
 # "empty": the dashboard must never say there is nothing before its data came.
@@ -212,6 +218,7 @@ def pages(ids):
         ("run", f"/runs/{ids['run']}", "#run-status .badge"),
         ("approvals", "/approvals", "#approvals-filters"),
         ("secrets", "/secrets", "#secret-form"),
+        ("notifications", "/notifications", "#notify-channels tbody td:not(.loading)"),
         ("projects", "/projects", "a.project-link"),
         ("people", "/people", "#token-form"),
         ("audit", "/audit", "main table tbody tr td:not(.loading)"),
@@ -386,6 +393,183 @@ def live_durations(panel, ids):
     check(panel.driver.execute_script(count) == requests, "the runs list asked the server again")
 
 
+class Receiver:
+    """A tiny webhook receiver on 127.0.0.1: answers 200 to every POST and keeps what came."""
+
+    def __init__(self):
+        self.received = []
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - the name http.server calls
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def shoot_sections(panel, name, width):
+    """Saves the page scrolled to each of its three sections (channels, rules, deliveries)."""
+    for index, part in enumerate(("channels", "rules", "deliveries")):
+        panel.driver.execute_script(
+            "document.querySelectorAll('main section.card')[arguments[0]].scrollIntoView({block: 'start'})", index)
+        time.sleep(0.2)
+        panel.driver.save_screenshot(os.path.join(panel.shots, f"{name}-{part}-{width}.png"))
+
+
+def delivery_rows(panel):
+    """The Deliveries table's rows as {status, event, text, run link}."""
+    rows = []
+    for row in panel.css("#notify-deliveries tbody tr"):
+        status = row.find_elements(By.CSS_SELECTOR, ".badge[data-status]")
+        if not status:
+            continue
+        runs = row.find_elements(By.CSS_SELECTOR, "a.run-link")
+        rows.append({"status": status[0].get_attribute("data-status"), "text": row.text,
+                     "run": runs[0].get_attribute("title") if runs else None})
+    return rows
+
+
+def notifications(server, panel, ids):
+    """The Notifications page in English: a webhook channel to a receiver on 127.0.0.1 added in
+    its form (the type's own fields only), a test sent from its row is delivered (the receiver got
+    it with the delivery's id as Idempotency-Key), a rule added in its form sends a failed run of
+    report-mail (its run linked); then the page in Chinese."""
+    receiver = Receiver()
+    try:
+        panel.go("/notifications?project=default")
+        panel.wait_text("#notify-channels", "No channel yet.")
+        panel.wait_text("#notify-deliveries", "Nothing sent yet.")
+        # Only the chosen type's fields show; secret fields ask for a secret's name.
+        check(panel.one("#notify-url").is_displayed() and not panel.one("#notify-smtp-host").is_displayed(),
+              "a webhook channel's form does not show just the URL fields")
+        set_select(panel, "#notify-channel-type", "smtp")
+        check(panel.one("#notify-smtp-host").is_displayed() and not panel.one("#notify-url").is_displayed(),
+              "an smtp channel's form does not show the mail server's fields")
+        check("never its value" in panel.text("#notify-smtp-password-secret-hint"),
+              "the password secret's hint does not say it takes a secret's name")
+        set_select(panel, "#notify-channel-type", "telegram")
+        check(panel.one("#notify-chat-id").is_displayed() and panel.one("#notify-token-secret").is_displayed(),
+              "a telegram channel's form lacks the chat id or the token secret")
+        set_select(panel, "#notify-channel-type", "webhook")
+        check(not panel.css("#notify-channel-form input[type=password]"), "the channel form asks for a secret value")
+
+        panel.fill("#notify-channel-name", "ops-hook")
+        panel.fill("#notify-url", receiver.url)
+        set_select(panel, "#notify-channel-language", "zh-CN")
+        panel.one("#notify-channel-form button[type=submit]").click()
+        panel.wait_text("#notify-saved", "Channel ops-hook added.")
+        panel.wait_text("#notify-channels", receiver.url)
+        channel = api(server, "GET", "/api/v1/notify/channels?project=default")["items"][0]
+        check(channel["name"] == "ops-hook" and channel["type"] == "webhook"
+              and channel["config"].get("url") == receiver.url and channel["config"].get("language") == "zh-CN",
+              f"the channel made by the form: {channel}")
+
+        # Send test: the queued delivery is named, and it turns delivered in the table by itself.
+        row = panel.one("#notify-channels tbody tr")
+        row.find_element(By.XPATH, ".//button[normalize-space()='Send test']").click()
+        panel.wait_text("#notify-saved", "queued as delivery")
+        wait_until(lambda: any(r["status"] == "delivered" for r in delivery_rows(panel)),
+                   "the test delivery to show delivered", timeout=40)
+        test = api(server, "GET", "/api/v1/notify/deliveries?project=default")["items"][0]
+        check(test["event"] == "test" and test["status"] == "delivered", f"the test delivery: {test}")
+        check(test["id"][-8:] in panel.text("#notify-saved"), "the notice does not name the queued delivery")
+        check(receiver.received, "the receiver got nothing")
+        got = receiver.received[0]
+        headers = {k.lower(): v for k, v in got["headers"].items()}
+        check(headers.get("idempotency-key") == test["id"],
+              f"the test message's Idempotency-Key is {headers.get('idempotency-key')!r}, not {test['id']}")
+        check(json.loads(got["body"])["event"] == "test", f"the receiver got {got['body'][:200]!r}")
+        delivered = next(r for r in delivery_rows(panel) if r["status"] == "delivered")
+        check("test" in delivered["text"] and "ops-hook" in delivered["text"] and "200" in delivered["text"],
+              f"the delivered row reads {delivered['text']!r}")
+        check(panel.css("#notify-deliveries button") and
+              panel.css("#notify-deliveries button")[0].text == "Redeliver", "a delivered row has no Redeliver")
+
+        # A rule: every failure of report-mail goes to ops-hook; a failed run is then sent.
+        panel.wait_text("#notify-rules", "No rule yet")
+        set_select(panel, "#notify-rule-channel", "ops-hook")
+        set_select(panel, "#notify-rule-event", "succeeded")
+        check(not panel.one("#notify-rule-every").is_displayed(), "'every time' is offered for succeeded")
+        set_select(panel, "#notify-rule-event", "failed")
+        wait_until(lambda: Select(panel.one("#notify-rule-task")).select_by_visible_text("report-mail") or True,
+                   "report-mail among the rule form's tasks")
+        panel.one("#notify-rule-every").click()
+        panel.one("#notify-rule-form button[type=submit]").click()
+        panel.wait_text("#notify-saved", "Rule added.")
+        panel.wait_text("#notify-rules", "report-mail")
+        rules = api(server, "GET", "/api/v1/notify/rules?project=default")["items"]
+        check(len(rules) == 1 and rules[0]["event"] == "failed" and rules[0]["mode"] == "every"
+              and rules[0]["task_name"] == "report-mail" and rules[0]["channel"] == "ops-hook",
+              f"the rule made by the form: {rules}")
+        check("every time" in panel.text("#notify-rules"), f"the rule's mode reads {panel.text('#notify-rules')!r}")
+        failing = next(t for t in api(server, "GET", "/api/v1/tasks?project=default")["items"]
+                       if t["name"] == "report-mail")
+        run = api(server, "POST", "/api/v1/runs?project=default",
+                  {"task_id": failing["id"], "idempotency_key": "i18n-notify"})
+
+        def failed_delivered():
+            panel.one("#notify-refresh").click()
+            time.sleep(0.5)
+            return any(r["run"] == run["id"] and r["status"] == "delivered" for r in delivery_rows(panel))
+
+        wait_until(failed_delivered, "the failed run's notification to be delivered", timeout=60, interval=1)
+        link = panel.one(f"#notify-deliveries a.run-link[title='{run['id']}']")
+        check(f"/runs/{run['id']}" in link.get_attribute("href"), "the delivery's run does not link to its page")
+        panel.one("#notify-failed-only").click()
+        panel.wait_text("#notify-deliveries", "No failed delivery.")
+        panel.one("#notify-failed-only").click()
+        wait_until(lambda: len(delivery_rows(panel)) == 2, "both deliveries listed again")
+
+        # Desktop and 390 px (no sideways scroll), each section in view.
+        shoot_sections(panel, "en-notifications", "desktop")
+        phone(panel, True)
+        try:
+            no_sideways_scroll(panel, "the notifications page")
+            shoot_sections(panel, "en-notifications", "390")
+        finally:
+            phone(panel, False)
+
+        # The page in Chinese: headings, table headers, a status badge.
+        set_select(panel, "#lang-select", "zh-CN")
+        wait_until(lambda: html_lang(panel) == "zh-CN", "the panel in Chinese")
+        panel.wait_text("h1", "通知")
+        wait_until(lambda: len(delivery_rows(panel)) == 2, "the deliveries in Chinese")
+        headings = [e.text for e in panel.css("main h2, main h3")]
+        for words in ("通道", "规则", "投递记录", "添加通道", "添加规则"):
+            check(words in headings, f"the Chinese page lacks the heading {words!r}: {headings}")
+        check(active_item(panel) == "通知", f"the active navigation item reads {active_item(panel)!r}")
+        headers = [th.get_attribute("textContent") for th in panel.css("#notify-deliveries th")]
+        check(headers[:3] == ["时间", "通道", "事件"], f"deliveries table headers {headers}")
+        check("已送达" in panel.text("#notify-deliveries") and "测试" in panel.text("#notify-deliveries"),
+              f"the deliveries are not in Chinese: {panel.text('#notify-deliveries')!r}")
+        check("每次" in panel.text("#notify-rules"), f"the rule's mode in Chinese: {panel.text('#notify-rules')!r}")
+        shoot_sections(panel, "zh-CN-notifications", "desktop")
+        phone(panel, True)
+        try:
+            no_sideways_scroll(panel, "the notifications page in Chinese")
+            shoot_sections(panel, "zh-CN-notifications", "390")
+        finally:
+            phone(panel, False)
+        set_select(panel, "#lang-select", "en")
+        wait_until(lambda: html_lang(panel) == "en", "the panel in English again")
+    finally:
+        receiver.stop()
+
+
 def scenario(server, panel, shots):
     ids = seed(server)
     chinese(panel, server, ids)
@@ -393,6 +577,7 @@ def scenario(server, panel, shots):
     themes(panel)
     phone_navigation(panel)
     live_durations(panel, ids)
+    notifications(server, panel, ids)
     screenshots(panel, ids, "en")
     errors = [m for m in panel.driver.get_log("browser") if m["level"] == "SEVERE" and "/api/" not in m["message"]
               and "favicon" not in m["message"]]

@@ -148,7 +148,10 @@ class Server:
         port = port or free_port()
         self.data = os.path.join(self.workdir, "data")
         self.local = self.spawn(log_name, [os.path.join(self.args.bin_dir, "ql-local"), "serve", "--data", self.data,
-                                           "--listen", f"127.0.0.1:{port}", "--shutdown-wait", "2"])
+                                           "--listen", f"127.0.0.1:{port}", "--shutdown-wait", "2",
+                                           # The Notifications page's test channel posts to a
+                                           # receiver on 127.0.0.1 (i18n_browser_test.py).
+                                           "--notify-allow-loopback"])
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.wait_ready()
@@ -1238,6 +1241,7 @@ def scenario(server, panel):
                          (f"/runs?task={long_task}", "a.run-link"), ("/projects/default", "h1"),
                          ("/approvals?status=all", "a.approval-link"), (f"/approvals/{approval_id}", "#approval-status"),
                          ("/secrets", "code.secret-name"),
+                         ("/notifications", "#notify-deliveries tbody td:not(.loading)"),
                          ("/tasks/new", ".banner.warn"), ("/triggers/new", ".banner.warn")):
         panel.go(route + ("&" if "?" in route else "?") + "project=default")
         panel.one(ready)

@@ -298,6 +298,9 @@ const STATUS_KIND = {
   rejected: 'bad',
   expired: 'muted',
   deleted: 'muted',
+  delivered: 'ok',
+  delivering: 'run',
+  dead: 'bad',
 };
 
 // Returns a coloured status label in the chosen language (the status itself in data-status).

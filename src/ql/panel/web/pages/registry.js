@@ -8,6 +8,7 @@ import * as approvals from './approvals.js';
 import * as audit from './audit.js';
 import * as dashboard from './dashboard.js';
 import * as history from './history.js';
+import * as notifications from './notifications.js';
 import * as people from './people.js';
 import * as projects from './projects.js';
 import * as runs from './runs.js';
@@ -15,5 +16,7 @@ import * as secrets from './secrets.js';
 import * as tasks from './tasks.js';
 import * as triggers from './triggers.js';
 
-export const pages =
-    [dashboard, tasks, triggers, runs, history, approvals, secrets, projects, people, audit, account];
+export const pages = [
+  dashboard, tasks, triggers, runs, history, approvals, secrets, notifications, projects, people,
+  audit, account
+];
