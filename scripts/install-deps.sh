@@ -5,11 +5,12 @@ set -eu
 
 PACKAGES="build-essential cmake pkg-config ca-certificates tzdata procps curl \
   libabsl-dev nlohmann-json3-dev libcli11-dev libboost1.81-dev \
-  libsqlite3-dev libmd-dev libpq-dev libsodium-dev libssl-dev openssl \
+  libsqlite3-dev libmd-dev libpq-dev libsodium-dev libssl-dev libcurl4-openssl-dev openssl \
   node-qrcode-generator \
   libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev \
   postgresql-15 postgresql-client-15 \
-  python3 python3-selenium python3-jsonschema chromium chromium-driver fonts-wqy-microhei \
+  python3 python3-selenium python3-jsonschema python3-aiosmtpd chromium chromium-driver \
+  fonts-wqy-microhei \
   jq git util-linux passwd"
 
 missing=""

@@ -36,9 +36,13 @@ expect() {
   done
 }
 
-expect top ql "" -- task run trigger approval secret completion
+expect top ql "" -- task run trigger approval secret notify completion
 expect prefix ql ta -- task
 expect task ql task "" -- add list show edit enable disable rm
+expect notify ql notify "" -- channel rule deliveries redeliver
+expect notify-channel ql notify channel "" -- add list test rm
+expect notify-channel-add-flags ql notify channel add ops --he -- --header
+expect notify-rule-add-flags ql notify rule add --o -- --on
 expect run-start-flags ql run start --w -- --wait
 expect run-list-flags ql run list --s -- --since --status
 expect edit-after-flag ql task edit greet --env A=1 --un -- --unset-env --unset-label

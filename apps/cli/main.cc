@@ -9,6 +9,7 @@
 #include "completion_command.h"
 #include "cron_command.h"
 #include "governance_command.h"
+#include "notify_command.h"
 #include "ql_version.h"
 #include "run_command.h"
 #include "secret_command.h"
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   ql::cli::RegisterGovernanceCommands(app);
   ql::cli::RegisterApprovalCommands(app);
   ql::cli::RegisterSecretCommands(app);
+  ql::cli::RegisterNotifyCommands(app);
   ql::cli::RegisterCompletionCommand(app);
   try {
     app.parse(argc, argv);

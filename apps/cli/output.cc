@@ -205,6 +205,19 @@ CliResult<int64_t> DurationFlag(const std::string& flag, const std::string& text
   return *ms;
 }
 
+CliResult<int64_t> SecondsFlag(const std::string& flag, const std::string& text) {
+  const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), IsDigit);
+  // A plain number is read as seconds through the same parser, which also bounds it.
+  const std::optional<int64_t> ms = ParseDurationMs(plain ? text + "s" : text);
+  if (!ms || *ms % 1000 != 0) {
+    return CliError::Usage("invalid_duration",
+                           flag + " '" + text +
+                               "' is not a duration in whole seconds: use a whole number of "
+                               "seconds (90) or one with a unit (90s, 10m, 2h, 1d, 1h30m)");
+  }
+  return *ms / 1000;
+}
+
 std::optional<int64_t> ParseDurationMs(std::string_view text) {
   if (text.empty()) return std::nullopt;
   if (std::all_of(text.begin(), text.end(), IsDigit)) {

@@ -58,6 +58,12 @@ std::optional<int64_t> ParseDurationMs(std::string_view text);
 // the accepted forms when it is not a duration.
 CliResult<int64_t> DurationFlag(const std::string& flag, const std::string& text);
 
+// Parses the value of `flag` as whole seconds: a plain whole number is seconds ("90"), anything
+// else is read by ParseDurationMs ("90s", "10m", "2h", "1d", "1h30m") and must come to whole
+// seconds. Returns the seconds, or a usage error invalid_duration naming the flag and the
+// accepted forms.
+CliResult<int64_t> SecondsFlag(const std::string& flag, const std::string& text);
+
 // Formats non-negative milliseconds as an exact duration that ParseDurationMs reads back, largest
 // unit first and zero parts left out: 0 -> "0ms", 1500 -> "1s500ms", 5400000 -> "1h30m",
 // 86400000 -> "1d". Negative values are written as plain milliseconds ("-5ms").

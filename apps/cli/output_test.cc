@@ -40,6 +40,28 @@ TEST(ParseDurationMsTest, RejectsValuesThatOverflow) {
   EXPECT_EQ(ParseDurationMs("106751991167d23h59m59s999ms"), std::nullopt);
 }
 
+TEST(SecondsFlagTest, ReadsPlainSecondsAndDurationsInWholeSeconds) {
+  EXPECT_EQ(*SecondsFlag("--after", "90"), 90);
+  EXPECT_EQ(*SecondsFlag("--after", "0"), 0);
+  EXPECT_EQ(*SecondsFlag("--after", "90s"), 90);
+  EXPECT_EQ(*SecondsFlag("--after", "10m"), 600);
+  EXPECT_EQ(*SecondsFlag("--after", "2h"), 7'200);
+  EXPECT_EQ(*SecondsFlag("--after", "1d"), 86'400);
+  EXPECT_EQ(*SecondsFlag("--after", "1h30m"), 5'400);
+  EXPECT_EQ(*SecondsFlag("--after", "2000ms"), 2);
+}
+
+TEST(SecondsFlagTest, RefusesOtherTextNamingTheFlag) {
+  for (const char* bad : {"", "500ms", "1s500ms", "1.5m", "-5", "+5", "5 m", "10 minutes", "m",
+                          "99999999999999999999"}) {
+    CliResult<int64_t> seconds = SecondsFlag("--min-interval", bad);
+    ASSERT_FALSE(seconds.ok()) << "'" << bad << "'";
+    EXPECT_EQ(seconds.error().exit_code(), kExitUsage);
+    EXPECT_EQ(seconds.error().reason(), "invalid_duration");
+    EXPECT_EQ(seconds.error().message().rfind("--min-interval '" + std::string(bad) + "'", 0), 0u);
+  }
+}
+
 TEST(FormatDurationMsTest, WritesExactPartsThatParseBack) {
   EXPECT_EQ(FormatDurationMs(0), "0ms");
   EXPECT_EQ(FormatDurationMs(500), "500ms");

@@ -23,6 +23,8 @@
 #include "ql/engine/cluster_scheduler.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/notification_delivery.h"
+#include "ql/engine/notification_service.h"
 #include "ql/engine/oidc_sign_in.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
@@ -34,6 +36,7 @@
 #include "ql/http/listen_address.h"
 #include "ql/http/panel_assets.h"
 #include "ql/http/worker_api_server.h"
+#include "ql/notify/curl_sender.h"
 #include "ql/oidc/client/http_provider.h"
 #include "ql/panel/embedded_panel.h"
 #include "ql/secrets/password_hasher.h"
@@ -319,8 +322,29 @@ int Serve(const ServeConfig& config) {
   ConditionSleeper retention_sleeper;
   RoundLoop retention_loop([&] { return retention.RunLoopRound(Diagnose); }, retention_sleeper,
                            LoopOptions("retention", metrics));
+  // Notifications: every replica delivers; a row is leased to one replica at a time (SKIP
+  // LOCKED), and a replica that dies mid-send leaves it to another once the lease runs out.
+  // The replica opens the channel's credentials (signing keys, bot tokens) right before sending.
+  NotificationDeliveryOptions notify_options;
+  notify_options.owner = scheduler_options.owner;
+  notify_options.public_url = config.public_url;
+  notify_options.retry_base_ms = config.notify_retry_base_ms;
+  notify_options.send_timeout_ms = config.notify_timeout_ms;
+  notify_options.lease_ms = 3 * config.notify_timeout_ms + 1000;
+  NotificationDelivery notify_delivery(
+      *store, sealer.get(),
+      [allow = config.notify_allow_loopback]() -> Result<std::unique_ptr<NotificationSender>> {
+        notify::CurlSenderOptions options;
+        options.allow_loopback = allow;
+        return std::unique_ptr<NotificationSender>(std::make_unique<notify::CurlSender>(options));
+      },
+      clock, metrics, notify_options);
+  ConditionSleeper notify_sleeper;
+  RoundLoop notify_loop([&] { return notify_delivery.RunLoopRound(Diagnose); }, notify_sleeper,
+                        LoopOptions("notifications", metrics));
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
   std::thread retention_thread([&] { retention_loop.Run(); });
+  std::thread notify_thread([&] { notify_loop.Run(); });
   std::thread recovery_thread([&] {
     recovery_sleeper.SleepFor(config.recovery_interval_ms);
     recovery_loop.Run();
@@ -332,12 +356,14 @@ int Serve(const ServeConfig& config) {
     scheduler_loop.Stop();
     recovery_loop.Stop();
     retention_loop.Stop();
+    notify_loop.Stop();
     readiness_sleeper.Stop();
     // Bounded: a round stops before its next commit; the wait covers the one in flight.
     auto joined = std::async(std::launch::async, [&] {
       scheduler_thread.join();
       recovery_thread.join();
       retention_thread.join();
+      notify_thread.join();
       if (readiness_thread.joinable()) readiness_thread.join();
     });
     if (joined.wait_for(std::chrono::seconds(config.shutdown_wait_s)) !=
@@ -390,6 +416,8 @@ int Serve(const ServeConfig& config) {
   api_options.panel = &panel;
   SecretService secret_service(*store, control.governance(), sealer.get(), clock);
   api_options.secrets = &secret_service;
+  NotificationService notify_service(*store, control.governance(), control, clock, random);
+  api_options.notify = &notify_service;
   // People sign in with a password (Argon2id); the session is a token like any other.
   SodiumPasswordHasher password_hasher;
   SignInOptions sign_in_options;

@@ -23,6 +23,7 @@
 
 #include "../isolation_flags.h"
 #include "../oidc_config_file.h"
+#include "notify_loader.h"
 #include "oidc_loader.h"
 #include "ql/core/clock.h"
 #include "ql/core/digest.h"
@@ -33,6 +34,8 @@
 #include "ql/engine/local_scheduler.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/notification_delivery.h"
+#include "ql/engine/notification_service.h"
 #include "ql/engine/oidc_sign_in.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
@@ -76,6 +79,12 @@ struct ServeConfig {
   int64_t session_lifetime_s = 12 * 3600;
   std::string oidc_config;  // single sign-on configuration file (empty: none)
   IsolationFlags isolation;
+  // Notifications: where run links point, whether loopback receivers are allowed, the first
+  // retry delay and the send timeout.
+  std::string public_url;
+  bool notify_allow_loopback = false;
+  int64_t notify_retry_base_ms = 10'000;
+  int64_t notify_timeout_ms = 10'000;
 };
 
 int Fail(int code, const Status& status) {
@@ -386,6 +395,25 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
     }
   };
   RetentionJob retention((*store)->retention(), clock, random, metrics, retention_options);
+  // Notifications: the outbox rows commit with the run changes; this loop sends them. The
+  // sender module is opened on the first due row.
+  NotificationService notify_service(**store, control.governance(), control, clock, random);
+  NotificationDeliveryOptions notify_options;
+  notify_options.owner = "ql-local:" + RandomHex(random, 8);
+  notify_options.public_url = config.public_url;
+  notify_options.retry_base_ms = config.notify_retry_base_ms;
+  notify_options.send_timeout_ms = config.notify_timeout_ms;
+  // A send is cut off at its timeout; the lease outlasts it, so only a dead sender loses it.
+  notify_options.lease_ms = 3 * config.notify_timeout_ms + 1000;
+  NotificationDelivery notify_delivery(
+      **store, &sealer,
+      [allow = config.notify_allow_loopback] { return LoadNotificationSender(allow); }, clock,
+      metrics, notify_options);
+  ConditionSleeper notify_sleeper;
+  const RoundLoopOptions notify_loop_options = LoopOptions("notifications", metrics);
+  RoundLoop notify_loop(
+      [&] { return notify_delivery.RunLoopRound(notify_loop_options.diagnostics); }, notify_sleeper,
+      notify_loop_options);
   ConditionSleeper retention_sleeper;
   const RoundLoopOptions retention_loop_options = LoopOptions("retention", metrics);
   RoundLoop retention_loop(
@@ -394,14 +422,17 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
   std::thread dispatcher_thread([&] { dispatcher_loop.Run(); });
   std::thread retention_thread([&] { retention_loop.Run(); });
+  std::thread notify_thread([&] { notify_loop.Run(); });
   // Ends the loops above, for a start that fails from here on.
   auto stop_loops = [&] {
     scheduler_loop.Stop();
     dispatcher_loop.Stop();
     retention_loop.Stop();
+    notify_loop.Stop();
     scheduler_thread.join();
     dispatcher_thread.join();
     retention_thread.join();
+    notify_thread.join();
   };
 
   ApiServerOptions api_options;
@@ -414,6 +445,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   const PanelAssets panel(EmbeddedPanelFiles());
   api_options.panel = &panel;
   api_options.secrets = &secret_service;
+  api_options.notify = &notify_service;
   // People sign in with a password (Argon2id); the session is a token like any other.
   SodiumPasswordHasher password_hasher;
   SignInOptions sign_in_options;
@@ -509,6 +541,9 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   }
   dispatcher_loop.Stop();
   dispatcher_thread.join();
+  // Notifications of the runs that just ended are sent on the next start when not now.
+  notify_loop.Stop();
+  notify_thread.join();
   if (dispatcher.active() > 0) {
     std::cout << dispatcher.active()
               << " command(s) still running; they will be reconciled on the next start\n";
@@ -601,6 +636,19 @@ int main(int argc, char** argv) {
   serve->add_option("--session-lifetime", config.session_lifetime_s,
                     "Seconds a panel session lasts at most (default 43200)")
       ->check(CLI::Range(int64_t{10}, int64_t{30} * 24 * 3600));
+  serve->add_option("--public-url", config.public_url,
+                    "The panel's address as people reach it (links in notifications)");
+  serve->add_flag("--notify-allow-loopback", config.notify_allow_loopback,
+                  "Allow notifications to loopback and link-local addresses (refused by "
+                  "default: the daemon's own API and metadata services live there)");
+  serve
+      ->add_option("--notify-retry-base", config.notify_retry_base_ms,
+                   "Milliseconds before a failed notification's first retry (doubling after)")
+      ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
+  serve
+      ->add_option("--notify-timeout", config.notify_timeout_ms,
+                   "Milliseconds one notification attempt may take")
+      ->check(CLI::Range(int64_t{100}, int64_t{60'000}));
   serve->add_option("--retention-interval", config.retention_interval_s,
                     "Seconds between retention rounds that found nothing more to purge "
                     "(default 60)");

@@ -33,6 +33,7 @@ class ApprovalRepository;
 class GovernanceRepository;
 class RetentionRepository;
 class SecretRepository;
+class NotificationRepository;
 
 // The policy fence of one store command (DESIGN §9): inside the transaction that writes, the
 // store re-reads the principal (it must be active), the command's project (active) and the
@@ -541,6 +542,8 @@ class Store {
   virtual RetentionRepository& retention() = 0;
   // Secrets (secret_store.h): sealed versions only.
   virtual SecretRepository& secrets() = 0;
+  // Notification channels, rules and the outbox (notification_store.h).
+  virtual NotificationRepository& notifications() = 0;
 };
 
 }  // namespace ql

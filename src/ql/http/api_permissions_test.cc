@@ -135,6 +135,9 @@ class ApiPermissionsTest : public ::testing::Test {
     secret_service_ =
         std::make_unique<SecretService>(*store_, service_->governance(), sealer_.get(), clock_);
     options.secrets = secret_service_.get();
+    notify_service_ = std::make_unique<NotificationService>(*store_, service_->governance(),
+                                                            *service_, clock_, random_);
+    options.notify = notify_service_.get();
     sign_in_ = std::make_unique<SignInService>(service_->governance(), hasher_, clock_, random_);
     options.sign_in = sign_in_.get();
     server_ = std::make_unique<ApiServer>(*service_, metrics_, options);
@@ -212,6 +215,7 @@ class ApiPermissionsTest : public ::testing::Test {
   std::unique_ptr<secrets::FileKeyProvider> secret_key_;
   std::unique_ptr<secrets::EnvelopeSealer> sealer_;
   std::unique_ptr<SecretService> secret_service_;
+  std::unique_ptr<NotificationService> notify_service_;
   SodiumPasswordHasher hasher_;
   std::unique_ptr<SignInService> sign_in_;
   std::unique_ptr<LogReader> log_reader_;
@@ -302,23 +306,52 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
 
   int counter = 0;
   const auto fresh = [&] { return "p" + std::to_string(++counter); };
+  // The channel the notification samples test, add rules to and redeliver through.
+  const std::string hook = "perm-hook";
+  ASSERT_TRUE(
+      notify_service_->AddChannel(Caller{}, hook, "webhook", R"({"url":"https://e.test/h"})").ok());
   // One sample per route name; a lambda because some need fresh state per call.
   const std::map<std::string, std::function<Sample(const Member&)>> samples = {
-      {"livez", [](const Member&) { return Sample{"GET", "/livez", ""}; }},
-      {"readyz", [](const Member&) { return Sample{"GET", "/readyz", ""}; }},
-      {"metrics", [](const Member&) { return Sample{"GET", "/metrics", ""}; }},
-      {"openapi", [](const Member&) { return Sample{"GET", "/api/v1/openapi.json", ""}; }},
-      {"whoami", [](const Member&) { return Sample{"GET", "/api/v1/whoami", ""}; }},
-      {"projects.list", [](const Member&) { return Sample{"GET", "/api/v1/projects", ""}; }},
+      {"livez",
+       [](const Member&) {
+         return Sample{"GET", "/livez", ""};
+       }},
+      {"readyz",
+       [](const Member&) {
+         return Sample{"GET", "/readyz", ""};
+       }},
+      {"metrics",
+       [](const Member&) {
+         return Sample{"GET", "/metrics", ""};
+       }},
+      {"openapi",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/openapi.json", ""};
+       }},
+      {"whoami",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/whoami", ""};
+       }},
+      {"projects.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/projects", ""};
+       }},
       {"projects.create",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/projects", json{{"slug", fresh()}}.dump()};
        }},
-      {"projects.get", [](const Member&) { return Sample{"GET", "/api/v1/projects/default", ""}; }},
+      {"projects.get",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/projects/default", ""};
+       }},
       {"projects.archive",
-       [](const Member&) { return Sample{"POST", "/api/v1/projects/default/archive", "{}"}; }},
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/projects/default/archive", "{}"};
+       }},
       {"projects.bindings.list",
-       [](const Member&) { return Sample{"GET", "/api/v1/projects/default/bindings", ""}; }},
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/projects/default/bindings", ""};
+       }},
       {"projects.bindings.write",
        [&](const Member&) {
          const PrincipalRecord p = AddPrincipal(fresh());
@@ -326,20 +359,27 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
                        json{{"principal", p.name}, {"role", "viewer"}}.dump()};
        }},
       {"installation.bindings.list",
-       [](const Member&) { return Sample{"GET", "/api/v1/installation/bindings", ""}; }},
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/installation/bindings", ""};
+       }},
       {"installation.bindings.write",
        [&](const Member&) {
          const PrincipalRecord p = AddPrincipal(fresh());
          return Sample{"POST", "/api/v1/installation/bindings",
                        json{{"principal", p.name}, {"role", "admin"}}.dump()};
        }},
-      {"principals.list", [](const Member&) { return Sample{"GET", "/api/v1/principals", ""}; }},
+      {"principals.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/principals", ""};
+       }},
       {"principals.create",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/principals", json{{"name", fresh()}}.dump()};
        }},
       {"principals.get",
-       [](const Member& m) { return Sample{"GET", "/api/v1/principals/" + m.name, ""}; }},
+       [](const Member& m) {
+         return Sample{"GET", "/api/v1/principals/" + m.name, ""};
+       }},
       {"principals.disable",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/principals/" + AddPrincipal(fresh()).name + "/disable",
@@ -350,32 +390,59 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          return Sample{"POST", "/api/v1/principals/" + AddPrincipal(fresh()).name + "/enable",
                        "{}"};
        }},
-      {"tokens.list", [](const Member&) { return Sample{"GET", "/api/v1/tokens", ""}; }},
-      {"tokens.create", [](const Member&) { return Sample{"POST", "/api/v1/tokens", "{}"}; }},
+      {"tokens.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/tokens", ""};
+       }},
+      {"tokens.create",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/tokens", "{}"};
+       }},
       {"tokens.revoke",
        [&](const Member& m) {
          AddToken(m.principal.id);
          return Sample{"POST", "/api/v1/tokens/" + last_token_id_ + "/revoke", "{}"};
        }},
-      {"audit.list", [](const Member&) { return Sample{"GET", "/api/v1/audit", ""}; }},
+      {"audit.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/audit", ""};
+       }},
       {"sign_in",
-       [](const Member&) { return Sample{"POST", "/api/v1/sign-in", R"({"name":"nobody"})"}; }},
-      {"sign_out", [](const Member&) { return Sample{"POST", "/api/v1/sign-out", "{}"}; }},
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/sign-in", R"({"name":"nobody"})"};
+       }},
+      {"sign_out",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/sign-out", "{}"};
+       }},
       {"sign_in.methods",
-       [](const Member&) { return Sample{"GET", "/api/v1/sign-in/methods", ""}; }},
-      {"sign_in.oidc", [](const Member&) { return Sample{"GET", "/api/v1/sign-in/oidc", ""}; }},
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/sign-in/methods", ""};
+       }},
+      {"sign_in.oidc",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/sign-in/oidc", ""};
+       }},
       {"sign_in.oidc_callback",
-       [](const Member&) { return Sample{"GET", "/api/v1/sign-in/oidc/callback", ""}; }},
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/sign-in/oidc/callback", ""};
+       }},
       {"setup",
        [](const Member&) {
          return Sample{"POST", "/api/v1/setup", R"({"code":"AAAA","password":"x"})"};
        }},
-      {"settings.get", [](const Member&) { return Sample{"GET", "/api/v1/settings", ""}; }},
+      {"settings.get",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/settings", ""};
+       }},
       {"settings.write",
        [](const Member&) {
          return Sample{"POST", "/api/v1/settings", R"({"require_second_factor":"off"})"};
        }},
-      {"sessions.list", [](const Member&) { return Sample{"GET", "/api/v1/sessions", ""}; }},
+      {"sessions.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/sessions", ""};
+       }},
       {"sessions.revoke",
        [&](const Member& m) {
          AddToken(m.principal.id);
@@ -385,12 +452,18 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
        [](const Member&) {
          return Sample{"POST", "/api/v1/password", R"({"new_password":"short"})"};
        }},
-      {"totp.enrol", [](const Member&) { return Sample{"POST", "/api/v1/totp/enrol", "{}"}; }},
+      {"totp.enrol",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/totp/enrol", "{}"};
+       }},
       {"totp.confirm",
        [](const Member&) {
          return Sample{"POST", "/api/v1/totp/confirm", R"({"code":"000000"})"};
        }},
-      {"totp.disable", [](const Member&) { return Sample{"POST", "/api/v1/totp/disable", "{}"}; }},
+      {"totp.disable",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/totp/disable", "{}"};
+       }},
       {"principals.password",
        [&](const Member&) {
          const PrincipalRecord p = AddPrincipal(fresh());
@@ -409,9 +482,17 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          return Sample{"DELETE", "/api/v1/principals/" + p.name + "/password", ""};
        }},
       {"tasks.create",
-       [&](const Member&) { return Sample{"POST", "/api/v1/tasks", TaskBody(fresh())}; }},
-      {"tasks.list", [](const Member&) { return Sample{"GET", "/api/v1/tasks", ""}; }},
-      {"tasks.get", [&](const Member&) { return Sample{"GET", "/api/v1/tasks/" + task_id, ""}; }},
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/tasks", TaskBody(fresh())};
+       }},
+      {"tasks.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/tasks", ""};
+       }},
+      {"tasks.get",
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/tasks/" + task_id, ""};
+       }},
       {"tasks.revisions.create",
        [&](const Member&) {
          auto head = store_->definitions().GetTaskHead(task_id);
@@ -440,16 +521,23 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          return Sample{"POST", "/api/v1/tasks/" + on.body.value("id", "") + "/disable", "{}"};
        }},
       {"tasks.revisions.list",
-       [&](const Member&) { return Sample{"GET", "/api/v1/tasks/" + task_id + "/revisions", ""}; }},
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/tasks/" + task_id + "/revisions", ""};
+       }},
       {"triggers.create",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/triggers",
                        json{{"task_id", task_id}, {"expression", "0 1 * * *"}, {"timezone", "UTC"}}
                            .dump()};
        }},
-      {"triggers.list", [](const Member&) { return Sample{"GET", "/api/v1/triggers", ""}; }},
+      {"triggers.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/triggers", ""};
+       }},
       {"triggers.get",
-       [&](const Member&) { return Sample{"GET", "/api/v1/triggers/" + trigger_id, ""}; }},
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/triggers/" + trigger_id, ""};
+       }},
       {"triggers.enable",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/triggers/" + trigger_id + "/enable", "{}"};
@@ -480,36 +568,62 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          return Sample{"DELETE", "/api/v1/triggers/" + doomed.body.value("id", ""), ""};
        }},
       {"triggers.next",
-       [&](const Member&) { return Sample{"GET", "/api/v1/triggers/" + trigger_id + "/next", ""}; }},
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/triggers/" + trigger_id + "/next", ""};
+       }},
       {"cron.next",
        [](const Member&) {
          return Sample{"GET", "/api/v1/cron/next?expression=0+0+*+*+*&timezone=UTC", ""};
        }},
-      {"runs.list", [](const Member&) { return Sample{"GET", "/api/v1/runs", ""}; }},
+      {"runs.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/runs", ""};
+       }},
       {"runs.create",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/runs", json{{"task_id", task_id}}.dump()};
        }},
-      {"runs.get", [&](const Member&) { return Sample{"GET", "/api/v1/runs/" + run_id, ""}; }},
+      {"runs.get",
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/runs/" + run_id, ""};
+       }},
       {"runs.events",
-       [&](const Member&) { return Sample{"GET", "/api/v1/runs/" + run_id + "/events", ""}; }},
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/runs/" + run_id + "/events", ""};
+       }},
       {"runs.log",
-       [&](const Member&) { return Sample{"GET", "/api/v1/runs/" + run_id + "/log", ""}; }},
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/runs/" + run_id + "/log", ""};
+       }},
       {"runs.cancel",
-       [&](const Member&) { return Sample{"POST", "/api/v1/runs/" + run_id + "/cancel", "{}"}; }},
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/runs/" + run_id + "/cancel", "{}"};
+       }},
       {"runs.retry",
-       [&](const Member&) { return Sample{"POST", "/api/v1/runs/" + run_id + "/retry", "{}"}; }},
-      {"status", [](const Member&) { return Sample{"GET", "/api/v1/status", ""}; }},
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/runs/" + run_id + "/retry", "{}"};
+       }},
+      {"status",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/status", ""};
+       }},
       {"runs.resolve",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/runs/" + run_id + "/resolve",
                        json{{"resolution", "failed"}, {"reason", "checked"}}.dump()};
        }},
       {"tasks.runs.create",
-       [&](const Member&) { return Sample{"POST", "/api/v1/tasks/" + task_id + "/runs", "{}"}; }},
-      {"approvals.list", [](const Member&) { return Sample{"GET", "/api/v1/approvals", ""}; }},
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/tasks/" + task_id + "/runs", "{}"};
+       }},
+      {"approvals.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/approvals", ""};
+       }},
       {"approvals.get",
-       [&](const Member&) { return Sample{"GET", "/api/v1/approvals/" + approval_id, ""}; }},
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/approvals/" + approval_id, ""};
+       }},
       {"approvals.approve",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/approvals/" + approval_id + "/approve", "{}"};
@@ -520,18 +634,85 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
                        json{{"reason", "not now"}}.dump()};
        }},
       {"projects.retention.get",
-       [](const Member&) { return Sample{"GET", "/api/v1/projects/default/retention", ""}; }},
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/projects/default/retention", ""};
+       }},
       {"projects.retention.set",
        [](const Member&) {
          return Sample{"POST", "/api/v1/projects/default/retention", R"({"keep_days":60})"};
        }},
       {"tasks.retention.get",
-       [&](const Member&) { return Sample{"GET", "/api/v1/tasks/" + task_id + "/retention", ""}; }},
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/tasks/" + task_id + "/retention", ""};
+       }},
       {"tasks.retention.set",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/tasks/" + task_id + "/retention", R"({"keep_runs":50})"};
        }},
-      {"secrets.list", [](const Member&) { return Sample{"GET", "/api/v1/secrets", ""}; }},
+      {"notify.channels.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/notify/channels", ""};
+       }},
+      {"notify.channels.create",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/notify/channels",
+                       json{{"name", fresh()},
+                            {"type", "webhook"},
+                            {"config", {{"url", "https://example.test/hook"}}}}
+                           .dump()};
+       }},
+      {"notify.channels.delete",
+       [&](const Member&) {
+         const std::string name = fresh();
+         EXPECT_TRUE(
+             notify_service_->AddChannel(Caller{}, name, "webhook", R"({"url":"https://e.test/h"})")
+                 .ok());
+         return Sample{"DELETE", "/api/v1/notify/channels/" + name, ""};
+       }},
+      {"notify.channels.test",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/notify/channels/" + hook + "/test", "{}"};
+       }},
+      {"notify.rules.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/notify/rules", ""};
+       }},
+      {"notify.rules.create",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/notify/rules",
+                       json{{"channel", hook}, {"event", "failed"}}.dump()};
+       }},
+      {"notify.rules.delete",
+       [&](const Member&) {
+         Result<RuleRecord> rule = notify_service_->AddRule(Caller{}, {hook, "recovered"});
+         EXPECT_TRUE(rule.ok()) << rule.status().ToString();
+         return Sample{"DELETE", "/api/v1/notify/rules/" + (rule.ok() ? rule->id : ""), ""};
+       }},
+      {"notify.deliveries.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/notify/deliveries", ""};
+       }},
+      {"notify.deliveries.redeliver",
+       [&](const Member&) {
+         // A dead test message: queued, claimed and given up.
+         Result<OutboxRecord> row = notify_service_->TestChannel(Caller{}, hook);
+         EXPECT_TRUE(row.ok()) << row.status().ToString();
+         Result<std::vector<ClaimedDelivery>> claimed =
+             store_->notifications().ClaimDueDeliveries("perm", clock_.NowMs(), 60'000, 100);
+         EXPECT_TRUE(claimed.ok());
+         for (const ClaimedDelivery& c : *claimed) {
+           EXPECT_TRUE(store_->notifications()
+                           .RecordDelivery(DeliveryResult{c.row.id, "perm", false, std::nullopt,
+                                                          500, "refused", 1, clock_.NowMs()})
+                           .ok());
+         }
+         return Sample{
+             "POST", "/api/v1/notify/deliveries/" + (row.ok() ? row->id : "") + "/redeliver", "{}"};
+       }},
+      {"secrets.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/secrets", ""};
+       }},
       {"secrets.put",
        [&](const Member&) {
          return Sample{"PUT", "/api/v1/secrets/" + fresh(), json{{"value", "v4lue"}}.dump()};

@@ -17,6 +17,7 @@
 #include "ql/core/digest.h"
 #include "ql/core/rfc3339.h"
 #include "ql/core/states.h"
+#include "ql/core/store_commands.h"
 #include "ql/core/timezone.h"
 #include "ql/http/api_json.h"
 #include "ql/http/http_server.h"
@@ -45,7 +46,7 @@ enum class Body {
 };
 
 // A service a route needs that a server may not hold.
-enum class Needs { kNothing, kSignIn, kSecrets };
+enum class Needs { kNothing, kSignIn, kSecrets, kNotify };
 
 struct Call;
 
@@ -433,6 +434,26 @@ struct ApiServer::Impl {
   void SecretsList(Call& c);
   void SecretPut(Call& c);
   void SecretDelete(Call& c);
+  void NotifyChannelsList(Call& c);
+  void NotifyChannelsCreate(Call& c);
+  void NotifyChannelDelete(Call& c);
+  void NotifyChannelTest(Call& c);
+  void NotifyRulesList(Call& c);
+  void NotifyRulesCreate(Call& c);
+  void NotifyRuleDelete(Call& c);
+  void NotifyDeliveriesList(Call& c);
+  void NotifyRedeliver(Call& c);
+  // The names rules and deliveries show: channels by id (deleted ones included), tasks.
+  struct NotifyNames {
+    std::map<std::string, std::string> channels;
+    std::map<std::string, std::string> tasks;
+    json Channel(const std::string& id) const;
+    json Task(const std::optional<std::string>& id) const;
+  };
+  Result<NotifyNames> NamesForNotify(const Caller& caller, const std::set<std::string>& task_ids);
+  // The answer objects of rules and deliveries, with channel and task names.
+  Result<json> RulesJson(const Caller& caller, const std::vector<RuleRecord>& rules);
+  Result<json> DeliveriesJson(const Caller& caller, const std::vector<OutboxRecord>& rows);
   void SignIn(Call& c);
   void SignInMethods(Call& c);
   void PrincipalPasswordRemove(Call& c);
@@ -623,6 +644,24 @@ const RouteSpec kRoutes[] = {
      &Impl::SecretPut},
     {"DELETE", "/api/v1/secrets/{id}", "secrets.delete", "admin", Body::kNone, Needs::kSecrets,
      &Impl::SecretDelete},
+    {"GET", "/api/v1/notify/channels", "notify.channels.list", "viewer", Body::kNone,
+     Needs::kNotify, &Impl::NotifyChannelsList},
+    {"POST", "/api/v1/notify/channels", "notify.channels.create", "admin", Body::kRequired,
+     Needs::kNotify, &Impl::NotifyChannelsCreate},
+    {"DELETE", "/api/v1/notify/channels/{id}", "notify.channels.delete", "admin", Body::kNone,
+     Needs::kNotify, &Impl::NotifyChannelDelete},
+    {"POST", "/api/v1/notify/channels/{id}/test", "notify.channels.test", "operator",
+     Body::kOptional, Needs::kNotify, &Impl::NotifyChannelTest},
+    {"GET", "/api/v1/notify/rules", "notify.rules.list", "viewer", Body::kNone, Needs::kNotify,
+     &Impl::NotifyRulesList},
+    {"POST", "/api/v1/notify/rules", "notify.rules.create", "admin", Body::kRequired,
+     Needs::kNotify, &Impl::NotifyRulesCreate},
+    {"DELETE", "/api/v1/notify/rules/{id}", "notify.rules.delete", "admin", Body::kNone,
+     Needs::kNotify, &Impl::NotifyRuleDelete},
+    {"GET", "/api/v1/notify/deliveries", "notify.deliveries.list", "viewer", Body::kNone,
+     Needs::kNotify, &Impl::NotifyDeliveriesList},
+    {"POST", "/api/v1/notify/deliveries/{id}/redeliver", "notify.deliveries.redeliver", "operator",
+     Body::kOptional, Needs::kNotify, &Impl::NotifyRedeliver},
 };
 
 RouteMatch MatchRoute(std::string_view method, std::string_view path) {
@@ -956,6 +995,10 @@ void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
   }
   if (route.needs == Needs::kSecrets && options.secrets == nullptr) {
     SendError(res, 503, "secrets_unavailable", "this server does not hold secrets");
+    return;
+  }
+  if (route.needs == Needs::kNotify && options.notify == nullptr) {
+    SendError(res, 503, "notifications_unavailable", "this server does not send notifications");
     return;
   }
   Call call{req, res, identity, identity.id, Query(req),
@@ -1704,6 +1747,196 @@ void ApiServer::Impl::SecretDelete(Call& c) {
   QL_HTTP_TRY(c.res, c.query.Check({}));
   QL_HTTP_ASSIGN(c.res, SecretRecord deleted, options.secrets->Remove(c.caller, c.id));
   SendJson(c.res, 200, api::SecretJson(deleted));
+}
+
+namespace {
+
+json ChannelJson(const ChannelRecord& c) {
+  json config = json::parse(c.config_json, nullptr, false);
+  return json{{"id", c.id},
+              {"name", c.name},
+              {"type", c.type},
+              {"config", config.is_discarded() ? json::object() : config},
+              {"created_by", c.created_by.empty() ? json(nullptr) : json(c.created_by)},
+              {"created_at", api::TimeJson(c.created_at_ms)},
+              {"deleted_at", api::TimeJson(c.deleted_at_ms)}};
+}
+
+// A whole number of seconds from the body, within [lo, hi], as milliseconds.
+Result<std::optional<int64_t>> SecondsField(const json& body, std::string_view name, int64_t lo,
+                                            int64_t hi) {
+  QL_ASSIGN_OR_RETURN(std::optional<int64_t> s, api::OptionalInteger(body, name));
+  if (!s) return std::optional<int64_t>();
+  if (*s < lo || *s > hi) {
+    return InvalidArgument("invalid_field", std::string(name) + " must be " + std::to_string(lo) +
+                                                ".." + std::to_string(hi) + " seconds");
+  }
+  return std::optional<int64_t>(*s * 1000);
+}
+
+}  // namespace
+
+json ApiServer::Impl::NotifyNames::Channel(const std::string& id) const {
+  auto it = channels.find(id);
+  return it == channels.end() ? json(nullptr) : json(it->second);
+}
+
+json ApiServer::Impl::NotifyNames::Task(const std::optional<std::string>& id) const {
+  if (!id) return nullptr;
+  auto it = tasks.find(*id);
+  return it == tasks.end() ? json(nullptr) : json(it->second);
+}
+
+Result<ApiServer::Impl::NotifyNames> ApiServer::Impl::NamesForNotify(
+    const Caller& caller, const std::set<std::string>& task_ids) {
+  NotifyNames out;
+  QL_ASSIGN_OR_RETURN(std::vector<ChannelRecord> channels, options.notify->AllChannels(caller));
+  for (const ChannelRecord& c : channels) out.channels.emplace(c.id, c.name);
+  QL_ASSIGN_OR_RETURN(ControlService::DisplayNames names, service.NamesOf(task_ids, {}, {}));
+  out.tasks = std::move(names.tasks);
+  return out;
+}
+
+Result<json> ApiServer::Impl::RulesJson(const Caller& caller,
+                                        const std::vector<RuleRecord>& rules) {
+  std::set<std::string> task_ids;
+  for (const RuleRecord& r : rules) {
+    if (r.task_id) task_ids.insert(*r.task_id);
+  }
+  QL_ASSIGN_OR_RETURN(NotifyNames names, NamesForNotify(caller, task_ids));
+  json items = json::array();
+  for (const RuleRecord& r : rules) {
+    items.push_back(json{{"id", r.id},
+                         {"channel", names.Channel(r.channel_id)},
+                         {"channel_id", r.channel_id},
+                         {"event", r.event},
+                         {"task_id", r.task_id ? json(*r.task_id) : json(nullptr)},
+                         {"task_name", names.Task(r.task_id)},
+                         {"mode", r.mode},
+                         {"min_interval_s", r.min_interval_ms / 1000},
+                         {"after_s", r.threshold_ms ? json(*r.threshold_ms / 1000) : json(nullptr)},
+                         {"created_at", api::TimeJson(r.created_at_ms)}});
+  }
+  return items;
+}
+
+Result<json> ApiServer::Impl::DeliveriesJson(const Caller& caller,
+                                             const std::vector<OutboxRecord>& rows) {
+  std::set<std::string> task_ids;
+  for (const OutboxRecord& r : rows) {
+    if (r.task_id) task_ids.insert(*r.task_id);
+  }
+  QL_ASSIGN_OR_RETURN(NotifyNames names, NamesForNotify(caller, task_ids));
+  json items = json::array();
+  for (const OutboxRecord& r : rows) {
+    items.push_back(json{
+        {"id", r.id},
+        {"channel", names.Channel(r.channel_id)},
+        {"channel_id", r.channel_id},
+        {"event", r.event},
+        {"task_id", r.task_id ? json(*r.task_id) : json(nullptr)},
+        {"task_name", names.Task(r.task_id)},
+        {"run_id", r.run_id ? json(*r.run_id) : json(nullptr)},
+        {"status", r.status},
+        {"attempts", r.attempts},
+        {"next_attempt_at", r.status == kDeliveryPending ? api::TimeJson(r.next_attempt_at_ms)
+                                                         : json(nullptr)},
+        {"last_status_code", r.last_status_code ? json(*r.last_status_code) : json(nullptr)},
+        {"last_error", r.last_error ? json(*r.last_error) : json(nullptr)},
+        {"last_latency_ms", r.last_latency_ms ? json(*r.last_latency_ms) : json(nullptr)},
+        {"created_at", api::TimeJson(r.created_at_ms)},
+        {"delivered_at", api::TimeJson(r.delivered_at_ms)}});
+  }
+  return items;
+}
+
+void ApiServer::Impl::NotifyChannelsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<ChannelRecord> listed, options.notify->ListChannels(c.caller));
+  json items = json::array();
+  for (const ChannelRecord& channel : listed) items.push_back(ChannelJson(channel));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::NotifyChannelsCreate(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"name", "type", "config"}));
+  QL_HTTP_ASSIGN(c.res, std::string name, api::RequiredString(c.body, "name"));
+  QL_HTTP_ASSIGN(c.res, std::string type, api::RequiredString(c.body, "type"));
+  if (!c.body.contains("config") || !c.body["config"].is_object()) {
+    SendError(c.res, 400, "channel_config_invalid", "config must be a JSON object");
+    return;
+  }
+  QL_HTTP_ASSIGN(c.res, ChannelRecord channel,
+                 options.notify->AddChannel(c.caller, name, type, c.body["config"].dump()));
+  SendJson(c.res, 201, ChannelJson(channel));
+}
+
+void ApiServer::Impl::NotifyChannelDelete(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, ChannelRecord channel, options.notify->RemoveChannel(c.caller, c.id));
+  SendJson(c.res, 200, ChannelJson(channel));
+}
+
+void ApiServer::Impl::NotifyChannelTest(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, OutboxRecord row, options.notify->TestChannel(c.caller, c.id));
+  QL_HTTP_ASSIGN(c.res, json items, DeliveriesJson(c.caller, {row}));
+  SendJson(c.res, 202, items.at(0));
+}
+
+void ApiServer::Impl::NotifyRulesList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<RuleRecord> rules, options.notify->ListRules(c.caller));
+  QL_HTTP_ASSIGN(c.res, json items, RulesJson(c.caller, rules));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::NotifyRulesCreate(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"channel", "event", "task", "mode", "min_interval_s",
+                                               "after_s"}));
+  NewRuleRequest request;
+  QL_HTTP_ASSIGN(c.res, request.channel, api::RequiredString(c.body, "channel"));
+  QL_HTTP_ASSIGN(c.res, request.event, api::RequiredString(c.body, "event"));
+  QL_HTTP_ASSIGN(c.res, request.task, api::OptionalString(c.body, "task"));
+  QL_HTTP_ASSIGN(c.res, request.mode, api::OptionalString(c.body, "mode"));
+  QL_HTTP_ASSIGN(c.res, request.min_interval_ms,
+                 SecondsField(c.body, "min_interval_s", 0, kMaxMinIntervalMs / 1000));
+  QL_HTTP_ASSIGN(c.res, request.threshold_ms, SecondsField(c.body, "after_s", 1, 30LL * 24 * 3600));
+  QL_HTTP_ASSIGN(c.res, RuleRecord rule, options.notify->AddRule(c.caller, request));
+  QL_HTTP_ASSIGN(c.res, json items, RulesJson(c.caller, {rule}));
+  SendJson(c.res, 201, items.at(0));
+}
+
+void ApiServer::Impl::NotifyRuleDelete(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, RuleRecord rule, options.notify->RemoveRule(c.caller, c.id));
+  QL_HTTP_ASSIGN(c.res, json items, RulesJson(c.caller, {rule}));
+  SendJson(c.res, 200, items.at(0));
+}
+
+void ApiServer::Impl::NotifyDeliveriesList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"failed", "limit"}));
+  bool failed = false;
+  if (std::optional<std::string> f = c.query.Get("failed")) {
+    if (*f != "true" && *f != "false") {
+      SendError(c.res, 400, "invalid_parameter", "failed is true or false");
+      return;
+    }
+    failed = *f == "true";
+  }
+  QL_HTTP_ASSIGN(c.res, int64_t limit,
+                 c.query.Integer("limit", "invalid_limit", 1, kMaxListLimit, 100));
+  QL_HTTP_ASSIGN(c.res, std::vector<OutboxRecord> rows,
+                 options.notify->ListDeliveries(c.caller, failed, static_cast<int>(limit)));
+  QL_HTTP_ASSIGN(c.res, json items, DeliveriesJson(c.caller, rows));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::NotifyRedeliver(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, OutboxRecord row, options.notify->Redeliver(c.caller, c.id));
+  QL_HTTP_ASSIGN(c.res, json items, DeliveriesJson(c.caller, {row}));
+  SendJson(c.res, 202, items.at(0));
 }
 
 bool ApiServer::Impl::RefuseCrossSiteSignIn(Call& c) {

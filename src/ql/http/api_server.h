@@ -18,11 +18,12 @@
 #include "ql/core/governance_ports.h"
 #include "ql/core/status.h"
 #include "ql/engine/control_service.h"
-#include "ql/engine/secret_service.h"
-#include "ql/engine/oidc_sign_in.h"
-#include "ql/engine/sign_in_service.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/notification_service.h"
+#include "ql/engine/oidc_sign_in.h"
+#include "ql/engine/secret_service.h"
+#include "ql/engine/sign_in_service.h"
 #include "ql/http/listener_tls.h"
 #include "ql/http/panel_assets.h"
 
@@ -69,6 +70,8 @@ struct ApiServerOptions {
   // Serves /api/v1/secrets; without it those routes answer 503 secrets_unavailable. Must
   // outlive the server.
   SecretService* secrets = nullptr;
+  // Serves /api/v1/notify; without it those routes answer 503 notifications_unavailable.
+  NotificationService* notify = nullptr;
   // Serves sign-in, sign-out, sessions and passwords; without it those routes answer 503
   // sign_in_unavailable. Must outlive the server.
   SignInService* sign_in = nullptr;

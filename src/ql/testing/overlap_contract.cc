@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ql/core/jitter.h"
+#include "ql/core/notification_store.h"
 #include "ql/core/overlap.h"
 #include "ql/core/task_spec.h"
 #include "ql/testing/contract_assertions.h"
@@ -114,6 +115,35 @@ TEST_P(OverlapContract, ForbidRecordsTheOccurrenceAsSkippedWhileARunOfTheTrigger
   EXPECT_EQ(after, AdvanceOutcome::kApplied);
   QL_ASSERT_OK_AND_ASSIGN(RunRecord next, store().runs().GetRun(fourth));
   EXPECT_EQ(next.status, "queued");
+}
+
+// A skipped occurrence's notification is written by the admission that skips it.
+TEST_P(OverlapContract, ASkippedOccurrenceWritesItsNotificationInTheAdmission) {
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, LimitedTask(std::nullopt));
+  QL_ASSERT_OK_AND_ASSIGN(std::string trigger_id, OverlapTrigger(task, "forbid"));
+  CreateChannelCommand channel;
+  channel.channel = ChannelRecord{
+      NewId(), project().id, "ops",       "webhook", R"({"url":"https://example.test/h"})",
+      "",      Now(),        std::nullopt};
+  QL_ASSERT_OK_AND_ASSIGN(ChannelRecord ops, store().notifications().CreateChannel(channel));
+  CreateRuleCommand rule;
+  rule.rule.id = NewId();
+  rule.rule.project_id = project().id;
+  rule.rule.channel_id = ops.id;
+  rule.rule.event = "skipped";
+  rule.rule.mode = "every";
+  rule.rule.created_at_ms = Now();
+  QL_ASSERT_OK(store().notifications().CreateRule(rule));
+  std::string first, second;
+  QL_ASSERT_OK(Fire(trigger_id, first));
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome refused, Fire(trigger_id, second));
+  ASSERT_EQ(refused, AdvanceOutcome::kSkipped);
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<OutboxRecord> rows,
+                          store().notifications().ListDeliveries(DeliveryFilter{project().id}));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].event, "skipped");
+  EXPECT_EQ(rows[0].run_id, second);
+  EXPECT_EQ(rows[0].id, OutboxId(rule.rule.id, "skipped", second));
 }
 
 TEST_P(OverlapContract, ReplaceCancelsTheUnfinishedRunOfTheTriggerAndQueuesTheNewOne) {

@@ -21,6 +21,7 @@
 
 #include "ql/core/approval_ports.h"
 #include "ql/core/governance_ports.h"
+#include "ql/core/notification_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
 #include "ql/core/retention.h"
@@ -200,6 +201,28 @@ class SecretContract : public GovernanceContract {
   SecretRef Ref(const std::string& name, std::optional<int64_t> version = std::nullopt);
 };
 
+// The notifications part of the contract (notification_contract.cc): channels and rules under
+// the fence, the outbox row written in the transaction that moves a run, the rules' state (a
+// change of state, not every failure), and the outbox's leases.
+class NotificationContract : public GovernanceContract {
+ protected:
+  void SetUp() override;
+  NotificationRepository& notify();
+  // Creates a webhook channel `name` as the owner.
+  Result<ChannelRecord> Channel(const std::string& name,
+                                const std::string& config = R"({"url":"https://example.test/h"})");
+  // Creates a rule of `channel` on `event` for `task_id` (every task when empty) as the owner.
+  Result<RuleRecord> Rule(const ChannelRecord& channel, const std::string& event,
+                          std::optional<std::string> task_id, const std::string& mode = "change",
+                          int64_t min_interval_ms = 0);
+  // Runs `task` once and ends it as `status` (succeeded, failed or timed_out).
+  Result<RunRecord> Ended(const TaskRevisionRecord& task, const std::string& status);
+  // Every outbox row of the project, newest first.
+  std::vector<OutboxRecord> Outbox();
+
+  PrincipalRecord owner_;
+};
+
 namespace internal {
 // Return true; referenced by the instantiation macro so the suites' object files, which hold
 // the test registrations, are always linked from the static library.
@@ -209,6 +232,7 @@ bool LinkApprovalContract();
 bool LinkRetentionContract();
 bool LinkSecretContract();
 bool LinkOverlapContract();
+bool LinkNotificationContract();
 }  // namespace internal
 
 }  // namespace ql::testing
@@ -218,9 +242,10 @@ bool LinkOverlapContract();
 #define QL_INSTANTIATE_REPOSITORY_CONTRACT(prefix, ...)                                    \
   namespace ql::testing {                                                                  \
   [[maybe_unused]] static const bool ql_repository_contract_linked_##prefix =              \
-      internal::LinkRepositoryContract() && internal::LinkGovernanceContract() &&        \
-      internal::LinkApprovalContract() && internal::LinkRetentionContract() &&            \
-      internal::LinkSecretContract() && internal::LinkOverlapContract();                   \
+      internal::LinkRepositoryContract() && internal::LinkGovernanceContract() &&          \
+      internal::LinkApprovalContract() && internal::LinkRetentionContract() &&             \
+      internal::LinkSecretContract() && internal::LinkOverlapContract() &&                 \
+      internal::LinkNotificationContract();                                                \
   INSTANTIATE_TEST_SUITE_P(prefix, RepositoryContractTest, ::testing::Values(__VA_ARGS__), \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, GovernanceContract, ::testing::Values(__VA_ARGS__),     \
@@ -232,6 +257,8 @@ bool LinkOverlapContract();
   INSTANTIATE_TEST_SUITE_P(prefix, SecretContract, ::testing::Values(__VA_ARGS__),         \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, OverlapContract, ::testing::Values(__VA_ARGS__),        \
+                           StoreFactoryName);                                              \
+  INSTANTIATE_TEST_SUITE_P(prefix, NotificationContract, ::testing::Values(__VA_ARGS__),   \
                            StoreFactoryName);                                              \
   }                                                                                        \
   static_assert(true, "require a semicolon")

@@ -1,9 +1,11 @@
 -- The exact privileges of the non-owner roles on schema ql3, applied by `ql-cluster migrate`
 -- after the migrations, in one transaction: everything is revoked first, then granted, so a
 -- privilege added by hand is removed. The readiness auditor checks ql3_runtime against the
--- same list (pg_audit.cc). DELETE is granted only to ql3_runtime and only on the rows of run
--- history, for the retention purge (the one deletion path; triggers let it delete finished runs
--- only). No role but the owner ever gets TRUNCATE, REFERENCES, TRIGGER or CREATE.
+-- same list (pg_audit.cc). ql3_runtime deletes only the rows of run history (with the
+-- delivered and dead notifications of those runs), for the retention purge (the one deletion
+-- path of history; triggers let it delete finished runs only); ql3_admin deletes only sign-in
+-- state and notification rules. No role but the owner ever gets TRUNCATE, REFERENCES, TRIGGER
+-- or CREATE.
 
 REVOKE ALL ON SCHEMA ql3 FROM PUBLIC, ql3_runtime, ql3_admin, ql3_worker_ingress;
 REVOKE ALL ON ALL TABLES IN SCHEMA ql3 FROM PUBLIC, ql3_runtime, ql3_admin, ql3_worker_ingress;
@@ -35,6 +37,22 @@ GRANT SELECT, INSERT ON ql3.approval_decisions, ql3.approved_actions, ql3.approv
   ql3.run_resolutions TO ql3_runtime;
 -- Secrets: read (sealed) to put into a worker's lease; written by the admin role only.
 GRANT SELECT ON ql3.secrets, ql3.secret_versions TO ql3_runtime;
+-- Notifications: a run transition or a cron admission reads the rules and channels and writes
+-- the rules' and channels' state and the outbox row in its own transaction; the delivery loop
+-- claims and records outbox rows; the retention purge deletes the delivered and dead rows of
+-- the runs it deletes. Channels and rules are project configuration, written by the admin role
+-- only (as definitions and secrets are). The tables came with pg-0023; a schema migrated only
+-- part of the way (an upgrade test) has none yet.
+DO $$
+BEGIN
+  IF to_regclass('ql3.notification_outbox') IS NOT NULL THEN
+    GRANT SELECT ON ql3.notification_channels, ql3.notification_rules TO ql3_runtime;
+    GRANT SELECT, INSERT, UPDATE ON ql3.notification_rule_states,
+      ql3.notification_channel_states TO ql3_runtime;
+    GRANT SELECT, INSERT, UPDATE, DELETE ON ql3.notification_outbox TO ql3_runtime;
+  END IF;
+END
+$$;
 
 -- ql3_admin: publishes definitions, creates and resets schedule rows, mints credentials.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_admin;
@@ -64,6 +82,18 @@ GRANT SELECT, INSERT ON ql3.task_revisions, ql3.execution_revisions, ql3.trigger
 GRANT SELECT, INSERT, UPDATE ON ql3.project_retention, ql3.task_retention TO ql3_admin;
 -- ql3_admin: secret versions, their shredding and their rotation.
 GRANT SELECT, INSERT, UPDATE ON ql3.secrets, ql3.secret_versions TO ql3_admin;
+-- ql3_admin: notification channels (created, then deleted as a tombstone) and rules (deleted
+-- outright), and redelivery of a delivered or dead outbox row, each with its audit fact
+-- (pg-0023, as above).
+DO $$
+BEGIN
+  IF to_regclass('ql3.notification_outbox') IS NOT NULL THEN
+    GRANT SELECT, INSERT, UPDATE ON ql3.notification_channels TO ql3_admin;
+    GRANT SELECT, INSERT, DELETE ON ql3.notification_rules TO ql3_admin;
+    GRANT SELECT, UPDATE ON ql3.notification_outbox TO ql3_admin;
+  END IF;
+END
+$$;
 
 -- ql3_worker_ingress: worker authentication and sessions, nothing else.
 GRANT SELECT ON ql3.schema_migrations, ql3.schema_capabilities TO ql3_worker_ingress;

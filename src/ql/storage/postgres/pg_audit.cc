@@ -17,7 +17,8 @@ Status Fail(std::string_view code, std::string message) {
 }
 
 // The runtime role's privileges on every ql3 relation; grants.sql grants exactly these. DELETE
-// on the run history tables is the retention purge's, and nothing else's.
+// on the run history tables (and the outbox rows of purged runs) is the retention purge's, and
+// nothing else's.
 const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
   static const auto* const kPrivileges = new std::map<std::string, std::set<std::string>>{
       {"schema_migrations", {"SELECT"}},
@@ -51,6 +52,11 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"task_retention", {"SELECT"}},
       {"secrets", {"SELECT"}},
       {"secret_versions", {"SELECT"}},
+      {"notification_channels", {"SELECT"}},
+      {"notification_rules", {"SELECT"}},
+      {"notification_rule_states", {"SELECT", "INSERT", "UPDATE"}},
+      {"notification_channel_states", {"SELECT", "INSERT", "UPDATE"}},
+      {"notification_outbox", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
   };
   return *kPrivileges;
 }
@@ -93,6 +99,9 @@ const std::map<std::string, std::set<std::string>>& AdminPrivileges() {
       {"task_retention", {"SELECT", "INSERT", "UPDATE"}},
       {"secrets", {"SELECT", "INSERT", "UPDATE"}},
       {"secret_versions", {"SELECT", "INSERT", "UPDATE"}},
+      {"notification_channels", {"SELECT", "INSERT", "UPDATE"}},
+      {"notification_rules", {"SELECT", "INSERT", "DELETE"}},
+      {"notification_outbox", {"SELECT", "UPDATE"}},
   };
   return *kPrivileges;
 }

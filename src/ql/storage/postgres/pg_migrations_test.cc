@@ -78,13 +78,12 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
        "b4a2fa22685ecc5262a29fc64b743dd6a9a4e48967a9a7076bcae0571e81119d"},
       {"pg-0018-trigger-jitter",
        "5d59886f1250c104228f46640fecd5f7e7d1797239e09c8e6a9595147daacd11"},
-      {"pg-0019-compact-runs",
-       "f315fbac9ed463d9f3323c77bd0ee5ce3cf927f42ea57ec03a3762f58445c73b"},
+      {"pg-0019-compact-runs", "f315fbac9ed463d9f3323c77bd0ee5ce3cf927f42ea57ec03a3762f58445c73b"},
       {"pg-0020-sign-in", "58f450371e539260b5cb9aea2b5c553be8d1663c8a455e58e3adf88904bab7c4"},
-      {"pg-0021-published-by",
-       "a027ce1bd37c34b78e162e58c867e7533fcddf1624f9d5db4bbc22b17d261d09"},
+      {"pg-0021-published-by", "a027ce1bd37c34b78e162e58c867e7533fcddf1624f9d5db4bbc22b17d261d09"},
       {"pg-0022-sign-in-policies",
        "6c7d4c4b00f5aa0d3b4e070348d4c6b9b399ba59c272d56a4b397b5d6ed175f0"},
+      {"pg-0023-notifications", "ad0d62f14cc883bb94e00b47f22ff0a8605b7c613fcca891beb0948d4c31759f"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

@@ -180,6 +180,11 @@ class PgRetention final : public RetentionRepository {
       out.events = events.affected() + derived;
       QL_RETURN_IF_ERROR(
           Execute(tx, "DELETE FROM run_attempts WHERE run_id = ANY($1::text[])", {runs}));
+      // Sent and dead notifications go with their runs; those still owed are delivered first.
+      QL_RETURN_IF_ERROR(Execute(tx,
+                                 "DELETE FROM ql3.notification_outbox WHERE run_id = "
+                                 "ANY($1::text[]) AND status IN ('delivered', 'dead')",
+                                 {runs}));
       QL_ASSIGN_OR_RETURN(Rows deleted, tx.Exec("DELETE FROM runs WHERE id = ANY($1::text[])",
                                                 {runs}));
       if (deleted.affected() != static_cast<int64_t>(out.run_ids.size())) {

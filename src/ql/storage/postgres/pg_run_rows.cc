@@ -1,14 +1,17 @@
 #include "ql/storage/postgres/pg_run_rows.h"
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
-#include "ql/core/run_payloads.h"
 #include "ql/core/canonical_json.h"
+#include "ql/core/notification_store.h"
 #include "ql/core/overlap.h"
+#include "ql/core/run_payloads.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
+#include "ql/storage/postgres/pg_notifications.h"
 #include "ql/storage/postgres/pg_store_rows.h"
 #include "ql/storage/postgres/pg_worker.h"
 
@@ -291,17 +294,40 @@ Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t no
       "SELECT id, 1, $24::text, actor, NULL, NULL, created, $23::bigint FROM v JOIN r USING (id) "
       "WHERE " STORES_ADMISSION_EVENTS " UNION ALL SELECT id, 2, $25::text, actor, NULL, NULL, "
       "skipped, $23::bigint FROM v JOIN r USING (id) WHERE " STORES_ADMISSION_EVENTS;
-  return tx
-      .Exec(kSql, {PArray(id),           PArray(project),       PArray(task),
-                   PArray(task_revision), PArray(task_digest),   PArray(execution),
-                   PArray(trigger),      PArray(trigger_revision), PArray(scheduled),
-                   PArray(trigger_type), PArray(priority),      PArray(key),
-                   PArray(reason),       PArray(summary),       PArray(max_attempts),
-                   PArray(retry_on_lost), PArray(safety),       PArray(backoff_base),
-                   PArray(backoff_max),  PArray(actor),         PArray(created),
-                   PArray(skipped),      P(now_ms),             P(kEventRunCreated),
-                   P(RunEventType(RunStatus::kSkipped))})
-      .status();
+  const Status inserted = tx.Exec(kSql, {PArray(id),
+                                         PArray(project),
+                                         PArray(task),
+                                         PArray(task_revision),
+                                         PArray(task_digest),
+                                         PArray(execution),
+                                         PArray(trigger),
+                                         PArray(trigger_revision),
+                                         PArray(scheduled),
+                                         PArray(trigger_type),
+                                         PArray(priority),
+                                         PArray(key),
+                                         PArray(reason),
+                                         PArray(summary),
+                                         PArray(max_attempts),
+                                         PArray(retry_on_lost),
+                                         PArray(safety),
+                                         PArray(backoff_base),
+                                         PArray(backoff_max),
+                                         PArray(actor),
+                                         PArray(created),
+                                         PArray(skipped),
+                                         P(now_ms),
+                                         P(kEventRunCreated),
+                                         P(RunEventType(RunStatus::kSkipped))})
+                              .status();
+  QL_RETURN_IF_ERROR(inserted);
+  // The skips' notifications commit with them.
+  std::unique_ptr<NotificationTx> notifications = NewNotificationTx(tx);
+  for (const SkippedRun& s : runs) {
+    QL_ASSIGN_OR_RETURN(RunRecord skipped, RequireRun(tx, s.run->run_id));
+    QL_RETURN_IF_ERROR(NotifyRunOutcomeInTx(*notifications, skipped, RunStatus::kSkipped, now_ms));
+  }
+  return Status::Ok();
 }
 
 Result<std::optional<SkippedRun>> ApplyOverlapInTx(Tx& tx, const NewRun& run,

@@ -46,6 +46,7 @@ struct SkippedRun {
 // `now_ms`) with their retry policy snapshot and the events run.created (sequence 1) and
 // run.skipped {reason} (sequence 2), not stored for cron runs, as for InsertQueuedRuns; no
 // attempt. They keep their occurrences: a taken one is Duplicate `idempotency_key_duplicate`.
+// Each skip's notifications (NotifyRunOutcomeInTx, at `now_ms`) are written in `tx` too.
 Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t now_ms);
 
 // Records a cancel intent with `reason` (payload: the run.cancel_requested event's canonical

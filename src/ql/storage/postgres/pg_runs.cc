@@ -8,8 +8,10 @@
 #include "ql/core/governance_store.h"
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/notification_store.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
+#include "ql/storage/postgres/pg_notifications.h"
 #include "ql/storage/postgres/pg_run_rows.h"
 #include "ql/storage/postgres/pg_store.h"
 #include "ql/storage/postgres/pg_store_rows.h"
@@ -315,8 +317,14 @@ Result<RunRecord> PostgresStore::ApplyTransitionInTx(Tx& tx, const RunTransition
                                   verified_attempt, t.now_ms));
   QL_ASSIGN_OR_RETURN(Rows updated, tx.Exec(update_run.sql, update_run.params));
   if (updated.empty()) return move.on_miss;
+  RunRecord moved = ReadRun(updated, 0);
   QL_RETURN_IF_ERROR(updated.status());
-  return ReadRun(updated, 0);
+  if (move.next != move.from) {
+    // The outbox row commits with the state change that causes it.
+    QL_RETURN_IF_ERROR(
+        NotifyRunOutcomeInTx(*pg::NewNotificationTx(tx), moved, move.next, t.now_ms));
+  }
+  return moved;
 }
 
 Result<EventRecord> PostgresStore::AppendEvent(const std::string& run_id, const NewEvent& event,

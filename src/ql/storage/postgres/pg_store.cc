@@ -7,11 +7,12 @@
 #include <utility>
 
 #include "ql/core/governance_store.h"
-#include "ql/storage/postgres/pg_retention.h"
 #include "ql/core/ids.h"
 #include "ql/core/store_commands.h"
 #include "ql/storage/postgres/pg_approvals.h"
 #include "ql/storage/postgres/pg_governance.h"
+#include "ql/storage/postgres/pg_notifications.h"
+#include "ql/storage/postgres/pg_retention.h"
 #include "ql/storage/postgres/pg_secrets.h"
 #include "ql/storage/postgres/pg_store_rows.h"
 
@@ -45,7 +46,9 @@ PostgresStore::PostgresStore(std::unique_ptr<pg::Pool> runtime, std::unique_ptr<
       approvals_(std::make_unique<ApprovalStore>(*approvals_runner_, SecureRandom())),
       retention_(pg::NewPgRetention(*runtime_, admin_.get())),
       secret_runner_(std::make_unique<pg::PgSecretRunner>(*runtime_, admin_.get())),
-      secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())) {}
+      secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())),
+      notification_runner_(std::make_unique<pg::PgNotificationRunner>(*runtime_, admin_.get())),
+      notifications_(std::make_unique<NotificationStore>(*notification_runner_, SecureRandom())) {}
 
 Status PostgresStore::Fence(pg::Tx& tx, const std::optional<PolicyFence>& fence,
                             const std::string& project_id) {

@@ -24,9 +24,10 @@
 #include "ql/core/approval_store.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
-#include "ql/core/secret_store.h"
+#include "ql/core/notification_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/retention.h"
+#include "ql/core/secret_store.h"
 #include "ql/core/status.h"
 #include "ql/storage/postgres/pg_client.h"
 
@@ -76,6 +77,9 @@ class PostgresStore final : public Store,
   RetentionRepository& retention() override { return *retention_; }
   // Secrets (pg_secrets.h): reads as the runtime role, writes as the admin role.
   SecretRepository& secrets() override { return *secrets_; }
+  // Notifications (pg_notifications.h): channel and rule writes and redeliveries as the admin
+  // role; reads, the outbox and the delivery loop as the runtime role.
+  NotificationRepository& notifications() override { return *notifications_; }
 
   // ProjectRepository. EnsureProject returns an existing project through the runtime pool;
   // creating one needs the admin pool, else Unavailable `admin_pool_missing`.
@@ -170,6 +174,8 @@ class PostgresStore final : public Store,
   std::unique_ptr<RetentionRepository> retention_;
   std::unique_ptr<SecretTxRunner> secret_runner_;
   std::unique_ptr<SecretRepository> secrets_;
+  std::unique_ptr<NotificationTxRunner> notification_runner_;
+  std::unique_ptr<NotificationRepository> notifications_;
 };
 
 }  // namespace ql

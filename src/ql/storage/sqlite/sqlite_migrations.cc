@@ -70,6 +70,11 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"({"approvals":2,"attempts":1,"definitions":5,"events":1,"governance":3,"projects":1,)"
        R"("retention":1,"retry_policies":1,"runs":3,"schedules":1,"secrets":1})",
        "0015-sign-in-policies"},
+      {kLocalControlCore, 13,
+       R"({"approvals":2,"attempts":1,"definitions":5,"events":1,"governance":3,)"
+       R"("notifications":1,"projects":1,"retention":1,"retry_policies":1,"runs":3,)"
+       R"("schedules":1,"secrets":1})",
+       "0016-notifications"},
   };
   return kSteps;
 }

@@ -158,6 +158,11 @@ class SqliteRetention final : public RetentionRepository {
           Execute(db_, Cat({"DELETE FROM run_attempts WHERE run_id IN ", kIds}), ids));
       QL_RETURN_IF_ERROR(
           Execute(db_, Cat({"DELETE FROM run_retry_policies WHERE run_id IN ", kIds}), ids));
+      // Sent and dead notifications go with their runs; those still owed are delivered first.
+      QL_RETURN_IF_ERROR(Execute(db_,
+                                 Cat({"DELETE FROM notification_outbox WHERE run_id IN ", kIds,
+                                      " AND status IN ('delivered', 'dead')"}),
+                                 ids));
       QL_RETURN_IF_ERROR(Execute(db_, Cat({"DELETE FROM runs WHERE id IN ", kIds}), ids));
       if (db_.Changes() != static_cast<int64_t>(out.run_ids.size())) {
         return Internal("purge_incomplete", "a selected run was not deleted");

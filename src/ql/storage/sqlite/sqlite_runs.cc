@@ -7,6 +7,7 @@
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
 #include "ql/storage/sqlite/sqlite_db.h"
+#include "ql/storage/sqlite/sqlite_notifications.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/storage/sqlite/sqlite_store_rows.h"
 
@@ -281,7 +282,13 @@ Result<RunRecord> SqliteStore::ApplyTransitionInTx(const RunTransitionCommand& t
                                 sequence, move.queued_at_ms, t.started_at_ms,
                                 move.finished_at_ms, t.retry_at_ms, t.exit_code, t.error_code,
                                 t.error_summary, run.id, t.expected_version));
-  return RequireRun(*db_, run.id);
+  QL_ASSIGN_OR_RETURN(RunRecord moved, RequireRun(*db_, run.id));
+  if (move.next != move.from) {
+    // The outbox row commits with the state change that causes it.
+    QL_RETURN_IF_ERROR(
+        NotifyRunOutcomeInTx(*sqlite::NewNotificationTx(*db_), moved, move.next, t.now_ms));
+  }
+  return moved;
 }
 
 Result<EventRecord> SqliteStore::AppendEvent(const std::string& run_id, const NewEvent& event,

@@ -16,9 +16,10 @@
 #include "ql/storage/sqlite/sqlite_approvals.h"
 #include "ql/storage/sqlite/sqlite_db.h"
 #include "ql/storage/sqlite/sqlite_governance.h"
+#include "ql/storage/sqlite/sqlite_migrations.h"
+#include "ql/storage/sqlite/sqlite_notifications.h"
 #include "ql/storage/sqlite/sqlite_retention.h"
 #include "ql/storage/sqlite/sqlite_secrets.h"
-#include "ql/storage/sqlite/sqlite_migrations.h"
 #include "ql/storage/sqlite/sqlite_store_rows.h"
 
 namespace ql {
@@ -189,7 +190,9 @@ SqliteStore::SqliteStore(std::unique_ptr<sqlite::Db> db)
       approvals_(std::make_unique<ApprovalStore>(*approvals_runner_, SecureRandom())),
       retention_(sqlite::NewSqliteRetention(*db_)),
       secret_runner_(std::make_unique<sqlite::SqliteSecretRunner>(*db_)),
-      secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())) {}
+      secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())),
+      notification_runner_(std::make_unique<sqlite::SqliteNotificationRunner>(*db_)),
+      notifications_(std::make_unique<NotificationStore>(*notification_runner_, SecureRandom())) {}
 
 Status SqliteStore::Fence(const std::optional<PolicyFence>& fence, const std::string& project_id) {
   if (!fence.has_value()) return Status();

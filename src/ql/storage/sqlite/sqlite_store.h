@@ -15,9 +15,10 @@
 #include "ql/core/clock.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
-#include "ql/core/secret_store.h"
+#include "ql/core/notification_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/retention.h"
+#include "ql/core/secret_store.h"
 #include "ql/core/status.h"
 
 namespace ql {
@@ -108,6 +109,7 @@ class SqliteStore final : public Store,
   ApprovalRepository& approvals() override { return *approvals_; }
   RetentionRepository& retention() override { return *retention_; }
   SecretRepository& secrets() override { return *secrets_; }
+  NotificationRepository& notifications() override { return *notifications_; }
 
   // ProjectRepository
   Result<ProjectRecord> EnsureProject(const std::string& id_if_new, const std::string& slug,
@@ -194,6 +196,8 @@ class SqliteStore final : public Store,
   std::unique_ptr<RetentionRepository> retention_;
   std::unique_ptr<SecretTxRunner> secret_runner_;
   std::unique_ptr<SecretRepository> secrets_;
+  std::unique_ptr<NotificationTxRunner> notification_runner_;
+  std::unique_ptr<NotificationRepository> notifications_;
 };
 
 }  // namespace ql

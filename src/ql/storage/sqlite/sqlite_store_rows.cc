@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include "ql/core/canonical_json.h"
+#include "ql/core/notification_store.h"
 #include "ql/core/run_payloads.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
+#include "ql/storage/sqlite/sqlite_notifications.h"
 
 namespace ql::sqlite {
 
@@ -388,7 +390,10 @@ Status InsertSkippedRun(Db& db, const NewRun& run, std::string_view reason,
   QL_ASSIGN_OR_RETURN(std::string skipped_payload, RunSkippedPayload(reason));
   NewEvent skipped_event{RunEventType(RunStatus::kSkipped), run.actor_type, std::nullopt,
                          std::nullopt, skipped_payload};
-  return InsertEvent(db, run.run_id, 2, skipped_event, skipped_payload, run.now_ms);
+  QL_RETURN_IF_ERROR(InsertEvent(db, run.run_id, 2, skipped_event, skipped_payload, run.now_ms));
+  // The skip's notification commits with it.
+  QL_ASSIGN_OR_RETURN(RunRecord skipped, RequireRun(db, run.run_id));
+  return NotifyRunOutcomeInTx(*NewNotificationTx(db), skipped, RunStatus::kSkipped, run.now_ms);
 }
 
 // Requires an execution revision `id` of (task, revision, executor type) with the task digest.

@@ -63,6 +63,7 @@ class TempFileStore final : public Store {
   ApprovalRepository& approvals() override { return store_->approvals(); }
   RetentionRepository& retention() override { return store_->retention(); }
   SecretRepository& secrets() override { return store_->secrets(); }
+  NotificationRepository& notifications() override { return store_->notifications(); }
 
  private:
   std::unique_ptr<TempDir> dir_;  // outlives the store: declared first, destroyed last
@@ -169,8 +170,8 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0012-trigger-jitter", "f20087a4ac3f1ce0d567497b96ab87829dc1fdfabc60a6c5001d9d13fe80f4e0"},
       {"0013-sign-in", "74915d2bf9f6e22292a64ddbe3e3d8ddd9aaea433d248dfcde930167f81512e4"},
       {"0014-published-by", "46c5e8636f6f1db1e0ddcf2ccdca273801de06bfa8724ea0044fc608289d726a"},
-      {"0015-sign-in-policies",
-       "33821fe954b285a83c7c41ac9c1202aa6983af385896d6210ef1f71aafff0a18"},
+      {"0015-sign-in-policies", "33821fe954b285a83c7c41ac9c1202aa6983af385896d6210ef1f71aafff0a18"},
+      {"0016-notifications", "bbdbf4ba1ed7c4b95c417a060bee61e32859165267f91ca7b10994f9dc846db5"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -188,7 +189,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 12);
+  EXPECT_EQ(capability.version, 13);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);

@@ -1,0 +1,121 @@
+#pragma once
+
+// The delivery loop of the notification outbox (DESIGN §14). Each round claims the due rows
+// (leased to this process, skipping rows another replica holds), renders each for its channel
+// (secrets opened here, right before sending), sends it through a NotificationSender with the
+// row's id as the idempotency key, and records the attempt: delivered, the next attempt after a
+// doubling backoff, or dead after the channel's last attempt or its deadline. A crash between
+// the claim and the record leaves the row leased; when the lease runs out any replica sends it
+// again with the same key. The loop runs on its own thread and never blocks admission or
+// dispatch; a sender that hangs is cut off by its timeout, which is shorter than the lease.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ql/core/clock.h"
+#include "ql/core/notification_store.h"
+#include "ql/core/ports.h"
+#include "ql/core/secret_store.h"
+#include "ql/core/status.h"
+#include "ql/engine/diagnostics.h"
+#include "ql/engine/metrics.h"
+
+namespace ql {
+
+// One message ready for the wire.
+struct OutgoingMessage {
+  std::string transport = "http";  // http | smtp
+  std::string idempotency_key;     // the outbox row's id
+  int64_t timeout_ms = 10'000;
+  // http: a POST of `body` to `url` with `headers` (Content-Type included).
+  std::string url;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  // Signs the body: X-QL-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(key, "t.body")>.
+  std::optional<std::string> signing_key;
+  // smtp
+  std::string smtp_host;
+  int smtp_port = 587;
+  std::string smtp_security = "starttls";  // starttls | tls | none
+  std::string smtp_username;
+  std::string smtp_password;
+  std::string mail_from;
+  std::vector<std::string> mail_to;
+  std::string subject;  // also the title of chat messages
+  std::string text;     // the plain-text body (e-mail)
+};
+
+// What the wire said.
+struct SendReply {
+  bool transport_ok = false;  // a complete answer came back (any HTTP status; SMTP accepted)
+  int status_code = 0;        // HTTP status, or the last SMTP reply code
+  std::string body;           // the first 4 KiB of the answer
+  std::string error;          // when !transport_ok: what went wrong, no secret in it
+  int64_t latency_ms = 0;
+};
+
+// Sends messages; implemented with libcurl in src/ql/notify. Thread-safe.
+class NotificationSender {
+ public:
+  virtual ~NotificationSender() = default;
+  virtual SendReply Send(const OutgoingMessage& message) = 0;
+};
+
+// Renders row `row` of `channel` with `secrets` (the values of its *_secret settings, by secret
+// name). `public_url` (may be empty) is where run links point. Errors: InvalidArgument
+// `channel_config_invalid` for a stored config that no longer reads.
+Result<OutgoingMessage> RenderNotification(const ChannelRecord& channel, const OutboxRecord& row,
+                                           const std::map<std::string, std::string>& secrets,
+                                           const std::string& public_url);
+
+// Whether a complete answer means the channel accepted the message: a 2xx status, and for the
+// chat APIs that answer 200 with an error inside, their success code (Feishu code 0, DingTalk
+// and WeCom errcode 0, Telegram ok).
+bool Accepted(std::string_view channel_type, const SendReply& reply);
+
+struct NotificationDeliveryOptions {
+  std::string owner;  // this process's lease owner name (unique per replica)
+  int64_t lease_ms = 60'000;
+  int64_t send_timeout_ms = 10'000;
+  int64_t retry_base_ms = 10'000;
+  int64_t poll_ms = 1'000;
+  int batch = 20;
+  std::string public_url;
+};
+
+class NotificationDelivery {
+ public:
+  // `sender` is made on first use (ql-local loads it from a module only when a row is due); a
+  // factory that fails leaves rows pending and says why once. `sealer` may be null: channels
+  // with secrets then fail their attempts with secrets_unavailable.
+  using SenderFactory = std::function<Result<std::unique_ptr<NotificationSender>>()>;
+  NotificationDelivery(Store& store, SecretSealer* sealer, SenderFactory sender, Clock& clock,
+                       Metrics& metrics, NotificationDeliveryOptions options);
+
+  // Claims, sends and records one batch; returns how many rows it attempted.
+  Result<int> RunRound();
+  // For a RoundLoop: one round, then the delay before the next (none when the batch was full).
+  int64_t RunLoopRound(const DiagnosticLog& diagnostics);
+
+ private:
+  // Sends one claimed row and records what happened.
+  Status Deliver(const ClaimedDelivery& claimed);
+  Result<std::map<std::string, std::string>> OpenSecrets(const ChannelRecord& channel);
+
+  Store& store_;
+  SecretSealer* sealer_;
+  SenderFactory factory_;
+  std::unique_ptr<NotificationSender> sender_;
+  Status sender_error_;
+  Clock& clock_;
+  Metrics& metrics_;
+  NotificationDeliveryOptions options_;
+};
+
+}  // namespace ql
