@@ -21,6 +21,8 @@ the `ql` command line as a user would.
   crash_mid_send     the receiver holds the request open; ql-local is SIGKILLed mid-send and
               restarted: the message is sent again with the same idempotency key (repeats
               only with the same key)
+  late_and_missing  a run running past a `late --after 2s` rule: one late message (phase
+              running), however many sweeps pass; a `missing` rule without a task is refused
   loopback    ql-local started without --notify-allow-loopback: a webhook aimed at its own API
               on 127.0.0.1 is refused before connecting, and the receiver sees nothing
 
@@ -101,6 +103,7 @@ class Receiver:
         self.requests = []  # dicts: path, key, signature_ok, body
         self.mode = "ok"
         self.failures_left = 0
+        self.delay = 0.0  # seconds before each answer
         self.lock = threading.Lock()
         self.release = threading.Event()
         self.server = None
@@ -138,6 +141,8 @@ class Receiver:
                 if mode == "hang":
                     receiver.release.wait(60)
                     return
+                if receiver.delay:
+                    time.sleep(receiver.delay)
                 self.send_response(503 if fail else 200)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
@@ -421,6 +426,28 @@ def case_crash_mid_send(d, rx):
     rx.release.clear()
 
 
+def case_late_and_missing(d, rx):
+    d.ql("notify", "channel", "add", "watch", "--type", "webhook", "--url", rx.url("/watch"))
+    d.ql("task", "add", "slowpoke", "--shell", "sleep 9")  # overdue from 2 s: a sweep sees it
+    d.ql("notify", "rule", "add", "--channel", "watch", "--on", "late", "--task", "slowpoke",
+         "--after", "2s")
+    d.ql("notify", "rule", "add", "--channel", "watch", "--on", "missing", "--task", "slowpoke",
+         "--after", "30s")
+    d.ql("run", "start", "slowpoke")
+    wait_for(lambda: rx.at("/watch"), "the late message", timeout=15)
+    late = rx.at("/watch")[0]["body"]
+    check(late["event"] == "late" and late["facts"]["phase"] == "running", f"late: {late}")
+    check("has been running for" in late["title"], f"title {late['title']!r}")
+    time.sleep(10)  # the run ends (success) and more sweeps pass: still one late message
+    events = [r["body"]["event"] for r in rx.at("/watch")]
+    check(events == ["late"], f"after the run: {events}")
+    # A missing rule without a task is refused: a dead-man's switch watches one task.
+    refused = d.ql("notify", "rule", "add", "--channel", "watch", "--on", "missing", "--after",
+                   "1h", expect=None)
+    check(refused.returncode != 0 and "notify_task_required" in refused.stderr,
+          f"missing without --task: {refused.returncode} {refused.stderr!r}")
+
+
 def case_loopback(d, rx):
     d.stop()
     d.start(allow_loopback=False)
@@ -548,6 +575,8 @@ def case_cluster_once(c, rx):
     for r in (c.a, c.b):
         r.ql("notify", "channel", "add", f"many-{r.owner_name}", "--type", "webhook", "--url",
              rx.url("/many"), "--rate-per-minute", "600")
+    # A slow receiver keeps a replica busy with its batch, so the other takes the rest.
+    rx.delay = 0.2
     ids = []
     for i in range(30):
         for r in (c.a, c.b):
@@ -557,6 +586,7 @@ def case_cluster_once(c, rx):
     keys = [r["key"] for r in rx.at("/many")]
     check(sorted(keys) == sorted(ids), f"{len(keys)} requests for {len(ids)} messages; "
                                        f"repeated: {sorted(k for k in set(keys) if keys.count(k) > 1)}")
+    rx.delay = 0.0
     by_a = c.a.metric('outcome="delivered"')
     by_b = c.b.metric('outcome="delivered"')
     check(by_a > 0 and by_b > 0, f"delivered by replica a: {by_a}, b: {by_b}")
@@ -663,6 +693,7 @@ def main():
              ("retries", lambda: case_retries(d, rx)),
              ("dead", lambda: case_dead(d, rx)),
              ("smtp", lambda: case_smtp(d, workdir)),
+             ("late_and_missing", lambda: case_late_and_missing(d, rx)),
              ("crash_before_send", lambda: case_crash_before_send(d, rx, args)),
              ("crash_mid_send", lambda: case_crash_mid_send(d, rx)),
              ("loopback", lambda: case_loopback(d, rx))]

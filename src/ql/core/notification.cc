@@ -335,6 +335,10 @@ Status ValidateRule(const RuleRecord& rule) {
       (*rule.threshold_ms < 1000 || *rule.threshold_ms > 30LL * 24 * 3600 * 1000)) {
     return InvalidArgument("notify_threshold_invalid", "the threshold is 1 s .. 30 days");
   }
+  if (*event == NotifyEvent::kMissing && !rule.task_id.has_value()) {
+    return InvalidArgument("notify_task_required",
+                           "a missing rule watches one task: name it (--task)");
+  }
   return Status::Ok();
 }
 
@@ -390,6 +394,62 @@ json RunFacts(const RunOutcome& o, std::string_view event) {
 }
 
 }  // namespace
+
+namespace {
+
+OutboxRecord PendingRow(const RuleRecord& rule, const ChannelRecord& channel,
+                        std::string_view subject, const json& facts, int64_t now_ms) {
+  OutboxRecord row;
+  row.id = OutboxId(rule.id, rule.event, subject);
+  row.project_id = rule.project_id;
+  row.channel_id = channel.id;
+  row.rule_id = rule.id;
+  row.event = rule.event;
+  Result<std::string> payload = CanonicalJson(facts);
+  row.payload_json = payload.ok() ? *payload : std::string("{}");
+  row.status = std::string(kDeliveryPending);
+  row.next_attempt_at_ms = now_ms;
+  row.deadline_at_ms = now_ms + ChannelLimitsOf(channel.config_json).deadline_ms;
+  row.created_at_ms = now_ms;
+  return row;
+}
+
+}  // namespace
+
+OutboxRecord LateRow(const RuleRecord& rule, const ChannelRecord& channel, const RunRecord& run,
+                     const std::string& task_name, int64_t now_ms) {
+  RunOutcome outcome{run, ParseRunStatus(run.status).value_or(RunStatus::kQueued), task_name,
+                     now_ms};
+  json facts = RunFacts(outcome, "late");
+  const bool running = run.status == RunStatusName(RunStatus::kRunning);
+  facts["phase"] = running ? "running" : "queued";
+  facts["threshold_ms"] = rule.threshold_ms.value_or(0);
+  const int64_t since = running ? run.started_at_ms.value_or(now_ms)
+                                : run.scheduled_for_ms.value_or(run.created_at_ms);
+  facts["for_ms"] = now_ms - since;
+  OutboxRecord row = PendingRow(rule, channel, run.id, facts, now_ms);
+  row.task_id = run.task_id;
+  row.run_id = run.id;
+  return row;
+}
+
+OutboxRecord MissingRow(const RuleRecord& rule, const ChannelRecord& channel,
+                        const std::string& task_id, const std::string& task_name,
+                        std::optional<int64_t> last_success_ms, int64_t silent_since_ms,
+                        int64_t now_ms) {
+  json facts{{"event", "missing"},
+             {"project_id", rule.project_id},
+             {"task_id", task_id},
+             {"task_name", task_name},
+             {"threshold_ms", rule.threshold_ms.value_or(0)},
+             {"for_ms", now_ms - silent_since_ms},
+             {"occurred_at_ms", now_ms}};
+  if (last_success_ms) facts["last_success_at_ms"] = *last_success_ms;
+  OutboxRecord row =
+      PendingRow(rule, channel, task_id + ":" + std::to_string(silent_since_ms), facts, now_ms);
+  row.task_id = task_id;
+  return row;
+}
 
 NotifyPlan PlanRunOutcome(const RunOutcome& outcome, const std::vector<RuleRecord>& rules,
                           const std::map<std::string, RuleStateRecord>& states,

@@ -175,7 +175,8 @@ std::vector<std::string> ChannelSecretNames(std::string_view config_json);
 
 // Checks a rule before it is stored: a known event (`notify_event_invalid`), mode
 // (`notify_mode_invalid`: change only for failed and timed_out), min_interval_ms 0..7 days, a
-// threshold for late and missing and none otherwise (`notify_threshold_invalid`).
+// threshold for late and missing and none otherwise (`notify_threshold_invalid`), a task for
+// missing (`notify_task_required`: a dead-man's switch watches one task).
 Status ValidateRule(const RuleRecord& rule);
 
 // The id of the outbox row `rule_id` writes for `event` of `subject` (a run id, or a window for
@@ -200,6 +201,16 @@ struct NotifyPlan {
 // Returns true when runs entering `status` can concern a rule (failed, timed_out, succeeded,
 // skipped, recovery_required).
 bool IsNotifiableRunStatus(RunStatus status);
+
+// The row a `late` rule writes for `run` (queued or running too long) and the row a `missing`
+// rule writes for task `task_id` silent since `silent_since_ms` (its last success, or the rule's
+// creation), both pending at `now_ms` on channel `channel`.
+OutboxRecord LateRow(const RuleRecord& rule, const ChannelRecord& channel, const RunRecord& run,
+                     const std::string& task_name, int64_t now_ms);
+OutboxRecord MissingRow(const RuleRecord& rule, const ChannelRecord& channel,
+                        const std::string& task_id, const std::string& task_name,
+                        std::optional<int64_t> last_success_ms, int64_t silent_since_ms,
+                        int64_t now_ms);
 
 // Decides what `outcome` does to `rules` (the project's rules naming the run's task or every
 // task; in id order) given their stored `states` (by rule id, for this task), the channels'

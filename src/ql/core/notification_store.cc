@@ -1,5 +1,6 @@
 #include "ql/core/notification_store.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -65,6 +66,38 @@ Status NotifyRunOutcomeInTx(NotificationTx& tx, const RunRecord& run, RunStatus 
     (void)inserted;  // a replay of the same decision finds its row
   }
   return Status::Ok();
+}
+
+Result<int> SweepOverdueInTx(NotificationTx& tx, int64_t now_ms) {
+  QL_ASSIGN_OR_RETURN(std::vector<RuleRecord> rules, tx.LoadSweepRules());
+  int written = 0;
+  for (const RuleRecord& rule : rules) {
+    if (!rule.threshold_ms) continue;
+    QL_ASSIGN_OR_RETURN(std::optional<ChannelRecord> channel, tx.LoadChannel(rule.channel_id));
+    if (!channel || channel->deleted_at_ms) continue;
+    const int64_t before = now_ms - *rule.threshold_ms;
+    if (rule.event == NotifyEventName(NotifyEvent::kLate)) {
+      QL_ASSIGN_OR_RETURN(std::vector<RunRecord> runs,
+                          tx.OverdueRuns(rule.project_id, rule.task_id, before, before, 100));
+      for (const RunRecord& run : runs) {
+        QL_ASSIGN_OR_RETURN(std::optional<std::string> name, tx.TaskName(run.task_id));
+        QL_ASSIGN_OR_RETURN(
+            bool inserted,
+            tx.InsertOutbox(LateRow(rule, *channel, run, name.value_or(run.task_id), now_ms)));
+        written += inserted ? 1 : 0;
+      }
+    } else if (rule.event == NotifyEventName(NotifyEvent::kMissing) && rule.task_id) {
+      QL_ASSIGN_OR_RETURN(std::optional<std::string> name, tx.TaskName(*rule.task_id));
+      if (!name) continue;
+      QL_ASSIGN_OR_RETURN(std::optional<int64_t> last, tx.LastSuccessAt(*rule.task_id));
+      const int64_t since = std::max(last.value_or(0), rule.created_at_ms);
+      if (since > before) continue;
+      QL_ASSIGN_OR_RETURN(bool inserted, tx.InsertOutbox(MissingRow(rule, *channel, *rule.task_id,
+                                                                    *name, last, since, now_ms)));
+      written += inserted ? 1 : 0;
+    }
+  }
+  return written;
 }
 
 NotificationStore::NotificationStore(NotificationTxRunner& runner, RandomSource& random)
@@ -365,6 +398,26 @@ Result<OutboxRecord> NotificationStore::Redeliver(const DeleteNotifyCommand& cmd
                                     cmd.project_id, cmd.id, cmd.now_ms));
       }));
   return out;
+}
+
+Result<int> NotificationStore::SweepOverdue(int64_t now_ms) {
+  // Idle rounds read; only projects with late or missing rules pay for a write.
+  bool any = false;
+  QL_RETURN_IF_ERROR(runner_.Run(NotificationTxKind::kRead, "look for sweep rules",
+                                 [&](GovernanceTx&, NotificationTx& tx) -> Status {
+                                   QL_ASSIGN_OR_RETURN(std::vector<RuleRecord> rules,
+                                                       tx.LoadSweepRules());
+                                   any = !rules.empty();
+                                   return Status::Ok();
+                                 }));
+  if (!any) return 0;
+  int written = 0;
+  QL_RETURN_IF_ERROR(runner_.Run(NotificationTxKind::kWrite, "sweep late and missing",
+                                 [&](GovernanceTx&, NotificationTx& tx) -> Status {
+                                   QL_ASSIGN_OR_RETURN(written, SweepOverdueInTx(tx, now_ms));
+                                   return Status::Ok();
+                                 }));
+  return written;
 }
 
 Result<std::vector<std::pair<std::string, int64_t>>> NotificationStore::CountDeliveries() {

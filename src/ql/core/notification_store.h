@@ -111,6 +111,9 @@ class NotificationRepository {
   virtual Result<OutboxRecord> Redeliver(const DeleteNotifyCommand& cmd, int64_t deadline_ms) = 0;
   // Counts rows by status (for metrics and the status page).
   virtual Result<std::vector<std::pair<std::string, int64_t>>> CountDeliveries() = 0;
+  // Writes the rows of `late` and `missing` rules due at `now_ms` (SweepOverdueInTx); returns
+  // how many it wrote. Cheap when no such rule exists.
+  virtual Result<int> SweepOverdue(int64_t now_ms) = 0;
 };
 
 // Row primitives inside one transaction; nothing here decides.
@@ -147,6 +150,17 @@ class NotificationTx {
                                     const std::optional<std::string>& expected_owner) = 0;
   virtual Result<std::vector<OutboxRecord>> ListOutbox(const DeliveryFilter& filter) = 0;
   virtual Result<std::vector<std::pair<std::string, int64_t>>> CountOutbox() = 0;
+  // Every rule of event late or missing, of every project, in id order.
+  virtual Result<std::vector<RuleRecord>> LoadSweepRules() = 0;
+  // Up to `limit` runs of the project (of `task_id` when given) queued since before
+  // `queued_before_ms` (their occurrence, else their creation) or running since before
+  // `started_before_ms`, oldest first.
+  virtual Result<std::vector<RunRecord>> OverdueRuns(const std::string& project_id,
+                                                     const std::optional<std::string>& task_id,
+                                                     int64_t queued_before_ms,
+                                                     int64_t started_before_ms, int limit) = 0;
+  // When the task's last successful run finished (nullopt: never).
+  virtual Result<std::optional<int64_t>> LastSuccessAt(const std::string& task_id) = 0;
   // The name of a task (nullopt when it does not exist).
   virtual Result<std::optional<std::string>> TaskName(const std::string& task_id) = 0;
   virtual Result<std::optional<std::string>> TaskProject(const std::string& task_id) = 0;
@@ -169,6 +183,14 @@ class NotificationTxRunner {
 Status NotifyRunOutcomeInTx(NotificationTx& tx, const RunRecord& run, RunStatus status,
                             int64_t now_ms);
 
+// The sweep of the rules no state change triggers, inside one transaction: a `late` rule writes
+// a row for each run of its task (or project) still queued `threshold_ms` after it was due, or
+// running longer than that; a `missing` rule (dead-man's switch, one task) writes a row when
+// the task has had no success for `threshold_ms` — once per silence, counted from its last
+// success or from the rule's creation, whichever is later. Row ids are derived from the rule
+// and the run or the silence, so sweeping again (or on another replica) writes nothing twice.
+Result<int> SweepOverdueInTx(NotificationTx& tx, int64_t now_ms);
+
 class NotificationStore final : public NotificationRepository {
  public:
   // `runner` and `random` (audit ids) must outlive the store.
@@ -190,6 +212,7 @@ class NotificationStore final : public NotificationRepository {
   Result<OutboxRecord> GetDelivery(const std::string& project_id, const std::string& id) override;
   Result<OutboxRecord> Redeliver(const DeleteNotifyCommand& cmd, int64_t deadline_ms) override;
   Result<std::vector<std::pair<std::string, int64_t>>> CountDeliveries() override;
+  Result<int> SweepOverdue(int64_t now_ms) override;
 
  private:
   AuditRecord Fact(const Actor& actor, std::string_view action, std::string_view kind,

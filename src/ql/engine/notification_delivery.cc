@@ -65,6 +65,23 @@ Words Compose(const OutboxRecord& row, const json& facts, const std::string& lan
   } else if (e == "recovery_required") {
     w.title = prefix + (zh ? "任务 " + task + " 的运行需要人工处理"
                            : task + ": a run needs an operator (recovery_required)");
+  } else if (e == "late") {
+    const std::string for_text = Duration(Int(facts, "for_ms").value_or(0));
+    w.title = prefix + (Str(facts, "phase") == "running"
+                            ? (zh ? "任务 " + task + " 已运行 " + for_text + "，超过阈值"
+                                  : task + " has been running for " + for_text)
+                            : (zh ? "任务 " + task + " 到点 " + for_text + " 后仍在排队"
+                                  : task + " is still queued " + for_text + " after it was due"));
+  } else if (e == "missing") {
+    const std::string for_text = Duration(Int(facts, "for_ms").value_or(0));
+    w.title = prefix + (zh ? "任务 " + task + " 已有 " + for_text + " 没有成功运行"
+                           : task + " has not succeeded for " + for_text);
+    if (std::optional<int64_t> last = Int(facts, "last_success_at_ms")) {
+      w.lines.push_back((zh ? "上次成功：" : "Last success: ") + FormatRfc3339Utc(*last));
+    } else {
+      w.lines.push_back(zh ? "自规则建立以来没有成功过。" : "No success since the rule was added.");
+    }
+    return w;
   } else if (e == "test") {
     w.title = prefix + (zh ? "测试通知" : "test notification");
     w.lines.push_back(zh ? "通知渠道 " + Str(facts, "channel") + " 工作正常。"
@@ -308,6 +325,10 @@ Status NotificationDelivery::Deliver(const ClaimedDelivery& claimed) {
 }
 
 Result<int> NotificationDelivery::RunRound() {
+  if (clock_.NowMs() >= next_sweep_ms_) {
+    next_sweep_ms_ = clock_.NowMs() + options_.sweep_ms;
+    QL_RETURN_IF_ERROR(store_.notifications().SweepOverdue(clock_.NowMs()).status());
+  }
   QL_ASSIGN_OR_RETURN(std::vector<ClaimedDelivery> claimed,
                       store_.notifications().ClaimDueDeliveries(options_.owner, clock_.NowMs(),
                                                                 options_.lease_ms, options_.batch));

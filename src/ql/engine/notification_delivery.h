@@ -85,6 +85,8 @@ struct NotificationDeliveryOptions {
   int64_t send_timeout_ms = 10'000;
   int64_t retry_base_ms = 10'000;
   int64_t poll_ms = 1'000;
+  // How often the late and missing rules are swept.
+  int64_t sweep_ms = 5'000;
   int batch = 20;
   std::string public_url;
 };
@@ -113,6 +115,7 @@ class NotificationDelivery {
   SenderFactory factory_;
   std::unique_ptr<NotificationSender> sender_;
   Status sender_error_;
+  int64_t next_sweep_ms_ = 0;
   Clock& clock_;
   Metrics& metrics_;
   NotificationDeliveryOptions options_;

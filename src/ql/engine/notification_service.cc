@@ -110,13 +110,12 @@ Result<RuleRecord> NotificationService::AddRule(const Caller& caller,
     return InvalidArgument("notify_event_invalid", "event " + QuoteForMessage(request.event) +
                                                        " is not one of " + NotifyEventNames());
   }
-  if (*event == NotifyEvent::kLate || *event == NotifyEvent::kMissing ||
-      *event == NotifyEvent::kApproval) {
-    // Stored rules must be kept: these events have no writer yet, so a rule would never fire.
+  if (*event == NotifyEvent::kApproval) {
+    // A stored rule must be kept: approvals have no writer yet, so the rule would never fire.
     return InvalidArgument("notify_event_unsupported",
-                           "event " + request.event +
-                               " is not delivered by this version; use failed, timed_out, "
-                               "recovered, succeeded, skipped or recovery_required");
+                           "event approval is not delivered by this version; use failed, "
+                           "timed_out, recovered, succeeded, skipped, recovery_required, late or "
+                           "missing");
   }
   QL_ASSIGN_OR_RETURN(std::string project_id,
                       ProjectFor(caller, Action::kPublish, "notification rule"));

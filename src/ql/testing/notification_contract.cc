@@ -299,4 +299,64 @@ TEST_P(NotificationContract, ARowOfADeletedChannelGoesDeadInsteadOfBeingSent) {
   EXPECT_EQ(rows[0].last_error, "the channel was deleted");
 }
 
+TEST_P(NotificationContract, LateAndMissingRulesAreSweptOncePerRunAndPerSilence) {
+  QL_ASSERT_OK_AND_ASSIGN(ChannelRecord ops, Channel("ops"));
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, PublishAs(owner_, "nightly"));
+  const auto rule = [&](const std::string& event, int64_t threshold_ms) {
+    CreateRuleCommand cmd;
+    cmd.actor = Actor{owner_.id, "req-" + event};
+    cmd.fence = PolicyFence{owner_.id, Role::kAdmin};
+    cmd.rule.id = NewId();
+    cmd.rule.project_id = project().id;
+    cmd.rule.channel_id = ops.id;
+    cmd.rule.event = event;
+    cmd.rule.task_id = task.task_id;
+    cmd.rule.mode = "every";
+    cmd.rule.threshold_ms = threshold_ms;
+    cmd.rule.created_at_ms = Now();
+    return notify().CreateRule(cmd);
+  };
+  const int64_t t0 = Now();
+  QL_ASSERT_OK(rule("late", 60'000));
+  QL_ASSERT_OK(rule("missing", 120'000));
+  QL_ASSERT_OK_AND_ASSIGN(NewRun run, ManualRun(task));
+  QL_ASSERT_OK(store().runs().CreateRun(run));
+
+  // Nothing is late before the threshold; then the queued run once, however often it is swept.
+  QL_ASSERT_OK_AND_ASSIGN(int written, notify().SweepOverdue(t0 + 59'000));
+  EXPECT_EQ(written, 0);
+  QL_ASSERT_OK_AND_ASSIGN(written, notify().SweepOverdue(t0 + 61'000));
+  EXPECT_EQ(written, 1);
+  QL_ASSERT_OK_AND_ASSIGN(written, notify().SweepOverdue(t0 + 62'000));
+  EXPECT_EQ(written, 0);
+  std::vector<OutboxRecord> rows = Outbox();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].event, "late");
+  EXPECT_EQ(rows[0].run_id, run.run_id);
+  EXPECT_EQ(Payload(rows[0])["phase"], "queued");
+
+  // No success since the rule was added: one missing message per silence.
+  QL_ASSERT_OK_AND_ASSIGN(written, notify().SweepOverdue(t0 + 121'000));
+  EXPECT_EQ(written, 1);
+  QL_ASSERT_OK_AND_ASSIGN(written, notify().SweepOverdue(t0 + 300'000));
+  EXPECT_EQ(written, 0);
+  rows = Outbox();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].event, "missing");
+  EXPECT_EQ(rows[0].task_id, task.task_id);
+  EXPECT_FALSE(Payload(rows[0]).contains("last_success_at_ms"));
+
+  // A success starts a new silence, told once it outlasts the threshold.
+  clock().Advance(400'000);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord ok, Ended(task, "succeeded"));
+  const int64_t success_at = *ok.finished_at_ms;
+  QL_ASSERT_OK_AND_ASSIGN(written, notify().SweepOverdue(success_at + 119'000));
+  EXPECT_EQ(written, 0);
+  QL_ASSERT_OK_AND_ASSIGN(written, notify().SweepOverdue(success_at + 121'000));
+  EXPECT_EQ(written, 1);
+  rows = Outbox();
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(Payload(rows[0])["last_success_at_ms"], success_at);
+}
+
 }  // namespace ql::testing

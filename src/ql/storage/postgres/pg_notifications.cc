@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ql/storage/postgres/pg_governance.h"
+#include "ql/storage/postgres/pg_store_rows.h"
 
 namespace ql::pg {
 namespace {
@@ -309,6 +310,41 @@ class PgNotificationTx final : public NotificationTx {
                    std::vector<std::pair<std::string, int64_t>> out;
                    for (int i = 0; i < r.size(); ++i) out.emplace_back(r.Text(i, 0), r.Int(i, 1));
                    return out;
+                 });
+  }
+
+  Result<std::vector<RuleRecord>> LoadSweepRules() override {
+    static const std::string kSql =
+        std::string(kRuleColumns) + "WHERE event IN ('late', 'missing') ORDER BY id COLLATE \"C\"";
+    return Query(tx_, kSql, {}, ReadRules);
+  }
+
+  Result<std::vector<RunRecord>> OverdueRuns(const std::string& project_id,
+                                             const std::optional<std::string>& task_id,
+                                             int64_t queued_before_ms, int64_t started_before_ms,
+                                             int limit) override {
+    static const std::string kSql =
+        std::string("SELECT ") + kRunColumns + kRunFrom +
+        " WHERE r.project_id = $1 AND ($2::text IS NULL OR r.task_id = $2) AND ("
+        "(r.status = 'queued' AND coalesce(r.scheduled_for_ms, r.created_at_ms) <= $3) OR "
+        "(r.status = 'running' AND r.started_at_ms <= $4)) ORDER BY r.created_at_ms, "
+        "r.id COLLATE \"C\" LIMIT $5";
+    return Query(tx_, kSql,
+                 {P(project_id), P(task_id), P(queued_before_ms), P(started_before_ms),
+                  P(static_cast<int64_t>(limit))},
+                 [](const Rows& r) {
+                   std::vector<RunRecord> out;
+                   for (int i = 0; i < r.size(); ++i) out.push_back(ReadRun(r, i));
+                   return out;
+                 });
+  }
+
+  Result<std::optional<int64_t>> LastSuccessAt(const std::string& task_id) override {
+    return Query(tx_,
+                 "SELECT max(finished_at_ms) FROM ql3.runs WHERE task_id = $1 AND "
+                 "status = 'succeeded'",
+                 {P(task_id)}, [](const Rows& r) {
+                   return r.size() == 1 ? r.OptInt(0, 0) : std::optional<int64_t>();
                  });
   }
 

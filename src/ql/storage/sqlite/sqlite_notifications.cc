@@ -4,6 +4,7 @@
 
 #include "ql/storage/sqlite/sqlite_db.h"
 #include "ql/storage/sqlite/sqlite_governance.h"
+#include "ql/storage/sqlite/sqlite_store_rows.h"
 
 namespace ql::sqlite {
 namespace {
@@ -266,6 +267,37 @@ class SqliteNotificationTx final : public NotificationTx {
                                             "GROUP BY status ORDER BY status"));
     return All<std::pair<std::string, int64_t>>(
         s, [](const Stmt& r) { return std::make_pair(r.Text(0), r.Int(1)); });
+  }
+
+  Result<std::vector<RuleRecord>> LoadSweepRules() override {
+    static const std::string kSql =
+        std::string(kRuleColumns) + "WHERE event IN ('late', 'missing') ORDER BY id";
+    QL_ASSIGN_OR_RETURN(Stmt s, db_.Prepare(kSql));
+    return All<RuleRecord>(s, ReadRule);
+  }
+
+  Result<std::vector<RunRecord>> OverdueRuns(const std::string& project_id,
+                                             const std::optional<std::string>& task_id,
+                                             int64_t queued_before_ms, int64_t started_before_ms,
+                                             int limit) override {
+    static const std::string kSql =
+        std::string("SELECT ") + kRunColumns + kRunFrom +
+        " WHERE r.project_id = ?1 AND (?2 IS NULL OR r.task_id = ?2) AND ("
+        "(r.status = 'queued' AND coalesce(r.scheduled_for_ms, r.created_at_ms) <= ?3) OR "
+        "(r.status = 'running' AND r.started_at_ms <= ?4)) ORDER BY r.created_at_ms, r.id "
+        "LIMIT ?5";
+    QL_ASSIGN_OR_RETURN(Stmt s, db_.Prepare(kSql));
+    s.BindAll(project_id, task_id, queued_before_ms, started_before_ms, limit);
+    return All<RunRecord>(s, ReadRun);
+  }
+
+  Result<std::optional<int64_t>> LastSuccessAt(const std::string& task_id) override {
+    QL_ASSIGN_OR_RETURN(Stmt s, db_.Prepare("SELECT max(finished_at_ms) FROM runs WHERE "
+                                            "task_id = ?1 AND status = 'succeeded'"));
+    s.BindAll(task_id);
+    QL_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return std::optional<int64_t>();
+    return s.OptInt(0);
   }
 
   Result<std::optional<std::string>> TaskName(const std::string& task_id) override {
