@@ -250,19 +250,7 @@ int Main(int argc, char** argv) {
                     "misfire grace, 0..300000 ms (default 30000)");
   serve->add_option("--recovery-interval-ms", serve_config.recovery_interval_ms,
                     "recovery cycle period, 1000..600000 ms (default 5000)");
-  serve->add_option("--public-url", serve_config.public_url,
-                    "The panel's address as people reach it (links in notifications)");
-  serve->add_flag("--notify-allow-loopback", serve_config.notify_allow_loopback,
-                  "Allow notifications to loopback and link-local addresses (refused by "
-                  "default: the replica's own API and metadata services live there)");
-  serve
-      ->add_option("--notify-retry-base", serve_config.notify_retry_base_ms,
-                   "Milliseconds before a failed notification's first retry (doubling after)")
-      ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
-  serve
-      ->add_option("--notify-timeout", serve_config.notify_timeout_ms,
-                   "Milliseconds one notification attempt may take")
-      ->check(CLI::Range(int64_t{100}, int64_t{60'000}));
+  AddNotifyFlags(*serve, serve_config.notify);
   serve->add_option("--retention-interval-ms", serve_config.retention_interval_ms,
                     "pause after a retention round that found nothing more to purge, "
                     "100..86400000 ms (default 60000)");

@@ -325,20 +325,14 @@ int Serve(const ServeConfig& config) {
   // Notifications: every replica delivers; a row is leased to one replica at a time (SKIP
   // LOCKED), and a replica that dies mid-send leaves it to another once the lease runs out.
   // The replica opens the channel's credentials (signing keys, bot tokens) right before sending.
-  NotificationDeliveryOptions notify_options;
-  notify_options.owner = scheduler_options.owner;
-  notify_options.public_url = config.public_url;
-  notify_options.retry_base_ms = config.notify_retry_base_ms;
-  notify_options.send_timeout_ms = config.notify_timeout_ms;
-  notify_options.lease_ms = 3 * config.notify_timeout_ms + 1000;
   NotificationDelivery notify_delivery(
       *store, sealer.get(),
-      [allow = config.notify_allow_loopback]() -> Result<std::unique_ptr<NotificationSender>> {
+      [allow = config.notify.allow_loopback]() -> Result<std::unique_ptr<NotificationSender>> {
         notify::CurlSenderOptions options;
         options.allow_loopback = allow;
         return std::unique_ptr<NotificationSender>(std::make_unique<notify::CurlSender>(options));
       },
-      clock, metrics, notify_options);
+      clock, metrics, DeliveryOptions(config.notify, scheduler_options.owner));
   ConditionSleeper notify_sleeper;
   RoundLoop notify_loop([&] { return notify_delivery.RunLoopRound(Diagnose); }, notify_sleeper,
                         LoopOptions("notifications", metrics));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../notify_flags.h"
 #include "database_url.h"
 #include "ql/http/listen_address.h"
 #include "ql/secrets/configured_provider.h"
@@ -20,12 +21,7 @@ struct ServeConfig {
   ListenSecurityFlags security;
   std::string owner;  // claim owner; default host:pid:random
   std::string oidc_config;  // single sign-on configuration file (empty: none)
-  // Notifications: where run links point, whether loopback receivers are allowed, the first
-  // retry delay and the send timeout.
-  std::string public_url;
-  bool notify_allow_loopback = false;
-  int64_t notify_retry_base_ms = 10'000;
-  int64_t notify_timeout_ms = 10'000;
+  NotifyFlags notify;
   int claims_per_round = 16;
   int max_claims_per_round = 256;  // a burst grows the batch up to this
   int64_t lease_ms = 30'000;

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "../isolation_flags.h"
+#include "../notify_flags.h"
 #include "../oidc_config_file.h"
 #include "notify_loader.h"
 #include "oidc_loader.h"
@@ -79,12 +80,7 @@ struct ServeConfig {
   int64_t session_lifetime_s = 12 * 3600;
   std::string oidc_config;  // single sign-on configuration file (empty: none)
   IsolationFlags isolation;
-  // Notifications: where run links point, whether loopback receivers are allowed, the first
-  // retry delay and the send timeout.
-  std::string public_url;
-  bool notify_allow_loopback = false;
-  int64_t notify_retry_base_ms = 10'000;
-  int64_t notify_timeout_ms = 10'000;
+  NotifyFlags notify;
 };
 
 int Fail(int code, const Status& status) {
@@ -398,17 +394,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   // Notifications: the outbox rows commit with the run changes; this loop sends them. The
   // sender module is opened on the first due row.
   NotificationService notify_service(**store, control.governance(), control, clock, random);
-  NotificationDeliveryOptions notify_options;
-  notify_options.owner = "ql-local:" + RandomHex(random, 8);
-  notify_options.public_url = config.public_url;
-  notify_options.retry_base_ms = config.notify_retry_base_ms;
-  notify_options.send_timeout_ms = config.notify_timeout_ms;
-  // A send is cut off at its timeout; the lease outlasts it, so only a dead sender loses it.
-  notify_options.lease_ms = 3 * config.notify_timeout_ms + 1000;
   NotificationDelivery notify_delivery(
       **store, &sealer,
-      [allow = config.notify_allow_loopback] { return LoadNotificationSender(allow); }, clock,
-      metrics, notify_options);
+      [allow = config.notify.allow_loopback] { return LoadNotificationSender(allow); }, clock,
+      metrics, DeliveryOptions(config.notify, "ql-local:" + RandomHex(random, 8)));
   ConditionSleeper notify_sleeper;
   const RoundLoopOptions notify_loop_options = LoopOptions("notifications", metrics);
   RoundLoop notify_loop(
@@ -636,19 +625,7 @@ int main(int argc, char** argv) {
   serve->add_option("--session-lifetime", config.session_lifetime_s,
                     "Seconds a panel session lasts at most (default 43200)")
       ->check(CLI::Range(int64_t{10}, int64_t{30} * 24 * 3600));
-  serve->add_option("--public-url", config.public_url,
-                    "The panel's address as people reach it (links in notifications)");
-  serve->add_flag("--notify-allow-loopback", config.notify_allow_loopback,
-                  "Allow notifications to loopback and link-local addresses (refused by "
-                  "default: the daemon's own API and metadata services live there)");
-  serve
-      ->add_option("--notify-retry-base", config.notify_retry_base_ms,
-                   "Milliseconds before a failed notification's first retry (doubling after)")
-      ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
-  serve
-      ->add_option("--notify-timeout", config.notify_timeout_ms,
-                   "Milliseconds one notification attempt may take")
-      ->check(CLI::Range(int64_t{100}, int64_t{60'000}));
+  AddNotifyFlags(*serve, config.notify);
   serve->add_option("--retention-interval", config.retention_interval_s,
                     "Seconds between retention rounds that found nothing more to purge "
                     "(default 60)");

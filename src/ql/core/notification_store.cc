@@ -39,9 +39,18 @@ std::string Truncated(std::string text) {
 
 Status NotifyRunOutcomeInTx(NotificationTx& tx, const RunRecord& run, RunStatus status,
                             int64_t now_ms) {
+  return NotifyRunOutcomeInTx(
+      tx, run.project_id, run.task_id, [&]() -> Result<RunRecord> { return run; }, status, now_ms);
+}
+
+Status NotifyRunOutcomeInTx(NotificationTx& tx, const std::string& project_id,
+                            const std::string& task_id,
+                            const std::function<Result<RunRecord>()>& load, RunStatus status,
+                            int64_t now_ms) {
   if (!IsNotifiableRunStatus(status)) return Status::Ok();
-  QL_ASSIGN_OR_RETURN(std::vector<RuleRecord> rules, tx.LoadRules(run.project_id, run.task_id));
+  QL_ASSIGN_OR_RETURN(std::vector<RuleRecord> rules, tx.LoadRules(project_id, task_id));
   if (rules.empty()) return Status::Ok();
+  QL_ASSIGN_OR_RETURN(RunRecord run, load());
   QL_ASSIGN_OR_RETURN(std::vector<ChannelRecord> channel_rows,
                       tx.LoadChannels(run.project_id, /*live_only=*/true));
   std::map<std::string, ChannelRecord> channels;

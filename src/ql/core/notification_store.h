@@ -182,6 +182,12 @@ class NotificationTxRunner {
 // status no rule is about or a project without rules.
 Status NotifyRunOutcomeInTx(NotificationTx& tx, const RunRecord& run, RunStatus status,
                             int64_t now_ms);
+// The same for a run the caller has not read back: `load` reads it only when its task has rules,
+// so a skipped admission in a project without rules costs one rule lookup and nothing more.
+Status NotifyRunOutcomeInTx(NotificationTx& tx, const std::string& project_id,
+                            const std::string& task_id,
+                            const std::function<Result<RunRecord>()>& load, RunStatus status,
+                            int64_t now_ms);
 
 // The sweep of the rules no state change triggers, inside one transaction: a `late` rule writes
 // a row for each run of its task (or project) still queued `threshold_ms` after it was due, or

@@ -337,7 +337,6 @@ Result<int> NotificationDelivery::RunRound() {
     Result<std::unique_ptr<NotificationSender>> made = factory_();
     if (!made.ok()) {
       // Nothing was sent: the rows wait for a later round (the claim counted an attempt).
-      sender_error_ = made.status();
       for (const ClaimedDelivery& c : claimed) {
         DeliveryResult back{
             c.row.id,     options_.owner,          false, clock_.NowMs() + options_.retry_base_ms,

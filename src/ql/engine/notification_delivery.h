@@ -114,7 +114,6 @@ class NotificationDelivery {
   SecretSealer* sealer_;
   SenderFactory factory_;
   std::unique_ptr<NotificationSender> sender_;
-  Status sender_error_;
   int64_t next_sweep_ms_ = 0;
   Clock& clock_;
   Metrics& metrics_;

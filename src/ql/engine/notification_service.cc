@@ -60,12 +60,6 @@ Result<std::vector<ChannelRecord>> NotificationService::ListChannels(const Calle
   return store_.notifications().ListChannels(project_id);
 }
 
-Result<std::vector<ChannelRecord>> NotificationService::AllChannels(const Caller& caller) {
-  QL_ASSIGN_OR_RETURN(std::string project_id,
-                      ProjectFor(caller, Action::kRead, "notification channels"));
-  return store_.notifications().ListChannels(project_id);
-}
-
 Result<ChannelRecord> NotificationService::RemoveChannel(const Caller& caller,
                                                          const std::string& name) {
   QL_RETURN_IF_ERROR(ValidateChannelName(name));

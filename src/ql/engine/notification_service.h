@@ -51,8 +51,6 @@ class NotificationService {
   Result<std::vector<OutboxRecord>> ListDeliveries(const Caller& caller, bool failed_only,
                                                    int limit);
   Result<OutboxRecord> Redeliver(const Caller& caller, const std::string& id);
-  // The project's channels by id, tombstones included (for names in answers).
-  Result<std::vector<ChannelRecord>> AllChannels(const Caller& caller);
 
  private:
   Result<std::string> ProjectFor(const Caller& caller, Action action, const std::string& target);

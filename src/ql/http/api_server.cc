@@ -443,7 +443,7 @@ struct ApiServer::Impl {
   void NotifyRuleDelete(Call& c);
   void NotifyDeliveriesList(Call& c);
   void NotifyRedeliver(Call& c);
-  // The names rules and deliveries show: channels by id (deleted ones included), tasks.
+  // The names rules and deliveries show: live channels by id (null once deleted), tasks.
   struct NotifyNames {
     std::map<std::string, std::string> channels;
     std::map<std::string, std::string> tasks;
@@ -1790,7 +1790,7 @@ json ApiServer::Impl::NotifyNames::Task(const std::optional<std::string>& id) co
 Result<ApiServer::Impl::NotifyNames> ApiServer::Impl::NamesForNotify(
     const Caller& caller, const std::set<std::string>& task_ids) {
   NotifyNames out;
-  QL_ASSIGN_OR_RETURN(std::vector<ChannelRecord> channels, options.notify->AllChannels(caller));
+  QL_ASSIGN_OR_RETURN(std::vector<ChannelRecord> channels, options.notify->ListChannels(caller));
   for (const ChannelRecord& c : channels) out.channels.emplace(c.id, c.name);
   QL_ASSIGN_OR_RETURN(ControlService::DisplayNames names, service.NamesOf(task_ids, {}, {}));
   out.tasks = std::move(names.tasks);

@@ -324,8 +324,9 @@ Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t no
   // The skips' notifications commit with them.
   std::unique_ptr<NotificationTx> notifications = NewNotificationTx(tx);
   for (const SkippedRun& s : runs) {
-    QL_ASSIGN_OR_RETURN(RunRecord skipped, RequireRun(tx, s.run->run_id));
-    QL_RETURN_IF_ERROR(NotifyRunOutcomeInTx(*notifications, skipped, RunStatus::kSkipped, now_ms));
+    QL_RETURN_IF_ERROR(NotifyRunOutcomeInTx(
+        *notifications, s.run->project_id, s.run->task_id,
+        [&] { return RequireRun(tx, s.run->run_id); }, RunStatus::kSkipped, now_ms));
   }
   return Status::Ok();
 }

@@ -392,8 +392,9 @@ Status InsertSkippedRun(Db& db, const NewRun& run, std::string_view reason,
                          std::nullopt, skipped_payload};
   QL_RETURN_IF_ERROR(InsertEvent(db, run.run_id, 2, skipped_event, skipped_payload, run.now_ms));
   // The skip's notification commits with it.
-  QL_ASSIGN_OR_RETURN(RunRecord skipped, RequireRun(db, run.run_id));
-  return NotifyRunOutcomeInTx(*NewNotificationTx(db), skipped, RunStatus::kSkipped, run.now_ms);
+  return NotifyRunOutcomeInTx(
+      *NewNotificationTx(db), run.project_id, run.task_id,
+      [&] { return RequireRun(db, run.run_id); }, RunStatus::kSkipped, run.now_ms);
 }
 
 // Requires an execution revision `id` of (task, revision, executor type) with the task digest.
