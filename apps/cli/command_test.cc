@@ -187,6 +187,41 @@ TEST(BuildTaskBodyTest, PublishKeepsTheRetryPolicyAndChangesOnlyTheFieldsGiven) 
   EXPECT_EQ(BuildTaskBody(both, std::nullopt, &current).error().reason(), "flag_conflict");
 }
 
+// Retrying timeouts is a single field of the policy: set by --retry-on-timeout, kept by an edit
+// that does not name it, cleared by --no-retry-on-timeout.
+TEST(BuildTaskBodyTest, RetryOnTimeoutIsSetKeptAndClearedByItsFlags) {
+  TaskContentFlags add;
+  add.shell = "sleep 9";
+  add.timeout = "2s";
+  add.max_attempts = 2;
+  add.retry_on_timeout = true;
+  CliResult<json> added = BuildTaskBody(add, "slow", nullptr);
+  ASSERT_TRUE(added.ok()) << added.error().ToString();
+  EXPECT_EQ((*added)["retry"], json::parse(R"({"max_attempts":2,"retry_on_timeout":true})"));
+
+  const json current = json::parse(R"({
+    "name": "slow", "enabled": true, "labels": {},
+    "spec": {"command": {"kind": "shell", "command": "sleep 9", "shell": "/bin/sh"}},
+    "retry": {"max_attempts": 2, "retry_on_lost": false, "retry_on_timeout": true,
+              "safety": "unknown", "backoff_base_ms": 1000, "backoff_max_ms": 60000}})");
+  TaskContentFlags other;
+  other.max_attempts = 3;
+  const json kept = (*BuildTaskBody(other, std::nullopt, &current))["retry"];
+  EXPECT_EQ(kept["retry_on_timeout"], true);
+  EXPECT_EQ(kept["max_attempts"], 3);
+
+  TaskContentFlags off;
+  off.no_retry_on_timeout = true;
+  const json cleared = (*BuildTaskBody(off, std::nullopt, &current))["retry"];
+  EXPECT_EQ(cleared["retry_on_timeout"], false);
+  EXPECT_EQ(cleared["max_attempts"], 2);
+
+  TaskContentFlags both;
+  both.retry_on_timeout = true;
+  both.no_retry_on_timeout = true;
+  EXPECT_EQ(BuildTaskBody(both, std::nullopt, &current).error().reason(), "flag_conflict");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Commands against a scripted server.
 
@@ -519,6 +554,46 @@ TEST_F(CommandTest, RunListTableAlignsColumns) {
             "RUN  TASK  ORIGIN  STATUS     SCHEDULED  STARTED  DURATION  EXIT\n"
             "r0   t     manual  succeeded  -          -        -         0\n"
             "r1   t     manual  succeeded  -          -        -         0\n");
+}
+
+// The table shows each run by one length of prefix, at least what the server found unique in
+// the project (a run of another task may share more than the listed runs do); a server that does
+// not know short_ids is asked again without it.
+TEST_F(CommandTest, RunListTableShowsPrefixesTheServerFoundUniqueInTheProject) {
+  const std::vector<std::string> ids = {"019ca86a-3a60-78bc-be53-37cf59c55371",
+                                        "019ca86b-0000-7000-8000-000000000000"};
+  std::atomic<bool> knows_short_ids = true;
+  server_.http().Get("/api/v1/runs", [&](const httplib::Request& req, httplib::Response& res) {
+    server_.Record(req);
+    if (req.has_param("short_ids") && !knows_short_ids) {
+      Json(res, {{"code", "unknown_parameter"}, {"message", "unknown query parameter"}}, 400);
+      return;
+    }
+    json items = json::array();
+    for (const std::string& id : ids) {
+      json run = {{"id", id},
+                  {"task_name", "t"},
+                  {"trigger_type", "manual"},
+                  {"status", "succeeded"},
+                  {"exit_code", 0}};
+      if (req.has_param("short_ids")) run["short_id"] = id == ids[0] ? "019ca86a-3a" : "019ca86b";
+      items.push_back(run);
+    }
+    Json(res, {{"items", items}, {"next_cursor", nullptr}});
+  });
+  CommandContext context = Context();
+  ASSERT_EQ(RunList(RunListArgs{}, context), kExitOk) << err_.str();
+  EXPECT_NE(server_.requests().at(0).find("short_ids=true"), std::string::npos);
+  EXPECT_NE(out_.str().find("\n019ca86a-3a "), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("\n019ca86b-00 "), std::string::npos) << out_.str();
+
+  knows_short_ids = false;
+  out_.str("");
+  CommandContext older = Context();
+  ASSERT_EQ(RunList(RunListArgs{}, older), kExitOk) << err_.str();
+  EXPECT_EQ(server_.requests().size(), 3u);
+  EXPECT_EQ(server_.requests().at(2).find("short_ids"), std::string::npos);
+  EXPECT_NE(out_.str().find("\n019ca86a "), std::string::npos) << out_.str();
 }
 
 TEST_F(CommandTest, RunListRejectsAnUnknownStatusLocally) {

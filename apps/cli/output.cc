@@ -505,8 +505,11 @@ std::string RelativeTime(std::string_view iso, int64_t now_ms, std::string_view 
   return delta > 0 ? "in " + span : span + " ago";
 }
 
-std::vector<std::string> ShortIds(const std::vector<std::string>& ids) {
-  for (size_t length = 8;; ++length) {
+std::vector<std::string> ShortIds(const std::vector<std::string>& ids,
+                                  const std::vector<std::string>& unique) {
+  size_t shortest = 8;
+  for (const std::string& prefix : unique) shortest = std::max(shortest, prefix.size());
+  for (size_t length = shortest;; ++length) {
     std::vector<std::string> cut;
     for (const std::string& id : ids) cut.push_back(id.substr(0, length));
     std::vector<std::string> sorted = cut;

@@ -105,8 +105,10 @@ std::string DescribeCron(std::string_view expression);
 std::string RelativeTime(std::string_view iso, int64_t now_ms, std::string_view fallback = "-");
 
 // Returns, for canonical ids, the prefixes a table shows: one length for all, the shortest of at
-// least 8 characters that tells them apart (and never ends on a dash); any unique prefix of at
-// least 8 characters addresses a run.
-std::vector<std::string> ShortIds(const std::vector<std::string>& ids);
+// least 8 characters that tells them apart (and never ends on a dash) and is at least as long as
+// each of `unique` (same order as `ids`, "" where unknown: prefixes the server found unique among
+// all runs of the project, so each shown prefix addresses its run).
+std::vector<std::string> ShortIds(const std::vector<std::string>& ids,
+                                  const std::vector<std::string>& unique = {});
 
 }  // namespace ql::cli

@@ -170,5 +170,20 @@ TEST(JsonElapsedTest, SubtractsTwoRfc3339Fields) {
   EXPECT_EQ(JsonElapsed(run, "started_at", "missing", "running"), "running");
 }
 
+TEST(ShortIdsTest, OneLengthThatTellsTheRunsApartAndCoversWhatTheServerFoundUnique) {
+  const std::vector<std::string> ids = {"019ca86a-3a60-78bc-be53-37cf59c55371",
+                                        "019ca86a-3a61-7000-8000-000000000000",
+                                        "019ca86b-0000-7000-8000-000000000000"};
+  EXPECT_EQ(ShortIds({ids[2]}), std::vector<std::string>{"019ca86b"});
+  EXPECT_EQ(ShortIds(ids),
+            (std::vector<std::string>{"019ca86a-3a60", "019ca86a-3a61", "019ca86b-0000"}));
+  // The listed runs differ in 8 characters, but a run of another task shares 10 with the first:
+  // the server's prefix for it sets the length (and never on a dash).
+  EXPECT_EQ(ShortIds({ids[0], ids[2]}, {"019ca86a-3a", ""}),
+            (std::vector<std::string>{"019ca86a-3a", "019ca86b-00"}));
+  EXPECT_EQ(ShortIds({ids[0], ids[2]}, {"019ca86a", "019ca86b"}),
+            (std::vector<std::string>{"019ca86a", "019ca86b"}));
+}
+
 }  // namespace
 }  // namespace ql::cli

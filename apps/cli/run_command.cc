@@ -263,21 +263,35 @@ int RunList(const RunListArgs& args, CommandContext& context) {
   }
   CliResult<ApiClient*> api = context.Api();
   if (!api.ok()) return context.Fail(api.error());
-  CliResult<Listing> runs = ListFrom(**api, "/api/v1/runs",
-                                     {{"task_id", args.task_id.value_or("")},
-                                      {"trigger_id", args.trigger_id.value_or("")},
-                                      {"status", args.status.value_or("")},
-                                      {"since", bounds[0]},
-                                      {"until", bounds[1]}},
-                                     args.limit, args.cursor);
+  std::vector<std::pair<std::string, std::string>> query = {
+      {"task_id", args.task_id.value_or("")},
+      {"trigger_id", args.trigger_id.value_or("")},
+      {"status", args.status.value_or("")},
+      {"since", bounds[0]},
+      {"until", bounds[1]}};
+  // A table shows each run by a prefix the server found unique in the project; a server that
+  // does not know short_ids is asked again without it (the table then tells the listed runs
+  // apart).
+  std::vector<std::pair<std::string, std::string>> with_short_ids = query;
+  if (!context.json() && !context.wide()) with_short_ids.emplace_back("short_ids", "true");
+  CliResult<Listing> runs =
+      ListFrom(**api, "/api/v1/runs", with_short_ids, args.limit, args.cursor);
+  if (!runs.ok() && runs.error().reason() == "unknown_parameter" &&
+      with_short_ids.size() > query.size()) {
+    runs = ListFrom(**api, "/api/v1/runs", query, args.limit, args.cursor);
+  }
   if (!runs.ok()) return context.Fail(runs.error());
   if (context.json()) {
     context.out() << JsonOutput(runs->ToJson()) << "\n";
     return kExitOk;
   }
   std::vector<std::string> ids;
-  for (const json& run : runs->items) ids.push_back(JsonText(run, "id"));
-  const std::vector<std::string> shown = context.wide() ? ids : ShortIds(ids);
+  std::vector<std::string> unique;
+  for (const json& run : runs->items) {
+    ids.push_back(JsonText(run, "id"));
+    unique.push_back(JsonText(run, "short_id", ""));
+  }
+  const std::vector<std::string> shown = context.wide() ? ids : ShortIds(ids, unique);
   Table table({"RUN", "TASK", "ORIGIN", "STATUS", "SCHEDULED", "STARTED", "DURATION", "EXIT"});
   for (size_t i = 0; i < runs->items.size(); ++i) {
     const json& run = runs->items[i];

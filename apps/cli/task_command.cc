@@ -93,6 +93,9 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
   command->add_flag("--retry-on-lost", flags->retry_on_lost,
                     "Retry attempts lost with their executor; declares the command safe to run "
                     "twice (--safety idempotent) unless --safety says otherwise");
+  command->add_flag("--retry-on-timeout", flags->retry_on_timeout,
+                    "Retry an attempt that ran into --timeout as a failed one is retried (up to "
+                    "--max-attempts, same backoff); without it a timeout ends the run");
   command
       ->add_option_function<std::string>(
           "--safety", [flags](const std::string& v) { flags->safety = v; },
@@ -172,6 +175,8 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     command->add_flag("--no-retry-on-lost", flags->no_retry_on_lost,
                       "Stop retrying attempts lost with their executor");
+    command->add_flag("--no-retry-on-timeout", flags->no_retry_on_timeout,
+                      "Stop retrying attempts that ran into their timeout");
   }
 }
 
@@ -329,6 +334,11 @@ std::string RetrySummary(const json& retry) {
            FormatDurationMs(retry.value("backoff_max_ms", int64_t{0}));
   }
   if (retry.value("retry_on_lost", false)) out += ", retries lost attempts";
+  if (retry.value("retry_on_timeout", false)) {
+    out += ", retries timeouts";
+  } else if (attempts > 1) {
+    out += ", timeouts not retried";
+  }
   out += ", safety " + retry.value("safety", std::string("unknown"));
   return out;
 }
@@ -367,6 +377,10 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
   if (flags.retry_on_lost && flags.no_retry_on_lost) {
     return CliError::Usage("flag_conflict",
                            "give either --retry-on-lost or --no-retry-on-lost, not both");
+  }
+  if (flags.retry_on_timeout && flags.no_retry_on_timeout) {
+    return CliError::Usage("flag_conflict",
+                           "give either --retry-on-timeout or --no-retry-on-timeout, not both");
   }
 
   json spec = json::object();
@@ -492,6 +506,8 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
     }
   }
   if (flags.no_retry_on_lost) retry["retry_on_lost"] = false;
+  if (flags.retry_on_timeout) retry["retry_on_timeout"] = true;
+  if (flags.no_retry_on_timeout) retry["retry_on_timeout"] = false;
   if (flags.backoff) {
     CliResult<int64_t> ms = DurationFlag("--backoff", *flags.backoff);
     if (!ms.ok()) return ms.error();
@@ -749,13 +765,25 @@ int TaskShow(const std::string& task_id, CommandContext& context) {
     triggers.Print(context.out());
   }
   context.out() << "\n";
-  CliResult<json> runs = (*api)->GetJson(
-      WithQuery("/api/v1/runs", {{"task_id", JsonText(*task, "id")}, {"limit", "5"}}));
+  // Each run by a prefix the server found unique among the project's runs (other tasks' runs
+  // created in the same minute included); a server without short_ids is asked without it.
+  const std::vector<std::pair<std::string, std::string>> query = {
+      {"task_id", JsonText(*task, "id")}, {"limit", "5"}};
+  std::vector<std::pair<std::string, std::string>> with_short_ids = query;
+  if (!context.wide()) with_short_ids.emplace_back("short_ids", "true");
+  CliResult<json> runs = (*api)->GetJson(WithQuery("/api/v1/runs", with_short_ids));
+  if (!runs.ok() && runs.error().reason() == "unknown_parameter" && !context.wide()) {
+    runs = (*api)->GetJson(WithQuery("/api/v1/runs", query));
+  }
   if (!runs.ok()) return context.Fail(runs.error());
   const json recent = runs->value("items", json::array());
   std::vector<std::string> ids;
-  for (const json& run : recent) ids.push_back(JsonText(run, "id"));
-  const std::vector<std::string> short_ids = context.wide() ? ids : ShortIds(ids);
+  std::vector<std::string> unique;
+  for (const json& run : recent) {
+    ids.push_back(JsonText(run, "id"));
+    unique.push_back(JsonText(run, "short_id", ""));
+  }
+  const std::vector<std::string> short_ids = context.wide() ? ids : ShortIds(ids, unique);
   Table last({"RUN", "ORIGIN", "STATUS", "STARTED", "DURATION", "EXIT"});
   for (size_t i = 0; i < recent.size(); ++i) {
     const json& run = recent[i];

@@ -36,6 +36,8 @@ struct TaskContentFlags {
   std::optional<int64_t> max_attempts;     // --max-attempts N
   bool retry_on_lost = false;              // --retry-on-lost
   bool no_retry_on_lost = false;           // --no-retry-on-lost (publish)
+  bool retry_on_timeout = false;           // --retry-on-timeout
+  bool no_retry_on_timeout = false;        // --no-retry-on-timeout (publish)
   std::optional<std::string> safety;       // --safety unknown|idempotent|deduplicated
   std::optional<std::string> backoff;      // --backoff DURATION
   std::optional<std::string> backoff_max;  // --backoff-max DURATION
@@ -63,13 +65,14 @@ struct TaskContentFlags {
 // task has none of that name); --clear-env / --clear-labels start from an empty set, so with
 // --env / --label they replace the whole set; retry flags change single fields of the current
 // retry policy. --retry-on-lost without --safety declares the command idempotent unless the policy
-// already names a safety (the server retries lost attempts only of commands declared safe).
+// already names a safety (the server retries lost attempts only of commands declared safe);
+// --retry-on-timeout retries attempts that ran into --timeout as failed ones are retried.
 // Usage errors (exit 2): command_required (neither --shell nor --argv for a new task),
 // command_conflict (both, or --bash with --argv, or ARGS or --arg without --argv),
 // invalid_duration,
 // invalid_env (not NAME=VALUE, or a name given twice), invalid_label, flag_conflict
-// (--enabled with --disabled, --retry-on-lost with --no-retry-on-lost, --clear-workdir with
-// --workdir, a variable both set and unset).
+// (--enabled with --disabled, --retry-on-lost with --no-retry-on-lost, --retry-on-timeout with
+// --no-retry-on-timeout, --clear-workdir with --workdir, a variable both set and unset).
 CliResult<nlohmann::json> BuildTaskBody(const TaskContentFlags& flags,
                                         const std::optional<std::string>& name,
                                         const nlohmann::json* current);

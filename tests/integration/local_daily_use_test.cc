@@ -296,6 +296,99 @@ TEST_F(DailyUseTest, RunsByIdPrefixAndByTime) {
   EXPECT_NE(bad.err.find("invalid_time"), std::string::npos) << bad.err;
 }
 
+// Runs created within the same ~65 s share their first 8 characters (UUIDv7): such a prefix is
+// refused naming the runs with their task and creation time; a longer prefix that only one run
+// has works for every command that takes a run; tables show prefixes no other run of the project
+// has, a run of another task included.
+TEST_F(DailyUseTest, RunsSharingAPrefixAreToldApartByALongerOne) {
+  AddTask("one", "true");
+  AddTask("two", "true");
+  // Two runs of different tasks in the same window (again, should they straddle two).
+  std::string a, b;
+  for (int i = 0; i < 3 && (a.empty() || a.substr(0, 8) != b.substr(0, 8)); ++i) {
+    a = Trim(Ql({"run", "start", "one", "--wait"}).out);
+    b = Trim(Ql({"run", "start", "two", "--wait"}).out);
+  }
+  ASSERT_TRUE(std::regex_match(a, kUuid) && std::regex_match(b, kUuid)) << a << " " << b;
+  ASSERT_EQ(a.substr(0, 8), b.substr(0, 8));
+
+  CommandResult ambiguous = Ql({"run", "show", a.substr(0, 8)});
+  EXPECT_EQ(ambiguous.exit_code, 1);
+  for (const std::string& part : {std::string("run_ref_ambiguous"), a, b,
+                                  std::string("task \"one\""), std::string("task \"two\""),
+                                  std::string("created 20"), std::string("give more characters")}) {
+    EXPECT_NE(ambiguous.err.find(part), std::string::npos) << part << " in " << ambiguous.err;
+  }
+
+  // One character past what the two share tells them apart (they differ where neither has a
+  // dash); the commands resolve it, and the ones that refuse this run say why, not which run.
+  size_t shared = 0;
+  while (a[shared] == b[shared]) ++shared;
+  const std::string prefix = a.substr(0, shared + 1);
+  CommandResult shown = Ql({"run", "show", prefix, "--json"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_EQ(json::parse(shown.out)["id"], a);
+  EXPECT_EQ(Ql({"run", "log", prefix}).exit_code, 0);
+  for (const std::vector<std::string>& refused :
+       {std::vector<std::string>{"run", "cancel", prefix},
+        std::vector<std::string>{"run", "resolve", prefix, "--as", "failed", "--reason", "x"}}) {
+    CommandResult r = Ql(refused);
+    EXPECT_EQ(r.exit_code, 1) << refused[1] << ": " << r.err;
+    for (const char* code : {"run_ref_ambiguous", "run_not_found", "invalid_id"}) {
+      EXPECT_EQ(r.err.find(code), std::string::npos) << refused[1] << ": " << r.err;
+    }
+  }
+
+  // task show lists only runs of "one", but the prefix it shows is one no run of "two" has.
+  CommandResult task = Ql({"task", "show", "one"});
+  ASSERT_EQ(task.exit_code, 0) << task.err;
+  std::smatch row;
+  ASSERT_TRUE(std::regex_search(task.out, row, std::regex("\n(" + a.substr(0, 8) + "[0-9a-f-]*) ")))
+      << task.out;
+  EXPECT_TRUE(a.starts_with(row[1].str())) << task.out;
+  CommandResult by_row = Ql({"run", "show", row[1].str(), "--json"});
+  ASSERT_EQ(by_row.exit_code, 0) << by_row.err << task.out;
+  EXPECT_EQ(json::parse(by_row.out)["id"], a);
+
+  CommandResult retried = Ql({"run", "retry", prefix});
+  EXPECT_EQ(retried.exit_code, 0) << retried.err;
+  EXPECT_TRUE(std::regex_match(Trim(retried.out), kUuid)) << retried.out;
+}
+
+// A timed-out attempt ends the run unless the task retries timeouts (--retry-on-timeout): then it
+// is retried as a failed one is, up to --max-attempts.
+TEST_F(DailyUseTest, TimeoutsAreRetriedOnlyWhenTheTaskSaysSo) {
+  AddTask("slow", "sleep 30", {"--timeout", "300ms", "--max-attempts", "2", "--backoff", "0"});
+  EXPECT_NE(Ql({"task", "show", "slow"}).out.find("timeouts not retried"), std::string::npos);
+  EXPECT_EQ(Task("slow")["retry"]["retry_on_timeout"], false);
+  CommandResult once = Ql({"run", "start", "slow", "--wait"});
+  EXPECT_EQ(once.exit_code, 11) << once.err;
+  json run = json::parse(Ql({"run", "show", Trim(once.out), "--json"}).out, nullptr, false);
+  ASSERT_TRUE(run.is_object()) << once.out;
+  EXPECT_EQ(run["attempts"].size(), 1u);
+  EXPECT_EQ(run["retry_policy"]["retry_on_timeout"], false);
+
+  CommandResult on = Ql({"task", "edit", "slow", "--retry-on-timeout"});
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_NE(on.err.find("retry: "), std::string::npos) << on.err;
+  EXPECT_EQ(Task("slow")["retry"]["retry_on_timeout"], true);
+  EXPECT_NE(Ql({"task", "show", "slow"}).out.find("retries timeouts"), std::string::npos);
+  CommandResult twice = Ql({"run", "start", "slow", "--wait"});
+  EXPECT_EQ(twice.exit_code, 11) << twice.err;
+  run = json::parse(Ql({"run", "show", Trim(twice.out), "--json"}).out, nullptr, false);
+  ASSERT_TRUE(run.is_object()) << twice.out;
+  ASSERT_EQ(run["attempts"].size(), 2u);
+  EXPECT_EQ(run["attempts"][0]["status"], "timed_out");
+  EXPECT_EQ(run["attempts"][1]["status"], "timed_out");
+  EXPECT_EQ(run["retry_policy"]["retry_on_timeout"], true);
+
+  ASSERT_EQ(Ql({"task", "edit", "slow", "--no-retry-on-timeout"}).exit_code, 0);
+  EXPECT_EQ(Task("slow")["retry"]["retry_on_timeout"], false);
+  CommandResult both = Ql({"task", "edit", "slow", "--retry-on-timeout", "--no-retry-on-timeout"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("flag_conflict"), std::string::npos) << both.err;
+}
+
 // A command is told its zone, language, task, project and scheduled time.
 TEST_F(DailyUseTest, TheCommandSeesItsRunsContext) {
   AddTask("context",

@@ -62,4 +62,19 @@ std::string RandomHex(RandomSource& random, size_t bytes) {
   return out;
 }
 
+size_t UniqueIdPrefixLength(std::string_view id, const std::vector<std::string>& others,
+                            size_t min_length) {
+  // One character past the longest prefix `id` shares with another id tells them apart.
+  size_t shared = 0;
+  for (const std::string& other : others) {
+    if (other == id) continue;
+    size_t n = 0;
+    while (n < id.size() && n < other.size() && id[n] == other[n]) ++n;
+    shared = std::max(shared, n);
+  }
+  size_t length = std::max(shared + 1, min_length);
+  while (length < id.size() && id[length - 1] == '-') ++length;
+  return std::min(length, id.size());
+}
+
 }  // namespace ql

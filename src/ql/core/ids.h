@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ql/core/clock.h"
 #include "ql/core/status.h"
@@ -26,5 +27,11 @@ Status ValidateId(std::string_view field, std::string_view value);
 
 // Returns `bytes` random bytes from `random` as 2 * `bytes` lowercase hex digits (for tokens).
 std::string RandomHex(RandomSource& random, size_t bytes);
+
+// Returns the length of the shortest prefix of `id`, at least `min_length` characters and never
+// ending on a dash, that none of `others` other than `id` itself starts with; `id.size()` when
+// no shorter prefix is unique (an id shorter than `min_length` is returned whole).
+size_t UniqueIdPrefixLength(std::string_view id, const std::vector<std::string>& others,
+                            size_t min_length = 8);
 
 }  // namespace ql

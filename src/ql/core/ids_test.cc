@@ -138,3 +138,29 @@ TEST(RandomHexTest, EncodesEachByteAsTwoLowercaseDigits) {
 
 }  // namespace
 }  // namespace ql
+
+namespace ql {
+namespace {
+
+TEST(UniqueIdPrefixLengthTest, IsOnePastTheLongestSharedPrefixAndAtLeastTheMinimum) {
+  const std::string a = "019ca86a-3a60-78bc-be53-37cf59c55371";
+  const std::string b = "019ca86a-3a61-7000-8000-000000000000";
+  const std::string c = "019ca86b-0000-7000-8000-000000000000";
+  const std::vector<std::string> all = {a, b, c};
+  EXPECT_EQ(UniqueIdPrefixLength(a, all), 13u);  // "019ca86a-3a60"
+  EXPECT_EQ(UniqueIdPrefixLength(b, all), 13u);
+  EXPECT_EQ(UniqueIdPrefixLength(c, all), 8u);  // differs within the first 8: 8 still
+  EXPECT_EQ(UniqueIdPrefixLength(a, {a}), 8u);  // alone (itself does not count)
+  EXPECT_EQ(UniqueIdPrefixLength(a, {}), 8u);
+  EXPECT_EQ(UniqueIdPrefixLength(a, {a}, 4), 4u);
+}
+
+TEST(UniqueIdPrefixLengthTest, NeverEndsOnADash) {
+  const std::string a = "019ca86a-3a60-78bc-be53-37cf59c55371";
+  EXPECT_EQ(UniqueIdPrefixLength(a, {a, "019ca86a-4000-7000-8000-000000000000"}), 10u);
+  EXPECT_EQ(UniqueIdPrefixLength(a, {}, 9), 10u);  // 9 would end on the dash
+  EXPECT_EQ(UniqueIdPrefixLength(a, {a, "019ca86a-3a60-78bc-be53-37cf59c55370"}), 36u);
+}
+
+}  // namespace
+}  // namespace ql

@@ -130,6 +130,7 @@ struct DueSchedule {
 struct RetryPolicy {
   int max_attempts = 1;             // 1..16
   bool retry_on_lost = false;
+  bool retry_on_timeout = false;    // a timed-out attempt is retried like a failed one
   std::string safety = "unknown";   // unknown | idempotent | deduplicated
   int64_t backoff_base_ms = 1000;   // ≤ 24 h
   int64_t backoff_max_ms = 60'000;  // ≤ 24 h, ≥ base

@@ -28,6 +28,9 @@ Result<RetryPolicy> ParseRetryPolicy(const nlohmann::json& value) {
     } else if (key == "retry_on_lost") {
       if (!v.is_boolean()) return wrong_type(key, "a boolean", v);
       policy.retry_on_lost = v.get<bool>();
+    } else if (key == "retry_on_timeout") {
+      if (!v.is_boolean()) return wrong_type(key, "a boolean", v);
+      policy.retry_on_timeout = v.get<bool>();
     } else if (key == "safety") {
       if (!v.is_string()) return wrong_type(key, "a string", v);
       const std::string& s = v.get_ref<const std::string&>();
@@ -52,7 +55,8 @@ Result<RetryPolicy> ParseRetryPolicy(const nlohmann::json& value) {
       return InvalidArgument("retry_unknown_field",
                              "retry." + key +
                                  " is not a field of a retry policy (max_attempts, "
-                                 "retry_on_lost, safety, backoff_base_ms, backoff_max_ms)");
+                                 "retry_on_lost, retry_on_timeout, safety, backoff_base_ms, "
+                                 "backoff_max_ms)");
     }
   }
   if (policy.backoff_max_ms < policy.backoff_base_ms) {
@@ -70,11 +74,15 @@ Result<RetryPolicy> ParseRetryPolicy(const nlohmann::json& value) {
 }
 
 nlohmann::json RetryPolicyToJson(const RetryPolicy& p) {
-  return nlohmann::json{{"backoff_base_ms", p.backoff_base_ms},
-                        {"backoff_max_ms", p.backoff_max_ms},
-                        {"max_attempts", p.max_attempts},
-                        {"retry_on_lost", p.retry_on_lost},
-                        {"safety", p.safety}};
+  nlohmann::json out{{"backoff_base_ms", p.backoff_base_ms},
+                     {"backoff_max_ms", p.backoff_max_ms},
+                     {"max_attempts", p.max_attempts},
+                     {"retry_on_lost", p.retry_on_lost},
+                     {"safety", p.safety}};
+  // Only when set: a policy without it keeps the canonical form, and so the digests, it had
+  // before the field existed.
+  if (p.retry_on_timeout) out["retry_on_timeout"] = true;
+  return out;
 }
 
 }  // namespace ql

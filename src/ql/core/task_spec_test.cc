@@ -675,6 +675,28 @@ TEST(TaskRetryPolicyTest, ParsesAndNormalisesIntoTheDigestedContent) {
   EXPECT_EQ(*ParseTaskContent(TaskContentToJson(*r)), *r);
 }
 
+// Retrying timeouts is opt-in; a policy that leaves it out (or says false) has the canonical
+// form and digest it had before the field existed.
+TEST(TaskRetryPolicyTest, RetryOnTimeoutIsOptInAndChangesTheDigestOnlyWhenSet) {
+  const std::string base = TaskContentDigest(*TaskFromText(kSampleBody));
+  Result<TaskContent> off = ParseTaskContent(BodyWithRetry({{"retry_on_timeout", false}}));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->retry.retry_on_timeout);
+  EXPECT_EQ(TaskContentDigest(*off), base);
+  EXPECT_FALSE(TaskContentToJson(*off)["retry"].contains("retry_on_timeout"));
+
+  Result<TaskContent> on =
+      ParseTaskContent(BodyWithRetry({{"max_attempts", 2}, {"retry_on_timeout", true}}));
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->retry.retry_on_timeout);
+  EXPECT_EQ(TaskContentToJson(*on)["retry"]["retry_on_timeout"], true);
+  EXPECT_NE(TaskContentDigest(*on),
+            TaskContentDigest(*ParseTaskContent(BodyWithRetry({{"max_attempts", 2}}))));
+  EXPECT_EQ(*ParseTaskContent(TaskContentToJson(*on)), *on);
+  ExpectTaskError(BodyWithRetry({{"retry_on_timeout", "yes"}}), "retry_invalid_type",
+                  {"retry.retry_on_timeout"});
+}
+
 TEST(TaskRetryPolicyTest, RejectsEveryInvalidField) {
   ExpectTaskError(BodyWithRetry({{"max_attempts", 0}}), "retry_out_of_range",
                   {"retry.max_attempts", "1..16"});

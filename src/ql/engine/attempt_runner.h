@@ -61,6 +61,9 @@ struct AttemptOutcome {
   std::string confinement;
   // Processes the command left running at its end that were ended with its run.
   int64_t descendants_ended = 0;
+  // kTimedOut only: the end was decided without the executor reporting it (the command may
+  // still be running), so a retry needs a policy that retries lost attempts too.
+  bool end_unconfirmed = false;
 };
 
 // One running (or finished) attempt.

@@ -97,6 +97,7 @@ Result<RecoveryReport> ClusterRecovery::RunOnce(int page, RecoveryScope scope) {
         AttemptOutcome timed_out;
         timed_out.kind = AttemptOutcome::Kind::kTimedOut;
         timed_out.message = "the run outlived its timeout and its worker did not end it";
+        timed_out.end_unconfirmed = true;
         Status st = settlement_.Finish(run.run_id, run.attempt_id, timed_out);
         if (st.ok()) {
           ++report.timed_out;

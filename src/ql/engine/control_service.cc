@@ -14,6 +14,7 @@
 #include "ql/core/misfire.h"
 #include "ql/core/overlap.h"
 #include "ql/core/retry_policy.h"
+#include "ql/core/rfc3339.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
 #include "ql/core/task_spec.h"
@@ -1459,14 +1460,70 @@ Result<std::string> ControlService::ResolveRunRef(const std::string& ref, const 
                     "no run of project " + project_id + " has an id starting with " + ref);
   }
   if (found.items.size() > 1) {
-    std::string ids;
-    for (const RunRecord& r : found.items) ids += (ids.empty() ? "" : ", ") + r.id;
-    return Conflict("run_ref_ambiguous",
-                    "run id prefix " + ref + " matches " +
-                        (found.next_key.has_value() ? "more than 5 runs" : "several runs") + " (" +
-                        ids + "): give more characters");
+    // Each candidate with its task's name and creation time, so a person can tell which is meant;
+    // a task whose name cannot be read is named by its id.
+    std::set<std::string> task_ids;
+    for (const RunRecord& r : found.items) task_ids.insert(r.task_id);
+    Result<DisplayNames> names = NamesOf(task_ids, {}, {});
+    std::string candidates;
+    for (const RunRecord& r : found.items) {
+      std::string task = r.task_id;
+      if (names.ok()) {
+        if (auto it = names->tasks.find(r.task_id); it != names->tasks.end()) {
+          task = QuoteForMessage(it->second);
+        }
+      }
+      candidates += (candidates.empty() ? "" : "; ") + r.id + " (task " + task + ", created " +
+                    FormatRfc3339Utc(r.created_at_ms) + ")";
+    }
+    return Conflict(
+        "run_ref_ambiguous",
+        "run id prefix " + ref + " matches " +
+            (found.next_key.has_value() ? std::string("more than 5 runs, the newest: ")
+                                        : std::to_string(found.items.size()) + " runs: ") +
+            candidates + "; give more characters of the one you mean");
   }
   return std::move(found.items.front().id);
+}
+
+Result<std::map<std::string, std::string>> ControlService::ShortRunIds(
+    const std::vector<RunRecord>& runs, const Caller& caller) {
+  constexpr size_t kMinPrefix = 8;
+  constexpr int kMaxWindowPages = 10;
+  // Runs sharing their first 8 characters were created within the same ~65 s (UUIDv7): only
+  // they can share a longer prefix, so each such window of the project is read once.
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> windows;
+  for (const RunRecord& r : runs) {
+    if (r.id.size() < kMinPrefix) continue;
+    windows[{r.project_id, r.id.substr(0, kMinPrefix)}].push_back(r.id);
+  }
+  std::map<std::string, std::string> out;
+  std::set<std::string> allowed;
+  for (const auto& [window, ids] : windows) {
+    const auto& [project_id, prefix] = window;
+    if (allowed.insert(project_id).second) {
+      QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kRead, "runs.list",
+                               RoleDenied(Role::kViewer, "runs.list", project_id)));
+    }
+    RunFilter filter;
+    filter.project_id = project_id;
+    filter.id_range.emplace(prefix + "-0000-0000-0000-000000000000",
+                            prefix + "-ffff-ffff-ffff-ffffffffffff");
+    PageRequest request;
+    request.limit = kMaxPageLimit;
+    std::vector<std::string> neighbours;
+    bool complete = false;
+    for (int page = 0; page < kMaxWindowPages && !complete; ++page) {
+      QL_ASSIGN_OR_RETURN(Page<RunRecord> found, store_.runs().ListRuns(filter, request));
+      for (RunRecord& r : found.items) neighbours.push_back(std::move(r.id));
+      complete = !found.next_key.has_value();
+      request.after_key = std::move(found.next_key);
+    }
+    for (const std::string& id : ids) {
+      out[id] = complete ? id.substr(0, UniqueIdPrefixLength(id, neighbours, kMinPrefix)) : id;
+    }
+  }
+  return out;
 }
 
 Result<AttemptRecord> ControlService::LatestAttempt(const std::string& run_id,

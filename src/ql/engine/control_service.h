@@ -335,8 +335,15 @@ class ControlService {
   // The id of the run `ref` names: a canonical id as it is; a prefix of at least 8 characters
   // of one (lowercase hex, dashes where an id has them) as the one run of the caller's project
   // whose id starts with it. InvalidArgument invalid_id; NotFound run_not_found; Conflict
-  // run_ref_ambiguous (the message names up to 5 of the runs it matches).
+  // run_ref_ambiguous (the message names up to 5 of the runs it matches, newest first, each with
+  // its task's name and creation time).
   Result<std::string> ResolveRunRef(const std::string& ref, const Caller& caller = {});
+  // Returns, by id, the shortest prefix of each of `runs` (runs the caller listed) of at least 8
+  // characters that no other run of its project starts with, so ResolveRunRef resolves it: what
+  // tables show for a run. Reads each distinct 8-character window of the project's runs once; a
+  // run in a window of more than 5000 runs gets its whole id.
+  Result<std::map<std::string, std::string>> ShortRunIds(const std::vector<RunRecord>& runs,
+                                                         const Caller& caller = {});
   Result<PageResult<RunRecord>> ListRuns(const RunQuery& query, const PageQuery& page,
                                          const Caller& caller = {});
   // Returns events with sequence > after_sequence (>= 0), at most `limit` (1 .. kMaxPageLimit).

@@ -20,6 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -499,6 +500,44 @@ TEST_F(ControlServiceTest, CancelAndRetry) {
   EXPECT_EQ(service_->ListRunEvents(run->run.id, -1, 10).status().reason(), "invalid_after");
   EXPECT_EQ(service_->GetRun("01890000-0000-7000-8000-000000000000").status().reason(),
             "run_not_found");
+}
+
+// A prefix several runs share is refused naming each with its task and creation time; the
+// prefixes ShortRunIds gives are unique in the project, runs of other tasks included.
+TEST_F(ControlServiceTest, RunPrefixesAreUniqueInTheProjectAndAmbiguityNamesTheCandidates) {
+  TaskView a = CreateTask(ShellTask("alpha"));
+  TaskView b = CreateTask(ShellTask("beta"));
+  auto first = service_->StartRun(StartRunRequest{a.head.task_id, {}, {}});
+  auto second = service_->StartRun(StartRunRequest{b.head.task_id, {}, {}});
+  clock_.Advance(120'000);
+  auto later = service_->StartRun(StartRunRequest{a.head.task_id, {}, {}});
+  ASSERT_TRUE(first.ok() && second.ok() && later.ok());
+  const std::string x = first->run.id, y = second->run.id, z = later->run.id;
+  ASSERT_EQ(x.substr(0, 8), y.substr(0, 8));  // the same millisecond
+  ASSERT_NE(x.substr(0, 8), z.substr(0, 8));
+
+  Result<std::string> ambiguous = service_->ResolveRunRef(x.substr(0, 8));
+  ASSERT_EQ(ambiguous.status().reason(), "run_ref_ambiguous");
+  const std::string created = FormatRfc3339Utc(first->run.created_at_ms);
+  EXPECT_THAT(ambiguous.status().message(),
+              AllOf(HasSubstr("matches 2 runs"),
+                    HasSubstr(x + " (task \"alpha\", created " + created + ")"),
+                    HasSubstr(y + " (task \"beta\", created " + created + ")"),
+                    HasSubstr("give more characters")));
+  EXPECT_EQ(service_->ResolveRunRef(z.substr(0, 8)).value(), z);
+
+  // Listed alone, alpha's first run still gets a prefix beta's run does not share.
+  RunQuery query;
+  query.task_id = a.head.task_id;
+  auto listed = service_->ListRuns(query, PageQuery{});
+  ASSERT_TRUE(listed.ok());
+  auto prefixes = service_->ShortRunIds(listed->items);
+  ASSERT_TRUE(prefixes.ok()) << prefixes.status().ToString();
+  ASSERT_EQ(prefixes->size(), 2u);
+  EXPECT_GT(prefixes->at(x).size(), 8u);
+  EXPECT_EQ(service_->ResolveRunRef(prefixes->at(x)).value(), x);
+  EXPECT_EQ(prefixes->at(z), z.substr(0, 8));
+  EXPECT_EQ(service_->ResolveRunRef(prefixes->at(z)).value(), z);
 }
 
 TEST_F(ControlServiceTest, ListsRunsWithFiltersAndPages) {

@@ -244,6 +244,58 @@ TEST_F(LocalDispatcherTest, TimeoutEndsTimedOut) {
   EXPECT_EQ(Get(run).status, "timed_out");
 }
 
+// A timed-out attempt is retried like a failed one only when the task's retry policy says
+// retry_on_timeout; otherwise the timeout ends the run, attempts left or not.
+TEST_F(LocalDispatcherTest, ATimeoutIsRetriedOnlyWhenThePolicySaysRetryOnTimeout) {
+  AttemptOutcome timed_out;
+  timed_out.kind = AttemptOutcome::Kind::kTimedOut;
+  auto publish = [&](const std::string& name, nlohmann::json retry) {
+    TaskWrite write;
+    write.body = {
+        {"name", name},
+        {"spec", {{"command", {{"kind", "shell"}, {"command", "sleep 9"}}}, {"timeoutMs", 1000}}},
+        {"retry", std::move(retry)}};
+    Result<PublishedTask> task = control_->PublishTask(write);
+    EXPECT_TRUE(task.ok()) << task.status().ToString();
+    task_id_ = task->task.head.task_id;
+  };
+  LocalDispatcher d = Make();
+
+  publish("plain", {{"max_attempts", 2}, {"backoff_base_ms", 0}, {"backoff_max_ms", 0}});
+  const std::string plain = Start();
+  EXPECT_FALSE(Get(plain).retry_policy.retry_on_timeout);
+  Tick(d);
+  Process(plain)->outcome = timed_out;
+  Tick(d);
+  Tick(d);
+  EXPECT_EQ(Get(plain).status, "timed_out");
+  EXPECT_EQ(store_->runs().ListAttempts(plain)->size(), 1u);
+
+  publish("retried", {{"max_attempts", 2},
+                      {"retry_on_timeout", true},
+                      {"backoff_base_ms", 500},
+                      {"backoff_max_ms", 500}});
+  const std::string retried = Start();
+  EXPECT_TRUE(Get(retried).retry_policy.retry_on_timeout);
+  Tick(d);
+  Process(retried)->outcome = timed_out;
+  Tick(d);
+  RunRecord waiting = Get(retried);
+  EXPECT_EQ(waiting.status, "retry_wait");
+  EXPECT_EQ(waiting.retry_at_ms, clock_.NowMs() + 500);  // the backoff of a failed attempt
+  clock_.Advance(500);
+  Tick(d);
+  std::vector<AttemptRecord> attempts = *store_->runs().ListAttempts(retried);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].status, "timed_out");
+  EXPECT_EQ(attempts[1].status, "running");
+  // The last attempt timing out ends the run: max_attempts bounds timeouts as it bounds failures.
+  runner_.processes[runner_.order.back()]->outcome = timed_out;
+  Tick(d);
+  EXPECT_EQ(Get(retried).status, "timed_out");
+  EXPECT_EQ(store_->runs().ListAttempts(retried)->size(), 2u);
+}
+
 TEST_F(LocalDispatcherTest, LogTruncationIsRecordedOnceWhileRunning) {
   const std::string run = Start();
   LocalDispatcher d = Make();

@@ -190,6 +190,12 @@ Status RunSettlement::FinishFrom(RunRecord run, std::vector<AttemptRecord> attem
   }
 
   Mapping m = MapOutcome(outcome);
+  // A timeout is retried only when the task asks for it. When the control plane decided the
+  // timeout itself (the command may still be running on its worker), the attempt is as good as
+  // lost: it is retried only if lost attempts may be.
+  if (outcome.kind == AttemptOutcome::Kind::kTimedOut && run.retry_policy.retry_on_timeout) {
+    m.retryable = !outcome.end_unconfirmed || run.retry_policy.retry_on_lost;
+  }
   if (run.cancel_requested_at_ms.has_value() && CancelWins(m.run_to)) {
     m = {AttemptStatus::kCancelled, RunStatus::kCancelled, false, m.exit_code, "cancelled",
          "cancelled on request"};

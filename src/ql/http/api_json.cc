@@ -23,6 +23,7 @@ json StoredJson(const std::string& text) {
 json RetryPolicyJson(const RetryPolicy& policy) {
   return json{{"max_attempts", policy.max_attempts},
               {"retry_on_lost", policy.retry_on_lost},
+              {"retry_on_timeout", policy.retry_on_timeout},
               {"safety", policy.safety},
               {"backoff_base_ms", policy.backoff_base_ms},
               {"backoff_max_ms", policy.backoff_max_ms}};

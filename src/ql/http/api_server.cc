@@ -1370,8 +1370,10 @@ void ApiServer::Impl::CronNext(Call& c) {
 }
 
 void ApiServer::Impl::RunsList(Call& c) {
-  QL_HTTP_TRY(c.res, c.query.Check(
-                         {"task_id", "trigger_id", "status", "since", "until", "limit", "cursor"}));
+  QL_HTTP_TRY(c.res, c.query.Check({"task_id", "trigger_id", "status", "since", "until", "limit",
+                                    "cursor", "short_ids"}));
+  QL_HTTP_ASSIGN(c.res, const bool short_ids,
+                 c.query.Bool("short_ids", "invalid_short_ids", false));
   RunQuery filter;
   filter.task_id = c.query.Get("task_id");
   filter.trigger_id = c.query.Get("trigger_id");
@@ -1396,6 +1398,10 @@ void ApiServer::Impl::RunsList(Call& c) {
   QL_HTTP_ASSIGN(c.res, PageResult<RunRecord> listed, service.ListRuns(filter, page, c.caller));
   json items = json::array();
   for (const RunRecord& r : listed.items) items.push_back(api::RunJson(r));
+  if (short_ids) {
+    QL_HTTP_ASSIGN(c.res, auto prefixes, service.ShortRunIds(listed.items, c.caller));
+    for (json& item : items) item["short_id"] = prefixes[item.value("id", std::string())];
+  }
   QL_HTTP_TRY(c.res, AddNames(items));
   SendJson(c.res, 200, ItemsJson(std::move(items), listed.next_cursor));
 }

@@ -760,6 +760,21 @@ TEST_F(ApiServerTest, RunsLifecycle) {
   ASSERT_EQ(page2.body["items"].size(), 1u);
   EXPECT_EQ(page2.body["items"][0]["id"], a_runs[0]);
   EXPECT_EQ(page2.body["next_cursor"], nullptr);
+  EXPECT_FALSE(page1.body["items"][0].contains("short_id"));
+  // Asked for, each run carries the shortest prefix no other run of the project has (the runs
+  // here were created within seconds, so they share more than 8 characters), and it addresses
+  // the run.
+  Reply short_ids = Get("/api/v1/runs?task_id=" + a + "&short_ids=true");
+  ASSERT_EQ(short_ids.status, 200) << short_ids.raw;
+  ASSERT_EQ(short_ids.body["items"].size(), 3u);
+  for (const json& item : short_ids.body["items"]) {
+    const std::string prefix = item.value("short_id", "");
+    EXPECT_GT(prefix.size(), 8u) << item.dump();
+    EXPECT_TRUE(item["id"].get<std::string>().starts_with(prefix)) << item.dump();
+    Reply by_prefix = Get("/api/v1/runs/" + prefix);
+    ASSERT_EQ(by_prefix.status, 200) << by_prefix.raw;
+    EXPECT_EQ(by_prefix.body["id"], item["id"]);
+  }
 
   Reply run = Get("/api/v1/runs/" + a_runs[0]);
   ASSERT_EQ(run.status, 200);
@@ -945,6 +960,7 @@ TEST_F(ApiServerTest, EveryBadInputGetsItsCodeAndChangesNothing) {
       {"GET", "/api/v1/runs?trigger_id=x", "", 404, "trigger_not_found"},
       {"GET", "/api/v1/runs?task_id=", "", 400, "invalid_id"},
       {"GET", "/api/v1/runs?limit=-1", "", 400, "invalid_limit"},
+      {"GET", "/api/v1/runs?short_ids=yes", "", 400, "invalid_short_ids"},
       {"GET", "/api/v1/runs?cursor=dGFza3M6eA", "", 400, "invalid_cursor"},  // a tasks cursor
       {"POST", "/api/v1/runs", "{}", 400, "missing_field"},
       {"POST", "/api/v1/runs", R"({"task_id":"{task}","priority":"high"})", 400, "invalid_type"},

@@ -985,6 +985,8 @@ TEST_P(RepositoryContractTest, AdmissionWritesOneQueuedRunOneClaimedAttemptAndTw
   clock().SetNowMs(fire + 250);
   QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueRow(trigger_id, Now()));
   QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance advance, Admit(due, fire + 300'000));
+  advance.run->retry_policy.max_attempts = 2;
+  advance.run->retry_policy.retry_on_timeout = true;
   QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome outcome,
                           store().schedules().ApplyScheduleAdvance(advance));
   ASSERT_EQ(outcome, AdvanceOutcome::kApplied);
@@ -1005,8 +1007,8 @@ TEST_P(RepositoryContractTest, AdmissionWritesOneQueuedRunOneClaimedAttemptAndTw
   EXPECT_EQ(run.created_at_ms, Now());
   EXPECT_EQ(run.queued_at_ms, Now());
   EXPECT_FALSE(run.cancel_requested_at_ms.has_value());
-  EXPECT_EQ(run.retry_policy.max_attempts, advance.run->retry_policy.max_attempts);
-  EXPECT_EQ(run.retry_policy.safety, advance.run->retry_policy.safety);
+  EXPECT_TRUE(run.retry_policy.retry_on_timeout);
+  EXPECT_EQ(run.retry_policy, advance.run->retry_policy);
 
   QL_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> attempts, store().runs().ListAttempts(run.id));
   ASSERT_EQ(attempts.size(), 1u);
@@ -1135,6 +1137,7 @@ TEST_P(RepositoryContractTest, CreateRunQueuesAManualRunWithItsAttemptAndEvents)
   new_run.priority = 7;
   new_run.retry_policy.max_attempts = 3;
   new_run.retry_policy.retry_on_lost = true;
+  new_run.retry_policy.retry_on_timeout = true;
   new_run.retry_policy.safety = "idempotent";
   new_run.retry_policy.backoff_base_ms = 2000;
   new_run.retry_policy.backoff_max_ms = 30'000;
@@ -1148,6 +1151,7 @@ TEST_P(RepositoryContractTest, CreateRunQueuesAManualRunWithItsAttemptAndEvents)
   EXPECT_EQ(run.event_sequence, 2);
   EXPECT_EQ(run.retry_policy.max_attempts, 3);
   EXPECT_TRUE(run.retry_policy.retry_on_lost);
+  EXPECT_TRUE(run.retry_policy.retry_on_timeout);
   EXPECT_EQ(run.retry_policy.safety, "idempotent");
   EXPECT_EQ(run.retry_policy.backoff_base_ms, 2000);
   EXPECT_EQ(run.retry_policy.backoff_max_ms, 30'000);

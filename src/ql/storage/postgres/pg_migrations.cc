@@ -326,6 +326,12 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("run_logs":1,"runs":5,"schedule_claims":2,"schedules":1,"secrets":1,)"
        R"("worker_credentials":1,"worker_sessions":1})",
        "pg-0023-notifications"},
+      {kControlCore, 22,
+       R"({"approvals":2,"attempts":1,"definitions":5,"dispatch_leases":2,"events":2,)"
+       R"("governance":3,"notifications":1,"projects":1,"retention":1,"retry_policies":3,)"
+       R"("run_logs":1,"runs":5,"schedule_claims":2,"schedules":1,"secrets":1,)"
+       R"("worker_credentials":1,"worker_sessions":1})",
+       "pg-0024-retry-on-timeout"},
   };
   return kSteps;
 }

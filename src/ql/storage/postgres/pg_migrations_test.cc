@@ -84,6 +84,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0022-sign-in-policies",
        "6c7d4c4b00f5aa0d3b4e070348d4c6b9b399ba59c272d56a4b397b5d6ed175f0"},
       {"pg-0023-notifications", "ad0d62f14cc883bb94e00b47f22ff0a8605b7c613fcca891beb0948d4c31759f"},
+      {"pg-0024-retry-on-timeout",
+       "dea2c1bfbfc5b121bd55a08ccf698ab7fc907847b2f631c0c9ebc861b3e3b5a5"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();
@@ -229,6 +231,8 @@ TEST_F(PostgresMigrateTest, CompactRunsKeepsThePoliciesKeysAndEventsOfExistingRu
             cron + "|-|3|t|idempotent|500|4000," + manual + "|mine|1|f|unknown|0|0," + plain +
                 "|-|16|f|deduplicated|1000|86400000\n");
   EXPECT_EQ(Query(db, "SELECT to_regclass('ql3.run_retry_policies') IS NULL"), "t\n");
+  // Runs written before timeouts could be retried say they are not.
+  EXPECT_EQ(Query(db, "SELECT count(*) FROM ql3.runs WHERE retry_on_timeout"), "0\n");
   EXPECT_EQ(Query(db, "SELECT string_agg(run_id || ':' || sequence, ',' ORDER BY run_id, "
                       "sequence) FROM ql3.run_events"),
             cron + ":1," + cron + ":2," + manual + ":1\n");

@@ -42,7 +42,8 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
   if (runs.empty()) return Status::Ok();
   Column id, project, task, task_revision, task_digest, execution, trigger, trigger_revision,
       scheduled, trigger_type, priority, key, retry_of, max_attempts, retry_on_lost, safety,
-      backoff_base, backoff_max, attempt, executor, actor, created, queued, release;
+      backoff_base, backoff_max, attempt, executor, actor, created, queued, release,
+      retry_on_timeout;
   for (const NewRun* run : runs) {
     QL_ASSIGN_OR_RETURN(std::string created_payload, RunCreatedPayload(*run));
     QL_ASSIGN_OR_RETURN(std::string queued_payload, RunQueuedPayload(1, run->executor_type));
@@ -63,6 +64,7 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
     retry_of.push_back(run->retry_of_run_id);
     max_attempts.push_back(std::to_string(policy.max_attempts));
     retry_on_lost.push_back(policy.retry_on_lost ? "t" : "f");
+    retry_on_timeout.push_back(policy.retry_on_timeout ? "t" : "f");
     safety.push_back(policy.safety);
     backoff_base.push_back(std::to_string(policy.backoff_base_ms));
     backoff_max.push_back(std::to_string(policy.backoff_max_ms));
@@ -80,19 +82,19 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
       "$5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[], "
       "$11::integer[], $12::text[], $13::text[], $14::integer[], $15::boolean[], $16::text[], "
       "$17::bigint[], $18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], "
-      "$23::text[], $27::bigint[]) AS v(id, project_id, task_id, task_revision, task_digest, "
-      "execution, trigger_id, trigger_revision, scheduled, trigger_type, priority, key, retry_of, "
-      "max_attempts, retry_on_lost, safety, backoff_base, backoff_max, attempt_id, executor, "
-      "actor, created, queued, release)), "
+      "$23::text[], $27::bigint[], $28::boolean[]) AS v(id, project_id, task_id, task_revision, "
+      "task_digest, execution, trigger_id, trigger_revision, scheduled, trigger_type, priority, "
+      "key, retry_of, max_attempts, retry_on_lost, safety, backoff_base, backoff_max, "
+      "attempt_id, executor, actor, created, queued, release, retry_on_timeout)), "
       "r AS (INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
       "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
       "status, version, event_sequence, priority, idempotency_key, retry_of_run_id, "
       "created_at_ms, queued_at_ms, retry_max_attempts, retry_on_lost, retry_safety, "
-      "retry_backoff_base_ms, retry_backoff_max_ms) SELECT id, project_id, task_id, "
-      "task_revision, task_digest, execution, trigger_id, trigger_revision, scheduled, "
+      "retry_backoff_base_ms, retry_backoff_max_ms, retry_on_timeout) SELECT id, project_id, "
+      "task_id, task_revision, task_digest, execution, trigger_id, trigger_revision, scheduled, "
       "trigger_type, 'queued', 1, 2, priority, " KEY_UNLESS_CRON ", retry_of, $24::bigint, "
       "greatest($24::bigint, release), max_attempts, retry_on_lost, safety, backoff_base, "
-      "backoff_max FROM v RETURNING id), "
+      "backoff_max, retry_on_timeout FROM v RETURNING id), "
       "a AS (INSERT INTO ql3.run_attempts (id, run_id, attempt, status, executor_type, "
       "callback_sequence, created_at_ms) SELECT attempt_id, id, 1, 'claimed', executor, 0, "
       "$24::bigint FROM v JOIN r USING (id) RETURNING id) "
@@ -128,7 +130,8 @@ Status InsertQueuedRuns(Tx& tx, const std::vector<const NewRun*>& runs, int64_t 
                    P(now_ms),
                    P(kEventRunCreated),
                    P(RunEventType(RunStatus::kQueued)),
-                   PArray(release)})
+                   PArray(release),
+                   PArray(retry_on_timeout)})
       .status();
 }
 
@@ -240,8 +243,8 @@ Status CancelRunInTx(Tx& tx, const RunRecord& run, const std::string& reason,
 Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t now_ms) {
   if (runs.empty()) return Status::Ok();
   Column id, project, task, task_revision, task_digest, execution, trigger, trigger_revision,
-      scheduled, trigger_type, priority, key, reason, summary, max_attempts, retry_on_lost,
-      safety, backoff_base, backoff_max, actor, created, skipped;
+      scheduled, trigger_type, priority, key, reason, summary, max_attempts, retry_on_lost, safety,
+      backoff_base, backoff_max, actor, created, skipped, retry_on_timeout;
   for (const SkippedRun& s : runs) {
     const NewRun& run = *s.run;
     QL_ASSIGN_OR_RETURN(std::string created_payload, RunCreatedPayload(run));
@@ -263,6 +266,7 @@ Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t no
     summary.push_back(s.summary);
     max_attempts.push_back(std::to_string(policy.max_attempts));
     retry_on_lost.push_back(policy.retry_on_lost ? "t" : "f");
+    retry_on_timeout.push_back(policy.retry_on_timeout ? "t" : "f");
     safety.push_back(policy.safety);
     backoff_base.push_back(std::to_string(policy.backoff_base_ms));
     backoff_max.push_back(std::to_string(policy.backoff_max_ms));
@@ -276,19 +280,20 @@ Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t no
       "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], "
       "$5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[], "
       "$11::integer[], $12::text[], $13::text[], $14::text[], $15::integer[], $16::boolean[], "
-      "$17::text[], $18::bigint[], $19::bigint[], $20::text[], $21::text[], $22::text[]) "
-      "AS v(id, project_id, task_id, task_revision, task_digest, execution, trigger_id, "
-      "trigger_revision, scheduled, trigger_type, priority, key, reason, summary, max_attempts, "
-      "retry_on_lost, safety, backoff_base, backoff_max, actor, created, skipped)), "
+      "$17::text[], $18::bigint[], $19::bigint[], $20::text[], $21::text[], $22::text[], "
+      "$26::boolean[]) AS v(id, project_id, task_id, task_revision, task_digest, execution, "
+      "trigger_id, trigger_revision, scheduled, trigger_type, priority, key, reason, summary, "
+      "max_attempts, retry_on_lost, safety, backoff_base, backoff_max, actor, created, skipped, "
+      "retry_on_timeout)), "
       "r AS (INSERT INTO ql3.runs (id, project_id, task_id, task_revision, task_digest, "
       "execution_revision_id, trigger_id, trigger_revision, scheduled_for_ms, trigger_type, "
       "status, version, event_sequence, priority, idempotency_key, created_at_ms, "
       "finished_at_ms, error_code, error_summary, retry_max_attempts, retry_on_lost, "
-      "retry_safety, retry_backoff_base_ms, retry_backoff_max_ms) SELECT id, project_id, "
-      "task_id, task_revision, task_digest, execution, trigger_id, trigger_revision, scheduled, "
-      "trigger_type, 'skipped', 1, 2, priority, " KEY_UNLESS_CRON ", $23::bigint, $23::bigint, "
-      "reason, summary, max_attempts, retry_on_lost, safety, backoff_base, backoff_max "
-      "FROM v RETURNING id) "
+      "retry_safety, retry_backoff_base_ms, retry_backoff_max_ms, retry_on_timeout) SELECT id, "
+      "project_id, task_id, task_revision, task_digest, execution, trigger_id, trigger_revision, "
+      "scheduled, trigger_type, 'skipped', 1, 2, priority, " KEY_UNLESS_CRON
+      ", $23::bigint, $23::bigint, reason, summary, max_attempts, retry_on_lost, safety, "
+      "backoff_base, backoff_max, retry_on_timeout FROM v RETURNING id) "
       "INSERT INTO ql3.run_events (run_id, sequence, type, actor_type, attempt_id, dedupe_key, "
       "payload_json, created_at_ms) "
       "SELECT id, 1, $24::text, actor, NULL, NULL, created, $23::bigint FROM v JOIN r USING (id) "
@@ -318,7 +323,8 @@ Status InsertSkippedRuns(Tx& tx, const std::vector<SkippedRun>& runs, int64_t no
                                          PArray(skipped),
                                          P(now_ms),
                                          P(kEventRunCreated),
-                                         P(RunEventType(RunStatus::kSkipped))})
+                                         P(RunEventType(RunStatus::kSkipped)),
+                                         PArray(retry_on_timeout)})
                               .status();
   QL_RETURN_IF_ERROR(inserted);
   // The skips' notifications commit with them.

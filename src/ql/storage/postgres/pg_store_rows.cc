@@ -128,6 +128,7 @@ RunRecord ReadRun(const Rows& r, int i) {
   out.retry_policy.safety = r.Text(i, 28);
   out.retry_policy.backoff_base_ms = r.Int(i, 29);
   out.retry_policy.backoff_max_ms = r.Int(i, 30);
+  out.retry_policy.retry_on_timeout = r.Bool(i, 31);
   return out;
 }
 

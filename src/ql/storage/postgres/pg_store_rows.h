@@ -77,7 +77,7 @@ inline constexpr char kRunColumns[] =
     "r.queued_at_ms, r.started_at_ms, r.finished_at_ms, r.retry_at_ms, "
     "r.cancel_requested_at_ms, r.cancel_reason, r.error_code, r.error_summary, r.exit_code, "
     "r.retry_max_attempts, r.retry_on_lost, r.retry_safety, r.retry_backoff_base_ms, "
-    "r.retry_backoff_max_ms";
+    "r.retry_backoff_max_ms, r.retry_on_timeout";
 inline constexpr char kRunFrom[] = " FROM runs r";
 
 std::optional<int> OptInt32(const Rows& r, int i, int column);

@@ -1026,6 +1026,54 @@ TEST_F(PgWorkerTest, TheControlPlaneEndsARunThatOutlivesItsTimeout) {
   EXPECT_TRUE(Fails(service_->Renew(Call(w, offer)), "attempt_finished"));
 }
 
+// A timeout a worker reports is retried like a failure only when the task says
+// retry_on_timeout; one the control plane decides itself (the worker did not end the command)
+// is retried only when lost attempts may be too.
+TEST_F(PgWorkerTest, ATimeoutIsRetriedOnlyWhenTheTaskSaysSo) {
+  AttemptOutcome timed_out;
+  timed_out.kind = AttemptOutcome::Kind::kTimedOut;
+  const json once{{"max_attempts", 2}, {"backoff_base_ms", 0}, {"backoff_max_ms", 0}};
+  json again = once;
+  again["retry_on_timeout"] = true;
+  Worker w = NewWorker("w1");
+
+  const std::string plain = StartRun(PublishTask("sleep 30", once, 60'000));
+  Result<CompleteAnswer> ended = service_->Complete(Call(w, Take(w)), timed_out);
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  EXPECT_EQ(ended->run_status, "timed_out");
+  EXPECT_EQ(store_->runs().ListAttempts(plain).value().size(), 1u);
+
+  const std::string retried = StartRun(PublishTask("sleep 30", again, 60'000));
+  EXPECT_TRUE(Run(retried).retry_policy.retry_on_timeout);
+  Result<CompleteAnswer> first = service_->Complete(Call(w, Take(w)), timed_out);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->attempt_status, "timed_out");
+  EXPECT_EQ(first->run_status, "retry_wait");
+  PostgresClusterRecovery candidates(store_->runtime_pool());
+  ClusterRecovery recovery(candidates, store_->runs(), SystemClock(), random_, metrics_);
+  ASSERT_TRUE(recovery.RunOnce().ok());
+  EXPECT_EQ(Run(retried).status, "queued");
+  Result<CompleteAnswer> second = service_->Complete(Call(w, Take(w)), timed_out);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->run_status, "timed_out");  // max_attempts bounds timeouts too
+  std::vector<AttemptRecord> attempts = store_->runs().ListAttempts(retried).value();
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].status, "timed_out");
+  EXPECT_EQ(attempts[1].status, "timed_out");
+
+  // The control plane ends a run that outlived its timeout without the worker: the command may
+  // still run there, so retry_on_timeout alone does not start it again.
+  const std::string overdue = StartRun(PublishTask("sleep 30", again, 50));
+  Take(w);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  recovery.EnforceTimeouts(*leases_, 100);
+  Result<RecoveryReport> report = recovery.RunOnce();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->timed_out, 1);
+  EXPECT_EQ(Run(overdue).status, "timed_out");
+  EXPECT_EQ(store_->runs().ListAttempts(overdue).value().size(), 1u);
+}
+
 TEST_F(PgWorkerTest, SessionsDrainAndGoOfflineAndTakeNoRunsThen) {
   StartRun(PublishTask("true"));
   Worker w = NewWorker("w1");

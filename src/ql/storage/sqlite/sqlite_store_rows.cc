@@ -130,6 +130,7 @@ RunRecord ReadRun(const Stmt& s) {
   r.retry_policy.safety = s.Text(28);
   r.retry_policy.backoff_base_ms = s.Int(29);
   r.retry_policy.backoff_max_ms = s.Int(30);
+  r.retry_policy.retry_on_timeout = s.Bool(31);
   return r;
 }
 
@@ -274,10 +275,11 @@ namespace {
 Status InsertRetryPolicy(Db& db, const NewRun& run) {
   static const std::string kPolicy =
       "INSERT INTO run_retry_policies (run_id, max_attempts, retry_on_lost, safety, "
-      "backoff_base_ms, backoff_max_ms) VALUES (?, ?, ?, ?, ?, ?)";
+      "backoff_base_ms, backoff_max_ms, retry_on_timeout) VALUES (?, ?, ?, ?, ?, ?, ?)";
   return Execute(db, kPolicy, run.run_id, run.retry_policy.max_attempts,
                  run.retry_policy.retry_on_lost, run.retry_policy.safety,
-                 run.retry_policy.backoff_base_ms, run.retry_policy.backoff_max_ms);
+                 run.retry_policy.backoff_base_ms, run.retry_policy.backoff_max_ms,
+                 run.retry_policy.retry_on_timeout);
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ inline constexpr char kRunColumns[] =
     "r.event_sequence, r.priority, r.idempotency_key, r.retry_of_run_id, r.created_at_ms, "
     "r.queued_at_ms, r.started_at_ms, r.finished_at_ms, r.retry_at_ms, "
     "r.cancel_requested_at_ms, r.cancel_reason, r.error_code, r.error_summary, r.exit_code, "
-    "rp.max_attempts, rp.retry_on_lost, rp.safety, rp.backoff_base_ms, rp.backoff_max_ms";
+    "rp.max_attempts, rp.retry_on_lost, rp.safety, rp.backoff_base_ms, rp.backoff_max_ms, "
+    "rp.retry_on_timeout";
 inline constexpr char kRunFrom[] = " FROM runs r JOIN run_retry_policies rp ON rp.run_id = r.id";
 
 std::optional<int> OptInt32(const Stmt& s, int column);

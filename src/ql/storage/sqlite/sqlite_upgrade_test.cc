@@ -318,6 +318,8 @@ TEST_F(SqliteUpgradeTest, ADatabaseOfTheReleaseBeforeApprovalsKeepsEveryRunAttem
   EXPECT_EQ((*store)->runs().GetRun("r3")->retry_of_run_id, "r2");
   EXPECT_EQ((*store)->runs().GetRun("r1")->status, "succeeded");
   EXPECT_EQ((*store)->runs().ListAttempts("r1")->size(), 2u);
+  // Policies written before timeouts could be retried say they are not.
+  EXPECT_FALSE((*store)->runs().GetRun("r6")->retry_policy.retry_on_timeout);
 }
 
 // Names were not unique before 0011: the upgrade keeps the oldest task's name, suffixes the

@@ -194,7 +194,9 @@ function retryText(retry) {
                                          '';
   return t('{n} attempt(s)', {n: retry.max_attempts}) + extra +
       t(', safety {safety}', {safety: t(retry.safety)}) +
-      (retry.retry_on_lost ? t(', retried when lost') : '');
+      (retry.retry_on_lost ? t(', retried when lost') : '') +
+      (retry.retry_on_timeout ? t(', retried when timed out') :
+                                retry.max_attempts > 1 ? t(', timeouts not retried') : '');
 }
 
 // Lists a spec's environment; a secret shows as the reference it is (name and version), with
@@ -456,7 +458,8 @@ async function renderForm(ctx, task) {
     backoff_base_ms: 1000,
     backoff_max_ms: 60000,
     safety: 'unknown',
-    retry_on_lost: false
+    retry_on_lost: false,
+    retry_on_timeout: false
   };
   const errors = errorBox();
   const name =
@@ -521,6 +524,8 @@ async function renderForm(ctx, task) {
       ['unknown', 'idempotent', 'deduplicated'].map((v) => [v, t(v)]), retry.safety,
       {id: 'task-safety'});
   const onLost = h('input', {type: 'checkbox', id: 'task-on-lost', checked: retry.retry_on_lost});
+  const onTimeout =
+      h('input', {type: 'checkbox', id: 'task-on-timeout', checked: !!retry.retry_on_timeout});
   const labels =
       h('textarea',
         {id: 'task-labels', rows: 2, class: 'mono', spellcheck: 'false', placeholder: 'team=ops'});
@@ -605,6 +610,10 @@ async function renderForm(ctx, task) {
             h('div', {class: 'field check'}, onLost,
               h('label',
                 { for: onLost.id, text: t('Retry when the attempt is lost')
+                })),
+            h('div', {class: 'field check'}, onTimeout,
+              h('label',
+                { for: onTimeout.id, text: t('Retry when the attempt times out')
                 }))),
           ),
       h('fieldset', {}, h('legend', {text: t('Approval')}),
@@ -664,6 +673,7 @@ async function renderForm(ctx, task) {
         backoff_max_ms: Number(backoffMax.value),
         safety: safety.value,
         retry_on_lost: onLost.checked,
+        retry_on_timeout: onTimeout.checked,
       };
     }
     if (needsApproval.checked) {

@@ -458,6 +458,8 @@ const texts = {
   '{n} attempt(s)': '{n} 次尝试',
   ', safety {safety}': '，安全性 {safety}',
   ', retried when lost': '，丢失时重试',
+  ', retried when timed out': '，超时时重试',
+  ', timeouts not retried': '，超时不重试',
   '(unreadable ref)': '（无法读取的引用）',
   'secret': '密钥',
   ' version {version}': ' 第 {version} 版',
@@ -537,6 +539,7 @@ const texts = {
   'Safety': '安全性',
   'Whether running the command twice is harmless.': '命令运行两次是否无害。',
   'Retry when the attempt is lost': '尝试丢失时重试',
+  'Retry when the attempt times out': '尝试超时时重试',
   'Manual runs need approval (cron occurrences run as usual)':
       '手动运行需要审批（定时触发照常运行）',
   'One key=value per line.': '每行一个 key=value。',
