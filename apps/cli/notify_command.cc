@@ -215,7 +215,8 @@ void AddChannelConfigFlags(CLI::App* add, const std::shared_ptr<ChannelAddArgs>&
                "(url_secret)")
       ->type_name("SECRET");
   OptionalFlag(add, args, &A::signing_secret, "--signing-secret",
-               "webhook: a project secret to sign each request with (signing_secret)")
+               "webhook, feishu, dingtalk: a project secret to sign each request with "
+               "(X-QL-Signature; the bot's signed-request secret for feishu and dingtalk)")
       ->type_name("SECRET");
   RepeatedFlag(add, args->headers, "--header",
                "webhook: send header NAME=VALUE with each request (repeatable; headers)")
@@ -329,8 +330,8 @@ void AddRuleCommands(CLI::App* notify) {
                 "failed, timed_out: notify on each one (at most once per --min-interval), not "
                 "only when the task starts failing");
   OptionalFlag(add, add_args, &RuleAddArgs::min_interval, "--min-interval",
-               "At most one message per task this often: seconds or 90s, 10m, 2h, 1d "
-               "(server default 1m)")
+               "At most one message per task this often (approval: one request message): "
+               "seconds or 90s, 10m, 2h, 1d (server default 1m)")
       ->type_name("DURATION");
   OptionalFlag(add, add_args, &RuleAddArgs::after, "--after",
                "late: still queued this long after it was due; missing: no success for this "

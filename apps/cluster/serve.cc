@@ -332,7 +332,13 @@ int Serve(const ServeConfig& config) {
         options.allow_loopback = allow;
         return std::unique_ptr<NotificationSender>(std::make_unique<notify::CurlSender>(options));
       },
-      clock, metrics, DeliveryOptions(config.notify, scheduler_options.owner));
+      clock, metrics,
+      [&] {
+        NotificationDeliveryOptions options =
+            DeliveryOptions(config.notify, scheduler_options.owner);
+        options.logs = &logs;
+        return options;
+      }());
   ConditionSleeper notify_sleeper;
   RoundLoop notify_loop([&] { return notify_delivery.RunLoopRound(Diagnose); }, notify_sleeper,
                         LoopOptions("notifications", metrics));

@@ -394,10 +394,13 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   // Notifications: the outbox rows commit with the run changes; this loop sends them. The
   // sender module is opened on the first due row.
   NotificationService notify_service(**store, control.governance(), control, clock, random);
+  NotificationDeliveryOptions notify_options =
+      DeliveryOptions(config.notify, "ql-local:" + RandomHex(random, 8));
+  notify_options.logs = &log_reader;
   NotificationDelivery notify_delivery(
       **store, &sealer,
       [allow = config.notify.allow_loopback] { return LoadNotificationSender(allow); }, clock,
-      metrics, DeliveryOptions(config.notify, "ql-local:" + RandomHex(random, 8)));
+      metrics, notify_options);
   ConditionSleeper notify_sleeper;
   const RoundLoopOptions notify_loop_options = LoopOptions("notifications", metrics);
   RoundLoop notify_loop(

@@ -6,7 +6,7 @@ every X-QL-Signature with the signing secret (Python's hmac, not QingLong's code
 Idempotency-Keys, and a real SMTP server (Debian's python3-aiosmtpd). Everything is set up with
 the `ql` command line as a user would.
 
-  storm       a task failing every second for STORM_S seconds, with rules failed + recovered:
+  storm       a task failing every second for five minutes, with rules failed + recovered:
               exactly one `failed` message, then (fixed) exactly one `recovered` message
               saying how many failures it covers; every signature verifies
   retries     a receiver that answers 503 twice, then 200: delivered on the third attempt,
@@ -23,6 +23,13 @@ the `ql` command line as a user would.
               only with the same key)
   late_and_missing  a run running past a `late --after 2s` rule: one late message (phase
               running), however many sweeps pass; a `missing` rule without a task is refused
+  log_tail    a failed run's message ends with its log's last 10 lines: colour codes dropped,
+              the value of its secret environment masked as in the log
+  approval    an approval rule: a request (run start of a guarded task) and its approval by
+              another admin, a second request withdrawn with a reason — four messages, in
+              order, with names (decided_by amy), the approved run's id and the reason
+  chat_signed feishu and dingtalk channels with --signing-secret: the receivers check each
+              bot's own signature scheme (Python's hmac and base64) and a fresh timestamp
   loopback    ql-local started without --notify-allow-loopback: a webhook aimed at its own API
               on 127.0.0.1 is refused before connecting, and the receiver sees nothing
 
@@ -46,6 +53,7 @@ binary or aiosmtpd is a failure, never a skip.
 """
 
 import argparse
+import base64
 import hashlib
 import hmac
 import http.client
@@ -61,8 +69,9 @@ import tempfile
 import threading
 import time
 import traceback
+import urllib.parse
 
-STORM_S = 20
+STORM_S = 300
 SIGNING_KEY = "whsec-" + "k" * 26
 
 
@@ -146,7 +155,8 @@ class Receiver:
                 self.send_response(503 if fail else 200)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
-                self.wfile.write(b'{"ok":true}')
+                # What every chat API answers on success (Telegram, Feishu, DingTalk, WeCom).
+                self.wfile.write(b'{"ok":true,"code":0,"errcode":0}')
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
@@ -272,7 +282,7 @@ def test_id(output):
 
 # ---------------------------------------------------------------- the cases
 
-def case_storm(d, rx):
+def case_storm(d, rx, storm_s):
     d.ql("secret", "set", "hook_key", stdin=SIGNING_KEY)
     d.ql("notify", "channel", "add", "hooks", "--type", "webhook", "--url", rx.url("/storm"),
          "--signing-secret", "hook_key")
@@ -280,12 +290,12 @@ def case_storm(d, rx):
     d.ql("trigger", "add", "flaky", "--cron", "* * * * * *", "--tz", "UTC")
     d.ql("notify", "rule", "add", "--channel", "hooks", "--on", "failed", "--task", "flaky")
     d.ql("notify", "rule", "add", "--channel", "hooks", "--on", "recovered")
-    time.sleep(STORM_S)
+    time.sleep(storm_s)
     failed_runs = json.loads(d.ql("--json", "run", "list", "--task", "flaky", "--status",
                                   "failed", "--limit", "1000").stdout)
     failed_runs = failed_runs["items"] if isinstance(failed_runs, dict) else failed_runs
-    check(len(failed_runs) >= STORM_S // 2,
-          f"only {len(failed_runs)} failed runs in {STORM_S} s")
+    check(len(failed_runs) >= storm_s // 2,
+          f"only {len(failed_runs)} failed runs in {storm_s} s")
     got = rx.at("/storm")
     events = [r["body"]["event"] for r in got]
     check(events == ["failed"], f"a storm of {len(failed_runs)} failures sent {events}")
@@ -446,6 +456,96 @@ def case_late_and_missing(d, rx):
                    "1h", expect=None)
     check(refused.returncode != 0 and "notify_task_required" in refused.stderr,
           f"missing without --task: {refused.returncode} {refused.stderr!r}")
+
+
+def case_log_tail(d, rx):
+    d.ql("secret", "set", "api_token", stdin="tok-" + "s3cr3t" * 4)
+    d.ql("notify", "channel", "add", "tails", "--type", "webhook", "--url", rx.url("/tail"))
+    d.ql("task", "add", "noisy", "--secret-env", "API_TOKEN=api_token", "--shell",
+         'for i in $(seq 1 40); do echo "line-$i"; done; printf "\\033[31mred\\033[0m\\n"; '
+         'echo "token is $API_TOKEN"; exit 5')
+    d.ql("notify", "rule", "add", "--channel", "tails", "--on", "failed", "--task", "noisy")
+    d.ql("run", "start", "noisy", "--wait", expect=None)
+    wait_for(lambda: rx.at("/tail"), "the failed message")
+    body = rx.at("/tail")[0]["body"]
+    tail = body.get("log_tail", "")
+    lines = tail.split("\n")
+    check(len(lines) == 10, f"{len(lines)} lines: {tail!r}")
+    check(lines[0] == "line-33" and lines[-3] == "line-40", f"the last lines: {lines}")
+    check(lines[-2] == "red", f"colour codes stripped: {lines[-2]!r}")
+    check("s3cr3t" not in tail and lines[-1].startswith("token is "),
+          f"the secret value stays masked: {lines[-1]!r}")
+    check(body["text"].endswith(tail), f"the text ends with the log: {body['text'][-200:]!r}")
+    check("exit code 5" in body["text"], f"text: {body['text']!r}")
+
+
+def case_approval(d, rx):
+    d.ql("notify", "channel", "add", "asks", "--type", "webhook", "--url", rx.url("/approval"),
+         "--signing-secret", "hook_key")
+    d.ql("principal", "add", "amy")
+    amy = d.ql("token", "create", "--principal", "amy").stdout.strip().splitlines()[-1]
+    d.ql("role", "grant", "amy", "admin")
+    d.ql("task", "add", "deploy", "--shell", "echo deployed", "--require-approval")
+    d.ql("notify", "rule", "add", "--channel", "asks", "--on", "approval", "--task", "deploy",
+         "--min-interval", "0s")
+
+    def ask():
+        start = d.ql("run", "start", "deploy", expect=13)
+        at = start.stderr.find("request ")
+        check(at >= 0, f"no request id: {start.stderr!r}")
+        return start.stderr[at + len("request "):at + len("request ") + 36]
+
+    def phases():
+        return [(r["body"]["facts"]["phase"], r["body"]["facts"]["approval_id"])
+                for r in rx.at("/approval")]
+
+    first = ask()
+    wait_for(lambda: phases() == [("requested", first)], "the request message")
+    d.ql("--token", amy, "approval", "approve", first)
+    wait_for(lambda: len(phases()) == 2, "the approval message")
+    approved = rx.at("/approval")[1]["body"]
+    check(phases()[1] == ("approved", first), f"phases {phases()}")
+    check(approved["facts"]["decided_by"] == "amy", f"facts {approved['facts']}")
+    check(approved["run_id"] and "approved by amy" in approved["title"], f"{approved}")
+    second = ask()
+    d.ql("approval", "reject", second, "--reason", "not during the freeze")
+    wait_for(lambda: len(phases()) == 4, "the second request and its rejection")
+    check(phases()[2:] == [("requested", second), ("rejected", second)], f"phases {phases()}")
+    rejected = rx.at("/approval")[3]["body"]
+    check("not during the freeze" in rejected["text"], f"text {rejected['text']!r}")
+    got = rx.at("/approval")
+    check(all(r["signature_ok"] for r in got), "every signature verifies")
+    check(len({r["key"] for r in got}) == 4, "four messages, four keys")
+
+
+def case_chat_signed(d, rx):
+    secret = "SEC" + "f" * 61
+    d.ql("secret", "set", "bot_sign", stdin=secret)
+    d.ql("notify", "channel", "add", "lark", "--type", "feishu", "--url", rx.url("/feishu"),
+         "--signing-secret", "bot_sign")
+    d.ql("notify", "channel", "add", "ding", "--type", "dingtalk", "--url",
+         rx.url("/dingtalk?access_token=abc"), "--signing-secret", "bot_sign")
+    test_id(d.ql("notify", "channel", "test", "lark").stdout)
+    test_id(d.ql("notify", "channel", "test", "ding").stdout)
+    wait_for(lambda: rx.at("/feishu") and [r for r in rx.requests
+                                            if r["path"].startswith("/dingtalk")],
+             "both bots' messages")
+    # Feishu: "timestamp" (seconds) and "sign" = base64(HMAC-SHA256(key "t\nsecret", "")).
+    feishu = rx.at("/feishu")[0]["body"]
+    want = base64.b64encode(hmac.new(f"{feishu['timestamp']}\n{secret}".encode(), b"",
+                                     hashlib.sha256).digest()).decode()
+    check(feishu.get("sign") == want, f"feishu sign {feishu.get('sign')!r}, wanted {want!r}")
+    check(abs(time.time() - int(feishu["timestamp"])) < 300, "a fresh feishu timestamp")
+    check(feishu["msg_type"] == "text" and "lark" in feishu["content"]["text"], f"{feishu}")
+    # DingTalk: timestamp (ms) and sign = urlencode(base64(HMAC-SHA256(secret, "t\nsecret"))).
+    ding = [r for r in rx.requests if r["path"].startswith("/dingtalk")][0]
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(ding["path"]).query)
+    check(query.get("access_token") == ["abc"], f"the bot's own token kept: {ding['path']}")
+    t = query["timestamp"][0]
+    want = base64.b64encode(hmac.new(secret.encode(), f"{t}\n{secret}".encode(),
+                                     hashlib.sha256).digest()).decode()
+    check(query.get("sign") == [want], f"dingtalk sign {query.get('sign')}, wanted {want!r}")
+    check(abs(time.time() * 1000 - int(t)) < 300_000, "a fresh dingtalk timestamp")
 
 
 def case_loopback(d, rx):
@@ -670,6 +770,8 @@ def main():
     parser.add_argument("--roles-sql", help="deploy/postgres/roles.sql (cluster)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--only", help="comma-separated case names")
+    parser.add_argument("--storm-seconds", type=int, default=STORM_S,
+                        help="how long the storm case's task fails (default five minutes)")
     args = parser.parse_args()
     if args.server == "cluster":
         if not os.path.exists(os.path.join(args.bin_dir, "ql")):
@@ -689,11 +791,14 @@ def main():
     workdir = tempfile.mkdtemp(prefix="ql-notify-")
     rx = Receiver()
     d = Daemon(args, workdir, "data")
-    cases = [("storm", lambda: case_storm(d, rx)),
+    cases = [("storm", lambda: case_storm(d, rx, args.storm_seconds)),
              ("retries", lambda: case_retries(d, rx)),
              ("dead", lambda: case_dead(d, rx)),
              ("smtp", lambda: case_smtp(d, workdir)),
              ("late_and_missing", lambda: case_late_and_missing(d, rx)),
+             ("log_tail", lambda: case_log_tail(d, rx)),
+             ("approval", lambda: case_approval(d, rx)),
+             ("chat_signed", lambda: case_chat_signed(d, rx)),
              ("crash_before_send", lambda: case_crash_before_send(d, rx, args)),
              ("crash_mid_send", lambda: case_crash_mid_send(d, rx)),
              ("loopback", lambda: case_loopback(d, rx))]

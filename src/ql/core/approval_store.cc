@@ -177,7 +177,51 @@ Status WriteResolution(ApprovalTx& tx, const RunRecord& run, RunStatus to, Actor
   QL_RETURN_IF_ERROR(tx.FinishRun(run.id, run.version, std::string(RunStatusName(to)), sequence,
                                   now, error_code, summary));
   QL_RETURN_IF_ERROR(tx.InsertResolution(resolution));
+  QL_RETURN_IF_ERROR(NotifyRunOutcomeInTx(
+      tx.notifications(), run.project_id, run.task_id,
+      [&]() -> Result<RunRecord> {
+        QL_ASSIGN_OR_RETURN(std::optional<RunRecord> moved, tx.LoadRun(run.id, false));
+        if (!moved.has_value()) return Internal("run_missing", "the resolved run vanished");
+        return *moved;
+      },
+      to, now));
   return tx.governance().InsertAudit(fact);
+}
+
+// The name of principal `id` for a message (its id when it has none or is gone).
+Result<std::string> PrincipalName(GovernanceTx& gov, const std::optional<std::string>& id) {
+  if (!id.has_value()) return std::string();
+  QL_ASSIGN_OR_RETURN(std::optional<PrincipalRecord> principal, gov.LoadPrincipal(*id));
+  return principal.has_value() && !principal->name.empty() ? principal->name : *id;
+}
+
+// Writes the notifications of a change of `request` (phase requested, approved, rejected or
+// expired) in the transaction that makes it.
+Status NotifyApproval(ApprovalTx& tx, const ApprovalRequestRecord& request, std::string_view phase,
+                      const std::optional<std::string>& decided_by,
+                      const std::optional<std::string>& reason,
+                      const std::optional<std::string>& run_id, int64_t now) {
+  return NotifyApprovalInTx(
+      tx.notifications(), request.project_id, request.task_id, [&]() -> Result<ApprovalOutcome> {
+        ApprovalOutcome o;
+        o.approval_id = request.id;
+        o.project_id = request.project_id;
+        o.task_id = request.task_id;
+        QL_ASSIGN_OR_RETURN(std::optional<std::string> task,
+                            tx.notifications().TaskName(request.task_id));
+        o.task_name = task.value_or(request.task_id);
+        o.phase = std::string(phase);
+        QL_ASSIGN_OR_RETURN(o.requester, PrincipalName(tx.governance(), request.requester_id));
+        o.approver_role = request.approver_role;
+        if (decided_by.has_value()) {
+          QL_ASSIGN_OR_RETURN(o.decided_by, PrincipalName(tx.governance(), decided_by));
+        }
+        o.reason = reason;
+        o.run_id = run_id;
+        o.expires_at_ms = request.expires_at_ms;
+        o.now_ms = now;
+        return o;
+      });
 }
 
 }  // namespace
@@ -272,6 +316,8 @@ Result<RequestApprovalResult> ApprovalStore::RequestApproval(const RequestApprov
     QL_RETURN_IF_ERROR(tx.InsertRequest(r));
     QL_RETURN_IF_ERROR(
         gov.InsertAudit(Fact(cmd.actor, "approval.request", "approval", r.id, r.project_id, now)));
+    QL_RETURN_IF_ERROR(
+        NotifyApproval(tx, r, "requested", std::nullopt, std::nullopt, std::nullopt, now));
     out = RequestApprovalResult{std::move(r), false};
     return Status::Ok();
   };
@@ -429,6 +475,8 @@ Result<ApproveResult> ApprovalStore::Approve(const ApproveCommand& cmd) {
         QL_RETURN_IF_ERROR(tx.InsertReceipt(receipt));
         QL_RETURN_IF_ERROR(gov.InsertAudit(
             Fact(cmd.actor, "approval.approve", "approval", request.id, request.project_id, now)));
+        QL_RETURN_IF_ERROR(NotifyApproval(tx, request, kApprovalApproved, cmd.actor.principal_id,
+                                          std::nullopt, cmd.run_id, now));
         request.status = std::string(kApprovalApproved);
         request.decided_at_ms = now;
         QL_ASSIGN_OR_RETURN(std::optional<RunRecord> created, tx.LoadRun(cmd.run_id, false));
@@ -480,6 +528,8 @@ Result<ApprovalView> ApprovalStore::Reject(const RejectCommand& cmd) {
         QL_RETURN_IF_ERROR(tx.InsertDecision(decision));
         QL_RETURN_IF_ERROR(gov.InsertAudit(
             Fact(cmd.actor, "approval.reject", "approval", request.id, request.project_id, now)));
+        QL_RETURN_IF_ERROR(NotifyApproval(tx, request, kApprovalRejected, cmd.actor.principal_id,
+                                          cmd.reason, std::nullopt, now));
         request.status = std::string(kApprovalRejected);
         request.decided_at_ms = now;
         out = ApprovalView{std::move(request), std::move(decision), std::nullopt, std::nullopt};
@@ -510,6 +560,8 @@ Result<int> ApprovalStore::ExpireDue(int limit, int64_t now_ms) {
               std::nullopt, now}));
           QL_RETURN_IF_ERROR(tx.governance().InsertAudit(
               Fact(Actor{}, "approval.expire", "approval", request.id, request.project_id, now)));
+          QL_RETURN_IF_ERROR(NotifyApproval(tx, request, kApprovalExpired, std::nullopt,
+                                            std::nullopt, std::nullopt, now));
           ++expired;
         }
         return Status::Ok();

@@ -18,6 +18,7 @@
 #include "ql/core/approval_ports.h"
 #include "ql/core/clock.h"
 #include "ql/core/governance_store.h"
+#include "ql/core/notification_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
 #include "ql/core/status.h"
@@ -32,6 +33,9 @@ class ApprovalTx {
 
   // The governance primitives of the same transaction (policy fence, audit facts).
   virtual GovernanceTx& governance() = 0;
+  // The notification primitives of the same transaction (the outbox rows a request or a
+  // decision writes).
+  virtual NotificationTx& notifications() = 0;
   // Returns the store's clock: the database clock in PostgreSQL, `command_now_ms` in SQLite.
   virtual Result<int64_t> ClockMs(int64_t command_now_ms) = 0;
 

@@ -437,6 +437,26 @@ Result<std::string> CanonicalJson(const json& value) {
   return out;
 }
 
+std::string ReplaceInvalidUtf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    if (static_cast<unsigned char>(bytes[i]) < 0x80) {
+      out.push_back(bytes[i++]);
+      continue;
+    }
+    const size_t len = Utf8SequenceLength(bytes, i);
+    if (len == 0) {
+      out += "\xef\xbf\xbd";  // U+FFFD REPLACEMENT CHARACTER
+      ++i;
+      continue;
+    }
+    out.append(bytes.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
 bool IsValidUtf8(std::string_view bytes) { return !FirstInvalidUtf8(bytes).has_value(); }
 
 std::string QuoteForMessage(std::string_view value, size_t max_bytes) {

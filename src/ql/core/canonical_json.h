@@ -42,6 +42,10 @@ Result<std::string> CanonicalJson(const nlohmann::json& value);
 // nothing above U+10FFFF).
 bool IsValidUtf8(std::string_view bytes);
 
+// Returns `bytes` with each byte that does not start a well-formed UTF-8 sequence replaced by
+// U+FFFD.
+std::string ReplaceInvalidUtf8(std::string_view bytes);
+
 // Returns `value` as a quoted, escaped string for an error message, cut on a character boundary
 // to at most `max_bytes` bytes of content with "..." appended when it was cut. Invalid UTF-8
 // bytes are shown as \xNN so the message itself is always valid UTF-8.

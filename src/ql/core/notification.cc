@@ -243,6 +243,13 @@ Result<std::string> CanonicalChannelConfig(std::string_view type, std::string_vi
   } else {  // feishu, dingtalk, wecom, slack, discord
     allowed.insert(allowed.end(), {"url", "url_secret"});
     QL_RETURN_IF_ERROR(CheckUrlOrSecret(c));
+    if (type == "feishu" || type == "dingtalk") {
+      // The secret of the bot's signed-request ("加签") security setting.
+      allowed.push_back("signing_secret");
+      if (c.contains("signing_secret")) {
+        QL_RETURN_IF_ERROR(CheckSecretName("signing_secret", c["signing_secret"]));
+      }
+    }
   }
   for (const auto& [key, value] : c.items()) {
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
@@ -451,6 +458,22 @@ OutboxRecord MissingRow(const RuleRecord& rule, const ChannelRecord& channel,
   return row;
 }
 
+namespace {
+
+// The rate windows that differ from what was stored.
+std::vector<ChannelStateRecord> ChangedWindows(
+    const std::map<std::string, ChannelStateRecord>& windows,
+    const std::map<std::string, ChannelStateRecord>& stored) {
+  std::vector<ChannelStateRecord> out;
+  for (const auto& [id, window] : windows) {
+    auto it = stored.find(id);
+    if (it == stored.end() || !(it->second == window)) out.push_back(window);
+  }
+  return out;
+}
+
+}  // namespace
+
 NotifyPlan PlanRunOutcome(const RunOutcome& outcome, const std::vector<RuleRecord>& rules,
                           const std::map<std::string, RuleStateRecord>& states,
                           const std::map<std::string, ChannelRecord>& channels,
@@ -579,11 +602,74 @@ NotifyPlan PlanRunOutcome(const RunOutcome& outcome, const std::vector<RuleRecor
       plan.states.push_back(std::move(state));
     }
   }
-  for (auto& [id, window] : windows) {
-    auto it = channel_states.find(id);
-    if (it == channel_states.end() || !(it->second == window))
-      plan.channel_states.push_back(window);
+  plan.channel_states = ChangedWindows(windows, channel_states);
+  return plan;
+}
+
+NotifyPlan PlanApprovalOutcome(const ApprovalOutcome& outcome, const std::vector<RuleRecord>& rules,
+                               const std::map<std::string, RuleStateRecord>& states,
+                               const std::map<std::string, ChannelRecord>& channels,
+                               const std::map<std::string, ChannelStateRecord>& channel_states) {
+  NotifyPlan plan;
+  const int64_t now = outcome.now_ms;
+  const bool request = outcome.phase == "requested";
+  std::map<std::string, ChannelStateRecord> windows = channel_states;
+  for (const RuleRecord& rule : rules) {
+    if (rule.event != NotifyEventName(NotifyEvent::kApproval)) continue;
+    const auto channel = channels.find(rule.channel_id);
+    if (channel == channels.end() || channel->second.deleted_at_ms.has_value()) continue;
+    RuleStateRecord state;
+    if (auto it = states.find(rule.id); it != states.end()) {
+      state = it->second;
+    } else {
+      state.rule_id = rule.id;
+      state.task_id = outcome.task_id;
+    }
+    // A request waits out the rule's interval; a decision always goes (it answers a request).
+    bool send =
+        !request || !state.last_sent_at_ms || now - *state.last_sent_at_ms >= rule.min_interval_ms;
+    if (send) {
+      ChannelStateRecord& window = windows[rule.channel_id];
+      window.channel_id = rule.channel_id;
+      if (now - window.window_started_at_ms >= kChannelRateWindowMs) {
+        window.window_started_at_ms = now;
+        window.sent_in_window = 0;
+      }
+      if (window.sent_in_window >= ChannelLimitsOf(channel->second.config_json).rate_per_minute) {
+        send = false;
+      } else {
+        ++window.sent_in_window;
+      }
+    }
+    if (send) {
+      json facts{{"event", "approval"},
+                 {"phase", outcome.phase},
+                 {"approval_id", outcome.approval_id},
+                 {"project_id", outcome.project_id},
+                 {"task_id", outcome.task_id},
+                 {"task_name", outcome.task_name},
+                 {"requester", outcome.requester},
+                 {"approver_role", outcome.approver_role},
+                 {"expires_at_ms", outcome.expires_at_ms},
+                 {"occurred_at_ms", now},
+                 {"suppressed", state.suppressed}};
+      if (outcome.decided_by) facts["decided_by"] = *outcome.decided_by;
+      if (outcome.reason) facts["reason"] = TruncatedUtf8(*outcome.reason, 300);
+      if (outcome.run_id) facts["run_id"] = *outcome.run_id;
+      OutboxRecord row =
+          PendingRow(rule, channel->second, outcome.approval_id + ":" + outcome.phase, facts, now);
+      row.task_id = outcome.task_id;
+      row.run_id = outcome.run_id;
+      plan.outbox.push_back(std::move(row));
+      if (request) state.last_sent_at_ms = now;
+      state.suppressed = 0;
+    } else {
+      ++state.suppressed;
+    }
+    state.updated_at_ms = now;
+    plan.states.push_back(std::move(state));
   }
+  plan.channel_states = ChangedWindows(windows, channel_states);
   return plan;
 }
 

@@ -158,7 +158,8 @@ Status ValidateChannelName(std::string_view name);
 // language (en | zh-CN), rate_per_minute (1..600), max_attempts (1..20), deadline_s (60..604800).
 // Per type:
 //   webhook                      url | url_secret (one), signing_secret, headers {name: value}
-//   feishu dingtalk wecom slack discord   url | url_secret (one)
+//   feishu dingtalk wecom slack discord   url | url_secret (one); feishu and dingtalk also
+//                                signing_secret (the bot's signed-request secret)
 //   telegram                     token_secret, chat_id, api_base (default https://api.telegram.org)
 //   bark                         device_key_secret, server (default https://api.day.app)
 //   smtp                         host, port, security (starttls | tls | none), username,
@@ -219,6 +220,33 @@ NotifyPlan PlanRunOutcome(const RunOutcome& outcome, const std::vector<RuleRecor
                           const std::map<std::string, RuleStateRecord>& states,
                           const std::map<std::string, ChannelRecord>& channels,
                           const std::map<std::string, ChannelStateRecord>& channel_states);
+
+// A change of an approval request, as rules see it: asked for (`requested`), or decided
+// (`approved`, `rejected`, `expired`).
+struct ApprovalOutcome {
+  std::string approval_id;
+  std::string project_id;
+  std::string task_id;
+  std::string task_name;
+  std::string phase;                      // requested | approved | rejected | expired
+  std::string requester;                  // the requester's name
+  std::string approver_role;              // admin | owner
+  std::optional<std::string> decided_by;  // the decider's name (approved, rejected)
+  std::optional<std::string> reason;      // a rejection's reason
+  std::optional<std::string> run_id;      // the run an approval created
+  int64_t expires_at_ms = 0;
+  int64_t now_ms = 0;
+};
+
+// Decides what an approval change does to `rules` (as PlanRunOutcome; only `approval` rules
+// concern it). Every request and every decision is a message of its own, held back only by the
+// channel's rate window — and a request also by the rule's min_interval_ms per task, so a task
+// asked for again and again cannot flood the channel. What was held back is counted and said
+// in the next message.
+NotifyPlan PlanApprovalOutcome(const ApprovalOutcome& outcome, const std::vector<RuleRecord>& rules,
+                               const std::map<std::string, RuleStateRecord>& states,
+                               const std::map<std::string, ChannelRecord>& channels,
+                               const std::map<std::string, ChannelStateRecord>& channel_states);
 
 // The delay before attempt `attempt` + 1 after `attempt` failed: `base_ms` doubling per
 // attempt, at most an hour.

@@ -35,6 +35,40 @@ std::string Truncated(std::string text) {
   return text;
 }
 
+// What a planner reads besides the rules: the project's live channels, the rules' states for
+// the task and the channels' rate windows.
+struct PlanInputs {
+  std::map<std::string, ChannelRecord> channels;
+  std::map<std::string, RuleStateRecord> states;
+  std::map<std::string, ChannelStateRecord> windows;
+};
+
+Result<PlanInputs> LoadPlanInputs(NotificationTx& tx, const std::string& project_id,
+                                  const std::string& task_id) {
+  PlanInputs in;
+  QL_ASSIGN_OR_RETURN(std::vector<ChannelRecord> channel_rows,
+                      tx.LoadChannels(project_id, /*live_only=*/true));
+  for (ChannelRecord& c : channel_rows) in.channels.emplace(c.id, std::move(c));
+  QL_ASSIGN_OR_RETURN(std::vector<RuleStateRecord> state_rows, tx.LoadRuleStates(task_id));
+  for (RuleStateRecord& s : state_rows) in.states.emplace(s.rule_id, std::move(s));
+  QL_ASSIGN_OR_RETURN(std::vector<ChannelStateRecord> window_rows,
+                      tx.LoadChannelStates(project_id));
+  for (ChannelStateRecord& w : window_rows) in.windows.emplace(w.channel_id, std::move(w));
+  return in;
+}
+
+Status WritePlan(NotificationTx& tx, const NotifyPlan& plan) {
+  for (const RuleStateRecord& s : plan.states) QL_RETURN_IF_ERROR(tx.SaveRuleState(s));
+  for (const ChannelStateRecord& w : plan.channel_states) {
+    QL_RETURN_IF_ERROR(tx.SaveChannelState(w));
+  }
+  for (const OutboxRecord& row : plan.outbox) {
+    QL_ASSIGN_OR_RETURN(bool inserted, tx.InsertOutbox(row));
+    (void)inserted;  // a replay of the same decision finds its row
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status NotifyRunOutcomeInTx(NotificationTx& tx, const RunRecord& run, RunStatus status,
@@ -51,30 +85,23 @@ Status NotifyRunOutcomeInTx(NotificationTx& tx, const std::string& project_id,
   QL_ASSIGN_OR_RETURN(std::vector<RuleRecord> rules, tx.LoadRules(project_id, task_id));
   if (rules.empty()) return Status::Ok();
   QL_ASSIGN_OR_RETURN(RunRecord run, load());
-  QL_ASSIGN_OR_RETURN(std::vector<ChannelRecord> channel_rows,
-                      tx.LoadChannels(run.project_id, /*live_only=*/true));
-  std::map<std::string, ChannelRecord> channels;
-  for (ChannelRecord& c : channel_rows) channels.emplace(c.id, std::move(c));
-  QL_ASSIGN_OR_RETURN(std::vector<RuleStateRecord> state_rows, tx.LoadRuleStates(run.task_id));
-  std::map<std::string, RuleStateRecord> states;
-  for (RuleStateRecord& s : state_rows) states.emplace(s.rule_id, std::move(s));
-  QL_ASSIGN_OR_RETURN(std::vector<ChannelStateRecord> window_rows,
-                      tx.LoadChannelStates(run.project_id));
-  std::map<std::string, ChannelStateRecord> windows;
-  for (ChannelStateRecord& w : window_rows) windows.emplace(w.channel_id, std::move(w));
+  QL_ASSIGN_OR_RETURN(PlanInputs in, LoadPlanInputs(tx, run.project_id, run.task_id));
   QL_ASSIGN_OR_RETURN(std::optional<std::string> task_name, tx.TaskName(run.task_id));
-
   RunOutcome outcome{run, status, task_name.value_or(run.task_id), now_ms};
-  const NotifyPlan plan = PlanRunOutcome(outcome, rules, states, channels, windows);
-  for (const RuleStateRecord& s : plan.states) QL_RETURN_IF_ERROR(tx.SaveRuleState(s));
-  for (const ChannelStateRecord& w : plan.channel_states) {
-    QL_RETURN_IF_ERROR(tx.SaveChannelState(w));
-  }
-  for (const OutboxRecord& row : plan.outbox) {
-    QL_ASSIGN_OR_RETURN(bool inserted, tx.InsertOutbox(row));
-    (void)inserted;  // a replay of the same decision finds its row
-  }
-  return Status::Ok();
+  return WritePlan(tx, PlanRunOutcome(outcome, rules, in.states, in.channels, in.windows));
+}
+
+Status NotifyApprovalInTx(NotificationTx& tx, const std::string& project_id,
+                          const std::string& task_id,
+                          const std::function<Result<ApprovalOutcome>()>& describe) {
+  QL_ASSIGN_OR_RETURN(std::vector<RuleRecord> rules, tx.LoadRules(project_id, task_id));
+  std::erase_if(rules, [](const RuleRecord& r) {
+    return r.event != NotifyEventName(NotifyEvent::kApproval);
+  });
+  if (rules.empty()) return Status::Ok();
+  QL_ASSIGN_OR_RETURN(ApprovalOutcome outcome, describe());
+  QL_ASSIGN_OR_RETURN(PlanInputs in, LoadPlanInputs(tx, outcome.project_id, outcome.task_id));
+  return WritePlan(tx, PlanApprovalOutcome(outcome, rules, in.states, in.channels, in.windows));
 }
 
 Result<int> SweepOverdueInTx(NotificationTx& tx, int64_t now_ms) {
@@ -427,6 +454,17 @@ Result<int> NotificationStore::SweepOverdue(int64_t now_ms) {
                                    return Status::Ok();
                                  }));
   return written;
+}
+
+Result<int> NotificationStore::PurgeRunlessDeliveries(int64_t before_ms, int limit) {
+  int deleted = 0;
+  QL_RETURN_IF_ERROR(runner_.Run(NotificationTxKind::kWrite, "purge settled deliveries",
+                                 [&](GovernanceTx&, NotificationTx& tx) -> Status {
+                                   QL_ASSIGN_OR_RETURN(deleted,
+                                                       tx.DeleteSettledRunless(before_ms, limit));
+                                   return Status::Ok();
+                                 }));
+  return deleted;
 }
 
 Result<std::vector<std::pair<std::string, int64_t>>> NotificationStore::CountDeliveries() {

@@ -114,6 +114,9 @@ class NotificationRepository {
   // Writes the rows of `late` and `missing` rules due at `now_ms` (SweepOverdueInTx); returns
   // how many it wrote. Cheap when no such rule exists.
   virtual Result<int> SweepOverdue(int64_t now_ms) = 0;
+  // Deletes up to `limit` delivered or dead rows of no run (tests, missing, approvals) created
+  // before `before_ms`; rows of a run go with it (retention). Returns how many it deleted.
+  virtual Result<int> PurgeRunlessDeliveries(int64_t before_ms, int limit) = 0;
 };
 
 // Row primitives inside one transaction; nothing here decides.
@@ -150,6 +153,8 @@ class NotificationTx {
                                     const std::optional<std::string>& expected_owner) = 0;
   virtual Result<std::vector<OutboxRecord>> ListOutbox(const DeliveryFilter& filter) = 0;
   virtual Result<std::vector<std::pair<std::string, int64_t>>> CountOutbox() = 0;
+  // Deletes up to `limit` delivered or dead rows without a run created before `before_ms`.
+  virtual Result<int> DeleteSettledRunless(int64_t before_ms, int limit) = 0;
   // Every rule of event late or missing, of every project, in id order.
   virtual Result<std::vector<RuleRecord>> LoadSweepRules() = 0;
   // Up to `limit` runs of the project (of `task_id` when given) queued since before
@@ -189,6 +194,14 @@ Status NotifyRunOutcomeInTx(NotificationTx& tx, const std::string& project_id,
                             const std::function<Result<RunRecord>()>& load, RunStatus status,
                             int64_t now_ms);
 
+// Called by the approval store inside the transaction that asks for or decides a request of
+// task `task_id`: loads the task's `approval` rules and, when there are any, the outcome
+// (`describe`: names are read only then), decides (PlanApprovalOutcome) and writes the states
+// and outbox rows.
+Status NotifyApprovalInTx(NotificationTx& tx, const std::string& project_id,
+                          const std::string& task_id,
+                          const std::function<Result<ApprovalOutcome>()>& describe);
+
 // The sweep of the rules no state change triggers, inside one transaction: a `late` rule writes
 // a row for each run of its task (or project) still queued `threshold_ms` after it was due, or
 // running longer than that; a `missing` rule (dead-man's switch, one task) writes a row when
@@ -219,6 +232,7 @@ class NotificationStore final : public NotificationRepository {
   Result<OutboxRecord> Redeliver(const DeleteNotifyCommand& cmd, int64_t deadline_ms) override;
   Result<std::vector<std::pair<std::string, int64_t>>> CountDeliveries() override;
   Result<int> SweepOverdue(int64_t now_ms) override;
+  Result<int> PurgeRunlessDeliveries(int64_t before_ms, int limit) override;
 
  private:
   AuditRecord Fact(const Actor& actor, std::string_view action, std::string_view kind,

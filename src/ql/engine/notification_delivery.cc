@@ -1,8 +1,11 @@
 #include "ql/engine/notification_delivery.h"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "ql/core/canonical_json.h"
 #include "ql/core/rfc3339.h"
@@ -38,9 +41,55 @@ struct Words {
   std::vector<std::string> lines;
 };
 
+std::string Link(const std::string& public_url, std::string_view path) {
+  std::string base = public_url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return base + "/#/" + std::string(path);
+}
+
+// The words of an approval change.
+Words ComposeApproval(const json& facts, bool zh, const std::string& prefix,
+                      const std::string& public_url) {
+  const std::string task = Str(facts, "task_name").empty() ? "?" : Str(facts, "task_name");
+  const std::string phase = Str(facts, "phase");
+  const std::string by = Str(facts, "decided_by");
+  const std::string id = Str(facts, "approval_id");
+  Words w;
+  if (phase == "requested") {
+    w.title = prefix + (zh ? "任务 " + task + " 请求审批（申请人 " + Str(facts, "requester") + "）"
+                           : task + ": approval requested by " + Str(facts, "requester"));
+    w.lines.push_back((zh ? "审批人角色：" : "Approver role: ") + Str(facts, "approver_role"));
+    if (std::optional<int64_t> at = Int(facts, "expires_at_ms")) {
+      w.lines.push_back((zh ? "过期时间：" : "Expires: ") + FormatRfc3339Utc(*at));
+    }
+  } else if (phase == "approved") {
+    w.title = prefix +
+              (zh ? "任务 " + task + " 的审批已由 " + by + " 批准" : task + ": approved by " + by);
+    if (std::string run = Str(facts, "run_id"); !run.empty()) {
+      w.lines.push_back((zh ? "运行：" : "Run: ") + run);
+    }
+  } else if (phase == "rejected") {
+    w.title = prefix +
+              (zh ? "任务 " + task + " 的审批已被 " + by + " 拒绝" : task + ": rejected by " + by);
+    if (std::string reason = Str(facts, "reason"); !reason.empty()) {
+      w.lines.push_back((zh ? "理由：" : "Reason: ") + reason);
+    }
+  } else {
+    w.title =
+        prefix + (zh ? "任务 " + task + " 的审批请求已过期" : task + ": approval request expired");
+  }
+  w.lines.push_back((zh ? "审批：" : "Approval: ") + id);
+  if (std::optional<int64_t> n = Int(facts, "suppressed"); n && *n > 0) {
+    w.lines.push_back(zh ? "自上一条通知以来另有 " + std::to_string(*n) + " 条被合并未发"
+                         : std::to_string(*n) + " more held back since the last message");
+  }
+  if (!public_url.empty() && !id.empty()) w.lines.push_back(Link(public_url, "approvals/" + id));
+  return w;
+}
+
 // The title and lines of a message, in the channel's language.
 Words Compose(const OutboxRecord& row, const json& facts, const std::string& language,
-              const std::string& public_url) {
+              const std::string& public_url, const std::string& log_tail) {
   const bool zh = language == "zh-CN";
   const std::string task = Str(facts, "task_name").empty() ? "?" : Str(facts, "task_name");
   const std::string& e = row.event;
@@ -82,6 +131,8 @@ Words Compose(const OutboxRecord& row, const json& facts, const std::string& lan
       w.lines.push_back(zh ? "自规则建立以来没有成功过。" : "No success since the rule was added.");
     }
     return w;
+  } else if (e == "approval") {
+    return ComposeApproval(facts, zh, prefix, public_url);
   } else if (e == "test") {
     w.title = prefix + (zh ? "测试通知" : "test notification");
     w.lines.push_back(zh ? "通知渠道 " + Str(facts, "channel") + " 工作正常。"
@@ -111,10 +162,10 @@ Words Compose(const OutboxRecord& row, const json& facts, const std::string& lan
     w.lines.push_back(zh ? "自上一条通知以来另有 " + std::to_string(*n) + " 条被合并未发"
                          : std::to_string(*n) + " more held back since the last message");
   }
-  if (!public_url.empty() && !run_id.empty()) {
-    std::string base = public_url;
-    while (!base.empty() && base.back() == '/') base.pop_back();
-    w.lines.push_back(base + "/#/runs/" + run_id);
+  if (!public_url.empty() && !run_id.empty()) w.lines.push_back(Link(public_url, "runs/" + run_id));
+  if (!log_tail.empty()) {
+    w.lines.push_back(zh ? "日志末尾：" : "Last lines of the log:");
+    w.lines.push_back(log_tail);
   }
   return w;
 }
@@ -152,9 +203,63 @@ std::string Dump(const json& body) {
 
 }  // namespace
 
+std::string LastLogLines(std::string_view data, bool whole, size_t max_lines, size_t max_bytes) {
+  if (!whole) {
+    const size_t first = data.find('\n');
+    data = first == std::string_view::npos ? std::string_view() : data.substr(first + 1);
+  }
+  while (!data.empty() && (data.back() == '\n' || data.back() == '\r')) data.remove_suffix(1);
+  // The last lines, newest first, while they fit; a last line longer than the bound keeps its
+  // end.
+  std::vector<std::string_view> kept;
+  size_t bytes = 0;
+  size_t end = data.size();
+  while (kept.size() < max_lines) {
+    const size_t nl = end == 0 ? std::string_view::npos : data.rfind('\n', end - 1);
+    const size_t begin = nl == std::string_view::npos ? 0 : nl + 1;
+    std::string_view line = data.substr(begin, end - begin);
+    const size_t cost = line.size() + (kept.empty() ? 0 : 1);
+    if (bytes + cost > max_bytes) {
+      if (kept.empty()) {
+        size_t cut = line.size() - max_bytes;
+        while (cut < line.size() && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) ++cut;
+        kept.push_back(line.substr(cut));
+      }
+      break;
+    }
+    kept.push_back(line);
+    bytes += cost;
+    if (nl == std::string_view::npos) break;
+    end = nl;
+  }
+  std::string joined;
+  for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+    if (it != kept.rbegin()) joined += '\n';
+    joined.append(*it);
+  }
+  // What a chat or a mail can show: terminal escape sequences (colours) and other control
+  // characters dropped, tabs and newlines kept, valid UTF-8.
+  std::string text;
+  const std::string_view tail = joined;
+  for (size_t i = 0; i < tail.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(tail[i]);
+    if (c == 0x1b) {
+      if (i + 1 < tail.size() && tail[i + 1] == '[') {  // CSI: ESC [ params final-byte
+        i += 2;
+        while (i < tail.size() && !(tail[i] >= 0x40 && tail[i] <= 0x7e)) ++i;
+      }
+      continue;
+    }
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) continue;
+    text.push_back(static_cast<char>(c));
+  }
+  return ReplaceInvalidUtf8(text);
+}
+
 Result<OutgoingMessage> RenderNotification(const ChannelRecord& channel, const OutboxRecord& row,
                                            const std::map<std::string, std::string>& secrets,
-                                           const std::string& public_url) {
+                                           const std::string& public_url,
+                                           const std::string& log_tail) {
   Result<json> config = ParseJsonStrict(channel.config_json);
   Result<json> facts = ParseJsonStrict(row.payload_json);
   if (!config.ok() || !config->is_object() || !facts.ok() || !facts->is_object()) {
@@ -163,7 +268,7 @@ Result<OutgoingMessage> RenderNotification(const ChannelRecord& channel, const O
   }
   const json& c = *config;
   const ChannelLimits limits = ChannelLimitsOf(channel.config_json);
-  const Words words = Compose(row, *facts, limits.language, public_url);
+  const Words words = Compose(row, *facts, limits.language, public_url, log_tail);
   OutgoingMessage m;
   m.idempotency_key = row.id;
   m.subject = words.title;
@@ -182,6 +287,7 @@ Result<OutgoingMessage> RenderNotification(const ChannelRecord& channel, const O
               {"created_at", FormatRfc3339Utc(row.created_at_ms)}};
     if (row.task_id) body["task_id"] = *row.task_id;
     if (row.run_id) body["run_id"] = *row.run_id;
+    if (!log_tail.empty()) body["log_tail"] = log_tail;
     m.body = Dump(body);
     if (c.contains("headers")) {
       for (const auto& [name, value] : c["headers"].items()) {
@@ -228,6 +334,10 @@ Result<OutgoingMessage> RenderNotification(const ChannelRecord& channel, const O
     for (const json& to : c["to"]) m.mail_to.push_back(to.get<std::string>());
   } else {
     return InvalidArgument("channel_type_invalid", "channel type " + type + " is not known");
+  }
+  if ((type == "feishu" || type == "dingtalk") && c.contains("signing_secret")) {
+    m.signing_key = Secret(secrets, c, "signing_secret");
+    m.signing_scheme = type;
   }
   return m;
 }
@@ -283,6 +393,24 @@ Result<std::map<std::string, std::string>> NotificationDelivery::OpenSecrets(
   return out;
 }
 
+std::string NotificationDelivery::LogTailOf(const OutboxRecord& row) {
+  if (options_.logs == nullptr || !row.run_id.has_value()) return "";
+  const bool about_failure = row.event == "failed" || row.event == "timed_out" ||
+                             row.event == "recovery_required" || row.event == "late";
+  if (!about_failure) return "";
+  Result<std::vector<AttemptRecord>> attempts = store_.runs().ListAttempts(*row.run_id);
+  if (!attempts.ok() || attempts->empty()) return "";
+  const AttemptRecord& last = attempts->back();
+  Result<int64_t> size = options_.logs->LogSize(last);
+  if (!size.ok() || *size <= 0) return "";
+  // Enough bytes for the lines kept, and one more line's end to find where they start.
+  const int64_t window = static_cast<int64_t>(kLogTailBytes) * 2;
+  const int64_t offset = std::max<int64_t>(0, *size - window);
+  Result<LogChunk> chunk = options_.logs->ReadLog(last, offset, static_cast<size_t>(window));
+  if (!chunk.ok()) return "";
+  return LastLogLines(chunk->data, offset == 0, kLogTailLines, kLogTailBytes);
+}
+
 Status NotificationDelivery::Deliver(const ClaimedDelivery& claimed) {
   const OutboxRecord& row = claimed.row;
   const ChannelLimits limits = ChannelLimitsOf(claimed.channel.config_json);
@@ -293,8 +421,9 @@ Status NotificationDelivery::Deliver(const ClaimedDelivery& claimed) {
   SendReply reply;
   Result<std::map<std::string, std::string>> secrets = OpenSecrets(claimed.channel);
   Result<OutgoingMessage> message =
-      secrets.ok() ? RenderNotification(claimed.channel, row, *secrets, options_.public_url)
-                   : Result<OutgoingMessage>(secrets.status());
+      secrets.ok()
+          ? RenderNotification(claimed.channel, row, *secrets, options_.public_url, LogTailOf(row))
+          : Result<OutgoingMessage>(secrets.status());
   if (!message.ok()) {
     reply.error = message.status().reason() + ": " + message.status().message();
   } else {
@@ -328,6 +457,13 @@ Result<int> NotificationDelivery::RunRound() {
   if (clock_.NowMs() >= next_sweep_ms_) {
     next_sweep_ms_ = clock_.NowMs() + options_.sweep_ms;
     QL_RETURN_IF_ERROR(store_.notifications().SweepOverdue(clock_.NowMs()).status());
+  }
+  if (clock_.NowMs() >= next_purge_ms_) {
+    // Rows of a run go with it (retention); the others are kept for kRunlessDeliveryKeepMs.
+    next_purge_ms_ = clock_.NowMs() + options_.purge_ms;
+    QL_RETURN_IF_ERROR(store_.notifications()
+                           .PurgeRunlessDeliveries(clock_.NowMs() - kRunlessDeliveryKeepMs, 1000)
+                           .status());
   }
   QL_ASSIGN_OR_RETURN(std::vector<ClaimedDelivery> claimed,
                       store_.notifications().ClaimDueDeliveries(options_.owner, clock_.NowMs(),

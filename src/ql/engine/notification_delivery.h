@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ql/core/clock.h"
+#include "ql/core/log_source.h"
 #include "ql/core/notification_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/secret_store.h"
@@ -37,8 +38,12 @@ struct OutgoingMessage {
   std::string url;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
-  // Signs the body: X-QL-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(key, "t.body")>.
+  // Signs the request at send time with `signing_key`, by `signing_scheme`:
+  //   ql        X-QL-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(key, "t.body")>
+  //   feishu    "timestamp" and "sign" (base64 HMAC-SHA256 keyed "t\nkey" of nothing) in the body
+  //   dingtalk  timestamp=<unix ms>&sign=<base64 HMAC-SHA256(key, "t\nkey")> on the URL
   std::optional<std::string> signing_key;
+  std::string signing_scheme = "ql";
   // smtp
   std::string smtp_host;
   int smtp_port = 587;
@@ -67,17 +72,32 @@ class NotificationSender {
   virtual SendReply Send(const OutgoingMessage& message) = 0;
 };
 
+// How much of a run's log a message carries: its last lines, within both bounds.
+inline constexpr size_t kLogTailLines = 10;
+inline constexpr size_t kLogTailBytes = 1024;
+
+// The last `max_lines` lines of `data` (the end of a log; `whole` when it starts at the log's
+// first byte, else its first, partial line is dropped) in at most `max_bytes` bytes, cut at a
+// line or UTF-8 boundary, without a trailing newline; invalid UTF-8 is replaced with U+FFFD.
+std::string LastLogLines(std::string_view data, bool whole, size_t max_lines, size_t max_bytes);
+
 // Renders row `row` of `channel` with `secrets` (the values of its *_secret settings, by secret
-// name). `public_url` (may be empty) is where run links point. Errors: InvalidArgument
+// name). `public_url` (may be empty) is where run and approval links point; `log_tail` (may be
+// empty) is the end of the run's log, shown after the facts. Errors: InvalidArgument
 // `channel_config_invalid` for a stored config that no longer reads.
 Result<OutgoingMessage> RenderNotification(const ChannelRecord& channel, const OutboxRecord& row,
                                            const std::map<std::string, std::string>& secrets,
-                                           const std::string& public_url);
+                                           const std::string& public_url,
+                                           const std::string& log_tail = "");
 
 // Whether a complete answer means the channel accepted the message: a 2xx status, and for the
 // chat APIs that answer 200 with an error inside, their success code (Feishu code 0, DingTalk
 // and WeCom errcode 0, Telegram ok).
 bool Accepted(std::string_view channel_type, const SendReply& reply);
+
+// How long a delivered or dead row of no run (a channel test, a missing-run alert, an approval)
+// is kept; rows of a run are purged with the run.
+inline constexpr int64_t kRunlessDeliveryKeepMs = 30LL * 24 * 3600 * 1000;
 
 struct NotificationDeliveryOptions {
   std::string owner;  // this process's lease owner name (unique per replica)
@@ -87,8 +107,12 @@ struct NotificationDeliveryOptions {
   int64_t poll_ms = 1'000;
   // How often the late and missing rules are swept.
   int64_t sweep_ms = 5'000;
+  // How often delivered and dead rows of no run older than kRunlessDeliveryKeepMs are purged.
+  int64_t purge_ms = 3'600'000;
   int batch = 20;
   std::string public_url;
+  // Where the last lines of a failed run's log are read from (none: messages carry no log).
+  const LogSource* logs = nullptr;
 };
 
 class NotificationDelivery {
@@ -109,12 +133,16 @@ class NotificationDelivery {
   // Sends one claimed row and records what happened.
   Status Deliver(const ClaimedDelivery& claimed);
   Result<std::map<std::string, std::string>> OpenSecrets(const ChannelRecord& channel);
+  // The last lines of the log of the run of `row` when its event is about a failure or a run
+  // still running; empty otherwise, or when the log cannot be read.
+  std::string LogTailOf(const OutboxRecord& row);
 
   Store& store_;
   SecretSealer* sealer_;
   SenderFactory factory_;
   std::unique_ptr<NotificationSender> sender_;
   int64_t next_sweep_ms_ = 0;
+  int64_t next_purge_ms_ = 0;
   Clock& clock_;
   Metrics& metrics_;
   NotificationDeliveryOptions options_;

@@ -86,6 +86,102 @@ TEST(RenderNotificationTest, ChatFormatsAndTheirSecretsInTheirPlaces) {
   EXPECT_EQ(mail->subject, "[QingLong] backup failed");
 }
 
+// A failure's message ends with the last lines of the run's log, in every format.
+TEST(RenderNotificationTest, TheLogsLastLinesEndTheMessage) {
+  const std::string tail = "step 9\nerror: disk full";
+  Result<OutgoingMessage> hook = RenderNotification(
+      Channel("webhook", R"({"url":"https://h.test/x"})"), Failed(), {}, "", tail);
+  ASSERT_TRUE(hook.ok());
+  const json body = json::parse(hook->body);
+  EXPECT_EQ(body["log_tail"], tail);
+  const std::string text = body["text"];
+  EXPECT_TRUE(text.ends_with("Last lines of the log:\n" + tail)) << text;
+  Result<OutgoingMessage> zh = RenderNotification(
+      Channel("wecom", R"({"language":"zh-CN","url":"https://w.test"})"), Failed(), {}, "", tail);
+  ASSERT_TRUE(zh.ok());
+  const std::string content = json::parse(zh->body)["text"]["content"];
+  EXPECT_TRUE(content.ends_with("日志末尾：\n" + tail)) << content;
+  Result<OutgoingMessage> none =
+      RenderNotification(Channel("webhook", R"({"url":"https://h.test/x"})"), Failed(), {}, "", "");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(json::parse(none->body).contains("log_tail"));
+}
+
+TEST(LastLogLinesTest, KeepsTheLastLinesWithinBothBoundsAndShowsOnlyText) {
+  std::string log;
+  for (int i = 1; i <= 30; ++i) log += "line-" + std::to_string(i) + "\n";
+  EXPECT_EQ(LastLogLines(log, true, 3, 1024), "line-28\nline-29\nline-30");
+  // A window that starts mid-line drops the partial first line.
+  EXPECT_EQ(LastLogLines("ne-7\nline-8\n", false, 10, 1024), "line-8");
+  EXPECT_EQ(LastLogLines("ne-7\nline-8\n", true, 10, 1024), "ne-7\nline-8");
+  // The byte bound keeps whole lines; a single longer line keeps its end.
+  EXPECT_EQ(LastLogLines("aaaa\nbbbb\ncccc", true, 10, 9), "bbbb\ncccc");
+  EXPECT_EQ(LastLogLines(std::string(50, 'x') + "END", true, 10, 8), "xxxxxEND");
+  // Colours and other control characters are dropped; broken UTF-8 is replaced.
+  EXPECT_EQ(LastLogLines("\x1b[31mred\x1b[0m\tok\r\n", true, 10, 1024), "red\tok");
+  EXPECT_EQ(LastLogLines("bad \xff byte", true, 10, 1024), "bad \xef\xbf\xbd byte");
+  // A cut never splits a character.
+  EXPECT_EQ(LastLogLines("\xe6\x97\xa5\xe5\xbf\x97", true, 10, 4), "\xe5\xbf\x97");
+  EXPECT_EQ(LastLogLines("", true, 10, 1024), "");
+}
+
+TEST(RenderNotificationTest, ApprovalsNameTheTaskThePeopleAndTheLink) {
+  OutboxRecord row;
+  row.id = "01a24dbf-dee1-72cb-b70e-4b94cfd223ee";
+  row.project_id = "01a24dbf-ded7-7ade-8f9e-000000000001";
+  row.event = "approval";
+  row.payload_json =
+      R"({"approval_id":"01a24dbf-0000-7000-8000-0000000000aa","approver_role":"admin",)"
+      R"("event":"approval","expires_at_ms":1700000000000,"phase":"requested",)"
+      R"("requester":"ops","task_name":"deploy"})";
+  Result<OutgoingMessage> asked = RenderNotification(
+      Channel("webhook", R"({"url":"https://h.test/x"})"), row, {}, "https://ql.test");
+  ASSERT_TRUE(asked.ok());
+  const json body = json::parse(asked->body);
+  EXPECT_EQ(body["title"], "[QingLong] deploy: approval requested by ops");
+  const std::string text = body["text"];
+  EXPECT_NE(text.find("Approver role: admin"), std::string::npos) << text;
+  EXPECT_NE(text.find("Expires: 2023-11-14T22:13:20Z"), std::string::npos) << text;
+  EXPECT_NE(text.find("https://ql.test/#/approvals/01a24dbf-0000-7000-8000-0000000000aa"),
+            std::string::npos)
+      << text;
+  row.payload_json =
+      R"({"approval_id":"01a24dbf-0000-7000-8000-0000000000aa","decided_by":"amy",)"
+      R"("event":"approval","phase":"rejected","reason":"freeze","task_name":"deploy"})";
+  Result<OutgoingMessage> no = RenderNotification(
+      Channel("feishu", R"({"language":"zh-CN","url":"https://f.test"})"), row, {}, "");
+  ASSERT_TRUE(no.ok());
+  const std::string content = json::parse(no->body)["content"]["text"];
+  EXPECT_EQ(content.rfind("[青龙] 任务 deploy 的审批已被 amy 拒绝\n理由：freeze", 0), 0u)
+      << content;
+}
+
+// Feishu and DingTalk sign by their own schemes; a webhook by X-QL-Signature.
+TEST(RenderNotificationTest, EachSignedChannelNamesItsScheme) {
+  Result<OutgoingMessage> feishu =
+      RenderNotification(Channel("feishu", R"({"signing_secret":"s","url":"https://f.test"})"),
+                         Failed(), {{"s", "SECx"}}, "");
+  ASSERT_TRUE(feishu.ok());
+  EXPECT_EQ(feishu->signing_key, "SECx");
+  EXPECT_EQ(feishu->signing_scheme, "feishu");
+  Result<OutgoingMessage> ding =
+      RenderNotification(Channel("dingtalk", R"({"signing_secret":"s","url":"https://d.test"})"),
+                         Failed(), {{"s", "SECy"}}, "");
+  ASSERT_TRUE(ding.ok());
+  EXPECT_EQ(ding->signing_scheme, "dingtalk");
+  Result<OutgoingMessage> hook =
+      RenderNotification(Channel("webhook", R"({"signing_secret":"s","url":"https://h.test"})"),
+                         Failed(), {{"s", "k"}}, "");
+  ASSERT_TRUE(hook.ok());
+  EXPECT_EQ(hook->signing_scheme, "ql");
+  Result<OutgoingMessage> plain =
+      RenderNotification(Channel("dingtalk", R"({"url":"https://d.test"})"), Failed(), {}, "");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->signing_key.has_value());
+  EXPECT_FALSE(
+      CanonicalChannelConfig("wecom", R"({"signing_secret":"s","url":"https://w.test"})").ok());
+}
+
 TEST(AcceptedTest, ChatApisThatAnswer200WithAnErrorAreNotDelivered) {
   EXPECT_TRUE(Accepted("webhook", SendReply{true, 204, "", "", 1}));
   EXPECT_FALSE(Accepted("webhook", SendReply{true, 500, "", "", 1}));

@@ -104,13 +104,6 @@ Result<RuleRecord> NotificationService::AddRule(const Caller& caller,
     return InvalidArgument("notify_event_invalid", "event " + QuoteForMessage(request.event) +
                                                        " is not one of " + NotifyEventNames());
   }
-  if (*event == NotifyEvent::kApproval) {
-    // A stored rule must be kept: approvals have no writer yet, so the rule would never fire.
-    return InvalidArgument("notify_event_unsupported",
-                           "event approval is not delivered by this version; use failed, "
-                           "timed_out, recovered, succeeded, skipped, recovery_required, late or "
-                           "missing");
-  }
   QL_ASSIGN_OR_RETURN(std::string project_id,
                       ProjectFor(caller, Action::kPublish, "notification rule"));
   QL_ASSIGN_OR_RETURN(ChannelRecord channel,

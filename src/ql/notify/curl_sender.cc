@@ -6,10 +6,12 @@
 #include <sodium.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <string_view>
 
 namespace ql::notify {
 namespace {
@@ -156,18 +158,43 @@ SendReply Finish(Easy& e, Transfer& t, CURLcode code, std::chrono::steady_clock:
 
 }  // namespace
 
-std::string WebhookSignature(const std::string& key, int64_t unix_s, const std::string& body) {
-  const std::string signed_text = std::to_string(unix_s) + "." + body;
-  unsigned char mac[crypto_auth_hmacsha256_BYTES];
+namespace {
+
+using Mac = std::array<unsigned char, crypto_auth_hmacsha256_BYTES>;
+
+Mac HmacSha256(std::string_view key, std::string_view text) {
+  Mac mac{};
   crypto_auth_hmacsha256_state state;
   crypto_auth_hmacsha256_init(&state, reinterpret_cast<const unsigned char*>(key.data()),
                               key.size());
-  crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(signed_text.data()),
-                                signed_text.size());
-  crypto_auth_hmacsha256_final(&state, mac);
+  crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(text.data()),
+                                text.size());
+  crypto_auth_hmacsha256_final(&state, mac.data());
+  return mac;
+}
+
+std::string HmacSha256Base64(std::string_view key, std::string_view text) {
+  const Mac mac = HmacSha256(key, text);
+  char b64[sodium_base64_ENCODED_LEN(crypto_auth_hmacsha256_BYTES, sodium_base64_VARIANT_ORIGINAL)];
+  sodium_bin2base64(b64, sizeof b64, mac.data(), mac.size(), sodium_base64_VARIANT_ORIGINAL);
+  return b64;
+}
+
+}  // namespace
+
+std::string WebhookSignature(const std::string& key, int64_t unix_s, const std::string& body) {
+  const Mac mac = HmacSha256(key, std::to_string(unix_s) + "." + body);
   char hex[2 * crypto_auth_hmacsha256_BYTES + 1];
-  sodium_bin2hex(hex, sizeof hex, mac, sizeof mac);
+  sodium_bin2hex(hex, sizeof hex, mac.data(), mac.size());
   return "t=" + std::to_string(unix_s) + ",v1=" + hex;
+}
+
+std::string FeishuSignature(const std::string& secret, int64_t unix_s) {
+  return HmacSha256Base64(std::to_string(unix_s) + "\n" + secret, "");
+}
+
+std::string DingTalkSignature(const std::string& secret, int64_t unix_ms) {
+  return HmacSha256Base64(secret, std::to_string(unix_ms) + "\n" + secret);
 }
 
 CurlSender::CurlSender(CurlSenderOptions options) : options_(std::move(options)) {
@@ -191,22 +218,36 @@ SendReply CurlSender::SendHttp(const OutgoingMessage& m) {
   if (e.h == nullptr) return SendReply{false, 0, "", "curl_easy_init failed", 0};
   Common(e, t, m.timeout_ms, options_.ca_file);
   curl_easy_setopt(e.h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e.h, CURLOPT_URL, m.url.c_str());
+  // A chat bot's signature is made now, for this attempt: Feishu's goes in the body, DingTalk's
+  // on the URL.
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(now).count();
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count();
+  std::string url = m.url;
+  std::string body = m.body;
+  if (m.signing_key.has_value() && m.signing_scheme == "feishu" && body.starts_with("{")) {
+    body.insert(1, "\"timestamp\":\"" + std::to_string(now_s) + "\",\"sign\":\"" +
+                       FeishuSignature(*m.signing_key, now_s) + "\"" +
+                       (body.size() > 2 ? "," : ""));
+  } else if (m.signing_key.has_value() && m.signing_scheme == "dingtalk") {
+    char* sign = curl_easy_escape(e.h, DingTalkSignature(*m.signing_key, now_ms).c_str(), 0);
+    url += (url.find('?') == std::string::npos ? "?" : "&") + std::string("timestamp=") +
+           std::to_string(now_ms) + "&sign=" + (sign != nullptr ? sign : "");
+    curl_free(sign);
+  }
+  curl_easy_setopt(e.h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(e.h, CURLOPT_POST, 1L);
-  curl_easy_setopt(e.h, CURLOPT_POSTFIELDS, m.body.data());
-  curl_easy_setopt(e.h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(m.body.size()));
+  curl_easy_setopt(e.h, CURLOPT_POSTFIELDS, body.data());
+  curl_easy_setopt(e.h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
   curl_easy_setopt(e.h, CURLOPT_USERAGENT, "QingLong-Notify/1");
   for (const auto& [name, value] : m.headers) {
     e.list = curl_slist_append(e.list, (name + ": " + value).c_str());
   }
   e.list = curl_slist_append(e.list, ("Idempotency-Key: " + m.idempotency_key).c_str());
   e.list = curl_slist_append(e.list, "Expect:");
-  if (m.signing_key.has_value()) {
-    const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
+  if (m.signing_key.has_value() && m.signing_scheme == "ql") {
     e.list = curl_slist_append(
-        e.list, ("X-QL-Signature: " + WebhookSignature(*m.signing_key, now_s, m.body)).c_str());
+        e.list, ("X-QL-Signature: " + WebhookSignature(*m.signing_key, now_s, body)).c_str());
   }
   curl_easy_setopt(e.h, CURLOPT_HTTPHEADER, e.list);
   const auto start = std::chrono::steady_clock::now();

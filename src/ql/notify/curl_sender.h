@@ -34,4 +34,11 @@ class CurlSender final : public NotificationSender {
 // Returns "t=<unix_s>,v1=<hex HMAC-SHA256(key, "<unix_s>.<body>")>".
 std::string WebhookSignature(const std::string& key, int64_t unix_s, const std::string& body);
 
+// The signature of a Feishu (Lark) custom bot with signed requests: base64 of HMAC-SHA256 keyed
+// with "<unix_s>\n<secret>" over nothing; sent as "timestamp" and "sign" in the body.
+std::string FeishuSignature(const std::string& secret, int64_t unix_s);
+// The signature of a DingTalk custom robot with signed requests: base64 of
+// HMAC-SHA256(secret, "<unix_ms>\n<secret>"); sent URL-encoded as timestamp= and sign= on the URL.
+std::string DingTalkSignature(const std::string& secret, int64_t unix_ms);
+
 }  // namespace ql::notify

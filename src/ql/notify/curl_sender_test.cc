@@ -11,6 +11,16 @@ TEST(WebhookSignatureTest, IsHmacSha256OfTimestampDotBody) {
             "t=1700000000,v1=a438e398bfafc57e4396bb7fc2304422f0f768e965d073ca313cb52e22e6ad03");
 }
 
+// The chat bots' own schemes, checked against values their documented algorithms give
+// (Python's hmac and base64): Feishu keys the HMAC with "t\nsecret" over nothing, DingTalk signs
+// "t_ms\nsecret" with the secret.
+TEST(ChatSignatureTest, FeishuAndDingTalkSchemes) {
+  EXPECT_EQ(FeishuSignature("SECabc", 1'700'000'000),
+            "XprR1de+0SSBnwWyU/4k6x2TL+Q2SJlM5NNEdAv7MWg=");
+  EXPECT_EQ(DingTalkSignature("SECabc", 1'700'000'000'123),
+            "IqXBU/aLfwMA3S/tDcfRmHx5vWHw9Y1aOgFLBr1Ti9w=");
+}
+
 // A destination on loopback is refused before connecting unless the operator allows it.
 TEST(CurlSenderTest, RefusesLoopbackDestinationsByDefault) {
   CurlSender sender(CurlSenderOptions{});

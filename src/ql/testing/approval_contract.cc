@@ -13,7 +13,9 @@
 #include "ql/core/approval.h"
 #include "ql/core/approval_ports.h"
 #include "ql/core/canonical_json.h"
+#include "ql/core/notification_store.h"
 #include "ql/core/retention.h"
+#include "ql/testing/contract_assertions.h"
 #include "ql/testing/repository_contract.h"
 #include "ql/testing/run_steps.h"
 
@@ -25,24 +27,11 @@ bool LinkApprovalContract() { return true; }
 
 namespace {
 
-#define QL_EXPECT_ERROR(expr, want_code, want_reason)                         \
-  do {                                                                        \
-    const ::ql::Status ql_st_ = StatusOfAny(expr);                            \
-    EXPECT_EQ(ql_st_.code(), want_code) << ql_st_.ToString();                 \
-    EXPECT_EQ(ql_st_.reason(), want_reason) << ql_st_.ToString();             \
-  } while (0)
-
 #define QL_ASSERT_VALUE(lhs, expr)                                            \
   auto QL_CONCAT_(ql_value_, __LINE__) = (expr);                              \
   ASSERT_TRUE(QL_CONCAT_(ql_value_, __LINE__).ok())                           \
       << QL_CONCAT_(ql_value_, __LINE__).status().ToString();                 \
   lhs = std::move(QL_CONCAT_(ql_value_, __LINE__)).value()
-
-Status StatusOfAny(const Status& status) { return status; }
-template <typename T>
-Status StatusOfAny(const Result<T>& result) {
-  return result.status();
-}
 
 // Returns the newest audit fact of `action` on `target_id`, or nullopt.
 std::optional<AuditRecord> FindAudit(GovernanceRepository& gov, std::string_view action,
@@ -562,6 +551,94 @@ TEST_P(ApprovalContract, AnApprovedRunOutlivesRetention) {
   EXPECT_EQ(kept.status, "failed");
   QL_ASSERT_VALUE(RunResolutionRecord resolution, store().approvals().GetResolution(run.id));
   EXPECT_EQ(resolution.resolution, "failed");
+}
+
+// The notifications of approvals commit with the request, the decision or the resolution
+// that causes them: a request and each decision write a row (a request again within the rule's
+// interval is held back and counted), a refused decision writes nothing, and a run resolved by
+// hand is a run outcome like any other.
+TEST_P(ApprovalContract, RequestsDecisionsAndResolutionsWriteTheirNotificationsInTheirTransaction) {
+  NotificationRepository& notify = store().notifications();
+  const PolicyFence fence{owner_.id, Role::kAdmin};
+  QL_ASSERT_VALUE(ChannelRecord channel, notify.CreateChannel(CreateChannelCommand{
+                                             Actor{owner_.id, "req-channel"}, fence,
+                                             ChannelRecord{NewId(), project().id, "asks", "webhook",
+                                                           R"({"url":"https://example.test/h"})",
+                                                           "", Now(), std::nullopt}}));
+  QL_ASSERT_VALUE(TaskRevisionRecord task, PublishGuarded("guarded"));
+  RuleRecord approvals{NewId(), project().id, channel.id,   "approval", task.task_id,
+                       "every", 60'000,       std::nullopt, "",         Now()};
+  QL_ASSERT_OK(notify.CreateRule(CreateRuleCommand{Actor{owner_.id, "req-rule"}, fence, approvals})
+                   .status());
+  RuleRecord failures{NewId(), project().id, channel.id, "failed", std::nullopt, "change",
+                      0,       std::nullopt, "",         Now()};
+  QL_ASSERT_OK(
+      notify.CreateRule(CreateRuleCommand{Actor{owner_.id, "req-rule"}, fence, failures}).status());
+  const auto rows = [&] {
+    Result<std::vector<OutboxRecord>> listed =
+        notify.ListDeliveries(DeliveryFilter{project().id, false, 100});
+    EXPECT_TRUE(listed.ok()) << listed.status().ToString();
+    return listed.ok() ? *listed : std::vector<OutboxRecord>{};
+  };
+  const auto facts = [](const OutboxRecord& row) {
+    return nlohmann::json::parse(row.payload_json);
+  };
+  // The row of an approval phase or a run event (rows written in one millisecond have no order).
+  const auto find = [&](const std::string& what) {
+    for (const OutboxRecord& row : rows()) {
+      if (row.event == what || facts(row).value("phase", "") == what) return row;
+    }
+    ADD_FAILURE() << "no " << what << " row";
+    return OutboxRecord{};
+  };
+
+  QL_ASSERT_VALUE(RequestApprovalResult first,
+                  store().approvals().RequestApproval(RequestCommand(operator_, task)));
+  std::vector<OutboxRecord> written = rows();
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_EQ(written[0].event, "approval");
+  EXPECT_EQ(written[0].id, OutboxId(approvals.id, "approval", first.request.id + ":requested"));
+  EXPECT_EQ(facts(written[0])["phase"], "requested");
+  EXPECT_EQ(facts(written[0])["requester"], "operator");
+  EXPECT_EQ(facts(written[0])["task_name"], task.name);
+  EXPECT_EQ(facts(written[0])["approval_id"], first.request.id);
+
+  // A second request within the rule's minute is held back.
+  QL_ASSERT_VALUE(RequestApprovalResult second,
+                  store().approvals().RequestApproval(RequestCommand(operator_, task)));
+  EXPECT_EQ(rows().size(), 1u);
+
+  // A refused decision (the operator who asked cannot approve) writes nothing.
+  QL_EXPECT_ERROR(store().approvals().Approve(ApproveAs(operator_, first.request.id)),
+                  StatusCode::kPermissionDenied, "permission_denied");
+  EXPECT_EQ(rows().size(), 1u);
+
+  // Decisions always go, with the decider's name, the run, the reason and the held-back count.
+  QL_ASSERT_VALUE(ApproveResult approved,
+                  store().approvals().Approve(ApproveAs(admin_, first.request.id)));
+  ASSERT_EQ(rows().size(), 2u);
+  const OutboxRecord yes = find("approved");
+  EXPECT_EQ(facts(yes)["decided_by"], "approver");
+  EXPECT_EQ(facts(yes)["run_id"], approved.run.id);
+  EXPECT_EQ(facts(yes)["suppressed"], 1);
+  EXPECT_EQ(yes.run_id, approved.run.id);
+  RejectCommand reject{Actor{admin_.id, "req-reject"}, second.request.id, NewId(),
+                       "not during the freeze", Now()};
+  QL_ASSERT_OK(store().approvals().Reject(reject).status());
+  ASSERT_EQ(rows().size(), 3u);
+  const OutboxRecord no = find("rejected");
+  EXPECT_EQ(facts(no)["reason"], "not during the freeze");
+  EXPECT_EQ(facts(no)["approval_id"], second.request.id);
+
+  // A run an operator resolves as failed is a failure the `failed` rule hears of.
+  QL_ASSERT_VALUE(RunRecord stuck, LoseAfterStart(approved.run));
+  ASSERT_EQ(stuck.status, "recovery_required");
+  EXPECT_EQ(rows().size(), 3u);
+  QL_ASSERT_OK(store().approvals().ResolveRun(ResolveAs(admin_, stuck.id, "failed")).status());
+  ASSERT_EQ(rows().size(), 4u);
+  const OutboxRecord failed = find("failed");
+  EXPECT_EQ(failed.run_id, stuck.id);
+  EXPECT_EQ(facts(failed)["run_status"], "failed");
 }
 
 }  // namespace ql::testing

@@ -280,6 +280,52 @@ TEST_P(NotificationContract, OneHolderAtATimeADeadHoldersRowIsTakenOverAndALateR
   QL_EXPECT_ERROR(notify().Redeliver(again, 3'600'000), StatusCode::kConflict, "delivery_pending");
 }
 
+// Rows of no run are purged once settled and old; rows still owed, and rows of a run (which
+// retention purges with the run), stay.
+TEST_P(NotificationContract, SettledRowsOfNoRunArePurgedWhenOld) {
+  QL_ASSERT_OK_AND_ASSIGN(ChannelRecord ops, Channel("ops"));
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, PublishAs(owner_, "job"));
+  QL_ASSERT_OK(Rule(ops, "failed", std::nullopt).status());
+  QL_ASSERT_OK(Ended(task, "failed").status());
+  const auto test_row = [&](const std::string& id) {
+    OutboxRecord row;
+    row.id = id;
+    row.project_id = project().id;
+    row.channel_id = ops.id;
+    row.event = "test";
+    row.payload_json = R"({"channel":"ops"})";
+    row.status = "pending";
+    row.next_attempt_at_ms = Now();
+    row.deadline_at_ms = Now() + 3'600'000;
+    row.created_at_ms = Now();
+    return row;
+  };
+  const std::string sent_id = NewId();
+  QL_ASSERT_OK(notify().EnqueueDelivery(test_row(sent_id)).status());
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<ClaimedDelivery> claimed,
+                          notify().ClaimDueDeliveries("replica-a", Now(), 30'000, 10));
+  ASSERT_EQ(claimed.size(), 2u);
+  for (const ClaimedDelivery& c : claimed) {
+    QL_ASSERT_OK(notify()
+                     .RecordDelivery(DeliveryResult{c.row.id, "replica-a", true, std::nullopt, 200,
+                                                    std::nullopt, 3, Now()})
+                     .status());
+  }
+  QL_ASSERT_OK(notify().EnqueueDelivery(test_row(NewId())).status());  // still owed
+  // Not old enough: nothing goes.
+  QL_ASSERT_OK_AND_ASSIGN(int purged, notify().PurgeRunlessDeliveries(Now(), 100));
+  EXPECT_EQ(purged, 0);
+  EXPECT_EQ(Outbox().size(), 3u);
+  QL_ASSERT_OK_AND_ASSIGN(purged, notify().PurgeRunlessDeliveries(Now() + 1, 100));
+  EXPECT_EQ(purged, 1);
+  std::vector<OutboxRecord> rows = Outbox();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const OutboxRecord& row : rows) {
+    EXPECT_NE(row.id, sent_id);
+    EXPECT_TRUE(row.run_id.has_value() || row.status == "pending") << row.id;
+  }
+}
+
 TEST_P(NotificationContract, ARowOfADeletedChannelGoesDeadInsteadOfBeingSent) {
   QL_ASSERT_OK_AND_ASSIGN(ChannelRecord ops, Channel("ops"));
   QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, PublishAs(owner_, "job"));

@@ -7,6 +7,7 @@
 
 #include "ql/core/store_commands.h"
 #include "ql/storage/postgres/pg_governance.h"
+#include "ql/storage/postgres/pg_notifications.h"
 #include "ql/storage/postgres/pg_run_rows.h"
 #include "ql/storage/postgres/pg_store_rows.h"
 
@@ -80,9 +81,11 @@ RunResolutionRecord ReadResolution(const Rows& r, int i) {
 
 class PgApprovalTx final : public ApprovalTx {
  public:
-  explicit PgApprovalTx(Tx& tx) : tx_(tx), governance_(NewGovernanceTx(tx)) {}
+  explicit PgApprovalTx(Tx& tx)
+      : tx_(tx), governance_(NewGovernanceTx(tx)), notifications_(NewNotificationTx(tx)) {}
 
   GovernanceTx& governance() override { return *governance_; }
+  NotificationTx& notifications() override { return *notifications_; }
   Result<int64_t> ClockMs(int64_t) override {
     QL_ASSIGN_OR_RETURN(Rows rows,
                         tx_.Exec("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
@@ -249,6 +252,7 @@ class PgApprovalTx final : public ApprovalTx {
  private:
   Tx& tx_;
   std::unique_ptr<GovernanceTx> governance_;
+  std::unique_ptr<NotificationTx> notifications_;
 };
 
 }  // namespace

@@ -82,22 +82,6 @@ std::vector<OutboxRecord> ReadOutbox(const Rows& r) {
   return out;
 }
 
-// Runs `sql` and reads its rows with `read`, checking every cell.
-template <typename Reader>
-auto Query(Tx& tx, std::string_view sql, const std::vector<Param>& params, Reader read)
-    -> Result<decltype(read(std::declval<const Rows&>()))> {
-  QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(sql, params));
-  auto out = read(rows);
-  QL_RETURN_IF_ERROR(rows.status());
-  return out;
-}
-
-template <typename T>
-std::optional<T> First(std::vector<T> rows) {
-  if (rows.empty()) return std::nullopt;
-  return std::move(rows.front());
-}
-
 class PgNotificationTx final : public NotificationTx {
  public:
   // `lock_channels`: LoadChannel locks the row (FOR UPDATE), so that a rule created for a
@@ -160,8 +144,8 @@ class PgNotificationTx final : public NotificationTx {
     QL_ASSIGN_OR_RETURN(std::vector<RuleRecord> rules,
                         Query(tx_, kSql, {P(project_id), P(task_id)}, ReadRules));
     if (task_id.has_value() && !rules.empty()) {
-      // The outcome of a run (the only caller that names a task) is about to read and write the
-      // rules' and channels' state: one such outcome of a project at a time. Each later
+      // The outcome of a run or the change of an approval (the callers that name a task) is
+      // about to read and write the rules' and channels' state: one at a time per project. Each later
       // statement of a READ COMMITTED transaction then sees what the previous holder committed.
       QL_RETURN_IF_ERROR(tx_.Exec("SELECT pg_advisory_xact_lock($1::integer, hashtext($2))",
                                   {P(static_cast<int64_t>(kNotifyLockClass)), P(project_id)})
@@ -311,6 +295,16 @@ class PgNotificationTx final : public NotificationTx {
                    for (int i = 0; i < r.size(); ++i) out.emplace_back(r.Text(i, 0), r.Int(i, 1));
                    return out;
                  });
+  }
+
+  Result<int> DeleteSettledRunless(int64_t before_ms, int limit) override {
+    QL_ASSIGN_OR_RETURN(
+        Rows rows,
+        tx_.Exec("DELETE FROM ql3.notification_outbox WHERE id IN (SELECT id FROM "
+                 "ql3.notification_outbox WHERE run_id IS NULL AND status IN ('delivered', "
+                 "'dead') AND created_at_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                 {P(before_ms), P(static_cast<int64_t>(limit))}));
+    return static_cast<int>(rows.affected());
   }
 
   Result<std::vector<RuleRecord>> LoadSweepRules() override {

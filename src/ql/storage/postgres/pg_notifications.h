@@ -2,7 +2,8 @@
 
 // Internal to the PostgreSQL adapter: the notification primitives (core/notification_store.h)
 // over one transaction, and the runner that picks the role. NewNotificationTx lets the run
-// transitions and the cron admissions write the outbox inside their own transaction.
+// transitions, the cron admissions and the approvals write the outbox inside their own
+// transaction.
 //
 // Roles: channels and rules are project configuration, written (created, deleted) by the admin
 // role as definitions and secrets are, and so is a redelivery (an operator's write under the
@@ -11,7 +12,7 @@
 //
 // Concurrency: the delivery loop locks due rows FOR UPDATE SKIP LOCKED, so two replicas never
 // claim the same row, and every later write of a row compares its status and lease owner. The
-// outcome of a run whose task has rules takes a transaction-level advisory lock on its project
+// outcome of a run (or an approval change) whose task has rules takes a transaction-level advisory lock on its project
 // (kNotifyLockClass) before it reads the rules' and channels' state, so two runs of a project
 // that end at once update that state one after the other, as on SQLite.
 

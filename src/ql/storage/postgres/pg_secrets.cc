@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ql/storage/postgres/pg_governance.h"
+#include "ql/storage/postgres/pg_store_rows.h"
 
 namespace ql::pg {
 namespace {
@@ -40,22 +41,6 @@ std::vector<SecretVersionRecord> ReadVersions(const Rows& r) {
     out.push_back(std::move(v));
   }
   return out;
-}
-
-// Runs `sql` and reads its rows with `read`, checking every cell.
-template <typename Reader>
-auto Query(Tx& tx, std::string_view sql, const std::vector<Param>& params, Reader read)
-    -> Result<decltype(read(std::declval<const Rows&>()))> {
-  QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(sql, params));
-  auto out = read(rows);
-  QL_RETURN_IF_ERROR(rows.status());
-  return out;
-}
-
-template <typename T>
-std::optional<T> First(std::vector<T> rows) {
-  if (rows.empty()) return std::nullopt;
-  return std::move(rows.front());
 }
 
 class PgSecretTx final : public SecretTx {

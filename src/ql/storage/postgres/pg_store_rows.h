@@ -121,6 +121,23 @@ Result<std::vector<T>> QueryAll(Tx& tx, std::string_view sql, const Params& para
   return out;
 }
 
+// Runs `sql` and reads all its rows at once with `read(rows)`, checking every cell.
+template <typename Reader>
+auto Query(Tx& tx, std::string_view sql, const Params& params, Reader read)
+    -> Result<decltype(read(std::declval<const Rows&>()))> {
+  QL_ASSIGN_OR_RETURN(Rows rows, tx.Exec(sql, params));
+  auto out = read(rows);
+  QL_RETURN_IF_ERROR(rows.status());
+  return out;
+}
+
+// The first of `rows`, if any.
+template <typename T>
+std::optional<T> First(std::vector<T> rows) {
+  if (rows.empty()) return std::nullopt;
+  return std::move(rows.front());
+}
+
 Status Execute(Tx& tx, std::string_view sql, const Params& params);
 
 // Executes an UPDATE guarded by a compare-and-set; `on_miss` when no row matched.

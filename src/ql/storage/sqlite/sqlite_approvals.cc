@@ -7,6 +7,7 @@
 #include "ql/core/store_commands.h"
 #include "ql/storage/sqlite/sqlite_db.h"
 #include "ql/storage/sqlite/sqlite_governance.h"
+#include "ql/storage/sqlite/sqlite_notifications.h"
 #include "ql/storage/sqlite/sqlite_store_rows.h"
 
 namespace ql::sqlite {
@@ -78,9 +79,11 @@ RunResolutionRecord ReadResolution(const Stmt& s) {
 
 class SqliteApprovalTx final : public ApprovalTx {
  public:
-  explicit SqliteApprovalTx(Db& db) : db_(db), governance_(NewGovernanceTx(db)) {}
+  explicit SqliteApprovalTx(Db& db)
+      : db_(db), governance_(NewGovernanceTx(db)), notifications_(NewNotificationTx(db)) {}
 
   GovernanceTx& governance() override { return *governance_; }
+  NotificationTx& notifications() override { return *notifications_; }
   Result<int64_t> ClockMs(int64_t command_now_ms) override { return command_now_ms; }
 
   Result<std::optional<TaskHeadRecord>> LoadTaskHead(const std::string& task_id) override {
@@ -236,6 +239,7 @@ class SqliteApprovalTx final : public ApprovalTx {
  private:
   Db& db_;
   std::unique_ptr<GovernanceTx> governance_;
+  std::unique_ptr<NotificationTx> notifications_;
 };
 
 }  // namespace

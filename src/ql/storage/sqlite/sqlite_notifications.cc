@@ -269,6 +269,16 @@ class SqliteNotificationTx final : public NotificationTx {
         s, [](const Stmt& r) { return std::make_pair(r.Text(0), r.Int(1)); });
   }
 
+  Result<int> DeleteSettledRunless(int64_t before_ms, int limit) override {
+    QL_ASSIGN_OR_RETURN(Stmt s,
+                        db_.Prepare("DELETE FROM notification_outbox WHERE id IN (SELECT id FROM "
+                                    "notification_outbox WHERE run_id IS NULL AND status IN "
+                                    "('delivered', 'dead') AND created_at_ms < ?1 LIMIT ?2)"));
+    s.BindAll(before_ms, limit);
+    QL_RETURN_IF_ERROR(s.Run());
+    return static_cast<int>(db_.Changes());
+  }
+
   Result<std::vector<RuleRecord>> LoadSweepRules() override {
     static const std::string kSql =
         std::string(kRuleColumns) + "WHERE event IN ('late', 'missing') ORDER BY id";

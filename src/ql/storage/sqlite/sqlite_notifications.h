@@ -2,8 +2,8 @@
 
 // Internal to the SQLite adapter: the notification primitives (core/notification_store.h) over
 // one connection, and the runner that gives them a transaction together with the governance
-// primitives of the same transaction. NewNotificationTx lets the run transitions write the
-// outbox inside their own transaction.
+// primitives of the same transaction. NewNotificationTx lets the run transitions and the
+// approvals write the outbox inside their own transaction.
 
 #include <memory>
 

@@ -32,7 +32,12 @@ const TYPE_NAMES = new Map(TYPES);
 // The types that post to one URL (given as it is or as a secret's name).
 const URL_TYPES = new Set(['webhook', 'feishu', 'dingtalk', 'wecom', 'slack', 'discord']);
 // The events a rule may name in this version, and those that may notify every time.
-const EVENTS = ['failed', 'timed_out', 'recovered', 'succeeded', 'skipped', 'recovery_required'];
+const EVENTS = [
+  'failed', 'timed_out', 'recovered', 'succeeded', 'skipped', 'recovery_required', 'late', 'missing',
+  'approval'
+];
+// The events that take a threshold (after_s).
+const AFTER_EVENTS = new Set(['late', 'missing']);
 const MODE_EVENTS = new Set(['failed', 'timed_out']);
 // The languages of a channel's messages, each in its own language.
 const MESSAGE_LANGUAGES = [['en', 'English'], ['zh-CN', '简体中文']];
@@ -371,11 +376,11 @@ function channelFormOf(added) {
         field(t('URL secret'), urlSecret, secretHint))
     ],
     [
-      new Set(['webhook']),
+      new Set(['webhook', 'feishu', 'dingtalk']),
       h('div', {class: 'row'},
         field(
             t('Signing secret (optional)'), signingSecret,
-            t('A secret name: each request then carries X-QL-Signature, an HMAC of its body.')))
+            t('A secret name. Webhook requests carry X-QL-Signature; Feishu and DingTalk get their signature.')))
     ],
     [
       new Set(['telegram']),
@@ -428,7 +433,9 @@ function channelFormOf(added) {
       put('url', url);
       put('url_secret', urlSecret);
     }
-    if (kind === 'webhook') put('signing_secret', signingSecret);
+    if (kind === 'webhook' || kind === 'feishu' || kind === 'dingtalk') {
+      put('signing_secret', signingSecret);
+    }
     if (kind === 'telegram') {
       put('token_secret', tokenSecret);
       put('chat_id', chatId);
@@ -461,6 +468,8 @@ function ruleFormOf(added) {
   const every = h('input', {type: 'checkbox', id: 'notify-rule-every'});
   const everyField = h('div', {class: 'field check'}, every, h('label', { for: every.id, text: t('Notify every time (otherwise only when it starts failing)')
                        }));
+  const after = h('input', {type: 'number', id: 'notify-rule-after', min: 1, max: 43200, value: 10});
+  const afterField = field(t('After (minutes)'), after);
   const eventHint = h('div', {class: 'hint', id: 'notify-rule-event-hint'});
   event.setAttribute('aria-describedby', eventHint.id);
   const HINTS = {
@@ -472,9 +481,13 @@ function ruleFormOf(added) {
     succeeded: t('Every success, at most once a minute.'),
     skipped: t('Every skipped occurrence, at most once a minute.'),
     recovery_required: t('Every run left needing resolution, at most once a minute.'),
+    late: t('A run still queued this long after it was due, or running longer (once per run).'),
+    missing: t('No success of the chosen task for this long (once per silence); needs a task.'),
+    approval: t('Each approval request (at most once a minute per task) and each decision.'),
   };
   const onEvent = () => {
     everyField.hidden = !MODE_EVENTS.has(event.value);
+    afterField.hidden = !AFTER_EVENTS.has(event.value);
     eventHint.textContent = HINTS[event.value] || '';
   };
   event.addEventListener('change', onEvent);
@@ -492,7 +505,7 @@ function ruleFormOf(added) {
               { for: event.id, text: t('Event')
               }),
             event, eventHint),
-          field(t('Task'), task)),
+          field(t('Task'), task), afterField),
         everyField, submit);
   form.setChannels = (list) => {
     const before = channel.value;
@@ -512,6 +525,7 @@ function ruleFormOf(added) {
     const body = {channel: channel.value, event: event.value};
     if (task.value) body.task = task.value;
     if (MODE_EVENTS.has(event.value)) body.mode = every.checked ? 'every' : 'change';
+    if (AFTER_EVENTS.has(event.value)) body.after_s = Math.round(Number(after.value) * 60);
     await post('/api/v1/notify/rules', body);
     every.checked = false;
     await added();

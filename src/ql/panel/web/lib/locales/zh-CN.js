@@ -664,8 +664,8 @@ const texts = {
       'http 或 https。也可以留空，改为填写保存该 URL 的密钥名称。',
   'URL secret': 'URL 密钥',
   'Signing secret (optional)': '签名密钥（可选）',
-  'A secret name: each request then carries X-QL-Signature, an HMAC of its body.':
-      '密钥名称：每个请求将带上 X-QL-Signature，即请求体的 HMAC。',
+  'A secret name. Webhook requests carry X-QL-Signature; Feishu and DingTalk get their signature.':
+      '密钥名称：Webhook 请求将带上 X-QL-Signature（请求体的 HMAC）；飞书和钉钉机器人则带上其“加签”安全设置所需的签名。',
   'Bot token secret': '机器人令牌密钥',
   'Chat id': '会话 ID',
   'Device key secret': '设备密钥',
@@ -693,6 +693,15 @@ const texts = {
   'Every success, at most once a minute.': '每次成功都通知，最多每分钟一次。',
   'Every skipped occurrence, at most once a minute.': '每次触发被跳过都通知，最多每分钟一次。',
   'Every run left needing resolution, at most once a minute.': '每次运行需要处理时都通知，最多每分钟一次。',
+  'A run still queued this long after it was due, or running longer (once per run).':
+      '运行到点后排队超过这么久，或运行时间超过这么久时通知（每次运行一次）。',
+  'No success of the chosen task for this long (once per silence); needs a task.':
+      '所选任务这么久没有成功运行时通知（每段沉默一次）；需要选择任务。',
+  'Each approval request (at most once a minute per task) and each decision.':
+      '每次审批请求（每个任务最多每分钟一次）和每次审批决定都通知。',
+  'After (minutes)': '阈值（分钟）',
+  'late': '延迟',
+  'missing': '缺失',
   'Add rule': '添加规则',
   'add a channel first': '请先添加通道',
   'recovered': '已恢复',
@@ -797,7 +806,6 @@ const codes = {
   rule_not_found: '未找到该规则。',
   delivery_not_found: '未找到该投递。',
   delivery_pending: '该投递仍在等待或发送中。',
-  notify_event_unsupported: '此版本不支持该事件。',
   notifications_unavailable: '此服务器未启用通知。',
 };
 
