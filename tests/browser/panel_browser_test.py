@@ -1039,6 +1039,15 @@ def long_log_shows_its_end(server, panel):
     check(samples[1] <= 300, f"the end of a 32 MiB log took {samples[1]:.0f} ms to show (bound 300)")
     check("[earlier output not shown]" in panel.text("#log"), "the skipped start is not marked")
     check(panel.one("#log-download").is_displayed(), "no Download button beside the log")
+    # Search reads the whole log on the server: the last line is found with its number.
+    panel.one("#log-search-q").send_keys("last-line-of")
+    panel.one("#log-search button[type=submit]").click()
+    panel.wait_text("#log-search-results", "Matching lines: 1")
+    found = panel.text("#log-search-results ol.log-matches")
+    # The kept log (its head and its end, within the cap) has the line the server numbered.
+    line = api(server, "GET", f"/api/v1/runs/{run['id']}/log/search?q=LAST-LINE")["matches"][0]
+    check(line["line"] > 1000 and found.startswith(f"{line['line']}: ")
+          and found.endswith("LAST-LINE-OF-THE-LOG"), f"the search shows {found[:200]!r}")
     history_page(server, panel, task["id"])
 
 

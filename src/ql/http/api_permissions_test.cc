@@ -595,6 +595,10 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
        [&](const Member&) {
          return Sample{"GET", "/api/v1/runs/" + run_id + "/log", ""};
        }},
+      {"runs.log.search",
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/runs/" + run_id + "/log/search?q=x", ""};
+       }},
       {"runs.cancel",
        [&](const Member&) {
          return Sample{"POST", "/api/v1/runs/" + run_id + "/cancel", "{}"};

@@ -19,6 +19,7 @@
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
 #include "ql/core/timezone.h"
+#include "ql/engine/log_search.h"
 #include "ql/http/api_json.h"
 #include "ql/http/http_server.h"
 #include "ql/http/openapi_document.h"
@@ -403,6 +404,7 @@ struct ApiServer::Impl {
   void RunGet(Call& c);
   void RunEvents(Call& c);
   void RunLog(Call& c);
+  void RunLogSearch(Call& c);
   void RunCancel(Call& c);
   void RunRetry(Call& c);
   void Whoami(Call& c);
@@ -613,6 +615,8 @@ const RouteSpec kRoutes[] = {
      &Impl::RunEvents},
     {"GET", "/api/v1/runs/{id}/log", "runs.log", "viewer", Body::kNone, Needs::kNothing,
      &Impl::RunLog},
+    {"GET", "/api/v1/runs/{id}/log/search", "runs.log.search", "viewer", Body::kNone,
+     Needs::kNothing, &Impl::RunLogSearch},
     {"POST", "/api/v1/runs/{id}/cancel", "runs.cancel", "operator", Body::kOptional,
      Needs::kNothing, &Impl::RunCancel},
     {"POST", "/api/v1/runs/{id}/retry", "runs.retry", "operator", Body::kOptional, Needs::kNothing,
@@ -1516,6 +1520,43 @@ void ApiServer::Impl::RunEvents(Call& c) {
 }
 
 void ApiServer::Impl::RunLog(Call& c) { ServeLog(c.id, c.req, c.caller, c.identity, c.res); }
+
+void ApiServer::Impl::RunLogSearch(Call& c) {
+  const Query query(c.req);
+  QL_HTTP_TRY(c.res, query.Check({"q", "attempt", "limit"}));
+  QL_HTTP_ASSIGN(c.res, std::string text, query.Required("q"));
+  QL_HTTP_TRY(c.res, ValidateLogQuery(text));
+  QL_HTTP_ASSIGN(c.res, int64_t limit,
+                 query.Integer("limit", "invalid_limit", 1, kMaxLogMatches, kDefaultLogMatches));
+  QL_HTTP_ASSIGN(c.res, int64_t attempt_number,
+                 query.Integer("attempt", "invalid_attempt", 1, 1'000'000, 0));
+  QL_HTTP_ASSIGN(c.res, RunView view, service.GetRun(c.id, c.caller));
+  const AttemptRecord* attempt = nullptr;
+  for (const AttemptRecord& a : view.attempts) {
+    if (attempt_number == 0 || a.attempt == attempt_number) attempt = &a;
+  }
+  if (attempt == nullptr) {
+    SendError(c.res, 404, "attempt_not_found",
+              attempt_number == 0
+                  ? "run " + c.id + " has no attempt"
+                  : "run " + c.id + " has no attempt " + std::to_string(attempt_number));
+    return;
+  }
+  QL_HTTP_ASSIGN(c.res, LogSearchResult found,
+                 SearchLog(*options.log_reader, *attempt, text, static_cast<int>(limit)));
+  json matches = json::array();
+  for (const LogMatch& m : found.matches) {
+    matches.push_back(
+        json{{"line", m.line}, {"offset", m.offset}, {"text", m.text}, {"truncated", m.truncated}});
+  }
+  SendJson(c.res, 200,
+           json{{"attempt", attempt->attempt},
+                {"matches", std::move(matches)},
+                {"more", found.more},
+                {"complete", found.complete},
+                {"searched_bytes", found.searched_bytes},
+                {"size", found.size}});
+}
 
 void ApiServer::Impl::RunCancel(Call& c) {
   QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"reason"}));

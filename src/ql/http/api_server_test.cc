@@ -1171,6 +1171,39 @@ TEST_F(ApiServerTest, MetricsCarryTheQueueDepthTheProcessAndTheBuild) {
   EXPECT_THAT(two.raw, HasSubstr("\nql_metrics_rejected_samples_total 0\n"));
 }
 
+// A viewer finds the lines of a log that contain a text, with where they are; bad queries are
+// refused with their codes.
+TEST_F(ApiServerTest, SearchesARunsLog) {
+  StartServer();
+  const std::string task = CreateTask();
+  const std::string run = StartRun(task);
+  const fs::path log = dir_ / "log" / "search.log";
+  {
+    std::ofstream out(log);
+    out << "fetching\nERROR timeout talking to db\nretrying\nan error again\n";
+  }
+  StartAttempt(run, log.string());
+  Reply found = Get("/api/v1/runs/" + run + "/log/search?q=error");
+  ASSERT_EQ(found.status, 200) << found.raw;
+  ASSERT_EQ(found.body["matches"].size(), 2u) << found.raw;
+  EXPECT_EQ(found.body["matches"][0]["line"], 2);
+  EXPECT_EQ(found.body["matches"][0]["offset"], 9);
+  EXPECT_EQ(found.body["matches"][0]["text"], "ERROR timeout talking to db");
+  EXPECT_EQ(found.body["matches"][1]["line"], 4);
+  EXPECT_EQ(found.body["more"], false);
+  EXPECT_EQ(found.body["complete"], true);
+  EXPECT_EQ(found.body["attempt"], 1);
+  Reply one = Get("/api/v1/runs/" + run + "/log/search?q=error&limit=1");
+  ASSERT_EQ(one.body["matches"].size(), 1u);
+  EXPECT_EQ(one.body["more"], true);
+  EXPECT_EQ(Get("/api/v1/runs/" + run + "/log/search").body["code"], "missing_parameter");
+  EXPECT_EQ(Get("/api/v1/runs/" + run + "/log/search?q=").body["code"], "invalid_query");
+  EXPECT_EQ(Get("/api/v1/runs/" + run + "/log/search?q=a&limit=0").body["code"], "invalid_limit");
+  EXPECT_EQ(Get("/api/v1/runs/" + run + "/log/search?q=a&attempt=9").status, 404);
+  EXPECT_EQ(Get("/api/v1/runs/" + run + "/log/search?q=a&offset=1").body["code"],
+            "unknown_parameter");
+}
+
 TEST_F(ApiServerTest, ReadsAndFollowsRunLogs) {
   StartServer();
   const std::string task = CreateTask();

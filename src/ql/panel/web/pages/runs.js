@@ -376,6 +376,26 @@ async function renderRun(ctx) {
     }
   });
   const log = logView(attemptSel, download);
+  // Search: the server reads the whole log of the attempt shown (the view keeps only its end)
+  // and answers the matching lines with their numbers.
+  const query = h('input', {type: 'search', id: 'log-search-q', maxlength: 200,
+                            placeholder: t('Text to find in the whole log')});
+  const found = h('div', {id: 'log-search-results', 'aria-live': 'polite'});
+  const searchForm = inlineForm('log-search', [field(t('Search the log'), query)], t('Search'), null,
+                                async () => {
+    const attempt = Number(attemptSel.value);
+    if (!attempt || !query.value) return;
+    const r = await get(`/api/v1/runs/${id}/log/search`,
+                        {q: query.value, attempt, limit: 200}, ctx.signal);
+    const lines = r.matches.map((m) => h(
+        'li', {}, h('span', {class: 'muted mono', text: `${m.line}: `}),
+        h('code', {class: 'wrap', text: m.truncated ? `${m.text}…` : m.text})));
+    replace(found,
+            h('p', {class: 'muted small', text: r.matches.length ?
+                        t('Matching lines: {n}', {n: r.matches.length}) + (r.more ? ' +' : '') :
+                        t('No line matches.')}),
+            lines.length ? h('ol', {class: 'log-matches'}, lines) : null);
+  }, found);
   const resolveBox = h('div', {id: 'resolve-box'});
   let resolution = null;      // the payload of run.recovery_resolved, once there is one
   let resolverNames = null;   // principal names, read when a person resolved the run
@@ -530,7 +550,7 @@ async function renderRun(ctx) {
       resolveBox,
       section(null, summary),
       section(t('Attempts'), attemptsBox),
-      section(t('Log'), log),
+      section(t('Log'), log, searchForm),
       section(t('Events'), eventsBody),
   );
 

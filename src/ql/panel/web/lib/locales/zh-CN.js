@@ -373,6 +373,10 @@ const texts = {
   'Run log': '运行日志',
   '[earlier output not shown]': '[更早的输出未显示]',
   'Download': '下载',
+  'No line matches.': '没有匹配的行。',
+  'Matching lines: {n}': '匹配的行：{n}',
+  'Search the log': '搜索日志',
+  'Text to find in the whole log': '在整个日志中查找的文本',
   'following…': '实时跟踪中…',
   'end of log': '日志结束',
   'stream ended (the server closes streams after 10 minutes)':
