@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "ql/core/http_endpoint.h"
+#include "yaml_output.h"
 
 namespace ql::cli {
 namespace {
@@ -580,8 +581,16 @@ void AddGlobalOptions(CLI::App& root) {
   root.add_flag("--allow-insecure-http")
       ->description("Allow plain http to a non-loopback server (tokens in clear text)");
   root.add_flag("--json")->description("Print JSON for scripts instead of tables");
+  root.add_option("--output", "table (default), json (as --json) or yaml (the same data as YAML)")
+      ->type_name("FORMAT")
+      ->check(CLI::IsMember({"table", "json", "yaml"}));
   root.add_flag("--wide")->description("Tables show full ids beside names");
 }
+
+namespace {
+// Whether JsonOutput writes YAML (--output yaml); one command per process.
+bool yaml_output = false;
+}  // namespace
 
 GlobalOptions GlobalOptionsOf(const CLI::App& app) {
   const CLI::App* root = &app;
@@ -604,7 +613,10 @@ GlobalOptions GlobalOptionsOf(const CLI::App& app) {
     return option != nullptr && option->count() > 0;
   };
   options.allow_insecure_http = flag("--allow-insecure-http");
-  options.json = flag("--json");
+  const std::optional<std::string> output = string_option("--output");
+  options.yaml = output == "yaml";
+  options.json = flag("--json") || output == "json" || options.yaml;
+  yaml_output = options.yaml;
   options.wide = flag("--wide");
   return options;
 }
@@ -624,6 +636,7 @@ void RunCommand(const CLI::App& app, const std::function<int(CommandContext&)>& 
 }
 
 std::string JsonOutput(const nlohmann::json& value) {
+  if (yaml_output) return YamlOutput(value);
   return value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

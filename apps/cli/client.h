@@ -108,7 +108,8 @@ struct GlobalOptions {
   std::optional<std::string> client_cert;  // --client-cert FILE (else $QL_CLIENT_CERT)
   std::optional<std::string> client_key;   // --client-key FILE (else $QL_CLIENT_KEY)
   bool allow_insecure_http = false;  // --allow-insecure-http (or $QL_ALLOW_INSECURE_HTTP=true)
-  bool json = false;                 // --json
+  bool json = false;                 // --json, or --output json|yaml: data, not tables
+  bool yaml = false;                 // --output yaml: that data as YAML
   bool wide = false;                 // --wide: tables show full ids beside names
 };
 
@@ -303,6 +304,7 @@ GlobalOptions GlobalOptionsOf(const CLI::App& app);
 void RunCommand(const CLI::App& app, const std::function<int(CommandContext&)>& command);
 
 // Returns `value` as JSON text for --json output: indented, invalid UTF-8 replaced.
+// (As YAML under --output yaml: the last GlobalOptionsOf of the process decides.)
 std::string JsonOutput(const nlohmann::json& value);
 
 }  // namespace ql::cli

@@ -962,6 +962,28 @@ TEST_F(CommandLineTest, GlobalOptionsWorkBeforeAndAfterTheSubcommand) {
   EXPECT_NE(out_.str().find("\"id\": \"task-9\""), std::string::npos) << out_.str();
 }
 
+// --output yaml prints what --json prints, as YAML; --output json is --json; a bad format is a
+// usage error before anything is sent.
+TEST_F(CommandLineTest, OutputYamlAndJsonAndNothingElse) {
+  AcceptTasks();
+  EXPECT_EQ(Ql({"task", "add", "a", "--shell", "true", "--output", "yaml", "--server",
+                server_.url(), "--token", "t"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_NE(out_.str().find("id: task-9\n"), std::string::npos) << out_.str();
+  EXPECT_EQ(out_.str().find('{'), std::string::npos) << out_.str();
+  out_.str("");
+  EXPECT_EQ(Ql({"task", "add", "b", "--shell", "true", "--output", "json", "--server",
+                server_.url(), "--token", "t"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_NE(out_.str().find("\"id\": \"task-9\""), std::string::npos) << out_.str();
+  EXPECT_NE(Ql({"task", "add", "c", "--shell", "true", "--output", "xml", "--server",
+                server_.url(), "--token", "t"}),
+            kExitOk);
+  EXPECT_EQ(server_.bodies().size(), 2u);
+}
+
 TEST_F(CommandLineTest, RepeatedEnvAndArgvArgumentsParse) {
   AcceptTasks();
   EXPECT_EQ(Ql({"task", "add", "n", "--env", "A=1", "--env", "B=2", "--argv", "/bin/echo", "x",
