@@ -1067,6 +1067,11 @@ def history_page(server, panel, task_id):
     check("03:17" in panel.text("#history-next") or "3:17" in panel.text("#history-next"),
           f"the daily fire is not listed: {panel.text('#history-next')!r}")
     panel.shoot("history")
+    # The task's own page charts its runs the same way, with how many succeeded.
+    panel.go(f"/tasks/{task_id}?project=default")
+    panel.wait_text("#task-chart-summary", "1 of 1 succeeded")
+    bars = [r.get_attribute("data-status") for r in panel.css("#task-chart rect")]
+    check(bars == ["succeeded"], f"the task chart draws {bars}")
 
 
 def report_failure(panel, server, screenshots):

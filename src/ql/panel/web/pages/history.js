@@ -4,64 +4,18 @@
 
 import {get} from '../lib/api.js';
 import {h, replace} from '../lib/dom.js';
-import {durationText, timeEl, timeText} from '../lib/format.js';
+import {timeEl, timeText} from '../lib/format.js';
 import {t} from '../lib/i18n.js';
-import {errorBox, href, link, pageHeader, section, table} from '../lib/ui.js';
+import {runBars} from '../lib/run_bars.js';
+import {errorBox, link, pageHeader, section, table} from '../lib/ui.js';
 
 export const nav = {label: t('History'), path: '/history'};
 export const routes = [{pattern: '/history', render}];
 
-const SVG = 'http://www.w3.org/2000/svg';
 const RUNS_READ = 500;  // the newest runs the page is drawn from
 const BARS = 30;        // runs per task, oldest on the left
 const DAY_MS = 24 * 3600 * 1000;
 const TRIGGERS_PREVIEWED = 40;
-
-// The colour class of a run status (panel.css: .bar-ok, .bar-bad, ...).
-function barClass(status) {
-  if (status === 'succeeded') return 'bar-ok';
-  if (['failed', 'timed_out', 'lost', 'recovery_required'].includes(status)) return 'bar-bad';
-  if (['running', 'dispatching'].includes(status)) return 'bar-run';
-  if (['cancelled', 'skipped'].includes(status)) return 'bar-muted';
-  return 'bar-wait';
-}
-
-function durationOf(run, now) {
-  if (!run.started_at) return 0;
-  const end = run.finished_at ? Date.parse(run.finished_at) : now;
-  return Math.max(0, end - Date.parse(run.started_at));
-}
-
-// One task's runs as an SVG of bars, each a link to its run with a title saying what it was.
-function bars(runs, now) {
-  const width = BARS * 10;
-  const svg = document.createElementNS(SVG, 'svg');
-  svg.setAttribute('viewBox', `0 0 ${width} 40`);
-  svg.setAttribute('class', 'history-bars');
-  svg.setAttribute('role', 'img');
-  svg.setAttribute('aria-label', t('{n} runs', {n: runs.length}));
-  const longest = Math.max(1, ...runs.map((r) => durationOf(r, now)));
-  runs.forEach((run, i) => {
-    const d = durationOf(run, now);
-    const height = Math.max(4, Math.round((d / longest) * 38));
-    const a = document.createElementNS(SVG, 'a');
-    a.setAttribute('href', href(`/runs/${run.id}`));
-    a.setAttribute('class', 'history-run');
-    const rect = document.createElementNS(SVG, 'rect');
-    rect.setAttribute('x', String(width - (runs.length - i) * 10 + 1));
-    rect.setAttribute('y', String(40 - height));
-    rect.setAttribute('width', '8');
-    rect.setAttribute('height', String(height));
-    rect.setAttribute('class', barClass(run.status));
-    rect.dataset.status = run.status;
-    const title = document.createElementNS(SVG, 'title');
-    title.textContent = `${t(run.status)} · ${timeText(run.created_at)} · ${durationText(d)}`;
-    rect.append(title);
-    a.append(rect);
-    svg.append(a);
-  });
-  return svg;
-}
 
 async function render(ctx) {
   ctx.title(t('History'));
@@ -104,7 +58,7 @@ async function render(ctx) {
               table(
                   [
                     {label: t('Task'), cell: ([id, e]) => link(e.name, `/tasks/${id}`)},
-                    {label: t('Runs'), cell: ([, e]) => bars([...e.runs].reverse(), now)},
+                    {label: t('Runs'), cell: ([, e]) => runBars([...e.runs].reverse(), now, BARS)},
                     {
                       label: t('Last run'),
                       class: 'wide',

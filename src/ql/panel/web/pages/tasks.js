@@ -11,6 +11,7 @@ import {durationEl, durationText, shortId, timeEl} from '../lib/format.js';
 import {t, tParts} from '../lib/i18n.js';
 import {forgetTask} from '../lib/lookup.js';
 import {decodeSecretRef, encodeSecretRef, isSecretRef, parseSecretTarget, secretTargetText} from '../lib/secretref.js';
+import {durationOf, runBars} from '../lib/run_bars.js';
 import {session} from '../lib/session.js';
 import {actionButton, actionLink, badge, errorBox, facts, field, href, link, notice, onSubmit, pagedTable, pageHeader, section, select, table} from '../lib/ui.js';
 
@@ -259,6 +260,25 @@ async function startRun(ctx, id, shown) {
   shown.hidden = false;
 }
 
+// How many of a task's newest runs its chart shows.
+const CHART_RUNS = 50;
+
+// A task's newest runs (newest first) as bars, oldest on the left, with how many succeeded and
+// the median and longest duration of those that ran.
+function runChart(runs) {
+  if (!runs.length) return h('p', {class: 'muted', text: t('No run yet.')});
+  const now = Date.now();
+  const ran = runs.filter((r) => r.started_at).map((r) => durationOf(r, now)).sort((a, b) => a - b);
+  const ok = runs.filter((r) => r.status === 'succeeded').length;
+  const summary = [t('{ok} of {n} succeeded', {ok, n: runs.length})];
+  if (ran.length) {
+    summary.push(t('median {d}', {d: durationText(ran[Math.floor((ran.length - 1) / 2)])}));
+    summary.push(t('longest {d}', {d: durationText(ran[ran.length - 1])}));
+  }
+  return h('div', {}, runBars([...runs].reverse(), now, CHART_RUNS),
+           h('p', {class: 'muted small', id: 'task-chart-summary', text: summary.join(' · ')}));
+}
+
 async function renderTask(ctx) {
   const id = ctx.params.id;
   const errors = errorBox();
@@ -343,18 +363,21 @@ async function renderTask(ctx) {
   const loading = () => h('p', {class: 'muted loading', text: t('Loading…')});
   const triggersBox = h('div', {}, loading());
   const runsBox = h('div', {}, loading());
+  const chartBox = h('div', {id: 'task-chart'}, loading());
   const historyBox = h('div', {}, loading());
   ctx.main.append(
       section(t('Triggers'), triggersBox),
+      section(t('Durations and outcomes'), chartBox),
       section(t('Recent runs'), runsBox, link(t('All runs of this task'), '/runs', {task: id})),
       section(t('Revision history'), historyBox),
   );
   const [triggers, runs, revisions] = await Promise.all([
     get('/api/v1/triggers', {task_id: id, limit: 100}, ctx.signal),
-    get('/api/v1/runs', {task_id: id, limit: 10}, ctx.signal),
+    get('/api/v1/runs', {task_id: id, limit: CHART_RUNS}, ctx.signal),
     get(`/api/v1/tasks/${id}/revisions`, {}, ctx.signal),
   ]);
-  for (const box of [triggersBox, runsBox, historyBox]) box.replaceChildren();
+  for (const box of [triggersBox, runsBox, historyBox, chartBox]) box.replaceChildren();
+  chartBox.append(runChart(runs.items || []));
   const stale = (triggers.items || []).filter((row) => row.state === 'pin_stale');
   if (stale.length) {
     triggersBox.append(notice(
@@ -365,7 +388,7 @@ async function renderTask(ctx) {
   triggersBox.append(triggerTable(
       triggers.items || [],
       {errors, onChange: () => ctx.navigate(`/tasks/${id}`, {t: Date.now()}), showTask: false}));
-  runsBox.append(runTable(runs.items || [], new Map([[id, task.name]])));
+  runsBox.append(runTable((runs.items || []).slice(0, 10), new Map([[id, task.name]])));
   historyBox.append(
       table(
           [

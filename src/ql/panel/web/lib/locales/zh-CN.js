@@ -704,6 +704,10 @@ const texts = {
   'Each approval request (at most once a minute per task) and each decision.':
       '每次审批请求（每个任务最多每分钟一次）和每次审批决定都通知。',
   'After (minutes)': '阈值（分钟）',
+  'longest {d}': '最长 {d}',
+  'median {d}': '中位数 {d}',
+  '{ok} of {n} succeeded': '{n} 次中成功 {ok} 次',
+  'Durations and outcomes': '耗时与结果',
   'late': '延迟',
   'missing': '缺失',
   'Add rule': '添加规则',
