@@ -45,6 +45,9 @@ std::string Scalar(const json& v) {
 
 bool Block(const json& v) { return (v.is_object() || v.is_array()) && !v.empty(); }
 
+// A value that is not a Block, on one line: a scalar, {} or [].
+std::string Inline(const json& v) { return v.is_object() ? "{}" : v.is_array() ? "[]" : Scalar(v); }
+
 std::string Key(const std::string& key) { return Plain(key) ? key : json(key).dump(); }
 
 void Write(const json& v, int indent, std::string& out);
@@ -66,10 +69,7 @@ void Entries(const json& v, int indent, bool continued, std::string& out) {
         out += "\n";
         Write(item, item.is_array() ? indent : indent + 2, out);
       } else {
-        out += " " + (item.is_object() ? std::string("{}")
-                      : item.is_array() ? std::string("[]")
-                                        : Scalar(item)) +
-               "\n";
+        out += " " + Inline(item) + "\n";
       }
     }
     return;
@@ -80,10 +80,7 @@ void Entries(const json& v, int indent, bool continued, std::string& out) {
     if (Block(item)) {
       Entries(item, indent + 2, /*continued=*/true, out);
     } else {
-      out += (item.is_object() ? std::string("{}")
-              : item.is_array() ? std::string("[]")
-                                : Scalar(item)) +
-             "\n";
+      out += Inline(item) + "\n";
     }
   }
 }
@@ -92,9 +89,7 @@ void Write(const json& v, int indent, std::string& out) {
   if (Block(v)) {
     Entries(v, indent, /*continued=*/false, out);
   } else {
-    out += std::string(static_cast<size_t>(indent), ' ') +
-           (v.is_object() ? std::string("{}") : v.is_array() ? std::string("[]") : Scalar(v)) +
-           "\n";
+    out += std::string(static_cast<size_t>(indent), ' ') + Inline(v) + "\n";
   }
 }
 

@@ -460,6 +460,21 @@ OutboxRecord MissingRow(const RuleRecord& rule, const ChannelRecord& channel,
 
 namespace {
 
+// Takes one message of `channel`'s rate window at `now` (a window older than a minute starts
+// again); false when the window is full.
+bool TakeRateSlot(std::map<std::string, ChannelStateRecord>& windows, const ChannelRecord& channel,
+                  int64_t now) {
+  ChannelStateRecord& window = windows[channel.id];
+  window.channel_id = channel.id;
+  if (now - window.window_started_at_ms >= kChannelRateWindowMs) {
+    window.window_started_at_ms = now;
+    window.sent_in_window = 0;
+  }
+  if (window.sent_in_window >= ChannelLimitsOf(channel.config_json).rate_per_minute) return false;
+  ++window.sent_in_window;
+  return true;
+}
+
 // The rate windows that differ from what was stored.
 std::vector<ChannelStateRecord> ChangedWindows(
     const std::map<std::string, ChannelStateRecord>& windows,
@@ -545,36 +560,17 @@ NotifyPlan PlanRunOutcome(const RunOutcome& outcome, const std::vector<RuleRecor
 
     if (matches && send) {
       // The channel's rate window: a full window holds the message back like the interval does.
-      ChannelStateRecord& window = windows[rule.channel_id];
-      window.channel_id = rule.channel_id;
-      if (now - window.window_started_at_ms >= kChannelRateWindowMs) {
-        window.window_started_at_ms = now;
-        window.sent_in_window = 0;
-      }
-      const ChannelLimits limits = ChannelLimitsOf(channel->second.config_json);
-      if (window.sent_in_window >= limits.rate_per_minute) send = false;
+      send = TakeRateSlot(windows, channel->second, now);
       if (send) {
-        ++window.sent_in_window;
         json facts = RunFacts(outcome, rule.event);
         if (*event == NotifyEvent::kRecovered) {
           facts["failures"] = failures;
         } else {
           facts["suppressed"] = state.suppressed;
         }
-        OutboxRecord row;
-        row.id = OutboxId(rule.id, rule.event, outcome.run.id);
-        row.project_id = outcome.run.project_id;
-        row.channel_id = rule.channel_id;
-        row.rule_id = rule.id;
-        row.event = rule.event;
+        OutboxRecord row = PendingRow(rule, channel->second, outcome.run.id, facts, now);
         row.task_id = outcome.run.task_id;
         row.run_id = outcome.run.id;
-        Result<std::string> payload = CanonicalJson(facts);
-        row.payload_json = payload.ok() ? *payload : std::string("{}");
-        row.status = std::string(kDeliveryPending);
-        row.next_attempt_at_ms = now;
-        row.deadline_at_ms = now + limits.deadline_ms;
-        row.created_at_ms = now;
         plan.outbox.push_back(std::move(row));
         state.last_sent_at_ms = now;
         state.suppressed = 0;
@@ -628,19 +624,7 @@ NotifyPlan PlanApprovalOutcome(const ApprovalOutcome& outcome, const std::vector
     // A request waits out the rule's interval; a decision always goes (it answers a request).
     bool send =
         !request || !state.last_sent_at_ms || now - *state.last_sent_at_ms >= rule.min_interval_ms;
-    if (send) {
-      ChannelStateRecord& window = windows[rule.channel_id];
-      window.channel_id = rule.channel_id;
-      if (now - window.window_started_at_ms >= kChannelRateWindowMs) {
-        window.window_started_at_ms = now;
-        window.sent_in_window = 0;
-      }
-      if (window.sent_in_window >= ChannelLimitsOf(channel->second.config_json).rate_per_minute) {
-        send = false;
-      } else {
-        ++window.sent_in_window;
-      }
-    }
+    if (send) send = TakeRateSlot(windows, channel->second, now);
     if (send) {
       json facts{{"event", "approval"},
                  {"phase", outcome.phase},

@@ -1519,6 +1519,25 @@ void ApiServer::Impl::RunEvents(Call& c) {
   SendJson(c.res, 200, json{{"items", std::move(items)}, {"next_after", next_after}});
 }
 
+namespace {
+
+// Attempt `number` of the run (0: its latest); NotFound `attempt_not_found` when it has none.
+Result<const AttemptRecord*> AttemptOf(const RunView& view, const std::string& run_id,
+                                       int64_t number) {
+  const AttemptRecord* attempt = nullptr;
+  for (const AttemptRecord& a : view.attempts) {
+    if (number == 0 || a.attempt == number) attempt = &a;
+  }
+  if (attempt == nullptr) {
+    return NotFound("attempt_not_found",
+                    number == 0 ? "run " + run_id + " has no attempt"
+                                : "run " + run_id + " has no attempt " + std::to_string(number));
+  }
+  return attempt;
+}
+
+}  // namespace
+
 void ApiServer::Impl::RunLog(Call& c) { ServeLog(c.id, c.req, c.caller, c.identity, c.res); }
 
 void ApiServer::Impl::RunLogSearch(Call& c) {
@@ -1531,17 +1550,7 @@ void ApiServer::Impl::RunLogSearch(Call& c) {
   QL_HTTP_ASSIGN(c.res, int64_t attempt_number,
                  query.Integer("attempt", "invalid_attempt", 1, 1'000'000, 0));
   QL_HTTP_ASSIGN(c.res, RunView view, service.GetRun(c.id, c.caller));
-  const AttemptRecord* attempt = nullptr;
-  for (const AttemptRecord& a : view.attempts) {
-    if (attempt_number == 0 || a.attempt == attempt_number) attempt = &a;
-  }
-  if (attempt == nullptr) {
-    SendError(c.res, 404, "attempt_not_found",
-              attempt_number == 0
-                  ? "run " + c.id + " has no attempt"
-                  : "run " + c.id + " has no attempt " + std::to_string(attempt_number));
-    return;
-  }
+  QL_HTTP_ASSIGN(c.res, const AttemptRecord* attempt, AttemptOf(view, c.id, attempt_number));
   QL_HTTP_ASSIGN(c.res, LogSearchResult found,
                  SearchLog(*options.log_reader, *attempt, text, static_cast<int>(limit)));
   json matches = json::array();
@@ -2313,17 +2322,7 @@ void ApiServer::Impl::ServeLog(const std::string& run_id, const http::Request& r
                  query.Integer("attempt", "invalid_attempt", 1, 1'000'000, 0));
   QL_HTTP_ASSIGN(res, bool follow, query.Bool("follow", "invalid_follow", false));
   QL_HTTP_ASSIGN(res, RunView view, service.GetRun(run_id, caller));
-  const AttemptRecord* attempt = nullptr;
-  for (const AttemptRecord& a : view.attempts) {
-    if (attempt_number == 0 || a.attempt == attempt_number) attempt = &a;
-  }
-  if (attempt == nullptr) {
-    SendError(res, 404, "attempt_not_found",
-              attempt_number == 0
-                  ? "run " + run_id + " has no attempt"
-                  : "run " + run_id + " has no attempt " + std::to_string(attempt_number));
-    return;
-  }
+  QL_HTTP_ASSIGN(res, const AttemptRecord* attempt, AttemptOf(view, run_id, attempt_number));
   res.SetHeader("X-QL-Attempt", std::to_string(attempt->attempt));
   if (follow) {
     StartFollow(run_id, attempt->attempt, offset, caller, identity, res);
