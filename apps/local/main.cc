@@ -24,6 +24,7 @@
 #include "../isolation_flags.h"
 #include "../notify_flags.h"
 #include "../oidc_config_file.h"
+#include "backup.h"
 #include "notify_loader.h"
 #include "oidc_loader.h"
 #include "ql/core/clock.h"
@@ -636,6 +637,7 @@ int main(int argc, char** argv) {
   CLI::App* rotate = app.add_subcommand(
       "rotate-secret-key", "Re-wrap every secret's data key under a new key (daemon stopped)");
   rotate->add_option("--data", rotate_data, "Data directory (default ./data)");
+  ql::local::BackupCommands backup_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -645,6 +647,7 @@ int main(int argc, char** argv) {
     return ql::local::kExitUsage;
   }
   if (rotate->parsed()) return ql::local::RotateSecretKey(rotate_data);
+  if (backup_commands.parsed()) return backup_commands.Run();
   std::error_code ec;
   std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) self = argv[0];

@@ -129,6 +129,13 @@ std::vector<std::string> LeakForms(const std::string& value) {
   return forms;
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
 std::string FindLeak(const std::string& text, const std::string& value) {
   for (const std::string& form : LeakForms(value)) {
     if (text.find(form) != std::string::npos) return form;

@@ -84,6 +84,9 @@ std::string FindLeak(const std::string& text, const std::string& value);
 // Returns the HTTP status of GET url (0 when unreachable).
 int HttpGetStatus(const std::string& url, const std::string& ca_file = "");
 
+// A whole file's bytes ("" when it cannot be read).
+std::string ReadFile(const std::string& path);
+
 // Runs one SQL query against a SQLite database file and returns the rows, columns joined by '|'.
 std::vector<std::string> SqliteQuery(const std::string& db_path, const std::string& sql);
 

@@ -25,13 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 // A value nobody else writes: any place it turns up, it leaked from this test.
 std::string UniqueValue(const std::string& tag) {
   std::random_device device;

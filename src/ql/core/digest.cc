@@ -10,12 +10,7 @@ namespace {
 
 constexpr char kHexDigits[] = "0123456789abcdef";
 
-std::string Sha256OfParts(std::initializer_list<std::string_view> parts) {
-  SHA2_CTX ctx;
-  SHA256Init(&ctx);
-  for (std::string_view part : parts) {
-    SHA256Update(&ctx, reinterpret_cast<const uint8_t*>(part.data()), part.size());
-  }
+std::string FinalHex(SHA2_CTX& ctx) {
   uint8_t md[SHA256_DIGEST_LENGTH];
   SHA256Final(md, &ctx);
   std::string hex;
@@ -27,7 +22,34 @@ std::string Sha256OfParts(std::initializer_list<std::string_view> parts) {
   return hex;
 }
 
+std::string Sha256OfParts(std::initializer_list<std::string_view> parts) {
+  SHA2_CTX ctx;
+  SHA256Init(&ctx);
+  for (std::string_view part : parts) {
+    SHA256Update(&ctx, reinterpret_cast<const uint8_t*>(part.data()), part.size());
+  }
+  return FinalHex(ctx);
+}
+
 }  // namespace
+
+struct Sha256Hasher::State {
+  SHA2_CTX ctx;
+};
+
+Sha256Hasher::Sha256Hasher() : state_(std::make_unique<State>()) { SHA256Init(&state_->ctx); }
+
+Sha256Hasher::~Sha256Hasher() = default;
+
+void Sha256Hasher::Update(std::string_view bytes) {
+  SHA256Update(&state_->ctx, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+}
+
+std::string Sha256Hasher::FinishHex() {
+  std::string hex = FinalHex(state_->ctx);
+  SHA256Init(&state_->ctx);
+  return hex;
+}
 
 std::string Sha256Hex(std::string_view bytes) { return Sha256OfParts({bytes}); }
 

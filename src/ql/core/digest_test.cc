@@ -16,6 +16,17 @@ TEST(Sha256HexTest, MatchesFipsVectors) {
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
+TEST(Sha256HasherTest, DigestsPiecesAsOneInputAndStartsOver) {
+  Sha256Hasher hasher;
+  hasher.Update("ab");
+  hasher.Update("");
+  hasher.Update("c");
+  EXPECT_EQ(hasher.FinishHex(), Sha256Hex("abc"));
+  EXPECT_EQ(hasher.FinishHex(), Sha256Hex(""));
+  for (int i = 0; i < 1000; ++i) hasher.Update(std::string(1000, 'a'));
+  EXPECT_EQ(hasher.FinishHex(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
 TEST(DomainDigestTest, HashesDomainZeroByteAndCanonicalBytes) {
   // printf 'qinglong/command@v1\0{}' | sha256sum
   EXPECT_EQ(DomainDigest("qinglong/command@v1", "{}"),

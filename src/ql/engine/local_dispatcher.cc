@@ -60,8 +60,7 @@ LocalDispatcher::LocalDispatcher(RunRepository& runs, DefinitionRepository& defi
 }
 
 std::string LocalDispatcher::LogPathFor(const RunRecord& run, const AttemptRecord& attempt) const {
-  return options_.log_root + "/" + run.task_id + "/" + run.id + "/" +
-         std::to_string(attempt.attempt) + ".log";
+  return run.task_id + "/" + run.id + "/" + std::to_string(attempt.attempt) + ".log";
 }
 
 int64_t LocalDispatcher::LogCapFor(const std::vector<AttemptRecord>& attempts,
@@ -95,6 +94,8 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   }
   const AttemptRecord& attempt = attempts.back();
   const int64_t now = clock_.NowMs();
+  // Stored relative to the log root, so a data directory can be moved or restored elsewhere;
+  // the supervisor writes to the absolute path.
   const std::string log_path = LogPathFor(run, attempt);
   const int64_t log_cap = LogCapFor(attempts, attempts.size() - 1);
 
@@ -168,7 +169,7 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   launch.limits = plan->limits;
   launch.network = plan->network;
   launch.unconfined = plan->unconfined;
-  launch.log_path = log_path;
+  launch.log_path = options_.log_root + "/" + log_path;
   launch.log_cap_bytes = log_cap;
   if (Status st = ResolveSecrets(run, launch); !st.ok()) return fail(st.reason(), st.message());
   Result<std::unique_ptr<AttemptHandle>> handle = runner_.Launch(launch);

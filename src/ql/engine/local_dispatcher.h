@@ -27,7 +27,8 @@ struct LocalDispatcherOptions {
   // what its run's earlier attempts left of this one if less, but never less than
   // kMinAttemptLogBytes (AttemptLogCap). Standalone 32 MiB, edge 8 MiB; 0 means no run cap.
   int64_t run_log_cap_bytes = 32LL * 1024 * 1024;
-  // data/log; each attempt's output goes to <root>/<task>/<run>/<attempt number>.log
+  // data/log (absolute); each attempt's output goes to <root>/<task>/<run>/<attempt number>.log,
+  // and the attempt's log_path stores <task>/<run>/<attempt number>.log, relative to the root.
   std::string log_root;
   // Measures the logs of a run's earlier attempts for the per-run cap; required when
   // run_log_cap_bytes > 0 (must outlive the dispatcher).
@@ -89,6 +90,7 @@ class LocalDispatcher {
   // secret cannot be resolved fails with the error's reason (secret_resolution.h).
   Status ResolveSecrets(const RunRecord& run, AttemptLaunch& launch);
   Status Watch(Active& active, bool& done);
+  // Returns the attempt's log path relative to the log root: <task>/<run>/<attempt number>.log.
   std::string LogPathFor(const RunRecord& run, const AttemptRecord& attempt) const;
   // Returns the log cap of `attempts[index]`: the per-attempt cap, lowered by the per-run cap
   // after the logs of the attempts before it (an unreadable one counts as a full attempt cap).

@@ -162,6 +162,8 @@ TEST_F(LocalDispatcherTest, LaunchesThePinnedPlanAndRecordsSuccess) {
   auto attempts = *store_->runs().ListAttempts(run);
   EXPECT_EQ(attempts[0].status, "running");
   EXPECT_EQ(attempts[0].pid, 4242);
+  // The stored path is relative to the log root, so the data directory can move.
+  EXPECT_EQ(attempts[0].log_path, task_id_ + "/" + run + "/1.log");
 
   p->outcome = Exited(0);
   Tick(d);

@@ -173,6 +173,8 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0015-sign-in-policies", "33821fe954b285a83c7c41ac9c1202aa6983af385896d6210ef1f71aafff0a18"},
       {"0016-notifications", "bbdbf4ba1ed7c4b95c417a060bee61e32859165267f91ca7b10994f9dc846db5"},
       {"0017-retry-on-timeout", "9cb06400c917e6dd9a76781440c2358e75e4464afea9729881e59fee4800bb51"},
+      {"0018-relative-log-paths",
+       "3ebfe442434aec17d132b46d61878c2d2ab7253ecf37e0aab689aac66f668fb5"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -190,7 +192,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 14);
+  EXPECT_EQ(capability.version, 15);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);

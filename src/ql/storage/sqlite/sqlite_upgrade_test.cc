@@ -26,12 +26,13 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kLastBeforeApprovals = "0005-governance";
 
-// Applies the embedded migrations up to and including `last` to an empty database the way the
-// store does: each in its own write transaction with its history row and capability step.
-Status MigrateUpTo(sqlite::Db& db, std::string_view last) {
+// Applies the embedded migrations after `after` up to and including `last` the way the store
+// does: each in its own write transaction with its history row and capability step.
+Status MigrateUpTo(sqlite::Db& db, std::string_view last, std::string_view after = "") {
   QL_RETURN_IF_ERROR(db.WithConnection(
       [&] { return db.ExecScript("PRAGMA foreign_keys = ON;", "configuring the connection"); }));
   for (const sqlite::EmbeddedSql& file : sqlite::EmbeddedMigrationFiles()) {
+    if (file.id <= after) continue;
     if (file.id > last) break;
     QL_RETURN_IF_ERROR(db.Transact(sqlite::TxMode::kWrite, file.id, [&](sqlite::Tx&) -> Status {
       QL_RETURN_IF_ERROR(db.ExecScript(file.sql, file.id));
@@ -320,6 +321,50 @@ TEST_F(SqliteUpgradeTest, ADatabaseOfTheReleaseBeforeApprovalsKeepsEveryRunAttem
   EXPECT_EQ((*store)->runs().ListAttempts("r1")->size(), 2u);
   // Policies written before timeouts could be retried say they are not.
   EXPECT_FALSE((*store)->runs().GetRun("r6")->retry_policy.retry_on_timeout);
+}
+
+// Log paths were absolute before 0018: the upgrade keeps what follows the log root, in the
+// per-attempt layout and in the per-run one before it, so a moved data directory reads its logs.
+TEST_F(SqliteUpgradeTest, TheRelativeLogPathsUpgradeStripsTheLogRootOfAbsolutePaths) {
+  Connect();
+  ASSERT_TRUE(MigrateUpTo(*db_, kLastBeforeApprovals).ok());
+  Status filled = db_->Transact(sqlite::TxMode::kWrite, "filling", [&](sqlite::Tx&) {
+    return db_->ExecScript(kReleaseFiveData, "filling");
+  });
+  ASSERT_TRUE(filled.ok()) << filled.ToString();
+  Status migrated = MigrateUpTo(*db_, "0017-retry-on-timeout", kLastBeforeApprovals);
+  ASSERT_TRUE(migrated.ok()) << migrated.ToString();
+  ASSERT_EQ(Query("SELECT max(id) FROM schema_migrations"), "0017-retry-on-timeout");
+  ASSERT_TRUE(Exec(R"sql(
+UPDATE run_attempts SET log_path = '/srv/ql/data/log/t1/r1/1.log' WHERE id = 'a1';
+UPDATE run_attempts SET log_path = '/srv/ql/data/log/t1/r1/2.log' WHERE id = 'a2';
+UPDATE run_attempts SET log_path = '/old place/data/log/t1/r2.log' WHERE id = 'a3';
+UPDATE run_attempts SET log_path = '/elsewhere/r5.log' WHERE id = 'a6';
+UPDATE run_attempts SET log_path = '/srv/ql/data/log/t1/r6/9.log' WHERE id = 'a7';
+)sql")
+                  .ok());
+  db_.reset();
+
+  SqliteOptions options;
+  options.path = path_;
+  auto store = SqliteStore::Open(options, clock_);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Connect();
+  EXPECT_EQ(Rows("run_attempts", "id,log_path"),
+            "'a1'|'t1/r1/1.log'\n"
+            "'a2'|'t1/r1/2.log'\n"
+            "'a3'|'t1/r2.log'\n"
+            "'a4'|'r3/1.log'\n"  // already relative
+            "'a5'|NULL\n"
+            "'a6'|'/elsewhere/r5.log'\n"             // not a path the dispatcher wrote
+            "'a7'|'/srv/ql/data/log/t1/r6/9.log'\n"  // not this attempt's file name
+            "'a8'|'r7/1.log'");
+  Result<std::vector<AttemptRecord>> attempts = (*store)->runs().ListAttempts("r1");
+  ASSERT_TRUE(attempts.ok()) << attempts.status().ToString();
+  ASSERT_EQ(attempts->size(), 2u);
+  EXPECT_EQ((*attempts)[0].log_path, "t1/r1/1.log");
+  EXPECT_EQ(Query("SELECT version FROM schema_capabilities"),
+            std::to_string(sqlite::ExpectedCapability().version));
 }
 
 // Names were not unique before 0011: the upgrade keeps the oldest task's name, suffixes the
