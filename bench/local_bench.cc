@@ -93,11 +93,14 @@ void Stop(Daemon& d) {
   d.pid = -1;
 }
 
-double RssMiB(pid_t pid) {
+// A field of /proc/PID/status in MiB: VmRSS (all resident pages), RssAnon (the process's own
+// pages), RssFile (code and constants of the executable and its libraries, shared with the
+// page cache).
+double StatusMiB(pid_t pid, const std::string& field = "VmRSS:") {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind(field, 0) == 0) return std::stod(line.substr(field.size())) / 1024.0;
   }
   return -1;
 }
@@ -189,7 +192,8 @@ int main(int argc, char** argv) {
   const std::string root = mkdtemp(tmpl);
 
   // Sections 1 and 2 run --repeat times (fresh data directories); each figure is the median.
-  std::vector<double> rss_idle_0s, rss_idle_ns, ready_mss, rates, firsts, lasts, admitteds;
+  std::vector<double> rss_idle_0s, rss_idle_ns, anon_idle_ns, ready_mss, rates, firsts, lasts,
+      admitteds;
   int64_t duplicates = 0;  // summed over the repeats: must stay 0
   for (int k = 0; k < repeat; ++k) {
     // 1. Edge: idle RSS with 0 and N triggers, and start-up time with N triggers. The triggers
@@ -198,7 +202,7 @@ int main(int argc, char** argv) {
     const std::string edge = root + "/edge" + std::to_string(k);
     Daemon d = Start(bin, edge, "edge");
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    rss_idle_0s.push_back(RssMiB(d.pid));
+    rss_idle_0s.push_back(StatusMiB(d.pid));
     Stop(d);
     d = Start(bin, edge, "standalone");
     {
@@ -214,7 +218,8 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     std::this_thread::sleep_for(std::chrono::seconds(6));  // one idle edge cadence
-    rss_idle_ns.push_back(RssMiB(d.pid));
+    rss_idle_ns.push_back(StatusMiB(d.pid));
+    anon_idle_ns.push_back(StatusMiB(d.pid, "RssAnon:"));
     Stop(d);
 
     // 2. Standalone: N triggers due in the same second.
@@ -276,6 +281,7 @@ int main(int argc, char** argv) {
   std::printf("%-58s %12s\n", "figure", "value");
   std::printf("%-58s %9.2f MiB\n", "edge idle RSS, 0 triggers", rss_idle_0);
   std::printf("%-58s %9.2f MiB\n", ("edge idle RSS, " + std::to_string(triggers) + " triggers").c_str(), rss_idle_n);
+  std::printf("%-58s %9.2f MiB\n", "  of which anonymous (heap, stacks)", Median(anon_idle_ns));
   std::printf("%-58s %9.0f ms\n", ("edge start to /readyz 200, " + std::to_string(triggers) + " triggers").c_str(), ready_ms);
   std::printf("%-58s %9.0f /s\n", ("standalone admission, " + std::to_string(triggers) + " due at once").c_str(), admission_rate);
   std::printf("%-58s %9.0f ms\n", "  scheduled time to last admission", Median(lasts));
@@ -288,6 +294,7 @@ int main(int argc, char** argv) {
   std::printf("%-58s %9zu\n", "  occurrences measured", lags.size());
   std::printf("edge_idle_rss_0_mib=%.2f\n", rss_idle_0);
   std::printf("edge_idle_rss_%d_mib=%.2f\n", triggers, rss_idle_n);
+  std::printf("edge_idle_rss_anon_%d_mib=%.2f\n", triggers, Median(anon_idle_ns));
   std::printf("edge_ready_ms_%d=%.0f\n", triggers, ready_ms);
   std::printf("standalone_admission_per_s=%.0f\n", admission_rate);
   std::printf("standalone_burst_duplicates=%lld\n", (long long)duplicates);

@@ -57,6 +57,7 @@
 #include "ql/secrets/store_sealer.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql_version.h"
+#include "resident_pages.h"
 
 namespace fs = std::filesystem;
 
@@ -496,6 +497,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   // Start-up (migrations, recovery) leaves freed heap behind: give it back to the system, so an
   // idle edge daemon holds only what it uses.
   ::malloc_trim(0);
+  if (profile == "edge") {
+    // Likewise the code start-up ran: the idle daemon's resident set is what it runs from now on.
+    ql::local::ReleaseReadOnlyFilePages();
+  }
   std::cout << "ql-local " << profile << " listening on " << url << "\n"
             << "data directory: " << data.string() << "\n"
             << (panel.size() > 0 ? "web panel: " + url + "/\n" : std::string())
