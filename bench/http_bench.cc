@@ -4,7 +4,11 @@
 // memory taken by a crowd of anonymous uploads, and authenticated read throughput.
 //
 //   ql_http_bench --bin DIR [--baseline-bin DIR] [--slow 2000] [--idle 500] [--uploads 1000]
-//                 [--samples 200] [--seconds 5] [--clients 4]
+//                 [--samples 200] [--seconds 2] [--rounds 7] [--clients 4]
+//
+// Read throughput is measured in --rounds rounds of --seconds each, alternating between the two
+// builds (both daemons started side by side), and each build's figure is the median of its
+// rounds: on a shared, noisy machine both builds see the same disturbances.
 //
 // Every figure is measured in this run; a request that gets no answer within 2 s counts as
 // 2000 ms. Prints a table and name=value lines (`_baseline` for the other build, `_ratio` =
@@ -330,11 +334,9 @@ double ReadThroughput(const Daemon& d, int clients, int seconds) {
   return static_cast<double>(done.load()) / seconds;
 }
 
-Figures Measure(const std::string& bin, const std::string& data, int slow, int idle, int uploads,
-                int samples, int seconds, int clients) {
-  Figures f;
+// Starts a daemon and gives it some history to list: one task and 20 runs of it.
+Daemon StartWithHistory(const std::string& bin, const std::string& data) {
   Daemon d = Start(bin, data);
-  // Some history to list.
   const std::string task = json{{"name", "bench"},
                                 {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}}
                                .dump();
@@ -354,9 +356,15 @@ Figures Measure(const std::string& bin, const std::string& data, int slow, int i
     ::close(fd);
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));
+  return d;
+}
+
+Figures Measure(const std::string& bin, const std::string& data, int slow, int idle, int uploads,
+                int samples) {
+  Figures f;
+  Daemon d = StartWithHistory(bin, data);
   f.idle_rss = RssMiB(d.pid);
   Latencies(d, samples, &f.livez_p50, &f.livez_p99, &f.runs_p50, &f.runs_p99);
-  f.read_rps = ReadThroughput(d, clients, seconds);
   {
     // Anonymous uploads: a 1 MiB body announced, 16 KiB sent, the rest never comes.
     const double before = RssMiB(d.pid);
@@ -396,7 +404,7 @@ Figures Measure(const std::string& bin, const std::string& data, int slow, int i
 
 int main(int argc, char** argv) {
   std::string bin = "build/bin", baseline;
-  int slow = 2000, idle = 500, uploads = 1000, samples = 200, seconds = 5, clients = 4;
+  int slow = 2000, idle = 500, uploads = 1000, samples = 200, seconds = 2, rounds = 7, clients = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const std::string value = argv[i + 1];
@@ -406,7 +414,10 @@ int main(int argc, char** argv) {
     else if (flag == "--idle") idle = std::stoi(value);
     else if (flag == "--uploads") uploads = std::stoi(value);
     else if (flag == "--samples") samples = std::stoi(value);
-    else if (flag == "--seconds") seconds = std::stoi(value);
+    else if (flag == "--seconds")
+      seconds = std::max(1, std::stoi(value));
+    else if (flag == "--rounds")
+      rounds = std::max(1, std::stoi(value));
     else if (flag == "--clients") clients = std::stoi(value);
     else {
       std::cerr << "unknown flag " << flag << "\n";
@@ -422,10 +433,35 @@ int main(int argc, char** argv) {
                                                          std::to_string(::getpid())))
                               .string();
   std::map<std::string, Figures> runs;
-  runs["this"] = Measure(bin, dir + "/this", slow, idle, uploads, samples, seconds, clients);
+  runs["this"] = Measure(bin, dir + "/this", slow, idle, uploads, samples);
   if (!baseline.empty()) {
-    runs["baseline"] =
-        Measure(baseline, dir + "/baseline", slow, idle, uploads, samples, seconds, clients);
+    runs["baseline"] = Measure(baseline, dir + "/baseline", slow, idle, uploads, samples);
+  }
+  {
+    // Read throughput: both daemons up, rounds alternating between them (the first build of a
+    // round alternates too), the median of each build's rounds.
+    std::map<std::string, Daemon> readers;
+    std::map<std::string, std::vector<double>> rates;
+    readers["this"] = StartWithHistory(bin, dir + "/this-reads");
+    if (!baseline.empty())
+      readers["baseline"] = StartWithHistory(baseline, dir + "/baseline-reads");
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<std::string> order;
+      for (const auto& [name, d] : readers) order.push_back(name);
+      if (r % 2 == 1) std::reverse(order.begin(), order.end());
+      for (const std::string& name : order) {
+        rates[name].push_back(ReadThroughput(readers[name], clients, seconds));
+      }
+    }
+    for (auto& [name, d] : readers) {
+      Stop(d);
+      std::vector<double>& v = rates[name];
+      std::printf("read/s of %s, round by round:", name.c_str());
+      for (double rate : v) std::printf(" %.0f", rate);
+      std::printf("\n");
+      std::sort(v.begin(), v.end());
+      runs[name].read_rps = v[v.size() / 2];
+    }
   }
   std::printf("%-10s %8s %8s %8s %8s | %8s %8s %8s %8s | %6s %6s | %8s %7s | %9s\n", "build",
               "livez50", "livez99", "runs50", "runs99", "livez50*", "livez99*", "runs50*",
@@ -437,8 +473,10 @@ int main(int argc, char** argv) {
         f.livez_p99_load, f.runs_p50_load, f.runs_p99_load, f.slow_open, f.idle_open,
         f.upload_rss_delta, f.uploads_open, f.read_rps);
   }
-  std::printf("(ms; * = while the slow and idle connections are held open; slow/idle/uploads = "
-              "connections the server kept open)\n");
+  std::printf(
+      "(ms; * = while the slow and idle connections are held open; slow/idle/uploads = "
+      "connections the server kept open; read/s = median of %d rounds of %d s)\n",
+      rounds, seconds);
   for (const auto& [name, f] : runs) {
     const std::string suffix = name == "this" ? "" : "_" + name;
     std::printf("http_livez_p99_ms%s=%.2f\n", suffix.c_str(), f.livez_p99);

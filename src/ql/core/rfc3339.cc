@@ -1,6 +1,7 @@
 #include "ql/core/rfc3339.h"
 
 #include <cstdio>
+#include <string_view>
 
 namespace ql {
 namespace {
@@ -13,20 +14,50 @@ int64_t FloorDiv(int64_t a, int64_t b) {
 
 // Formats the wall time `local_seconds` (seconds since 1970-01-01T00:00:00 on the local clock)
 // plus `millis`, without an offset.
-std::string FormatLocal(int64_t local_seconds, int millis) {
+void PutDigits(char* at, int value, int width) {
+  for (int i = width - 1; i >= 0; --i, value /= 10) at[i] = static_cast<char>('0' + value % 10);
+}
+
+// Followed by `suffix` (the offset, or "Z"). Years 0..9999 are written digit by digit (every
+// API answer formats timestamps); others through snprintf, as before.
+std::string FormatLocal(int64_t local_seconds, int millis, std::string_view suffix) {
   const int64_t days = FloorDiv(local_seconds, 86400);
   const int64_t secs = local_seconds - days * 86400;
   const CivilDate date = CivilFromDays(days);
+  const int hour = static_cast<int>(secs / 3600);
+  const int minute = static_cast<int>(secs / 60 % 60);
+  const int second = static_cast<int>(secs % 60);
   char buf[64];
-  int n = std::snprintf(buf, sizeof(buf), "%04lld-%02d-%02dT%02d:%02d:%02d",
-                        static_cast<long long>(date.year), date.month, date.day,
-                        static_cast<int>(secs / 3600), static_cast<int>(secs / 60 % 60),
-                        static_cast<int>(secs % 60));
-  std::string out(buf, static_cast<size_t>(n));
-  if (millis != 0) {
-    n = std::snprintf(buf, sizeof(buf), ".%03d", millis);
-    out.append(buf, static_cast<size_t>(n));
+  size_t n = 0;
+  if (date.year >= 0 && date.year <= 9999) {
+    PutDigits(buf, static_cast<int>(date.year), 4);
+    buf[4] = '-';
+    PutDigits(buf + 5, date.month, 2);
+    buf[7] = '-';
+    PutDigits(buf + 8, date.day, 2);
+    buf[10] = 'T';
+    PutDigits(buf + 11, hour, 2);
+    buf[13] = ':';
+    PutDigits(buf + 14, minute, 2);
+    buf[16] = ':';
+    PutDigits(buf + 17, second, 2);
+    n = 19;
+    if (millis != 0) {
+      buf[19] = '.';
+      PutDigits(buf + 20, millis, 3);
+      n = 23;
+    }
+  } else {
+    n = static_cast<size_t>(std::snprintf(buf, sizeof(buf), "%04lld-%02d-%02dT%02d:%02d:%02d",
+                                          static_cast<long long>(date.year), date.month, date.day,
+                                          hour, minute, second));
+    if (millis != 0)
+      n += static_cast<size_t>(std::snprintf(buf + n, sizeof(buf) - n, ".%03d", millis));
   }
+  std::string out;
+  out.reserve(n + suffix.size());
+  out.append(buf, n);
+  out.append(suffix);
   return out;
 }
 
@@ -37,18 +68,16 @@ std::string FormatRfc3339(int64_t unix_ms, const TimeZone& zone) {
   const int millis = static_cast<int>(unix_ms - seconds * 1000);
   int32_t offset = zone.OffsetAt(seconds);
   offset -= offset % 60;  // RFC 3339 offsets have no seconds; truncate toward zero
-  std::string out = FormatLocal(seconds + offset, millis);
   const int32_t magnitude = offset < 0 ? -offset : offset;
   char buf[16];
   const int n = std::snprintf(buf, sizeof(buf), "%c%02d:%02d", offset < 0 ? '-' : '+',
                               magnitude / 3600, magnitude / 60 % 60);
-  out.append(buf, static_cast<size_t>(n));
-  return out;
+  return FormatLocal(seconds + offset, millis, std::string_view(buf, static_cast<size_t>(n)));
 }
 
 std::string FormatRfc3339Utc(int64_t unix_ms) {
   const int64_t seconds = FloorDiv(unix_ms, 1000);
-  return FormatLocal(seconds, static_cast<int>(unix_ms - seconds * 1000)) + "Z";
+  return FormatLocal(seconds, static_cast<int>(unix_ms - seconds * 1000), "Z");
 }
 
 Result<int64_t> ParseRfc3339(std::string_view text) {

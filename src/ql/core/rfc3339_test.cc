@@ -16,6 +16,7 @@ TEST(Rfc3339Test, FormatsUtc) {
   EXPECT_EQ(FormatRfc3339Utc(kNySpringForwardMs + 5), "2026-03-08T07:00:00.005Z");
   EXPECT_EQ(FormatRfc3339Utc(-1), "1969-12-31T23:59:59.999Z");
   EXPECT_EQ(FormatRfc3339Utc(253402300799000), "9999-12-31T23:59:59Z");
+  EXPECT_EQ(FormatRfc3339Utc(253402300800001), "10000-01-01T00:00:00.001Z");
 }
 
 TEST(Rfc3339Test, FormatsWithTheZoneOffsetAtThatInstant) {
