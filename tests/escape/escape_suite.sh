@@ -2,7 +2,7 @@
 # The escape suite: commands run by QingLong try to get out of their confinement, and must fail.
 #
 #   escape_suite.sh [--bin-dir DIR] [--postgres THROWAWAY_POSTGRES --roles-sql ROLES_SQL]
-#                   [--rounds root,user,worker] [--keep]
+#                   [--rounds root,user,worker,worker-user] [--keep]
 #
 # Needs root (it starts ql-local as root, then as the system user `qlescape`, which it creates).
 # Every attempt runs as the admin of a project `p2` (a principal holding only `admin` there),
@@ -17,7 +17,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BIN_DIR=$HERE/../../build/bin
 POSTGRES=""
 ROLES_SQL=$HERE/../../deploy/postgres/roles.sql
-ROUNDS="root,user,worker"
+ROUNDS="root,user,worker,worker-user"
 KEEP=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -658,6 +658,14 @@ DAEMON_PID=""
 LEFT_MARK=""
 LINKS_DIR=""
 
+ensure_escape_user() {  # creates $ESCAPE_USER when missing (removed again at exit)
+  if ! id "$ESCAPE_USER" >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$ESCAPE_USER" ||
+      { record FAIL setup "cannot create the user $ESCAPE_USER"; return 1; }
+    USER_CREATED=1
+  fi
+}
+
 local_round() {  # ROUND-NAME: root or user
   ROUND=$1
   # The data directory where a command could look for it; the suite's own files out of reach.
@@ -682,11 +690,7 @@ local_round() {  # ROUND-NAME: root or user
     env QL_ESCAPE_DAEMON_SECRET="$env_secret" "${serve[@]}" >"$base/daemon.log" 2>&1 &
   else
     want_level=user-namespace
-    if ! id "$ESCAPE_USER" >/dev/null 2>&1; then
-      useradd --system --no-create-home --shell /usr/sbin/nologin "$ESCAPE_USER" ||
-        { record FAIL setup "cannot create the user $ESCAPE_USER"; return; }
-      USER_CREATED=1
-    fi
+    ensure_escape_user || return
     chown -R "$ESCAPE_USER:" "$D"
     chmod 0700 "$D"
     env QL_ESCAPE_DAEMON_SECRET="$env_secret" HOME=/ \
@@ -913,11 +917,15 @@ local_round() {  # ROUND-NAME: root or user
 
 # ---- The worker round -----------------------------------------------------------------------
 
-worker_round() {
+worker_round() {  # AS: root (round "worker") or user (round "worker-user": ql-worker as
+                  # $ESCAPE_USER, commands confined in a user namespace)
+  local as=$1
   ROUND=worker
-  local base=$T/private/worker
+  [ "$as" = user ] && ROUND=worker-user
+  local base=$T/private/$ROUND
+  local WT=$T/$ROUND   # the worker's token, key and work directory
   RD=$base/results
-  mkdir -p "$RD" "$T/worker"
+  mkdir -p "$RD" "$WT"
   SECRETS_FILE=$base/secrets
   : >"$SECRETS_FILE"
   TASK=() RUN=() ADD_ERROR=() ORDER=()
@@ -953,7 +961,7 @@ worker_round() {
   worker_token=$("$cluster" worker-token create escape-worker --database-url "$admin" 2>&1 | tail -1)
   # The token file readable by anyone (only the confinement hides it), the key file 0600 (the
   # key provider insists), both in a directory anyone may enter.
-  local token_file=$T/worker/worker.token key_file=$T/worker/secret.key wd=$T/worker/worker-data
+  local token_file=$WT/worker.token key_file=$WT/secret.key wd=$WT/worker-data
   printf '%s\n' "$worker_token" >"$token_file"
   chmod 0644 "$token_file"
   (umask 077; head -c 32 /dev/urandom >"$key_file")
@@ -971,22 +979,34 @@ worker_round() {
     --worker-database-url "$workerdb" --listen "127.0.0.1:$port" \
     --worker-listen "127.0.0.1:$wport" --secret-key-file "$key_file" --shutdown-wait 2 \
     >"$base/cluster.log" 2>&1 &
-  PIDS+=($!)
+  CLUSTER_PID=$!
+  PIDS+=("$CLUSTER_PID")
   if ! wait_http_ok "$URL/readyz" 60; then
     record FAIL setup "ql-cluster did not become ready: $(tail -5 "$base/cluster.log" | tr '\n' ' ')"
     return
   fi
-  "$worker" --control "http://127.0.0.1:$wport" --token-file "$token_file" --slots 4 \
-    --work-dir "$wd" --secret-key-file "$key_file" >"$base/worker.log" 2>&1 &
+  local worker_cmd=("$worker" --control "http://127.0.0.1:$wport" --token-file "$token_file"
+                    --slots 4 --work-dir "$wd" --secret-key-file "$key_file")
+  local want_level=full
+  if [ "$as" = root ]; then
+    "${worker_cmd[@]}" >"$base/worker.log" 2>&1 &
+  else
+    want_level=user-namespace
+    ensure_escape_user || return
+    chown -R "$ESCAPE_USER:" "$WT"
+    HOME=/ setpriv --reuid="$ESCAPE_USER" --regid="$ESCAPE_USER" --init-groups \
+      "${worker_cmd[@]}" >"$base/worker.log" 2>&1 &
+  fi
   local worker_pid=$!
   PIDS+=("$worker_pid")
   for i in $(seq 1 100); do grep -q 'command isolation:' "$base/worker.log" && break; sleep 0.1; done
   local banner
   banner=$(grep -m1 -o 'command isolation:.*' "$base/worker.log")
-  if printf '%s' "$banner" | grep -q '^command isolation: full'; then
-    record PASS "isolation level full" "$banner"
+  if printf '%s' "$banner" | grep -q "^command isolation: $want_level"; then
+    record PASS "isolation level $want_level" "$banner"
   else
-    record FAIL "isolation level full" "worker says '$banner'"
+    record FAIL "isolation level $want_level" "worker says '$banner'"
+    return
   fi
 
   # p2 and its admin, as in the local rounds.
@@ -1023,11 +1043,12 @@ for f in worker.token secret.key command-uids ../worker.token ../secret.key ../.
 find . .. -xdev -maxdepth 4 -type f 2>/dev/null | head -300 | while read f; do head -c 400 \$f 2>/dev/null | sed 's/ESCAPED/escaped/g'; echo; done
 echo x >$DROP/qlescape-worker-\$QL_RUN_ID 2>/dev/null && echo 'ESCAPED: wrote into $DROP on the host'
 true"
-  attempt worker-workdir-token-dir "$wcmd" --workdir "$T/worker"
+  attempt worker-workdir-token-dir "$wcmd" --workdir "$WT"
   attempt worker-workdir-work-dir "$wcmd" --workdir "$wd"
   attempt worker-workdir-root "$wcmd" --workdir /
   attempt identity "$PRE
-echo \"uid=\$(id -u) gid=\$(id -g)\""
+echo \"uid=\$(id -u) gid=\$(id -g)\"
+cat /proc/self/uid_map"
   attempt capabilities "$PRE
 grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status"
   attempt ok-pipeline "seq 1 100 | awk '{s+=\$1} END {print s}'"
@@ -1041,7 +1062,14 @@ grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status"
   for name in worker-workdir-token-dir worker-workdir-work-dir worker-workdir-root; do
     judge "$name" nostart "host_absent '$DROP/qlescape-worker-${RUN[$name]:-none}'"
   done
-  judge identity "log_has identity '^uid=19[0-9]{8} gid=19[0-9]{8}\$'"
+  if [ "$as" = root ]; then
+    judge identity "log_has identity '^uid=19[0-9]{8} gid=19[0-9]{8}\$'"
+  else
+    # The project's uid inside, mapped onto the worker's own user outside: never root.
+    local escape_uid
+    escape_uid=$(id -u "$ESCAPE_USER")
+    judge identity "log_lacks identity '^uid=0 '" "log_has identity '^ *[0-9]+ +$escape_uid +1\$'"
+  fi
   judge capabilities "log_has capabilities '^CapEff:[[:space:]]+0+\$'" \
     "log_has capabilities '^CapBnd:[[:space:]]+0+\$'" "log_has capabilities '^NoNewPrivs:[[:space:]]+1\$'"
   judge_ok ok-pipeline "log_has ok-pipeline '^5050\$'"
@@ -1050,6 +1078,14 @@ grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status"
   else
     record FAIL "worker and cluster output clean" "a secret is in worker.log or cluster.log"
   fi
+  # The next worker round starts its own PostgreSQL and control plane.
+  local pid
+  for pid in "$worker_pid" "$CLUSTER_PID"; do
+    kill -TERM "$pid" 2>/dev/null
+    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  done
+  exec 7>&-
+  PG_FD_OPEN=0
 }
 
 # ---- Main -----------------------------------------------------------------------------------
@@ -1057,7 +1093,8 @@ grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status"
 START=$SECONDS
 case ",$ROUNDS," in *,root,*) local_round root ;; esac
 case ",$ROUNDS," in *,user,*) local_round user ;; esac
-case ",$ROUNDS," in *,worker,*) worker_round ;; esac
+case ",$ROUNDS," in *,worker,*) worker_round root ;; esac
+case ",$ROUNDS," in *,worker-user,*) worker_round user ;; esac
 # Any leftover of a failed leftover-process check is ended by pid.
 for pid in "${LEFTOVER[@]}"; do kill -KILL "$pid" 2>/dev/null; done
 
