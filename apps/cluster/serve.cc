@@ -15,6 +15,7 @@
 #include <string_view>
 #include <thread>
 
+#include "../log_flags.h"
 #include "../oidc_config_file.h"
 #include "ql/core/clock.h"
 #include "ql/core/ids.h"
@@ -26,6 +27,7 @@
 #include "ql/engine/notification_delivery.h"
 #include "ql/engine/notification_service.h"
 #include "ql/engine/oidc_sign_in.h"
+#include "ql/engine/outage_log.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
 #include "ql/engine/secret_service.h"
@@ -75,16 +77,20 @@ int Fail(int code, const Status& status) {
 }
 
 // Low-sensitivity diagnostics: a component, a reason and a message; never a URL or a token.
-void Diagnose(std::string_view component, const Status& status) {
-  std::cerr << component << ": " << status.reason() << ": " << status.message() << "\n";
+// One daemon log line each.
+DiagnosticLog Diagnostics(EventLog& log) {
+  return [&log](std::string_view component, const Status& status) {
+    log.Warn("diagnostic",
+             {{"component", component}, {"code", status.reason()}, {"message", status.message()}});
+  };
 }
 
 // The options of one of the replica's loops: exceptions counted and logged, the loop goes on.
-RoundLoopOptions LoopOptions(const char* name, Metrics& metrics) {
+RoundLoopOptions LoopOptions(const char* name, Metrics& metrics, EventLog& log) {
   RoundLoopOptions options;
   options.name = name;
   options.metrics = &metrics;
-  options.diagnostics = Diagnose;
+  options.diagnostics = Diagnostics(log);
   return options;
 }
 
@@ -171,6 +177,10 @@ int Serve(const ServeConfig& config) {
     return Fail(kExitUsage,
                 InvalidArgument("invalid_shutdown_wait", "--shutdown-wait must be 1..600 s"));
   }
+  Result<DaemonLog> daemon_log = OpenDaemonLog(config.log, clock);
+  if (!daemon_log.ok()) return Fail(kExitUsage, daemon_log.status());
+  EventLog& log = *daemon_log->log;
+  const DiagnosticLog diagnose = Diagnostics(log);
 
   // The key provider seals values written through the API. Without one the replica still serves
   // everything else, and secret writes answer secrets_unavailable.
@@ -184,6 +194,7 @@ int Serve(const ServeConfig& config) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // reopens the --log-file
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -220,9 +231,12 @@ int Serve(const ServeConfig& config) {
           std::max(scheduler_options.max_claims_per_round, scheduler_options.claims_per_round));
       scheduler_options.max_claims_per_round = cap;
       scheduler_options.claims_per_round = std::min(scheduler_options.claims_per_round, cap);
-      Diagnose("admission", room);
-      std::cerr << "admission: SERIALIZABLE in batches of at most " << cap
-                << " rows until the predicate-lock settings are raised (then restart)\n";
+      diagnose("admission", room);
+      log.Warn("admission.capped", {{"max_claims_per_round", cap},
+                                    {"message",
+                                     "SERIALIZABLE in smaller batches until the "
+                                     "predicate-lock settings are raised (then "
+                                     "restart)"}});
     }
   }
 
@@ -245,7 +259,7 @@ int Serve(const ServeConfig& config) {
   // runs that outlived their timeout by more than a lease, whatever their worker says.
   PostgresClusterRecovery recovery_source(store->runtime_pool());
   pg::PostgresRunLeases leases(store->runtime_pool());
-  ClusterRecovery recovery(recovery_source, store->runs(), clock, random, metrics);
+  ClusterRecovery recovery(recovery_source, store->runs(), clock, random, metrics, &log);
   recovery.EnforceTimeouts(leases, worker_options.lease_ttl_ms);
   // Leases carry the sealed versions of their plans' secrets, looked up as the runtime role.
   worker_options.secrets = &store->secrets();
@@ -254,6 +268,7 @@ int Serve(const ServeConfig& config) {
   worker_options.approvals = &store->approvals();
   worker_options.definitions = &store->definitions();
   worker_options.projects = &store->projects();
+  worker_options.event_log = &log;
   for (int attempt = 1;; ++attempt) {
     Result<RecoveryReport> report = recovery.RunOnce();
     if (report.ok() && report->errors == 0) {
@@ -264,7 +279,7 @@ int Serve(const ServeConfig& config) {
     }
     Status why = report.ok() ? report->first_error : report.status();
     if (attempt >= kRecoveryStartAttempts) return Fail(kExitFailure, why);
-    Diagnose("recovery", why);
+    diagnose("recovery", why);
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
 
@@ -273,7 +288,7 @@ int Serve(const ServeConfig& config) {
                                          ? AdmissionIsolation::kSerializable
                                          : AdmissionIsolation::kReadCommitted);
   ClusterScheduler scheduler(schedules, store->definitions(), random, metrics, scheduler_options);
-  scheduler.SetDiagnostics(Diagnose);
+  scheduler.SetDiagnostics(diagnose);
   metrics.Describe("ql_db_transaction_retries", "gauge",
                    "Whole transactions of the runtime pool rerun after a serialization failure, "
                    "a deadlock or a lost COMMIT reply of a read-only transaction, since start.");
@@ -281,47 +296,52 @@ int Serve(const ServeConfig& config) {
   // still due). Retention yields while it is.
   std::atomic<bool> scheduler_backlog{false};
   ConditionSleeper scheduler_sleeper;
+  OutageLog scheduler_outage("scheduler", &log, clock);
+  OutageLog recovery_outage("recovery", &log, clock);
   RoundLoop scheduler_loop(
       [&]() -> int64_t {
         Result<RoundReport> round = scheduler.RunRound();
+        scheduler_outage.Observe(round.status());
         metrics.SetGauge("ql_db_transaction_retries", "",
                          static_cast<double>(store->runtime_pool().retries()));
         if (!round.ok()) {
-          Diagnose("scheduler", round.status());
+          diagnose("scheduler", round.status());
           scheduler_backlog = false;
           return scheduler_options.cadence_ms;
         }
-        if (!round->first_error.ok()) Diagnose("scheduler", round->first_error);
+        if (!round->first_error.ok()) diagnose("scheduler", round->first_error);
         Result<int64_t> next = scheduler.NextDelayMs(*round);
         scheduler_backlog = next.ok() && *next == 0;
         return next.ok() ? *next : scheduler_options.cadence_ms;
       },
-      scheduler_sleeper, LoopOptions("scheduler", metrics));
+      scheduler_sleeper, LoopOptions("scheduler", metrics, log));
   ConditionSleeper recovery_sleeper;
   RoundLoop recovery_loop(
       [&]() -> int64_t {
         // Startup looked at every run; later cycles settle what went beyond the queue.
         Result<RecoveryReport> report = recovery.RunOnce(256, RecoveryScope::kBeyondQueue);
+        recovery_outage.Observe(report.status());
         // Pending approvals past their expiry (database clock) are swept with recovery.
         Result<int> expired = control.ExpireApprovals(256);
-        if (!expired.ok()) Diagnose("approval expiry", expired.status());
+        if (!expired.ok()) diagnose("approval expiry", expired.status());
         if (!report.ok()) {
-          Diagnose("recovery", report.status());
+          diagnose("recovery", report.status());
         } else if (!report->first_error.ok()) {
-          Diagnose("recovery", report->first_error);
+          diagnose("recovery", report->first_error);
         }
         return config.recovery_interval_ms;
       },
-      recovery_sleeper, LoopOptions("recovery", metrics));
+      recovery_sleeper, LoopOptions("recovery", metrics, log));
   // Retention: every replica purges; replicas skip the rows another one holds. A replica's purge
   // waits while its scheduler has a backlog.
   RetentionJobOptions retention_options;
   retention_options.interval_ms = config.retention_interval_ms;
   retention_options.scheduler_backlog = [&] { return scheduler_backlog.load(); };
+  retention_options.event_log = &log;
   RetentionJob retention(store->retention(), clock, random, metrics, retention_options);
   ConditionSleeper retention_sleeper;
-  RoundLoop retention_loop([&] { return retention.RunLoopRound(Diagnose); }, retention_sleeper,
-                           LoopOptions("retention", metrics));
+  RoundLoop retention_loop([&] { return retention.RunLoopRound(diagnose); }, retention_sleeper,
+                           LoopOptions("retention", metrics, log));
   // Notifications: every replica delivers; a row is leased to one replica at a time (SKIP
   // LOCKED), and a replica that dies mid-send leaves it to another once the lease runs out.
   // The replica opens the channel's credentials (signing keys, bot tokens) right before sending.
@@ -340,8 +360,8 @@ int Serve(const ServeConfig& config) {
         return options;
       }());
   ConditionSleeper notify_sleeper;
-  RoundLoop notify_loop([&] { return notify_delivery.RunLoopRound(Diagnose); }, notify_sleeper,
-                        LoopOptions("notifications", metrics));
+  RoundLoop notify_loop([&] { return notify_delivery.RunLoopRound(diagnose); }, notify_sleeper,
+                        LoopOptions("notifications", metrics, log));
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
   std::thread retention_thread([&] { retention_loop.Run(); });
   std::thread notify_thread([&] { notify_loop.Run(); });
@@ -437,7 +457,7 @@ int Serve(const ServeConfig& config) {
     }
     oidc_provider = std::make_unique<oidc::HttpProvider>(*oidc_config, clock);
     if (Status st = oidc_provider->Check(); !st.ok()) {
-      Diagnose("single sign-on: the provider is not reachable yet", st);
+      diagnose("single sign-on: the provider is not reachable yet", st);
     }
     oidc = std::make_unique<OidcSignIn>(*oidc_config, *oidc_provider, control.governance(), sign_in,
                                         clock, random,
@@ -447,6 +467,8 @@ int Serve(const ServeConfig& config) {
     api_options.oidc = oidc.get();
   }
   api_options.version = kProjectVersion;
+  api_options.event_log = &log;
+  api_options.access_log = config.log.access_log;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     stop_lifecycles();
@@ -456,23 +478,15 @@ int Serve(const ServeConfig& config) {
   metrics.Describe("ql_ready", "gauge",
                    "1 while the last readiness audit passed (/readyz 200), else 0.");
   metrics.SetGauge("ql_ready", "", 1);
-  Status last_verdict;
   RoundLoop readiness_loop(
       [&]() -> int64_t {
         Status verdict = readiness.Check();
-        if (verdict.ok() != last_verdict.ok() || verdict.reason() != last_verdict.reason()) {
-          if (verdict.ok()) {
-            std::cerr << "readiness: ready\n";
-          } else {
-            Diagnose("readiness: not ready", verdict);
-          }
-        }
-        last_verdict = verdict;
+        // A change is logged (`readiness.changed`) by SetReadiness.
         api.SetReadiness(verdict);
         metrics.SetGauge("ql_ready", "", verdict.ok() ? 1 : 0);
         return verdict.ok() ? kReadinessIntervalMs : kNotReadyIntervalMs;
       },
-      readiness_sleeper, LoopOptions("readiness", metrics));
+      readiness_sleeper, LoopOptions("readiness", metrics, log));
   readiness_thread = std::thread([&] {
     readiness_sleeper.SleepFor(kReadinessIntervalMs);
     readiness_loop.Run();
@@ -483,9 +497,19 @@ int Serve(const ServeConfig& config) {
             << "\n"
             << std::flush;
 
+  log.Info("daemon.started", {{"daemon", "ql-cluster"},
+                              {"version", kProjectVersion},
+                              {"owner", scheduler_options.owner},
+                              {"port", api.port()}});
+
   int received = 0;
-  sigwait(&signals, &received);
+  for (;;) {
+    if (sigwait(&signals, &received) != 0) continue;
+    if (received != SIGHUP) break;
+    ReopenDaemonLog(*daemon_log);  // after a rotation renamed the file
+  }
   std::cout << "stopping (signal " << received << ")\n" << std::flush;
+  log.Info("daemon.stopping", {{"signal", received}});
   api.WithdrawAdmission();
   if (worker_api) worker_api->WithdrawAdmission();
   stop_lifecycles();

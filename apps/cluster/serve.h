@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../log_flags.h"
 #include "../notify_flags.h"
 #include "database_url.h"
 #include "ql/http/listen_address.h"
@@ -22,6 +23,7 @@ struct ServeConfig {
   std::string owner;  // claim owner; default host:pid:random
   std::string oidc_config;  // single sign-on configuration file (empty: none)
   NotifyFlags notify;
+  LogFlags log;
   int claims_per_round = 16;
   int max_claims_per_round = 256;  // a burst grows the batch up to this
   int64_t lease_ms = 30'000;

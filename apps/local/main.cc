@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "../isolation_flags.h"
+#include "../log_flags.h"
 #include "../notify_flags.h"
 #include "../oidc_config_file.h"
 #include "backup.h"
@@ -39,6 +40,7 @@
 #include "ql/engine/notification_delivery.h"
 #include "ql/engine/notification_service.h"
 #include "ql/engine/oidc_sign_in.h"
+#include "ql/engine/outage_log.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
 #include "ql/engine/sign_in_service.h"
@@ -83,6 +85,7 @@ struct ServeConfig {
   std::string oidc_config;  // single sign-on configuration file (empty: none)
   IsolationFlags isolation;
   NotifyFlags notify;
+  LogFlags log;
 };
 
 int Fail(int code, const Status& status) {
@@ -90,14 +93,15 @@ int Fail(int code, const Status& status) {
   return code;
 }
 
-// One of the daemon's loops: a round that throws is counted, written to stderr (the diagnostic
-// log) and the loop goes on.
-RoundLoopOptions LoopOptions(const char* name, Metrics& metrics) {
+// One of the daemon's loops: a round that throws is counted, written to the daemon log and the
+// loop goes on.
+RoundLoopOptions LoopOptions(const char* name, Metrics& metrics, EventLog& log) {
   RoundLoopOptions options;
   options.name = name;
   options.metrics = &metrics;
-  options.diagnostics = [](std::string_view component, const Status& status) {
-    std::cerr << component << ": " << status.reason() << ": " << status.message() << "\n";
+  options.diagnostics = [&log](std::string_view component, const Status& status) {
+    log.Warn("diagnostic",
+             {{"component", component}, {"code", status.reason()}, {"message", status.message()}});
   };
   return options;
 }
@@ -247,12 +251,16 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
     return Fail(kExitUsage, InvalidArgument("invalid_shutdown_wait",
                                             "--shutdown-wait must be 0..3600 seconds"));
   }
+  Result<DaemonLog> daemon_log = OpenDaemonLog(config.log, clock);
+  if (!daemon_log.ok()) return Fail(kExitUsage, daemon_log.status());
+  EventLog& log = *daemon_log->log;
 
   // Signals are taken synchronously by the main thread; every thread inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // reopens the --log-file
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -347,6 +355,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   dopts.secrets = &(*store)->secrets();
   dopts.sealer = &sealer;
   dopts.projects = &(*store)->projects();
+  dopts.event_log = &log;
   LocalDispatcher dispatcher((*store)->runs(), (*store)->definitions(), runner, clock, random,
                              metrics, dopts);
   if (Status st = dispatcher.Recover(); !st.ok()) return Fail(kExitFailure, st);
@@ -356,32 +365,44 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   ConditionSleeper scheduler_sleeper;
   ConditionSleeper dispatcher_sleeper;
   scheduler.SetOnAdmitted([&] { dispatcher_sleeper.Wake(); });
+  OutageLog scheduler_outage("scheduler", &log, clock);
   RoundLoop scheduler_loop(
       [&]() -> int64_t {
         Result<RoundReport> round = scheduler.RunRound();
+        scheduler_outage.Observe(round.status());
         if (!round.ok()) {
-          std::cerr << "scheduler: " << round.status().ToString() << "\n";
+          log.Warn("diagnostic", {{"component", "scheduler"},
+                                  {"code", round.status().reason()},
+                                  {"message", round.status().message()}});
           return scheduler_options->cadence_ms;
         }
         Result<int64_t> next = scheduler.NextDelayMs(*round);
         return next.ok() ? *next : scheduler_options->cadence_ms;
       },
-      scheduler_sleeper, LoopOptions("scheduler", metrics));
+      scheduler_sleeper, LoopOptions("scheduler", metrics, log));
   std::atomic<bool> launching{true};
   int64_t next_expiry_ms = 0;
   RoundLoop dispatcher_loop(
       [&]() -> int64_t {
         Result<TickReport> tick = dispatcher.Tick(launching.load());
-        if (!tick.ok()) std::cerr << "dispatcher: " << tick.status().ToString() << "\n";
+        if (!tick.ok()) {
+          log.Warn("diagnostic", {{"component", "dispatcher"},
+                                  {"code", tick.status().reason()},
+                                  {"message", tick.status().message()}});
+        }
         // Pending approvals past their expiry are swept every few seconds.
         if (clock.NowMs() >= next_expiry_ms) {
           next_expiry_ms = clock.NowMs() + kApprovalSweepMs;
           Result<int> expired = control.ExpireApprovals(256);
-          if (!expired.ok()) std::cerr << "approvals: " << expired.status().ToString() << "\n";
+          if (!expired.ok()) {
+            log.Warn("diagnostic", {{"component", "approvals"},
+                                    {"code", expired.status().reason()},
+                                    {"message", expired.status().message()}});
+          }
         }
         return kDispatcherTickMs;
       },
-      dispatcher_sleeper, LoopOptions("dispatcher", metrics));
+      dispatcher_sleeper, LoopOptions("dispatcher", metrics, log));
   // Retention: purged runs take their log files and attempt directories with them.
   RetentionJobOptions retention_options;
   retention_options.interval_ms = int64_t{config.retention_interval_s} * 1000;
@@ -389,9 +410,10 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
     const exec::PurgedFiles files =
         exec::RemovePurgedFiles(purged, (data / "log").string(), (data / "run").string());
     if (files.errors > 0) {
-      std::cerr << "retention: " << files.errors << " file(s) of purged attempts not removed\n";
+      log.Warn("retention.files_left", {{"files", files.errors}});
     }
   };
+  retention_options.event_log = &log;
   RetentionJob retention((*store)->retention(), clock, random, metrics, retention_options);
   // Notifications: the outbox rows commit with the run changes; this loop sends them. The
   // sender module is opened on the first due row.
@@ -404,12 +426,12 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
       [allow = config.notify.allow_loopback] { return LoadNotificationSender(allow); }, clock,
       metrics, notify_options);
   ConditionSleeper notify_sleeper;
-  const RoundLoopOptions notify_loop_options = LoopOptions("notifications", metrics);
+  const RoundLoopOptions notify_loop_options = LoopOptions("notifications", metrics, log);
   RoundLoop notify_loop(
       [&] { return notify_delivery.RunLoopRound(notify_loop_options.diagnostics); }, notify_sleeper,
       notify_loop_options);
   ConditionSleeper retention_sleeper;
-  const RoundLoopOptions retention_loop_options = LoopOptions("retention", metrics);
+  const RoundLoopOptions retention_loop_options = LoopOptions("retention", metrics, log);
   RoundLoop retention_loop(
       [&] { return retention.RunLoopRound(retention_loop_options.diagnostics); }, retention_sleeper,
       retention_loop_options);
@@ -440,6 +462,8 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   api_options.panel = &panel;
   api_options.secrets = &secret_service;
   api_options.notify = &notify_service;
+  api_options.event_log = &log;
+  api_options.access_log = config.log.access_log;
   // People sign in with a password (Argon2id); the session is a token like any other.
   SodiumPasswordHasher password_hasher;
   SignInOptions sign_in_options;
@@ -516,12 +540,20 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
             << isolation_report.Summary() << "\n"
             << (oidc != nullptr ? "single sign-on: " + oidc->name() + "\n" : std::string())
             << std::flush;
+  log.Info(
+      "daemon.started",
+      {{"daemon", "ql-local"}, {"version", kProjectVersion}, {"profile", profile}, {"url", url}});
   // Ready only once the banner is out, so whoever waits for /readyz can read it.
   api.SetReady(true);
 
   int received = 0;
-  sigwait(&signals, &received);
+  for (;;) {
+    if (sigwait(&signals, &received) != 0) continue;
+    if (received != SIGHUP) break;
+    ReopenDaemonLog(*daemon_log);  // after a rotation renamed the file
+  }
   std::cout << "stopping (signal " << received << ")\n" << std::flush;
+  log.Info("daemon.stopping", {{"signal", received}});
 
   // Stop order: withdraw admission, stop the scheduler, let running commands finish within the
   // bound (they keep running under their supervisors past it and are adopted on the next start),
@@ -545,6 +577,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   if (dispatcher.active() > 0) {
     std::cout << dispatcher.active()
               << " command(s) still running; they will be reconciled on the next start\n";
+    log.Info("daemon.left_running", {{"attempts", dispatcher.active()}});
   }
   api.Stop();
   fs::remove(data / "server.json", ec);
@@ -635,6 +668,7 @@ int main(int argc, char** argv) {
                     "Seconds a panel session lasts at most (default 43200)")
       ->check(CLI::Range(int64_t{10}, int64_t{30} * 24 * 3600));
   AddNotifyFlags(*serve, config.notify);
+  AddLogFlags(*serve, config.log);
   serve->add_option("--retention-interval", config.retention_interval_s,
                     "Seconds between retention rounds that found nothing more to purge "
                     "(default 60)");

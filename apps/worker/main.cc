@@ -23,6 +23,7 @@
 
 #include "../isolation_flags.h"
 #include "../key_provider_flags.h"
+#include "../log_flags.h"
 #include "control_client.h"
 #include "ql/core/clock.h"
 #include "ql/core/rfc3339.h"
@@ -57,10 +58,12 @@ struct Flags {
   bool allow_insecure_http = false;
   secrets::KeyProviderConfig secret_key;
   IsolationFlags isolation;
+  LogFlags log;
 };
 
-void Say(const std::string& line) {
-  std::cerr << FormatRfc3339Utc(SystemClock().NowMs()) << " ql-worker: " << line << std::endl;
+// Writes one line of the worker's own narration to the daemon log.
+void Say(EventLog& log, const std::string& line, LogLevel level = LogLevel::kInfo) {
+  log.Write(level, "worker", {{"message", line}});
 }
 
 int Fail(int code, const Status& status) {
@@ -70,7 +73,7 @@ int Fail(int code, const Status& status) {
 
 // Returns the first line of `path` without surrounding whitespace. Errors (InvalidArgument):
 // token_file_unreadable, token_invalid (empty, or whitespace/control bytes inside).
-Result<std::string> ReadToken(const std::string& path) {
+Result<std::string> ReadToken(const std::string& path, EventLog& log) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return InvalidArgument("token_file_unreadable",
@@ -92,8 +95,9 @@ Result<std::string> ReadToken(const std::string& path) {
   }
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    Say("warning: the token file " + path +
-        " is accessible by group or others; restrict it with chmod 600");
+    Say(log,
+        "the token file " + path + " is accessible by group or others; restrict it with chmod 600",
+        LogLevel::kWarn);
   }
   return token;
 }
@@ -138,6 +142,9 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   if (flags.work_dir.empty()) {
     return Fail(kExitUsage, InvalidArgument("invalid_work_dir", "--work-dir is empty"));
   }
+  Result<DaemonLog> daemon_log = OpenDaemonLog(flags.log, SystemClock());
+  if (!daemon_log.ok()) return Fail(kExitUsage, daemon_log.status());
+  EventLog& log = *daemon_log->log;
   Result<ControlEndpoint> endpoint = ParseControlUrl(flags.control);
   if (!endpoint.ok()) return Fail(kExitUsage, endpoint.status());
   if (Status st = CheckPlainHttpAllowed(endpoint->host, endpoint->tls, flags.allow_insecure_http,
@@ -158,9 +165,9 @@ int Serve(const Flags& flags, const std::string& self_exe) {
       started.ok()) {
     launcher = std::move(*started);
   } else {
-    Say("supervisors are re-executed: " + started.status().ToString());
+    Say(log, "supervisors are re-executed: " + started.status().ToString(), LogLevel::kWarn);
   }
-  Result<std::string> token = ReadToken(flags.token_file);
+  Result<std::string> token = ReadToken(flags.token_file, log);
   if (!token.ok()) return Fail(kExitUsage, token.status());
 
   const std::string work_dir = fs::absolute(flags.work_dir).lexically_normal().string();
@@ -171,6 +178,7 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // reopens the --log-file
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -190,6 +198,7 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   options.drain_timeout_ms = flags.drain_timeout_ms;
   options.software_version = kProjectVersion;
   options.capabilities = {{"labels", flags.labels}};
+  options.log = [&log](const std::string& line) { Say(log, line); };
 
   // A result is only ever reported by the incarnation that started its attempt (a new one
   // stops what an earlier one left), so it need not survive a power loss: no fsync per run.
@@ -206,7 +215,7 @@ int Serve(const Flags& flags, const std::string& self_exe) {
                                                                           : kExitFailure,
                 isolation.status());
   }
-  Say(isolation->report.Summary());
+  Say(log, isolation->report.Summary());
   runner.SetIsolation(std::move(isolation).value());
   ControlClientOptions client_options;
   client_options.user_agent = std::string("ql-worker/") + kProjectVersion;
@@ -221,18 +230,22 @@ int Serve(const Flags& flags, const std::string& self_exe) {
     while (!finished) {
       const int received = sigtimedwait(&signals, nullptr, &tick);
       if (received < 0) continue;
+      if (received == SIGHUP) {
+        ReopenDaemonLog(*daemon_log);  // after a rotation renamed the file
+        continue;
+      }
       if (draining) {
-        Say(std::string("received ") + strsignal(received) + " again; still draining");
+        Say(log, std::string("received ") + strsignal(received) + " again; still draining");
         continue;
       }
       draining = true;
-      Say(std::string("received ") + strsignal(received) + "; draining");
+      Say(log, std::string("received ") + strsignal(received) + "; draining");
       worker.RequestDrain();
     }
   });
 
-  Say("starting: control plane " + endpoint->url + ", " + std::to_string(flags.slots) +
-      " slot(s), work directory " + work_dir);
+  Say(log, "starting: control plane " + endpoint->url + ", " + std::to_string(flags.slots) +
+               " slot(s), work directory " + work_dir);
   const Status st = worker.Run();
   finished = true;
   signal_thread.join();
@@ -282,6 +295,8 @@ int main(int argc, char** argv) {
   app.add_option("--label", flags.labels,
                  "A capability label announced to the control plane (repeatable)");
   ql::AddKeyProviderFlags(app, flags.secret_key, "", "opens the secrets of leased runs");
+  // No HTTP listener, so no access log.
+  ql::AddLogFlags(app, flags.log, /*with_access_log=*/false);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

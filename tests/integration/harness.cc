@@ -171,6 +171,11 @@ bool LocalDaemon::Start(const std::vector<std::string>& extra_args) {
     int fd = ::open((data_dir_ + "/../daemon.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
+    if (separate_stderr_) {
+      const int err =
+          ::open((data_dir_ + "/../daemon.err").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(err, 2);
+    }
     std::vector<std::string> argv = {BinDir() + "/ql-local", "serve",      "--data", data_dir_,
                                      "--listen",             "127.0.0.1:0", "--profile", profile_};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
@@ -216,6 +221,8 @@ std::string LocalDaemon::log() const {
   ss << in.rdbuf();
   return ss.str();
 }
+
+std::string LocalDaemon::err() const { return ReadFile(data_dir_ + "/../daemon.err"); }
 
 CommandResult LocalDaemon::Ql(std::vector<std::string> args) const {
   std::vector<std::string> argv = {BinDir() + "/ql"};

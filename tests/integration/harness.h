@@ -55,6 +55,9 @@ class LocalDaemon {
   bool Start(const std::vector<std::string>& extra_args = {});
   // The CA that signed the daemon's TLS certificate, for its readiness check (https).
   void set_ca_file(std::string ca_file) { ca_file_ = std::move(ca_file); }
+  // Sends the daemon's stderr (its daemon log) to a file of its own (`daemon.err` beside the
+  // data directory) instead of daemon.log, so that it can be read apart from the banner.
+  void set_separate_stderr(bool separate) { separate_stderr_ = separate; }
   void Kill();           // SIGKILL, then reap
   int Stop();            // SIGTERM, wait, return exit status
   bool running() const { return pid_ > 0; }
@@ -62,6 +65,7 @@ class LocalDaemon {
   const std::string& server() const { return server_; }
   const std::string& data_dir() const { return data_dir_; }
   std::string log() const;  // the daemon's own stdout/stderr so far
+  std::string err() const;  // its stderr so far, with set_separate_stderr
   // Runs `ql` against this daemon (finds server and token through --data).
   CommandResult Ql(std::vector<std::string> args) const;
 
@@ -71,6 +75,7 @@ class LocalDaemon {
   pid_t pid_ = -1;
   std::string server_;
   std::string ca_file_;
+  bool separate_stderr_ = false;
 };
 
 // The forms a leaked secret value could take in a file, a row or an answer: the value itself,

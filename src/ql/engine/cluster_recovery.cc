@@ -8,11 +8,13 @@
 namespace ql {
 
 ClusterRecovery::ClusterRecovery(ClusterRecoveryRepository& candidates, RunRepository& runs,
-                                 Clock& clock, RandomSource& random, Metrics& metrics)
+                                 Clock& clock, RandomSource& random, Metrics& metrics,
+                                 EventLog* log)
     : candidates_(candidates),
       runs_(runs),
       metrics_(metrics),
-      settlement_(runs, clock, random, metrics, "recovery") {
+      log_(log),
+      settlement_(runs, clock, random, metrics, "recovery", log) {
   metrics_.Describe("ql_recovery_runs", "gauge",
                     "Runs the last recovery cycle found, by what it did with them.");
   metrics_.Describe("ql_recovery_errors_total", "counter", "Recovery steps that failed.");
@@ -121,6 +123,18 @@ Result<RecoveryReport> ClusterRecovery::RunOnce(int page, RecoveryScope scope) {
   metrics_.SetGauge("ql_recovery_runs", R"(action="redispatch")", report.redispatch);
   metrics_.SetGauge("ql_recovery_runs", R"(action="stuck")", report.stuck);
   metrics_.SetGauge("ql_recovery_runs", R"(action="timed_out")", report.timed_out);
+  if (log_ != nullptr &&
+      report.lost + report.settled + report.timed_out + report.stuck + report.errors > 0) {
+    log_->Write(report.errors > 0 || report.stuck > 0 ? LogLevel::kWarn : LogLevel::kInfo,
+                "recovery.round",
+                {{"candidates", report.candidates},
+                 {"lost", report.lost},
+                 {"settled", report.settled},
+                 {"timed_out", report.timed_out},
+                 {"requeued", report.requeued},
+                 {"stuck", report.stuck},
+                 {"errors", report.errors}});
+  }
   return report;
 }
 

@@ -32,8 +32,10 @@ struct RecoveryReport {
 
 class ClusterRecovery {
  public:
+  // With `log`, runs it settles are daemon log lines (RunSettlement) and so is each cycle that
+  // found lost, timed out or stuck runs (`recovery.round`). `log` must outlive this object.
   ClusterRecovery(ClusterRecoveryRepository& candidates, RunRepository& runs, Clock& clock,
-                  RandomSource& random, Metrics& metrics);
+                  RandomSource& random, Metrics& metrics, EventLog* log = nullptr);
 
   // Examines every candidate (in pages of `page`) once and requeues due retries. Errors on one
   // run are counted and the cycle goes on; a failed listing is returned.
@@ -51,6 +53,7 @@ class ClusterRecovery {
   ClusterRecoveryRepository& candidates_;
   RunRepository& runs_;
   Metrics& metrics_;
+  EventLog* log_;
   RunSettlement settlement_;
   RunLeaseRepository* leases_ = nullptr;
   int64_t timeout_grace_ms_ = 0;

@@ -54,7 +54,8 @@ LocalDispatcher::LocalDispatcher(RunRepository& runs, DefinitionRepository& defi
       random_(random),
       metrics_(metrics),
       options_(std::move(options)),
-      settlement_(runs, clock, random, metrics, "executor") {
+      settlement_(runs, clock, random, metrics, "executor", options_.event_log),
+      outage_("dispatcher", options_.event_log, clock) {
   metrics_.Describe("ql_executor_starts_total", "counter", "Attempts started by the dispatcher.");
   metrics_.Describe("ql_dispatcher_errors_total", "counter", "Dispatcher storage errors.");
 }
@@ -134,6 +135,13 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
     failed.now_ms = *failed.finished_at_ms;
     Result<RunRecord> r = runs_.ApplyTransition(failed);
     metrics_.Increment("ql_run_transitions_total", R"(to="failed")");
+    if (r.ok() && options_.event_log != nullptr) {
+      options_.event_log->Warn("run.failed", {{"run", run.id},
+                                              {"task", run.task_id},
+                                              {"attempt", attempt.attempt},
+                                              {"code", code},
+                                              {"message", summary.substr(0, 300)}});
+    }
     return r.ok() ? Status::Ok() : r.status();
   };
 
@@ -229,6 +237,13 @@ Status LocalDispatcher::Recover() {
       adopted.dedupe_key = "adopted:" + attempt.id + ":" + std::to_string(clock_.NowMs());
       Result<EventRecord> noted = runs_.AppendEvent(run.id, adopted, clock_.NowMs());
       if (!noted.ok() && noted.status().code() != StatusCode::kDuplicate) return noted.status();
+      if (options_.event_log != nullptr) {
+        options_.event_log->Info("attempt.adopted", {{"run", run.id},
+                                                     {"task", run.task_id},
+                                                     {"attempt", attempt.attempt},
+                                                     {"pid", (*handle)->pid()},
+                                                     {"running", !outcome.has_value()}});
+      }
     }
     if (outcome.has_value()) {
       QL_RETURN_IF_ERROR(settlement_.Finish(run.id, attempt.id, *outcome));
@@ -288,9 +303,12 @@ Status LocalDispatcher::Watch(Active& a, bool& done) {
 
 Result<TickReport> LocalDispatcher::Tick(bool launch_new) {
   TickReport report;
+  // The first store call of every tick says whether the store answers.
   if (Result<int> requeued = settlement_.PromoteRetries(kRetryPromotionsPerTick); requeued.ok()) {
+    outage_.Observe(Status::Ok());
     report.requeued += *requeued;
   } else {
+    outage_.Observe(requeued.status());
     ++report.errors;
     metrics_.Increment("ql_dispatcher_errors_total");
   }

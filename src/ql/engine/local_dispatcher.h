@@ -7,13 +7,15 @@
 #include <string>
 
 #include "ql/core/clock.h"
+#include "ql/core/event_log.h"
 #include "ql/core/log_source.h"
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
-#include "ql/core/status.h"
 #include "ql/core/secret_store.h"
+#include "ql/core/status.h"
 #include "ql/engine/attempt_runner.h"
 #include "ql/engine/metrics.h"
+#include "ql/engine/outage_log.h"
 #include "ql/engine/run_settlement.h"
 
 namespace ql {
@@ -41,6 +43,10 @@ struct LocalDispatcherOptions {
   SecretSealer* sealer = nullptr;
   // Names the project in QL_PROJECT (run_environment.h); without it the project's id is used.
   ProjectRepository* projects = nullptr;
+  // The daemon log (must outlive the dispatcher): how runs end (RunSettlement), attempts
+  // adopted or lost at Recover(), and the store unreachable and back (OutageLog, component
+  // "dispatcher"). Null: none.
+  EventLog* event_log = nullptr;
 };
 
 // Returns the dispatcher options of "edge" or "standalone" (log_root and logs left empty).
@@ -104,6 +110,7 @@ class LocalDispatcher {
   Metrics& metrics_;
   LocalDispatcherOptions options_;
   RunSettlement settlement_;
+  OutageLog outage_;
   std::map<std::string, Active> active_;  // by attempt id
   std::atomic<int> active_count_{0};
 };

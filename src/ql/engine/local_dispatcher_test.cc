@@ -711,5 +711,65 @@ TEST_F(LocalDispatcherApprovalTest, AFailedExitOfAnApprovedRunStillRetriesByItsP
   EXPECT_EQ(Get(run).status, "retry_wait");
 }
 
+// The lines of `sink` that contain `needle`.
+std::vector<std::string> LinesWith(const MemoryLogSink& sink, const std::string& needle) {
+  std::vector<std::string> found;
+  for (const std::string& line : sink.lines()) {
+    if (line.find(needle) != std::string::npos) found.push_back(line);
+  }
+  return found;
+}
+
+TEST_F(LocalDispatcherTest, TheDaemonLogSaysHowRunsEnded) {
+  MemoryLogSink sink;
+  EventLog log(clock_, sink, LogFormat::kText, LogLevel::kDebug);
+  options_.event_log = &log;
+  const std::string run = Start();
+  LocalDispatcher d = Make();
+  Tick(d);
+  AttemptOutcome failed = Exited(3);
+  failed.descendants_ended = 2;
+  Process(run)->outcome = failed;
+  Tick(d);
+  EXPECT_EQ(LinesWith(sink, " run.failed "),
+            (std::vector<std::string>{"2026-01-01T00:00:00.000Z warn run.failed run=" + run +
+                                      " task=" + task_id_ +
+                                      " attempt=1 code=exit_status exit=3 message=\"command "
+                                      "exited with status 3\""}));
+  EXPECT_EQ(LinesWith(sink, " attempt.descendants_ended ").size(), 1u);
+  EXPECT_NE(LinesWith(sink, " attempt.descendants_ended ")[0].find("processes=2"),
+            std::string::npos);
+
+  const std::string timed_out = Start();
+  Tick(d);
+  AttemptOutcome late;
+  late.kind = AttemptOutcome::Kind::kTimedOut;
+  Process(timed_out)->outcome = late;
+  Tick(d);
+  ASSERT_EQ(LinesWith(sink, " warn run.timed_out run=" + timed_out).size(), 1u);
+}
+
+TEST_F(LocalDispatcherTest, TheDaemonLogSaysWhatRecoveryAdoptedAndLost) {
+  MemoryLogSink sink;
+  EventLog log(clock_, sink);
+  options_.max_concurrency = 2;
+  const std::string survivor = Start();
+  const std::string vanished = Start();
+  {
+    LocalDispatcher before = Make();
+    Tick(before);
+  }
+  EXPECT_TRUE(sink.lines().empty());
+  runner_.processes.erase(Process(vanished)->launch.attempt_id);
+  options_.event_log = &log;
+  LocalDispatcher after = Make();
+  ASSERT_TRUE(after.Recover().ok());
+  EXPECT_EQ(LinesWith(sink, " info attempt.adopted run=" + survivor).size(), 1u);
+  EXPECT_NE(LinesWith(sink, "attempt.adopted")[0].find("pid=4242 running=true"), std::string::npos);
+  const std::vector<std::string> lost = LinesWith(sink, " warn run.lost run=" + vanished);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_NE(lost[0].find("then=failed"), std::string::npos) << lost[0];
+}
+
 }  // namespace
 }  // namespace ql

@@ -114,6 +114,17 @@ int64_t RetentionJob::RunLoopRound(const DiagnosticLog& diagnostics) {
     if (diagnostics) diagnostics("retention", round.status());
     return options_.interval_ms;
   }
+  if (options_.event_log != nullptr && (round->runs > 0 || round->errors > 0)) {
+    std::vector<LogField> fields = {{"runs", round->runs},
+                                    {"events", round->events},
+                                    {"log_chunks", round->log_chunks},
+                                    {"tasks", round->tasks},
+                                    {"more", round->bounded || round->yielded},
+                                    {"errors", round->errors}};
+    if (round->errors > 0) fields.emplace_back("code", round->first_error.reason());
+    options_.event_log->Write(round->errors > 0 ? LogLevel::kWarn : LogLevel::kInfo,
+                              "retention.round", fields);
+  }
   if (round->errors > 0 && diagnostics) {
     diagnostics("retention: " + std::to_string(round->errors) + " task(s) could not be purged",
                 round->first_error);

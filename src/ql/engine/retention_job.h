@@ -17,6 +17,7 @@
 #include <string>
 
 #include "ql/core/clock.h"
+#include "ql/core/event_log.h"
 #include "ql/core/retention.h"
 #include "ql/core/status.h"
 #include "ql/engine/diagnostics.h"
@@ -38,6 +39,9 @@ struct RetentionJobOptions {
   // Called after each committed batch (e.g. to delete the local log files and attempt
   // directories of the purged attempts). Its failures are its own to report.
   std::function<void(const PurgeResult&)> on_purged;
+  // The daemon log: one `retention.round` line (info) for each round of RunLoopRound that
+  // purged something or met errors (warn), with its counts. Must outlive the job; null: none.
+  EventLog* event_log = nullptr;
 };
 
 struct RetentionRound {

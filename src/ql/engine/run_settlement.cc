@@ -135,8 +135,13 @@ int64_t RetryBackoffMs(const RetryPolicy& policy, int next_attempt) {
 }
 
 RunSettlement::RunSettlement(RunRepository& runs, Clock& clock, RandomSource& random,
-                             Metrics& metrics, std::string actor)
-    : runs_(runs), clock_(clock), random_(random), metrics_(metrics), actor_(std::move(actor)) {
+                             Metrics& metrics, std::string actor, EventLog* log)
+    : runs_(runs),
+      clock_(clock),
+      random_(random),
+      metrics_(metrics),
+      actor_(std::move(actor)),
+      log_(log) {
   metrics_.Describe("ql_executor_exits_total", "counter", "Attempts ended, by resulting status.");
   metrics_.Describe("ql_run_transitions_total", "counter", "Run transitions, by target status.");
 }
@@ -259,6 +264,17 @@ Status RunSettlement::FinishFrom(RunRecord run, std::vector<AttemptRecord> attem
                      "status=\"" + std::string(AttemptStatusName(m.attempt_to)) + "\"");
   metrics_.Increment("ql_run_transitions_total",
                      "to=\"" + std::string(RunStatusName(run_to)) + "\"");
+  if (log_ != nullptr) {
+    if (outcome.descendants_ended > 0) {
+      log_->Info("attempt.descendants_ended", {{"run", run_id},
+                                               {"task", run.task_id},
+                                               {"attempt", attempt.attempt},
+                                               {"processes", outcome.descendants_ended}});
+    }
+    LogEnd(run, attempt.attempt, run_to, m.error_code.value_or(""), m.exit_code,
+           outcome.kind == AttemptOutcome::Kind::kSignaled ? outcome.signal : 0,
+           retry ? *t.retry_at_ms - now : 0, m.summary);
+  }
   if (lost && !recovery) {
     QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> after, runs_.ListAttempts(run_id));
     return SettleLost(*applied, after.back(), m.summary);
@@ -298,7 +314,52 @@ Status RunSettlement::SettleLost(const RunRecord& run, const AttemptRecord& atte
   t.now_ms = now;
   Result<RunRecord> r = runs_.ApplyTransition(t);
   metrics_.Increment("ql_run_transitions_total", "to=\"" + std::string(RunStatusName(to)) + "\"");
+  if (r.ok() && log_ != nullptr) {
+    if (to == RunStatus::kRecoveryRequired) {
+      LogEnd(run, attempt.attempt, to, "attempt_lost", std::nullopt, 0, 0, *t.error_summary);
+    } else {
+      log_->Warn("run.lost", {{"run", run.id},
+                              {"task", run.task_id},
+                              {"attempt", attempt.attempt},
+                              {"then", RunStatusName(to)},
+                              {"message", reason.empty() ? "the attempt was lost" : reason}});
+    }
+  }
   return r.ok() ? Status::Ok() : r.status();
+}
+
+void RunSettlement::LogEnd(const RunRecord& run, int attempt, RunStatus to, const std::string& code,
+                           std::optional<int> exit_code, int signal, int64_t retry_in_ms,
+                           const std::string& summary) {
+  std::vector<LogField> fields = {{"run", run.id}, {"task", run.task_id}, {"attempt", attempt}};
+  if (!code.empty()) fields.emplace_back("code", code);
+  if (exit_code.has_value()) fields.emplace_back("exit", *exit_code);
+  if (signal != 0) fields.emplace_back("signal", signal);
+  switch (to) {
+    case RunStatus::kFailed:
+      if (!summary.empty()) fields.emplace_back("message", summary.substr(0, 300));
+      log_->Write(LogLevel::kWarn, "run.failed", fields);
+      return;
+    case RunStatus::kTimedOut:
+      log_->Write(LogLevel::kWarn, "run.timed_out", fields);
+      return;
+    case RunStatus::kRecoveryRequired:
+      if (!summary.empty()) fields.emplace_back("message", summary.substr(0, 300));
+      log_->Write(LogLevel::kError, "run.recovery_required", fields);
+      return;
+    case RunStatus::kRetryWait:
+      fields.emplace_back("retry_in_ms", retry_in_ms);
+      log_->Write(LogLevel::kInfo, "run.retrying", fields);
+      return;
+    case RunStatus::kCancelled:
+      log_->Write(LogLevel::kInfo, "run.cancelled", fields);
+      return;
+    case RunStatus::kSucceeded:
+      log_->Write(LogLevel::kDebug, "run.succeeded", fields);
+      return;
+    default:
+      return;  // lost: SettleLost says what became of it
+  }
 }
 
 Result<int> RunSettlement::PromoteRetries(int limit) {

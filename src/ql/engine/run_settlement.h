@@ -12,8 +12,10 @@
 #include <string>
 
 #include "ql/core/clock.h"
+#include "ql/core/event_log.h"
 #include "ql/core/ports.h"
 #include "ql/core/records.h"
+#include "ql/core/states.h"
 #include "ql/core/status.h"
 #include "ql/engine/attempt_runner.h"
 #include "ql/engine/metrics.h"
@@ -46,8 +48,11 @@ struct FinishRecord {
 class RunSettlement {
  public:
   // `actor` names who reports outcomes in events ("executor" locally, "worker" remotely).
+  // With `log`, each recorded end is also a daemon log line: run.failed, run.timed_out,
+  // run.lost, run.recovery_required (warn; error for the last), run.retrying, run.cancelled and
+  // attempt.descendants_ended (info), run.succeeded (debug).
   RunSettlement(RunRepository& runs, Clock& clock, RandomSource& random, Metrics& metrics,
-                std::string actor = "executor");
+                std::string actor = "executor", EventLog* log = nullptr);
 
   // Records how an attempt ended: the attempt moves to its terminal status and the run to its
   // terminal status, or to retry_wait when the outcome is retryable and attempts remain. A
@@ -81,11 +86,17 @@ class RunSettlement {
   Result<int> PromoteRetries(int limit);
 
  private:
+  // Writes the daemon log line of a run that moved to `to` after attempt number `attempt`.
+  void LogEnd(const RunRecord& run, int attempt, RunStatus to, const std::string& code,
+              std::optional<int> exit_code, int signal, int64_t retry_in_ms,
+              const std::string& summary);
+
   RunRepository& runs_;
   Clock& clock_;
   RandomSource& random_;
   Metrics& metrics_;
   std::string actor_;
+  EventLog* log_;
 };
 
 }  // namespace ql

@@ -123,7 +123,7 @@ WorkerService::WorkerService(WorkerSessionRepository& sessions, RunLeaseReposito
       random_(random),
       metrics_(metrics),
       options_(options),
-      settlement_(runs, clock, random, metrics, "worker") {
+      settlement_(runs, clock, random, metrics, "worker", options_.event_log) {
   metrics_.Describe("ql_worker_leases_granted_total", "counter", "Run leases granted to workers.");
   metrics_.Describe("ql_worker_evidence_resolutions_total", "counter",
                     "Approved runs in recovery_required resolved by their lost attempt's late "

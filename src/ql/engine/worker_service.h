@@ -18,6 +18,7 @@
 
 #include "ql/core/approval_ports.h"
 #include "ql/core/clock.h"
+#include "ql/core/event_log.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/governance.h"
 #include "ql/core/log_source.h"
@@ -58,6 +59,8 @@ struct WorkerServiceOptions {
   // again, so a revoked credential is refused by every replica within this bound; unknown
   // tokens are never remembered. 0 looks every call up.
   int64_t auth_cache_ms = kAuthCacheMs;
+  // The daemon log: how remote runs end (RunSettlement). Must outlive the service; null: none.
+  EventLog* event_log = nullptr;
 };
 
 // Returns ok when the options are within bounds (ttl 1..600 s, heartbeat < session ttl, log cap

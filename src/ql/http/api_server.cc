@@ -20,6 +20,7 @@
 #include "ql/core/store_commands.h"
 #include "ql/core/timezone.h"
 #include "ql/engine/log_search.h"
+#include "ql/http/access_log.h"
 #include "ql/http/api_json.h"
 #include "ql/http/http_server.h"
 #include "ql/http/openapi_document.h"
@@ -232,6 +233,11 @@ struct Admission {
   // Authenticated by the panel's session cookie (not an Authorization header): its writes need
   // the session's CSRF token.
   bool via_cookie = false;
+  // When admission began (the clock's monotonic reading), and the bytes of the answer's body
+  // (the listener moves the body out before the answer is logged), for the daemon log. Written
+  // by the request's own admission, handler and stream, one after the other.
+  int64_t admitted_ms = 0;
+  mutable std::atomic<int64_t> body_bytes{0};
 };
 
 // The panel's session cookie.
@@ -359,6 +365,12 @@ struct ApiServer::Impl {
   // request's body be read, with its identity in `req.decision`; false refuses with `res`.
   bool Admit(http::Request& req, http::Response& res);
   void Dispatch(const http::Request& req, http::Response& res);
+  // Records the size of `res`'s body in the request's admission, counting a stream as it goes.
+  void CountBody(const http::Request& req, http::Response& res) const;
+  // Writes the access log line and the slow-request warning of an answered request.
+  void LogAnswer(const http::Request& req, const http::Response& res, const Admission* decided,
+                 std::string_view route);
+  const Clock& clock() const { return options.clock != nullptr ? *options.clock : SystemClock(); }
   json IsolationJson() const {
     return json{{"level", options.isolation_level}, {"detail", options.isolation_detail}};
   }
@@ -758,7 +770,10 @@ Caller ApiServer::Impl::CallerOf(const http::Request& req, const Admission& iden
 }
 
 bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
-  req.decision.reset();
+  // Set first, so that even a refused request or a panel file is timed for the daemon log.
+  auto decision = std::make_shared<Admission>();
+  decision->admitted_ms = clock().MonotonicMs();
+  req.decision = decision;
   const bool has_body = req.DeclaresBody();
   // The body of a request answered here is never read (the server closes the connection after
   // the answer, so its bytes are not taken for the next request).
@@ -781,10 +796,8 @@ bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
   // Matched once here for both decisions below. Public routes under /api/v1 (signing in) are
   // admitted without an identity.
   const RouteMatch match = MatchRoute(req.method, req.path);
-  auto decision = std::make_shared<Admission>();
   decision->route = match.route;
   decision->id = match.id;
-  req.decision = decision;
   const bool public_api = match.kind == RouteMatch::Kind::kFound &&
                           match.route->permission == std::string_view("public");
   if (IsApiPath(req.path)) {
@@ -933,7 +946,11 @@ http::ServerHandlers ApiServer::Impl::Handlers() {
     SendJson(res, 200, json{{"status", "ok"}});
     return true;
   };
-  handlers.admit = [this](http::Request& req, http::Response& res) { return Admit(req, res); };
+  handlers.admit = [this](http::Request& req, http::Response& res) {
+    const bool admitted = Admit(req, res);
+    if (!admitted) CountBody(req, res);
+    return admitted;
+  };
   handlers.handle = [this](http::Request& req, http::Response& res) {
     try {
       Dispatch(req, res);
@@ -941,6 +958,7 @@ http::ServerHandlers ApiServer::Impl::Handlers() {
       res = http::Response{};
       SendError(res, 500, "internal", std::string("internal error: ") + e.what());
     }
+    CountBody(req, res);
   };
   handlers.answered = [this](const http::Request& req, const http::Response& res) {
     // The route admission matched; /livez, answered before admission, is matched here.
@@ -952,8 +970,43 @@ http::ServerHandlers ApiServer::Impl::Handlers() {
                                                                   : "none";
     metrics.Increment("ql_http_requests_total", "route=\"" + std::string(route) + "\",code=\"" +
                                                     std::to_string(res.status) + "\"");
+    LogAnswer(req, res, decided, route);
   };
   return handlers;
+}
+
+void ApiServer::Impl::CountBody(const http::Request& req, http::Response& res) const {
+  const auto* decided = static_cast<const Admission*>(req.decision.get());
+  if (decided == nullptr || options.event_log == nullptr) return;
+  decided->body_bytes = static_cast<int64_t>(res.body.size());
+  if (res.stream) {
+    // The stream holds the admission it counts into.
+    res.stream = [inner = std::move(res.stream), keep = req.decision,
+                  decided](const std::atomic<bool>& gone) {
+      http::StreamStep step = inner(gone);
+      decided->body_bytes += static_cast<int64_t>(step.data.size());
+      return step;
+    };
+  }
+}
+
+void ApiServer::Impl::LogAnswer(const http::Request& req, const http::Response& res,
+                                const Admission* decided, std::string_view route) {
+  EventLog* log = options.event_log;
+  if (log == nullptr) return;
+  // Answered before admission (/livez): no time was taken.
+  const int64_t duration =
+      decided != nullptr ? std::max<int64_t>(0, clock().MonotonicMs() - decided->admitted_ms) : 0;
+  const bool slow = options.slow_request_ms > 0 && duration >= options.slow_request_ms;
+  if (!slow && !(options.access_log && log->Enabled(LogLevel::kInfo))) return;
+  const std::string_view principal =
+      decided != nullptr && decided->decided ? std::string_view(decided->who.principal.name) : "";
+  const int64_t bytes =
+      decided != nullptr ? decided->body_bytes.load() : static_cast<int64_t>(res.body.size());
+  const std::vector<LogField> fields =
+      http::AccessLogFields(req, res.status, bytes, duration, route, principal);
+  if (options.access_log) log->Write(LogLevel::kInfo, "http.request", fields);
+  if (slow) log->Write(LogLevel::kWarn, "http.slow_request", fields);
 }
 
 void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
@@ -2471,6 +2524,18 @@ void ApiServer::SetReady(bool ready) {
 
 void ApiServer::SetReadiness(const Status& readiness) {
   std::lock_guard<std::mutex> lock(impl_->readiness_mu);
+  const bool changed = readiness.ok() != impl_->ready.load() ||
+                       (!readiness.ok() && readiness.reason() != impl_->not_ready.reason());
+  if (changed && impl_->options.event_log != nullptr) {
+    if (readiness.ok()) {
+      impl_->options.event_log->Info("readiness.changed", {{"ready", true}});
+    } else {
+      impl_->options.event_log->Warn("readiness.changed",
+                                     {{"ready", false},
+                                      {"code", readiness.reason()},
+                                      {"message", readiness.message().substr(0, 300)}});
+    }
+  }
   if (!readiness.ok()) impl_->not_ready = readiness;
   impl_->ready = readiness.ok();
 }

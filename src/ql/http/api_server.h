@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "ql/core/clock.h"
+#include "ql/core/event_log.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/status.h"
 #include "ql/engine/control_service.h"
@@ -88,6 +90,16 @@ struct ApiServerOptions {
   // one-line detail.
   std::string isolation_level;
   std::string isolation_detail;
+  // The daemon log (must outlive the server): `readiness.changed` when readiness flips or its
+  // code changes, `http.slow_request` (warn) for an answer that took slow_request_ms or more
+  // (0: never), and with `access_log` one `http.request` line (info) per answer. Both carry
+  // method, path, the query's parameter names, status, bytes, ms, remote address, route and
+  // principal name (access_log.h); never a header, cookie, token, query value or body.
+  EventLog* event_log = nullptr;
+  bool access_log = false;
+  int64_t slow_request_ms = 1000;
+  // Times requests for the log; null: the system clock.
+  const Clock* clock = nullptr;
 };
 
 // One route of the API as the route table declares it, for documentation and tests.
