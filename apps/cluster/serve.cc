@@ -295,11 +295,20 @@ int Serve(const ServeConfig& config) {
   // Set after each scheduler round: true when the next round follows at once (a full page, rows
   // still due). Retention yields while it is.
   std::atomic<bool> scheduler_backlog{false};
+  // Not ready means no writes (ADR-0037): while the readiness audit fails, this replica admits
+  // no occurrence, purges nothing and sends no notification, and its API refuses writes; the
+  // recovery loop and the workers' reports go on, so what already runs still ends and is
+  // recorded. Other replicas take over the schedule as this one's claims expire.
+  std::atomic<bool> audit_passed{true};
   ConditionSleeper scheduler_sleeper;
   OutageLog scheduler_outage("scheduler", &log, clock);
   OutageLog recovery_outage("recovery", &log, clock);
   RoundLoop scheduler_loop(
       [&]() -> int64_t {
+        if (!audit_passed.load()) {
+          scheduler_backlog = false;
+          return kNotReadyIntervalMs;
+        }
         Result<RoundReport> round = scheduler.RunRound();
         scheduler_outage.Observe(round.status());
         metrics.SetGauge("ql_db_transaction_retries", "",
@@ -340,8 +349,11 @@ int Serve(const ServeConfig& config) {
   retention_options.event_log = &log;
   RetentionJob retention(store->retention(), clock, random, metrics, retention_options);
   ConditionSleeper retention_sleeper;
-  RoundLoop retention_loop([&] { return retention.RunLoopRound(diagnose); }, retention_sleeper,
-                           LoopOptions("retention", metrics, log));
+  RoundLoop retention_loop(
+      [&]() -> int64_t {
+        return audit_passed.load() ? retention.RunLoopRound(diagnose) : kNotReadyIntervalMs;
+      },
+      retention_sleeper, LoopOptions("retention", metrics, log));
   // Notifications: every replica delivers; a row is leased to one replica at a time (SKIP
   // LOCKED), and a replica that dies mid-send leaves it to another once the lease runs out.
   // The replica opens the channel's credentials (signing keys, bot tokens) right before sending.
@@ -360,8 +372,11 @@ int Serve(const ServeConfig& config) {
         return options;
       }());
   ConditionSleeper notify_sleeper;
-  RoundLoop notify_loop([&] { return notify_delivery.RunLoopRound(diagnose); }, notify_sleeper,
-                        LoopOptions("notifications", metrics, log));
+  RoundLoop notify_loop(
+      [&]() -> int64_t {
+        return audit_passed.load() ? notify_delivery.RunLoopRound(diagnose) : kNotReadyIntervalMs;
+      },
+      notify_sleeper, LoopOptions("notifications", metrics, log));
   std::thread scheduler_thread([&] { scheduler_loop.Run(); });
   std::thread retention_thread([&] { retention_loop.Run(); });
   std::thread notify_thread([&] { notify_loop.Run(); });
@@ -483,6 +498,8 @@ int Serve(const ServeConfig& config) {
         Status verdict = readiness.Check();
         // A change is logged (`readiness.changed`) by SetReadiness.
         api.SetReadiness(verdict);
+        api.SetWritable(verdict);
+        audit_passed = verdict.ok();
         metrics.SetGauge("ql_ready", "", verdict.ok() ? 1 : 0);
         return verdict.ok() ? kReadinessIntervalMs : kNotReadyIntervalMs;
       },

@@ -349,6 +349,10 @@ struct ApiServer::Impl {
   std::atomic<bool> ready{false};
   std::atomic<bool> withdrawn{false};
   std::mutex readiness_mu;
+  // Set by SetWritable: while true, writes are refused with `write_refusal` (under
+  // readiness_mu).
+  std::atomic<bool> writes_refused{false};
+  Status write_refusal;
   Status not_ready{Unavailable("not_ready", "the server is starting and not ready yet")};
   std::atomic<int> followers{0};
   std::mutex wake_mu;
@@ -865,6 +869,17 @@ bool ApiServer::Impl::Admit(http::Request& req, http::Response& res) {
     return reject(405, "method_not_allowed",
                   req.method + " is not allowed on " + QuoteForMessage(req.path, 128) +
                       " (allowed: " + match.allow + ")");
+  }
+  if (IsApiPath(req.path) && match.route->method != "GET" && writes_refused.load()) {
+    Status why;
+    {
+      std::lock_guard<std::mutex> lock(readiness_mu);
+      why = write_refusal;
+    }
+    res.SetHeader("Retry-After", "5");
+    return reject(
+        503, why.reason().empty() ? "not_ready" : why.reason(),
+        "writes are refused while the readiness audit fails (reads still work): " + why.message());
   }
   if (match.route->method == "GET" && has_body) {
     return reject(400, "unexpected_body", "GET requests carry no body");
@@ -2520,6 +2535,12 @@ int ApiServer::port() const { return impl_->port; }
 void ApiServer::SetReady(bool ready) {
   SetReadiness(ready ? Status::Ok()
                      : Unavailable("not_ready", "the server is starting and not ready yet"));
+}
+
+void ApiServer::SetWritable(const Status& verdict) {
+  std::lock_guard<std::mutex> lock(impl_->readiness_mu);
+  if (!verdict.ok()) impl_->write_refusal = verdict;
+  impl_->writes_refused = !verdict.ok();
 }
 
 void ApiServer::SetReadiness(const Status& readiness) {

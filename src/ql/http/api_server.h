@@ -135,6 +135,10 @@ class ApiServer {
   // reason as code and its message, e.g. `database_unavailable` or an audit code. Callable from
   // any thread at any time; after WithdrawAdmission /readyz stays `shutting_down` whatever is set.
   void SetReadiness(const Status& readiness);
+  // Not ready means no writes (ADR-0037): while `verdict` (the readiness audit's) is not Ok,
+  // every API route but a read (GET) answers 503 with the verdict's reason as code, before its
+  // body is read; reads keep working. Ok lets writes through again. Callable from any thread.
+  void SetWritable(const Status& verdict);
   // Withdraws admission for good: /readyz answers 503 and every /api/v1 call 503
   // shutting_down; running log follow streams end. /livez and /metrics keep answering.
   void WithdrawAdmission();

@@ -118,6 +118,13 @@ const std::set<std::string> kAuthenticated = {"unauthorized", "credentials_unava
 const std::set<std::string> kGetAdmission = {"unexpected_body"};
 const std::set<std::string> kBodyAdmission = {"unsupported_media_type", "body_too_large"};
 const std::set<std::string> kCookieWrite = {"csrf_failed"};
+// Admission of every /api/v1 write while the readiness audit fails (ql-cluster): the audit's
+// code, 503.
+const std::set<std::string> kWriteGate = {
+    "not_ready",           "database_unavailable",    "server_read_only",
+    "server_in_recovery",  "runtime_role_invalid",    "admin_role_invalid",
+    "worker_role_invalid", "schema_contract_invalid", "migration_history_invalid",
+    "capability_invalid"};
 
 std::set<std::string> ExpectedAdmission(const ApiRoute& route) {
   std::set<std::string> out = kEveryRoute;
@@ -125,6 +132,7 @@ std::set<std::string> ExpectedAdmission(const ApiRoute& route) {
   out.insert(by_method.begin(), by_method.end());
   if (IsApiPath(route.pattern)) {
     out.insert(kApiAdmission.begin(), kApiAdmission.end());
+    if (route.method != "GET") out.insert(kWriteGate.begin(), kWriteGate.end());
     if (route.permission != "public") {
       out.insert(kAuthenticated.begin(), kAuthenticated.end());
       if (route.method != "GET") out.insert(kCookieWrite.begin(), kCookieWrite.end());
