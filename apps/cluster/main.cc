@@ -9,10 +9,20 @@
 // Exit codes: 0 success, 1 failure (database unreachable, lock held, ...), 2 invalid input,
 // 3 not ready (the audit failed; the stable code is printed).
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "../key_provider_flags.h"
 #include "database_url.h"
@@ -44,9 +54,80 @@ void AddUrlOptions(CLI::App* cmd, UrlSource& source, const std::string& descript
                   "read the database URL from this file instead");
 }
 
-int Migrate(const UrlSource& source) {
+// The backup precondition of `migrate` (ADR-0037): an operator's command, run through /bin/sh
+// with QL_PENDING_MIGRATIONS (the ids, space-separated) before anything is applied, in a process
+// group of its own, bounded by `timeout_s` (then SIGTERM, and SIGKILL 5 s later). Ok when it
+// exits 0; otherwise Conflict `before_migrate_failed` naming how it ended.
+Status RunBeforeMigrate(const std::string& command, int timeout_s,
+                        const std::vector<std::string>& pending) {
+  std::string ids;
+  for (const std::string& id : pending) ids += (ids.empty() ? "" : " ") + id;
+  const pid_t child = ::fork();
+  if (child < 0) {
+    return Conflict("before_migrate_failed",
+                    std::string("cannot start --before-migrate: ") + std::strerror(errno));
+  }
+  if (child == 0) {
+    ::setpgid(0, 0);
+    ::setenv("QL_PENDING_MIGRATIONS", ids.c_str(), 1);
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::setpgid(child, child);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int status = 0;
+  bool timed_out = false;
+  for (;;) {
+    const pid_t done = ::waitpid(child, &status, WNOHANG);
+    if (done == child) break;
+    if (done < 0 && errno != EINTR) {
+      return Conflict("before_migrate_failed", "lost track of --before-migrate");
+    }
+    if (!timed_out && std::chrono::steady_clock::now() >= deadline) {
+      timed_out = true;
+      ::kill(-child, SIGTERM);
+      std::thread([child] {
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        ::kill(-child, SIGKILL);
+      }).detach();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (timed_out) {
+    return Conflict("before_migrate_failed", "--before-migrate ran longer than " +
+                                                 std::to_string(timeout_s) +
+                                                 " s and was stopped; nothing was migrated");
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+  const std::string how = WIFEXITED(status)
+                              ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                              : "was ended by signal " + std::to_string(WTERMSIG(status));
+  return Conflict("before_migrate_failed", "--before-migrate " + how + "; nothing was migrated");
+}
+
+int Migrate(const UrlSource& source, const std::string& before_migrate,
+            int before_migrate_timeout_s) {
   Result<std::string> url = ResolveDatabaseUrl(source);
   if (!url.ok()) return Fail(url.status());
+  if (before_migrate_timeout_s < 1 || before_migrate_timeout_s > 86'400) {
+    return Fail(InvalidArgument("invalid_before_migrate_timeout",
+                                "--before-migrate-timeout must be 1..86400 seconds, got " +
+                                    std::to_string(before_migrate_timeout_s)));
+  }
+  if (!before_migrate.empty()) {
+    // Run only when there is something to apply: a current schema needs no backup first.
+    Result<std::vector<std::string>> pending = pg::PendingMigrationIds(*url);
+    if (!pending.ok()) return Fail(pending.status());
+    if (!pending->empty()) {
+      std::cout << "before migrating " << pending->size()
+                << " migration(s): running --before-migrate\n"
+                << std::flush;
+      if (Status st = RunBeforeMigrate(before_migrate, before_migrate_timeout_s, *pending);
+          !st.ok()) {
+        return Fail(st);
+      }
+    }
+  }
   Result<pg::MigrateReport> report = pg::Migrate(*url, SystemClock());
   if (!report.ok()) return Fail(report.status());
   for (const std::string& id : report->applied) std::cout << "applied " << id << "\n";
@@ -282,6 +363,13 @@ int Main(int argc, char** argv) {
   CLI::App* migrate = app.add_subcommand(
       "migrate", "apply the postgresql-main migrations and grants (as ql3_migration)");
   AddUrlOptions(migrate, migrate_url, "the migration role's URL (or QL3_MIGRATION_DATABASE_URL)");
+  std::string before_migrate;
+  int before_migrate_timeout_s = 3600;
+  migrate->add_option("--before-migrate", before_migrate,
+                      "a command (run by /bin/sh) that must succeed before pending migrations "
+                      "are applied, e.g. a pg_dump; QL_PENDING_MIGRATIONS names them");
+  migrate->add_option("--before-migrate-timeout", before_migrate_timeout_s,
+                      "seconds --before-migrate may run (default 3600)");
 
   AuditCommand audit_command;
   CLI::App* audit =
@@ -328,7 +416,7 @@ int Main(int argc, char** argv) {
   if (*serve) return Serve(serve_config);
   if (*token) return Credential(pg::CredentialKind::kApi, api_token, api_revoke);
   if (*worker) return Credential(pg::CredentialKind::kWorker, worker_token, worker_revoke);
-  if (*migrate) return Migrate(migrate_url);
+  if (*migrate) return Migrate(migrate_url, before_migrate, before_migrate_timeout_s);
   if (*audit) return Audit(audit_command);
   if (*catalog) return Catalog(catalog_url);
   if (*rotate) return RotateSecretKey(rotate_command);

@@ -3,11 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
-#include <chrono>
 
 #include "harness.h"
 #include "ql/testing/postgres_server.h"
@@ -93,6 +94,59 @@ TEST_F(ClusterCliTest, FreshMigrationPrintsEveryAppliedMigration) {
   EXPECT_NE(r.out.find("schema migrated: pg-0024-retry-on-timeout, control-core v22"),
             std::string::npos)
       << r.out;
+}
+
+// The backup precondition of migrate: the hook runs before anything is applied and only when
+// something is pending; a hook that fails or overruns its bound leaves the schema untouched.
+TEST_F(ClusterCliTest, BeforeMigrateMustSucceedBeforeAnythingIsApplied) {
+  ASSERT_TRUE(server_->Psql("postgres", "CREATE DATABASE hooked OWNER ql3_migration").ok());
+  const std::string url =
+      "postgresql://ql3_migration:s3cret@127.0.0.1:" + std::to_string(server_->port()) +
+      "/hooked?sslmode=disable";
+  // "0" while nothing is applied (the first migration creates schema ql3).
+  const auto applied = [&] {
+    Result<std::string> out =
+        server_->Psql("hooked", "SELECT count(*) FROM pg_namespace WHERE nspname = 'ql3'");
+    if (!out.ok()) return out.status().ToString();
+    while (!out->empty() && out->back() == '\n') out->pop_back();
+    return *out;
+  };
+  TempDir dir;
+  const std::string marker = dir.path() + "/pending";
+
+  CommandResult failing = Cluster({"migrate", "--database-url", url, "--before-migrate", "exit 7"});
+  EXPECT_EQ(failing.exit_code, 1) << failing.out << failing.err;
+  EXPECT_NE(failing.err.find("before_migrate_failed: --before-migrate exited with status 7"),
+            std::string::npos)
+      << failing.err;
+  EXPECT_EQ(applied(), "0");
+
+  CommandResult slow = Cluster({"migrate", "--database-url", url, "--before-migrate", "sleep 30",
+                                "--before-migrate-timeout", "1"});
+  EXPECT_EQ(slow.exit_code, 1);
+  EXPECT_NE(slow.err.find("ran longer than 1 s"), std::string::npos) << slow.err;
+  EXPECT_EQ(applied(), "0");
+
+  CommandResult ok = Cluster({"migrate", "--database-url", url, "--before-migrate",
+                              "echo \"$QL_PENDING_MIGRATIONS\" > " + marker});
+  ASSERT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_NE(applied(), "0");
+  std::ifstream in(marker);
+  std::string pending;
+  std::getline(in, pending);
+  EXPECT_EQ(pending.rfind("pg-0001-schema-history pg-0002", 0), 0u) << pending;
+
+  // Nothing pending: the hook is not run.
+  std::filesystem::remove(marker);
+  CommandResult current =
+      Cluster({"migrate", "--database-url", url, "--before-migrate", "touch " + marker});
+  ASSERT_EQ(current.exit_code, 0) << current.err;
+  EXPECT_FALSE(std::filesystem::exists(marker));
+
+  CommandResult bad = Cluster({"migrate", "--database-url", url, "--before-migrate", "true",
+                               "--before-migrate-timeout", "0"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("invalid_before_migrate_timeout"), std::string::npos) << bad.err;
 }
 
 TEST_F(ClusterCliTest, DriftIsNotReadyWithItsStableCode) {

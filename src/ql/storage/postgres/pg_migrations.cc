@@ -399,6 +399,26 @@ Result<std::vector<HistoryRow>> ReadHistory(Connection& conn) {
   return history;
 }
 
+Result<std::vector<std::string>> PendingMigrationIds(const std::string& url,
+                                                     const SessionOptions& session) {
+  QL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
+                      Connection::Open(url, MigrationSession(session)));
+  QL_ASSIGN_OR_RETURN(Rows who, conn->Exec("SELECT current_user::text", {}, "read role"));
+  const std::string role = who.Text(0, 0);
+  QL_RETURN_IF_ERROR(who.status());
+  if (role != kMigrationRole) {
+    return InvalidArgument("migration_role_invalid",
+                           "migrations run as " + std::string(kMigrationRole) +
+                               " (the owner of schema ql3), not as " + role);
+  }
+  QL_ASSIGN_OR_RETURN(std::vector<HistoryRow> history, ReadHistory(*conn));
+  QL_ASSIGN_OR_RETURN(std::vector<const Migration*> pending,
+                      PendingMigrations(PostgresMainStream(), history));
+  std::vector<std::string> ids;
+  for (const Migration* m : pending) ids.push_back(m->id);
+  return ids;
+}
+
 Result<MigrateReport> MigrateStream(const std::string& url, const MigrationStream& stream,
                                     std::span<const SchemaCapability> steps, Clock& clock,
                                     const SessionOptions& session, const MigrationFault& fault) {

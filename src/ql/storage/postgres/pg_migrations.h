@@ -77,6 +77,12 @@ struct MigrateReport {
 Result<MigrateReport> Migrate(const std::string& url, Clock& clock,
                               const SessionOptions& session = {});
 
+// The ids of the compiled migrations the database at `url` has not applied yet, in order
+// (read-only: it changes nothing). Errors as Migrate's: `migration_role_invalid`, the history
+// faults, Unavailable when the server cannot be reached.
+Result<std::vector<std::string>> PendingMigrationIds(const std::string& url,
+                                                     const SessionOptions& session = {});
+
 // Tests only: called at "marked" (a prepare migration's history row committed, its statements
 // not run yet) and "prepared" (its statements ran, the commit migration not yet); a non-ok return
 // ends the migrator right there, as a crash would (its connection closes, nothing is undone).
