@@ -230,10 +230,12 @@ struct DriftCase {
   const char* tamper;  // "%DB%" stands for the database's name
   const char* code;
   const char* detail;
+  const char* undo = nullptr;  // roles are the server's, not the database's: put back after
 };
 
 const DriftCase kDriftCases[] = {
-    {"history_gap", "DELETE FROM ql3.schema_migrations WHERE id = 'pg-0002-projects-and-definitions'",
+    {"history_gap",
+     "DELETE FROM ql3.schema_migrations WHERE id = 'pg-0002-projects-and-definitions'",
      "migration_history_invalid", "migration_gap"},
     {"history_ahead",
      "INSERT INTO ql3.schema_migrations VALUES ('pg-0099-from-the-future', 'postgresql-main', "
@@ -262,8 +264,8 @@ const DriftCase kDriftCases[] = {
      "policy runs.runs_all"},
     {"reloptions", "ALTER TABLE ql3.trigger_schedules RESET (fillfactor)",
      "schema_contract_invalid", "reloptions trigger_schedules fillfactor=70"},
-    {"runtime_extra_privilege", "GRANT DELETE ON ql3.projects TO ql3_runtime", "runtime_role_invalid",
-     "has DELETE on projects"},
+    {"runtime_extra_privilege", "GRANT DELETE ON ql3.projects TO ql3_runtime",
+     "runtime_role_invalid", "has DELETE on projects"},
     {"runtime_missing_privilege", "REVOKE INSERT ON ql3.run_events FROM ql3_runtime",
      "runtime_role_invalid", "lacks INSERT on run_events"},
     {"ingress_extra_privilege", "GRANT SELECT ON ql3.runs TO ql3_worker_ingress",
@@ -274,6 +276,30 @@ const DriftCase kDriftCases[] = {
      "admin_role_invalid", "ql3_admin lacks INSERT on trigger_revisions"},
     {"read_only_target", "ALTER DATABASE %DB% SET default_transaction_read_only = on",
      "server_read_only", "read-only"},
+    // Each role's attributes, memberships (SET ROLE paths), LOGIN and CONNECT.
+    {"runtime_attribute", "ALTER ROLE ql3_runtime CREATEDB", "runtime_role_invalid",
+     "ql3_runtime has CREATEDB", "ALTER ROLE ql3_runtime NOCREATEDB"},
+    {"ingress_attribute", "ALTER ROLE ql3_worker_ingress CREATEROLE", "runtime_role_invalid",
+     "ql3_worker_ingress has CREATEDB, CREATEROLE", "ALTER ROLE ql3_worker_ingress NOCREATEROLE"},
+    {"ingress_noinherit_member_of_runtime",
+     "ALTER ROLE ql3_worker_ingress NOINHERIT; GRANT ql3_runtime TO ql3_worker_ingress",
+     "runtime_role_invalid", "ql3_worker_ingress is a member of another role",
+     "REVOKE ql3_runtime FROM ql3_worker_ingress; ALTER ROLE ql3_worker_ingress INHERIT"},
+    {"ingress_nologin", "ALTER ROLE ql3_worker_ingress NOLOGIN", "runtime_role_invalid",
+     "ql3_worker_ingress cannot log in", "ALTER ROLE ql3_worker_ingress LOGIN"},
+    {"ingress_no_connect", "REVOKE CONNECT ON DATABASE %DB% FROM ql3_worker_ingress",
+     "runtime_role_invalid", "ql3_worker_ingress may not CONNECT"},
+    {"admin_member_of_runtime", "GRANT ql3_runtime TO ql3_admin", "admin_role_invalid",
+     "ql3_admin is a member of another role", "REVOKE ql3_runtime FROM ql3_admin"},
+    {"admin_nologin", "ALTER ROLE ql3_admin NOLOGIN", "admin_role_invalid",
+     "ql3_admin cannot log in", "ALTER ROLE ql3_admin LOGIN"},
+    {"admin_no_connect", "REVOKE CONNECT ON DATABASE %DB% FROM ql3_admin", "admin_role_invalid",
+     "ql3_admin may not CONNECT"},
+    {"migration_attribute", "ALTER ROLE ql3_migration BYPASSRLS", "migration_role_invalid",
+     "ql3_migration has CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS",
+     "ALTER ROLE ql3_migration NOBYPASSRLS"},
+    {"migration_member_of_admin", "GRANT ql3_admin TO ql3_migration", "migration_role_invalid",
+     "ql3_migration is a member of another role", "REVOKE ql3_admin FROM ql3_migration"},
 };
 
 class ClusterCliDriftTest : public ClusterCliTest,
@@ -299,6 +325,7 @@ TEST_P(ClusterCliDriftTest, EachDriftClassIsNotReadyWithItsStableCode) {
   if (size_t at = tamper.find("%DB%"); at != std::string::npos) tamper.replace(at, 4, db);
   ASSERT_TRUE(server_->Psql(db, tamper).ok()) << tamper;
   CommandResult r = Cluster({"audit", "--database-url", url("ql3_runtime")});
+  if (drift.undo != nullptr) ASSERT_TRUE(server_->Psql(db, drift.undo).ok()) << drift.undo;
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
   EXPECT_EQ(r.out.rfind(std::string("not ready: ") + drift.code + ": ", 0), 0u) << r.out;
   EXPECT_NE(r.out.find(drift.detail), std::string::npos) << r.out;

@@ -124,7 +124,7 @@ const std::set<std::string> kWriteGate = {
     "not_ready",           "database_unavailable",    "server_read_only",
     "server_in_recovery",  "runtime_role_invalid",    "admin_role_invalid",
     "worker_role_invalid", "schema_contract_invalid", "migration_history_invalid",
-    "capability_invalid"};
+    "capability_invalid",  "migration_role_invalid"};
 
 std::set<std::string> ExpectedAdmission(const ApiRoute& route) {
   std::set<std::string> out = kEveryRoute;

@@ -246,7 +246,8 @@ Status CheckCatalog(Connection& conn) {
 }
 
 // Checks role `name` as gate 5 checks the runtime role: no superuser or migration role, no
-// CREATEDB/CREATEROLE/REPLICATION/BYPASSRLS, no membership, owns nothing, may create nothing,
+// CREATEDB/CREATEROLE/REPLICATION/BYPASSRLS, LOGIN and CONNECT on the database, no membership of
+// any role (so no SET ROLE path, whatever INHERIT says), owns nothing, may create nothing,
 // USAGE on ql3 and exactly `privileges`. A fault is Corrupt `code`.
 Status CheckRole(Connection& conn, const std::string& name,
                  const std::map<std::string, std::set<std::string>>& privileges,
@@ -259,7 +260,8 @@ Status CheckRole(Connection& conn, const std::string& name,
                 "(SELECT d.datdba = r.oid FROM pg_catalog.pg_database d "
                 " WHERE d.datname = current_database()), "
                 "has_database_privilege(r.oid, current_database(), 'CREATE'), "
-                "has_database_privilege(r.oid, current_database(), 'TEMPORARY') "
+                "has_database_privilege(r.oid, current_database(), 'TEMPORARY'), "
+                "r.rolcanlogin, has_database_privilege(r.oid, current_database(), 'CONNECT') "
                 "FROM pg_catalog.pg_roles r WHERE r.rolname = $1",
                 {P(name)}, "audit role"));
   if (role.size() == 0) return Fail(code, "role " + name + " is missing");
@@ -270,6 +272,7 @@ Status CheckRole(Connection& conn, const std::string& name,
   int64_t memberships = role.Int(0, 5);
   bool owns_database = role.Bool(0, 6);
   bool db_create = role.Bool(0, 7), db_temp = role.Bool(0, 8);
+  bool login = role.Bool(0, 9), connect = role.Bool(0, 10);
   QL_RETURN_IF_ERROR(role.status());
   if (super) return Fail(code, "role " + name + " is a superuser");
   if (name == kMigrationRole) {
@@ -278,7 +281,11 @@ Status CheckRole(Connection& conn, const std::string& name,
   if (createdb || createrole || replication || bypassrls) {
     return Fail(code, "role " + name + " has CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS");
   }
-  if (memberships != 0) return Fail(code, "role " + name + " is a member of another role");
+  if (!login) return Fail(code, "role " + name + " cannot log in (NOLOGIN)");
+  if (!connect) return Fail(code, "role " + name + " may not CONNECT to the database");
+  if (memberships != 0) {
+    return Fail(code, "role " + name + " is a member of another role (a SET ROLE path)");
+  }
   if (owns_database) return Fail(code, "role " + name + " owns the database");
   if (db_create || db_temp) {
     return Fail(code, "role " + name + " may create schemas or temporary tables in the database");
@@ -328,6 +335,40 @@ Status CheckRole(Connection& conn, const std::string& name,
   return Status::Ok();
 }
 
+// The migration role owns schema ql3: it logs in and connects, and holds no attribute beyond
+// that and no membership of any role. A fault is Corrupt `migration_role_invalid`.
+Status CheckMigrationRole(Connection& conn) {
+  const std::string name = kMigrationRole;
+  QL_ASSIGN_OR_RETURN(
+      Rows role,
+      conn.Exec("SELECT r.rolsuper, r.rolcreatedb OR r.rolcreaterole OR r.rolreplication OR "
+                "r.rolbypassrls, r.rolcanlogin, "
+                "(SELECT count(*) FROM pg_catalog.pg_auth_members m WHERE m.member = r.oid), "
+                "has_database_privilege(r.oid, current_database(), 'CONNECT') "
+                "FROM pg_catalog.pg_roles r WHERE r.rolname = $1",
+                {P(name)}, "audit migration role"));
+  if (role.size() == 0) return Fail(kMigrationRoleInvalid, "role " + name + " is missing");
+  QL_RETURN_IF_ERROR(role.ExpectRows(1));
+  const bool super = role.Bool(0, 0), attributes = role.Bool(0, 1), login = role.Bool(0, 2);
+  const int64_t memberships = role.Int(0, 3);
+  const bool connect = role.Bool(0, 4);
+  QL_RETURN_IF_ERROR(role.status());
+  if (super) return Fail(kMigrationRoleInvalid, "role " + name + " is a superuser");
+  if (attributes) {
+    return Fail(kMigrationRoleInvalid,
+                "role " + name + " has CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS");
+  }
+  if (!login) return Fail(kMigrationRoleInvalid, "role " + name + " cannot log in (NOLOGIN)");
+  if (!connect) {
+    return Fail(kMigrationRoleInvalid, "role " + name + " may not CONNECT to the database");
+  }
+  if (memberships != 0) {
+    return Fail(kMigrationRoleInvalid,
+                "role " + name + " is a member of another role (a SET ROLE path)");
+  }
+  return Status::Ok();
+}
+
 // Gate 5.
 Status CheckRuntimeRole(Connection& conn) {
   QL_ASSIGN_OR_RETURN(Rows who, conn.Exec("SELECT current_user::text", {}, "audit runtime role"));
@@ -344,14 +385,9 @@ Status CheckRuntimeRole(Connection& conn) {
   if (!ingress.Bool(0, 0)) {
     return Fail(kRuntimeRoleInvalid, std::string("role ") + kWorkerIngressRole + " is missing");
   }
-  std::vector<std::string> faults;
   QL_RETURN_IF_ERROR(
-      CollectPrivilegeFaults(conn, kWorkerIngressRole, WorkerIngressPrivileges(), faults));
-  if (!faults.empty()) {
-    return Fail(kRuntimeRoleInvalid,
-                std::string("role ") + kWorkerIngressRole + " " + Join(faults));
-  }
-  return Status::Ok();
+      CheckRole(conn, kWorkerIngressRole, WorkerIngressPrivileges(), kRuntimeRoleInvalid));
+  return CheckMigrationRole(conn);
 }
 
 // Gate 6.

@@ -44,6 +44,7 @@ inline constexpr std::string_view kSchemaContractInvalid = "schema_contract_inva
 inline constexpr std::string_view kRuntimeRoleInvalid = "runtime_role_invalid";
 inline constexpr std::string_view kAdminRoleInvalid = "admin_role_invalid";
 inline constexpr std::string_view kWorkerRoleInvalid = "worker_role_invalid";
+inline constexpr std::string_view kMigrationRoleInvalid = "migration_role_invalid";
 inline constexpr std::string_view kPredicateLockRoomInsufficient =
     "predicate_lock_room_insufficient";
 
