@@ -434,6 +434,14 @@ TEST_F(ClusterReplicasTest, ReadinessFollowsTheDatabase) {
     EXPECT_NE(json::parse(answer->body, nullptr, false).value("code", ""), "runtime_role_invalid");
   }
   EXPECT_LT(written, 300) << "a write was refused after the audit passed";
+  // The daemon log said so, once each way (text format: one line per change).
+  const std::string log = ReadFile(Log("a"));
+  EXPECT_NE(log.find("warn readiness.changed ready=false code=runtime_role_invalid"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("warn readiness.changed ready=false code=database_unavailable"),
+            std::string::npos);
+  EXPECT_NE(log.find("info readiness.changed ready=true"), std::string::npos);
 
   std::cout << "[readiness] database stopped -> 503 in " << down_ms << " ms, back -> 200 in "
             << up_ms << " ms; read-only -> 503 in " << read_only_ms << " ms, writable -> 200 in "
