@@ -1,8 +1,10 @@
 #include "ql/storage/postgres/pg_client.h"
 
 #include <libpq-fe.h>
+#include <poll.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -918,6 +920,25 @@ bool Connection::Reusable() const {
   return PQstatus(conn_) == CONNECTION_OK && PQtransactionStatus(conn_) == PQTRANS_IDLE;
 }
 
+bool Connection::StillOpen() {
+  // Something that arrived while the connection was idle is read: a notice keeps it; the
+  // server's goodbye (a FATAL notice, then the end of the stream) does not. A few rounds at
+  // most: each reads what is there without waiting.
+  for (int round = 0; round < 4; ++round) {
+    if (PQstatus(conn_) != CONNECTION_OK) return false;
+    pollfd p{};
+    p.fd = PQsocket(conn_);
+    p.events = POLLIN;
+    if (p.fd < 0) return false;
+    const int ready = ::poll(&p, 1, 0);
+    if (ready == 0) return true;  // nothing (more) arrived
+    if (ready < 0) return errno == EINTR;
+    if ((p.revents & (POLLERR | POLLNVAL)) != 0) return false;
+    if (PQconsumeInput(conn_) == 0) return false;
+  }
+  return PQstatus(conn_) == CONNECTION_OK;
+}
+
 bool Connection::InTransaction() const {
   PGTransactionStatusType t = PQtransactionStatus(conn_);
   return t == PQTRANS_INTRANS || t == PQTRANS_INERROR;
@@ -972,7 +993,7 @@ Result<std::unique_ptr<Connection>> Pool::Acquire(std::string_view operation) {
       idle_.pop_back();
       bool expired = now - conn->last_used > std::chrono::milliseconds(options_.idle_lifetime_ms) &&
                      open_ > options_.min_connections;
-      if (!expired && conn->Reusable()) return conn;
+      if (!expired && conn->Reusable() && conn->StillOpen()) return conn;
       --open_;
     }
     if (open_ < options_.max_connections) {

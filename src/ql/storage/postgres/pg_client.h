@@ -208,6 +208,10 @@ class Connection {
                     PgPhase phase = PgPhase::kStatement);
   // True while the socket is up and no transaction is open.
   bool Reusable() const;
+  // For an idle connection: false when the server has ended it meanwhile (a restart, a failover,
+  // a terminated backend), which libpq only notices on the next use. Reads what the server sent
+  // (its goodbye, or a notice) without waiting.
+  bool StillOpen();
   bool InTransaction() const;
   // The server's process id (for tests that terminate a backend).
   int BackendPid() const;

@@ -457,6 +457,35 @@ TEST_F(PgClientTest, TerminatedBackendIsUnavailableAndThePoolRecovers) {
   EXPECT_TRUE(next.ok()) << next.ToString();
 }
 
+// A connection the server ended while it sat idle in the pool (a restart, a failover) is not
+// handed out again: the next transaction gets a fresh one and succeeds at once.
+TEST_F(PgClientTest, AConnectionEndedWhileIdleIsNotHandedOut) {
+  auto pool = MakePool(1);
+  int pid = 0;
+  ASSERT_TRUE(pool->WithConnection("pid",
+                                   [&](Connection& c) {
+                                     pid = c.BackendPid();
+                                     return Status::Ok();
+                                   })
+                  .ok());
+  ASSERT_GT(pid, 0);
+  Result<std::string> killed = PgTestCluster::Get().server().Psql(
+      db_, "SELECT pg_terminate_backend(" + std::to_string(pid) + ", 5000)");
+  ASSERT_TRUE(killed.ok()) << killed.status().ToString();
+  Status write = pool->Transact({}, "write after the backend ended", [](Tx& tx) {
+    return tx.Exec("UPDATE public.kv SET v = v + 1 WHERE k = 1").status();
+  });
+  EXPECT_TRUE(write.ok()) << write.ToString();
+  int now = 0;
+  ASSERT_TRUE(pool->WithConnection("pid",
+                                   [&](Connection& c) {
+                                     now = c.BackendPid();
+                                     return Status::Ok();
+                                   })
+                  .ok());
+  EXPECT_NE(now, pid);
+}
+
 // BEGIN and its SET LOCALs travel with a transaction's first statement (or its first prefetch):
 // every option holds from that statement on, and a body that runs nothing opens nothing.
 TEST_F(PgClientTest, ATransactionsOptionsHoldFromItsFirstStatement) {
