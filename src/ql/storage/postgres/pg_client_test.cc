@@ -170,6 +170,18 @@ class PgClientTest : public ::testing::Test {
     return pool.ok() ? std::move(pool).value() : nullptr;
   }
 
+  // The backend pid of the pool's next connection (0 when none could be had).
+  static int BackendPidOf(Pool& pool) {
+    int pid = 0;
+    EXPECT_TRUE(pool.WithConnection("pid",
+                                    [&](Connection& c) {
+                                      pid = c.BackendPid();
+                                      return Status::Ok();
+                                    })
+                    .ok());
+    return pid;
+  }
+
   std::string db_;
   std::string url_;
 };
@@ -436,13 +448,7 @@ TEST_F(PgClientTest, AFrozenHolderReleasesItsRowLocksAfterTheIdleInTransactionBo
 
 TEST_F(PgClientTest, TerminatedBackendIsUnavailableAndThePoolRecovers) {
   auto pool = MakePool(1);
-  int pid = 0;
-  ASSERT_TRUE(pool->WithConnection("pid",
-                                   [&](Connection& c) {
-                                     pid = c.BackendPid();
-                                     return Status::Ok();
-                                   })
-                  .ok());
+  const int pid = BackendPidOf(*pool);
   ASSERT_GT(pid, 0);
   Status st = pool->Transact({}, "victim", [&](Tx& tx) -> Status {
     Result<std::string> killed = PgTestCluster::Get().server().Psql(
@@ -461,13 +467,7 @@ TEST_F(PgClientTest, TerminatedBackendIsUnavailableAndThePoolRecovers) {
 // handed out again: the next transaction gets a fresh one and succeeds at once.
 TEST_F(PgClientTest, AConnectionEndedWhileIdleIsNotHandedOut) {
   auto pool = MakePool(1);
-  int pid = 0;
-  ASSERT_TRUE(pool->WithConnection("pid",
-                                   [&](Connection& c) {
-                                     pid = c.BackendPid();
-                                     return Status::Ok();
-                                   })
-                  .ok());
+  const int pid = BackendPidOf(*pool);
   ASSERT_GT(pid, 0);
   Result<std::string> killed = PgTestCluster::Get().server().Psql(
       db_, "SELECT pg_terminate_backend(" + std::to_string(pid) + ", 5000)");
@@ -476,14 +476,7 @@ TEST_F(PgClientTest, AConnectionEndedWhileIdleIsNotHandedOut) {
     return tx.Exec("UPDATE public.kv SET v = v + 1 WHERE k = 1").status();
   });
   EXPECT_TRUE(write.ok()) << write.ToString();
-  int now = 0;
-  ASSERT_TRUE(pool->WithConnection("pid",
-                                   [&](Connection& c) {
-                                     now = c.BackendPid();
-                                     return Status::Ok();
-                                   })
-                  .ok());
-  EXPECT_NE(now, pid);
+  EXPECT_NE(BackendPidOf(*pool), pid);
 }
 
 // BEGIN and its SET LOCALs travel with a transaction's first statement (or its first prefetch):
