@@ -424,8 +424,8 @@ TEST_F(ClusterReplicasTest, ReadinessFollowsTheDatabase) {
   std::this_thread::sleep_for(std::chrono::seconds(3));
   EXPECT_GT(Count("SELECT count(*) FROM ql3.runs"), runs_healed)
       << "admission did not resume after the audit passed";
-  // Writes are let through again. A pooled connection opened before the restart above may
-  // fail once with database_unavailable (retryable, as its code says); the gate's code never.
+  // Writes are let through again (a database_unavailable answer is retried, as its code says;
+  // the gate's code must never come back).
   int written = 0;
   for (int i = 0; i < 3 && (written == 0 || written >= 300); ++i) {
     auto answer = api.Post("/api/v1/tasks", task.dump(), "application/json");
