@@ -176,6 +176,20 @@ class SqliteUpgradeTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
+  // Lets a store open the file, which migrates it to the latest schema, then connects again
+  // (the earlier plain connection must be closed); the store stays open for the caller.
+  // nullptr (with a failure) when the store cannot open it.
+  std::unique_ptr<SqliteStore> UpgradeByTheStore() {
+    db_.reset();
+    SqliteOptions options;
+    options.path = path_;
+    auto store = SqliteStore::Open(options, clock_);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    if (!store.ok()) return nullptr;
+    Connect();
+    return std::move(store).value();
+  }
+
   // Opens a plain connection to the database file (no store), as an operator would.
   void Connect() {
     auto db = sqlite::Db::Open(path_, 5000, 0);
@@ -268,15 +282,10 @@ TEST_F(SqliteUpgradeTest, ADatabaseOfTheReleaseBeforeApprovalsKeepsEveryRunAttem
   const std::set<std::string> objects_before = IndexesAndTriggers();
   ASSERT_EQ(Query("SELECT count(*) FROM runs"), "7");
   ASSERT_EQ(Query("SELECT count(*) FROM run_events"), "25");
-  db_.reset();
 
   // The store migrates it to the latest schema.
-  SqliteOptions options;
-  options.path = path_;
-  auto store = SqliteStore::Open(options, clock_);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-
-  Connect();
+  std::unique_ptr<SqliteStore> store = UpgradeByTheStore();
+  ASSERT_NE(store, nullptr);
   EXPECT_EQ(Query("SELECT max(id) FROM schema_migrations"),
             sqlite::SqliteMainStream().migrations.back().id);
   EXPECT_EQ(Query("PRAGMA integrity_check"), "ok");
@@ -310,17 +319,17 @@ TEST_F(SqliteUpgradeTest, ADatabaseOfTheReleaseBeforeApprovalsKeepsEveryRunAttem
   // And the store reads the old runs as it reads its own.
   for (const char* id : {"r1", "r2", "r3", "r4", "r5", "r6", "r7"}) {
     SCOPED_TRACE("run " + std::string(id));
-    Result<RunRecord> run = (*store)->runs().GetRun(id);
+    Result<RunRecord> run = store->runs().GetRun(id);
     ASSERT_TRUE(run.ok()) << run.status().ToString();
-    Result<std::vector<AttemptRecord>> attempts = (*store)->runs().ListAttempts(id);
+    Result<std::vector<AttemptRecord>> attempts = store->runs().ListAttempts(id);
     ASSERT_TRUE(attempts.ok()) << attempts.status().ToString();
     EXPECT_FALSE(attempts->empty());
   }
-  EXPECT_EQ((*store)->runs().GetRun("r3")->retry_of_run_id, "r2");
-  EXPECT_EQ((*store)->runs().GetRun("r1")->status, "succeeded");
-  EXPECT_EQ((*store)->runs().ListAttempts("r1")->size(), 2u);
+  EXPECT_EQ(store->runs().GetRun("r3")->retry_of_run_id, "r2");
+  EXPECT_EQ(store->runs().GetRun("r1")->status, "succeeded");
+  EXPECT_EQ(store->runs().ListAttempts("r1")->size(), 2u);
   // Policies written before timeouts could be retried say they are not.
-  EXPECT_FALSE((*store)->runs().GetRun("r6")->retry_policy.retry_on_timeout);
+  EXPECT_FALSE(store->runs().GetRun("r6")->retry_policy.retry_on_timeout);
 }
 
 // Log paths were absolute before 0018: the upgrade keeps what follows the log root, in the
@@ -343,13 +352,9 @@ UPDATE run_attempts SET log_path = '/elsewhere/r5.log' WHERE id = 'a6';
 UPDATE run_attempts SET log_path = '/srv/ql/data/log/t1/r6/9.log' WHERE id = 'a7';
 )sql")
                   .ok());
-  db_.reset();
 
-  SqliteOptions options;
-  options.path = path_;
-  auto store = SqliteStore::Open(options, clock_);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  Connect();
+  std::unique_ptr<SqliteStore> store = UpgradeByTheStore();
+  ASSERT_NE(store, nullptr);
   EXPECT_EQ(Rows("run_attempts", "id,log_path"),
             "'a1'|'t1/r1/1.log'\n"
             "'a2'|'t1/r1/2.log'\n"
@@ -359,7 +364,7 @@ UPDATE run_attempts SET log_path = '/srv/ql/data/log/t1/r6/9.log' WHERE id = 'a7
             "'a6'|'/elsewhere/r5.log'\n"             // not a path the dispatcher wrote
             "'a7'|'/srv/ql/data/log/t1/r6/9.log'\n"  // not this attempt's file name
             "'a8'|'r7/1.log'");
-  Result<std::vector<AttemptRecord>> attempts = (*store)->runs().ListAttempts("r1");
+  Result<std::vector<AttemptRecord>> attempts = store->runs().ListAttempts("r1");
   ASSERT_TRUE(attempts.ok()) << attempts.status().ToString();
   ASSERT_EQ(attempts->size(), 2u);
   EXPECT_EQ((*attempts)[0].log_path, "t1/r1/1.log");
@@ -398,25 +403,21 @@ VALUES ('019ca86a-3a60-7030-b07d-fbea6f6f7e52', 1, 'p1', 'g1', 't1', 1, printf('
                            "filling");
   });
   ASSERT_TRUE(filled.ok()) << filled.ToString();
-  db_.reset();
 
-  SqliteOptions options;
-  options.path = path_;
-  auto store = SqliteStore::Open(options, clock_);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  Connect();
+  std::unique_ptr<SqliteStore> store = UpgradeByTheStore();
+  ASSERT_NE(store, nullptr);
   EXPECT_EQ(Rows("task_heads", "task_id,name,deleted_at_ms"),
             "'t1'|'backup'|NULL\n't2'|'backup-t2'|NULL\n't3'|'report'|NULL");
   EXPECT_EQ(Rows("trigger_heads", "task_id,name"),
             "'t1'|'backup-fbea6f6f7e52'\n't2'|'backup-t2-000000000001'");
   // The oldest keeps the name; the other is reachable by its new one.
   Result<std::optional<TaskHeadRecord>> backup =
-      (*store)->definitions().FindTaskByName("p1", "backup");
+      store->definitions().FindTaskByName("p1", "backup");
   ASSERT_TRUE(backup.ok()) << backup.status().ToString();
   ASSERT_TRUE(backup->has_value());
   EXPECT_EQ((*backup)->task_id, "t1");
   Result<std::optional<TriggerHeadRecord>> trigger =
-      (*store)->definitions().FindTriggerByName("p1", "backup-t2-000000000001");
+      store->definitions().FindTriggerByName("p1", "backup-t2-000000000001");
   ASSERT_TRUE(trigger.ok()) << trigger.status().ToString();
   ASSERT_TRUE(trigger->has_value());
   EXPECT_EQ((*trigger)->task_id, "t2");
