@@ -129,6 +129,11 @@ std::vector<std::string> LeakForms(const std::string& value) {
   return forms;
 }
 
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream buffer;

@@ -89,6 +89,9 @@ std::string FindLeak(const std::string& text, const std::string& value);
 // Returns the HTTP status of GET url (0 when unreachable).
 int HttpGetStatus(const std::string& url, const std::string& ca_file = "");
 
+// `s` without its trailing line feeds and spaces (a command's output, for comparing).
+std::string Trim(std::string s);
+
 // A whole file's bytes ("" when it cannot be read).
 std::string ReadFile(const std::string& path);
 

@@ -27,11 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 fs::perms Mode(const fs::path& path) { return fs::status(path).permissions() & fs::perms::all; }
 
 // Runs `sql` on the SQLite file at `path`; returns false on an error.

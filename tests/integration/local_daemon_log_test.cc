@@ -20,11 +20,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using std::chrono::seconds;
 
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);

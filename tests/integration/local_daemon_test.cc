@@ -24,11 +24,6 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 class LocalDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -18,11 +18,6 @@ namespace {
 using nlohmann::json;
 using std::chrono::seconds;
 
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 const std::regex kUuid("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}");
 
 class DailyUseTest : public ::testing::Test {

@@ -15,7 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string Trim(std::string s) {
+std::string TrimBothEnds(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   while (!s.empty() && (s.front() == '\n' || s.front() == ' ')) s.erase(s.begin());
   return s;
@@ -53,7 +53,8 @@ TEST_F(LocalGovernanceTest, AViewerIsRefusedAnAdminAllowedAndARevokedAdminRefuse
   ASSERT_EQ(daemon_->Ql({"principal", "add", "carol"}).exit_code, 0);
   CommandResult minted = daemon_->Ql({"token", "create", "--principal", "carol"});
   ASSERT_EQ(minted.exit_code, 0) << minted.err;
-  const std::string token = Trim(minted.out.substr(minted.out.rfind('\n', minted.out.size() - 2)));
+  const std::string token =
+      TrimBothEnds(minted.out.substr(minted.out.rfind('\n', minted.out.size() - 2)));
   ASSERT_FALSE(token.empty());
   ASSERT_EQ(daemon_->Ql({"role", "grant", "carol", "viewer"}).exit_code, 0);
 
@@ -125,7 +126,7 @@ TEST_F(LocalGovernanceTest, ProjectsSeparateWorkAndAnArchivedProjectTakesNoRuns)
 
   ASSERT_EQ(daemon_->Ql({"project", "archive", "payments"}).exit_code, 0);
   CommandResult start =
-      daemon_->Ql({"--project", "payments", "run", "start", Trim(task.out)});
+      daemon_->Ql({"--project", "payments", "run", "start", TrimBothEnds(task.out)});
   EXPECT_EQ(start.exit_code, 1);
   EXPECT_NE(start.err.find("project_archived"), std::string::npos) << start.err;
   CommandResult projects = daemon_->Ql({"project", "list", "--json"});

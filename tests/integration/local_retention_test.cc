@@ -19,11 +19,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using std::chrono::seconds;
 
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 TEST(LocalRetentionTest, PurgedRunsTakeTheirRowsLogsAndAttemptDirectoriesWithThem) {
   TempDir tmp;
   const std::string data = tmp.path() + "/data";
