@@ -67,7 +67,7 @@ TEST_F(ClusterCliTest, MigrateThenAuditIsReady) {
   EXPECT_NE(first.out.find("grants applied"), std::string::npos) << first.out;
   CommandResult again = Cluster({"migrate", "--database-url", Url("ql3_migration")});
   ASSERT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_NE(again.out.find("schema already current: pg-0024-retry-on-timeout"), std::string::npos)
+  EXPECT_NE(again.out.find("schema already current: pg-0025-migration-markers"), std::string::npos)
       << again.out;
 
   TempDir dir;
@@ -91,7 +91,7 @@ TEST_F(ClusterCliTest, FreshMigrationPrintsEveryAppliedMigration) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("applied pg-0001-schema-history\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("applied pg-0008-worker-leases\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("schema migrated: pg-0024-retry-on-timeout, control-core v22"),
+  EXPECT_NE(r.out.find("schema migrated: pg-0025-migration-markers, control-core v23"),
             std::string::npos)
       << r.out;
 }

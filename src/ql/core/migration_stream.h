@@ -89,10 +89,10 @@ Status ValidateStream(const MigrationStream& stream);
 // A step that cannot run inside a transaction (CREATE INDEX CONCURRENTLY) is split into two
 // migrations: "NNNN-NAME-prepare" holds the non-transactional statements, written so that running
 // them again completes or repeats them; "NNNN+1-NAME-commit" runs in one transaction, checks what
-// they built and carries the history row that completes the pair. The runner records the
-// prepare migration's history row before running its statements: that row without its commit
-// is the marker of a pair in progress, and a runner that finds it runs the statements again
-// before the commit migration.
+// they built and completes the pair. A history row is written only for a migration that ran
+// whole: the runner keeps the marker of a pair in progress apart from the history, and writes
+// both history rows in the commit migration's transaction, so an interrupted pair is pending
+// in full and running it again runs the statements again before the commit migration.
 // Returns true when `id` names a prepare migration.
 bool IsPrepareMigration(std::string_view id);
 // Returns true when `id` names a commit migration.

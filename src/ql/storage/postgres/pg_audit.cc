@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "ql/core/migration_stream.h"
+#include "ql/core/rfc3339.h"
 #include "ql/storage/postgres/pg_migrations.h"
 
 namespace ql::pg {
@@ -23,6 +24,7 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
   static const auto* const kPrivileges = new std::map<std::string, std::set<std::string>>{
       {"schema_migrations", {"SELECT"}},
       {"schema_capabilities", {"SELECT"}},
+      {"schema_migration_markers", {"SELECT"}},
       {"projects", {"SELECT"}},
       {"task_heads", {"SELECT"}},
       {"task_revisions", {"SELECT"}},
@@ -197,26 +199,7 @@ Status CheckServer(Connection& conn) {
 }
 
 // Gate 2.
-Status CheckHistory(Connection& conn) {
-  Result<std::vector<HistoryRow>> history = ReadHistory(conn);
-  if (!history.ok()) {
-    if (history.status().code() == StatusCode::kCorrupt) {
-      return Fail(kMigrationHistoryInvalid, history.status().message());
-    }
-    return history.status();
-  }
-  Result<std::vector<const Migration*>> pending = PendingMigrations(PostgresMainStream(), *history);
-  if (!pending.ok()) {
-    return Fail(kMigrationHistoryInvalid,
-                pending.status().reason() + ": " + pending.status().message());
-  }
-  if (!pending->empty()) {
-    return Fail(kMigrationHistoryInvalid, "migration " + pending->front()->id +
-                                              " has not been applied (run ql-cluster migrate); " +
-                                              std::to_string(pending->size()) + " pending");
-  }
-  return Status::Ok();
-}
+Status CheckHistory(Connection& conn) { return CheckMigrationHistory(conn, PostgresMainStream()); }
 
 // Gate 3.
 Status CheckCapabilityGate(Connection& conn) {
@@ -536,6 +519,37 @@ Status CheckConnectedRole(Connection& conn, std::string_view role, std::string_v
     return Fail(code, "the URL connects as role " + current + ", not " + std::string(role));
   }
   return Status::Ok();
+}
+
+Status CheckMigrationHistory(Connection& conn, const MigrationStream& stream) {
+  Result<std::vector<HistoryRow>> history = ReadHistory(conn);
+  if (!history.ok()) {
+    if (history.status().code() == StatusCode::kCorrupt) {
+      return Fail(kMigrationHistoryInvalid, history.status().message());
+    }
+    return history.status();
+  }
+  Result<std::vector<const Migration*>> pending = PendingMigrations(stream, *history);
+  if (!pending.ok()) {
+    return Fail(kMigrationHistoryInvalid,
+                pending.status().reason() + ": " + pending.status().message());
+  }
+  if (pending->empty()) return Status::Ok();
+  const Migration& next = *pending->front();
+  std::string message = "migration " + next.id +
+                        " has not been applied (run ql-cluster migrate); " +
+                        std::to_string(pending->size()) + " pending";
+  if (IsPrepareMigration(next.id)) {
+    QL_ASSIGN_OR_RETURN(std::vector<MigrationMarker> markers, ReadMigrationMarkers(conn));
+    for (const MigrationMarker& marker : markers) {
+      if (marker.id != next.id) continue;
+      message += "; it was started at " + FormatRfc3339Utc(marker.started_at_ms) +
+                 " and stopped after " + std::to_string(marker.statements_run) + " of " +
+                 std::to_string(marker.statements) +
+                 " statements (migrating again runs them again, then lands the pair)";
+    }
+  }
+  return Fail(kMigrationHistoryInvalid, message);
 }
 
 Status AuditReadiness(Connection& conn) {

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ql/core/migration_stream.h"
 #include "ql/core/status.h"
 #include "ql/storage/postgres/pg_client.h"
 
@@ -68,6 +69,13 @@ Status CheckServerVersion(int64_t server_version_num);
 // Unavailable). Nothing is written: the gates after the first run in one READ ONLY transaction
 // that is rolled back.
 Status AuditReadiness(Connection& conn);
+
+// Gate 2 against `stream` (AuditReadiness passes the compiled one): Corrupt
+// `migration_history_invalid` when the history is not exactly `stream`, naming the history
+// fault, or the first pending migration and how many are pending — and, for the prepare half
+// of a pair that a migrator started and did not finish, when it started and how many of its
+// statements ran (its marker). A database error as mapped.
+Status CheckMigrationHistory(Connection& conn, const MigrationStream& stream);
 
 // Checks that `conn` is logged in (current and session user) as `role`; Corrupt `code` naming
 // both roles otherwise, a database error as mapped.

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ql::pg {
 namespace {
@@ -103,22 +105,92 @@ std::vector<std::string> PrepareStatements(std::string_view sql) {
   return out;
 }
 
+// The marker of `prepare`, or nullopt when it has none.
+Result<std::optional<MigrationMarker>> ReadMarker(Connection& conn, const Migration& prepare) {
+  QL_ASSIGN_OR_RETURN(std::vector<MigrationMarker> markers, ReadMigrationMarkers(conn));
+  for (MigrationMarker& marker : markers) {
+    if (marker.id == prepare.id) return std::optional<MigrationMarker>(std::move(marker));
+  }
+  return std::optional<MigrationMarker>();
+}
+
+// InvalidArgument `migration_marker_missing` unless the marker table exists: a pair cannot run
+// before the migration that creates it.
+Status RequireMarkerTable(Connection& conn, const Migration& prepare) {
+  QL_ASSIGN_OR_RETURN(
+      Rows exists, conn.Exec("SELECT to_regclass('ql3.schema_migration_markers') IS NOT NULL", {},
+                             "read migration markers"));
+  const bool present = exists.Bool(0, 0);
+  QL_RETURN_IF_ERROR(exists.status());
+  if (!present) {
+    return InvalidArgument("migration_marker_missing",
+                           "prepare migration " + prepare.id +
+                               " comes before ql3.schema_migration_markers exists; a pair "
+                               "needs its marker table (pg-0025-migration-markers)");
+  }
+  return Status::Ok();
+}
+
+// Writes the history row of `m` and applies the capability steps that name it.
+Status WriteHistory(Connection& conn, const MigrationStream& stream,
+                    std::span<const SchemaCapability> steps, const Migration& m, int64_t now_ms) {
+  QL_RETURN_IF_ERROR(
+      conn.Exec("INSERT INTO ql3.schema_migrations (id, stream, dialect, checksum, "
+                "applied_at_ms) VALUES ($1, $2, $3, $4, $5)",
+                {P(m.id), P(stream.name), P(stream.dialect), P(m.checksum), P(now_ms)},
+                "write migration history")
+          .status());
+  for (const SchemaCapability& step : steps) {
+    if (step.migration_id == m.id) QL_RETURN_IF_ERROR(ApplyCapabilityStep(conn, step));
+  }
+  return Status::Ok();
+}
+
 // Runs the statements of `prepare` outside any transaction, each on its own, under the
-// session-level migration lock (it excludes every migration transaction). Nothing happens when
-// another migrator completed the pair meanwhile.
+// session-level migration lock (it excludes every migration transaction). With `marked` (a
+// pair whose prepare migration has no history row) it first writes the pair's marker (a new
+// row, or the old one restarted at zero statements) and counts each statement that completes;
+// without (a prepare history row written before markers existed) it only runs them. Nothing
+// happens when another migrator completed the pair meanwhile.
 Status RunPrepared(Connection& conn, const MigrationStream& stream, const Migration& prepare,
-                   const SessionOptions& session, const MigrationFault& fault) {
+                   bool marked, const SessionOptions& session, Clock& clock,
+                   const MigrationFault& fault) {
   QL_RETURN_IF_ERROR(TryMigrationLock(conn, "SELECT pg_try_advisory_lock($1)"));
   auto body = [&]() -> Status {
     QL_ASSIGN_OR_RETURN(std::vector<HistoryRow> history, ReadHistory(conn));
     QL_ASSIGN_OR_RETURN(std::vector<const Migration*> pending, PendingMigrations(stream, history));
-    if (history.empty() || history.back().id != prepare.id) return Status::Ok();
+    const bool needed = marked ? !pending.empty() && pending.front()->id == prepare.id
+                               : !history.empty() && history.back().id == prepare.id;
+    if (!needed) return Status::Ok();
+    const std::vector<std::string> statements = PrepareStatements(prepare.sql);
+    if (marked) {
+      QL_RETURN_IF_ERROR(
+          conn.Exec("INSERT INTO ql3.schema_migration_markers (id, checksum, statements, "
+                    "statements_run, started_at_ms, updated_at_ms) VALUES ($1, $2, $3, 0, $4, "
+                    "$4) ON CONFLICT (id) DO UPDATE SET checksum = EXCLUDED.checksum, "
+                    "statements = EXCLUDED.statements, statements_run = 0, "
+                    "updated_at_ms = EXCLUDED.updated_at_ms",
+                    {P(prepare.id), P(prepare.checksum), P(static_cast<int64_t>(statements.size())),
+                     P(clock.NowMs())},
+                    "mark migration " + prepare.id)
+              .status());
+      if (fault) QL_RETURN_IF_ERROR(fault("marked"));
+    }
     QL_RETURN_IF_ERROR(conn.ExecScript(
         "SET statement_timeout = " + std::to_string(session.statement_timeout_ms) +
             "; SET lock_timeout = " + std::to_string(session.lock_timeout_ms),
         "bound migration " + prepare.id));
-    for (const std::string& statement : PrepareStatements(prepare.sql)) {
-      QL_RETURN_IF_ERROR(conn.ExecScript(statement, "migration " + prepare.id));
+    for (size_t i = 0; i < statements.size(); ++i) {
+      QL_RETURN_IF_ERROR(conn.ExecScript(statements[i], "migration " + prepare.id));
+      if (marked) {
+        QL_RETURN_IF_ERROR(
+            conn.Exec("UPDATE ql3.schema_migration_markers SET statements_run = "
+                      "$2, updated_at_ms = $3 WHERE id = $1",
+                      {P(prepare.id), P(static_cast<int64_t>(i + 1)), P(clock.NowMs())},
+                      "mark migration " + prepare.id)
+                .status());
+      }
+      if (fault) QL_RETURN_IF_ERROR(fault("statement " + std::to_string(i + 1)));
     }
     if (fault) QL_RETURN_IF_ERROR(fault("prepared"));
     return conn.ExecScript("RESET statement_timeout; RESET lock_timeout",
@@ -131,16 +203,24 @@ Status RunPrepared(Connection& conn, const MigrationStream& stream, const Migrat
   return unlock.status();
 }
 
+// What one migration transaction asks its caller to do next.
+struct StepOutcome {
+  bool done = false;                       // nothing was pending: the grants were applied
+  const Migration* run_prepare = nullptr;  // run these prepare statements first (nothing changed)
+  bool marked = false;                     // ... counting them in the pair's marker
+};
+
 // One transaction: lock, check history, apply the next pending migration (or the grants when
-// none is pending). Sets `done` when nothing was pending. A prepare migration writes only its
-// history row (the marker). Before the commit migration of a pair whose statements have not
-// run in this call of MigrateStream (`prepared` names the prepare migration that ran), it
-// changes nothing and sets `run_prepare` instead.
+// none is pending). A pair lands in one transaction — the prepare migration's history row, the
+// commit migration with its history row and capability step, the marker deleted — but only
+// once its statements ran in this call of MigrateStream (`prepared` names the prepare migration
+// whose statements did); until then the step changes nothing and asks for them instead.
 Status MigrateStep(Connection& conn, const MigrationStream& stream,
                    std::span<const SchemaCapability> steps, const SessionOptions& session,
-                   Clock& clock, MigrateReport& report, bool& done, const std::string& prepared,
-                   const Migration*& run_prepare) {
+                   Clock& clock, MigrateReport& report, const std::string& prepared,
+                   StepOutcome& outcome) {
   QL_RETURN_IF_ERROR(conn.ExecScript(BeginSql(session), "begin migration"));
+  const size_t applied_before = report.applied.size();
   auto body = [&]() -> Status {
     QL_RETURN_IF_ERROR(TryMigrationLock(conn, "SELECT pg_try_advisory_xact_lock($1)"));
     QL_ASSIGN_OR_RETURN(std::vector<HistoryRow> history, ReadHistory(conn));
@@ -150,40 +230,60 @@ Status MigrateStep(Connection& conn, const MigrationStream& stream,
     QL_ASSIGN_OR_RETURN(std::vector<CapabilityRow> capabilities, ReadCapabilities(conn));
     QL_RETURN_IF_ERROR(CheckCapability(capabilities, CapabilityAfter(steps, applied)));
     if (pending.empty()) {
-      done = true;
+      outcome.done = true;
       return conn.ExecScript(GrantsSql(), "apply grants");
     }
     const Migration& next = *pending.front();
+    const int64_t now = clock.NowMs();
+    if (IsPrepareMigration(next.id)) {
+      QL_RETURN_IF_ERROR(RequireMarkerTable(conn, next));
+      if (prepared != next.id) {
+        outcome.run_prepare = &next;
+        outcome.marked = true;
+        return Status::Ok();
+      }
+      QL_ASSIGN_OR_RETURN(std::optional<MigrationMarker> marker, ReadMarker(conn, next));
+      if (!marker.has_value() || marker->checksum != next.checksum ||
+          marker->statements_run != marker->statements) {
+        return Busy("migration_lock_held",
+                    "another migrator restarted the statements of " + next.id +
+                        " after this one ran them; nothing was changed (retry when it has "
+                        "finished)");
+      }
+      const Migration& commit = *pending[1];  // ValidateStream: a commit follows its prepare
+      QL_RETURN_IF_ERROR(WriteHistory(conn, stream, steps, next, now));
+      QL_RETURN_IF_ERROR(conn.ExecScript(commit.sql, "migration " + commit.id));
+      QL_RETURN_IF_ERROR(WriteHistory(conn, stream, steps, commit, now));
+      QL_RETURN_IF_ERROR(conn.Exec("DELETE FROM ql3.schema_migration_markers WHERE id = $1",
+                                   {P(next.id)}, "clear migration marker")
+                             .status());
+      report.applied.push_back(next.id);
+      report.applied.push_back(commit.id);
+      return Status::Ok();
+    }
     if (IsCommitMigration(next.id)) {
+      // Pending on its own only under a prepare history row written before markers existed
+      // (that row was written before its statements ran): run them again first.
       const Migration& prepare = (&next)[-1];  // ValidateStream: a commit follows its prepare
       if (prepared != prepare.id) {
-        run_prepare = &prepare;
+        outcome.run_prepare = &prepare;
+        outcome.marked = false;
         return Status::Ok();
       }
     }
-    if (!IsPrepareMigration(next.id)) {
-      QL_RETURN_IF_ERROR(conn.ExecScript(next.sql, "migration " + next.id));
-    }
-    QL_RETURN_IF_ERROR(
-        conn.Exec(
-                "INSERT INTO ql3.schema_migrations (id, stream, dialect, checksum, "
-                "applied_at_ms) VALUES ($1, $2, $3, $4, $5)",
-                {P(next.id), P(stream.name), P(stream.dialect), P(next.checksum), P(clock.NowMs())},
-                "write migration history")
-            .status());
-    for (const SchemaCapability& step : steps) {
-      if (step.migration_id == next.id) QL_RETURN_IF_ERROR(ApplyCapabilityStep(conn, step));
-    }
+    QL_RETURN_IF_ERROR(conn.ExecScript(next.sql, "migration " + next.id));
+    QL_RETURN_IF_ERROR(WriteHistory(conn, stream, steps, next, now));
     report.applied.push_back(next.id);
     return Status::Ok();
   };
   Status status = body();
-  if (!status.ok() || run_prepare != nullptr) {
+  if (!status.ok() || outcome.run_prepare != nullptr) {
     if (conn.InTransaction()) (void)conn.ExecScript("ROLLBACK", "rollback migration");
+    report.applied.resize(applied_before);
     return status;
   }
   Status commit = conn.ExecScript("COMMIT", "commit migration", PgPhase::kCommit);
-  if (!commit.ok() && !done) report.applied.pop_back();
+  if (!commit.ok()) report.applied.resize(applied_before);
   return commit;
 }
 
@@ -332,6 +432,12 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("run_logs":1,"runs":5,"schedule_claims":2,"schedules":1,"secrets":1,)"
        R"("worker_credentials":1,"worker_sessions":1})",
        "pg-0024-retry-on-timeout"},
+      {kControlCore, 23,
+       R"({"approvals":2,"attempts":1,"definitions":5,"dispatch_leases":2,"events":2,)"
+       R"("governance":3,"migration_markers":1,"notifications":1,"projects":1,"retention":1,)"
+       R"("retry_policies":3,"run_logs":1,"runs":5,"schedule_claims":2,"schedules":1,)"
+       R"("secrets":1,"worker_credentials":1,"worker_sessions":1})",
+       "pg-0025-migration-markers"},
   };
   return kSteps;
 }
@@ -352,6 +458,28 @@ Result<std::vector<CapabilityRow>> ReadCapabilities(Connection& conn) {
   std::vector<CapabilityRow> out;
   for (int i = 0; i < rows.size(); ++i) {
     out.push_back({rows.Text(i, 0), rows.Int(i, 1), rows.Text(i, 2), rows.Text(i, 3)});
+  }
+  QL_RETURN_IF_ERROR(rows.status());
+  return out;
+}
+
+Result<std::vector<MigrationMarker>> ReadMigrationMarkers(Connection& conn) {
+  QL_ASSIGN_OR_RETURN(
+      Rows readable,
+      conn.Exec("SELECT coalesce(has_table_privilege(to_regclass('ql3.schema_migration_markers'), "
+                "'SELECT'), false)",
+                {}, "read migration markers"));
+  const bool present = readable.Bool(0, 0);
+  QL_RETURN_IF_ERROR(readable.status());
+  if (!present) return std::vector<MigrationMarker>();
+  QL_ASSIGN_OR_RETURN(Rows rows, conn.Exec("SELECT id, checksum, statements, statements_run, "
+                                           "started_at_ms, updated_at_ms FROM "
+                                           "ql3.schema_migration_markers ORDER BY id",
+                                           {}, "read migration markers"));
+  std::vector<MigrationMarker> out;
+  for (int i = 0; i < rows.size(); ++i) {
+    out.push_back({rows.Text(i, 0), rows.Text(i, 1), rows.Int(i, 2), rows.Int(i, 3), rows.Int(i, 4),
+                   rows.Int(i, 5)});
   }
   QL_RETURN_IF_ERROR(rows.status());
   return out;
@@ -443,19 +571,15 @@ Result<MigrateReport> MigrateStream(const std::string& url, const MigrationStrea
     }
   }
   MigrateReport report;
-  bool done = false;
   std::string prepared;
-  while (!done) {
-    const Migration* run_prepare = nullptr;
-    const size_t applied = report.applied.size();
-    QL_RETURN_IF_ERROR(
-        MigrateStep(*conn, stream, steps, s, clock, report, done, prepared, run_prepare));
-    if (run_prepare != nullptr) {
-      QL_RETURN_IF_ERROR(RunPrepared(*conn, stream, *run_prepare, s, fault));
-      prepared = run_prepare->id;
-    } else if (fault && report.applied.size() > applied &&
-               IsPrepareMigration(report.applied.back())) {
-      QL_RETURN_IF_ERROR(fault("marked"));
+  for (;;) {
+    StepOutcome outcome;
+    QL_RETURN_IF_ERROR(MigrateStep(*conn, stream, steps, s, clock, report, prepared, outcome));
+    if (outcome.done) break;
+    if (outcome.run_prepare != nullptr) {
+      QL_RETURN_IF_ERROR(
+          RunPrepared(*conn, stream, *outcome.run_prepare, outcome.marked, s, clock, fault));
+      prepared = outcome.run_prepare->id;
     }
   }
   return report;

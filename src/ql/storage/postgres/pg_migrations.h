@@ -66,10 +66,10 @@ struct MigrateReport {
 
 // Brings the database at `url` (already checked by CheckDatabaseUrl) to the code's schema, as
 // the migration role. Each migration runs in its own transaction together with its history row
-// and capability step; every transaction first takes the advisory lock with try-lock, reads
-// and checks the whole history (PendingMigrations), and only then changes anything. A final
-// transaction re-checks history and capability and applies grants.sql.
-// Errors: InvalidArgument `migration_role_invalid` when not connected as ql3_migration;
+// and capability step (a prepare/commit pair as MigrateStream describes); every transaction first
+// takes the advisory lock with try-lock, reads and checks the whole history (PendingMigrations),
+// and only then changes anything. A final transaction re-checks history and capability and applies
+// grants.sql. Errors: InvalidArgument `migration_role_invalid` when not connected as ql3_migration;
 // Busy `migration_lock_held` when another migrator holds the lock (nothing was changed by this
 // transaction); Corrupt with the core's history reasons or `migration_history_invalid` /
 // `capability_invalid`; Unavailable when the server is unreachable or read-only. A migration
@@ -83,23 +83,42 @@ Result<MigrateReport> Migrate(const std::string& url, Clock& clock,
 Result<std::vector<std::string>> PendingMigrationIds(const std::string& url,
                                                      const SessionOptions& session = {});
 
-// Tests only: called at "marked" (a prepare migration's history row committed, its statements
-// not run yet) and "prepared" (its statements ran, the commit migration not yet); a non-ok return
-// ends the migrator right there, as a crash would (its connection closes, nothing is undone).
+// Tests only: called at "marked" (a pair's marker written, its statements not run yet),
+// "statement N" (the prepare migration's Nth statement ran and was counted) and "prepared" (its
+// statements ran, the commit migration not yet); a non-ok return ends the migrator right there,
+// as a crash would (its connection closes, nothing is undone).
 using MigrationFault = std::function<Status(std::string_view point)>;
 
 // Applies `stream` instead of the compiled one (tests: a migration that fails midway, a
 // prepare/commit pair). A prepare/commit pair (see IsPrepareMigration) is applied as: the
-// prepare migration's history row alone, in its own transaction (the marker); then its
-// statements outside any transaction, one by one, under the session-level migration lock;
-// then the commit migration like any other, with its history row and capability step. A run
-// that finds the marker without its commit runs the statements again first, so a crash
-// anywhere in between is recovered by migrating again. InvalidArgument
-// `capability_step_invalid` when a capability step names a prepare migration.
+// pair's marker in ql3.schema_migration_markers (not the history); then the prepare statements
+// outside any transaction, one by one, under the session-level migration lock, each counted in
+// the marker; then one transaction with the prepare migration's history row, the commit
+// migration, its history row and capability step, and the marker deleted. The history never
+// holds a migration that has not run whole: after a crash anywhere in between both halves are
+// pending, and migrating again runs the statements again, then the commit transaction. A
+// history written before markers existed (the prepare row without its commit) is still read:
+// its statements run again, then the commit migration alone. InvalidArgument
+// `capability_step_invalid` when a capability step names a prepare migration,
+// `migration_marker_missing` when a pair comes before the marker table exists.
 Result<MigrateReport> MigrateStream(const std::string& url, const MigrationStream& stream,
                                     std::span<const SchemaCapability> steps, Clock& clock,
                                     const SessionOptions& session = {},
                                     const MigrationFault& fault = {});
+
+// The marker of a prepare/commit pair that was started and has not landed, as stored.
+struct MigrationMarker {
+  std::string id;  // the prepare migration
+  std::string checksum;
+  int64_t statements = 0;      // in the prepare migration
+  int64_t statements_run = 0;  // completed by the latest run of them
+  int64_t started_at_ms = 0;   // the first run
+  int64_t updated_at_ms = 0;   // the latest start or completed statement
+};
+
+// Reads the markers (id order). Empty when the marker table does not exist yet (a schema
+// before pg-0025) or the connected role may not read it.
+Result<std::vector<MigrationMarker>> ReadMigrationMarkers(Connection& conn);
 
 // Reads the history rows (id order). Empty when schema ql3 does not exist yet; Corrupt
 // `migration_history_invalid` when ql3 exists without a history table.

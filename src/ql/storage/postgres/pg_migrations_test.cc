@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_client.h"
 #include "ql/storage/postgres/pg_test_support.h"
 #include "ql/testing/fake_clock.h"
@@ -86,6 +87,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0023-notifications", "ad0d62f14cc883bb94e00b47f22ff0a8605b7c613fcca891beb0948d4c31759f"},
       {"pg-0024-retry-on-timeout",
        "dea2c1bfbfc5b121bd55a08ccf698ab7fc907847b2f631c0c9ebc861b3e3b5a5"},
+      {"pg-0025-migration-markers",
+       "c17a91fe637fe3493fae0e4a140404b5bc448c8883a8cf202178a66dd5391fa1"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();
@@ -421,6 +424,34 @@ class PrepareCommitTest : public PostgresMigrateTest {
                  "FROM pg_index i WHERE i.indexrelid = to_regclass('ql3.test_items_name_idx')), "
                  "'none')");
   }
+  // "prepare-id run/total" per marker, one per line.
+  std::string Markers() {
+    return Query(db_,
+                 "SELECT string_agg(id || ' ' || statements_run || '/' || statements, "
+                 "',' ORDER BY id) FROM ql3.schema_migration_markers");
+  }
+  // Gate 2 of the readiness audit against the test stream, as the runtime role.
+  Status Audit() {
+    Result<std::unique_ptr<Connection>> conn =
+        Connection::Open(cluster().Url(kRuntimeRole, db_), {});
+    if (!conn.ok()) return conn.status();
+    return CheckMigrationHistory(**conn, stream_);
+  }
+  // The test stream's pending migrations, as the migrator reads them.
+  std::vector<std::string> Pending() {
+    Result<std::unique_ptr<Connection>> conn = Connection::Open(url_, {});
+    EXPECT_TRUE(conn.ok()) << conn.status().ToString();
+    if (!conn.ok()) return {"?"};
+    Result<std::vector<HistoryRow>> history = ReadHistory(**conn);
+    EXPECT_TRUE(history.ok()) << history.status().ToString();
+    if (!history.ok()) return {"?"};
+    Result<std::vector<const Migration*>> pending = PendingMigrations(stream_, *history);
+    EXPECT_TRUE(pending.ok()) << pending.status().ToString();
+    if (!pending.ok()) return {"?"};
+    std::vector<std::string> ids;
+    for (const Migration* m : *pending) ids.push_back(m->id);
+    return ids;
+  }
   Result<MigrateReport> CrashAt(const std::string& point) {
     return MigrateStream(url_, stream_, steps_, clock_, {}, [point](std::string_view at) {
       return at == point ? Unavailable("crashed", "the migrator died at " + point) : Status::Ok();
@@ -439,6 +470,8 @@ TEST_F(PrepareCommitTest, ThePairBuildsItsIndexOutsideATransactionThenCommits) {
   EXPECT_EQ(History(), table_ + "," + prepare_ + "," + commit_ + "\n");
   EXPECT_EQ(Capability(), std::to_string(ExpectedCapability().version + 2) + " " + commit_ + "\n");
   EXPECT_EQ(Index(), "valid\n");
+  EXPECT_EQ(Markers(), "\n");  // landed: no pair in progress
+  EXPECT_TRUE(Audit().ok()) << Audit().ToString();
   Result<MigrateReport> again = MigrateStream(url_, stream_, steps_, clock_);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(again->applied.empty());
@@ -448,31 +481,69 @@ TEST_F(PrepareCommitTest, ThePairBuildsItsIndexOutsideATransactionThenCommits) {
             "capability_step_invalid");
 }
 
-TEST_F(PrepareCommitTest, ACrashBetweenTheStepsIsRecoveredByMigratingAgain) {
+// The seed's rule: a history row only once every step of its migration has run. A migrator that
+// dies after the prepare statements leaves both halves pending, with the marker alone saying
+// the pair was started; migrating again lands the pair with exactly one row each.
+TEST_F(PrepareCommitTest, ACrashAfterThePrepareStepLeavesNoHistoryRowAndMigratingAgainLandsIt) {
   const std::string v1 = std::to_string(ExpectedCapability().version + 1) + " " + table_ + "\n";
   // Crash with the index built and the commit migration not applied.
   Result<MigrateReport> crashed = CrashAt("prepared");
   EXPECT_EQ(crashed.status().reason(), "crashed");
-  EXPECT_EQ(History(), table_ + "," + prepare_ + "\n");  // the marker, no commit
+  EXPECT_EQ(History(), table_ + "\n");  // no row for the prepare migration
+  EXPECT_EQ(Markers(), prepare_ + " 2/2\n");
   EXPECT_EQ(Capability(), v1);
   EXPECT_EQ(Index(), "valid\n");
+  // The audit and the migrator report the pair as pending, not applied.
+  Status audit = Audit();
+  EXPECT_EQ(audit.reason(), "migration_history_invalid");
+  EXPECT_NE(audit.message().find("migration " + prepare_ + " has not been applied"),
+            std::string::npos)
+      << audit.ToString();
+  EXPECT_NE(audit.message().find("2 pending"), std::string::npos) << audit.ToString();
+  EXPECT_NE(audit.message().find("stopped after 2 of 2 statements"), std::string::npos)
+      << audit.ToString();
+  EXPECT_EQ(Pending(), (std::vector<std::string>{prepare_, commit_}));
+
   Result<MigrateReport> recovered = MigrateStream(url_, stream_, steps_, clock_);
   ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  EXPECT_EQ(recovered->applied, std::vector<std::string>{commit_});
+  EXPECT_EQ(recovered->applied, (std::vector<std::string>{prepare_, commit_}));
   EXPECT_EQ(History(), table_ + "," + prepare_ + "," + commit_ + "\n");
+  EXPECT_EQ(Query(db_, "SELECT count(*) FROM ql3.schema_migrations WHERE id = '" + prepare_ + "'"),
+            "1\n");
+  EXPECT_EQ(Markers(), "\n");
   EXPECT_EQ(Index(), "valid\n");
+  EXPECT_EQ(Capability(), std::to_string(ExpectedCapability().version + 2) + " " + commit_ + "\n");
+  EXPECT_TRUE(Pending().empty());
 }
 
 TEST_F(PrepareCommitTest, ACrashBeforeTheStatementsRunsThemOnTheNextMigration) {
   Result<MigrateReport> crashed = CrashAt("marked");
   EXPECT_EQ(crashed.status().reason(), "crashed");
-  EXPECT_EQ(History(), table_ + "," + prepare_ + "\n");
+  EXPECT_EQ(History(), table_ + "\n");
+  EXPECT_EQ(Markers(), prepare_ + " 0/2\n");
+  EXPECT_EQ(Index(), "none\n");
+  EXPECT_NE(Audit().message().find("stopped after 0 of 2 statements"), std::string::npos)
+      << Audit().ToString();
+  Result<MigrateReport> recovered = MigrateStream(url_, stream_, steps_, clock_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_EQ(recovered->applied, (std::vector<std::string>{prepare_, commit_}));
+  EXPECT_EQ(Index(), "valid\n");
+  EXPECT_EQ(Markers(), "\n");
+  EXPECT_EQ(Capability(), std::to_string(ExpectedCapability().version + 2) + " " + commit_ + "\n");
+}
+
+TEST_F(PrepareCommitTest, ACrashBetweenTwoStatementsIsCountedAndRecovered) {
+  Result<MigrateReport> crashed = CrashAt("statement 1");  // the DROP ran, the CREATE did not
+  EXPECT_EQ(crashed.status().reason(), "crashed");
+  EXPECT_EQ(History(), table_ + "\n");
+  EXPECT_EQ(Markers(), prepare_ + " 1/2\n");
   EXPECT_EQ(Index(), "none\n");
   Result<MigrateReport> recovered = MigrateStream(url_, stream_, steps_, clock_);
   ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  EXPECT_EQ(recovered->applied, std::vector<std::string>{commit_});
+  EXPECT_EQ(recovered->applied, (std::vector<std::string>{prepare_, commit_}));
+  EXPECT_EQ(History(), table_ + "," + prepare_ + "," + commit_ + "\n");
   EXPECT_EQ(Index(), "valid\n");
-  EXPECT_EQ(Capability(), std::to_string(ExpectedCapability().version + 2) + " " + commit_ + "\n");
+  EXPECT_EQ(Markers(), "\n");
 }
 
 TEST_F(PrepareCommitTest, AFailedConcurrentBuildLeavesAnInvalidIndexThatTheNextRunRebuilds) {
@@ -482,14 +553,40 @@ TEST_F(PrepareCommitTest, AFailedConcurrentBuildLeavesAnInvalidIndexThatTheNextR
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().reason(), "unknown_constraint") << failed.status().ToString();
   EXPECT_EQ(Index(), "invalid\n");  // what CREATE INDEX CONCURRENTLY leaves behind
-  EXPECT_EQ(History(), table_ + "," + prepare_ + "\n");
+  EXPECT_EQ(History(), table_ + "\n");
+  EXPECT_EQ(Markers(), prepare_ + " 1/2\n");  // the DROP ran, the CREATE failed
   EXPECT_EQ(Capability(), std::to_string(ExpectedCapability().version + 1) + " " + table_ + "\n");
 
   Query(db_, "DELETE FROM ql3.test_items WHERE id = 501");
   Result<MigrateReport> recovered = MigrateStream(url_, stream_, steps_, clock_);
   ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  EXPECT_EQ(recovered->applied, std::vector<std::string>{commit_});
+  EXPECT_EQ(recovered->applied, (std::vector<std::string>{prepare_, commit_}));
   EXPECT_EQ(Index(), "valid\n");
+  EXPECT_EQ(Markers(), "\n");
+}
+
+// Before the marker table, a prepare migration's history row was written ahead of its
+// statements and stood for the pair in progress. Such a history is still read: the statements
+// run again, then the commit migration alone, and the prepare row stays the one there was.
+TEST_F(PrepareCommitTest, AHistoryWrittenTheEarlierWayIsStillCompleted) {
+  ASSERT_EQ(CrashAt("marked").status().reason(), "crashed");
+  Query(db_,
+        "BEGIN; DELETE FROM ql3.schema_migration_markers; "
+        "INSERT INTO ql3.schema_migrations (id, stream, dialect, checksum, applied_at_ms) "
+        "VALUES ('" +
+            prepare_ + "', 'postgresql-main', 'postgresql', '" +
+            stream_.migrations[stream_.migrations.size() - 2].checksum + "', 1); COMMIT;");
+  EXPECT_EQ(History(), table_ + "," + prepare_ + "\n");
+  EXPECT_EQ(Pending(), std::vector<std::string>{commit_});
+  Result<MigrateReport> recovered = MigrateStream(url_, stream_, steps_, clock_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_EQ(recovered->applied, std::vector<std::string>{commit_});
+  EXPECT_EQ(History(), table_ + "," + prepare_ + "," + commit_ + "\n");
+  EXPECT_EQ(
+      Query(db_, "SELECT applied_at_ms FROM ql3.schema_migrations WHERE id = '" + prepare_ + "'"),
+      "1\n");
+  EXPECT_EQ(Index(), "valid\n");
+  EXPECT_EQ(Markers(), "\n");
 }
 
 TEST_F(PostgresMigrateTest, TamperedHistoryIsRefusedBeforeAnyChange) {
