@@ -11,7 +11,8 @@ PACKAGES="build-essential cmake pkg-config ca-certificates tzdata procps curl \
   postgresql-15 postgresql-client-15 \
   python3 python3-selenium python3-jsonschema python3-aiosmtpd chromium chromium-driver \
   fonts-wqy-microhei \
-  jq git util-linux passwd"
+  jq git util-linux passwd \
+  dpkg-dev adduser init-system-helpers systemd"
 
 missing=""
 for p in $PACKAGES; do

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "../config_file.h"
 #include "../key_provider_flags.h"
 #include "database_url.h"
 #include "ql/core/clock.h"
@@ -44,7 +45,7 @@ constexpr int kExitUsage = 2;
 constexpr int kExitNotReady = 3;
 
 int Fail(const Status& status) {
-  std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
+  std::cerr << "error: " << status.reason() << ": " << WithConfigLine(status.message()) << "\n";
   return status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
@@ -418,11 +419,27 @@ int Main(int argc, char** argv) {
   AddKeyProviderFlags(*serve, serve_config.secret_key, "",
                       "seals secret values written through the API");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : kExitUsage;
+  // One file (/etc/qinglong/ql-cluster.conf) for serve and audit: audit skips serve's flags it
+  // does not take.
+  std::string serve_config_file, audit_config_file;
+  AddConfigFlag(*serve, serve_config_file);
+  AddConfigFlag(*audit, audit_config_file);
+  ConfigTarget config_target;
+  const std::string verb = argc > 1 ? argv[1] : "";
+  if (verb == "serve" || verb == "audit") {
+    config_target.command = verb == "serve" ? serve : audit;
+    config_target.also_known = verb == "serve" ? nullptr : serve;
+    config_target.first_arg = 2;
+    config_target.usage = "ql-cluster " + verb;
+    config_target.groups = {{"database-url", "database-url-file"},
+                            {"admin-database-url", "admin-database-url-file"},
+                            {"worker-database-url", "worker-database-url-file"}};
+    config_target.environment = {{"database-url", "QL3_DATABASE_URL"},
+                                 {"admin-database-url", "QL3_ADMIN_DATABASE_URL"},
+                                 {"worker-database-url", "QL3_WORKER_DATABASE_URL"}};
+  }
+  if (int exit = ParseWithConfigFile(app, argc, argv, config_target, kExitUsage); exit >= 0) {
+    return exit;
   }
   if (*serve) return Serve(serve_config);
   if (*token) return Credential(pg::CredentialKind::kApi, api_token, api_revoke);

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <thread>
 
+#include "../config_file.h"
 #include "../log_flags.h"
 #include "../oidc_config_file.h"
 #include "ql/core/clock.h"
@@ -72,7 +73,7 @@ constexpr int64_t kNotReadyIntervalMs = 1000;
 constexpr int64_t kMaxIdleInTransactionMs = 10'000;
 
 int Fail(int code, const Status& status) {
-  std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
+  std::cerr << "error: " << status.reason() << ": " << WithConfigLine(status.message()) << "\n";
   return code;
 }
 

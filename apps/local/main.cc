@@ -21,6 +21,7 @@
 #include <string_view>
 #include <thread>
 
+#include "../config_file.h"
 #include "../isolation_flags.h"
 #include "../log_flags.h"
 #include "../notify_flags.h"
@@ -89,7 +90,7 @@ struct ServeConfig {
 };
 
 int Fail(int code, const Status& status) {
-  std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
+  std::cerr << "error: " << status.reason() << ": " << ql::WithConfigLine(status.message()) << "\n";
   return code;
 }
 
@@ -464,6 +465,7 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   api_options.notify = &notify_service;
   api_options.event_log = &log;
   api_options.access_log = config.log.access_log;
+  api_options.slow_request_ms = config.log.slow_request_ms;
   // People sign in with a password (Argon2id); the session is a token like any other.
   SodiumPasswordHasher password_hasher;
   SignInOptions sign_in_options;
@@ -677,13 +679,18 @@ int main(int argc, char** argv) {
       "rotate-secret-key", "Re-wrap every secret's data key under a new key (daemon stopped)");
   rotate->add_option("--data", rotate_data, "Data directory (default ./data)");
   ql::local::BackupCommands backup_commands(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "error: invalid_arguments: " << e.what() << "\n";
-    return ql::local::kExitUsage;
+  std::string config_file;
+  ql::AddConfigFlag(*serve, config_file);
+  ql::ConfigTarget config_target;
+  if (argc > 1 && std::string(argv[1]) == "serve") {
+    config_target.command = serve;
+    config_target.usage = "ql-local serve";
+    config_target.first_arg = 2;
+    config_target.environment = {{"profile", "QL_DEPLOYMENT_PROFILE"}};
+  }
+  if (int exit = ql::ParseWithConfigFile(app, argc, argv, config_target, ql::local::kExitUsage);
+      exit >= 0) {
+    return exit;
   }
   if (rotate->parsed()) return ql::local::RotateSecretKey(rotate_data);
   if (backup_commands.parsed()) return backup_commands.Run();

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "../config_file.h"
 #include "../isolation_flags.h"
 #include "../key_provider_flags.h"
 #include "../log_flags.h"
@@ -67,7 +68,7 @@ void Say(EventLog& log, const std::string& line, LogLevel level = LogLevel::kInf
 }
 
 int Fail(int code, const Status& status) {
-  std::cerr << "error: " << status.reason() << ": " << status.message() << "\n";
+  std::cerr << "error: " << status.reason() << ": " << ql::WithConfigLine(status.message()) << "\n";
   return code;
 }
 
@@ -297,13 +298,14 @@ int main(int argc, char** argv) {
   ql::AddKeyProviderFlags(app, flags.secret_key, "", "opens the secrets of leased runs");
   // No HTTP listener, so no access log.
   ql::AddLogFlags(app, flags.log, /*with_access_log=*/false);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "error: invalid_arguments: " << e.what() << "\n";
-    return ql::worker::kExitUsage;
+  std::string config_file;
+  ql::AddConfigFlag(app, config_file);
+  ql::ConfigTarget config_target;
+  config_target.command = &app;
+  config_target.usage = "ql-worker";
+  if (int exit = ql::ParseWithConfigFile(app, argc, argv, config_target, ql::worker::kExitUsage);
+      exit >= 0) {
+    return exit;
   }
   std::error_code ec;
   std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
