@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "ql/storage/postgres/pg_migrations.h"
 #include "ql/storage/postgres/pg_test_support.h"
 #include "ql/testing/postgres_server.h"
+#include "ql/testing/unique_index_contract.h"
 
 namespace ql::pg {
 namespace {
@@ -141,6 +143,46 @@ TEST(StatusFromPgTest, EveryConstraintOfTheSchemaContractHasARule) {
     ++checked;
   }
   EXPECT_GT(checked, 100);
+}
+
+// A unique index that is no constraint (a partial one, say runs_cron_occurrence_key) is
+// reported by its own name on a violation: each has a rule of its own too, the one the
+// repository contract expects of both stores.
+TEST(StatusFromPgTest, EveryUniqueIndexOfTheSchemaContractHasARule) {
+  std::string_view contract;
+  for (const EmbeddedSql& file : EmbeddedMigrationFiles()) {
+    if (file.id == "schema_contract") contract = file.sql;
+  }
+  ASSERT_FALSE(contract.empty());
+  std::set<std::string> constraints;
+  std::vector<std::string> unique_indexes;
+  std::istringstream lines{std::string(contract)};
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string kind, name, create, unique;
+    fields >> kind >> name >> create >> unique;
+    if (kind == "constraint") constraints.insert(name.substr(name.find('.') + 1));
+    if (kind == "index" && unique == "UNIQUE") unique_indexes.push_back(name);
+  }
+  int indexes_only = 0;
+  for (const std::string& name : unique_indexes) {
+    if (constraints.contains(name)) continue;  // checked with the constraints
+    SCOPED_TRACE(name);
+    ++indexes_only;
+    Status status = StatusFromPg("23505", name, false, "op", PgPhase::kStatement);
+    EXPECT_NE(status.reason(), "unknown_constraint") << name << " has no rule";
+    EXPECT_NE(status.message().find(name), std::string::npos) << status.ToString();
+    bool listed = false;
+    for (const ::ql::testing::ConditionalUniqueIndex& index :
+         ::ql::testing::kConditionalUniqueIndexes) {
+      if (index.postgres_index != name) continue;
+      listed = true;
+      EXPECT_EQ(status.code(), index.code) << status.ToString();
+      EXPECT_EQ(status.reason(), index.reason) << status.ToString();
+    }
+    EXPECT_TRUE(listed) << name << " is missing from testing::kConditionalUniqueIndexes";
+  }
+  EXPECT_EQ(indexes_only, std::size(::ql::testing::kConditionalUniqueIndexes));
 }
 
 // Live tests run as the superuser on a scratch database of their own.

@@ -4,9 +4,12 @@
 
 #include <functional>
 #include <latch>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -24,6 +27,7 @@
 #include "ql/storage/postgres/pg_test_support.h"
 #include "ql/testing/fake_clock.h"
 #include "ql/testing/repository_contract.h"
+#include "ql/testing/unique_index_contract.h"
 
 namespace ql {
 namespace {
@@ -353,6 +357,124 @@ TEST_F(PgStoreTest, TheDatabaseRefusesASecondRunOfOneCronOccurrence) {
   ASSERT_FALSE(keyed.ok());
   EXPECT_EQ(keyed.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(keyed.status().reason(), "cron_key_stored");
+}
+
+// Each partial unique index of the schema (schema_contract.txt), violated for real: a copy of a
+// row that the index holds, with a new primary key, is refused with the stable code the
+// repository contract expects of both stores (testing::kConditionalUniqueIndexes), naming the
+// index; the same copy moved outside the index's predicate is accepted. Every partial unique
+// index of the contract has a case here, so a new one cannot be left out.
+TEST_F(PgStoreTest, EveryPartialUniqueIndexMapsItsViolationToTheContractsCode) {
+  // The rows the indexes hold: a live task and trigger, a run with a client key, a cron run, an
+  // event with a dedupe key, a live notification channel.
+  const TaskRevisionRecord task = PublishTask("named job");
+  const std::string trigger_id = NewId();
+  ASSERT_TRUE(a_->PublishTriggerRevision(TriggerCommand(trigger_id, std::nullopt, task)).ok());
+  NewRun keyed = ManualRun(task);
+  keyed.idempotency_key = "client-key";
+  ASSERT_TRUE(a_->CreateRun(keyed).ok());
+  // The cron run is the keyed run made an occurrence of the trigger (a cron run stores no key).
+  const std::string cron_run_id = NewId();
+  const std::string channel_id = NewId();
+  Psql("INSERT INTO ql3.runs SELECT (jsonb_populate_record(r, jsonb_build_object('id', '" +
+       cron_run_id + "', 'trigger_type', 'cron', 'trigger_id', '" + trigger_id +
+       "', 'trigger_revision', 1, 'scheduled_for_ms', 60000, 'idempotency_key', NULL))).* "
+       "FROM ql3.runs r WHERE id = '" +
+       keyed.run_id +
+       "';"
+       "INSERT INTO ql3.run_events SELECT (jsonb_populate_record(e, jsonb_build_object("
+       "'sequence', 100, 'dedupe_key', 'once'))).* FROM ql3.run_events e WHERE run_id = '" +
+       keyed.run_id +
+       "' AND sequence = 1;"
+       "INSERT INTO ql3.notification_channels (id, project_id, name, type, config_json, "
+       "created_by, created_at_ms) VALUES ('" +
+       channel_id + "', '" + project_.id + "', 'ops', 'webhook', '{}', 'test', 1)");
+
+  // For each index: the table, which row to copy, what makes the copy a second entry of the
+  // index (a new primary key) and what moves it outside the index's predicate.
+  struct Case {
+    std::string table;
+    std::string row;  // a WHERE clause on alias t
+    std::string duplicate;
+    std::string outside;
+  };
+  const std::string copy_id = NewId();
+  // A JSON object setting `key` to the copy's id, followed by `more` members.
+  auto id = [&](const std::string& key, const std::string& more = "") {
+    return "{\"" + key + "\": \"" + copy_id + "\"" + more + "}";
+  };
+  const std::map<std::string, Case> cases = {
+      {"runs_idempotency_key_key",
+       {"runs", "t.id = '" + keyed.run_id + "'", id("id"),
+        id("id", ", \"idempotency_key\": null")}},
+      {"runs_cron_occurrence_key",
+       {"runs", "t.id = '" + cron_run_id + "'", id("id"),
+        id("id", ", \"trigger_type\": \"manual\"")}},
+      {"run_events_dedupe_key_key",
+       {"run_events", "t.run_id = '" + keyed.run_id + "' AND t.sequence = 100",
+        "{\"sequence\": 101}", "{\"sequence\": 101, \"dedupe_key\": null}"}},
+      {"task_heads_live_name",
+       {"task_heads", "t.task_id = '" + task.task_id + "'", id("task_id"),
+        id("task_id", ", \"deleted_at_ms\": 1")}},
+      {"trigger_heads_live_name",
+       {"trigger_heads", "t.trigger_id = '" + trigger_id + "'", id("trigger_id"),
+        id("trigger_id", ", \"deleted_at_ms\": 1")}},
+      {"notification_channels_live_name",
+       {"notification_channels", "t.id = '" + channel_id + "'", id("id"),
+        id("id", ", \"deleted_at_ms\": 1")}},
+  };
+
+  // Every partial unique index of the contract has its case and its expected code.
+  std::string_view contract;
+  for (const pg::EmbeddedSql& file : pg::EmbeddedMigrationFiles()) {
+    if (file.id == "schema_contract") contract = file.sql;
+  }
+  std::set<std::string> partial;
+  std::istringstream lines{std::string(contract)};
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string kind, name, create, unique;
+    fields >> kind >> name >> create >> unique;
+    if (kind == "index" && unique == "UNIQUE" && line.find(" WHERE ") != std::string::npos) {
+      partial.insert(name);
+    }
+  }
+  std::set<std::string> covered, expected;
+  for (const auto& [index, c] : cases) covered.insert(index);
+  for (const testing::ConditionalUniqueIndex& index : testing::kConditionalUniqueIndexes) {
+    expected.insert(std::string(index.postgres_index));
+  }
+  EXPECT_EQ(covered, partial) << "a partial unique index of the contract without a case here";
+  EXPECT_EQ(expected, partial) << "a partial unique index without an expected code";
+
+  // Each copy runs in a transaction of its own, rolled back: the rows stay as they are (and a
+  // deferred foreign key of a copied head is never checked).
+  Result<std::unique_ptr<pg::Connection>> conn =
+      pg::Connection::Open(PgTestCluster::Get().Url(pg::kMigrationRole, database_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  auto copy = [&](const Case& c, const std::string& overrides) -> Status {
+    if (Status st = (*conn)->ExecScript("BEGIN", "begin"); !st.ok()) return st;
+    Result<pg::Rows> inserted = (*conn)->Exec(
+        "INSERT INTO ql3." + c.table + " SELECT (jsonb_populate_record(t, $1::jsonb)).* FROM ql3." +
+            c.table + " t WHERE " + c.row,
+        {pg::P(overrides)}, "copying a row");
+    Status rollback = (*conn)->ExecScript("ROLLBACK", "rollback");
+    if (!inserted.ok()) return inserted.status();
+    if (inserted->affected() != 1)
+      return Internal("no_row", "copied " + std::to_string(inserted->affected()));
+    return rollback;
+  };
+  for (const testing::ConditionalUniqueIndex& index : testing::kConditionalUniqueIndexes) {
+    SCOPED_TRACE(std::string(index.postgres_index));
+    auto c = cases.find(std::string(index.postgres_index));
+    ASSERT_NE(c, cases.end());
+    const Status refused = copy(c->second, c->second.duplicate);
+    EXPECT_TRUE(HasError(refused, index.code, index.reason));
+    EXPECT_NE(refused.message().find(index.postgres_index), std::string::npos)
+        << refused.ToString();
+    const Status outside = copy(c->second, c->second.outside);
+    EXPECT_TRUE(outside.ok()) << outside.ToString();
+  }
 }
 
 TEST_F(PgStoreTest, ConcurrentAdmissionsOfOneOccurrenceAdmitExactlyOneRun) {

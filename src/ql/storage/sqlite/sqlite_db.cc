@@ -36,9 +36,16 @@ constexpr UniqueIndexReason kUniqueIndexReasons[] = {
      "the mutation id was used by another write"},
     {"principals.name", StatusCode::kDuplicate, "principal_name_duplicate",
      "a principal with this name exists already"},
-    {"role_bindings.scope, role_bindings.subject_id, role_bindings.version",
-     StatusCode::kConflict, "binding_version_conflict",
-     "another binding of the subject was written at the same time"},
+    // The live-name indexes (partial: a deleted head or channel frees its name), as PostgreSQL's
+    // task_heads_live_name, trigger_heads_live_name and notification_channels_live_name.
+    {"task_heads.project_id, task_heads.name", StatusCode::kDuplicate, "name_duplicate",
+     "a task with this name exists already in the project"},
+    {"trigger_heads.project_id, trigger_heads.name", StatusCode::kDuplicate, "name_duplicate",
+     "a trigger with this name exists already in the project"},
+    {"notification_channels.project_id, notification_channels.name", StatusCode::kDuplicate,
+     "channel_name_duplicate", "a channel with this name exists already in the project"},
+    {"role_bindings.scope, role_bindings.subject_id, role_bindings.version", StatusCode::kConflict,
+     "binding_version_conflict", "another binding of the subject was written at the same time"},
 };
 
 Status DuplicateFromDetail(std::string_view detail, std::string_view operation) {

@@ -27,7 +27,9 @@ enum class SqlitePhase { kOpen, kStatement, kCommit };
 //   BUSY, LOCKED, PROTOCOL            → Busy `store_busy`
 //   CONSTRAINT_UNIQUE / PRIMARYKEY    → Duplicate, reason by unique index:
 //                                       `idempotency_key_duplicate`, `dedupe_key_duplicate`,
-//                                       `slug_duplicate`, else `duplicate_id`; a reused
+//                                       `slug_duplicate`, `principal_name_duplicate`,
+//                                       `name_duplicate` (a live task or trigger name),
+//                                       `channel_name_duplicate`, else `duplicate_id`; a reused
 //                                       mutation id is Conflict `mutation_id_reused`
 //   CONSTRAINT_FOREIGNKEY             → NotFound `reference_not_found`
 //   CONSTRAINT_TRIGGER                → Conflict `row_immutable` (append-only tables)

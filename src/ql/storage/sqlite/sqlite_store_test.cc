@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,6 +28,7 @@
 #include "ql/storage/sqlite/sqlite_migrations.h"
 #include "ql/testing/fake_clock.h"
 #include "ql/testing/repository_contract.h"
+#include "ql/testing/unique_index_contract.h"
 
 namespace ql {
 namespace {
@@ -510,6 +512,91 @@ std::string MakeRun(SqliteStore& store, testing::FakeClock& clock, testing::Seed
   Result<RunRecord> created = store.CreateRun(run);
   EXPECT_TRUE(created.ok()) << created.status().ToString();
   return run.run_id;
+}
+
+// The SQLite counterparts of PostgreSQL's partial unique indexes, violated for real: a copy of a
+// row that the index holds is refused with the same stable code as in PostgreSQL
+// (testing::kConditionalUniqueIndexes: what the repository contract expects of both stores),
+// without naming a column; the copy moved outside the index is accepted.
+TEST(SqliteStoreTest, EveryConditionalUniqueIndexMapsItsViolationAsPostgresDoes) {
+  TempDir dir;
+  const std::string path = dir.File("a.db");
+  testing::FakeClock clock;
+  testing::SeededRandom random(17);
+  std::string run_id;
+  {
+    ASSERT_OK_AND_MOVE(std::unique_ptr<SqliteStore> store, SqliteStore::Open(Options(path), clock));
+    run_id = MakeRun(*store, clock, random);
+  }
+  auto id = [&] { return "'" + NewUuidV7(clock.NowMs(), random) + "'"; };
+  // A raw connection (foreign keys off): everything below is rolled back.
+  ASSERT_OK_AND_MOVE(std::unique_ptr<sqlite::Db> db, sqlite::Db::Open(path, 1000, 3));
+  // Copies the row of `table` matching `where` with `set` applied (each NEW_ID in it a fresh
+  // id), as one script.
+  auto copy = [&](const std::string& table, const std::string& where, std::string set) {
+    for (size_t at = set.find("NEW_ID"); at != std::string::npos; at = set.find("NEW_ID")) {
+      set.replace(at, 6, id());
+    }
+    return db->ExecScript(
+        "DROP TABLE IF EXISTS temp.copied; CREATE TEMP TABLE copied AS SELECT "
+        "* FROM main." +
+            table + " WHERE " + where + "; UPDATE copied SET " + set + "; INSERT INTO main." +
+            table + " SELECT * FROM copied;",
+        "copying a row");
+  };
+  struct Case {
+    std::string table, where, duplicate, outside;
+  };
+  const std::string project = "(SELECT project_id FROM main.runs LIMIT 1)";
+  const std::string keyed_run = id();
+  Status body = db->WithConnection([&]() -> Status {
+    QL_RETURN_IF_ERROR(db->ExecScript("BEGIN IMMEDIATE", "begin"));
+    // The rows the indexes hold: the task head of MakeRun, a trigger head, a live channel, a
+    // run with a key and an event with a dedupe key.
+    QL_RETURN_IF_ERROR(db->ExecScript(
+        "INSERT INTO trigger_heads (trigger_id, project_id, task_id, current_revision, "
+        "created_at_ms, updated_at_ms, name) SELECT " +
+            id() +
+            ", project_id, task_id, 1, 1, 1, 'every' FROM task_heads;"
+            "INSERT INTO notification_channels (id, project_id, name, type, config_json, "
+            "created_by, created_at_ms) VALUES (" +
+            id() + ", " + project + ", 'ops', 'webhook', '{}', 'test', 1);",
+        "seeding"));
+    QL_RETURN_IF_ERROR(copy("runs", "id = '" + run_id + "'",
+                            "id = " + keyed_run + ", idempotency_key = 'client-key'"));
+    QL_RETURN_IF_ERROR(copy("run_events", "run_id = '" + run_id + "' AND sequence = 1",
+                            "sequence = 100, dedupe_key = 'once'"));
+    const std::map<std::string, Case> cases = {
+        {"runs.project_id, runs.idempotency_key",
+         {"runs", "id = " + keyed_run, "id = NEW_ID", "id = NEW_ID, idempotency_key = NULL"}},
+        {"run_events.run_id, run_events.dedupe_key",
+         {"run_events", "run_id = '" + run_id + "' AND sequence = 100", "sequence = 101",
+          "sequence = 102, dedupe_key = NULL"}},
+        {"task_heads.project_id, task_heads.name",
+         {"task_heads", "name = 'job'", "task_id = NEW_ID", "task_id = NEW_ID, deleted_at_ms = 1"}},
+        {"trigger_heads.project_id, trigger_heads.name",
+         {"trigger_heads", "name = 'every'", "trigger_id = NEW_ID",
+          "trigger_id = NEW_ID, deleted_at_ms = 1"}},
+        {"notification_channels.project_id, notification_channels.name",
+         {"notification_channels", "name = 'ops'", "id = NEW_ID",
+          "id = NEW_ID, deleted_at_ms = 1"}},
+    };
+    for (const testing::ConditionalUniqueIndex& index : testing::kConditionalUniqueIndexes) {
+      SCOPED_TRACE(std::string(index.postgres_index));
+      auto c = cases.find(std::string(index.sqlite_columns));
+      EXPECT_NE(c, cases.end()) << "no SQLite case for " << index.sqlite_columns;
+      if (c == cases.end()) continue;
+      const Status refused = copy(c->second.table, c->second.where, c->second.duplicate);
+      EXPECT_EQ(refused.code(), index.code) << refused.ToString();
+      EXPECT_EQ(refused.reason(), index.reason) << refused.ToString();
+      EXPECT_EQ(refused.message().find(c->second.table + "."), std::string::npos)
+          << "no column names leak: " << refused.ToString();
+      const Status outside = copy(c->second.table, c->second.where, c->second.outside);
+      EXPECT_TRUE(outside.ok()) << outside.ToString();
+    }
+    return db->ExecScript("ROLLBACK", "rollback");
+  });
+  EXPECT_TRUE(body.ok()) << body.ToString();
 }
 
 TEST(SqliteStoreTest, ConcurrentWritersThroughTwoConnectionsLoseNothing) {
