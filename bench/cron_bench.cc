@@ -1,6 +1,7 @@
 // Next-fire throughput: CronSchedule::NextAfter for common expressions in a zone without DST
 // (Asia/Shanghai) and one with it (America/New_York). Each iteration asks for the fire after the
-// previous one, as the scheduler does when it advances a cursor.
+// previous one, as the scheduler does when it advances a cursor. Also the cost of the check every
+// admission makes of its new cursor (NextFireGate).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <iostream>
 
 #include "ql/core/cron.h"
+#include "ql/core/next_fire_gate.h"
 
 namespace {
 
@@ -46,6 +48,30 @@ void BM_CreateSchedule(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_CreateSchedule);
+
+// The admission's recomputation of the next fire time from the stored revision (a cached
+// parse, the next fire after the occurrence, the comparison), as each admission pays it.
+void BM_AdmissionNextFireCheck(benchmark::State& state) {
+  ql::TriggerRevisionRecord stored;
+  stored.trigger_id = "0190a6a0-0000-7000-8000-000000000001";
+  stored.revision = 1;
+  stored.expression = "*/5 * * * *";
+  stored.timezone = "America/New_York";
+  stored.misfire = "skip";
+  ql::NextFireGate gate;
+  int64_t occurrence = kStartMs;
+  for (auto _ : state) {
+    const int64_t next = occurrence + 300'000;
+    ql::Status checked = gate.Check(stored, occurrence, occurrence, next);
+    if (!checked.ok()) {
+      state.SkipWithError(checked.ToString().c_str());
+      return;
+    }
+    occurrence = next < kStartMs + 100LL * 365 * 86400000 ? next : kStartMs;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_AdmissionNextFireCheck);
 
 }  // namespace
 

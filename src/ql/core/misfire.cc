@@ -73,5 +73,46 @@ Decision Decide(std::optional<int64_t> cursor_ms, int64_t now_ms, int64_t publis
   return Decision{after_now.has_value() ? Kind::kSkip : Kind::kExhausted, std::nullopt, after_now};
 }
 
+namespace {
+
+std::string CursorText(std::optional<int64_t> cursor_ms) {
+  return cursor_ms.has_value() ? std::to_string(*cursor_ms) : std::string("none");
+}
+
+}  // namespace
+
+Status VerifyAdmittedCursor(int64_t occurrence_ms, int64_t now_ms, MisfirePolicy policy,
+                            const NextFireFn& next, std::optional<int64_t> proposed_cursor_ms) {
+  // The lateness is compared unsigned, exact for any int64 pair (as in Decide).
+  const bool late_at_all = now_ms > occurrence_ms;
+  const bool within_max_grace =
+      !late_at_all || static_cast<uint64_t>(now_ms) - static_cast<uint64_t>(occurrence_ms) <=
+                          static_cast<uint64_t>(kMaxGraceMs);
+  std::string expected;
+  if (within_max_grace) {
+    const std::optional<int64_t> in_grace = next(occurrence_ms);
+    if (proposed_cursor_ms == in_grace) return Status::Ok();
+    expected = CursorText(in_grace) + " (inside the grace)";
+  }
+  if (policy == MisfirePolicy::kFireOnce && late_at_all) {
+    const std::optional<int64_t> late = next(now_ms);
+    if (proposed_cursor_ms == late) return Status::Ok();
+    expected += (expected.empty() ? "" : " or ") + CursorText(late) + " (late)";
+  }
+  const std::string admitting = "admitting the occurrence at " + std::to_string(occurrence_ms) +
+                                " observed at " + std::to_string(now_ms) + " under " +
+                                std::string(MisfirePolicyName(policy));
+  if (expected.empty()) {
+    return InvalidArgument(std::string(kReasonNextFireMismatch),
+                           admitting +
+                               " is not a decision: an occurrence later than any grace "
+                               "is skipped (proposed cursor " +
+                               CursorText(proposed_cursor_ms) + ")");
+  }
+  return InvalidArgument(
+      std::string(kReasonNextFireMismatch),
+      admitting + " stores the cursor " + expected + ", not " + CursorText(proposed_cursor_ms));
+}
+
 }  // namespace misfire
 }  // namespace ql

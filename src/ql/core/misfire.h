@@ -84,5 +84,21 @@ int64_t CursorToStore(const Decision& decision);
 Decision Decide(std::optional<int64_t> cursor_ms, int64_t now_ms, int64_t published_at_ms,
                 int64_t grace_ms, MisfirePolicy policy, const NextFireFn& next);
 
+// The stable reason of an admission refused by VerifyAdmittedCursor.
+inline constexpr std::string_view kReasonNextFireMismatch = "next_fire_mismatch";
+
+// Checks the cursor an admission stores against the decision recomputed from the trigger
+// revision. Admitting the occurrence `occurrence_ms` observed at `now_ms`, Decide stores
+//   next(occurrence)  when the occurrence was inside the grace, which needs
+//                     now - occurrence <= kMaxGraceMs, or
+//   next(now)         under fire_once when it was late, which needs now > occurrence.
+// The grace is the scheduler's setting (at most kMaxGraceMs), not part of the revision, so
+// whichever of the two some valid grace gives is accepted; every other value would skip
+// occurrences or replay a backlog. `proposed_cursor_ms` empty means "never fires again" and
+// matches a `next` that returns nullopt. Returns InvalidArgument kReasonNextFireMismatch
+// naming the proposed and the expected cursors.
+Status VerifyAdmittedCursor(int64_t occurrence_ms, int64_t now_ms, MisfirePolicy policy,
+                            const NextFireFn& next, std::optional<int64_t> proposed_cursor_ms);
+
 }  // namespace misfire
 }  // namespace ql

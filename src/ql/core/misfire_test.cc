@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace ql::misfire {
@@ -356,6 +357,104 @@ TEST(MisfireSimulationTest, RandomObservationTimesNeverAdmitTwiceAndMissNothingW
       Simulate(seed, 2 * kMinute, kEdgeGraceMs, policy);
       Simulate(seed, 20 * kMinute, 0, policy);
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// VerifyAdmittedCursor: the admission's recomputation of the cursor
+
+bool Accepted(int64_t occurrence, int64_t now, MisfirePolicy policy, const NextFireFn& next,
+              std::optional<int64_t> proposed) {
+  Status st = VerifyAdmittedCursor(occurrence, now, policy, next, proposed);
+  if (!st.ok()) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(st.reason(), kReasonNextFireMismatch);
+  }
+  return st.ok();
+}
+
+TEST(MisfireVerifyAdmittedCursorTest, AcceptsTheNextFireAfterTheOccurrenceOnly) {
+  for (MisfirePolicy policy : {MisfirePolicy::kSkip, MisfirePolicy::kFireOnce}) {
+    // On time and inside the grace: the next occurrence, nothing before or after it.
+    for (int64_t now : {kNoon, kNoon + 10 * kSecond, kNoon + kMaxGraceMs}) {
+      EXPECT_TRUE(Accepted(kNoon, now, policy, MinuteCron(), kNoon + kMinute));
+      for (std::optional<int64_t> wrong :
+           {std::optional<int64_t>(kNoon + 2 * kMinute),
+            std::optional<int64_t>(kNoon + kMinute - 1),
+            std::optional<int64_t>(kNoon + kMinute + kSecond), std::optional<int64_t>(kNoon),
+            std::optional<int64_t>()}) {
+        EXPECT_FALSE(Accepted(kNoon, now, policy, MinuteCron(), wrong))
+            << MisfirePolicyName(policy) << " now " << now;
+      }
+    }
+  }
+  // Irregular gaps: the next fire is the schedule's, not the last gap repeated.
+  EXPECT_TRUE(Accepted(kNoon + kMinute, kNoon + kMinute, MisfirePolicy::kSkip, IrregularCron(),
+                       kNoon + 3 * kMinute));
+  EXPECT_FALSE(Accepted(kNoon + kMinute, kNoon + kMinute, MisfirePolicy::kSkip, IrregularCron(),
+                        kNoon + 2 * kMinute));
+}
+
+TEST(MisfireVerifyAdmittedCursorTest, ALateFireOnceOccurrenceMayJumpPastTheObservationTime) {
+  const int64_t now = kNoon + 3 * kMinute + 20 * kSecond;  // late by more than some graces
+  // next(now): the backlog is not replayed; next(occurrence): a grace that still covered it.
+  EXPECT_TRUE(Accepted(kNoon, now, MisfirePolicy::kFireOnce, MinuteCron(), kNoon + 4 * kMinute));
+  EXPECT_TRUE(Accepted(kNoon, now, MisfirePolicy::kFireOnce, MinuteCron(), kNoon + kMinute));
+  // Anything in between skips occurrences no decision skips.
+  for (int64_t wrong : {kNoon + 2 * kMinute, kNoon + 3 * kMinute, kNoon + 5 * kMinute}) {
+    EXPECT_FALSE(Accepted(kNoon, now, MisfirePolicy::kFireOnce, MinuteCron(), wrong)) << wrong;
+  }
+  // skip never admits late, so only the in-grace cursor is possible.
+  EXPECT_TRUE(Accepted(kNoon, now, MisfirePolicy::kSkip, MinuteCron(), kNoon + kMinute));
+  EXPECT_FALSE(Accepted(kNoon, now, MisfirePolicy::kSkip, MinuteCron(), kNoon + 4 * kMinute));
+}
+
+TEST(MisfireVerifyAdmittedCursorTest, LaterThanAnyGraceOnlyTheLateFormIsADecision) {
+  const int64_t now = kNoon + kMaxGraceMs + 1;
+  const std::optional<int64_t> after_now = MinuteCron()(now);
+  EXPECT_TRUE(Accepted(kNoon, now, MisfirePolicy::kFireOnce, MinuteCron(), after_now));
+  // Admitting it and stepping to the next occurrence would replay the backlog one by one.
+  EXPECT_FALSE(Accepted(kNoon, now, MisfirePolicy::kFireOnce, MinuteCron(), kNoon + kMinute));
+  for (std::optional<int64_t> any : {std::optional<int64_t>(kNoon + kMinute), after_now}) {
+    Status st = VerifyAdmittedCursor(kNoon, now, MisfirePolicy::kSkip, MinuteCron(), any);
+    EXPECT_EQ(st.reason(), kReasonNextFireMismatch);
+    EXPECT_NE(st.message().find("is skipped"), std::string::npos) << st.message();
+  }
+}
+
+TEST(MisfireVerifyAdmittedCursorTest, ExhaustionMatchesOnlyAScheduleWithoutAnotherFire) {
+  const NextFireFn two = Finite({kNoon, kNoon + kMinute});
+  EXPECT_TRUE(Accepted(kNoon, kNoon, MisfirePolicy::kSkip, two, kNoon + kMinute));
+  EXPECT_FALSE(Accepted(kNoon, kNoon, MisfirePolicy::kSkip, two, std::nullopt));
+  EXPECT_TRUE(Accepted(kNoon + kMinute, kNoon + kMinute, MisfirePolicy::kSkip, two, std::nullopt));
+  EXPECT_FALSE(
+      Accepted(kNoon + kMinute, kNoon + kMinute, MisfirePolicy::kSkip, two, kNoon + 2 * kMinute));
+  // Late under fire_once with nothing after now: exhausted is the late form.
+  EXPECT_TRUE(Accepted(kNoon, kNoon + kHour, MisfirePolicy::kFireOnce, two, std::nullopt));
+}
+
+TEST(MisfireVerifyAdmittedCursorTest, NamesTheProposedAndTheExpectedCursors) {
+  Status st = VerifyAdmittedCursor(kNoon, kNoon + 3 * kMinute + 20 * kSecond,
+                                   MisfirePolicy::kFireOnce, MinuteCron(), kNoon + 2 * kMinute);
+  EXPECT_EQ(st.message(),
+            "admitting the occurrence at 1767268800000 observed at 1767269000000 "
+            "under fire_once stores the cursor 1767268860000 (inside the grace) or "
+            "1767269040000 (late), not 1767268920000");
+}
+
+// Every admission Decide makes, at any observation time, grace and policy, passes the check.
+TEST(MisfireVerifyAdmittedCursorTest, AcceptsEveryAdmissionDecideMakes) {
+  std::mt19937_64 rng(20260722);
+  for (int i = 0; i < 20000; ++i) {
+    const NextFireFn next = (i % 2 == 0) ? MinuteCron() : IrregularCron();
+    const MisfirePolicy policy = (i % 3 == 0) ? MisfirePolicy::kSkip : MisfirePolicy::kFireOnce;
+    const int64_t cursor = *next(kNoon + static_cast<int64_t>(rng() % (10 * kHour)));
+    const int64_t now = cursor + static_cast<int64_t>(rng() % (15 * kMinute));
+    const int64_t grace = static_cast<int64_t>(rng() % (kMaxGraceMs + 1));
+    Decision d = Decide(cursor, now, kNoon, grace, policy, next);
+    if (d.kind != Kind::kAdmit) continue;
+    EXPECT_TRUE(Accepted(*d.admit_scheduled_for_ms, now, policy, next, d.new_cursor_ms))
+        << "cursor " << cursor << " now " << now << " grace " << grace;
   }
 }
 

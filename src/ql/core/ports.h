@@ -258,7 +258,15 @@ class ScheduleRepository {
   // The admitted run must be the cron occurrence at expected_next_fire_at_ms of the expected
   // trigger and task revisions, keyed CronIdempotencyKey(...), else InvalidArgument; a trigger
   // without a schedule row is NotFound.
+  // An admission's new cursor is recomputed in the transaction from the stored trigger
+  // revision (NextFireGate, with now_ms as the observation time): the next fire time after the
+  // occurrence, or under fire_once the next after now_ms. Any other cursor (exhausted or not)
+  // is InvalidArgument `next_fire_mismatch`, nothing is written, and the refusal is counted
+  // (TakeNextFireMismatches). A raced advance is kRaced before this check.
   virtual Result<AdvanceOutcome> ApplyScheduleAdvance(const ScheduleAdvance& advance) = 0;
+  // Returns the admissions refused with `next_fire_mismatch` since the last call and resets
+  // the count.
+  virtual int64_t TakeNextFireMismatches() { return 0; }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -329,8 +337,13 @@ class ClusterScheduleRepository {
   // claim that expired (by a database-clock reading at lock time, and again by one taken right
   // before COMMIT) → kRaced with nothing written. A new cursor that does not move forward is
   // InvalidArgument `cursor_not_advancing`. A trigger revision whose stored content does not
-  // hash to its digest is Corrupt `trigger_digest_mismatch`. An occurrence whose idempotency
-  // key is taken already → kAlreadyAdmitted: the cursor moves on, the claim is cleared, no run.
+  // hash to its digest is Corrupt `trigger_digest_mismatch`. An admission's new cursor is
+  // recomputed from the stored trigger revision with the claim's stored acquisition time as the
+  // observation time (as ScheduleRepository::ApplyScheduleAdvance does): any other cursor is
+  // InvalidArgument `next_fire_mismatch`, nothing is written for it, its claim stays until it
+  // expires, and the refusal is counted (TakeNextFireMismatches). An occurrence whose
+  // idempotency key is taken already → kAlreadyAdmitted: the cursor moves on, the claim is
+  // cleared, no run.
   virtual Result<AdvanceOutcome> CommitClaimDecision(const ClaimDecision& decision) = 0;
   // Commits several decisions of one claim batch in one transaction with exactly the checks of
   // CommitClaimDecision, row by row: a decision that raced or whose definitions are corrupt is
@@ -346,6 +359,9 @@ class ClusterScheduleRepository {
   virtual Result<std::optional<int64_t>> MsUntilNextDue() = 0;
   // Returns the whole-transaction reruns of admissions since the last call and resets them.
   virtual AdmissionRetryStats TakeAdmissionRetryStats() { return {}; }
+  // Returns the admissions refused with `next_fire_mismatch` since the last call (each counted
+  // once, whether it was committed alone or in a batch) and resets the count.
+  virtual int64_t TakeNextFireMismatches() { return 0; }
 };
 
 // Recovery of the cluster (DESIGN §5.2): what a replica inspects at startup and periodically.

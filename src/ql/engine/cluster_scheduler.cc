@@ -50,6 +50,9 @@ ClusterScheduler::ClusterScheduler(ClusterScheduleRepository& schedules,
                     "Admission transactions that failed because their reruns ran out.");
   metrics_.Describe("ql_scheduler_batch_fallbacks_total", "counter",
                     "Admission batches whose transaction failed, then committed one by one.");
+  metrics_.Describe("ql_scheduler_next_fire_mismatches_total", "counter",
+                    "Admissions the store refused because their new cursor was not the next fire "
+                    "time recomputed from the stored trigger revision (next_fire_mismatch).");
 }
 
 Status ClusterScheduler::ValidateOptions(const ClusterSchedulerOptions& o) {
@@ -216,6 +219,11 @@ Result<RoundReport> ClusterScheduler::Round() {
       }
     }
     ReportSlowPath(decisions.size(), batch_failure, report);
+    report.next_fire_mismatches = schedules_.TakeNextFireMismatches();
+    if (report.next_fire_mismatches > 0) {
+      metrics_.Increment("ql_scheduler_next_fire_mismatches_total", {},
+                         report.next_fire_mismatches);
+    }
   }
   if (report.admitted > 0 && on_admitted_) on_admitted_();
   // A burst: grow the next batch while rounds come back full and make progress.

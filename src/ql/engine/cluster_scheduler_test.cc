@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ql/core/ids.h"
@@ -99,6 +100,7 @@ class FakeClusterSchedules final : public ClusterScheduleRepository {
     stats = {};
     return out;
   }
+  int64_t TakeNextFireMismatches() override { return std::exchange(mismatches, 0); }
 
   void Record(const std::vector<ClaimDecision>& decisions) {
     std::lock_guard<std::mutex> lock(mu);
@@ -113,6 +115,7 @@ class FakeClusterSchedules final : public ClusterScheduleRepository {
       on_batch;
   std::function<Result<AdvanceOutcome>(const ClaimDecision&)> on_single;
   AdmissionRetryStats stats;
+  int64_t mismatches = 0;
   std::atomic<int> claims{0};
   std::atomic<int> inside{0};
   std::atomic<int> max_inside{0};
@@ -373,6 +376,30 @@ TEST_F(ClusterSchedulerTest, TheSlowPathIsCountedAndReportedOnce) {
   ASSERT_TRUE(scheduler.RunRound().ok());
   EXPECT_EQ(Sample(metrics_, "ql_scheduler_batch_fallbacks_total"), 1);
   EXPECT_EQ(lines.size(), 1u);
+}
+
+TEST_F(ClusterSchedulerTest, AnAdmissionRefusedForItsCursorIsCountedAsAnErrorAndAMismatch) {
+  const int64_t now = clock_.NowMs();
+  repo_.due = {Row("* * * * * *", now / 1000 * 1000 - 1'000),
+               Row("* * * * * *", now / 1000 * 1000 - 1'000)};
+  repo_.on_batch =
+      [&](const std::vector<ClaimDecision>& decisions) -> Result<std::vector<ClaimCommitResult>> {
+    std::vector<ClaimCommitResult> results(decisions.size());
+    results[0].error = InvalidArgument("next_fire_mismatch", "the store recomputed another");
+    results[1].outcome = AdvanceOutcome::kApplied;
+    repo_.mismatches = 1;  // what the store counted for this batch
+    return results;
+  };
+  ClusterScheduler scheduler(repo_, store_->definitions(), random_, metrics_, Options());
+  EXPECT_EQ(Sample(metrics_, "ql_scheduler_next_fire_mismatches_total"), 0);
+  Result<RoundReport> report = scheduler.RunRound();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->admitted, 1);
+  EXPECT_EQ(report->errors, 1);
+  EXPECT_EQ(report->next_fire_mismatches, 1);
+  EXPECT_EQ(report->first_error.reason(), "next_fire_mismatch");
+  EXPECT_EQ(Sample(metrics_, "ql_scheduler_next_fire_mismatches_total"), 1);
+  EXPECT_EQ(Sample(metrics_, "ql_scheduler_errors_total"), 1);
 }
 
 TEST_F(ClusterSchedulerTest, StoppingEndsARoundCommittingOneByOneWithinItsBound) {

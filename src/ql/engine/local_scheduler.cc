@@ -50,6 +50,9 @@ LocalScheduler::LocalScheduler(ScheduleRepository& schedules, DefinitionReposito
   metrics_.Describe("ql_scheduler_lag_seconds", "histogram",
                     "Admission time minus scheduled time of admitted occurrences.");
   metrics_.Describe("ql_scheduler_errors_total", "counter", "Scheduler storage errors.");
+  metrics_.Describe("ql_scheduler_next_fire_mismatches_total", "counter",
+                    "Admissions the store refused because their new cursor was not the next fire "
+                    "time recomputed from the stored trigger revision (next_fire_mismatch).");
 }
 
 Status LocalScheduler::ValidateOptions(const LocalSchedulerOptions& o) {
@@ -129,18 +132,26 @@ Result<RoundReport> LocalScheduler::RunRound() {
   report.rows = static_cast<int>(due->size());
   report.page_full = report.rows >= options_.page_size;
   metrics_.Observe("ql_scheduler_round_rows", report.rows);
+  Status failed;
   for (const DueSchedule& row : *due) {
     Status st = DecideAndApply(row, now_ms, report);
     if (st.ok()) continue;
     ++report.errors;
     metrics_.Increment("ql_scheduler_errors_total");
-    // A row whose stored definition is unusable must not stall every other trigger.
+    // A row whose stored definition is unusable, or whose admission the store refused for its
+    // cursor, must not stall every other trigger.
     if (st.code() == StatusCode::kCorrupt || st.code() == StatusCode::kNotFound ||
-        st.code() == StatusCode::kConflict) {
+        st.code() == StatusCode::kConflict || st.reason() == misfire::kReasonNextFireMismatch) {
       continue;
     }
-    return st;
+    failed = std::move(st);
+    break;
   }
+  report.next_fire_mismatches = schedules_.TakeNextFireMismatches();
+  if (report.next_fire_mismatches > 0) {
+    metrics_.Increment("ql_scheduler_next_fire_mismatches_total", {}, report.next_fire_mismatches);
+  }
+  if (!failed.ok()) return failed;
   return report;
 }
 

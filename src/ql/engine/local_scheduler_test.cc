@@ -270,6 +270,57 @@ TEST_F(LocalSchedulerTest, DriftBetweenDecisionAndCommitIsRacedAndWritesNothing)
             std::string::npos);
 }
 
+// A store in front of which the decisions about one trigger skip its next occurrence, as a
+// faulty decision would.
+class SkippingSchedules final : public ScheduleRepository {
+ public:
+  SkippingSchedules(ScheduleRepository& inner, std::string trigger_id)
+      : inner_(inner), trigger_id_(std::move(trigger_id)) {}
+  Result<std::vector<DueSchedule>> ListDueSchedules(int64_t now_ms, int limit) override {
+    return inner_.ListDueSchedules(now_ms, limit);
+  }
+  Result<std::optional<int64_t>> EarliestDueAt() override { return inner_.EarliestDueAt(); }
+  Result<AdvanceOutcome> ApplyScheduleAdvance(const ScheduleAdvance& advance) override {
+    ScheduleAdvance changed = advance;
+    if (advance.trigger_id == trigger_id_ && advance.run.has_value()) {
+      *changed.new_next_fire_at_ms += 60'000;
+    }
+    return inner_.ApplyScheduleAdvance(changed);
+  }
+  int64_t TakeNextFireMismatches() override { return inner_.TakeNextFireMismatches(); }
+
+ private:
+  ScheduleRepository& inner_;
+  std::string trigger_id_;
+};
+
+TEST_F(LocalSchedulerTest, AnAdmissionRefusedForItsCursorIsCountedAndStallsNoOtherTrigger) {
+  const std::string task = AddTask();
+  const std::string a = AddTrigger(task, "0 * * * * *");
+  const std::string b = AddTrigger(task, "0 * * * * *");
+  // Rows due at one time come in trigger id order: the refused one comes first.
+  const std::string skipping = std::min(a, b);
+  const std::string other = std::max(a, b);
+  SkippingSchedules schedules(store_->schedules(), skipping);
+  LocalScheduler scheduler(schedules, store_->definitions(), clock_, random_, metrics_, options_);
+  EXPECT_EQ(Round(scheduler).initialized, 2);
+  clock_.SetNowMs(Ms("2026-06-01T12:01:00.100Z"));
+  RoundReport r = Round(scheduler);
+  EXPECT_EQ(r.next_fire_mismatches, 1);
+  EXPECT_EQ(r.errors, 1);
+  EXPECT_EQ(r.admitted, 1);
+  EXPECT_TRUE(Runs(skipping).empty());
+  EXPECT_EQ(store_->definitions().GetSchedule(skipping)->next_fire_at_ms,
+            Ms("2026-06-01T12:01:00Z"));
+  ASSERT_EQ(Runs(other).size(), 1u);
+  EXPECT_EQ(store_->definitions().GetSchedule(other)->next_fire_at_ms, Ms("2026-06-01T12:02:00Z"));
+  const std::string text = metrics_.RenderPrometheus();
+  EXPECT_NE(text.find("# TYPE ql_scheduler_next_fire_mismatches_total counter\n"
+                      "ql_scheduler_next_fire_mismatches_total 1\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST_F(LocalSchedulerTest, PagesAreBoundedAndAFullPageStartsTheNextRoundAtOnce) {
   const std::string task = AddTask();
   for (int i = 0; i < 20; ++i) AddTrigger(task, "0 * * * * *");

@@ -31,6 +31,9 @@ struct RoundReport {
   int exhausted = 0;
   int already_admitted = 0;  // cluster: the occurrence had its run; the cursor moved past it
   int errors = 0;
+  // Admissions the store refused because their new cursor was not the next fire time it
+  // recomputed from the stored trigger revision (`next_fire_mismatch`; also in errors).
+  int64_t next_fire_mismatches = 0;
   // Cluster admissions: whole-transaction reruns, admissions whose reruns ran out, and whether
   // the batch's transaction failed so that its decisions were committed one by one.
   int64_t admission_retries = 0;

@@ -1,7 +1,8 @@
 // The admission-policy part of the repository contract (DESIGN §11): a trigger's overlap policy
 // (allow, forbid, replace) and a task's concurrency limit, decided by ApplyScheduleAdvance
-// inside the admission transaction, and a trigger's jitter window, which holds an admitted run
-// in the queue until its release time. Runs on every store through OverlapContract.
+// inside the admission transaction, a trigger's jitter window, which holds an admitted run in
+// the queue until its release time, and the next fire time the admission recomputes from the
+// stored trigger revision (next_fire_mismatch). Runs on every store through OverlapContract.
 
 #include <string>
 #include <vector>
@@ -53,7 +54,7 @@ Result<AdvanceOutcome> OverlapContract::Fire(const std::string& trigger_id, std:
   QL_ASSIGN_OR_RETURN(ScheduleRecord schedule, store().definitions().GetSchedule(trigger_id));
   clock().SetNowMs(*schedule.next_fire_at_ms);
   QL_ASSIGN_OR_RETURN(DueSchedule due, DueRow(trigger_id, Now()));
-  QL_ASSIGN_OR_RETURN(ScheduleAdvance advance, Admit(due, Now() + 1000));
+  QL_ASSIGN_OR_RETURN(ScheduleAdvance advance, Admit(due));
   run_id = advance.run->run_id;
   return store().schedules().ApplyScheduleAdvance(advance);
 }
@@ -74,6 +75,102 @@ Result<RunRecord> OverlapContract::Succeed(const RunRecord& running) {
       NewEvent{"run.succeeded", "executor", std::nullopt, std::nullopt, R"({"exit_code":0})"}};
   done.now_ms = Now();
   return store().runs().ApplyTransition(done);
+}
+
+Result<DueSchedule> OverlapContract::DueOccurrence(const std::string& misfire, int64_t late_by_ms) {
+  const std::string trigger_id = NewId();
+  QL_ASSIGN_OR_RETURN(TaskRevisionRecord task,
+                      PublishTask(NewId(), std::nullopt, "job-of-" + trigger_id));
+  PublishTriggerCommand cmd = TriggerCommand(trigger_id, std::nullopt, task);
+  cmd.revision.misfire = misfire;
+  cmd.revision.content_digest = TriggerContentDigest(cmd.revision);
+  QL_RETURN_IF_ERROR(store().definitions().PublishTriggerRevision(cmd).status());
+  QL_ASSIGN_OR_RETURN(DueSchedule fresh, DueRow(trigger_id, Now()));
+  QL_ASSIGN_OR_RETURN(int64_t occurrence, NextFireOf(fresh, Now()));
+  QL_ASSIGN_OR_RETURN(AdvanceOutcome outcome,
+                      store().schedules().ApplyScheduleAdvance(MoveCursor(fresh, occurrence)));
+  if (outcome != AdvanceOutcome::kApplied) return Internal("test_setup", "cursor not set");
+  clock().SetNowMs(occurrence + late_by_ms);
+  return DueRow(trigger_id, Now());
+}
+
+// An admission whose new cursor is not the next fire time the store recomputes from the stored
+// revision is refused whole: no run, the cursor where it was, one refusal counted.
+TEST_P(OverlapContract, AnAdmissionWhoseCursorSkipsAnOccurrenceIsRefusedAndCounted) {
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueOccurrence("skip", 0));
+  const std::string& trigger_id = due.schedule.trigger_id;
+  const int64_t occurrence = *due.schedule.next_fire_at_ms;
+  QL_ASSERT_OK_AND_ASSIGN(int64_t next, NextFireOf(due, occurrence));
+  QL_ASSERT_OK_AND_ASSIGN(int64_t after_next, NextFireOf(due, next));
+  EXPECT_EQ(store().schedules().TakeNextFireMismatches(), 0);
+
+  // Past the next occurrence (skips it), short of it, and "never fires again".
+  const std::vector<std::optional<int64_t>> wrongs = {after_next, next - 1000, std::nullopt};
+  for (const std::optional<int64_t>& wrong : wrongs) {
+    SCOPED_TRACE(wrong.has_value() ? std::to_string(*wrong) : "exhausted");
+    QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance bad, Admit(due, wrong));
+    QL_EXPECT_ERROR(store().schedules().ApplyScheduleAdvance(bad), StatusCode::kInvalidArgument,
+                    "next_fire_mismatch");
+    QL_ASSERT_OK_AND_ASSIGN(ScheduleRecord schedule, store().definitions().GetSchedule(trigger_id));
+    EXPECT_EQ(schedule.next_fire_at_ms, occurrence);
+    EXPECT_EQ(schedule.state_version, due.schedule.state_version);
+    EXPECT_FALSE(schedule.exhausted);
+    EXPECT_FALSE(schedule.last_scheduled_at_ms.has_value());
+    QL_EXPECT_ERROR(store().runs().GetRun(bad.run->run_id), StatusCode::kNotFound, "run_not_found");
+    EXPECT_EQ(store().schedules().TakeNextFireMismatches(), 1);
+  }
+
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance good, Admit(due));
+  EXPECT_EQ(good.new_next_fire_at_ms, next);
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome admitted, store().schedules().ApplyScheduleAdvance(good));
+  EXPECT_EQ(admitted, AdvanceOutcome::kApplied);
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleRecord schedule, store().definitions().GetSchedule(trigger_id));
+  EXPECT_EQ(schedule.next_fire_at_ms, next);
+  EXPECT_EQ(schedule.last_scheduled_at_ms, occurrence);
+  QL_ASSERT_OK_AND_ASSIGN(RunRecord run, store().runs().GetRun(good.run->run_id));
+  EXPECT_EQ(run.status, "queued");
+  EXPECT_EQ(run.scheduled_for_ms, occurrence);
+  EXPECT_EQ(store().schedules().TakeNextFireMismatches(), 0);
+}
+
+// What the misfire decision legitimately stores after a gap: under fire_once a late occurrence
+// moves the cursor past the observation time; under skip a late occurrence is never admitted.
+TEST_P(OverlapContract, ALateAdmissionMayMoveTheCursorOnlyAsTheMisfirePolicyDoes) {
+  const int64_t late_by = 20 * 60'000;  // later than any grace
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule once, DueOccurrence("fire_once", late_by));
+  const int64_t occurrence = *once.schedule.next_fire_at_ms;
+  QL_ASSERT_OK_AND_ASSIGN(int64_t next, NextFireOf(once, occurrence));
+  QL_ASSERT_OK_AND_ASSIGN(int64_t after_now, NextFireOf(once, Now()));
+  ASSERT_LT(next, Now());
+  // Stepping to the next occurrence would replay the backlog; stopping between skips one.
+  for (int64_t wrong : {next, after_now - 300'000, after_now + 300'000}) {
+    SCOPED_TRACE(wrong);
+    QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance bad, Admit(once, wrong));
+    QL_EXPECT_ERROR(store().schedules().ApplyScheduleAdvance(bad), StatusCode::kInvalidArgument,
+                    "next_fire_mismatch");
+  }
+  EXPECT_EQ(store().schedules().TakeNextFireMismatches(), 3);
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance late, Admit(once, after_now));
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome admitted, store().schedules().ApplyScheduleAdvance(late));
+  EXPECT_EQ(admitted, AdvanceOutcome::kApplied);
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleRecord schedule,
+                          store().definitions().GetSchedule(once.schedule.trigger_id));
+  EXPECT_EQ(schedule.next_fire_at_ms, after_now);
+  EXPECT_EQ(schedule.last_scheduled_at_ms, occurrence);
+
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule skipped, DueOccurrence("skip", late_by));
+  QL_ASSERT_OK_AND_ASSIGN(int64_t skip_after_now, NextFireOf(skipped, Now()));
+  for (int64_t any : {*skipped.schedule.next_fire_at_ms + 300'000, skip_after_now}) {
+    QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance bad, Admit(skipped, any));
+    QL_EXPECT_ERROR(store().schedules().ApplyScheduleAdvance(bad), StatusCode::kInvalidArgument,
+                    "next_fire_mismatch");
+  }
+  EXPECT_EQ(store().schedules().TakeNextFireMismatches(), 2);
+  // What the decision does instead: move the cursor past now without a run.
+  QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome moved, store().schedules().ApplyScheduleAdvance(
+                                                    MoveCursor(skipped, skip_after_now)));
+  EXPECT_EQ(moved, AdvanceOutcome::kApplied);
+  EXPECT_EQ(store().schedules().TakeNextFireMismatches(), 0);
 }
 
 TEST_P(OverlapContract, ForbidRecordsTheOccurrenceAsSkippedWhileARunOfTheTriggerIsUnfinished) {
@@ -248,7 +345,7 @@ TEST_P(OverlapContract, AJitteredRunIsAdmittedOnTimeAndDispatchedOnlyFromItsRele
   const int64_t release = occurrence + JitterOffsetMs(trigger_id, occurrence, 30'000);
   clock().SetNowMs(occurrence);
   QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueRow(trigger_id, Now()));
-  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance advance, Admit(due, occurrence + 60'000));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance advance, Admit(due));
 
   // The release time must be exactly the occurrence plus the trigger's offset.
   for (std::optional<int64_t> wrong : {std::optional<int64_t>(), std::optional<int64_t>(release + 1)}) {
@@ -280,12 +377,12 @@ TEST_P(OverlapContract, AJitteredRunIsAdmittedOnTimeAndDispatchedOnlyFromItsRele
   EXPECT_TRUE(dispatchable(release));
 
   // Admitted late (after its release time), a run is queued at once.
-  clock().SetNowMs(occurrence + 60'000);
+  const int64_t second = *advance.new_next_fire_at_ms;
+  clock().SetNowMs(second);
   QL_ASSERT_OK_AND_ASSIGN(DueSchedule late, DueRow(trigger_id, Now()));
-  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance late_advance, Admit(late, occurrence + 120'000));
-  late_advance.run->release_at_ms =
-      occurrence + 60'000 + JitterOffsetMs(trigger_id, occurrence + 60'000, 30'000);
-  clock().SetNowMs(occurrence + 95'000);
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance late_advance, Admit(late));
+  late_advance.run->release_at_ms = second + JitterOffsetMs(trigger_id, second, 30'000);
+  clock().SetNowMs(second + 35'000);
   late_advance.run->now_ms = Now();
   QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome late_admitted,
                           store().schedules().ApplyScheduleAdvance(late_advance));
@@ -300,7 +397,7 @@ TEST_P(OverlapContract, ATriggerWithoutJitterTakesNoReleaseTimeAndAWindowIsBound
   QL_ASSERT_OK_AND_ASSIGN(ScheduleRecord schedule, store().definitions().GetSchedule(trigger_id));
   clock().SetNowMs(*schedule.next_fire_at_ms);
   QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueRow(trigger_id, Now()));
-  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance advance, Admit(due, Now() + 1000));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance advance, Admit(due));
   advance.run->release_at_ms = Now() + 500;
   Result<AdvanceOutcome> refused = store().schedules().ApplyScheduleAdvance(advance);
   ASSERT_FALSE(refused.ok());

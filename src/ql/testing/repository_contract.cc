@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ql/core/canonical_json.h"
+#include "ql/core/cron.h"
 #include "ql/core/digest.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/idempotency_key.h"
@@ -180,7 +181,8 @@ ScheduleAdvance RepositoryContractTest::MoveCursor(const DueSchedule& due,
   return advance;
 }
 
-Result<ScheduleAdvance> RepositoryContractTest::Admit(const DueSchedule& due, int64_t next_cursor) {
+Result<ScheduleAdvance> RepositoryContractTest::Admit(const DueSchedule& due,
+                                                      std::optional<int64_t> next_cursor) {
   if (!due.schedule.next_fire_at_ms.has_value()) {
     return InvalidArgument("test_setup", "an uninitialised schedule has no occurrence to admit");
   }
@@ -207,6 +209,18 @@ Result<ScheduleAdvance> RepositoryContractTest::Admit(const DueSchedule& due, in
   run.now_ms = Now();
   advance.run = std::move(run);
   return advance;
+}
+
+Result<ScheduleAdvance> RepositoryContractTest::Admit(const DueSchedule& due) {
+  if (!due.schedule.next_fire_at_ms.has_value()) {
+    return InvalidArgument("test_setup", "an uninitialised schedule has no occurrence to admit");
+  }
+  QL_ASSIGN_OR_RETURN(int64_t next, NextFireOf(due, *due.schedule.next_fire_at_ms));
+  return Admit(due, next);
+}
+
+Result<int64_t> RepositoryContractTest::NextFireOf(const DueSchedule& due, int64_t after_ms) {
+  return NextFire(due.trigger.expression, due.trigger.timezone, after_ms);
 }
 
 Result<DueSchedule> RepositoryContractTest::DueRow(const std::string& trigger_id, int64_t now_ms) {
@@ -984,7 +998,8 @@ TEST_P(RepositoryContractTest, AdmissionWritesOneQueuedRunOneClaimedAttemptAndTw
   QL_ASSERT_OK(store().schedules().ApplyScheduleAdvance(MoveCursor(fresh, fire)));
   clock().SetNowMs(fire + 250);
   QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueRow(trigger_id, Now()));
-  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance advance, Admit(due, fire + 300'000));
+  QL_ASSERT_OK_AND_ASSIGN(int64_t next, NextFireOf(due, fire));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance advance, Admit(due));
   advance.run->retry_policy.max_attempts = 2;
   advance.run->retry_policy.retry_on_timeout = true;
   QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome outcome,
@@ -1032,7 +1047,7 @@ TEST_P(RepositoryContractTest, AdmissionWritesOneQueuedRunOneClaimedAttemptAndTw
   }
 
   QL_ASSERT_OK_AND_ASSIGN(ScheduleRecord schedule, store().definitions().GetSchedule(trigger_id));
-  EXPECT_EQ(schedule.next_fire_at_ms, fire + 300'000);
+  EXPECT_EQ(schedule.next_fire_at_ms, next);
   EXPECT_EQ(schedule.last_scheduled_at_ms, fire);
   EXPECT_EQ(schedule.state_version, due.schedule.state_version + 1);
   EXPECT_EQ(CountRuns(store()), 1);
@@ -1104,14 +1119,16 @@ TEST_P(RepositoryContractTest, SameOccurrenceIsAdmittedAtMostOnce) {
   QL_ASSERT_OK(store().schedules().ApplyScheduleAdvance(MoveCursor(fresh, fire)));
   clock().SetNowMs(fire);
   QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueRow(trigger_id, Now()));
-  // A decision that leaves the cursor on the admitted occurrence (a clock that went back).
-  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance first, Admit(due, fire));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance first, Admit(due));
   QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome applied, store().schedules().ApplyScheduleAdvance(first));
   ASSERT_EQ(applied, AdvanceOutcome::kApplied);
+  // The cursor is moved back onto the admitted occurrence (by hand, say).
+  QL_ASSERT_OK_AND_ASSIGN(DueSchedule moved_on, DueRow(trigger_id, *first.new_next_fire_at_ms));
+  QL_ASSERT_OK(store().schedules().ApplyScheduleAdvance(MoveCursor(moved_on, fire)));
 
   QL_ASSERT_OK_AND_ASSIGN(DueSchedule again, DueRow(trigger_id, Now()));
   EXPECT_EQ(again.schedule.next_fire_at_ms, fire);
-  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance second, Admit(again, fire + 1000));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance second, Admit(again));
   ASSERT_EQ(second.run->idempotency_key, first.run->idempotency_key);
   QL_ASSERT_OK_AND_ASSIGN(AdvanceOutcome already,
                           store().schedules().ApplyScheduleAdvance(second));
@@ -1124,7 +1141,7 @@ TEST_P(RepositoryContractTest, SameOccurrenceIsAdmittedAtMostOnce) {
   // (and racing on it every round); the last admission stays the first run's.
   QL_ASSERT_OK_AND_ASSIGN(ScheduleRecord schedule, store().definitions().GetSchedule(trigger_id));
   EXPECT_EQ(schedule.state_version, again.schedule.state_version + 1);
-  EXPECT_EQ(schedule.next_fire_at_ms, fire + 1000);
+  EXPECT_EQ(schedule.next_fire_at_ms, first.new_next_fire_at_ms);
   EXPECT_EQ(schedule.last_scheduled_at_ms, fire);
 }
 
@@ -1752,7 +1769,7 @@ TEST_P(RepositoryContractTest, ListRunsFiltersByProjectTaskTriggerAndStatus) {
   QL_ASSERT_OK_AND_ASSIGN(DueSchedule fresh, DueRow(trigger_id, Now()));
   QL_ASSERT_OK(store().schedules().ApplyScheduleAdvance(MoveCursor(fresh, Now())));
   QL_ASSERT_OK_AND_ASSIGN(DueSchedule due, DueRow(trigger_id, Now()));
-  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance admit, Admit(due, Now() + 300'000));
+  QL_ASSERT_OK_AND_ASSIGN(ScheduleAdvance admit, Admit(due));
   QL_ASSERT_OK(store().schedules().ApplyScheduleAdvance(admit));
 
   auto ids = [&](const RunFilter& filter) -> std::set<std::string> {

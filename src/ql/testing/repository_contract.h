@@ -82,8 +82,14 @@ class RepositoryContractTest : public ::testing::TestWithParam<StoreFactory> {
   ScheduleAdvance MoveCursor(const DueSchedule& due, std::optional<int64_t> cursor);
   // Returns the schedule advance admitting the occurrence at `due`'s cursor (a cron run with
   // its idempotency key and the task's local_process execution revision) and moving the cursor
-  // to `next_cursor`.
-  Result<ScheduleAdvance> Admit(const DueSchedule& due, int64_t next_cursor);
+  // to `next_cursor` (empty: exhausted).
+  Result<ScheduleAdvance> Admit(const DueSchedule& due, std::optional<int64_t> next_cursor);
+  // The same, moving the cursor to the next fire time of `due`'s trigger revision after the
+  // occurrence: what the scheduler decides for an occurrence inside its grace.
+  Result<ScheduleAdvance> Admit(const DueSchedule& due);
+  // Returns the first fire time of `due`'s trigger revision (its expression and zone) strictly
+  // after `after_ms`.
+  Result<int64_t> NextFireOf(const DueSchedule& due, int64_t after_ms);
   // Returns the due row of `trigger_id` at `now_ms`, or NotFound when it is not due.
   Result<DueSchedule> DueRow(const std::string& trigger_id, int64_t now_ms);
 
@@ -173,19 +179,23 @@ class RetentionContract : public GovernanceContract {
                             int limit = 100);
 };
 
-// The overlap part of the contract (overlap_contract.cc): a trigger's overlap policy and a
-// task's concurrency limit decided in the admission transaction (DESIGN §11).
+// The admission-policy part of the contract (overlap_contract.cc): a trigger's overlap policy
+// and a task's concurrency limit decided in the admission transaction (DESIGN §11), and the
+// admission's recomputation of the next fire time from the stored trigger revision.
 class OverlapContract : public RepositoryContractTest {
  protected:
   // Publishes a task (with `concurrency` as its limit when set).
   Result<TaskRevisionRecord> LimitedTask(std::optional<int64_t> concurrency);
   // Publishes a trigger of `task` with policy `overlap` and sets its cursor 1 s ahead.
   Result<std::string> OverlapTrigger(const TaskRevisionRecord& task, const std::string& overlap);
-  // Moves the clock to the trigger's cursor and admits that occurrence (cursor + 1 s next);
-  // `run_id` receives the id of the run the admission was asked to write.
+  // Moves the clock to the trigger's cursor and admits that occurrence (the cursor moves to the
+  // next fire time); `run_id` receives the id of the run the admission was asked to write.
   Result<AdvanceOutcome> Fire(const std::string& trigger_id, std::string& run_id);
   // Moves a running run to succeeded.
   Result<RunRecord> Succeed(const RunRecord& running);
+  // Publishes a trigger of a new task under `misfire`, sets its cursor on its first fire time
+  // after now, moves the clock `late_by_ms` past that occurrence and returns the due row.
+  Result<DueSchedule> DueOccurrence(const std::string& misfire, int64_t late_by_ms);
 };
 
 // The secrets part of the contract (secret_contract.cc): sealed versions, the fence and audit

@@ -11,6 +11,7 @@
 #include "ql/core/execution_plan.h"
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/misfire.h"
 #include "ql/core/store_commands.h"
 #include "ql/core/task_spec.h"
 #include "ql/storage/postgres/pg_governance.h"
@@ -428,6 +429,17 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
           go[k] = false;
           continue;
         }
+        // The cursor after the admitted occurrence, recomputed from the stored revision with
+        // the stored acquisition time of the claim (the fence held) as the observation time.
+        const ClaimDecision& d = decisions[k];
+        if (Status next = next_fire_gate_.Check(stored, *e.next_fire_at_ms,
+                                                rows.Int(row_of.at(e.trigger_id), 10),
+                                                d.exhausted ? std::nullopt : d.new_next_fire_at_ms);
+            !next.ok()) {
+          results[k].error = std::move(next);
+          go[k] = false;
+          continue;
+        }
         exec_ids.push_back(decisions[k].run->execution_revision_id);
       }
     }
@@ -631,11 +643,18 @@ Result<std::vector<ClaimCommitResult>> PostgresClusterSchedules::CommitClaimDeci
   }
   if (status.reason() == "retry_exhausted") ++retries_exhausted_;
   QL_RETURN_IF_ERROR(status);
+  for (const ClaimCommitResult& result : results) {
+    if (result.error.reason() == misfire::kReasonNextFireMismatch) next_fire_gate_.CountMismatch();
+  }
   return results;
 }
 
 AdmissionRetryStats PostgresClusterSchedules::TakeAdmissionRetryStats() {
   return AdmissionRetryStats{retries_.exchange(0), retries_exhausted_.exchange(0)};
+}
+
+int64_t PostgresClusterSchedules::TakeNextFireMismatches() {
+  return next_fire_gate_.TakeMismatches();
 }
 
 Result<std::optional<int64_t>> PostgresClusterSchedules::MsUntilNextDue() {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ql/core/next_fire_gate.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
 #include "ql/storage/postgres/pg_client.h"
@@ -41,6 +42,7 @@ class PostgresClusterSchedules final : public ClusterScheduleRepository {
       const std::vector<ClaimDecision>& decisions) override;
   Result<std::optional<int64_t>> MsUntilNextDue() override;
   AdmissionRetryStats TakeAdmissionRetryStats() override;
+  int64_t TakeNextFireMismatches() override;
 
   // The claim statement for `limit` rows ($1 owner, $2 token, $3 lease ms, $4 executor type),
   // for benchmarks that show its plan.
@@ -58,6 +60,8 @@ class PostgresClusterSchedules final : public ClusterScheduleRepository {
   pg::Pool& pool_;
   AdmissionIsolation isolation_;
   WriteFault write_fault_;
+  // Recomputes an admission's cursor from the stored trigger revision and counts refusals.
+  NextFireGate next_fire_gate_;
   std::atomic<int64_t> retries_{0};
   std::atomic<int64_t> retries_exhausted_{0};
 };

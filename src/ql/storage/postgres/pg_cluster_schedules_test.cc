@@ -857,6 +857,53 @@ TEST_P(ClusterScheduleTest, ACursorThatDoesNotMoveForwardIsRefused) {
   EXPECT_TRUE(Outcome(a_->CommitClaimDecision(valid), AdvanceOutcome::kApplied));
 }
 
+TEST_P(ClusterScheduleTest, ACursorOtherThanTheStoredRevisionsNextFireIsRefusedAndCounted) {
+  std::optional<Claimed> claimed = ClaimedAdmission("skipping");
+  ASSERT_TRUE(claimed.has_value());
+  const std::string& trigger = claimed->trigger;
+  const ClaimDecision& valid = claimed->decision;
+  ASSERT_EQ(valid.new_next_fire_at_ms, claimed->cursor + 1'000);
+  const std::string claimed_row = ScheduleRow(trigger);
+  EXPECT_EQ(a_->TakeNextFireMismatches(), 0);
+  // Skipping the next second's occurrence, or declaring the trigger exhausted.
+  for (bool exhausted : {false, true}) {
+    SCOPED_TRACE(exhausted ? "exhausted" : "skipping");
+    ClaimDecision decision = valid;
+    if (exhausted) {
+      decision.new_next_fire_at_ms.reset();
+      decision.exhausted = true;
+    } else {
+      decision.new_next_fire_at_ms = claimed->cursor + 2'000;
+    }
+    EXPECT_TRUE(HasError(a_->CommitClaimDecision(decision), StatusCode::kInvalidArgument,
+                         "next_fire_mismatch"));
+    EXPECT_EQ(ScheduleRow(trigger), claimed_row);  // the claim stays until it expires
+    EXPECT_EQ(Written(), "0|0|0");
+    EXPECT_EQ(a_->TakeNextFireMismatches(), 1);
+  }
+
+  // In a batch only the refused decision is left out, and it is counted once.
+  std::optional<Claimed> other = ClaimedAdmission("on-time");
+  ASSERT_TRUE(other.has_value());
+  ClaimDecision skipping = valid;
+  skipping.new_next_fire_at_ms = claimed->cursor + 2'000;
+  Result<std::vector<ClaimCommitResult>> results =
+      a_->CommitClaimDecisions({skipping, other->decision});
+  ASSERT_TRUE(results.ok()) << results.status().ToString();
+  ASSERT_EQ(results->size(), 2u);
+  EXPECT_TRUE(HasError((*results)[0].error, StatusCode::kInvalidArgument, "next_fire_mismatch"));
+  EXPECT_TRUE((*results)[1].error.ok()) << (*results)[1].error.ToString();
+  EXPECT_EQ((*results)[1].outcome, AdvanceOutcome::kApplied);
+  EXPECT_EQ(ScheduleRow(trigger), claimed_row);
+  EXPECT_EQ(Written(), "1|1|0");
+  EXPECT_EQ(a_->TakeNextFireMismatches(), 1);
+
+  EXPECT_TRUE(Outcome(a_->CommitClaimDecision(valid), AdvanceOutcome::kApplied));
+  EXPECT_EQ(Written(), "2|2|0");
+  EXPECT_EQ(SqlInt("SELECT next_fire_at_ms" + Where(trigger)), claimed->cursor + 1'000);
+  EXPECT_EQ(a_->TakeNextFireMismatches(), 0);
+}
+
 TEST_P(ClusterScheduleTest, ATriggerRevisionThatNoLongerHashesToItsDigestAdmitsNothing) {
   std::optional<Claimed> claimed = ClaimedAdmission("retimed", 60'000);
   ASSERT_TRUE(claimed.has_value());

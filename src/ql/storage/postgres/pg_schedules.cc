@@ -3,6 +3,7 @@
 
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/misfire.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
 #include "ql/storage/postgres/pg_run_rows.h"
@@ -94,7 +95,7 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
   }
 
   AdvanceOutcome out = AdvanceOutcome::kRaced;
-  QL_RETURN_IF_ERROR(Write("advancing a schedule", [&](Tx& tx) -> Status {
+  Status status = Write("advancing a schedule", [&](Tx& tx) -> Status {
     out = AdvanceOutcome::kRaced;
     // The schedule row is locked first: a publish of the trigger (which rewrites this row) and
     // a competing advance wait for this transaction, or this one waits for them. The state is
@@ -116,7 +117,7 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
         "SELECT s.project_id, s.trigger_revision, s.state_version, s.next_fire_at_ms, "
         "s.exhausted, s.enabled, p.status, th.current_revision, g.enabled, g.task_id, "
         "g.task_revision, g.task_digest, h.current_revision, tr.enabled, tr.content_digest, "
-        "g.overlap, tr.concurrency, g.jitter_ms "
+        "g.overlap, tr.concurrency, g.jitter_ms, g.expression, g.timezone, g.misfire "
         "FROM trigger_schedules s "
         "JOIN projects p ON p.id = s.project_id "
         "JOIN trigger_heads th ON th.trigger_id = s.trigger_id "
@@ -136,6 +137,12 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
     const std::string overlap = state.Text(0, 15);
     const std::optional<int64_t> concurrency = state.OptInt(0, 16);
     const int64_t jitter_ms = state.Int(0, 17);
+    TriggerRevisionRecord stored;  // what NextFireGate reads of the stored revision
+    stored.trigger_id = advance.trigger_id;
+    stored.revision = state.Int(0, 1);
+    stored.expression = state.Text(0, 18);
+    stored.timezone = state.Text(0, 19);
+    stored.misfire = state.Text(0, 20);
     const bool unchanged = state.Int(0, 1) == advance.expected_trigger_revision &&
                            state.Int(0, 2) == advance.expected_state_version &&
                            state.OptInt(0, 3) == advance.expected_next_fire_at_ms &&
@@ -150,6 +157,12 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
     if (!unchanged) {
       tx.RollbackOnly();
       return Status();
+    }
+    if (advance.run.has_value()) {
+      // The cursor after the admitted occurrence, recomputed from the revision just read.
+      QL_RETURN_IF_ERROR(
+          next_fire_gate_.Check(stored, *advance.expected_next_fire_at_ms, advance.now_ms,
+                                advance.exhausted ? std::nullopt : advance.new_next_fire_at_ms));
     }
 
     std::optional<int64_t> last_scheduled;
@@ -222,8 +235,12 @@ Result<AdvanceOutcome> PostgresStore::ApplyScheduleAdvance(const ScheduleAdvance
           : skipped ? AdvanceOutcome::kSkipped
                     : AdvanceOutcome::kApplied;
     return Status();
-  }));
+  });
+  if (status.reason() == misfire::kReasonNextFireMismatch) next_fire_gate_.CountMismatch();
+  QL_RETURN_IF_ERROR(status);
   return out;
 }
+
+int64_t PostgresStore::TakeNextFireMismatches() { return next_fire_gate_.TakeMismatches(); }
 
 }  // namespace ql

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ql/core/canonical_json.h"
+#include "ql/core/cron.h"
 #include "ql/core/digest.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/idempotency_key.h"
@@ -244,6 +245,15 @@ class PgStoreTest : public ::testing::Test {
     return advance;
   }
 
+  // The next fire time of `due`'s trigger revision after its cursor: the cursor the scheduler
+  // stores when it admits that occurrence inside its grace.
+  static int64_t NextAfterCursor(const DueSchedule& due) {
+    Result<int64_t> next = NextFire(due.trigger.expression, due.trigger.timezone,
+                                    due.schedule.next_fire_at_ms.value_or(0));
+    EXPECT_TRUE(next.ok()) << next.status().ToString();
+    return next.ok() ? *next : 0;
+  }
+
   // Admits the occurrence at `due`'s cursor with a run of its own ids.
   ScheduleAdvance Admit(const DueSchedule& due, const TaskRevisionRecord& task,
                         int64_t next_cursor) {
@@ -320,7 +330,7 @@ TEST_F(PgStoreTest, TheDatabaseRefusesASecondRunOfOneCronOccurrence) {
   ASSERT_TRUE(a_->ApplyScheduleAdvance(MoveCursor(*fresh, fire)).ok());
   std::optional<DueSchedule> due = DueRow(trigger_id, fire);
   ASSERT_TRUE(due.has_value());
-  ScheduleAdvance admit = Admit(*due, task, fire + 60'000);
+  ScheduleAdvance admit = Admit(*due, task, NextAfterCursor(*due));
   ASSERT_TRUE(a_->ApplyScheduleAdvance(admit).ok());
   // A cron run stores no key: it is rebuilt from the occurrence when read.
   EXPECT_EQ(Psql("SELECT idempotency_key IS NULL FROM ql3.runs WHERE id = '" +
@@ -493,8 +503,8 @@ TEST_F(PgStoreTest, ConcurrentAdmissionsOfOneOccurrenceAdmitExactlyOneRun) {
     std::optional<DueSchedule> due = DueRow(trigger_id, far);
     ASSERT_TRUE(due.has_value());
     ASSERT_EQ(due->schedule.next_fire_at_ms, fire);
-    ScheduleAdvance first = Admit(*due, task, fire + 60'000);
-    ScheduleAdvance second = Admit(*due, task, fire + 60'000);
+    ScheduleAdvance first = Admit(*due, task, NextAfterCursor(*due));
+    ScheduleAdvance second = Admit(*due, task, NextAfterCursor(*due));
     ASSERT_EQ(first.run->idempotency_key, second.run->idempotency_key);
     ASSERT_NE(first.run->run_id, second.run->run_id);
 
@@ -548,7 +558,7 @@ TEST_F(PgStoreTest, AnAdmissionRacingATriggerPublishIsAppliedFirstOrRaced) {
     ASSERT_TRUE(initialised.ok()) << initialised.status().ToString();
     std::optional<DueSchedule> due = DueRow(trigger_id, far);
     ASSERT_TRUE(due.has_value());
-    ScheduleAdvance admit = Admit(*due, task, fire + 60'000);
+    ScheduleAdvance admit = Admit(*due, task, NextAfterCursor(*due));
     PublishTriggerCommand next = TriggerCommand(trigger_id, revision, task);
 
     std::optional<Result<AdvanceOutcome>> advanced;

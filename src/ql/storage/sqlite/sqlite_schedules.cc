@@ -5,6 +5,7 @@
 
 #include "ql/core/idempotency_key.h"
 #include "ql/core/ids.h"
+#include "ql/core/misfire.h"
 #include "ql/core/overlap.h"
 #include "ql/core/states.h"
 #include "ql/core/store_commands.h"
@@ -173,14 +174,14 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
   }
 
   AdvanceOutcome out = AdvanceOutcome::kRaced;
-  QL_RETURN_IF_ERROR(db_->Transact(TxMode::kWrite, "advancing a schedule", [&](Tx& tx) -> Status {
+  Status status = db_->Transact(TxMode::kWrite, "advancing a schedule", [&](Tx& tx) -> Status {
     out = AdvanceOutcome::kRaced;
     // Everything the decision was based on, read again under the write lock.
     static const std::string kState =
         "SELECT s.project_id, s.trigger_revision, s.state_version, s.next_fire_at_ms, "
         "s.exhausted, p.status, th.current_revision, g.enabled, g.task_id, g.task_revision, "
         "g.task_digest, h.current_revision, tr.enabled, tr.content_digest, g.overlap, "
-        "tr.concurrency, g.jitter_ms "
+        "tr.concurrency, g.jitter_ms, g.expression, g.timezone, g.misfire "
         "FROM trigger_schedules s "
         "JOIN projects p ON p.id = s.project_id "
         "JOIN trigger_heads th ON th.trigger_id = s.trigger_id "
@@ -194,6 +195,7 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
     std::string overlap;
     std::optional<int64_t> concurrency;
     int64_t jitter_ms = 0;
+    TriggerRevisionRecord stored;  // what NextFireGate reads of the stored revision
     bool unchanged = false;
     {
       QL_ASSIGN_OR_RETURN(Stmt state, db_->Prepare(kState));
@@ -208,6 +210,11 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
       overlap = state.Text(14);
       concurrency = state.OptInt(15);
       jitter_ms = state.Int(16);
+      stored.trigger_id = advance.trigger_id;
+      stored.revision = state.Int(1);
+      stored.expression = state.Text(17);
+      stored.timezone = state.Text(18);
+      stored.misfire = state.Text(19);
       unchanged = state.Int(1) == advance.expected_trigger_revision &&
                   state.Int(2) == advance.expected_state_version &&
                   state.OptInt(3) == advance.expected_next_fire_at_ms && state.Int(4) == 0 &&
@@ -221,6 +228,12 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
     if (!unchanged) {
       tx.RollbackOnly();
       return Status();
+    }
+    if (advance.run.has_value()) {
+      // The cursor after the admitted occurrence, recomputed from the revision just read.
+      QL_RETURN_IF_ERROR(
+          next_fire_gate_.Check(stored, *advance.expected_next_fire_at_ms, advance.now_ms,
+                                advance.exhausted ? std::nullopt : advance.new_next_fire_at_ms));
     }
 
     std::optional<int64_t> last_scheduled;
@@ -279,8 +292,12 @@ Result<AdvanceOutcome> SqliteStore::ApplyScheduleAdvance(const ScheduleAdvance& 
           : skipped ? AdvanceOutcome::kSkipped
                     : AdvanceOutcome::kApplied;
     return Status();
-  }));
+  });
+  if (status.reason() == misfire::kReasonNextFireMismatch) next_fire_gate_.CountMismatch();
+  QL_RETURN_IF_ERROR(status);
   return out;
 }
+
+int64_t SqliteStore::TakeNextFireMismatches() { return next_fire_gate_.TakeMismatches(); }
 
 }  // namespace ql

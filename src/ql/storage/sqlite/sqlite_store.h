@@ -15,6 +15,7 @@
 #include "ql/core/clock.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
+#include "ql/core/next_fire_gate.h"
 #include "ql/core/notification_store.h"
 #include "ql/core/ports.h"
 #include "ql/core/retention.h"
@@ -148,6 +149,7 @@ class SqliteStore final : public Store,
   Result<std::vector<DueSchedule>> ListDueSchedules(int64_t now_ms, int limit) override;
   Result<std::optional<int64_t>> EarliestDueAt() override;
   Result<AdvanceOutcome> ApplyScheduleAdvance(const ScheduleAdvance& advance) override;
+  int64_t TakeNextFireMismatches() override;
 
   // RunRepository
   Result<RunRecord> CreateRun(const NewRun& run) override;
@@ -189,6 +191,8 @@ class SqliteStore final : public Store,
   Status FenceAnyStatus(const std::optional<PolicyFence>& fence, const std::string& project_id);
 
   std::unique_ptr<sqlite::Db> db_;
+  // Recomputes an admission's cursor from the stored trigger revision and counts refusals.
+  NextFireGate next_fire_gate_;
   std::unique_ptr<GovernanceTxRunner> governance_runner_;
   std::unique_ptr<GovernanceRepository> governance_;
   std::unique_ptr<ApprovalTxRunner> approvals_runner_;
