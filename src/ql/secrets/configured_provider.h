@@ -23,6 +23,12 @@ struct KeyProviderConfig {
   int64_t exec_timeout_ms = kDefaultKeyProviderTimeoutMs;  // --secret-key-timeout-ms
 };
 
+// Returns ok when `config` is well formed, reading neither the key file nor running the helper.
+// Errors: InvalidArgument `key_provider_conflict` (both a key file and a helper),
+// `key_provider_bad_config` (a helper without --secret-key-id, helper flags without a helper, or
+// options ExecKeyProvider::Create refuses) and `key_id_invalid`.
+Status ValidateKeyProviderConfig(const KeyProviderConfig& config, Clock& clock);
+
 // Returns the configured provider, or null when neither a key file nor a helper is configured
 // (the daemon then holds no secrets). Calls InitializeSecrets. Errors: InvalidArgument
 // `key_provider_conflict` (both a key file and a helper), `key_provider_bad_config` (a helper
