@@ -1,7 +1,8 @@
 // Races of governance and approvals on PostgreSQL (DESIGN §9, §9.1), each with exactly one
 // serial outcome. Every race is forced into its contended interleaving: a barrier transaction
-// holds the governance lock (or a row) while the racers start, the test sees them queue on it
-// in pg_locks (or pg_stat_activity), and only then lets them go, in the order they queued.
+// holds the governance lock (or a row, or a table) while the racers start, the test sees them
+// queue on it in pg_locks (or pg_stat_activity), and only then lets them go, in the order they
+// queued.
 
 #include "ql/storage/postgres/pg_governance.h"
 
@@ -395,6 +396,29 @@ class PgApprovalRaceTest : public PgGovernanceRaceTest {
     return control_->ResolveRun(run_id, "failed", "the target shows no change", As(amy_));
   }
 
+  // Runs of an archived project that have not started and are not cancelled: none may exist
+  // once an archive has returned (it cancels every one it finds, and none can be added later).
+  int64_t UnstartedRunsOfArchivedProjects() {
+    return Count(
+        "SELECT count(*) FROM ql3.runs r JOIN ql3.projects p ON p.id = r.project_id WHERE "
+        "p.status = 'archived' AND r.status IN ('created', 'queued', 'retry_wait')");
+  }
+
+  // Waits until `n` sessions of this database wait for a lock on table ql3.`table`.
+  bool WaitingOnTable(const std::string& table, int n) {
+    const std::string sql =
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND NOT granted AND "
+        "database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND "
+        "relation = 'ql3." +
+        table + "'::regclass";
+    for (int i = 0; i < 500; ++i) {
+      auto out = PgTestCluster::Get().server().Psql(database_, sql);
+      if (out.ok() && !out->empty() && std::stoll(*out) == n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
   // Resolutions and their audit facts.
   int64_t Resolutions() {
     return Count("SELECT count(*) FROM ql3.run_resolutions") +
@@ -648,6 +672,96 @@ TEST_F(PgApprovalRaceTest, AResolutionThatCommitsFirstStandsAndTheRevokeFollowsI
   // Now the revoke stands: amy resolves nothing more, not even a replay of her own resolution.
   EXPECT_FALSE(ResolveAsAmy(run.id).ok());
   EXPECT_EQ(Resolutions(), 2);
+}
+
+// Archive vs. human recovery (seed ADR-0037 §8: "Project archive and manual recovery
+// authorization race"), the archive first: it holds the governance lock exclusively, the
+// resolution queues behind it on the shared lock of its policy fence, and once the archive has
+// committed the fence reads the project as archived. The resolution loses cleanly: nothing is
+// written, and the run waits in recovery_required as it was (not lost, not half resolved).
+TEST_F(PgApprovalRaceTest, AnArchiveThatCommitsFirstMakesTheResolutionFailWithNothingWritten) {
+  const RunRecord run = RecoveryRequiredRun();
+  ASSERT_EQ(run.status, "recovery_required");
+  auto barrier = HoldGovernanceLock();
+  ASSERT_NE(barrier, nullptr);
+  auto archive = std::async(std::launch::async, [&] {
+    return control_->governance().ArchiveProject(As(root_), project_id_);
+  });
+  ASSERT_TRUE(Queued(1)) << "the archive did not queue on the governance lock";
+  auto resolve = std::async(std::launch::async, [&] {
+    return control_->ResolveRun(run.id, "retry", "the target shows no change", As(amy_));
+  });
+  if (resolve.wait_for(std::chrono::milliseconds(300)) == std::future_status::ready) {
+    ADD_FAILURE() << "the resolution did not wait for the archive";
+  } else {
+    EXPECT_TRUE(Queued(2)) << "the resolution did not queue behind the archive";
+  }
+  Release(*barrier);
+  Result<ProjectRecord> archived = archive.get();
+  ASSERT_TRUE(archived.ok()) << archived.status().ToString();
+  EXPECT_EQ(archived->status, "archived");
+  Result<ResolveRunResult> resolved = resolve.get();
+  EXPECT_EQ(resolved.status().reason(), "project_archived") << resolved.status().ToString();
+  EXPECT_EQ(Resolutions(), 0);
+  EXPECT_EQ(Runs(), 1) << "no retry run";
+  Result<RunRecord> after = store_->runs().GetRun(run.id);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->status, "recovery_required");
+  EXPECT_EQ(after->version, run.version);
+  EXPECT_EQ(after->event_sequence, run.event_sequence);
+  EXPECT_EQ(UnstartedRunsOfArchivedProjects(), 0);
+}
+
+// The resolution first, caught in flight right after its policy fence: it has locked the run
+// and read the project as active, and written nothing yet (a barrier holds run_resolutions,
+// the table it reads next, so it waits there). An archive that starts now queues on the
+// governance lock the resolution holds shared (pg_locks shows it, and it does not return)
+// until the resolution has written everything (the run failed, a retry run queued, the
+// resolution and its audit fact) and committed; only then does it archive and cancel the runs
+// that have not started, the retry run among them. Without the fence the archive would commit
+// and sweep first, and the retry run would commit after it, queued in an archived project.
+TEST_F(PgApprovalRaceTest, AnArchiveWaitsForAResolutionPastItsFenceAndCancelsItsRetryRun) {
+  const RunRecord run = RecoveryRequiredRun();
+  ASSERT_EQ(run.status, "recovery_required");
+  auto conn = pg::Connection::Open(PgTestCluster::Get().Url(pg::kMigrationRole, database_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  pg::Connection& barrier = **conn;
+  ASSERT_TRUE(barrier.Exec("BEGIN", {}, "barrier").ok());
+  ASSERT_TRUE(
+      barrier.Exec("LOCK TABLE ql3.run_resolutions IN ACCESS EXCLUSIVE MODE", {}, "barrier").ok());
+  auto resolve = std::async(std::launch::async, [&] {
+    return control_->ResolveRun(run.id, "retry", "the target shows no change", As(amy_));
+  });
+  ASSERT_TRUE(WaitingOnTable("run_resolutions", 1))
+      << "the resolution did not pass its fence and reach run_resolutions";
+  auto archive = std::async(std::launch::async, [&] {
+    return control_->governance().ArchiveProject(As(root_), project_id_);
+  });
+  if (archive.wait_for(std::chrono::milliseconds(300)) == std::future_status::ready) {
+    ADD_FAILURE() << "the archive finished while the resolution was in flight";
+  } else {
+    EXPECT_TRUE(Queued(1)) << "the archive did not queue on the resolution's fence";
+  }
+  ASSERT_TRUE(barrier.Exec("COMMIT", {}, "barrier").ok());
+  Result<ResolveRunResult> resolved = resolve.get();
+  ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
+  ASSERT_TRUE(resolved->retry_run.has_value());
+  EXPECT_EQ(resolved->run.status, "failed");
+  Result<ProjectRecord> archived = archive.get();
+  ASSERT_TRUE(archived.ok()) << archived.status().ToString();
+  EXPECT_EQ(archived->status, "archived");
+  // One resolution with its audit fact; the run ended once; the retry run exists and was
+  // cancelled by the archive: nothing of the archived project is left to start.
+  EXPECT_EQ(Resolutions(), 2);
+  EXPECT_EQ(store_->runs().GetRun(run.id)->status, "failed");
+  Result<RunRecord> retry = store_->runs().GetRun(resolved->retry_run->id);
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  EXPECT_EQ(retry->status, "cancelled");
+  EXPECT_EQ(retry->cancel_reason, "project_archived");
+  EXPECT_EQ(UnstartedRunsOfArchivedProjects(), 0);
+  // Now the archive stands: nothing more is resolved in the project.
+  EXPECT_EQ(control_->ResolveRun(run.id, "retry", "again", As(amy_)).status().reason(),
+            "project_archived");
 }
 
 }  // namespace
