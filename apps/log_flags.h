@@ -4,6 +4,7 @@
 // log"), and the log they open.
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -19,11 +20,16 @@ struct LogFlags {
   std::string level = "info";
   std::string file;  // empty: standard error
   bool access_log = false;
+  // An HTTP answer that took this long or longer is logged as http.slow_request; 0: never.
+  int64_t slow_request_ms = 1000;
 };
 
+// The largest --slow-request-ms: an hour.
+inline constexpr int64_t kMaxSlowRequestMs = 3'600'000;
+
 // Adds --log-format, --log-level, --log-file and (for a daemon with an HTTP API, when
-// `with_access_log`) --access-log to `command`, filling `flags`. Values are checked by
-// OpenDaemonLog, so that a bad one is refused with a message naming its flag.
+// `with_access_log`) --access-log and --slow-request-ms to `command`, filling `flags`. Values are
+// checked by OpenDaemonLog, so that a bad one is refused with a message naming its flag.
 inline void AddLogFlags(CLI::App& command, LogFlags& flags, bool with_access_log = true) {
   command.add_option("--log-format", flags.format,
                      "Daemon log lines as text or json (one object per line; default text)");
@@ -38,6 +44,9 @@ inline void AddLogFlags(CLI::App& command, LogFlags& flags, bool with_access_log
                      "Also log one line per HTTP request (method, path without the query's "
                      "values, status, bytes, duration, address, principal; never a token or "
                      "body)");
+    command.add_option("--slow-request-ms", flags.slow_request_ms,
+                       "Log an HTTP request that took this many milliseconds or more as "
+                       "http.slow_request (warn); 0 never (default 1000)");
   }
 }
 
@@ -48,7 +57,7 @@ struct DaemonLog {
 };
 
 // Checks `flags` and opens the log. InvalidArgument naming the flag (`invalid_log_format`,
-// `invalid_log_level`, `invalid_log_file`) otherwise: a usage error.
+// `invalid_log_level`, `invalid_log_file`, `invalid_slow_request_ms`) otherwise: a usage error.
 inline Result<DaemonLog> OpenDaemonLog(const LogFlags& flags, const Clock& clock) {
   const std::optional<LogFormat> format = ParseLogFormat(flags.format);
   if (!format) {
@@ -60,6 +69,12 @@ inline Result<DaemonLog> OpenDaemonLog(const LogFlags& flags, const Clock& clock
     return InvalidArgument(
         "invalid_log_level",
         "--log-level must be debug, info, warn or error, got '" + flags.level + "'");
+  }
+  if (flags.slow_request_ms < 0 || flags.slow_request_ms > kMaxSlowRequestMs) {
+    return InvalidArgument("invalid_slow_request_ms", "--slow-request-ms must be 0 (never) to " +
+                                                          std::to_string(kMaxSlowRequestMs) +
+                                                          ", got " +
+                                                          std::to_string(flags.slow_request_ms));
   }
   Result<std::unique_ptr<LogFile>> file = LogFile::Open(flags.file);
   if (!file.ok()) {

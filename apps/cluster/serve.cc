@@ -485,6 +485,7 @@ int Serve(const ServeConfig& config) {
   api_options.version = kProjectVersion;
   api_options.event_log = &log;
   api_options.access_log = config.log.access_log;
+  api_options.slow_request_ms = config.log.slow_request_ms;
   ApiServer api(control, metrics, api_options);
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     stop_lifecycles();

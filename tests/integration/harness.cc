@@ -1,23 +1,27 @@
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <httplib.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <httplib.h>
-#include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
 
@@ -146,6 +150,43 @@ std::string FindLeak(const std::string& text, const std::string& value) {
     if (text.find(form) != std::string::npos) return form;
   }
   return "";
+}
+
+int SlowBodyRequest(int port, const std::string& method, const std::string& path,
+                    const std::string& body, const std::string& token, int pause_ms) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const timeval timeout{15, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  std::string head =
+      method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+      "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (!token.empty()) head += "Authorization: Bearer " + token + "\r\n";
+  head += "\r\n";
+  const auto send_all = [fd](const std::string& bytes) {
+    return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  };
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && send_all(head)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    if (send_all(body)) {
+      char buffer[4096];
+      ssize_t n;
+      while (answer.find("\r\n") == std::string::npos &&
+             (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0) {
+        answer.append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+  ::close(fd);
+  // HTTP/1.1 200 OK
+  if (answer.rfind("HTTP/1.1 ", 0) != 0 || answer.size() < 12) return 0;
+  return std::atoi(answer.substr(9, 3).c_str());
 }
 
 int HttpGetStatus(const std::string& url, const std::string& ca_file) {

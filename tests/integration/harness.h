@@ -89,6 +89,12 @@ std::string FindLeak(const std::string& text, const std::string& value);
 // Returns the HTTP status of GET url (0 when unreachable).
 int HttpGetStatus(const std::string& url, const std::string& ca_file = "");
 
+// Sends one HTTP/1.1 request to 127.0.0.1:`port` as a slow client does: the head, then a pause
+// of `pause_ms`, then `body` (JSON), with `token` as bearer token when not empty. Returns the
+// answer's HTTP status (0 when there is none within 15 s).
+int SlowBodyRequest(int port, const std::string& method, const std::string& path,
+                    const std::string& body, const std::string& token, int pause_ms);
+
 // `s` without its trailing line feeds and spaces (a command's output, for comparing).
 std::string Trim(std::string s);
 

@@ -1,5 +1,6 @@
 // The daemon log of ql-local (README "Daemon log"): JSON lines on stderr, the events of a run
-// that fails, an access log that never carries a credential, and a --log-file reopened on SIGHUP.
+// that fails, an access log that never carries a credential, a --log-file reopened on SIGHUP and
+// slow requests past --slow-request-ms.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -151,11 +152,42 @@ TEST(LocalDaemonLogTest, SighupReopensTheLogFileAfterARotation) {
   EXPECT_FALSE(FindEvent(ReadFile(file), "daemon.stopping").is_null());
 }
 
+// --slow-request-ms: a request that took the threshold or longer (a client sending its body
+// late) is one http.slow_request line, a quicker one is none, and 0 logs none at all.
+TEST(LocalDaemonLogTest, ARequestSlowerThanTheThresholdIsLogged) {
+  for (const std::string threshold : {"300", "0"}) {
+    SCOPED_TRACE("--slow-request-ms " + threshold);
+    TempDir dir;
+    LocalDaemon daemon(dir.path() + "/data");
+    daemon.set_separate_stderr(true);
+    ASSERT_TRUE(daemon.Start({"--log-format", "json", "--slow-request-ms", threshold}))
+        << daemon.err();
+    const std::string token = Trim(ReadFile(daemon.data_dir() + "/owner.token"));
+    const int port = std::stoi(daemon.server().substr(daemon.server().rfind(':') + 1));
+    EXPECT_GT(SlowBodyRequest(port, "POST", "/api/v1/tasks", "{}", token, 0), 0);
+    EXPECT_GT(SlowBodyRequest(port, "POST", "/api/v1/triggers", "{}", token, 800), 0);
+    EXPECT_EQ(daemon.Stop(), 0);
+    const std::string err = daemon.err();
+    const json slow = FindEvent(err, "http.slow_request", "path", "/api/v1/triggers");
+    EXPECT_TRUE(FindEvent(err, "http.slow_request", "path", "/api/v1/tasks").is_null()) << err;
+    if (threshold == "0") {
+      EXPECT_TRUE(FindEvent(err, "http.slow_request").is_null()) << err;
+      continue;
+    }
+    ASSERT_FALSE(slow.is_null()) << err;
+    EXPECT_EQ(slow["level"], "warn");
+    EXPECT_EQ(slow["method"], "POST");
+    EXPECT_EQ(slow["principal"], "owner");
+    EXPECT_GE(slow["ms"].get<int64_t>(), 300);
+  }
+}
+
 TEST(LocalDaemonLogTest, ABadLogFlagIsAUsageError) {
   TempDir dir;
   for (const std::vector<std::string>& flags :
        std::vector<std::vector<std::string>>{{"--log-format", "yaml"},
                                              {"--log-level", "verbose"},
+                                             {"--slow-request-ms", "3600001"},
                                              {"--log-file", dir.path() + "/missing/dir/x.log"}}) {
     std::vector<std::string> argv = {BinDir() + "/ql-local", "serve",    "--data",
                                      dir.path() + "/data",   "--listen", "127.0.0.1:0"};
