@@ -46,6 +46,7 @@
 // QL_BENCH_TRACE=1 prints progress, the replicas' CPU time and, with
 // --pg-setting "shared_preload_libraries = 'pg_stat_statements'", the costliest statements.
 
+#include <fcntl.h>
 #include <httplib.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -195,13 +196,33 @@ pid_t Spawn(std::vector<std::string> argv, const std::string& log) {
   return pid;
 }
 
+// The key file of every replica (a replica is not ready without a key provider): 32 random
+// bytes, mode 0600, removed when the benchmark exits.
+const std::string& BenchKeyFile() {
+  static const struct KeyFile {
+    std::string path = "/tmp/ql-cluster-bench-" + std::to_string(getpid()) + ".key";
+    KeyFile() {
+      const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      std::ifstream random("/dev/urandom", std::ios::binary);
+      char key[32];
+      if (fd < 0 || !random.read(key, sizeof key) || write(fd, key, sizeof key) != sizeof key) {
+        Die("cannot write the key file " + path);
+      }
+      close(fd);
+    }
+    ~KeyFile() { unlink(path.c_str()); }
+  } key_file;
+  return key_file.path;
+}
+
 Replica SpawnReplica(const std::string& bin, const std::string& url, const std::string& log,
                      const std::vector<std::string>& extra) {
   Replica r;
   r.port = FreePort();
   std::vector<std::string> argv = {bin + "/ql-cluster", "serve",
                                    "--database-url",    url,
-                                   "--listen",          "127.0.0.1:" + std::to_string(r.port)};
+                                   "--listen",          "127.0.0.1:" + std::to_string(r.port),
+                                   "--secret-key-file", BenchKeyFile()};
   argv.insert(argv.end(), extra.begin(), extra.end());
   r.pid = Spawn(argv, log);
   return r;

@@ -42,6 +42,7 @@
 #include "ql/notify/curl_sender.h"
 #include "ql/oidc/client/http_provider.h"
 #include "ql/panel/embedded_panel.h"
+#include "ql/secrets/checked_key_provider.h"
 #include "ql/secrets/password_hasher.h"
 #include "ql/secrets/sealed_box.h"
 #include "ql/secrets/store_sealer.h"
@@ -183,13 +184,14 @@ int Serve(const ServeConfig& config) {
   EventLog& log = *daemon_log->log;
   const DiagnosticLog diagnose = Diagnostics(log);
 
-  // The key provider seals values written through the API. Without one the replica still serves
-  // everything else, and secret writes answer secrets_unavailable.
-  Result<std::unique_ptr<secrets::KeyProvider>> key_provider =
-      secrets::OpenConfiguredKeyProvider(config.secret_key, clock);
+  // The key provider seals values written through the API and opens notification credentials.
+  // ADR-0037: no ready without it. Malformed flags are a usage error; a provider that is missing,
+  // cannot be opened or fails its round trip keeps the replica not ready (no writes) with its
+  // code until a later check passes.
+  Result<std::unique_ptr<secrets::CheckedKeyProvider>> key_provider =
+      secrets::CheckedKeyProvider::Create(config.secret_key, clock);
   if (!key_provider.ok()) return Fail(kExitUsage, key_provider.status());
-  std::unique_ptr<secrets::EnvelopeSealer> sealer;
-  if (*key_provider) sealer = std::make_unique<secrets::EnvelopeSealer>(**key_provider);
+  secrets::EnvelopeSealer sealer(**key_provider);
 
   sigset_t signals;
   sigemptyset(&signals);
@@ -239,6 +241,12 @@ int Serve(const ServeConfig& config) {
                                      "predicate-lock settings are raised (then "
                                      "restart)"}});
     }
+  }
+
+  // The database passed; the key provider is the replica's other gate.
+  const Status key_verdict = (*key_provider)->Check();
+  if (!key_verdict.ok()) {
+    std::cout << "not ready: " << key_verdict.reason() << ": " << key_verdict.message() << "\n";
   }
 
   Metrics metrics;
@@ -296,11 +304,12 @@ int Serve(const ServeConfig& config) {
   // Set after each scheduler round: true when the next round follows at once (a full page, rows
   // still due). Retention yields while it is.
   std::atomic<bool> scheduler_backlog{false};
-  // Not ready means no writes (ADR-0037): while the readiness audit fails, this replica admits
-  // no occurrence, purges nothing and sends no notification, and its API refuses writes; the
-  // recovery loop and the workers' reports go on, so what already runs still ends and is
-  // recorded. Other replicas take over the schedule as this one's claims expire.
-  std::atomic<bool> audit_passed{true};
+  // Not ready means no writes (ADR-0037): while the readiness audit (the database, then the key
+  // provider) fails, this replica admits no occurrence, purges nothing and sends no notification,
+  // and its API refuses writes; the recovery loop and the workers' reports go on, so what already
+  // runs still ends and is recorded. Other replicas take over the schedule as this one's claims
+  // expire.
+  std::atomic<bool> audit_passed{key_verdict.ok()};
   ConditionSleeper scheduler_sleeper;
   OutageLog scheduler_outage("scheduler", &log, clock);
   OutageLog recovery_outage("recovery", &log, clock);
@@ -359,7 +368,7 @@ int Serve(const ServeConfig& config) {
   // LOCKED), and a replica that dies mid-send leaves it to another once the lease runs out.
   // The replica opens the channel's credentials (signing keys, bot tokens) right before sending.
   NotificationDelivery notify_delivery(
-      *store, sealer.get(),
+      *store, &sealer,
       [allow = config.notify.allow_loopback]() -> Result<std::unique_ptr<NotificationSender>> {
         notify::CurlSenderOptions options;
         options.allow_loopback = allow;
@@ -450,7 +459,7 @@ int Serve(const ServeConfig& config) {
   api_options.tls = *tls;
   const PanelAssets panel(EmbeddedPanelFiles());
   api_options.panel = &panel;
-  SecretService secret_service(*store, control.governance(), sealer.get(), clock);
+  SecretService secret_service(*store, control.governance(), &sealer, clock);
   api_options.secrets = &secret_service;
   NotificationService notify_service(*store, control.governance(), control, clock, random);
   api_options.notify = &notify_service;
@@ -487,17 +496,21 @@ int Serve(const ServeConfig& config) {
   api_options.access_log = config.log.access_log;
   api_options.slow_request_ms = config.log.slow_request_ms;
   ApiServer api(control, metrics, api_options);
+  api.SetWritable(key_verdict);  // before the first request can arrive
   if (Status st = api.Start(listen->first, listen->second); !st.ok()) {
     stop_lifecycles();
     return Fail(st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure, st);
   }
-  api.SetReady(true);
+  api.SetReadiness(key_verdict);
   metrics.Describe("ql_ready", "gauge",
                    "1 while the last readiness audit passed (/readyz 200), else 0.");
-  metrics.SetGauge("ql_ready", "", 1);
+  metrics.SetGauge("ql_ready", "", key_verdict.ok() ? 1 : 0);
   RoundLoop readiness_loop(
       [&]() -> int64_t {
+        // The database first; the key provider only when it passed (its first failing gate is
+        // the code).
         Status verdict = readiness.Check();
+        if (verdict.ok()) verdict = (*key_provider)->Check();
         // A change is logged (`readiness.changed`) by SetReadiness.
         api.SetReadiness(verdict);
         api.SetWritable(verdict);
@@ -507,7 +520,7 @@ int Serve(const ServeConfig& config) {
       },
       readiness_sleeper, LoopOptions("readiness", metrics, log));
   readiness_thread = std::thread([&] {
-    readiness_sleeper.SleepFor(kReadinessIntervalMs);
+    readiness_sleeper.SleepFor(key_verdict.ok() ? kReadinessIntervalMs : kNotReadyIntervalMs);
     readiness_loop.Run();
   });
   std::cout << "ql-cluster replica " << scheduler_options.owner << " listening on " << scheme

@@ -45,15 +45,20 @@ struct ServeConfig {
   int64_t worker_heartbeat_ms = 5'000;
   int64_t worker_log_cap_bytes = 8 * 1024 * 1024;
   int64_t worker_run_log_cap_bytes = 32 * 1024 * 1024;
-  // Seals secret values written through the API; replicas never open a value (workers do).
+  // Seals secret values written through the API; replicas never open a value (workers do). The
+  // replica is not ready without a working one (ADR-0037).
   secrets::KeyProviderConfig secret_key;
 };
 
 // Runs the replica until SIGTERM or SIGINT. Start order: configuration validated before any
 // connection → readiness audit (and the admin and worker-ingress URLs log in as their roles) →
 // startup recovery converged → scheduler and recovery lifecycles → worker listener (when
-// configured) → HTTP admission (/readyz 200). While serving, the audit reruns every 5 s (every
-// second while it fails) and /readyz answers 503 with its code until it passes again. The
+// configured) → HTTP admission (/readyz 200). The key provider is the second gate: without one
+// (`secret_key_provider_missing`), or with one that cannot be opened or fails a wrap/unwrap round
+// trip (its own code), the replica serves not ready — /readyz 503 with the code, writes refused,
+// no admission, retention or notifications — and checks it again every second. While serving,
+// the audit reruns every 5 s (every second while it fails; the key provider's round trip at most
+// once a minute while it passes) and /readyz answers 503 with its code until it passes again. The
 // runtime pool's idle_in_transaction_session_timeout is lease_ms capped at 10 s. Stop order:
 // withdraw admission → stop and drain the scheduler (bounded) → stop HTTP → close the pools. Exit
 // codes: 0 after a clean stop, 1 failure, 2 invalid configuration, 3 the audit found the database

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -103,6 +104,7 @@ class ChildProcess {
     return -1;
   }
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   const std::string& log() const { return log_; }
 
  private:
@@ -110,7 +112,27 @@ class ChildProcess {
   pid_t pid_ = -1;
 };
 
-// One `ql-cluster serve` replica on free ports (API and worker listener).
+// The key file (32 random bytes, mode 0600) of the replicas of this test process that are not
+// given a key provider of their own: a replica is not ready without one (ADR-0037).
+inline const std::string& ClusterKeyFile() {
+  static const TempDir dir;
+  static const std::string path = [] {
+    const std::string file = dir.path() + "/cluster.key";
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const int random = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    char key[32];
+    const bool written = fd >= 0 && random >= 0 && ::read(random, key, sizeof key) == sizeof key &&
+                         ::write(fd, key, sizeof key) == sizeof key;
+    if (fd >= 0) ::close(fd);
+    if (random >= 0) ::close(random);
+    if (!written) ADD_FAILURE() << "cannot write the cluster key file " << file;
+    return file;
+  }();
+  return path;
+}
+
+// One `ql-cluster serve` replica on free ports (API and worker listener). Unless its arguments
+// name a key provider (or OmitKeyProvider was called) it gets --secret-key-file ClusterKeyFile().
 class Replica {
  public:
   Replica(std::string name, std::string log) : name_(std::move(name)), process_(std::move(log)) {}
@@ -122,8 +144,39 @@ class Replica {
     ca_file_ = std::move(ca_file);
   }
 
+  // Starts the replica without a key provider of the harness's: it serves not ready (code
+  // secret_key_provider_missing) unless its arguments name one.
+  void OmitKeyProvider() { omit_key_provider_ = true; }
+
   // Starts the replica and waits (at most 30 s) until /readyz answers 200.
   bool Start(const std::vector<std::string>& args) {
+    Spawn(args);
+    return WaitFor([&] { return HttpGetStatus(url() + "/readyz", ca_file_) == 200; },
+                   std::chrono::seconds(30));
+  }
+  // Starts the replica and waits (at most 30 s) until it serves HTTP (/livez 200), ready or not.
+  bool StartServing(const std::vector<std::string>& args) {
+    Spawn(args);
+    return WaitFor([&] { return HttpGetStatus(url() + "/livez", ca_file_) == 200; },
+                   std::chrono::seconds(30));
+  }
+  void Kill() { process_.Kill(); }
+  void Freeze() { process_.Signal(SIGSTOP); }
+  void Thaw() { process_.Signal(SIGCONT); }
+  void Signal(int signal) { process_.Signal(signal); }
+  int Stop() { return process_.Stop(); }
+  std::string url() const { return scheme() + "127.0.0.1:" + std::to_string(port_); }
+  std::string worker_url() const { return scheme() + "127.0.0.1:" + std::to_string(worker_port_); }
+  const std::string& ca_file() const { return ca_file_; }
+  const std::string& name() const { return name_; }
+  int port() const { return port_; }
+  int worker_port() const { return worker_port_; }
+  pid_t pid() const { return process_.pid(); }
+
+ private:
+  std::string scheme() const { return tls_cert_.empty() ? "http://" : "https://"; }
+
+  void Spawn(const std::vector<std::string>& args) {
     port_ = FreePort();
     worker_port_ = FreePort();
     std::vector<std::string> argv = {BinDir() + "/ql-cluster",
@@ -138,23 +191,14 @@ class Replica {
       argv.insert(argv.end(), {"--tls-cert", tls_cert_, "--tls-key", tls_key_});
     }
     argv.insert(argv.end(), args.begin(), args.end());
+    const bool keyed = std::any_of(args.begin(), args.end(), [](const std::string& arg) {
+      return arg == "--secret-key-file" || arg == "--secret-key-exec";
+    });
+    if (!keyed && !omit_key_provider_) {
+      argv.insert(argv.end(), {"--secret-key-file", ClusterKeyFile()});
+    }
     process_.Spawn(argv);
-    return WaitFor([&] { return HttpGetStatus(url() + "/readyz", ca_file_) == 200; },
-                   std::chrono::seconds(30));
   }
-  void Kill() { process_.Kill(); }
-  void Freeze() { process_.Signal(SIGSTOP); }
-  void Thaw() { process_.Signal(SIGCONT); }
-  int Stop() { return process_.Stop(); }
-  std::string url() const { return scheme() + "127.0.0.1:" + std::to_string(port_); }
-  std::string worker_url() const { return scheme() + "127.0.0.1:" + std::to_string(worker_port_); }
-  const std::string& ca_file() const { return ca_file_; }
-  const std::string& name() const { return name_; }
-  int port() const { return port_; }
-  int worker_port() const { return worker_port_; }
-
- private:
-  std::string scheme() const { return tls_cert_.empty() ? "http://" : "https://"; }
 
   std::string name_;
   ChildProcess process_;
@@ -163,6 +207,7 @@ class Replica {
   std::string tls_cert_;
   std::string tls_key_;
   std::string ca_file_;
+  bool omit_key_provider_ = false;
 };
 
 // Starts a throwaway PostgreSQL with the roles of deploy/postgres/roles.sql and database

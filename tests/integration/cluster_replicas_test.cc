@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,6 +100,31 @@ class ClusterReplicasTest : public ::testing::Test {
                     " OR r.event_sequence < 2)"),
               0)
         << "runs without exactly one attempt or without their admission events";
+  }
+
+  // Waits until /readyz of `r` answers `status` with `code` (any code for 200); returns the
+  // milliseconds it took, or -1 after `timeout_ms`.
+  int64_t WaitReadyz(const Replica& r, int status, const std::string& code, int64_t timeout_ms) {
+    httplib::Client client("127.0.0.1", r.port());
+    client.set_keep_alive(false);
+    client.set_read_timeout(5, 0);
+    const auto start = std::chrono::steady_clock::now();
+    const auto elapsed = [&] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::steady_clock::now() - start)
+          .count();
+    };
+    while (elapsed() <= timeout_ms) {
+      auto res = client.Get("/readyz");
+      if (res && res->status == status) {
+        json body = json::parse(res->body, nullptr, false);
+        if (status == 200 || (body.is_object() && body.value("code", "") == code)) {
+          return static_cast<int64_t>(elapsed());
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return int64_t{-1};
   }
 
   int64_t DbNowMs() {
@@ -341,26 +367,8 @@ TEST_F(ClusterReplicasTest, ReadinessFollowsTheDatabase) {
   httplib::Client client("127.0.0.1", a.port());
   client.set_keep_alive(false);
   client.set_read_timeout(5, 0);
-  // Waits until /readyz answers `status` with `code` (any code for 200); returns the
-  // milliseconds it took, or -1 after `timeout_ms`.
   const auto wait_readyz = [&](int status, const std::string& code, int64_t timeout_ms) {
-    const auto start = std::chrono::steady_clock::now();
-    const auto elapsed = [&] {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(
-                 std::chrono::steady_clock::now() - start)
-          .count();
-    };
-    while (elapsed() <= timeout_ms) {
-      auto res = client.Get("/readyz");
-      if (res && res->status == status) {
-        json body = json::parse(res->body, nullptr, false);
-        if (status == 200 || (body.is_object() && body.value("code", "") == code)) {
-          return static_cast<int64_t>(elapsed());
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return int64_t{-1};
+    return WaitReadyz(a, status, code, timeout_ms);
   };
   ASSERT_EQ(HttpGetStatus(a.url() + "/readyz"), 200);
   PublishEverySecond(a, 1);  // something to admit every second
@@ -449,6 +457,80 @@ TEST_F(ClusterReplicasTest, ReadinessFollowsTheDatabase) {
             << healed_ms << " ms\n";
   EXPECT_EQ(a.Stop(), 0);
   EXPECT_EQ(client.Get("/readyz"), nullptr);  // the replica is gone
+}
+
+// ADR-0037: a replica is ready only with a working key provider. Without one, or with one that
+// cannot be opened or fails its wrap/unwrap round trip, it serves not ready with the provider's
+// code, refuses writes with that code and admits nothing; a key file fixed while it runs is
+// picked up within the not-ready period and the replica turns ready and writable.
+TEST_F(ClusterReplicasTest, AReplicaIsReadyOnlyWithAWorkingKeyProvider) {
+  constexpr int64_t kTimeoutMs = 10'000;
+  // Something to admit every second, published through a replica with the harness's key.
+  Replica keyed("keyed", Log("keyed"));
+  ASSERT_TRUE(keyed.Start(ReplicaArgs(/*admin=*/true))) << ReadFile(Log("keyed"));
+  PublishEverySecond(keyed, 1);
+  EXPECT_EQ(keyed.Stop(), 0);
+
+  Replica bare("bare", Log("bare"));
+  bare.OmitKeyProvider();
+  ASSERT_TRUE(bare.StartServing(ReplicaArgs(/*admin=*/true))) << ReadFile(Log("bare"));
+  EXPECT_GE(WaitReadyz(bare, 503, "secret_key_provider_missing", kTimeoutMs), 0)
+      << ReadFile(Log("bare"));
+  const int64_t runs = Count("SELECT count(*) FROM ql3.runs");
+  httplib::Client api("127.0.0.1", bare.port());
+  api.set_bearer_token_auth(token_.c_str());
+  api.set_keep_alive(false);
+  api.set_read_timeout(10, 0);
+  const json task = {{"name", "keyless"},
+                     {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}};
+  auto refused = api.Post("/api/v1/tasks", task.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503) << refused->body;
+  EXPECT_EQ(json::parse(refused->body, nullptr, false).value("code", ""),
+            "secret_key_provider_missing")
+      << refused->body;
+  auto read = api.Get("/api/v1/tasks");
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->status, 200) << read->body;
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // three occurrences fall due
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.runs"), runs) << "a replica without a key admitted";
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.task_revisions WHERE name = 'keyless'"), 0);
+  EXPECT_EQ(bare.Stop(), 0);
+  const std::string said = ReadFile(Log("bare"));
+  EXPECT_NE(said.find("not ready: secret_key_provider_missing: "), std::string::npos) << said;
+  EXPECT_NE(said.find("warn readiness.changed ready=false code=secret_key_provider_missing"),
+            std::string::npos)
+      << said;
+
+  // A key file that cannot be opened has its own code, and so has a helper that fails.
+  const std::string key = dir_.path() + "/late.key";
+  std::vector<std::string> late_args = ReplicaArgs(/*admin=*/true);
+  late_args.insert(late_args.end(), {"--secret-key-file", key});
+  Replica late("late", Log("late"));
+  ASSERT_TRUE(late.StartServing(late_args)) << ReadFile(Log("late"));
+  EXPECT_GE(WaitReadyz(late, 503, "secret_key_file_missing", kTimeoutMs), 0);
+  ASSERT_EQ(RunCommand({"/bin/sh", "-c", "head -c 32 /dev/urandom > '" + key + "'"}).exit_code, 0);
+  ASSERT_EQ(::chmod(key.c_str(), 0644), 0);
+  EXPECT_GE(WaitReadyz(late, 503, "secret_key_file_mode", kTimeoutMs), 0);
+  std::vector<std::string> helper_args = ReplicaArgs(false);
+  helper_args.insert(helper_args.end(),
+                     {"--secret-key-exec", "/bin/false", "--secret-key-id", "kms:none"});
+  Replica helper("helper", Log("helper"));
+  ASSERT_TRUE(helper.StartServing(helper_args)) << ReadFile(Log("helper"));
+  EXPECT_GE(WaitReadyz(helper, 503, "key_provider_failed", kTimeoutMs), 0);
+  EXPECT_EQ(helper.Stop(), 0);
+
+  // With the key file fixed, the same replica turns ready without a restart, and writes.
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  EXPECT_GE(WaitReadyz(late, 200, "", kTimeoutMs), 0);
+  httplib::Client late_api("127.0.0.1", late.port());
+  late_api.set_bearer_token_auth(token_.c_str());
+  late_api.set_keep_alive(false);
+  late_api.set_read_timeout(10, 0);
+  auto written = late_api.Post("/api/v1/tasks", task.dump(), "application/json");
+  ASSERT_TRUE(written);
+  EXPECT_LT(written->status, 300) << written->body;
+  EXPECT_EQ(late.Stop(), 0);
 }
 
 }  // namespace

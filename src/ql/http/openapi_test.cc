@@ -119,12 +119,28 @@ const std::set<std::string> kGetAdmission = {"unexpected_body"};
 const std::set<std::string> kBodyAdmission = {"unsupported_media_type", "body_too_large"};
 const std::set<std::string> kCookieWrite = {"csrf_failed"};
 // Admission of every /api/v1 write while the readiness audit fails (ql-cluster): the audit's
-// code, 503.
-const std::set<std::string> kWriteGate = {
-    "not_ready",           "database_unavailable",    "server_read_only",
-    "server_in_recovery",  "runtime_role_invalid",    "admin_role_invalid",
-    "worker_role_invalid", "schema_contract_invalid", "migration_history_invalid",
-    "capability_invalid",  "migration_role_invalid"};
+// code, or the key provider's (ADR-0037), 503.
+const std::set<std::string> kWriteGate = {"not_ready",
+                                          "database_unavailable",
+                                          "server_read_only",
+                                          "server_in_recovery",
+                                          "runtime_role_invalid",
+                                          "admin_role_invalid",
+                                          "worker_role_invalid",
+                                          "schema_contract_invalid",
+                                          "migration_history_invalid",
+                                          "capability_invalid",
+                                          "migration_role_invalid",
+                                          "secret_key_provider_missing",
+                                          "secret_key_file_missing",
+                                          "secret_key_file_mode",
+                                          "secret_key_file_owner",
+                                          "secret_key_file_size",
+                                          "secret_key_file_type",
+                                          "secret_key_file_io",
+                                          "key_provider_failed",
+                                          "key_provider_timeout",
+                                          "key_provider_protocol"};
 
 std::set<std::string> ExpectedAdmission(const ApiRoute& route) {
   std::set<std::string> out = kEveryRoute;
