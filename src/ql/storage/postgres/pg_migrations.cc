@@ -438,6 +438,12 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("retry_policies":3,"run_logs":1,"runs":5,"schedule_claims":2,"schedules":1,)"
        R"("secrets":1,"worker_credentials":1,"worker_sessions":1})",
        "pg-0025-migration-markers"},
+      {kControlCore, 24,
+       R"({"approvals":2,"attempts":1,"definitions":5,"dispatch_leases":2,"events":2,)"
+       R"("governance":3,"migration_markers":1,"notifications":1,"projects":1,"retention":1,)"
+       R"("retry_policies":3,"run_logs":1,"runs":5,"schedule_claims":2,"schedules":1,)"
+       R"("secrets":1,"worker_credentials":1,"worker_sessions":2})",
+       "pg-0026-dump-stable-checks"},
   };
   return kSteps;
 }

@@ -89,6 +89,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
        "dea2c1bfbfc5b121bd55a08ccf698ab7fc907847b2f631c0c9ebc861b3e3b5a5"},
       {"pg-0025-migration-markers",
        "c17a91fe637fe3493fae0e4a140404b5bc448c8883a8cf202178a66dd5391fa1"},
+      {"pg-0026-dump-stable-checks",
+       "19acc0d78adaa8596fe5895fe3dffe9a65f099ecde75a287bee9115dff402d3b"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();
