@@ -24,9 +24,17 @@ cleanup() {
   dpkg --purge $PACKAGES >/dev/null 2>&1 || true
   rm -rf "$TMP"
 }
-trap cleanup EXIT
+# The test installs and purges its own packages: it never touches an installation it did not
+# make (its data would be purged), nor data an earlier one left behind (a database of another
+# build would not open).
 # shellcheck disable=SC2086
-dpkg --purge $PACKAGES >/dev/null 2>&1 || true
+if dpkg-query -W -f='${db:Status-Status}\n' $PACKAGES 2>/dev/null | grep -qv '^not-installed$'; then
+  fail "qinglong packages are installed here; purge them first (dpkg --purge $PACKAGES)"
+fi
+if [ -e /var/lib/qinglong ] || [ -e /etc/qinglong ]; then
+  fail "/var/lib/qinglong or /etc/qinglong exists (left by an earlier installation); remove it first"
+fi
+trap cleanup EXIT
 
 "$ROOT/scripts/package.sh" >"$TMP/package.log" 2>&1 || {
   cat "$TMP/package.log"
