@@ -436,6 +436,7 @@ int Serve(const ServeConfig& config) {
     worker_sessions = std::make_unique<pg::PostgresWorkerSessions>(*ingress_pool);
     workers = std::make_unique<WorkerService>(*worker_sessions, leases, store->runs(), clock,
                                               random, metrics, worker_options);
+    workers->SetGranting(key_verdict.ok());  // the readiness loop keeps it with the audit
     WorkerApiServerOptions worker_api_options;
     worker_api_options.tls = *tls;
     worker_api = std::make_unique<WorkerApiServer>(*workers, metrics, worker_api_options);
@@ -514,6 +515,7 @@ int Serve(const ServeConfig& config) {
         // A change is logged (`readiness.changed`) by SetReadiness.
         api.SetReadiness(verdict);
         api.SetWritable(verdict);
+        if (workers) workers->SetGranting(verdict.ok());
         audit_passed = verdict.ok();
         metrics.SetGauge("ql_ready", "", verdict.ok() ? 1 : 0);
         return verdict.ok() ? kReadinessIntervalMs : kNotReadyIntervalMs;

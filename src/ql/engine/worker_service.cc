@@ -233,7 +233,8 @@ Result<PullAnswer> WorkerService::Pull(const std::string& worker_id, const std::
   c.worker_id = worker_id;
   c.session_id = session_id;
   c.generation = generation;
-  c.available_slots = available_slots;
+  // Not ready: replays only (no slot for a fresh offer).
+  c.available_slots = granting_.load() ? available_slots : 0;
   c.lease_ttl_ms = options_.lease_ttl_ms;
   for (const OfferToken& o : offers) {
     QL_RETURN_IF_ERROR(ValidateId("offer_id", o.offer_id));

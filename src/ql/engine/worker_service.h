@@ -6,6 +6,7 @@
 // the lease fence attached, so a fenced session, a wrong token or an expired lease changes
 // nothing. Transport-neutral: the HTTP layer parses requests into these calls.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -129,9 +130,15 @@ class WorkerService {
                                     int64_t generation, int available_slots);
   Result<WorkerSessionRecord> SetStatus(const std::string& worker_id, const std::string& session_id,
                                         int64_t generation, const std::string& status);
+  // Grants queued runs to the session's offers, up to `available_slots`. While granting is off
+  // (SetGranting(false): the replica is not ready), it grants no new lease; an offer that already
+  // names a lease (the replay of a lost answer) is still answered.
   Result<PullAnswer> Pull(const std::string& worker_id, const std::string& session_id,
                           int64_t generation, int available_slots,
                           const std::vector<OfferToken>& offers);
+  // Not ready means no writes (ADR-0037): the replica turns granting off while its readiness
+  // audit fails; lease steps, logs and results of runs already granted go on. Thread-safe.
+  void SetGranting(bool granting) { granting_.store(granting); }
 
   // Each returns "starting" / "running", or "already_starting" / "already_running" on a replay.
   Result<std::string> Starting(const LeaseCall& call);
@@ -213,6 +220,7 @@ class WorkerService {
   std::map<std::string, TrustedToken> trusted_;  // by token digest; guarded by auth_mu_
 
   static constexpr size_t kMaxLeaseHints = 4096;
+  std::atomic<bool> granting_{true};
   std::mutex hints_mu_;
   std::unordered_map<std::string, LeaseHint> hints_;  // by offer id; guarded by hints_mu_
 };

@@ -437,6 +437,36 @@ TEST_F(PgWorkerTest, GrantsFollowPriorityThenFifoWithinTheSessionsCapacity) {
   EXPECT_EQ(Pull(w, {NewOffer()}, 2).value().offers.size(), 0u);
 }
 
+TEST_F(PgWorkerTest, ANotReadyReplicaGrantsNoNewLeaseButReplaysOneItGranted) {
+  const std::string task = PublishTask("true");
+  const std::string first = StartRun(task);
+  const std::string second = StartRun(task);
+  Worker w = NewWorker("w1", 4);
+  const OfferToken granted = NewOffer();
+  Result<PullAnswer> before = Pull(w, {granted}, 4);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  ASSERT_EQ(before->offers.size(), 1u);
+  EXPECT_EQ(before->offers[0].lease.run_id, first);
+
+  // The readiness audit fails: the queued run stays queued, whatever the worker offers.
+  service_->SetGranting(false);
+  Result<PullAnswer> unready = Pull(w, {NewOffer(), NewOffer()}, 4);
+  ASSERT_TRUE(unready.ok()) << unready.status().ToString();
+  EXPECT_EQ(unready->offers.size(), 0u) << "a not-ready replica granted a lease";
+  // The answer of the earlier pull, lost on the wire, is still delivered.
+  Result<PullAnswer> replay = Pull(w, {granted}, 4);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  ASSERT_EQ(replay->offers.size(), 1u);
+  EXPECT_EQ(replay->offers[0].lease.run_id, first);
+
+  // Ready again: granted.
+  service_->SetGranting(true);
+  Result<PullAnswer> after = Pull(w, {NewOffer()}, 4);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  ASSERT_EQ(after->offers.size(), 1u);
+  EXPECT_EQ(after->offers[0].lease.run_id, second);
+}
+
 TEST_F(PgWorkerTest, AJitteredRunIsNotGrantedBeforeItsReleaseTime) {
   const std::string task = PublishTask("true");
   const std::string held = StartRun(task);
