@@ -96,6 +96,27 @@ TEST_F(ClusterWorkersTest, TwoReplicasAndTwoWorkersRunScheduledAndManualRunsToTh
 // runs and the runs of other tasks stay intact with their logs, and the purge is counted and
 // audited. An attempt's files (its record directory and log file) belong to the worker, which
 // removes them once the attempt has ended; its output lives on in ql3.run_log_chunks.
+TEST_F(ClusterWorkersTest, ANotReadyReplicaHandsNoRunToItsWorkerUntilItIsReady) {
+  Replica a("replica-a", Log("a")), b("replica-b", Log("b"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  // b's key file is not there yet: b serves, not ready (secret_key_file_missing), and is the
+  // only replica its worker knows.
+  const std::string late_key = dir_.path() + "/late.key";
+  std::vector<std::string> b_args = ReplicaArgs(false);
+  b_args.insert(b_args.end(), {"--secret-key-file", late_key});
+  ASSERT_TRUE(b.StartServing(b_args));
+  std::unique_ptr<ChildProcess> w = StartWorker("w1", b);
+  const std::string run = Start(a, Task(a, "hello", "echo granted"));
+  ASSERT_FALSE(run.empty());
+  // The worker pulls all along; the run stays queued while b is not ready.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  EXPECT_EQ(Status(a, run), "queued") << "a replica that is not ready granted a lease";
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases"), 0);
+  // The key appears: b turns ready (it rechecks every second) and hands the run out.
+  std::filesystem::copy_file(ClusterKeyFile(), late_key);
+  EXPECT_TRUE(WaitStatus(a, run, "succeeded", 30)) << Status(a, run);
+}
+
 TEST_F(ClusterWorkersTest, RetentionPurgesOldRunsWithTheirChunksAndKeepsEverythingNewer) {
   CommandResult bad = RunCommand({BinDir() + "/ql-cluster", "serve", "--database-url",
                                   Url("ql3_runtime"), "--retention-interval-ms", "50"},
