@@ -999,7 +999,10 @@ Result<std::unique_ptr<Connection>> Pool::Acquire(std::string_view operation) {
       idle_.pop_back();
       bool expired = now - conn->last_used > std::chrono::milliseconds(options_.idle_lifetime_ms) &&
                      open_ > options_.min_connections;
-      if (!expired && conn->Reusable() && conn->StillOpen()) return conn;
+      if (!expired && conn->Reusable()) {
+        if (conn->StillOpen()) return conn;
+        ++ended_idle_;
+      }
       --open_;
     }
     if (open_ < options_.max_connections) {
@@ -1138,6 +1141,11 @@ void Pool::Close(int wait_ms) {
 int64_t Pool::retries() const {
   std::lock_guard<std::mutex> lock(mu_);
   return retries_;
+}
+
+int64_t Pool::ended_idle_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ended_idle_;
 }
 
 int Pool::open_connections() const {

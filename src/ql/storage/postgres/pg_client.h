@@ -328,6 +328,9 @@ class Pool {
   // How many whole-transaction retries happened (serialization failures, deadlocks, lost COMMIT
   // replies of read-only transactions).
   int64_t retries() const;
+  // How many idle connections were found ended by the server (restart, failover, a terminated
+  // backend) when about to be handed out, and replaced.
+  int64_t ended_idle_connections() const;
   int open_connections() const;
   const PoolOptions& options() const { return options_; }
 
@@ -347,6 +350,7 @@ class Pool {
   int open_ = 0;
   bool closed_ = false;
   int64_t retries_ = 0;
+  int64_t ended_idle_ = 0;
   CommitFault commit_fault_;
 };
 

@@ -511,6 +511,7 @@ TEST_F(PgClientTest, AConnectionEndedWhileIdleIsNotHandedOut) {
   auto pool = MakePool(1);
   const int pid = BackendPidOf(*pool);
   ASSERT_GT(pid, 0);
+  EXPECT_EQ(pool->ended_idle_connections(), 0);
   Result<std::string> killed = PgTestCluster::Get().server().Psql(
       db_, "SELECT pg_terminate_backend(" + std::to_string(pid) + ", 5000)");
   ASSERT_TRUE(killed.ok()) << killed.status().ToString();
@@ -519,6 +520,7 @@ TEST_F(PgClientTest, AConnectionEndedWhileIdleIsNotHandedOut) {
   });
   EXPECT_TRUE(write.ok()) << write.ToString();
   EXPECT_NE(BackendPidOf(*pool), pid);
+  EXPECT_EQ(pool->ended_idle_connections(), 1) << "the replaced connection is counted";
 }
 
 // BEGIN and its SET LOCALs travel with a transaction's first statement (or its first prefetch):

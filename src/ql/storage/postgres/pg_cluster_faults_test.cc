@@ -784,17 +784,21 @@ TEST_P(ClusterFaultsTest, TerminatedBackendsMidRoundLeaveExactlyOneRunPerOccurre
 
   const int64_t runs = ExpectExactlyOncePerOccurrence(*probe_, triggers.size(), through);
   int64_t failures = 0;
+  int64_t replaced = 0;
   for (const auto& r : replicas_) {
     EXPECT_EQ(r->skipped(), 0) << r->owner();
     failures += r->decision_errors() + r->failed_rounds();
+    replaced += r->pool().ended_idle_connections();
   }
   EXPECT_GT(terminated, 0);
-  EXPECT_GT(failures, 0) << "the storm must have hit the replicas";
+  // A backend ended mid-round fails the round; one ended between rounds is found by the pool
+  // before its next use and replaced. Either way the storm reached the replicas.
+  EXPECT_GT(failures + replaced, 0) << "the storm must have hit the replicas";
   // A COMMIT whose reply was cut off may have committed: the replicas saw at most every run.
   EXPECT_LE(TotalAdmitted(replicas_), runs);
   std::cout << "[terminated-backends] bursts=" << bursts << " terminated=" << terminated
-            << " replica_failures=" << failures << " runs=" << runs
-            << " admitted_seen=" << TotalAdmitted(replicas_) << "\n";
+            << " replica_failures=" << failures << " replaced_connections=" << replaced
+            << " runs=" << runs << " admitted_seen=" << TotalAdmitted(replicas_) << "\n";
 }
 
 TEST_P(ClusterFaultsTest, ALostCommitReplyOfAnAdmissionConvergesToOneRunPerOccurrence) {
