@@ -66,8 +66,8 @@ std::set<std::string> GivenFlags(const std::vector<std::string>& args, size_t fi
     const std::string& arg = args[i];
     if (arg == "--") break;
     if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
-      given.insert(arg.substr(
-          2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2));
+      const size_t eq = arg.find('=');
+      given.insert(arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2));
     }
   }
   return given;

@@ -37,11 +37,8 @@ class ClusterBackupDrillTest : public ::testing::Test {
   void SetUp() override {
     server_ = StartMigratedPostgres();
     ASSERT_NE(server_, nullptr);
-    CommandResult token = RunCommand({BinDir() + "/ql-cluster", "token", "create", "drill",
-                                      "--database-url", server_->Url("ql3_admin", "qinglong")},
-                                     {"QL3_POSTGRES_ALLOW_INSECURE=true"}, 60'000);
-    ASSERT_EQ(token.exit_code, 0) << token.err;
-    token_ = Trim(token.out.substr(token.out.rfind('\n', token.out.size() - 2) + 1));
+    token_ = MintCredential(*server_, "token", "drill");
+    ASSERT_FALSE(token_.empty());
   }
 
   std::vector<std::string> ReplicaArgs(const std::string& database) const {

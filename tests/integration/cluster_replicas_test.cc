@@ -34,12 +34,8 @@ class ClusterReplicasTest : public ::testing::Test {
   void SetUp() override {
     server_ = StartMigratedPostgres();
     ASSERT_NE(server_, nullptr);
-    CommandResult token = RunCommand({BinDir() + "/ql-cluster", "token", "create", "itest",
-                                      "--database-url", server_->Url("ql3_admin", "qinglong")},
-                                     {"QL3_POSTGRES_ALLOW_INSECURE=true"}, 60'000);
-    ASSERT_EQ(token.exit_code, 0) << token.err;
-    token_ = token.out.substr(token.out.rfind('\n', token.out.size() - 2) + 1);
-    token_.pop_back();
+    token_ = MintCredential(*server_, "token", "itest");
+    ASSERT_FALSE(token_.empty());
   }
 
   std::vector<std::string> ReplicaArgs(bool admin) const {

@@ -57,13 +57,7 @@ class ClusterWorkersTest : public ::testing::Test {
 
   // Mints a credential with `ql-cluster token|worker-token create` and returns the token.
   std::string Mint(const std::string& kind, const std::string& name) {
-    CommandResult r = RunCommand(
-        {BinDir() + "/ql-cluster", kind, "create", name, "--database-url", Url("ql3_admin")},
-        {kInsecure}, 60'000);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    std::string out = r.out;
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    return out.substr(out.rfind('\n') + 1);
+    return MintCredential(*server_, kind, name);
   }
 
   std::string TokenFile(const std::string& name, const std::string& token) {

@@ -1,5 +1,6 @@
 #include "ql/testing/upgrade_fixtures.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "ql/core/approval.h"
@@ -164,6 +165,12 @@ Result<UpgradeData> MakeUpgradeData(const std::string& executor_type) {
     d.v[std::string(request) + "PD"] = ApprovalPayloadDigest(payload);
   }
   return d;
+}
+
+std::string MigrationTestName(const std::string& migration_id) {
+  std::string name = migration_id;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
 }
 
 std::string SqlText(const std::string& value) {

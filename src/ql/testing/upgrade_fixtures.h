@@ -64,6 +64,10 @@ struct UpgradeData {
 // Builds the data with plans for `executor_type`. Errors: those of PublishRevision.
 Result<UpgradeData> MakeUpgradeData(const std::string& executor_type);
 
+// A migration id as a test parameter's name: `0010-overlap` -> `0010_overlap` (gtest names
+// take letters, digits and underscores).
+std::string MigrationTestName(const std::string& migration_id);
+
 // How a dialect writes true and false: SQLite's 1 and 0, PostgreSQL's true and false.
 enum class SqlBooleans { kIntegers, kWords };
 

@@ -690,11 +690,7 @@ TEST_P(PostgresEveryVersionUpgradeTest, ADatabaseOfThisVersionWithDataOfEveryKin
 INSTANTIATE_TEST_SUITE_P(FromEveryVersion, PostgresEveryVersionUpgradeTest,
                          ::testing::ValuesIn(Versions()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             if (c == '-') c = '_';
-                           }
-                           return name;
+                           return testing::MigrationTestName(info.param);
                          });
 
 }  // namespace

@@ -607,11 +607,7 @@ TEST_P(SqliteEveryVersionUpgradeTest, ADatabaseOfThisVersionWithDataOfEveryKindU
 INSTANTIATE_TEST_SUITE_P(FromEveryVersion, SqliteEveryVersionUpgradeTest,
                          ::testing::ValuesIn(MigrationIds()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             if (c == '-') c = '_';
-                           }
-                           return name;
+                           return testing::MigrationTestName(info.param);
                          });
 
 }  // namespace
