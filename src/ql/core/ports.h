@@ -30,6 +30,7 @@
 namespace ql {
 
 class ApprovalRepository;
+class ArtifactRepository;
 class GovernanceRepository;
 class RetentionRepository;
 class SecretRepository;
@@ -560,6 +561,8 @@ class Store {
   virtual SecretRepository& secrets() = 0;
   // Notification channels, rules and the outbox (notification_store.h).
   virtual NotificationRepository& notifications() = 0;
+  // Blobs, chunks and scripts (artifact_store.h).
+  virtual ArtifactRepository& artifacts() = 0;
 };
 
 }  // namespace ql

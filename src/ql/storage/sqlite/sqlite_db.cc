@@ -172,6 +172,13 @@ Stmt& Stmt::Bind(int index, std::string_view value) {
   return *this;
 }
 
+Stmt& Stmt::BindBlob(int index, std::string_view bytes) {
+  const int rc = sqlite3_bind_blob64(stmt_, index, bytes.empty() ? "" : bytes.data(), bytes.size(),
+                                     SQLITE_TRANSIENT);
+  if (rc != SQLITE_OK && bind_error_ == 0) bind_error_ = rc;
+  return *this;
+}
+
 Stmt& Stmt::Bind(int index, std::nullopt_t) {
   const int rc = sqlite3_bind_null(stmt_, index);
   if (rc != SQLITE_OK && bind_error_ == 0) bind_error_ = rc;
@@ -204,6 +211,12 @@ std::string Stmt::Text(int column) const {
   const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
   if (text == nullptr) return std::string();
   return std::string(text, static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
+}
+
+std::string Stmt::Blob(int column) const {
+  const auto* bytes = static_cast<const char*>(sqlite3_column_blob(stmt_, column));
+  if (bytes == nullptr) return std::string();
+  return std::string(bytes, static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
 }
 
 std::optional<int64_t> Stmt::OptInt(int column) const {

@@ -62,6 +62,8 @@ class Stmt {
   Stmt& Bind(int index, const std::string& value) { return Bind(index, std::string_view(value)); }
   Stmt& Bind(int index, const char* value) { return Bind(index, std::string_view(value)); }
   Stmt& Bind(int index, std::nullopt_t);
+  // Binds bytes as a BLOB (Bind of a string binds TEXT).
+  Stmt& BindBlob(int index, std::string_view bytes);
   template <typename T>
   Stmt& Bind(int index, const std::optional<T>& value) {
     return value.has_value() ? Bind(index, *value) : Bind(index, std::nullopt);
@@ -83,6 +85,8 @@ class Stmt {
   int64_t Int(int column) const;
   bool Bool(int column) const { return Int(column) != 0; }
   std::string Text(int column) const;
+  // The bytes of a BLOB (or TEXT) column.
+  std::string Blob(int column) const;
   std::optional<int64_t> OptInt(int column) const;
   std::optional<std::string> OptText(int column) const;
 

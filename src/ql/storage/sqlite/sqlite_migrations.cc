@@ -85,6 +85,11 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("notifications":1,"projects":1,"retention":1,"retry_policies":2,"runs":3,)"
        R"("schedules":1,"secrets":1})",
        "0018-relative-log-paths"},
+      {kLocalControlCore, 16,
+       R"({"approvals":2,"artifacts":1,"attempts":2,"definitions":5,"events":1,"governance":3,)"
+       R"("notifications":1,"projects":1,"retention":1,"retry_policies":2,"runs":3,)"
+       R"("schedules":1,"secrets":1})",
+       "0019-artifacts"},
   };
   return kSteps;
 }

@@ -14,6 +14,7 @@
 #include "ql/core/migration_stream.h"
 #include "ql/core/store_commands.h"
 #include "ql/storage/sqlite/sqlite_approvals.h"
+#include "ql/storage/sqlite/sqlite_artifacts.h"
 #include "ql/storage/sqlite/sqlite_db.h"
 #include "ql/storage/sqlite/sqlite_governance.h"
 #include "ql/storage/sqlite/sqlite_migrations.h"
@@ -192,7 +193,9 @@ SqliteStore::SqliteStore(std::unique_ptr<sqlite::Db> db)
       secret_runner_(std::make_unique<sqlite::SqliteSecretRunner>(*db_)),
       secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())),
       notification_runner_(std::make_unique<sqlite::SqliteNotificationRunner>(*db_)),
-      notifications_(std::make_unique<NotificationStore>(*notification_runner_, SecureRandom())) {}
+      notifications_(std::make_unique<NotificationStore>(*notification_runner_, SecureRandom())),
+      artifact_runner_(std::make_unique<sqlite::SqliteArtifactRunner>(*db_)),
+      artifacts_(std::make_unique<ArtifactStore>(*artifact_runner_, SecureRandom())) {}
 
 Status SqliteStore::Fence(const std::optional<PolicyFence>& fence, const std::string& project_id) {
   if (!fence.has_value()) return Status();

@@ -12,6 +12,7 @@
 
 #include "ql/core/approval_ports.h"
 #include "ql/core/approval_store.h"
+#include "ql/core/artifact_store.h"
 #include "ql/core/clock.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
@@ -111,6 +112,7 @@ class SqliteStore final : public Store,
   RetentionRepository& retention() override { return *retention_; }
   SecretRepository& secrets() override { return *secrets_; }
   NotificationRepository& notifications() override { return *notifications_; }
+  ArtifactRepository& artifacts() override { return *artifacts_; }
 
   // ProjectRepository
   Result<ProjectRecord> EnsureProject(const std::string& id_if_new, const std::string& slug,
@@ -202,6 +204,8 @@ class SqliteStore final : public Store,
   std::unique_ptr<SecretRepository> secrets_;
   std::unique_ptr<NotificationTxRunner> notification_runner_;
   std::unique_ptr<NotificationRepository> notifications_;
+  std::unique_ptr<ArtifactTxRunner> artifact_runner_;
+  std::unique_ptr<ArtifactRepository> artifacts_;
 };
 
 }  // namespace ql
