@@ -417,6 +417,17 @@ CliResult<nlohmann::json> JsonBody(CliResult<HttpResponse> response, const std::
 
 }  // namespace
 
+CliResult<nlohmann::json> ApiClient::PostBytes(const std::string& path, const std::string& bytes) {
+  const std::string full = FullPath(path);
+  httplib::Result result = http_->Post(full, bytes, "application/octet-stream");
+  if (!result) return TransportError(static_cast<int>(result.error()));
+  HttpResponse response;
+  response.status = result->status;
+  response.content_type = result->get_header_value("Content-Type");
+  response.body = std::move(result->body);
+  return JsonBody(std::move(response), path);
+}
+
 CliResult<nlohmann::json> ApiClient::GetJson(const std::string& path) {
   return JsonBody(Send("GET", path), path);
 }

@@ -213,6 +213,8 @@ class ApiClient {
   CliResult<nlohmann::json> PostJson(const std::string& path, const nlohmann::json& body);
   // PUTs the already serialised JSON `body` to `path`; the JSON body of a 2xx response.
   CliResult<nlohmann::json> PutJson(const std::string& path, const std::string& body);
+  // POSTs raw `bytes` (application/octet-stream); the JSON body of a 2xx response.
+  CliResult<nlohmann::json> PostBytes(const std::string& path, const std::string& bytes);
   // DELETEs `path`; the JSON body of a 2xx response.
   CliResult<nlohmann::json> DeleteJson(const std::string& path);
 

@@ -12,6 +12,7 @@
 #include "notify_command.h"
 #include "ql_version.h"
 #include "run_command.h"
+#include "script_command.h"
 #include "secret_command.h"
 #include "status_command.h"
 #include "task_command.h"
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   ql::cli::RegisterGovernanceCommands(app);
   ql::cli::RegisterApprovalCommands(app);
   ql::cli::RegisterSecretCommands(app);
+  ql::cli::RegisterScriptCommands(app);
   ql::cli::RegisterNotifyCommands(app);
   ql::cli::RegisterCompletionCommand(app);
   try {

@@ -31,6 +31,7 @@
 #include "ql/engine/outage_log.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
+#include "ql/engine/script_service.h"
 #include "ql/engine/secret_service.h"
 #include "ql/engine/sign_in_service.h"
 #include "ql/engine/token_authenticator.h"
@@ -462,6 +463,8 @@ int Serve(const ServeConfig& config) {
   api_options.panel = &panel;
   SecretService secret_service(*store, control.governance(), &sealer, clock);
   api_options.secrets = &secret_service;
+  ScriptService script_service(*store, control.governance(), clock, ArtifactLimits{});
+  api_options.scripts = &script_service;
   NotificationService notify_service(*store, control.governance(), control, clock, random);
   api_options.notify = &notify_service;
   // People sign in with a password (Argon2id); the session is a token like any other.

@@ -462,6 +462,8 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   const PanelAssets panel(EmbeddedPanelFiles());
   api_options.panel = &panel;
   api_options.secrets = &secret_service;
+  ScriptService script_service(**store, control.governance(), clock, ArtifactLimits{});
+  api_options.scripts = &script_service;
   api_options.notify = &notify_service;
   api_options.event_log = &log;
   api_options.access_log = config.log.access_log;

@@ -45,10 +45,12 @@ enum class Body {
   kNone,      // GET and DELETE: no body is read; handlers see {}
   kOptional,  // an empty body counts as {}
   kRequired,  // a JSON object must be sent
+  kBytes,     // raw bytes (Content-Type: application/octet-stream), not parsed: handlers read
+              // req.body
 };
 
 // A service a route needs that a server may not hold.
-enum class Needs { kNothing, kSignIn, kSecrets, kNotify };
+enum class Needs { kNothing, kSignIn, kSecrets, kNotify, kScripts };
 
 struct Call;
 
@@ -450,6 +452,18 @@ struct ApiServer::Impl {
   void AnswerRetention(Call& c, bool task, bool set);
   void GetStatus(Call& c);
   void SecretsList(Call& c);
+  void BlobUpload(Call& c);
+  void BlobCompose(Call& c);
+  void BlobGet(Call& c);
+  void ScriptsList(Call& c);
+  void ScriptGet(Call& c);
+  void ScriptVersionsList(Call& c);
+  void ScriptPush(Call& c);
+  void ScriptContent(Call& c);
+  void ScriptDelete(Call& c);
+  // Streams a blob the caller's project holds, chunk by chunk, each verified.
+  void StreamBlob(const Caller& caller, const BlobDescriptor& blob, std::string content_type,
+                  http::Response& res);
   void SecretPut(Call& c);
   void SecretDelete(Call& c);
   void NotifyChannelsList(Call& c);
@@ -664,6 +678,24 @@ const RouteSpec kRoutes[] = {
      &Impl::SecretPut},
     {"DELETE", "/api/v1/secrets/{id}", "secrets.delete", "admin", Body::kNone, Needs::kSecrets,
      &Impl::SecretDelete},
+    {"POST", "/api/v1/blobs", "blobs.upload", "admin", Body::kBytes, Needs::kScripts,
+     &Impl::BlobUpload},
+    {"POST", "/api/v1/blobs/compose", "blobs.compose", "admin", Body::kRequired, Needs::kScripts,
+     &Impl::BlobCompose},
+    {"GET", "/api/v1/blobs/{id}", "blobs.get", "viewer", Body::kNone, Needs::kScripts,
+     &Impl::BlobGet},
+    {"GET", "/api/v1/scripts", "scripts.list", "viewer", Body::kNone, Needs::kScripts,
+     &Impl::ScriptsList},
+    {"GET", "/api/v1/scripts/{id}", "scripts.get", "viewer", Body::kNone, Needs::kScripts,
+     &Impl::ScriptGet},
+    {"DELETE", "/api/v1/scripts/{id}", "scripts.delete", "admin", Body::kNone, Needs::kScripts,
+     &Impl::ScriptDelete},
+    {"GET", "/api/v1/scripts/{id}/versions", "scripts.versions.list", "viewer", Body::kNone,
+     Needs::kScripts, &Impl::ScriptVersionsList},
+    {"POST", "/api/v1/scripts/{id}/versions", "scripts.push", "admin", Body::kRequired,
+     Needs::kScripts, &Impl::ScriptPush},
+    {"GET", "/api/v1/scripts/{id}/content", "scripts.content", "viewer", Body::kNone,
+     Needs::kScripts, &Impl::ScriptContent},
     {"GET", "/api/v1/notify/channels", "notify.channels.list", "viewer", Body::kNone,
      Needs::kNotify, &Impl::NotifyChannelsList},
     {"POST", "/api/v1/notify/channels", "notify.channels.create", "admin", Body::kRequired,
@@ -1069,6 +1101,10 @@ void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
     SendError(res, 503, "secrets_unavailable", "this server does not hold secrets");
     return;
   }
+  if (route.needs == Needs::kScripts && options.scripts == nullptr) {
+    SendError(res, 503, "scripts_unavailable", "this server does not keep scripts");
+    return;
+  }
   if (route.needs == Needs::kNotify && options.notify == nullptr) {
     SendError(res, 503, "notifications_unavailable", "this server does not send notifications");
     return;
@@ -1077,7 +1113,15 @@ void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
             // Only /api/v1 routes act for a caller, and a principal was confirmed above.
             IsApiPath(req.path) && identity.decided ? CallerOf(req, identity) : Caller{},
             json::object()};
-  if (route.body != Body::kNone) {
+  if (route.body == Body::kBytes) {
+    QL_HTTP_TRY(res, call.query.Check({}));
+    if (req.Header("Content-Type") != "application/octet-stream") {
+      SendError(res, 415, "unsupported_media_type",
+                "this route takes raw bytes (Content-Type: application/octet-stream), got " +
+                    QuoteForMessage(req.Header("Content-Type")));
+      return;
+    }
+  } else if (route.body != Body::kNone) {
     QL_HTTP_TRY(res, call.query.Check({}));
     QL_HTTP_ASSIGN(res, call.body, api::ParseBody(req.body, route.body == Body::kRequired));
   }
@@ -1871,6 +1915,206 @@ void ApiServer::Impl::SecretDelete(Call& c) {
   QL_HTTP_TRY(c.res, c.query.Check({}));
   QL_HTTP_ASSIGN(c.res, SecretRecord deleted, options.secrets->Remove(c.caller, c.id));
   SendJson(c.res, 200, api::SecretJson(deleted));
+}
+
+namespace {
+
+json BlobJson(const BlobDescriptor& blob) {
+  return json{{"digest", blob.digest},
+              {"size", blob.size},
+              {"chunks", static_cast<int64_t>(blob.chunks.size())}};
+}
+
+json ScriptHeadJson(const ScriptRecord& s) {
+  return json{{"name", s.name},
+              {"project_id", s.project_id},
+              {"latest_version", s.latest_version},
+              {"status", s.status},
+              {"created_at", api::TimeJson(s.created_at_ms)},
+              {"updated_at", api::TimeJson(s.updated_at_ms)},
+              {"deleted_at", api::TimeJson(s.deleted_at_ms)}};
+}
+
+json ScriptVersionJson(const ScriptVersionRecord& v, bool with_files) {
+  json out{{"name", v.name},
+           {"version", v.version},
+           {"kind", v.kind},
+           {"digest", v.digest},
+           {"size", v.size},
+           {"entry", v.entry},
+           {"created_by", v.created_by.empty() ? json(nullptr) : json(v.created_by)},
+           {"created_at", api::TimeJson(v.created_at_ms)}};
+  if (with_files) {
+    json files = json::array();
+    for (const ScriptFile& f : v.files) {
+      files.push_back(json{
+          {"path", f.path}, {"digest", f.digest}, {"size", f.size}, {"executable", f.executable}});
+    }
+    out["files"] = std::move(files);
+  }
+  return out;
+}
+
+// Reads {"path","digest","size","executable"} objects of a push.
+Result<std::vector<ScriptFile>> FilesOf(const json& body) {
+  if (!body.contains("files") || !body["files"].is_array()) {
+    return InvalidArgument("invalid_body", "files must be an array of {path, digest, size}");
+  }
+  std::vector<ScriptFile> files;
+  for (const json& f : body["files"]) {
+    if (!f.is_object()) return InvalidArgument("invalid_body", "each file must be an object");
+    QL_RETURN_IF_ERROR(api::CheckFields(f, {"path", "digest", "size", "executable"}));
+    ScriptFile file;
+    QL_ASSIGN_OR_RETURN(file.path, api::RequiredString(f, "path"));
+    QL_ASSIGN_OR_RETURN(file.digest, api::RequiredString(f, "digest"));
+    QL_ASSIGN_OR_RETURN(std::optional<int64_t> size, api::OptionalInteger(f, "size"));
+    if (!size) return InvalidArgument("missing_field", "each file needs its size");
+    file.size = *size;
+    QL_ASSIGN_OR_RETURN(std::optional<bool> executable, api::OptionalBool(f, "executable"));
+    file.executable = executable.value_or(false);
+    files.push_back(std::move(file));
+  }
+  return files;
+}
+
+// The version a script route names with ?version=N (unset: the latest).
+Result<std::optional<int64_t>> VersionParam(const Query& query) {
+  std::optional<std::string> text = query.Get("version");
+  if (!text) return std::optional<int64_t>();
+  int64_t version = 0;
+  auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), version);
+  if (ec != std::errc() || ptr != text->data() + text->size() || version < 1) {
+    return InvalidArgument("script_ref_invalid",
+                           "version must be a whole number >= 1, got " + QuoteForMessage(*text));
+  }
+  return std::optional<int64_t>(version);
+}
+
+}  // namespace
+
+void ApiServer::Impl::StreamBlob(const Caller& caller, const BlobDescriptor& blob,
+                                 std::string content_type, http::Response& res) {
+  res.status = 200;
+  res.SetHeader("Content-Type", std::move(content_type));
+  res.SetHeader("X-QL-Digest", blob.digest);
+  res.SetHeader("X-QL-Size", std::to_string(blob.size));
+  // Each chunk is read in a transaction of its own and checked against its digest before a
+  // byte of it is sent; the whole digest is checked before the last chunk goes out. A chunk that
+  // fails ends the answer early, so what arrived is shorter than X-QL-Size and does not have
+  // the digest X-QL-Digest names: clients check both (`ql script cat` does).
+  struct State {
+    size_t next = 0;
+    Sha256Hasher whole;
+  };
+  auto state = std::make_shared<State>();
+  res.stream = [this, caller, blob, state](const std::atomic<bool>& gone) -> http::StreamStep {
+    if (gone.load() || state->next >= blob.chunks.size()) return http::StreamStep{"", false};
+    Result<std::string> chunk = options.scripts->ReadChunk(caller, blob, state->next);
+    if (!chunk.ok()) return http::StreamStep{"", false};
+    state->whole.Update(*chunk);
+    ++state->next;
+    const bool last = state->next == blob.chunks.size();
+    if (last && state->whole.FinishHex() != blob.digest) return http::StreamStep{"", false};
+    return http::StreamStep{std::move(*chunk), !last};
+  };
+  if (blob.chunks.empty()) res.stream = nullptr;
+}
+
+void ApiServer::Impl::BlobUpload(Call& c) {
+  QL_HTTP_ASSIGN(c.res, BlobDescriptor blob, options.scripts->Upload(c.caller, c.req.body));
+  SendJson(c.res, 201, BlobJson(blob));
+}
+
+void ApiServer::Impl::BlobCompose(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"pieces"}));
+  if (!c.body.contains("pieces") || !c.body["pieces"].is_array()) {
+    SendError(c.res, 400, "invalid_body", "pieces must be an array of blob digests");
+    return;
+  }
+  std::vector<std::string> pieces;
+  for (const json& piece : c.body["pieces"]) {
+    if (!piece.is_string()) {
+      SendError(c.res, 400, "invalid_body", "pieces must be an array of blob digests");
+      return;
+    }
+    pieces.push_back(piece.get<std::string>());
+  }
+  QL_HTTP_ASSIGN(c.res, BlobDescriptor blob, options.scripts->Compose(c.caller, pieces));
+  SendJson(c.res, 201, BlobJson(blob));
+}
+
+void ApiServer::Impl::BlobGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, BlobDescriptor blob, options.scripts->Stat(c.caller, c.id));
+  StreamBlob(c.caller, blob, "application/octet-stream", c.res);
+}
+
+void ApiServer::Impl::ScriptsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<ScriptRecord> listed, options.scripts->List(c.caller));
+  json items = json::array();
+  for (const ScriptRecord& script : listed) items.push_back(ScriptHeadJson(script));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::ScriptGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"version"}));
+  QL_HTTP_ASSIGN(c.res, std::optional<int64_t> version, VersionParam(c.query));
+  QL_HTTP_ASSIGN(c.res, auto found, options.scripts->Get(c.caller, c.id, version));
+  json out = ScriptHeadJson(found.first);
+  out["version"] = ScriptVersionJson(found.second, /*with_files=*/true);
+  SendJson(c.res, 200, out);
+}
+
+void ApiServer::Impl::ScriptVersionsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<ScriptVersionRecord> versions,
+                 options.scripts->History(c.caller, c.id));
+  json items = json::array();
+  for (const ScriptVersionRecord& v : versions) items.push_back(ScriptVersionJson(v, false));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::ScriptPush(Call& c) {
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"kind", "files", "entry", "expected_latest"}));
+  ::ql::ScriptPush push;
+  QL_HTTP_ASSIGN(c.res, push.kind, api::RequiredString(c.body, "kind"));
+  QL_HTTP_ASSIGN(c.res, push.files, FilesOf(c.body));
+  QL_HTTP_ASSIGN(c.res, std::optional<std::string> entry, api::OptionalString(c.body, "entry"));
+  push.entry = entry.value_or("");
+  QL_HTTP_ASSIGN(c.res, push.expected_latest, api::OptionalInteger(c.body, "expected_latest"));
+  QL_HTTP_ASSIGN(c.res, PushScriptResult pushed, options.scripts->Push(c.caller, c.id, push));
+  json out = ScriptVersionJson(pushed.version, /*with_files=*/true);
+  out["unchanged"] = pushed.unchanged;
+  SendJson(c.res, pushed.unchanged ? 200 : 201, out);
+}
+
+void ApiServer::Impl::ScriptContent(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({"version", "path"}));
+  QL_HTTP_ASSIGN(c.res, std::optional<int64_t> version, VersionParam(c.query));
+  QL_HTTP_ASSIGN(c.res, auto found, options.scripts->Get(c.caller, c.id, version));
+  const ScriptVersionRecord& v = found.second;
+  const std::string path = c.query.Get("path").value_or(v.entry);
+  const ScriptFile* file = nullptr;
+  for (const ScriptFile& f : v.files) {
+    if (f.path == path) file = &f;
+  }
+  if (file == nullptr) {
+    SendError(c.res, 404, "script_file_not_found",
+              "script " + v.name + " version " + std::to_string(v.version) + " has no file " +
+                  QuoteForMessage(path));
+    return;
+  }
+  QL_HTTP_ASSIGN(c.res, BlobDescriptor blob, options.scripts->Stat(c.caller, file->digest));
+  c.res.SetHeader("X-QL-Script-Version", std::to_string(v.version));
+  c.res.SetHeader("X-QL-Script-Path", file->path);
+  StreamBlob(c.caller, blob, "application/octet-stream", c.res);
+}
+
+void ApiServer::Impl::ScriptDelete(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, ScriptRecord deleted, options.scripts->Remove(c.caller, c.id));
+  SendJson(c.res, 200, ScriptHeadJson(deleted));
 }
 
 namespace {

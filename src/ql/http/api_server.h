@@ -24,6 +24,7 @@
 #include "ql/engine/metrics.h"
 #include "ql/engine/notification_service.h"
 #include "ql/engine/oidc_sign_in.h"
+#include "ql/engine/script_service.h"
 #include "ql/engine/secret_service.h"
 #include "ql/engine/sign_in_service.h"
 #include "ql/http/listener_tls.h"
@@ -72,6 +73,9 @@ struct ApiServerOptions {
   // Serves /api/v1/secrets; without it those routes answer 503 secrets_unavailable. Must
   // outlive the server.
   SecretService* secrets = nullptr;
+  // Serves /api/v1/scripts and /api/v1/blobs; without it those routes answer 503
+  // scripts_unavailable. Must outlive the server.
+  ScriptService* scripts = nullptr;
   // Serves /api/v1/notify; without it those routes answer 503 notifications_unavailable.
   NotificationService* notify = nullptr;
   // Serves sign-in, sign-out, sessions and passwords; without it those routes answer 503
