@@ -4,8 +4,8 @@
 -- same list (pg_audit.cc). ql3_runtime deletes only the rows of run history (with the
 -- delivered and dead notifications of those runs), for the retention purge (the one deletion
 -- path of history; triggers let it delete finished runs only); ql3_admin deletes only sign-in
--- state and notification rules. No role but the owner ever gets TRUNCATE, REFERENCES, TRIGGER
--- or CREATE.
+-- state, notification rules and artifacts (the purge of old script versions and of what nothing
+-- references). No role but the owner ever gets TRUNCATE, REFERENCES, TRIGGER or CREATE.
 
 REVOKE ALL ON SCHEMA ql3 FROM PUBLIC, ql3_runtime, ql3_admin, ql3_worker_ingress;
 REVOKE ALL ON ALL TABLES IN SCHEMA ql3 FROM PUBLIC, ql3_runtime, ql3_admin, ql3_worker_ingress;
@@ -50,6 +50,19 @@ BEGIN
     GRANT SELECT, INSERT, UPDATE ON ql3.notification_rule_states,
       ql3.notification_channel_states TO ql3_runtime;
     GRANT SELECT, INSERT, UPDATE, DELETE ON ql3.notification_outbox TO ql3_runtime;
+  END IF;
+END
+$$;
+
+-- Artifacts (pg-0027): chunks, blobs and scripts are read to serve a blob or a script version
+-- (a worker's lease names one); uploads, pushes, deletions and the purge are written by the
+-- admin role only. A schema migrated only part of the way (an upgrade test) has none yet.
+DO $$
+BEGIN
+  IF to_regclass('ql3.scripts') IS NOT NULL THEN
+    GRANT SELECT ON ql3.artifact_chunks, ql3.artifact_blobs, ql3.artifact_blob_chunks,
+      ql3.artifact_uploads, ql3.scripts, ql3.script_versions, ql3.script_version_files
+      TO ql3_runtime;
   END IF;
 END
 $$;
@@ -102,6 +115,20 @@ BEGIN
     GRANT SELECT, INSERT, UPDATE ON ql3.notification_channels TO ql3_admin;
     GRANT SELECT, INSERT, DELETE ON ql3.notification_rules TO ql3_admin;
     GRANT SELECT, UPDATE ON ql3.notification_outbox TO ql3_admin;
+  END IF;
+END
+$$;
+
+-- ql3_admin: artifacts (pg-0027, as above): chunks and blobs stored as they are uploaded,
+-- uploads recorded, script versions appended, and the purge of old versions and of what
+-- nothing references; a script's row is never deleted (a deleted script is a tombstone).
+DO $$
+BEGIN
+  IF to_regclass('ql3.scripts') IS NOT NULL THEN
+    GRANT SELECT, INSERT, UPDATE, DELETE ON ql3.artifact_chunks, ql3.artifact_blobs,
+      ql3.artifact_blob_chunks, ql3.artifact_uploads, ql3.script_versions,
+      ql3.script_version_files TO ql3_admin;
+    GRANT SELECT, INSERT, UPDATE ON ql3.scripts TO ql3_admin;
   END IF;
 END
 $$;

@@ -59,6 +59,13 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"notification_rule_states", {"SELECT", "INSERT", "UPDATE"}},
       {"notification_channel_states", {"SELECT", "INSERT", "UPDATE"}},
       {"notification_outbox", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"artifact_chunks", {"SELECT"}},
+      {"artifact_blobs", {"SELECT"}},
+      {"artifact_blob_chunks", {"SELECT"}},
+      {"artifact_uploads", {"SELECT"}},
+      {"scripts", {"SELECT"}},
+      {"script_versions", {"SELECT"}},
+      {"script_version_files", {"SELECT"}},
   };
   return *kPrivileges;
 }
@@ -104,6 +111,13 @@ const std::map<std::string, std::set<std::string>>& AdminPrivileges() {
       {"notification_channels", {"SELECT", "INSERT", "UPDATE"}},
       {"notification_rules", {"SELECT", "INSERT", "DELETE"}},
       {"notification_outbox", {"SELECT", "UPDATE"}},
+      {"artifact_chunks", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"artifact_blobs", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"artifact_blob_chunks", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"artifact_uploads", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"scripts", {"SELECT", "INSERT", "UPDATE"}},
+      {"script_versions", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"script_version_files", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
   };
   return *kPrivileges;
 }

@@ -152,6 +152,13 @@ constexpr ConstraintRule kUniqueRules[] = {
     {"notification_rule_states_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"notification_channel_states_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"notification_outbox_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"artifact_chunks_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"artifact_blobs_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"artifact_blob_chunks_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"artifact_uploads_pkey", StatusCode::kDuplicate, "duplicate_id"},
+    {"scripts_pkey", StatusCode::kConflict, "script_version_conflict"},
+    {"script_versions_pkey", StatusCode::kConflict, "script_version_conflict"},
+    {"script_version_files_pkey", StatusCode::kDuplicate, "duplicate_id"},
 };
 
 // Every foreign key of the schema: a write that names a row that does not exist.
@@ -214,6 +221,16 @@ constexpr ConstraintRule kForeignKeyRules[] = {
     {"notification_channels_project_fkey", StatusCode::kNotFound, "project_not_found"},
     {"notification_rules_project_fkey", StatusCode::kNotFound, "project_not_found"},
     {"notification_rules_channel_fkey", StatusCode::kNotFound, "channel_not_found"},
+    {"artifact_blob_chunks_blob_fkey", StatusCode::kNotFound, "artifact_not_found"},
+    // A chunk purged while its blob was being committed: the upload is to be tried again.
+    {"artifact_blob_chunks_chunk_fkey", StatusCode::kUnavailable, "artifact_chunk_missing"},
+    {"artifact_uploads_project_fkey", StatusCode::kNotFound, "project_not_found"},
+    {"artifact_uploads_blob_fkey", StatusCode::kNotFound, "artifact_not_found"},
+    {"scripts_project_fkey", StatusCode::kNotFound, "project_not_found"},
+    {"script_versions_script_fkey", StatusCode::kNotFound, "script_not_found"},
+    {"script_versions_blob_fkey", StatusCode::kNotFound, "artifact_not_found"},
+    {"script_version_files_version_fkey", StatusCode::kNotFound, "script_version_not_found"},
+    {"script_version_files_blob_fkey", StatusCode::kNotFound, "artifact_not_found"},
 };
 
 // Every CHECK constraint of the schema: a value the schema refuses.
@@ -377,6 +394,23 @@ constexpr ConstraintRule kCheckRules[] = {
     {"notification_outbox_attempts_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"notification_outbox_lease_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"notification_outbox_delivered_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"artifact_chunks_digest_check", StatusCode::kInvalidArgument, "artifact_digest_invalid"},
+    {"artifact_chunks_size_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"artifact_chunks_bytes_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"artifact_blobs_digest_check", StatusCode::kInvalidArgument, "artifact_digest_invalid"},
+    {"artifact_blobs_size_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"artifact_blobs_chunk_count_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"artifact_blob_chunks_seq_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"scripts_name_check", StatusCode::kInvalidArgument, "script_name_invalid"},
+    {"scripts_latest_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"scripts_status_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"scripts_deleted_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"script_versions_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"script_versions_kind_check", StatusCode::kInvalidArgument, "script_kind_invalid"},
+    {"script_versions_size_check", StatusCode::kInvalidArgument, "constraint_violated"},
+    {"script_versions_entry_check", StatusCode::kInvalidArgument, "script_entry_invalid"},
+    {"script_version_files_path_check", StatusCode::kInvalidArgument, "artifact_path_invalid"},
+    {"script_version_files_size_check", StatusCode::kInvalidArgument, "constraint_violated"},
 };
 
 // The rule of `constraint` in `rules`, or nullptr.
@@ -523,6 +557,7 @@ void SetNoticeSink(NoticeSink sink) {
 Param P(int64_t value) { return Param{std::to_string(value)}; }
 Param P(bool value) { return Param{std::string(value ? "t" : "f")}; }
 Param P(std::string_view value) { return Param{std::string(value)}; }
+Param PBytes(std::string_view bytes) { return Param{std::string(bytes), /*binary=*/true}; }
 
 Param PArray(const std::vector<std::optional<std::string>>& elements) {
   std::string out = "{";
@@ -574,8 +609,8 @@ void Rows::Fail(std::string reason, std::string message) const {
   if (status_.ok()) status_ = Corrupt(std::move(reason), operation_ + ": " + message);
 }
 
-bool Rows::CheckCell(int row, int column, std::initializer_list<unsigned> oids,
-                     bool nullable) const {
+bool Rows::CheckCell(int row, int column, std::initializer_list<unsigned> oids, bool nullable,
+                     bool binary_ok) const {
   if (result_ == nullptr || row < 0 || row >= PQntuples(result_) || column < 0 ||
       column >= PQnfields(result_)) {
     Fail("decode_drift",
@@ -586,6 +621,11 @@ bool Rows::CheckCell(int row, int column, std::initializer_list<unsigned> oids,
   if (std::find(oids.begin(), oids.end(), oid) == oids.end()) {
     Fail("decode_drift", "column " + std::string(PQfname(result_, column)) +
                              " has an unexpected type (oid " + std::to_string(oid) + ")");
+    return false;
+  }
+  if (PQfformat(result_, column) != 0 && !binary_ok) {
+    Fail("decode_drift", "column " + std::string(PQfname(result_, column)) +
+                             " came back in binary format, which only a bytea getter reads");
     return false;
   }
   if (PQgetisnull(result_, row, column)) {
@@ -652,7 +692,11 @@ std::optional<std::string> Rows::OptText(int row, int column) const {
 }
 
 std::string Rows::Bytes(int row, int column) const {
-  if (!CheckCell(row, column, {kByteaOid}, false)) return "";
+  if (!CheckCell(row, column, {kByteaOid}, false, /*binary_ok=*/true)) return "";
+  if (PQfformat(result_, column) != 0) {
+    return std::string(PQgetvalue(result_, row, column),
+                       static_cast<size_t>(PQgetlength(result_, row, column)));
+  }
   size_t length = 0;
   unsigned char* raw = PQunescapeBytea(
       reinterpret_cast<const unsigned char*>(PQgetvalue(result_, row, column)), &length);
@@ -718,16 +762,20 @@ Status Connection::ErrorStatus(pg_result* result, std::string_view operation, Pg
 
 namespace {
 
-// The identity of a statement with its parameters: the text, then each parameter as a NULL mark
-// or its length and bytes.
-std::string PrefetchKey(std::string_view sql, const std::vector<Param>& params) {
+// The identity of a statement with its parameters and result format: the text, then each
+// parameter as a NULL mark or its format, length and bytes, then the result format.
+std::string PrefetchKey(std::string_view sql, const std::vector<Param>& params,
+                        ResultFormat results) {
   std::string key(sql);
+  key.push_back('\0');
+  key.push_back(results == ResultFormat::kBinary ? 'B' : 'T');
   for (const Param& p : params) {
     key.push_back('\0');
     if (!p.text) {
       key.push_back('N');
       continue;
     }
+    if (p.binary) key.push_back('B');
     key += std::to_string(p.text->size());
     key.push_back(':');
     key += *p.text;
@@ -735,12 +783,34 @@ std::string PrefetchKey(std::string_view sql, const std::vector<Param>& params) 
   return key;
 }
 
-std::vector<const char*> ParamValues(const std::vector<Param>& params) {
+// What libpq takes for `params`: their values, lengths (read for binary ones only) and formats
+// (none when every parameter is text).
+struct ParamArrays {
   std::vector<const char*> values;
-  values.reserve(params.size());
-  for (const Param& p : params) values.push_back(p.text ? p.text->c_str() : nullptr);
-  return values;
+  std::vector<int> lengths;
+  std::vector<int> formats;
+  bool any_binary = false;
+
+  int count() const { return static_cast<int>(values.size()); }
+  const int* length_data() const { return any_binary ? lengths.data() : nullptr; }
+  const int* format_data() const { return any_binary ? formats.data() : nullptr; }
+};
+
+ParamArrays ParamValues(const std::vector<Param>& params) {
+  ParamArrays out;
+  out.values.reserve(params.size());
+  out.lengths.reserve(params.size());
+  out.formats.reserve(params.size());
+  for (const Param& p : params) {
+    out.values.push_back(p.text ? p.text->data() : nullptr);
+    out.lengths.push_back(p.text ? static_cast<int>(p.text->size()) : 0);
+    out.formats.push_back(p.binary ? 1 : 0);
+    out.any_binary |= p.binary;
+  }
+  return out;
 }
+
+int ResultFormatCode(ResultFormat results) { return results == ResultFormat::kBinary ? 1 : 0; }
 
 }  // namespace
 
@@ -788,7 +858,7 @@ void Connection::Prefetch(const std::vector<Statement>& statements, std::string_
     Result<std::string> name = PreparedName(s.sql, s.params.size(), operation,
                                             PgPhase::kStatement);
     if (!name.ok()) {
-      prefetched_.push_back({PrefetchKey(s.sql, s.params), name.status()});
+      prefetched_.push_back({PrefetchKey(s.sql, s.params, s.results), name.status()});
       return;
     }
     names.push_back(std::move(name).value());
@@ -796,7 +866,8 @@ void Connection::Prefetch(const std::vector<Statement>& statements, std::string_
   if (PQenterPipelineMode(conn_) != 1) {
     // The Exec calls then run them one by one, after the pending BEGIN.
     if (Status begun = FlushPendingBegin(operation); !begun.ok() && !statements.empty()) {
-      prefetched_.push_back({PrefetchKey(statements[0].sql, statements[0].params), begun});
+      prefetched_.push_back(
+          {PrefetchKey(statements[0].sql, statements[0].params, statements[0].results), begun});
     }
     return;
   }
@@ -812,9 +883,9 @@ void Connection::Prefetch(const std::vector<Statement>& statements, std::string_
   }
   size_t sent = 0;
   for (; begun == begin.size() && sent < statements.size(); ++sent) {
-    std::vector<const char*> values = ParamValues(statements[sent].params);
-    if (PQsendQueryPrepared(conn_, names[sent].c_str(), static_cast<int>(values.size()),
-                            values.data(), nullptr, nullptr, 0) != 1) {
+    const ParamArrays p = ParamValues(statements[sent].params);
+    if (PQsendQueryPrepared(conn_, names[sent].c_str(), p.count(), p.values.data(), p.length_data(),
+                            p.format_data(), ResultFormatCode(statements[sent].results)) != 1) {
       break;
     }
   }
@@ -856,11 +927,14 @@ void Connection::Prefetch(const std::vector<Statement>& statements, std::string_
     }
     if (begin_failed) rows = *begin_failed;
     prefetched_.push_back(
-        {PrefetchKey(statements[i].sql, statements[i].params), std::move(rows)});
+        {PrefetchKey(statements[i].sql, statements[i].params, statements[i].results),
+         std::move(rows)});
     if (PQstatus(conn_) != CONNECTION_OK) break;
   }
   if (begin_failed && sent == 0 && !statements.empty()) {
-    prefetched_.push_back({PrefetchKey(statements[0].sql, statements[0].params), *begin_failed});
+    prefetched_.push_back(
+        {PrefetchKey(statements[0].sql, statements[0].params, statements[0].results),
+         *begin_failed});
   }
   if (synced && PQstatus(conn_) == CONNECTION_OK) {
     // The sync point's own result.
@@ -873,12 +947,12 @@ void Connection::Prefetch(const std::vector<Statement>& statements, std::string_
 }
 
 Result<Rows> Connection::Exec(std::string_view sql, const std::vector<Param>& params,
-                              std::string_view operation, PgPhase phase) {
+                              std::string_view operation, PgPhase phase, ResultFormat results) {
   last_used = std::chrono::steady_clock::now();
   // A pending BEGIN travels with this statement.
-  if (!pending_begin_.empty()) Prefetch({{std::string(sql), params}}, operation);
+  if (!pending_begin_.empty()) Prefetch({{std::string(sql), params, results}}, operation);
   if (!prefetched_.empty()) {
-    if (prefetched_.front().key == PrefetchKey(sql, params)) {
+    if (prefetched_.front().key == PrefetchKey(sql, params, results)) {
       Result<Rows> rows = std::move(prefetched_.front().rows);
       prefetched_.pop_front();
       return rows;
@@ -895,9 +969,9 @@ Result<Rows> Connection::Exec(std::string_view sql, const std::vector<Param>& pa
   }
   QL_ASSIGN_OR_RETURN(std::string name,
                       PreparedName(std::string(sql), params.size(), operation, phase));
-  std::vector<const char*> values = ParamValues(params);
-  pg_result* result = PQexecPrepared(conn_, name.c_str(), static_cast<int>(values.size()),
-                                     values.data(), nullptr, nullptr, 0);
+  const ParamArrays p = ParamValues(params);
+  pg_result* result = PQexecPrepared(conn_, name.c_str(), p.count(), p.values.data(),
+                                     p.length_data(), p.format_data(), ResultFormatCode(results));
   ExecStatusType st = result == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(result);
   if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
     Status status = ErrorStatus(result, operation, phase);
@@ -955,8 +1029,9 @@ int Connection::BackendPid() const { return PQbackendPID(conn_); }
 // ---------------------------------------------------------------------------------------------
 // Transactions
 
-Result<Rows> Tx::Exec(std::string_view sql, const std::vector<Param>& params) {
-  return conn_.Exec(sql, params, operation_);
+Result<Rows> Tx::Exec(std::string_view sql, const std::vector<Param>& params,
+                      ResultFormat results) {
+  return conn_.Exec(sql, params, operation_, PgPhase::kStatement, results);
 }
 
 Pool::Pool(PoolOptions options) : options_(std::move(options)) {}

@@ -93,9 +93,11 @@ void SetNoticeSink(NoticeSink sink);
 // ---------------------------------------------------------------------------------------------
 // Parameters and rows
 
-// One query parameter in text form; empty = NULL. Never logged.
+// One query parameter in text form; empty = NULL. Never logged. A binary parameter (PBytes)
+// carries raw bytes sent in binary format instead.
 struct Param {
   std::optional<std::string> text;
+  bool binary = false;
 };
 Param P(int64_t value);
 inline Param P(int value) { return P(static_cast<int64_t>(value)); }
@@ -109,12 +111,21 @@ Param P(const std::optional<T>& value) {
   return value.has_value() ? P(*value) : Param{};
 }
 
+// A bytea parameter sent as its raw bytes in binary format: no escaping, no hex text twice its
+// size. Cast it in SQL ($1::bytea).
+Param PBytes(std::string_view bytes);
+
 // A one-dimensional array parameter in PostgreSQL's text form ({"a","b",NULL}); cast it in SQL
 // ($1::text[], $2::bigint[], ...). Every element is quoted and escaped.
 Param PArray(const std::vector<std::optional<std::string>>& elements);
 
 // Largest magnitude an integer column may hold; larger values fail closed as Corrupt.
 inline constexpr int64_t kMaxSafeInteger = 9'007'199'254'740'991;  // 2^53 - 1
+
+// How a statement's result columns come back: as text, or in binary format (for bytea results:
+// their raw bytes, not hex text twice their size). Only Bytes reads a binary column; the other
+// getters fail closed on one.
+enum class ResultFormat { kText, kBinary };
 
 // The rows of one statement. Typed getters check the column type, nullability and range; on
 // the first mismatch they record Corrupt (`decode_drift` / `integer_out_of_range`) and return a
@@ -139,7 +150,7 @@ class Rows {
   bool Bool(int row, int column) const;
   std::string Text(int row, int column) const;  // text, varchar, name, uuid
   std::optional<std::string> OptText(int row, int column) const;
-  std::string Bytes(int row, int column) const;  // bytea, decoded
+  std::string Bytes(int row, int column) const;  // bytea, decoded (text or binary format)
 
   // Ok, or the first decoding fault recorded by a getter.
   const Status& status() const { return status_; }
@@ -148,7 +159,8 @@ class Rows {
 
  private:
   void Fail(std::string reason, std::string message) const;
-  bool CheckCell(int row, int column, std::initializer_list<unsigned> oids, bool nullable) const;
+  bool CheckCell(int row, int column, std::initializer_list<unsigned> oids, bool nullable,
+                 bool binary_ok = false) const;
 
   pg_result* result_;
   std::string operation_;
@@ -171,6 +183,7 @@ struct SessionOptions {
 struct Statement {
   std::string sql;
   std::vector<Param> params;
+  ResultFormat results = ResultFormat::kText;
 };
 
 // One libpq connection: UTC session, search_path ql3, the application name; statements run
@@ -187,7 +200,8 @@ class Connection {
 
   // Runs one parameterised statement (prepared once per connection).
   Result<Rows> Exec(std::string_view sql, const std::vector<Param>& params,
-                    std::string_view operation, PgPhase phase = PgPhase::kStatement);
+                    std::string_view operation, PgPhase phase = PgPhase::kStatement,
+                    ResultFormat results = ResultFormat::kText);
   // Runs `statements` now, in order, in one round trip (libpq's pipeline mode), and keeps their
   // results for the Exec calls that ask for the same statements with the same parameters next,
   // in the same order: a sequence of statements whose texts and parameters are known up front
@@ -265,7 +279,8 @@ struct TxOptions {
 class Tx {
  public:
   explicit Tx(Connection& conn, std::string_view operation) : conn_(conn), operation_(operation) {}
-  Result<Rows> Exec(std::string_view sql, const std::vector<Param>& params = {});
+  Result<Rows> Exec(std::string_view sql, const std::vector<Param>& params = {},
+                    ResultFormat results = ResultFormat::kText);
   // Connection::Prefetch on the transaction's connection.
   void Prefetch(const std::vector<Statement>& statements) {
     conn_.Prefetch(statements, operation_);

@@ -282,6 +282,51 @@ TEST_F(PgClientTest, DecodingFailsClosed) {
   EXPECT_EQ(decode("SELECT 1 WHERE false", [](Rows& r) { r.status(); }).code(), StatusCode::kOk);
 }
 
+// Bytes travel as binary bytea both ways: every byte value (NUL included) arrives unchanged,
+// the server sees exactly the bytes sent (not an escape of them), and a binary result is read
+// by Bytes only; a text result of the same value still decodes. The first statement of a
+// transaction (sent with its BEGIN in one pipeline) keeps its formats.
+TEST_F(PgClientTest, BytesTravelAsBinaryBytea) {
+  auto pool = MakePool(1);
+  std::string bytes;
+  for (int round = 0; round < 3; ++round) {
+    for (int b = 0; b < 256; ++b) bytes.push_back(static_cast<char>(b));
+  }
+  int64_t length = 0;
+  std::string binary, text, hex;
+  Status drift;
+  Status st = pool->Transact({}, "bytes", [&](Tx& tx) -> Status {
+    QL_ASSIGN_OR_RETURN(Rows first,
+                        tx.Exec("SELECT $1::bytea", {PBytes(bytes)}, ResultFormat::kBinary));
+    binary = first.Bytes(0, 0);
+    QL_RETURN_IF_ERROR(first.status());
+    QL_ASSIGN_OR_RETURN(
+        Rows sent, tx.Exec("SELECT length($1::bytea), encode($1::bytea, 'hex')", {PBytes(bytes)}));
+    length = sent.Int(0, 0);
+    hex = sent.Text(0, 1);
+    QL_RETURN_IF_ERROR(sent.status());
+    QL_ASSIGN_OR_RETURN(Rows as_text, tx.Exec("SELECT $1::bytea", {PBytes(bytes)}));
+    text = as_text.Bytes(0, 0);
+    QL_RETURN_IF_ERROR(as_text.status());
+    QL_ASSIGN_OR_RETURN(Rows other, tx.Exec("SELECT 1::bigint", {}, ResultFormat::kBinary));
+    (void)other.Int(0, 0);
+    drift = other.status();
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(binary, bytes);
+  EXPECT_EQ(text, bytes);
+  EXPECT_EQ(length, static_cast<int64_t>(bytes.size()));
+  std::string want_hex;
+  for (unsigned char c : bytes) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    want_hex.push_back(kHex[c >> 4]);
+    want_hex.push_back(kHex[c & 15]);
+  }
+  EXPECT_EQ(hex, want_hex);
+  EXPECT_EQ(drift.reason(), "decode_drift") << drift.ToString();
+}
+
 TEST_F(PgClientTest, ExhaustedPoolTimesOutAcquiring) {
   auto pool = MakePool(1);
   std::latch holding(1);

@@ -444,6 +444,12 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("retry_policies":3,"run_logs":1,"runs":5,"schedule_claims":2,"schedules":1,)"
        R"("secrets":1,"worker_credentials":1,"worker_sessions":2})",
        "pg-0026-dump-stable-checks"},
+      {kControlCore, 25,
+       R"({"approvals":2,"artifacts":1,"attempts":1,"definitions":5,"dispatch_leases":2,)"
+       R"("events":2,"governance":3,"migration_markers":1,"notifications":1,"projects":1,)"
+       R"("retention":1,"retry_policies":3,"run_logs":1,"runs":5,"schedule_claims":2,)"
+       R"("schedules":1,"secrets":1,"worker_credentials":1,"worker_sessions":2})",
+       "pg-0027-artifacts"},
   };
   return kSteps;
 }

@@ -91,6 +91,7 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
        "c17a91fe637fe3493fae0e4a140404b5bc448c8883a8cf202178a66dd5391fa1"},
       {"pg-0026-dump-stable-checks",
        "19acc0d78adaa8596fe5895fe3dffe9a65f099ecde75a287bee9115dff402d3b"},
+      {"pg-0027-artifacts", "8ab36bfd50ae796dce4eaf08e35abf67e922d5d32ac05009046bb2ec9e227111"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

@@ -10,6 +10,7 @@
 #include "ql/core/ids.h"
 #include "ql/core/store_commands.h"
 #include "ql/storage/postgres/pg_approvals.h"
+#include "ql/storage/postgres/pg_artifacts.h"
 #include "ql/storage/postgres/pg_governance.h"
 #include "ql/storage/postgres/pg_notifications.h"
 #include "ql/storage/postgres/pg_retention.h"
@@ -48,7 +49,9 @@ PostgresStore::PostgresStore(std::unique_ptr<pg::Pool> runtime, std::unique_ptr<
       secret_runner_(std::make_unique<pg::PgSecretRunner>(*runtime_, admin_.get())),
       secrets_(std::make_unique<SecretStore>(*secret_runner_, SecureRandom())),
       notification_runner_(std::make_unique<pg::PgNotificationRunner>(*runtime_, admin_.get())),
-      notifications_(std::make_unique<NotificationStore>(*notification_runner_, SecureRandom())) {}
+      notifications_(std::make_unique<NotificationStore>(*notification_runner_, SecureRandom())),
+      artifact_runner_(std::make_unique<pg::PgArtifactRunner>(*runtime_, admin_.get())),
+      artifacts_(std::make_unique<ArtifactStore>(*artifact_runner_, SecureRandom())) {}
 
 Status PostgresStore::Fence(pg::Tx& tx, const std::optional<PolicyFence>& fence,
                             const std::string& project_id) {

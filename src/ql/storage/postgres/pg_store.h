@@ -22,6 +22,7 @@
 
 #include "ql/core/approval_ports.h"
 #include "ql/core/approval_store.h"
+#include "ql/core/artifact_store.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/governance_store.h"
 #include "ql/core/next_fire_gate.h"
@@ -81,6 +82,9 @@ class PostgresStore final : public Store,
   // Notifications (pg_notifications.h): channel and rule writes and redeliveries as the admin
   // role; reads, the outbox and the delivery loop as the runtime role.
   NotificationRepository& notifications() override { return *notifications_; }
+  // Artifacts (pg_artifacts.h): blobs, scripts and versions read as the runtime role; uploads,
+  // pushes, deletions and the purge written as the admin role.
+  ArtifactRepository& artifacts() override { return *artifacts_; }
 
   // ProjectRepository. EnsureProject returns an existing project through the runtime pool;
   // creating one needs the admin pool, else Unavailable `admin_pool_missing`.
@@ -180,6 +184,8 @@ class PostgresStore final : public Store,
   std::unique_ptr<SecretRepository> secrets_;
   std::unique_ptr<NotificationTxRunner> notification_runner_;
   std::unique_ptr<NotificationRepository> notifications_;
+  std::unique_ptr<ArtifactTxRunner> artifact_runner_;
+  std::unique_ptr<ArtifactRepository> artifacts_;
 };
 
 }  // namespace ql

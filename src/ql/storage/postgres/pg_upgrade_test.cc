@@ -6,12 +6,13 @@
 // (which pg-0010 turns into principals), log chunks, principals, tokens and bindings, approvals,
 // retention, sealed secrets, evidence resolutions, overlap, names and tombstones, jitter,
 // compacted runs, sessions and passwords, published-by, sign-in policies, notifications, retry on
-// timeout. Migrate (what `ql-cluster migrate` runs) then upgrades the database, and the test
-// checks that every row kept the values it had, that the readiness audit passes (exact catalog
-// and privileges), and, through the store's ports, what users care about: tasks and plans whose
-// digests verify, triggers and their cursors, the cluster scheduler resuming them under their
-// misfire policy without admitting an occurrence twice, runs with attempts, events and logs,
-// tokens and worker credentials that still authenticate, leases, secrets that still open.
+// timeout, artifacts and scripts. Migrate (what `ql-cluster migrate` runs) then upgrades the
+// database, and the test checks that every row kept the values it had, that the readiness audit
+// passes (exact catalog and privileges), and, through the store's ports, what users care about:
+// tasks and plans whose digests verify, triggers and their cursors, the cluster scheduler
+// resuming them under their misfire policy without admitting an occurrence twice, runs with
+// attempts, events and logs, tokens and worker credentials that still authenticate, leases,
+// secrets that still open, scripts whose blobs still read back verified.
 
 #include <gtest/gtest.h>
 
@@ -27,7 +28,10 @@
 #include <vector>
 
 #include "ql/core/approval.h"
+#include "ql/core/artifact.h"
+#include "ql/core/artifact_store.h"
 #include "ql/core/canonical_json.h"
+#include "ql/core/digest.h"
 #include "ql/core/execution_plan.h"
 #include "ql/core/migration_stream.h"
 #include "ql/core/task_spec.h"
@@ -53,6 +57,7 @@ namespace {
 
 using pg::testing::kApiCredentialsSql;
 using pg::testing::kApprovalsSql;
+using pg::testing::kArtifactsSql;
 using pg::testing::kCompactRunSql;
 using pg::testing::kEvidenceSql;
 using pg::testing::kGovernanceSql;
@@ -83,6 +88,28 @@ std::vector<std::string> Split(const std::string& text, char separator) {
   return out;
 }
 
+std::string Hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (char c : bytes) {
+    const auto u = static_cast<unsigned char>(c);
+    out += kDigits[u >> 4];
+    out += kDigits[u & 15];
+  }
+  return out;
+}
+
+// The artifacts of kArtifactsSql: file contents and the tree's manifest.
+constexpr char kHelloV1[] = "#!/bin/sh\necho hello from before the upgrade\n";
+constexpr char kHelloV2Head[] = "#!/bin/sh\n";
+constexpr char kHelloV2Tail[] = "echo the second version, cut in two chunks\n";
+constexpr char kUtil[] = "util() { :; }\n";
+
+Result<std::string> ToolsManifest() {
+  return EncodeTreeManifest({TreeEntry{"run.sh", true, sizeof(kHelloV1) - 1, Sha256Hex(kHelloV1)},
+                             TreeEntry{"lib/util.sh", false, sizeof(kUtil) - 1, Sha256Hex(kUtil)}});
+}
+
 // The shared upgrade data with remote plans, and secrets sealed with a file key.
 struct Data : ::ql::testing::UpgradeData {
   std::unique_ptr<secrets::FileKeyProvider> provider;
@@ -111,6 +138,21 @@ Result<std::unique_ptr<Data>> MakeData() {
     d->v[std::string(s.key) + "W"] = sealed.wrapped_key;
     d->v[std::string(s.key) + "V"] = sealed.sealed_value;
   }
+  // Artifacts: each one-chunk blob is its own chunk.
+  QL_ASSIGN_OR_RETURN(const std::string manifest, ToolsManifest());
+  const std::string hello_v2 = std::string(kHelloV2Head) + kHelloV2Tail;
+  for (const auto& [key, bytes] :
+       std::vector<std::pair<std::string, std::string>>{{"ARTF1", kHelloV1},
+                                                        {"ARTF2", kUtil},
+                                                        {"ARTF3", hello_v2},
+                                                        {"ARTF3C1", kHelloV2Head},
+                                                        {"ARTF3C2", kHelloV2Tail},
+                                                        {"ARTM", manifest}}) {
+    d->v[key] = Sha256Hex(bytes);
+    d->v[key + "N"] = std::to_string(bytes.size());
+    d->v[key + "X"] = Hex(bytes);
+  }
+  d->v["ARTTN"] = std::to_string(sizeof(kHelloV1) - 1 + sizeof(kUtil) - 1);
   return d;
 }
 
@@ -430,6 +472,52 @@ const std::vector<Kind>& Kinds() {
        [](Upgraded& u, const Data& d) {
          QL_ASSERT_OK_AND_ASSIGN(auto r9, u.store.GetRun(d.id("R9")));
          EXPECT_TRUE(r9.retry_policy.retry_on_timeout);
+       }},
+      {"pg-0027-artifacts", [](const Data& d) { return Sql(kArtifactsSql, d); },
+       [](Upgraded& u, const Data& d) {
+         ArtifactRepository& artifacts = u.store.artifacts();
+         const std::string p = d.id("P");
+         auto read = [&](const std::string& digest) -> Result<std::string> {
+           std::string out;
+           QL_RETURN_IF_ERROR(artifacts.ReadBlob(p, digest, [&](std::string_view bytes) {
+             out.append(bytes);
+             return Status::Ok();
+           }));
+           return out;
+         };
+         QL_ASSERT_OK_AND_ASSIGN(auto hello, artifacts.GetScript(p, "hello"));
+         EXPECT_EQ(hello.latest_version, 2);
+         EXPECT_EQ(hello.status, kScriptActive);
+         QL_ASSERT_OK_AND_ASSIGN(auto latest, artifacts.GetScriptVersion(p, "hello", std::nullopt));
+         EXPECT_EQ(latest.version, 2);
+         EXPECT_EQ(latest.entry, "hello.sh");
+         EXPECT_EQ(latest.created_by, d.id("U1"));
+         ASSERT_EQ(latest.files.size(), 1u);
+         EXPECT_EQ(latest.files[0].digest, d.v.at("ARTF3"));
+         // The two-chunk blob still reads back whole and verified.
+         QL_ASSERT_OK_AND_ASSIGN(auto v2, read(latest.digest));
+         EXPECT_EQ(v2, std::string(kHelloV2Head) + kHelloV2Tail);
+         QL_ASSERT_OK_AND_ASSIGN(auto v1, artifacts.GetScriptVersion(p, "hello", 1));
+         QL_ASSERT_OK_AND_ASSIGN(auto v1_bytes, read(v1.digest));
+         EXPECT_EQ(v1_bytes, kHelloV1);
+         // The deleted tree: not by name, but by its version, with its files and manifest.
+         EXPECT_EQ(artifacts.GetScriptVersion(p, "tools", std::nullopt).status().reason(),
+                   "script_not_found");
+         QL_ASSERT_OK_AND_ASSIGN(auto tools, artifacts.GetScriptVersion(p, "tools", 1));
+         EXPECT_EQ(tools.kind, kScriptKindTree);
+         EXPECT_EQ(tools.entry, "run.sh");
+         EXPECT_EQ(tools.files,
+                   (std::vector<ScriptFile>{
+                       {"lib/util.sh", d.v.at("ARTF2"), std::stoll(d.v.at("ARTF2N")), false},
+                       {"run.sh", d.v.at("ARTF1"), std::stoll(d.v.at("ARTF1N")), true}}));
+         QL_ASSERT_OK_AND_ASSIGN(auto manifest, read(tools.digest));
+         QL_ASSERT_OK_AND_ASSIGN(auto entries, DecodeTreeManifest(manifest));
+         ASSERT_EQ(entries.size(), 2u);
+         EXPECT_EQ(entries[1].path, "run.sh");
+         EXPECT_TRUE(entries[1].executable);
+         QL_ASSERT_OK_AND_ASSIGN(auto held, artifacts.ProjectBytes(p));
+         EXPECT_EQ(held, std::stoll(d.v.at("ARTF1N")) + std::stoll(d.v.at("ARTF2N")) +
+                             std::stoll(d.v.at("ARTF3N")) + std::stoll(d.v.at("ARTMN")));
        }},
   };
   return kinds;

@@ -365,4 +365,38 @@ VALUES ('${R9}', 1, 'run.created', 'user', NULL, '{}', 1779970000000),
        ('${R9}', 4, 'run.timed_out', 'recovery', '${A9}', '{}', 1779970600100);
 )sql";
 
+// Artifacts: three uploaded blobs (F3 cut into two chunks), the file script `hello` at version 2
+// and the tree script `tools` (deleted) whose manifest M names F1 and F2.
+inline constexpr char kArtifactsSql[] = R"sql(
+INSERT INTO ql3.artifact_chunks (digest, size, bytes, touched_at_ms)
+VALUES ('${ARTF1}', ${ARTF1N}, decode('${ARTF1X}', 'hex'), 1779975000000),
+       ('${ARTF2}', ${ARTF2N}, decode('${ARTF2X}', 'hex'), 1779975000000),
+       ('${ARTF3C1}', ${ARTF3C1N}, decode('${ARTF3C1X}', 'hex'), 1779976000000),
+       ('${ARTF3C2}', ${ARTF3C2N}, decode('${ARTF3C2X}', 'hex'), 1779976000000),
+       ('${ARTM}', ${ARTMN}, decode('${ARTMX}', 'hex'), 1779975000000);
+INSERT INTO ql3.artifact_blobs (digest, size, chunk_count, touched_at_ms)
+VALUES ('${ARTF1}', ${ARTF1N}, 1, 1779975000000), ('${ARTF2}', ${ARTF2N}, 1, 1779975000000),
+       ('${ARTF3}', ${ARTF3N}, 2, 1779976000000), ('${ARTM}', ${ARTMN}, 1, 1779975000000);
+INSERT INTO ql3.artifact_blob_chunks (blob_digest, seq, chunk_digest)
+VALUES ('${ARTF1}', 0, '${ARTF1}'), ('${ARTF2}', 0, '${ARTF2}'), ('${ARTF3}', 0, '${ARTF3C1}'),
+       ('${ARTF3}', 1, '${ARTF3C2}'), ('${ARTM}', 0, '${ARTM}');
+INSERT INTO ql3.artifact_uploads (project_id, digest, touched_at_ms)
+VALUES ('${P}', '${ARTF1}', 1779975000000), ('${P}', '${ARTF2}', 1779975000000),
+       ('${P}', '${ARTF3}', 1779976000000);
+INSERT INTO ql3.scripts (project_id, name, latest_version, status, created_at_ms, updated_at_ms,
+                         deleted_at_ms)
+VALUES ('${P}', 'hello', 2, 'active', 1779975000000, 1779976000000, NULL),
+       ('${P}', 'tools', 1, 'deleted', 1779975000000, 1779977000000, 1779977000000);
+INSERT INTO ql3.script_versions (project_id, name, version, kind, digest, size, entry, created_by,
+                                 created_at_ms)
+VALUES ('${P}', 'hello', 1, 'file', '${ARTF1}', ${ARTF1N}, 'hello.sh', '${U1}', 1779975000000),
+       ('${P}', 'hello', 2, 'file', '${ARTF3}', ${ARTF3N}, 'hello.sh', '${U1}', 1779976000000),
+       ('${P}', 'tools', 1, 'tree', '${ARTM}', ${ARTTN}, 'run.sh', '${U1}', 1779975000000);
+INSERT INTO ql3.script_version_files (project_id, name, version, path, digest, size, executable)
+VALUES ('${P}', 'hello', 1, 'hello.sh', '${ARTF1}', ${ARTF1N}, false),
+       ('${P}', 'hello', 2, 'hello.sh', '${ARTF3}', ${ARTF3N}, false),
+       ('${P}', 'tools', 1, 'lib/util.sh', '${ARTF2}', ${ARTF2N}, false),
+       ('${P}', 'tools', 1, 'run.sh', '${ARTF1}', ${ARTF1N}, true);
+)sql";
+
 }  // namespace ql::pg::testing
