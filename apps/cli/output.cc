@@ -356,6 +356,24 @@ std::string CommandSummary(const nlohmann::json& spec) {
     }
     return out;
   }
+  if (kind == "script") {
+    // script NAME@VERSION (interpreter entry, sha256 prefix) ARGS...
+    std::string out = "script " + JsonText(command, "script", "");
+    if (command.contains("version")) out += "@" + JsonText(command, "version", "");
+    if (command.contains("entry")) {
+      out += " (" + JsonText(command, "interpreter", "?") + " " + JsonText(command, "entry", "");
+      const std::string digest = JsonText(command, "digest", "");
+      if (!digest.empty()) out += ", sha256 " + digest.substr(0, 12);
+      out += ")";
+    }
+    if (command.contains("args") && command["args"].is_array()) {
+      for (const nlohmann::json& arg : command["args"]) {
+        out += ' ';
+        out += ShellQuote(arg.is_string() ? arg.get<std::string>() : arg.dump());
+      }
+    }
+    return out;
+  }
   return "?";
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "output.h"
+#include "ql/core/artifact.h"
 #include "ql/core/clock.h"
 #include "ql/core/ids.h"
 #include "ql/core/secret_ref.h"
@@ -48,6 +49,13 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
       "--argv", [flags](const std::string& v) { flags->argv_file = v; },
       "Run FILE (an absolute path) directly, no shell, with the ARGS that follow; when an "
       "argument starts with '-', put all ARGS after `--`");
+  command->add_option_function<std::string>(
+      "--script", [flags](const std::string& v) { flags->script = v; },
+      "Run a script of the project (ql script push): NAME for its latest version, pinned when "
+      "published, or NAME@VERSION; the ARGS that follow are its arguments");
+  command->add_option_function<std::string>(
+      "--interpreter", [flags](const std::string& v) { flags->interpreter = v; },
+      "The --script's interpreter: node, python3, sh or bash (default: by its extension)");
   // A minimum of one value keeps `--` and what follows in this command rather than its parent.
   command
       ->add_option("args", flags->args,
@@ -356,13 +364,17 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
                               const json* current) {
   const bool has_shell = flags.shell.has_value();
   const bool has_argv = flags.argv_file.has_value();
-  if (has_shell && has_argv) {
-    return CliError::Usage("command_conflict", "give either --shell or --argv, not both");
+  const bool has_script = flags.script.has_value();
+  if (int(has_shell) + int(has_argv) + int(has_script) > 1) {
+    return CliError::Usage("command_conflict", "give one of --shell, --argv and --script");
+  }
+  if (flags.interpreter && !has_script) {
+    return CliError::Usage("command_conflict", "--interpreter applies to --script commands");
   }
   if (flags.bash && has_argv) {
     return CliError::Usage("command_conflict", "--bash applies to --shell commands, not --argv");
   }
-  if ((!flags.extra_args.empty() || !flags.args.empty()) && !has_argv) {
+  if ((!flags.extra_args.empty() || !flags.args.empty()) && !has_argv && !has_script) {
     std::string first = flags.args.empty() ? flags.extra_args.front() : flags.args.front();
     return CliError::Usage("command_conflict", "argument '" + first +
                                                    "' belongs to a command run with --argv FILE; "
@@ -405,9 +417,34 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
     std::vector<std::string> args = flags.args;
     args.insert(args.end(), flags.extra_args.begin(), flags.extra_args.end());
     spec["command"] = {{"kind", "argv"}, {"file", *flags.argv_file}, {"args", args}};
+  } else if (has_script) {
+    Result<ScriptRef> ref = ParseScriptRef(*flags.script);
+    if (!ref.ok()) return CliError::Usage(ref.status().reason(), ref.status().message());
+    std::vector<std::string> args = flags.args;
+    args.insert(args.end(), flags.extra_args.begin(), flags.extra_args.end());
+    json command = {{"kind", "script"}, {"script", ref->name}, {"args", args}};
+    if (ref->version) command["version"] = *ref->version;
+    if (flags.interpreter) command["interpreter"] = *flags.interpreter;
+    spec["command"] = std::move(command);
+  } else if (flags.repin_scripts) {
+    if (!spec.contains("command") || !spec["command"].is_object() ||
+        spec["command"].value("kind", "") != "script") {
+      return CliError::Usage("task_not_script",
+                             "this task runs no script: nothing to repin (ql task publish "
+                             "--script NAME makes it run one)");
+    }
+    json& command = spec["command"];
+    // An interpreter the entry's extension implied is chosen again for the new entry.
+    const std::optional<std::string> implied =
+        InterpreterForPath(command.value("entry", std::string()));
+    if (implied && command.value("interpreter", std::string()) == *implied) {
+      command.erase("interpreter");
+    }
+    for (const char* pin : {"version", "digest", "scriptKind", "entry"}) command.erase(pin);
   } else if (!spec.contains("command")) {
     return CliError::Usage("command_required",
-                           "give the command: --shell 'COMMAND' or --argv FILE [ARGS...]");
+                           "give the command: --shell 'COMMAND', --argv FILE [ARGS...] or "
+                           "--script NAME [ARGS...]");
   } else if (flags.bash) {
     if (!spec["command"].is_object() || spec["command"].value("kind", "") != "shell") {
       return CliError::Usage("command_conflict",
@@ -954,6 +991,20 @@ void RegisterTaskCommands(CLI::App& app) {
   publish->callback([publish, publish_args] {
     RunCommand(*publish,
                [&](CommandContext& context) { return TaskPublish(*publish_args, context); });
+  });
+
+  auto repin_args = std::make_shared<TaskPublishArgs>();
+  repin_args->edit = true;
+  repin_args->repin = true;
+  repin_args->content.repin_scripts = true;
+  CLI::App* repin = task->add_subcommand(
+      "repin",
+      "Move a task to its script's latest version: a new revision pinned to it, with the task's "
+      "triggers repinned in the same transaction");
+  repin->fallthrough();
+  repin->add_option("task", repin_args->task_id, "Task name or id")->required();
+  repin->callback([repin, repin_args] {
+    RunCommand(*repin, [&](CommandContext& context) { return TaskPublish(*repin_args, context); });
   });
 
   auto edit_args = std::make_shared<TaskPublishArgs>();

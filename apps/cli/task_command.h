@@ -19,6 +19,9 @@ struct TaskContentFlags {
   std::optional<std::string> shell;        // --shell COMMAND
   bool bash = false;                       // --bash: run the shell command with /bin/bash
   std::optional<std::string> argv_file;    // --argv FILE: run FILE directly, no shell
+  std::optional<std::string> script;       // --script NAME[@VERSION]: a script of the project
+  std::optional<std::string> interpreter;  // --interpreter node|python3|sh|bash (--script)
+  bool repin_scripts = false;              // `task repin`: the script's latest version
   std::vector<std::string> args;           // ARGS: the positional arguments after FILE / `--`
   std::vector<std::string> extra_args;     // --arg VALUE (appended after ARGS)
   std::optional<std::string> timeout;      // --timeout DURATION

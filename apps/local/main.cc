@@ -357,6 +357,13 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   dopts.sealer = &sealer;
   dopts.projects = &(*store)->projects();
   dopts.event_log = &log;
+  // Script versions run from a verified, read-only cache in the data directory (hidden from
+  // commands; each attempt sees only its own version, bound back read-only).
+  std::error_code canonical_error;
+  ScriptCache script_cache(fs::weakly_canonical(data / "scripts", canonical_error).string(),
+                           int64_t{1} << 30);
+  dopts.script_cache = &script_cache;
+  dopts.artifacts = &(*store)->artifacts();
   LocalDispatcher dispatcher((*store)->runs(), (*store)->definitions(), runner, clock, random,
                              metrics, dopts);
   if (Status st = dispatcher.Recover(); !st.ok()) return Fail(kExitFailure, st);

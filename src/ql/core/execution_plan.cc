@@ -1,12 +1,12 @@
 #include "ql/core/execution_plan.h"
 
-#include "ql/core/retry_policy.h"
-
 #include <charconv>
 
+#include "ql/core/artifact.h"
 #include "ql/core/canonical_json.h"
 #include "ql/core/digest.h"
 #include "ql/core/ids.h"
+#include "ql/core/retry_policy.h"
 
 namespace ql {
 namespace {
@@ -106,9 +106,16 @@ Result<ExecutionPlan> BuildExecutionPlan(std::string_view task_id, int64_t task_
     plan.argv.reserve(argv->args.size() + 1);
     plan.argv.push_back(argv->file);
     plan.argv.insert(plan.argv.end(), argv->args.begin(), argv->args.end());
+  } else if (const auto* shell = std::get_if<ShellCommand>(&content.spec.command)) {
+    plan.argv = {shell->shell, "-c", shell->command};
   } else {
-    const auto& shell = std::get<ShellCommand>(content.spec.command);
-    plan.argv = {shell.shell, "-c", shell.command};
+    const auto& script = std::get<ScriptCommand>(content.spec.command);
+    // The script's own path goes between the interpreter and the arguments at launch, once it
+    // is materialised (ScriptPin).
+    plan.argv = {std::string(kScriptLauncher), script.interpreter};
+    plan.argv.insert(plan.argv.end(), script.args.begin(), script.args.end());
+    plan.script =
+        ScriptPin{script.script, *script.version, script.digest, script.script_kind, script.entry};
   }
   plan.environment = content.spec.environment;
   plan.working_directory = content.spec.working_directory;
@@ -166,6 +173,13 @@ json PlanToJson(const ExecutionPlan& plan) {
   if (!plan.limits.empty()) out["limits"] = TaskLimitsToJson(plan.limits);
   if (!plan.network) out["network"] = "none";
   if (plan.unconfined) out["isolation"] = "none";
+  if (plan.script) {
+    out["script"] = {{"name", plan.script->name},
+                     {"version", plan.script->version},
+                     {"digest", plan.script->digest},
+                     {"kind", plan.script->kind},
+                     {"entry", plan.script->entry}};
+  }
   return out;
 }
 
@@ -179,7 +193,7 @@ Result<ExecutionPlan> PlanFromJson(const json& j) {
       "schema", "taskDigest",  "taskId",       "taskRevision", "timeoutMs"};
   for (const auto& [key, unused] : j.items()) {
     bool known = key == "workingDirectory" || key == "limits" || key == "network" ||
-                 key == "isolation";
+                 key == "isolation" || key == "script";
     for (std::string_view r : kRequired) known = known || key == r;
     if (!known) return PlanInvalid(QuoteForMessage(key), "unknown field");
   }
@@ -281,6 +295,29 @@ Result<ExecutionPlan> PlanFromJson(const json& j) {
       return PlanInvalid("isolation", QuoteForMessage(isolation) + " is not \"none\"");
     }
     plan.unconfined = true;
+  }
+  if (j.contains("script")) {
+    const json& script = j.at("script");
+    if (!script.is_object() || script.size() != 5) {
+      return PlanInvalid("script", "expected {name, version, digest, kind, entry}, got " +
+                                       DescribeJsonValue(script));
+    }
+    ScriptPin pin;
+    QL_ASSIGN_OR_RETURN(pin.name, PlanString(script, "name"));
+    QL_ASSIGN_OR_RETURN(pin.version, PlanInteger(script, "version", 1, INT64_MAX));
+    QL_ASSIGN_OR_RETURN(pin.digest, PlanString(script, "digest"));
+    QL_ASSIGN_OR_RETURN(pin.kind, PlanString(script, "kind"));
+    QL_ASSIGN_OR_RETURN(pin.entry, PlanString(script, "entry"));
+    if (!ValidateScriptName(pin.name).ok() || !IsSha256Hex(pin.digest) ||
+        (pin.kind != "file" && pin.kind != "tree") || !ValidateArtifactPath(pin.entry).ok()) {
+      return PlanInvalid("script", "the script's name, digest, kind or entry breaks its rule");
+    }
+    if (plan.argv.size() < 2 || plan.argv[0] != kScriptLauncher ||
+        !IsScriptInterpreter(plan.argv[1])) {
+      return PlanInvalid("argv", "a script plan starts with " + std::string(kScriptLauncher) +
+                                     " and an interpreter");
+    }
+    plan.script = std::move(pin);
   }
   return plan;
 }

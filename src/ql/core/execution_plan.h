@@ -23,6 +23,19 @@ inline constexpr std::string_view kExecutorRemoteWorker = "remote_worker";
 // Task revisions are 1 .. 2^31 - 1 so they fit every storage column and wire format.
 inline constexpr int64_t kMaxTaskRevision = 2147483647;
 
+// What a script command's run needs of the artifact store: the version it was published with.
+struct ScriptPin {
+  std::string name;
+  int64_t version = 0;
+  std::string digest;  // a file's blob or a tree's manifest
+  std::string kind;    // file | tree
+  std::string entry;   // the file run, a path of the version
+  bool operator==(const ScriptPin&) const = default;
+};
+
+// argv[0] of a script command's plan: it finds the interpreter in the command's PATH.
+inline constexpr std::string_view kScriptLauncher = "/usr/bin/env";
+
 // The frozen, digest-bound plan derived from one enabled task revision. Runs pin it; the
 // executor runs exactly this and never reads the task again. Name and labels are not part of it.
 struct ExecutionPlan {
@@ -30,8 +43,11 @@ struct ExecutionPlan {
   int64_t task_revision = 0;
   std::string task_digest;    // TaskContentDigest of the source revision
   std::string executor_type;  // kExecutorLocalProcess or kExecutorRemoteWorker
-  // argv form: [file, args...]; shell form: [shell, "-c", command].
+  // argv form: [file, args...]; shell form: [shell, "-c", command]; script form:
+  // [kScriptLauncher, interpreter, args...], the script's path inserted after the interpreter at
+  // launch (where the runner materialised `script`).
   std::vector<std::string> argv;
+  std::optional<ScriptPin> script;
   // Sorted by name, names unique; QL_RUN_ID / QL_ATTEMPT_ID are added by the executor.
   std::vector<std::pair<std::string, std::string>> environment;
   std::optional<std::string> working_directory;
@@ -74,8 +90,9 @@ Result<ExecutionRevisionRef> ParseExecutionRevisionId(std::string_view id);
 
 // Returns the stored JSON form: {"argv","environment" (object),"executorType","schema",
 // "taskDigest","taskId","taskRevision","timeoutMs"} plus "workingDirectory" when set, "limits"
-// when a limit is set, "network": "none" when the task has no network and "isolation": "none"
-// when it runs unconfined (plans without them keep their digests).
+// when a limit is set, "network": "none" when the task has no network, "isolation": "none"
+// when it runs unconfined and "script": {"digest","entry","kind","name","version"} for a script
+// command (plans without them keep their digests).
 nlohmann::json PlanToJson(const ExecutionPlan& plan);
 
 // Reads a plan back from PlanToJson's form, strictly: a missing or unknown field, a wrong type,

@@ -76,6 +76,55 @@ TEST(BuildExecutionPlanTest, ArgvFormRunsFileWithArgs) {
   EXPECT_EQ(plan->executor_type, "remote_worker");
 }
 
+TaskContent ScriptContent(bool pinned) {
+  TaskContent content;
+  content.name = "hello";
+  ScriptCommand script;
+  script.script = "hello";
+  script.args = {"--flag", "x"};
+  if (pinned) {
+    script.version = 2;
+    script.digest = std::string(64, 'a');
+    script.script_kind = "tree";
+    script.entry = "bin/main.py";
+    script.interpreter = "python3";
+  }
+  content.spec.command = script;
+  return content;
+}
+
+TEST(BuildExecutionPlanTest, AScriptPlanRunsItsPinnedVersionWithItsInterpreter) {
+  TaskContent content = ScriptContent(/*pinned=*/true);
+  Result<ExecutionPlan> plan =
+      BuildExecutionPlan(kTaskId, 1, content, TaskContentDigest(content), "local_process");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->argv, (std::vector<std::string>{"/usr/bin/env", "python3", "--flag", "x"}));
+  ASSERT_TRUE(plan->script.has_value());
+  EXPECT_EQ(*plan->script, (ScriptPin{"hello", 2, std::string(64, 'a'), "tree", "bin/main.py"}));
+  // The pin is part of the plan's digest and survives its stored form.
+  Result<ExecutionPlan> back = PlanFromJson(PlanToJson(*plan));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *plan);
+  ExecutionPlan other = *plan;
+  other.script->digest = std::string(64, 'b');
+  EXPECT_NE(PlanDigest(other), PlanDigest(*plan));
+  // A stored script plan whose argv does not start with the launcher and an interpreter is
+  // refused, as is a pin with a bad digest.
+  nlohmann::json bad = PlanToJson(*plan);
+  bad["argv"] = {"/bin/sh", "-c", "x"};
+  EXPECT_EQ(PlanFromJson(bad).status().reason(), "plan_invalid");
+  bad = PlanToJson(*plan);
+  bad["script"]["digest"] = "nope";
+  EXPECT_EQ(PlanFromJson(bad).status().reason(), "plan_invalid");
+}
+
+TEST(BuildExecutionPlanTest, AnUnpinnedScriptHasNoPlan) {
+  TaskContent content = ScriptContent(/*pinned=*/false);
+  Result<ExecutionPlan> plan =
+      BuildExecutionPlan(kTaskId, 1, content, TaskContentDigest(content), "local_process");
+  EXPECT_EQ(plan.status().reason(), "spec_script_unpinned");
+}
+
 TEST(BuildExecutionPlanTest, RefusesDisabledRevisions) {
   TaskContent content = ArgvContent();
   content.enabled = false;

@@ -1,14 +1,14 @@
 #include "ql/core/task_spec.h"
 
-#include "ql/core/retry_policy.h"
-
 #include <initializer_list>
 #include <optional>
 
+#include "ql/core/artifact.h"
 #include "ql/core/canonical_json.h"
 #include "ql/core/digest.h"
 #include "ql/core/ids.h"
 #include "ql/core/overlap.h"
+#include "ql/core/retry_policy.h"
 #include "ql/core/secret_ref.h"
 
 namespace ql {
@@ -154,7 +154,73 @@ Result<ShellCommand> ParseShell(std::string_view path, const json& command) {
   return shell;
 }
 
-Result<std::variant<ArgvCommand, ShellCommand>> ParseCommand(const json& command) {
+Result<ScriptCommand> ParseScript(std::string_view path, const json& command) {
+  QL_RETURN_IF_ERROR(CheckFields(
+      "spec_unknown_field", path, command,
+      {"kind", "script", "version", "digest", "scriptKind", "entry", "interpreter", "args"},
+      " for a script command"));
+  ScriptCommand script;
+  const std::string name_path = Field(path, "script");
+  if (!command.contains("script")) {
+    return SpecError("spec_missing_field", name_path,
+                     "required field is missing (the name of a script of the project)");
+  }
+  QL_ASSIGN_OR_RETURN(script.script, GetSpecString(name_path, command.at("script")));
+  if (Status valid = ValidateScriptName(script.script); !valid.ok()) {
+    return SpecError("spec_invalid_script", name_path, valid.message());
+  }
+  if (command.contains("version")) {
+    const std::string version_path = Field(path, "version");
+    const json& version = command.at("version");
+    if (!version.is_number_integer()) {
+      return WrongType("spec_invalid_type", version_path, "an integer", version);
+    }
+    const int64_t v = version.get<int64_t>();
+    if (v < 1) return SpecError("spec_invalid_script", version_path, "a version is >= 1");
+    script.version = v;
+  }
+  if (command.contains("digest")) {
+    const std::string digest_path = Field(path, "digest");
+    QL_ASSIGN_OR_RETURN(script.digest, GetSpecString(digest_path, command.at("digest")));
+    if (!IsSha256Hex(script.digest)) {
+      return SpecError("spec_invalid_script", digest_path,
+                       QuoteForMessage(script.digest) + " is not 64 lowercase hex digits");
+    }
+  }
+  if (command.contains("scriptKind")) {
+    const std::string kind_path = Field(path, "scriptKind");
+    QL_ASSIGN_OR_RETURN(script.script_kind, GetSpecString(kind_path, command.at("scriptKind")));
+    if (script.script_kind != "file" && script.script_kind != "tree") {
+      return SpecError("spec_invalid_script", kind_path,
+                       QuoteForMessage(script.script_kind) + " is neither \"file\" nor \"tree\"");
+    }
+  }
+  if (command.contains("entry")) {
+    const std::string entry_path = Field(path, "entry");
+    QL_ASSIGN_OR_RETURN(script.entry, GetSpecString(entry_path, command.at("entry")));
+    if (Status valid = ValidateArtifactPath(script.entry); !valid.ok()) {
+      return SpecError("spec_invalid_script", entry_path, valid.message());
+    }
+  }
+  if (command.contains("interpreter")) {
+    const std::string interpreter_path = Field(path, "interpreter");
+    QL_ASSIGN_OR_RETURN(script.interpreter,
+                        GetSpecString(interpreter_path, command.at("interpreter")));
+    if (!IsScriptInterpreter(script.interpreter)) {
+      return SpecError("spec_invalid_script", interpreter_path,
+                       QuoteForMessage(script.interpreter) +
+                           " is not an interpreter; use node, python3, sh or bash");
+    }
+  }
+  if (command.contains("args")) {
+    QL_ASSIGN_OR_RETURN(ArgvCommand args,
+                        ParseArgv(path, json{{"file", "/"}, {"args", command.at("args")}}));
+    script.args = std::move(args.args);
+  }
+  return script;
+}
+
+Result<std::variant<ArgvCommand, ShellCommand, ScriptCommand>> ParseCommand(const json& command) {
   constexpr std::string_view kPath = "spec.command";
   if (!command.is_object()) return WrongType("spec_invalid_type", kPath, "an object", command);
   const std::string kind_path = Field(kPath, "kind");
@@ -163,16 +229,22 @@ Result<std::variant<ArgvCommand, ShellCommand>> ParseCommand(const json& command
                      "required field is missing; use \"argv\" or \"shell\"");
   }
   QL_ASSIGN_OR_RETURN(std::string kind, GetSpecString(kind_path, command.at("kind")));
+  using Command = std::variant<ArgvCommand, ShellCommand, ScriptCommand>;
   if (kind == "argv") {
     QL_ASSIGN_OR_RETURN(ArgvCommand argv, ParseArgv(kPath, command));
-    return std::variant<ArgvCommand, ShellCommand>(std::move(argv));
+    return Command(std::move(argv));
   }
   if (kind == "shell") {
     QL_ASSIGN_OR_RETURN(ShellCommand shell, ParseShell(kPath, command));
-    return std::variant<ArgvCommand, ShellCommand>(std::move(shell));
+    return Command(std::move(shell));
   }
-  return SpecError("spec_invalid_command_kind", kind_path,
-                   QuoteForMessage(kind) + " is not a command kind; use \"argv\" or \"shell\"");
+  if (kind == "script") {
+    QL_ASSIGN_OR_RETURN(ScriptCommand script, ParseScript(kPath, command));
+    return Command(std::move(script));
+  }
+  return SpecError(
+      "spec_invalid_command_kind", kind_path,
+      QuoteForMessage(kind) + " is not a command kind; use \"argv\", \"shell\" or \"script\"");
 }
 
 bool MatchesEnvNamePattern(std::string_view name) { return IsIdentifierKey(name); }
@@ -425,9 +497,17 @@ json CommandSpecToJson(const CommandSpec& spec) {
   json out = json::object();
   if (const auto* argv = std::get_if<ArgvCommand>(&spec.command)) {
     out["command"] = {{"kind", "argv"}, {"file", argv->file}, {"args", argv->args}};
+  } else if (const auto* shell = std::get_if<ShellCommand>(&spec.command)) {
+    out["command"] = {{"kind", "shell"}, {"command", shell->command}, {"shell", shell->shell}};
   } else {
-    const auto& shell = std::get<ShellCommand>(spec.command);
-    out["command"] = {{"kind", "shell"}, {"command", shell.command}, {"shell", shell.shell}};
+    const auto& script = std::get<ScriptCommand>(spec.command);
+    json command = {{"kind", "script"}, {"script", script.script}, {"args", script.args}};
+    if (script.version) command["version"] = *script.version;
+    if (!script.digest.empty()) command["digest"] = script.digest;
+    if (!script.script_kind.empty()) command["scriptKind"] = script.script_kind;
+    if (!script.entry.empty()) command["entry"] = script.entry;
+    if (!script.interpreter.empty()) command["interpreter"] = script.interpreter;
+    out["command"] = std::move(command);
   }
   json env = json::object();
   for (const auto& [name, value] : spec.environment) env[name] = value;
@@ -453,7 +533,18 @@ Status ValidateCommandSpec(const CommandSpec& spec) {
   if (!(reparsed == spec)) {
     return InvalidArgument("spec_not_normalized", "spec: not in normalised form");
   }
+  if (const auto* script = std::get_if<ScriptCommand>(&spec.command)) {
+    if (!script->pinned()) {
+      return InvalidArgument("spec_script_unpinned",
+                             "spec.command: script " + script->script +
+                                 " is not pinned to a version, digest, entry and interpreter");
+    }
+  }
   return Status::Ok();
+}
+
+bool IsScriptInterpreter(std::string_view name) {
+  return name == "node" || name == "python3" || name == "sh" || name == "bash";
 }
 
 bool IsAllowedEnvName(std::string_view name) {

@@ -46,6 +46,29 @@ struct ShellCommand {
   bool operator==(const ShellCommand&) const = default;
 };
 
+// Runs a script of the project's library (artifact_store.h) with an interpreter:
+// `/usr/bin/env INTERPRETER <script dir>/ENTRY ARGS...`, the script materialised read-only.
+// A task names the script; publishing pins it (version, digest, kind, entry and the interpreter
+// its entry's extension implies), so a revision runs exactly the bytes it was published with.
+struct ScriptCommand {
+  std::string script;  // the script's name
+  std::optional<int64_t> version;
+  std::string digest;       // the version's digest (a file's blob or a tree's manifest)
+  std::string script_kind;  // file | tree
+  std::string entry;        // the file run: a path of the version
+  std::string interpreter;  // node | python3 | sh | bash
+  std::vector<std::string> args;
+  // Every pin field is set (as publishing leaves it).
+  bool pinned() const {
+    return version.has_value() && !digest.empty() && !script_kind.empty() && !entry.empty() &&
+           !interpreter.empty();
+  }
+  bool operator==(const ScriptCommand&) const = default;
+};
+
+// The interpreters a script command may name.
+bool IsScriptInterpreter(std::string_view name);
+
 // Limits a task asks for its commands. The installation's limits are the default and the
 // ceiling: a task can only ask for less (the smaller value applies).
 struct TaskLimits {
@@ -65,7 +88,7 @@ nlohmann::json TaskLimitsToJson(const TaskLimits& limits);
 
 // A validated, normalised `qinglong/command@v1` spec.
 struct CommandSpec {
-  std::variant<ArgvCommand, ShellCommand> command;
+  std::variant<ArgvCommand, ShellCommand, ScriptCommand> command;
   // Sorted by name, names unique.
   std::vector<std::pair<std::string, std::string>> environment;
   std::optional<std::string> working_directory;  // absolute when set
@@ -81,7 +104,10 @@ struct CommandSpec {
 
 // Validates and normalises a `qinglong/command@v1` spec given as JSON:
 //   {"command": {"kind":"argv","file":"/abs","args":["..."]}
-//             | {"kind":"shell","command":"...","shell":"/bin/sh"|"/bin/bash"},
+//             | {"kind":"shell","command":"...","shell":"/bin/sh"|"/bin/bash"}
+//             | {"kind":"script","script":"NAME","version":N,"digest":"...","scriptKind":
+//                "file"|"tree","entry":"path","interpreter":"node"|"python3"|"sh"|"bash",
+//                "args":["..."]} (all but "kind" and "script" optional until published),
 //    "environment": {"NAME":"value"}, "workingDirectory": "/abs", "timeoutMs": 30000,
 //    "limits": {"memoryMib": 256, "pids": 64, "cpuSeconds": 600, "openFiles": 1024},
 //    "network": "host" | "none", "isolation": "confined" | "none"}
@@ -92,7 +118,9 @@ struct CommandSpec {
 //   spec_unknown_field        a field not listed above, at any level;
 //   spec_missing_field        `command`, `command.kind`, `command.file` or `command.command`;
 //   spec_invalid_type         a value of the wrong JSON type (including null);
-//   spec_invalid_command_kind `command.kind` other than "argv" or "shell";
+//   spec_invalid_command_kind `command.kind` other than "argv", "shell" or "script";
+//   spec_invalid_script       a script command's name, version, digest, kind, entry or
+//                             interpreter that breaks its rule;
 //   spec_invalid_path         `file` / `workingDirectory` not absolute, containing NUL, or longer
 //                             than kMaxPathBytes bytes;
 //   spec_too_many_args        more than kMaxCommandArgs arguments;
@@ -125,8 +153,9 @@ Result<CommandSpec> ParseCommandSpec(const nlohmann::json& spec);
 nlohmann::json CommandSpecToJson(const CommandSpec& spec);
 
 // Returns ok when `spec` (for example one built in code) obeys every rule of ParseCommandSpec and
-// is normalised (environment sorted by name without duplicates); otherwise the error
-// ParseCommandSpec would give, or InvalidArgument `spec_not_normalized`.
+// is normalised (environment sorted by name without duplicates, a script command pinned);
+// otherwise the error ParseCommandSpec would give, InvalidArgument `spec_not_normalized`, or
+// `spec_script_unpinned`.
 Status ValidateCommandSpec(const CommandSpec& spec);
 
 // Returns the variables of `environment` whose value is a SecretRef, decoded, in order. Errors:

@@ -257,9 +257,48 @@ TEST(ParseCommandSpecTest, RejectsWrongTypesNamingPathAndValue) {
 
 TEST(ParseCommandSpecTest, RejectsUnknownCommandKinds) {
   ExpectTextError(R"({"command":{"kind":"exec","file":"/x"}})", "spec_invalid_command_kind",
-                  {"spec.command.kind", "\"exec\"", "\"argv\" or \"shell\""});
+                  {"spec.command.kind", "\"exec\"", "\"argv\", \"shell\" or \"script\""});
   ExpectTextError(R"({"command":{"kind":"ARGV","file":"/x"}})", "spec_invalid_command_kind",
                   {"\"ARGV\""});
+}
+
+TEST(ParseCommandSpecTest, AScriptCommandNamesAScriptAndIsPinnedWhenPublished) {
+  // As a request names it: the script and its arguments; publishing fills in the pin.
+  Result<CommandSpec> named =
+      SpecFromText(R"({"command":{"kind":"script","script":"hello","args":["a"]}})");
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  const auto& script = std::get<ScriptCommand>(named->command);
+  EXPECT_EQ(script.script, "hello");
+  EXPECT_EQ(script.args, std::vector<std::string>{"a"});
+  EXPECT_FALSE(script.pinned());
+  EXPECT_EQ(ValidateCommandSpec(*named).reason(), "spec_script_unpinned");
+  // Pinned, it round-trips through its normalised JSON.
+  const std::string digest(64, 'c');
+  Result<CommandSpec> pinned = SpecFromText(
+      R"({"command":{"kind":"script","script":"hello","version":3,"digest":")" + digest +
+      R"(","scriptKind":"file","entry":"hello.py","interpreter":"python3"}})");
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  EXPECT_TRUE(ValidateCommandSpec(*pinned).ok());
+  EXPECT_EQ(ParseCommandSpec(CommandSpecToJson(*pinned)).value(), *pinned);
+  // Each field keeps its rule, named by its path.
+  ExpectTextError(R"({"command":{"kind":"script"}})", "spec_missing_field",
+                  {"spec.command.script"});
+  ExpectTextError(R"({"command":{"kind":"script","script":"a@1"}})", "spec_invalid_script",
+                  {"spec.command.script"});
+  ExpectTextError(R"({"command":{"kind":"script","script":"a","version":0}})",
+                  "spec_invalid_script", {"spec.command.version"});
+  ExpectTextError(R"({"command":{"kind":"script","script":"a","digest":"ABC"}})",
+                  "spec_invalid_script", {"spec.command.digest"});
+  ExpectTextError(R"({"command":{"kind":"script","script":"a","scriptKind":"zip"}})",
+                  "spec_invalid_script", {"spec.command.scriptKind"});
+  ExpectTextError(R"({"command":{"kind":"script","script":"a","entry":"../x.py"}})",
+                  "spec_invalid_script", {"spec.command.entry"});
+  ExpectTextError(R"({"command":{"kind":"script","script":"a","interpreter":"/bin/sh"}})",
+                  "spec_invalid_script", {"spec.command.interpreter", "node, python3, sh or bash"});
+  ExpectTextError(R"({"command":{"kind":"script","script":"a","file":"/x"}})", "spec_unknown_field",
+                  {"spec.command.file"});
+  ExpectTextError(R"({"command":{"kind":"script","script":"a","args":[1]}})", "spec_invalid_type",
+                  {"spec.command.args[0]"});
 }
 
 TEST(ParseCommandSpecTest, RequiresAbsoluteFileWithoutNul) {

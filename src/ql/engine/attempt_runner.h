@@ -39,6 +39,9 @@ struct AttemptLaunch {
   // The task asks to run as the daemon's user without namespaces; the runner refuses unless the
   // installation allows it.
   bool unconfined = false;
+  // A script command's materialised version (ScriptCache): the runner shows it to the command
+  // read-only, even when it lies in a directory commands must not see. Empty otherwise.
+  std::string script_directory;
 };
 
 // How an attempt's process ended.

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "ql/core/approval.h"
+#include "ql/core/artifact_store.h"
 #include "ql/core/canonical_json.h"
 #include "ql/core/cron.h"
 #include "ql/core/digest.h"
@@ -337,12 +338,58 @@ Result<std::optional<ControlService::PinnedPlan>> ControlService::PlanOf(
   return std::optional<PinnedPlan>(PinnedPlan{std::move(execution).value(), std::move(plan)});
 }
 
+Status ControlService::PinScript(const std::string& project_id, TaskContent& content) {
+  auto* script = std::get_if<ScriptCommand>(&content.spec.command);
+  if (script == nullptr) return Status::Ok();
+  QL_ASSIGN_OR_RETURN(
+      ScriptVersionRecord version,
+      store_.artifacts().GetScriptVersion(project_id, script->script, script->version));
+  const std::string named = script->script + "@" + std::to_string(version.version);
+  if (!script->digest.empty() && script->digest != version.digest) {
+    return InvalidArgument("script_digest_mismatch", "spec.command.digest " + script->digest +
+                                                         " is not the digest of " + named + " (" +
+                                                         version.digest + ")");
+  }
+  if (!script->script_kind.empty() && script->script_kind != version.kind) {
+    return InvalidArgument("script_digest_mismatch",
+                           "spec.command.scriptKind " + script->script_kind +
+                               " is not the kind of " + named + " (" + version.kind + ")");
+  }
+  if (script->entry.empty()) {
+    script->entry = version.entry;
+  } else {
+    const bool found = std::any_of(version.files.begin(), version.files.end(),
+                                   [&](const ScriptFile& f) { return f.path == script->entry; });
+    if (!found) {
+      return InvalidArgument(
+          "script_entry_invalid",
+          "spec.command.entry " + QuoteForMessage(script->entry) + " is not a file of " + named);
+    }
+  }
+  if (script->interpreter.empty()) {
+    std::optional<std::string> interpreter = InterpreterForPath(script->entry);
+    if (!interpreter) {
+      return InvalidArgument("script_interpreter_required",
+                             "the interpreter of " + named + "'s entry " +
+                                 QuoteForMessage(script->entry) +
+                                 " cannot be told from its name; give one (node, python3, sh, "
+                                 "bash)");
+    }
+    script->interpreter = *interpreter;
+  }
+  script->version = version.version;
+  script->digest = version.digest;
+  script->script_kind = version.kind;
+  return Status::Ok();
+}
+
 Result<PublishedTask> ControlService::Publish(const std::string& project_id,
                                               const std::string& task_id,
                                               std::optional<int64_t> expected_revision,
                                               const std::string& mutation_id,
-                                              const TaskContent& content, const Caller& caller,
+                                              const TaskContent& requested, const Caller& caller,
                                               bool repin_triggers, bool tombstone) {
+  TaskContent content = requested;
   // A revision after one that needs approval is published by someone who may approve: else
   // dropping the policy would be a way around it.
   Role floor = Role::kNone;
@@ -355,6 +402,9 @@ Result<PublishedTask> ControlService::Publish(const std::string& project_id,
   QL_RETURN_IF_ERROR(Allow(caller, project_id, Action::kPublish, "tasks.publish",
                            NotFound("task_not_found", "task " + task_id + " does not exist"),
                            floor));
+  // A script command is pinned to the version it names (the latest when none) here, after the
+  // caller may publish: the revision holds its digest, entry and interpreter.
+  QL_RETURN_IF_ERROR(PinScript(project_id, content));
   const int64_t revision = expected_revision.value_or(0) + 1;
   if (revision > kMaxTaskRevision) {
     return InvalidArgument("invalid_expected_revision", "expected_revision " +
@@ -1396,7 +1446,19 @@ Result<RunView> ControlService::GetRun(const std::string& run_id, const Caller& 
   QL_RETURN_IF_ERROR(Allow(caller, run->project_id, Action::kRead, "runs.get",
                            NotFound("run_not_found", "run " + run_id + " does not exist")));
   QL_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, store_.runs().ListAttempts(run_id));
-  return RunView{std::move(run).value(), std::move(attempts)};
+  RunView view{std::move(run).value(), std::move(attempts), {}};
+  // The script a run executes is named by its pinned plan (a plan gone or unreadable names none:
+  // the run's own record says why it failed).
+  auto execution = store_.definitions().GetExecutionRevision(view.run.execution_revision_id);
+  if (execution.ok()) {
+    Result<json> plan_json = ParseJsonStrict(execution->plan_json);
+    Result<ExecutionPlan> plan =
+        plan_json.ok() ? PlanFromJson(*plan_json) : Result<ExecutionPlan>(plan_json.status());
+    if (plan.ok() && plan->script) view.artifacts.push_back(*plan->script);
+  } else if (execution.status().code() != StatusCode::kNotFound) {
+    return execution.status();
+  }
+  return view;
 }
 
 Result<ControlService::DisplayNames> ControlService::NamesOf(

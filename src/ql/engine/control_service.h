@@ -218,6 +218,8 @@ struct StartedRun {
 struct RunView {
   RunRecord run;
   std::vector<AttemptRecord> attempts;
+  // The artifacts the run's pinned plan names (its script's version), for `ql run show`.
+  std::vector<ScriptPin> artifacts;
 };
 
 struct StatusSummary {
@@ -411,8 +413,13 @@ class ControlService {
   Result<std::string> MutationIdOrNew(const std::optional<std::string>& mutation_id);
   Result<PublishedTask> Publish(const std::string& project_id, const std::string& task_id,
                                 std::optional<int64_t> expected_revision,
-                                const std::string& mutation_id, const TaskContent& content,
+                                const std::string& mutation_id, const TaskContent& requested,
                                 const Caller& caller, bool repin_triggers, bool tombstone);
+  // Pins a script command of `content` to the version it names in `project_id` (the latest
+  // when none): version, digest, kind, entry and interpreter. Errors: script_not_found,
+  // script_version_not_found, script_digest_mismatch, script_entry_invalid,
+  // script_interpreter_required.
+  Status PinScript(const std::string& project_id, TaskContent& content);
   Result<TaskView> ViewOf(const TaskRevisionRecord& revision);
   // The task's live triggers, last run and next fire (the caller may read the task).
   Result<std::shared_ptr<const TaskOverview>> OverviewOf(const std::string& project_id,

@@ -179,6 +179,31 @@ Status LocalDispatcher::Launch(const RunRecord& run, TickReport& report) {
   launch.unconfined = plan->unconfined;
   launch.log_path = options_.log_root + "/" + log_path;
   launch.log_cap_bytes = log_cap;
+  if (plan->script) {
+    // The version the revision pinned, verified byte for byte; a version the store no longer
+    // has (or bytes that do not have their digest) fails the attempt, a store that cannot be
+    // read now is tried again at the next tick.
+    if (options_.script_cache == nullptr || options_.artifacts == nullptr) {
+      return fail("artifact_unavailable", "this daemon keeps no scripts");
+    }
+    ArtifactRepository& artifacts = *options_.artifacts;
+    const std::string project_id = run.project_id;
+    Result<std::string> dir = options_.script_cache->Materialize(
+        *plan->script,
+        [&](const std::string& digest, const std::function<Status(std::string_view)>& sink) {
+          return artifacts.ReadBlob(project_id, digest, sink);
+        });
+    if (!dir.ok()) {
+      const StatusCode code = dir.status().code();
+      if (code == StatusCode::kUnavailable || code == StatusCode::kBusy) return dir.status();
+      const std::string what = "script " + plan->script->name + "@" +
+                               std::to_string(plan->script->version) + " (" + plan->script->digest +
+                               "): " + dir.status().message();
+      return fail(code == StatusCode::kCorrupt ? "artifact_corrupt" : "artifact_unavailable", what);
+    }
+    launch.script_directory = *dir;
+    launch.argv.insert(launch.argv.begin() + 2, *dir + "/" + plan->script->entry);
+  }
   if (Status st = ResolveSecrets(run, launch); !st.ok()) return fail(st.reason(), st.message());
   Result<std::unique_ptr<AttemptHandle>> handle = runner_.Launch(launch);
   if (!handle.ok()) {

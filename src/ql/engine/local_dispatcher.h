@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "ql/core/artifact_store.h"
 #include "ql/core/clock.h"
 #include "ql/core/event_log.h"
 #include "ql/core/log_source.h"
@@ -17,6 +18,7 @@
 #include "ql/engine/metrics.h"
 #include "ql/engine/outage_log.h"
 #include "ql/engine/run_settlement.h"
+#include "ql/engine/script_cache.h"
 
 namespace ql {
 
@@ -47,6 +49,10 @@ struct LocalDispatcherOptions {
   // adopted or lost at Recover(), and the store unreachable and back (OutageLog, component
   // "dispatcher"). Null: none.
   EventLog* event_log = nullptr;
+  // Where a script command's version is materialised and whence its bytes come (both must
+  // outlive the dispatcher). Without them a script command fails with artifact_unavailable.
+  ScriptCache* script_cache = nullptr;
+  ArtifactRepository* artifacts = nullptr;
 };
 
 // Returns the dispatcher options of "edge" or "standalone" (log_root and logs left empty).

@@ -125,6 +125,7 @@ json ConfinementJson(const Confinement& c) {
               {"gid", c.gid},
               {"hidden_paths", c.hidden_paths},
               {"writable_paths", c.writable_paths},
+              {"read_only_paths", c.read_only_paths},
               {"own_directory", c.own_directory},
               {"network", c.network},
               {"limits", LimitsJson(c.limits)},
@@ -151,6 +152,9 @@ Result<Confinement> ParseConfinement(const json& j, std::string_view what) {
     c.hidden_paths = j.at("hidden_paths").get<std::vector<std::string>>();
     c.writable_paths = j.at("writable_paths").get<std::vector<std::string>>();
     c.own_directory = j.value("own_directory", std::string());
+    if (j.contains("read_only_paths")) {
+      c.read_only_paths = j.at("read_only_paths").get<std::vector<std::string>>();
+    }
     c.network = j.at("network").get<bool>();
     const json& limits = j.at("limits");
     for (auto [key, field] : {std::pair{"memory_bytes", &c.limits.memory_bytes},

@@ -232,6 +232,27 @@ void BindWritable(const ChildContext& ctx, int fd, const std::string& target,
   }
 }
 
+// Binds the directory `fd` names back at `target`, read-only (a script's version in the data
+// directory, say), below the deepest cover it lies in.
+void BindReadOnly(const ChildContext& ctx, int fd, const std::string& target,
+                  const std::vector<std::string>& hidden_dirs) {
+  const std::string* cover = nullptr;
+  for (const std::string& hidden : hidden_dirs) {
+    if (Below(target, hidden) && (cover == nullptr || hidden.size() > cover->size())) {
+      cover = &hidden;
+    }
+  }
+  if (cover != nullptr) MakeMountPoint(ctx, *cover, target);
+  const std::string source = "/proc/self/fd/" + std::to_string(fd);
+  if (mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    Fail(ctx, errno, "cannot bind " + target);
+  }
+  const unsigned long flags = KeptFlags(target) | MS_RDONLY | MS_NOSUID | MS_NODEV;
+  if (mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_BIND | flags, nullptr) != 0) {
+    Fail(ctx, errno, "cannot make " + target + " read-only");
+  }
+}
+
 // Covers `path`: a directory with an empty tmpfs (kept writable until the mount points below
 // it are made, see `covers`), anything else but a symlink with /dev/null, read-only.
 void Hide(const ChildContext& ctx, const std::string& path, std::vector<std::string>& covers) {
@@ -324,6 +345,15 @@ void SetUpFileSystem(const ChildContext& ctx, std::string& working_directory) {
     }
     writable.push_back({fd, real});
   }
+  // Directories shown read-only (resolved before anything is covered, like the writable ones).
+  std::vector<Writable> read_only;
+  for (const std::string& path : c.read_only_paths) {
+    const int fd = open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) Fail(ctx, errno, "cannot open read-only path " + path);
+    const std::string real = RealPathOf(fd);
+    if (real.empty()) Fail(ctx, errno, "cannot resolve " + path);
+    read_only.push_back({fd, real});
+  }
   // A bind is not recursive: whatever is mounted or hidden below a writable directory would
   // come back into view as the bare directory under it, writable. Such a directory is refused.
   const std::vector<std::string> points = MountPoints();
@@ -361,7 +391,9 @@ void SetUpFileSystem(const ChildContext& ctx, std::string& working_directory) {
   // Such a directory is covered by an empty tmpfs holding only the way through: nothing in it was
   // visible to that uid anyway.
   if (c.mode == Confinement::Mode::kRootNamespaces) {
-    for (const Writable& w : writable) {
+    std::vector<Writable> shown = writable;
+    shown.insert(shown.end(), read_only.begin(), read_only.end());
+    for (const Writable& w : shown) {
       const std::string& target = w.real;
       for (size_t slash = target.find('/', 1); slash != std::string::npos;
            slash = target.find('/', slash + 1)) {
@@ -386,6 +418,10 @@ void SetUpFileSystem(const ChildContext& ctx, std::string& working_directory) {
   for (const Writable& w : writable) {
     BindWritable(ctx, w.fd, w.real, covers);
     close(w.fd);
+  }
+  for (const Writable& r : read_only) {
+    BindReadOnly(ctx, r.fd, r.real, covers);
+    close(r.fd);
   }
   for (const std::string& dir : hidden_dirs) {
     if (mount(nullptr, dir.c_str(), nullptr,

@@ -59,6 +59,9 @@ struct Confinement {
   // host is read-only. Refused (a spawn failure) when one lies in a hidden path or contains a
   // mount point, a hidden path or a private /tmp.
   std::vector<std::string> writable_paths;
+  // Absolute directories shown to the command read-only even when they lie in a hidden path (a
+  // script's materialised version): bound back at the same path, read-only, nosuid, nodev.
+  std::vector<std::string> read_only_paths;
   // The task's own directory, made by the daemon (resolved, absolute): writable even below a
   // hidden path. Any other working directory is writable only when the command's uid owns it,
   // else read-only; one in a hidden path is refused.

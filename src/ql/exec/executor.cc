@@ -105,6 +105,11 @@ Status ResolveSpec(LaunchSpec& spec) {
       return BadSpec("confinement writable path '" + path + "' is not absolute");
     }
   }
+  for (const std::string& path : spec.confinement.read_only_paths) {
+    if (path.empty() || path.front() != '/' || HasNul(path)) {
+      return BadSpec("confinement read-only path '" + path + "' is not absolute");
+    }
+  }
   if (working_directory.empty() || HasNul(working_directory)) {
     return BadSpec(spec.working_directory ? "working_directory is empty or contains a NUL byte"
                                           : "working_directory is absent and "

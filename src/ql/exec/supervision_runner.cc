@@ -170,6 +170,7 @@ Result<Confinement> SupervisionRunner::ConfinementOf(const AttemptLaunch& launch
   c.gid = c.uid;
   c.hidden_paths = isolation_.hidden_paths;
   c.writable_paths = isolation_.writable_paths;
+  if (!launch.script_directory.empty()) c.read_only_paths.push_back(launch.script_directory);
   c.cgroups = isolation_.report.cgroups;
   return c;
 }

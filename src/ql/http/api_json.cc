@@ -376,6 +376,16 @@ json RunJson(const RunView& view) {
   json attempts = json::array();
   for (const AttemptRecord& a : view.attempts) attempts.push_back(AttemptJson(a));
   out["attempts"] = std::move(attempts);
+  json artifacts = json::array();
+  for (const ScriptPin& pin : view.artifacts) {
+    artifacts.push_back(json{{"kind", "script"},
+                             {"name", pin.name},
+                             {"version", pin.version},
+                             {"digest", pin.digest},
+                             {"script_kind", pin.kind},
+                             {"entry", pin.entry}});
+  }
+  out["artifacts"] = std::move(artifacts);
   return out;
 }
 
