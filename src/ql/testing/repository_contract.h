@@ -17,9 +17,12 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "ql/core/approval_ports.h"
+#include "ql/core/artifact_store.h"
 #include "ql/core/governance_ports.h"
 #include "ql/core/notification_store.h"
 #include "ql/core/ports.h"
@@ -39,6 +42,11 @@ struct StoreFactory {
   // Reads the clock the store stamps a trigger's publication with when that is the database's
   // own clock (PostgreSQL); empty when the store uses the test's FakeClock.
   std::function<int64_t()> database_clock_ms;
+  // Changes the stored bytes of the artifact chunk `chunk_digest` of `store` (a store this
+  // factory made) behind the store's back, keeping their length, as a disk or an operator
+  // could; reports its own failures through GoogleTest. Every factory must give one: the
+  // artifact contract fails without it.
+  std::function<void(Store& store, const std::string& chunk_digest)> corrupt_chunk;
 };
 
 // Prints the factory's name (GoogleTest calls this for parameter values).
@@ -233,6 +241,41 @@ class NotificationContract : public GovernanceContract {
   PrincipalRecord owner_;
 };
 
+// The artifacts part of the contract (artifact_contract.cc): chunked content-addressed blobs
+// streamed in and out with bounded memory and verified on the way back, what a project holds,
+// versioned scripts under the fence with their audit, quotas, and the purge of old versions and
+// unreferenced bytes. Each test starts with an installation owner.
+class ArtifactContract : public GovernanceContract {
+ protected:
+  void SetUp() override;
+  ArtifactRepository& artifacts() { return store().artifacts(); }
+  // Creates another active project.
+  ProjectRecord OtherProject(const std::string& slug = "other");
+  // Returns an upload into `project_id` by `actor`, fenced as admin, at the current fake time.
+  BeginUploadCommand UploadAs(const PrincipalRecord& actor, const std::string& project_id);
+  // Streams `bytes` in pieces of `piece` bytes and finishes; the first error is returned.
+  Result<BlobDescriptor> Upload(const BeginUploadCommand& cmd, std::string_view bytes,
+                                size_t piece = size_t{64} << 10);
+  // Uploads `bytes` into `project_id` as the owner.
+  Result<BlobDescriptor> Upload(const std::string& project_id, std::string_view bytes);
+  // Reads a whole blob back (small blobs only).
+  Result<std::string> ReadAll(const std::string& project_id, const std::string& digest);
+  // Returns a push, by `actor` fenced as admin, of the file script `name` whose one file is
+  // `blob` named `file`.
+  PushScriptCommand FilePush(const PrincipalRecord& actor, const std::string& project_id,
+                             const std::string& name, const std::string& file,
+                             const BlobDescriptor& blob);
+  // Pushes at the current fake time, then moves the clock on.
+  Result<PushScriptResult> Push(PushScriptCommand cmd);
+  // Deletes `name` as `actor` fenced as admin, then moves the clock on.
+  Result<ScriptRecord> DeleteAs(const PrincipalRecord& actor, const std::string& project_id,
+                                const std::string& name);
+  // The audit facts about scripts, newest first.
+  std::vector<AuditRecord> ScriptFacts();
+
+  PrincipalRecord owner_;
+};
+
 namespace internal {
 // Return true; referenced by the instantiation macro so the suites' object files, which hold
 // the test registrations, are always linked from the static library.
@@ -243,6 +286,7 @@ bool LinkRetentionContract();
 bool LinkSecretContract();
 bool LinkOverlapContract();
 bool LinkNotificationContract();
+bool LinkArtifactContract();
 }  // namespace internal
 
 }  // namespace ql::testing
@@ -255,7 +299,7 @@ bool LinkNotificationContract();
       internal::LinkRepositoryContract() && internal::LinkGovernanceContract() &&          \
       internal::LinkApprovalContract() && internal::LinkRetentionContract() &&             \
       internal::LinkSecretContract() && internal::LinkOverlapContract() &&                 \
-      internal::LinkNotificationContract();                                                \
+      internal::LinkNotificationContract() && internal::LinkArtifactContract();            \
   INSTANTIATE_TEST_SUITE_P(prefix, RepositoryContractTest, ::testing::Values(__VA_ARGS__), \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, GovernanceContract, ::testing::Values(__VA_ARGS__),     \
@@ -269,6 +313,8 @@ bool LinkNotificationContract();
   INSTANTIATE_TEST_SUITE_P(prefix, OverlapContract, ::testing::Values(__VA_ARGS__),        \
                            StoreFactoryName);                                              \
   INSTANTIATE_TEST_SUITE_P(prefix, NotificationContract, ::testing::Values(__VA_ARGS__),   \
+                           StoreFactoryName);                                              \
+  INSTANTIATE_TEST_SUITE_P(prefix, ArtifactContract, ::testing::Values(__VA_ARGS__),       \
                            StoreFactoryName);                                              \
   }                                                                                        \
   static_assert(true, "require a semicolon")

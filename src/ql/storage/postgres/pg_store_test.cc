@@ -63,16 +63,38 @@ std::unique_ptr<PostgresStore> OpenStore(const std::string& database, bool with_
   return std::move(store).value();
 }
 
+// Flips one bit in the middle of a stored artifact chunk as the superuser, with the triggers
+// that keep chunks immutable switched off for that transaction only.
+void CorruptChunk(Store& store, const std::string& chunk_digest) {
+  auto* postgres = dynamic_cast<PostgresStore*>(&store);
+  ASSERT_NE(postgres, nullptr) << "not a store of PostgresFactory";
+  const std::string& url = postgres->runtime_pool().options().url;
+  const size_t slash = url.rfind('/');
+  ASSERT_NE(slash, std::string::npos) << url;
+  const std::string database = url.substr(slash + 1, url.find('?', slash) - slash - 1);
+  Result<std::string> changed = PgTestCluster::Get().server().Psql(
+      database,
+      "BEGIN;\nSET LOCAL session_replication_role = replica;\n"
+      "UPDATE ql3.artifact_chunks SET bytes = set_byte(bytes, length(bytes) / 2, "
+      "get_byte(bytes, length(bytes) / 2) # 1) WHERE digest = '" +
+          chunk_digest + "' RETURNING 'changed';\nCOMMIT;\n");
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  EXPECT_EQ(*changed, "changed\n") << "no chunk " << chunk_digest;
+}
+
 testing::StoreFactory PostgresFactory() {
   return testing::StoreFactory{
-      "postgres",
-      []() -> std::unique_ptr<Store> { return OpenStore(PgTestCluster::Get().NewDatabase()); },
-      []() -> int64_t {
+      .name = "postgres",
+      .make = []() -> std::unique_ptr<Store> {
+        return OpenStore(PgTestCluster::Get().NewDatabase());
+      },
+      .database_clock_ms = []() -> int64_t {
         Result<std::string> now = PgTestCluster::Get().server().Psql(
             "postgres", "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint");
         EXPECT_TRUE(now.ok()) << now.status().ToString();
         return now.ok() ? std::stoll(*now) : 0;
-      }};
+      },
+      .corrupt_chunk = CorruptChunk};
 }
 
 }  // namespace

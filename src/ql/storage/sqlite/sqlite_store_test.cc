@@ -66,15 +66,61 @@ class TempFileStore final : public Store {
   RetentionRepository& retention() override { return store_->retention(); }
   SecretRepository& secrets() override { return store_->secrets(); }
   NotificationRepository& notifications() override { return store_->notifications(); }
+  ArtifactRepository& artifacts() override { return store_->artifacts(); }
+  // The database file.
+  std::string path() const { return dir_->File("qinglong.db"); }
 
  private:
   std::unique_ptr<TempDir> dir_;  // outlives the store: declared first, destroyed last
   std::unique_ptr<SqliteStore> store_;
 };
 
+// Flips one byte of a stored artifact chunk on a connection of its own, as a disk or an operator
+// could; the trigger that keeps chunks immutable is dropped first.
+void CorruptChunk(Store& store, const std::string& chunk_digest) {
+  auto* file = dynamic_cast<TempFileStore*>(&store);
+  ASSERT_NE(file, nullptr) << "not a store of FileFactory";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(file->path().c_str(), &db), SQLITE_OK);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> closer(db, sqlite3_close);
+  sqlite3_busy_timeout(db, 5000);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TRIGGER IF EXISTS artifact_chunks_immutable", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  std::string bytes;
+  {
+    sqlite3_stmt* read = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT bytes FROM artifact_chunks WHERE digest = ?1", -1,
+                                 &read, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_bind_text(read, 1, chunk_digest.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(read) == SQLITE_ROW) {
+      bytes.assign(static_cast<const char*>(sqlite3_column_blob(read, 0)),
+                   static_cast<size_t>(sqlite3_column_bytes(read, 0)));
+    }
+    sqlite3_finalize(read);
+  }
+  ASSERT_FALSE(bytes.empty()) << "no chunk " << chunk_digest;
+  bytes[bytes.size() / 2] ^= 0x01;
+  sqlite3_stmt* write = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE artifact_chunks SET bytes = ?2 WHERE digest = ?1", -1,
+                               &write, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_bind_text(write, 1, chunk_digest.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_blob(write, 2, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
+  const int rc = sqlite3_step(write);
+  sqlite3_finalize(write);
+  ASSERT_EQ(rc, SQLITE_DONE) << sqlite3_errmsg(db);
+  ASSERT_EQ(sqlite3_changes(db), 1);
+}
+
 testing::StoreFactory FileFactory(const std::string& profile) {
   return testing::StoreFactory{
-      profile, [profile]() -> std::unique_ptr<Store> {
+      .name = profile,
+      .make = [profile]() -> std::unique_ptr<Store> {
         auto dir = std::make_unique<TempDir>();
         testing::FakeClock clock;
         SqliteOptions options;
@@ -86,7 +132,9 @@ testing::StoreFactory FileFactory(const std::string& profile) {
           return nullptr;
         }
         return std::make_unique<TempFileStore>(std::move(dir), std::move(store).value());
-      }};
+      },
+      .database_clock_ms = nullptr,
+      .corrupt_chunk = CorruptChunk};
 }
 
 }  // namespace
@@ -177,6 +225,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
       {"0017-retry-on-timeout", "9cb06400c917e6dd9a76781440c2358e75e4464afea9729881e59fee4800bb51"},
       {"0018-relative-log-paths",
        "3ebfe442434aec17d132b46d61878c2d2ab7253ecf37e0aab689aac66f668fb5"},
+      {"0019-artifacts", "96cf71aac3442a0e6927a1db44b795d7687b4dc29e85fd4524ffaec9daa590fe"},
   };
   const MigrationStream& stream = sqlite::SqliteMainStream();
   EXPECT_EQ(stream.name, "sqlite-main");
@@ -194,7 +243,7 @@ TEST(SqliteMigrationsTest, LandedIdsAndChecksumsArePinned) {
 TEST(SqliteMigrationsTest, CapabilityMapIsCanonicalAndWrittenByAKnownMigration) {
   const sqlite::SchemaCapability& capability = sqlite::ExpectedCapability();
   EXPECT_EQ(capability.name, "local-control-core");
-  EXPECT_EQ(capability.version, 15);
+  EXPECT_EQ(capability.version, 16);
   Result<nlohmann::json> map = ParseJsonStrict(capability.capability_map);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(internal::CanonicalJsonLossy(*map), capability.capability_map);

@@ -3,12 +3,13 @@
 // kind it introduced is written with plain SQL of that schema (definitions, schedules, runs with
 // attempts, events and logs, principals and tokens, approvals, retention, sealed secrets,
 // overlap, names and tombstones, jitter, sessions and passwords, sign-in policies,
-// notifications, retry on timeout). SqliteStore::Open then upgrades the file to the current
-// schema, and the test checks that every row kept the values it had, that the schema is exactly
-// a fresh database's, and, through the store's ports, what users care about: tasks and plans
-// whose digests verify, triggers and their cursors, the scheduler resuming them under their
+// notifications, retry on timeout, artifacts and scripts). SqliteStore::Open then upgrades the file
+// to the current schema, and the test checks that every row kept the values it had, that the schema
+// is exactly a fresh database's, and, through the store's ports, what users care about: tasks and
+// plans whose digests verify, triggers and their cursors, the scheduler resuming them under their
 // misfire policy, runs with their attempts, events and relative log paths, tokens that still
-// authenticate, secrets that still open, and the rest of each kind.
+// authenticate, secrets that still open, scripts whose blobs still read back verified, and the
+// rest of each kind.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "ql/core/approval.h"
+#include "ql/core/artifact.h"
 #include "ql/core/canonical_json.h"
 #include "ql/core/digest.h"
 #include "ql/core/execution_plan.h"
@@ -50,6 +52,7 @@ using ::ql::testing::PublishedRevision;
 using ::ql::testing::SqlBooleans;
 using ::ql::testing::SqlText;
 using sqlite::testing::kApprovalsSql;
+using sqlite::testing::kArtifactsSql;
 using sqlite::testing::kEvidenceSql;
 using sqlite::testing::kGovernanceSql;
 using sqlite::testing::kNotificationsSql;
@@ -75,6 +78,28 @@ constexpr int64_t kC2 = ::ql::testing::kUpgradeC2;
 constexpr int64_t kC4 = 1'780'023'600'000;  // G4's cursor, not due at kNow
 
 std::string N(int64_t value) { return std::to_string(value); }
+
+std::string Hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (char c : bytes) {
+    const auto u = static_cast<unsigned char>(c);
+    out += kDigits[u >> 4];
+    out += kDigits[u & 15];
+  }
+  return out;
+}
+
+// The artifacts of kArtifactsSql: file contents and the tree's manifest.
+constexpr char kHelloV1[] = "#!/bin/sh\necho hello from before the upgrade\n";
+constexpr char kHelloV2Head[] = "#!/bin/sh\n";
+constexpr char kHelloV2Tail[] = "echo the second version, cut in two chunks\n";
+constexpr char kUtil[] = "util() { :; }\n";
+
+Result<std::string> ToolsManifest() {
+  return EncodeTreeManifest({TreeEntry{"run.sh", true, sizeof(kHelloV1) - 1, Sha256Hex(kHelloV1)},
+                             TreeEntry{"lib/util.sh", false, sizeof(kUtil) - 1, Sha256Hex(kUtil)}});
+}
 
 std::string TaskSql(const PublishedRevision& p, bool head, const std::optional<std::string>& name,
                     std::optional<int64_t> deleted_at_ms = std::nullopt) {
@@ -129,6 +154,21 @@ Result<std::unique_ptr<Data>> MakeData() {
     d->v[std::string(s.key) + "W"] = sealed.wrapped_key;
     d->v[std::string(s.key) + "V"] = sealed.sealed_value;
   }
+  // Artifacts: each one-chunk blob is its own chunk.
+  QL_ASSIGN_OR_RETURN(const std::string manifest, ToolsManifest());
+  const std::string hello_v2 = std::string(kHelloV2Head) + kHelloV2Tail;
+  for (const auto& [key, bytes] :
+       std::vector<std::pair<std::string, std::string>>{{"ARTF1", kHelloV1},
+                                                        {"ARTF2", kUtil},
+                                                        {"ARTF3", hello_v2},
+                                                        {"ARTF3C1", kHelloV2Head},
+                                                        {"ARTF3C2", kHelloV2Tail},
+                                                        {"ARTM", manifest}}) {
+    d->v[key] = Sha256Hex(bytes);
+    d->v[key + "N"] = N(static_cast<int64_t>(bytes.size()));
+    d->v[key + "X"] = Hex(bytes);
+  }
+  d->v["ARTTN"] = N(static_cast<int64_t>(sizeof(kHelloV1) - 1 + sizeof(kUtil) - 1));
   return d;
 }
 
@@ -411,6 +451,52 @@ const std::vector<Kind>& Kinds() {
          QL_ASSERT_OK_AND_ASSIGN(auto attempts, store.runs().ListAttempts(d.id("R9")));
          ASSERT_EQ(attempts.size(), 1u);
          EXPECT_EQ(attempts[0].log_path, d.id("T1") + "/" + d.id("R9") + "/1.log");
+       }},
+      {"0019-artifacts", [](const Data& d) { return FillSql(kArtifactsSql, d.v); },
+       [](SqliteStore& store, const Data& d) {
+         const std::string p = d.id("P");
+         auto read = [&](const std::string& digest) -> Result<std::string> {
+           std::string out;
+           QL_RETURN_IF_ERROR(store.artifacts().ReadBlob(p, digest, [&](std::string_view bytes) {
+             out.append(bytes);
+             return Status::Ok();
+           }));
+           return out;
+         };
+         QL_ASSERT_OK_AND_ASSIGN(auto hello, store.artifacts().GetScript(p, "hello"));
+         EXPECT_EQ(hello.latest_version, 2);
+         EXPECT_EQ(hello.status, kScriptActive);
+         QL_ASSERT_OK_AND_ASSIGN(auto latest,
+                                 store.artifacts().GetScriptVersion(p, "hello", std::nullopt));
+         EXPECT_EQ(latest.version, 2);
+         EXPECT_EQ(latest.entry, "hello.sh");
+         EXPECT_EQ(latest.created_by, d.id("U1"));
+         ASSERT_EQ(latest.files.size(), 1u);
+         EXPECT_EQ(latest.files[0].digest, d.v.at("ARTF3"));
+         // The two-chunk blob still reads back whole and verified.
+         QL_ASSERT_OK_AND_ASSIGN(auto v2, read(latest.digest));
+         EXPECT_EQ(v2, std::string(kHelloV2Head) + kHelloV2Tail);
+         QL_ASSERT_OK_AND_ASSIGN(auto v1, store.artifacts().GetScriptVersion(p, "hello", 1));
+         QL_ASSERT_OK_AND_ASSIGN(auto v1_bytes, read(v1.digest));
+         EXPECT_EQ(v1_bytes, kHelloV1);
+         // The deleted tree: not by name, but by its version, with its files and manifest.
+         EXPECT_EQ(store.artifacts().GetScriptVersion(p, "tools", std::nullopt).status().reason(),
+                   "script_not_found");
+         QL_ASSERT_OK_AND_ASSIGN(auto tools, store.artifacts().GetScriptVersion(p, "tools", 1));
+         EXPECT_EQ(tools.kind, kScriptKindTree);
+         EXPECT_EQ(tools.entry, "run.sh");
+         EXPECT_EQ(tools.files,
+                   (std::vector<ScriptFile>{
+                       {"lib/util.sh", d.v.at("ARTF2"), std::stoll(d.v.at("ARTF2N")), false},
+                       {"run.sh", d.v.at("ARTF1"), std::stoll(d.v.at("ARTF1N")), true}}));
+         QL_ASSERT_OK_AND_ASSIGN(auto manifest, read(tools.digest));
+         QL_ASSERT_OK_AND_ASSIGN(auto entries, DecodeTreeManifest(manifest));
+         ASSERT_EQ(entries.size(), 2u);
+         EXPECT_EQ(entries[1].path, "run.sh");
+         EXPECT_TRUE(entries[1].executable);
+         QL_ASSERT_OK_AND_ASSIGN(auto held, store.artifacts().ProjectBytes(p));
+         EXPECT_EQ(held, std::stoll(d.v.at("ARTF1N")) + std::stoll(d.v.at("ARTF2N")) +
+                             std::stoll(d.v.at("ARTF3N")) + std::stoll(d.v.at("ARTMN")));
        }},
   };
   return kinds;

@@ -300,4 +300,38 @@ INSERT INTO run_retry_policies (run_id, max_attempts, retry_on_lost, safety, bac
 VALUES ('${R9}', 1, 0, 'unknown', 1000, 60000, 1);
 )sql";
 
+// Artifacts: three uploaded blobs (F3 cut into two chunks), the file script `hello` at version 2
+// and the tree script `tools` (deleted) whose manifest M names F1 and F2.
+inline constexpr char kArtifactsSql[] = R"sql(
+INSERT INTO artifact_chunks (digest, size, bytes, touched_at_ms)
+VALUES ('${ARTF1}', ${ARTF1N}, X'${ARTF1X}', 1779975000000),
+       ('${ARTF2}', ${ARTF2N}, X'${ARTF2X}', 1779975000000),
+       ('${ARTF3C1}', ${ARTF3C1N}, X'${ARTF3C1X}', 1779976000000),
+       ('${ARTF3C2}', ${ARTF3C2N}, X'${ARTF3C2X}', 1779976000000),
+       ('${ARTM}', ${ARTMN}, X'${ARTMX}', 1779975000000);
+INSERT INTO artifact_blobs (digest, size, chunk_count, touched_at_ms)
+VALUES ('${ARTF1}', ${ARTF1N}, 1, 1779975000000), ('${ARTF2}', ${ARTF2N}, 1, 1779975000000),
+       ('${ARTF3}', ${ARTF3N}, 2, 1779976000000), ('${ARTM}', ${ARTMN}, 1, 1779975000000);
+INSERT INTO artifact_blob_chunks (blob_digest, seq, chunk_digest)
+VALUES ('${ARTF1}', 0, '${ARTF1}'), ('${ARTF2}', 0, '${ARTF2}'), ('${ARTF3}', 0, '${ARTF3C1}'),
+       ('${ARTF3}', 1, '${ARTF3C2}'), ('${ARTM}', 0, '${ARTM}');
+INSERT INTO artifact_uploads (project_id, digest, touched_at_ms)
+VALUES ('${P}', '${ARTF1}', 1779975000000), ('${P}', '${ARTF2}', 1779975000000),
+       ('${P}', '${ARTF3}', 1779976000000);
+INSERT INTO scripts (project_id, name, latest_version, status, created_at_ms, updated_at_ms,
+                     deleted_at_ms)
+VALUES ('${P}', 'hello', 2, 'active', 1779975000000, 1779976000000, NULL),
+       ('${P}', 'tools', 1, 'deleted', 1779975000000, 1779977000000, 1779977000000);
+INSERT INTO script_versions (project_id, name, version, kind, digest, size, entry, created_by,
+                             created_at_ms)
+VALUES ('${P}', 'hello', 1, 'file', '${ARTF1}', ${ARTF1N}, 'hello.sh', '${U1}', 1779975000000),
+       ('${P}', 'hello', 2, 'file', '${ARTF3}', ${ARTF3N}, 'hello.sh', '${U1}', 1779976000000),
+       ('${P}', 'tools', 1, 'tree', '${ARTM}', ${ARTTN}, 'run.sh', '${U1}', 1779975000000);
+INSERT INTO script_version_files (project_id, name, version, path, digest, size, executable)
+VALUES ('${P}', 'hello', 1, 'hello.sh', '${ARTF1}', ${ARTF1N}, 0),
+       ('${P}', 'hello', 2, 'hello.sh', '${ARTF3}', ${ARTF3N}, 0),
+       ('${P}', 'tools', 1, 'lib/util.sh', '${ARTF2}', ${ARTF2N}, 0),
+       ('${P}', 'tools', 1, 'run.sh', '${ARTF1}', ${ARTF1N}, 1);
+)sql";
+
 }  // namespace ql::sqlite::testing
