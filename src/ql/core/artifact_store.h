@@ -118,7 +118,9 @@ class BlobUpload {
   // InvalidArgument artifact_too_large (past the blob limit), the store's.
   virtual Status Write(std::string_view bytes) = 0;
   // Stores the last chunk, commits the blob and records the project's upload (under the fence
-  // given to BeginUpload). Errors: artifact_project_quota, the fence's, the store's.
+  // given to BeginUpload). Errors: artifact_project_quota, the fence's, the store's; after a
+  // failed commit Finish may be called again, after a successful one it is upload_finished.
+  // Chunks are written before the fence is checked: callers authorize first (ScriptService).
   virtual Result<BlobDescriptor> Finish() = 0;
 };
 
@@ -153,8 +155,8 @@ struct PushScriptCommand {
   std::vector<ScriptFile> files;
   // The file run; empty for a `file` (its name). Must name one of `files`.
   std::string entry;
-  // When set, the push must create exactly this version (a lost compare-and-set is Conflict
-  // script_version_conflict); otherwise the next one.
+  // When set, the script's latest version must still be this one (0: no version yet), else
+  // Conflict script_version_conflict: a compare-and-set against another push.
   std::optional<int64_t> expected_latest;
   ArtifactLimits limits;
   int64_t now_ms = 0;

@@ -812,4 +812,65 @@ TEST_P(ArtifactContract, PurgeRemovesOldUnpinnedVersionsAndWhatNothingHolds) {
   EXPECT_EQ(Describe(again), Describe(PurgeArtifactsResult{})) << "a second purge found more";
 }
 
+TEST_P(ArtifactContract, ComposedPiecesMakeTheBlobOfTheirBytesAndAreChecked) {
+  // Three pieces of one chunk each (the last shorter) compose the blob of their bytes, named
+  // by the digest of all of them: the same descriptor a streamed upload of those bytes gets.
+  const std::string first(kArtifactChunkBytes, 'a');
+  const std::string second(kArtifactChunkBytes, 'b');
+  const std::string tail = "tail";
+  std::vector<std::string> pieces;
+  for (const std::string* piece : {&first, &second, &tail}) {
+    QL_ASSERT_OK_AND_ASSIGN(BlobDescriptor uploaded, Upload(project().id, *piece));
+    pieces.push_back(uploaded.digest);
+  }
+  ComposeBlobCommand compose;
+  compose.actor = Actor{owner_.id, "req-compose"};
+  compose.fence = PolicyFence{owner_.id, Role::kAdmin};
+  compose.project_id = project().id;
+  compose.pieces = pieces;
+  compose.now_ms = Now();
+  QL_ASSERT_OK_AND_ASSIGN(BlobDescriptor composed, artifacts().ComposeBlob(compose));
+  const std::string whole = first + second + tail;
+  EXPECT_EQ(composed.digest, Sha256Hex(whole));
+  EXPECT_EQ(composed.size, static_cast<int64_t>(whole.size()));
+  QL_ASSERT_OK_AND_ASSIGN(BlobDescriptor streamed, Upload(project().id, whole));
+  EXPECT_EQ(streamed, composed) << "composing and streaming the same bytes disagree";
+  for (size_t i = 0; i < composed.chunks.size(); ++i) {
+    QL_ASSERT_OK_AND_ASSIGN(std::string chunk,
+                            artifacts().ReadBlobChunk(project().id, composed, i));
+    EXPECT_EQ(Sha256Hex(chunk), composed.chunks[i]);
+  }
+  EXPECT_TRUE(HasError(artifacts().ReadBlobChunk(project().id, composed, 3),
+                       StatusCode::kInvalidArgument, "artifact_chunk_index"));
+
+  // A piece that is not a whole chunk before the last one, or another project's piece, is
+  // refused; so is a reader who does not hold the blob.
+  ComposeBlobCommand short_middle = compose;
+  short_middle.pieces = {pieces[2], pieces[0]};
+  EXPECT_TRUE(HasError(artifacts().ComposeBlob(short_middle), StatusCode::kInvalidArgument,
+                       "artifact_piece_invalid"));
+  const ProjectRecord other = OtherProject();
+  ComposeBlobCommand foreign = compose;
+  foreign.project_id = other.id;
+  EXPECT_TRUE(
+      HasError(artifacts().ComposeBlob(foreign), StatusCode::kNotFound, "artifact_not_found"));
+  EXPECT_TRUE(HasError(artifacts().ReadBlobChunk(other.id, composed, 0), StatusCode::kNotFound,
+                       "artifact_not_found"));
+
+  // A compare-and-set on the latest version: the version expected must be the current one.
+  QL_ASSERT_OK_AND_ASSIGN(BlobDescriptor one, Upload(project().id, "echo one\n"));
+  PushScriptCommand push = FilePush(owner_, project().id, "cas", "cas.sh", one);
+  push.expected_latest = 0;
+  QL_ASSERT_OK_AND_ASSIGN(PushScriptResult v1, Push(push));
+  EXPECT_EQ(v1.version.version, 1);
+  QL_ASSERT_OK_AND_ASSIGN(BlobDescriptor two, Upload(project().id, "echo two\n"));
+  PushScriptCommand next = FilePush(owner_, project().id, "cas", "cas.sh", two);
+  next.expected_latest = 1;
+  QL_ASSERT_OK_AND_ASSIGN(PushScriptResult v2, Push(next));
+  EXPECT_EQ(v2.version.version, 2);
+  next.expected_latest = 1;
+  EXPECT_TRUE(HasError(Push(next), StatusCode::kConflict, "script_version_conflict"))
+      << "a push against version 1 succeeded although version 2 exists";
+}
+
 }  // namespace ql::testing
