@@ -44,6 +44,7 @@
 #include "ql/engine/outage_log.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
+#include "ql/engine/script_retention.h"
 #include "ql/engine/sign_in_service.h"
 #include "ql/engine/token_authenticator.h"
 #include "ql/exec/executor.h"
@@ -422,6 +423,9 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
     }
   };
   retention_options.event_log = &log;
+  retention_options.purge_artifacts = [&]() {
+    return PurgeScripts(**store, clock, ArtifactRetention{});
+  };
   RetentionJob retention((*store)->retention(), clock, random, metrics, retention_options);
   // Notifications: the outbox rows commit with the run changes; this loop sends them. The
   // sender module is opened on the first due row.

@@ -304,6 +304,7 @@ Result<BlobDescriptor> ArtifactStore::StatBlob(const std::string& project_id,
   QL_RETURN_IF_ERROR(
       runner_.Run(ArtifactTxKind::kRead, "read blob", [&](GovernanceTx&, ArtifactTx& tx) {
         QL_ASSIGN_OR_RETURN(bool held, tx.ProjectHolds(project_id, digest));
+        if (!held) return ArtifactNotFound(digest);
         QL_ASSIGN_OR_RETURN(std::optional<StoredBlob> blob, tx.LoadBlob(digest));
         if (!blob) return ArtifactNotFound(digest);
         out = blob->blob;

@@ -11,6 +11,7 @@
 #include "ql/core/rfc3339.h"
 #include "ql/core/secret_ref.h"
 #include "ql/core/states.h"
+#include "ql/engine/script_retention.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
 #include "ql/testing/test_principals.h"
@@ -683,6 +684,78 @@ TEST_F(ControlServiceApprovalTest, RetryingARunOfAGuardedTaskRequestsApproval) {
   Result<ApproveResult> second = service_->Approve(retry->approval->id, Caller{amy_.id, "", "a2"});
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->run.retry_of_run_id, approved->run.id);
+}
+
+// Pushes `text` as the next version of file script `name` in the default project (the system
+// writes, no fence) and returns the version.
+ScriptVersionRecord PushScriptText(Store& store, const std::string& project_id,
+                                   const std::string& name, const std::string& text,
+                                   int64_t now_ms) {
+  BeginUploadCommand upload;
+  upload.project_id = project_id;
+  upload.now_ms = now_ms;
+  std::unique_ptr<BlobUpload> writer = store.artifacts().BeginUpload(upload);
+  EXPECT_TRUE(writer->Write(text).ok());
+  Result<BlobDescriptor> blob = writer->Finish();
+  EXPECT_TRUE(blob.ok()) << blob.status().ToString();
+  PushScriptCommand push;
+  push.project_id = project_id;
+  push.name = name;
+  push.kind = std::string(kScriptKindFile);
+  push.files = {ScriptFile{name + ".sh", blob->digest, blob->size, false}};
+  push.now_ms = now_ms;
+  Result<PushScriptResult> pushed = store.artifacts().PushScript(push);
+  EXPECT_TRUE(pushed.ok()) << pushed.status().ToString();
+  return pushed->version;
+}
+
+json ScriptTask(const std::string& name, json command) {
+  command["kind"] = "script";
+  return json{{"name", name}, {"spec", {{"command", command}}}};
+}
+
+TEST_F(ControlServiceTest, AScriptTaskIsPinnedWhenPublishedAndKeepsItsVersionFromRetention) {
+  const std::string project = service_->EnsureDefaultProject()->id;
+  const ScriptVersionRecord v1 =
+      PushScriptText(*store_, project, "hello", "echo 1\n", clock_.NowMs());
+  const ScriptVersionRecord v2 =
+      PushScriptText(*store_, project, "hello", "echo 2\n", clock_.NowMs());
+  // Named without a version: the latest, pinned by digest with the interpreter its entry implies.
+  TaskView latest = CreateTask(ScriptTask("latest", {{"script", "hello"}}));
+  json spec = json::parse(latest.revision.spec_json);
+  EXPECT_EQ(spec["command"]["version"], 2);
+  EXPECT_EQ(spec["command"]["digest"], v2.digest);
+  EXPECT_EQ(spec["command"]["entry"], "hello.sh");
+  EXPECT_EQ(spec["command"]["interpreter"], "sh");
+  TaskView old = CreateTask(ScriptTask("old", {{"script", "hello"}, {"version", 1}}));
+  EXPECT_EQ(json::parse(old.revision.spec_json)["command"]["digest"], v1.digest);
+  // A digest that is not the version's is refused, as are names nothing holds.
+  auto wrong = service_->PublishTask(
+      TaskWrite{ScriptTask("wrong", {{"script", "hello"}, {"version", 1}, {"digest", v2.digest}}),
+                std::nullopt});
+  EXPECT_EQ(wrong.status().reason(), "script_digest_mismatch");
+  EXPECT_EQ(service_->PublishTask(TaskWrite{ScriptTask("none", {{"script", "nope"}}), std::nullopt})
+                .status()
+                .reason(),
+            "script_not_found");
+
+  // A month later, with a third version: both pinned versions stay, the task's deletion frees
+  // its version.
+  PushScriptText(*store_, project, "hello", "echo 3\n", clock_.NowMs());
+  clock_.Advance(int64_t{31} * 24 * 60 * 60 * 1000);
+  Result<std::vector<ScriptVersionKey>> pins = PinnedScriptVersions(*store_);
+  ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+  EXPECT_EQ(pins->size(), 2u);
+  Result<PurgeArtifactsResult> kept = PurgeScripts(*store_, clock_, ArtifactRetention{});
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->versions, 0);
+  ASSERT_TRUE(service_->DeleteTask(old.head.task_id).ok());
+  Result<PurgeArtifactsResult> freed = PurgeScripts(*store_, clock_, ArtifactRetention{});
+  ASSERT_TRUE(freed.ok()) << freed.status().ToString();
+  EXPECT_EQ(freed->versions, 1);
+  EXPECT_EQ(store_->artifacts().GetScriptVersion(project, "hello", 1).status().reason(),
+            "script_version_not_found");
+  EXPECT_TRUE(store_->artifacts().GetScriptVersion(project, "hello", 2).ok());
 }
 
 }  // namespace

@@ -18,6 +18,10 @@ RetentionJob::RetentionJob(RetentionRepository& retention, Clock& clock, RandomS
       random_(random),
       metrics_(metrics),
       options_(std::move(options)) {
+  metrics_.Describe("ql_retention_purged_script_versions_total", "counter",
+                    "Script versions removed by retention.");
+  metrics_.Describe("ql_retention_purged_artifact_bytes_total", "counter",
+                    "Bytes of artifact chunks removed by retention (nothing referenced them).");
   metrics_.Describe("ql_retention_purged_runs_total", "counter",
                     "Finished runs deleted by retention.");
   metrics_.Describe("ql_retention_purged_events_total", "counter",
@@ -108,7 +112,36 @@ int64_t RetentionJob::NextDelayMs(const RetentionRound& round) const {
   return round.bounded ? options_.continue_ms : options_.interval_ms;
 }
 
+Result<bool> RetentionJob::PurgeArtifactsIfDue() {
+  if (!options_.purge_artifacts) return false;
+  const int64_t now = clock_.NowMs();
+  if (artifacts_purged_at_ms_ && now - *artifacts_purged_at_ms_ < options_.artifact_interval_ms) {
+    return false;
+  }
+  artifacts_purged_at_ms_ = now;
+  Result<PurgeArtifactsResult> purged = options_.purge_artifacts();
+  if (!purged.ok()) {
+    metrics_.Increment("ql_retention_errors_total");
+    return purged.status();
+  }
+  metrics_.Increment("ql_retention_purged_script_versions_total", {}, purged->versions);
+  metrics_.Increment("ql_retention_purged_artifact_bytes_total", {}, purged->chunk_bytes);
+  if (options_.event_log != nullptr &&
+      (purged->versions > 0 || purged->blobs > 0 || purged->chunks > 0)) {
+    options_.event_log->Write(LogLevel::kInfo, "retention.artifacts",
+                              {{"versions", purged->versions},
+                               {"uploads", purged->uploads},
+                               {"blobs", purged->blobs},
+                               {"chunks", purged->chunks},
+                               {"bytes", purged->chunk_bytes}});
+  }
+  return true;
+}
+
 int64_t RetentionJob::RunLoopRound(const DiagnosticLog& diagnostics) {
+  if (Result<bool> artifacts = PurgeArtifactsIfDue(); !artifacts.ok() && diagnostics) {
+    diagnostics("retention (scripts)", artifacts.status());
+  }
   Result<RetentionRound> round = RunRound();
   if (!round.ok()) {
     if (diagnostics) diagnostics("retention", round.status());

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "ql/core/artifact_store.h"
 #include "ql/core/clock.h"
 #include "ql/core/event_log.h"
 #include "ql/core/retention.h"
@@ -42,6 +43,11 @@ struct RetentionJobOptions {
   // The daemon log: one `retention.round` line (info) for each round of RunLoopRound that
   // purged something or met errors (warn), with its counts. Must outlive the job; null: none.
   EventLog* event_log = nullptr;
+  // Purges the script library once (script_retention.h), at most every `artifact_interval_ms`,
+  // from RunLoopRound; unset: never. Counted in ql_retention_purged_script_versions_total and
+  // ql_retention_purged_artifact_bytes_total, logged as `retention.artifacts`.
+  std::function<Result<PurgeArtifactsResult>()> purge_artifacts;
+  int64_t artifact_interval_ms = 10 * 60 * 1000;
 };
 
 struct RetentionRound {
@@ -74,6 +80,10 @@ class RetentionJob {
   // Returns how long to sleep after `round`.
   int64_t NextDelayMs(const RetentionRound& round) const;
 
+  // Purges the script library when `purge_artifacts` is set and its interval has passed;
+  // returns whether it ran. Errors: the purge's.
+  Result<bool> PurgeArtifactsIfDue();
+
   // Runs one round as a RoundLoop round: returns the delay before the next one, and hands an
   // error to `diagnostics` (component "retention") before waiting the interval.
   int64_t RunLoopRound(const DiagnosticLog& diagnostics);
@@ -87,6 +97,7 @@ class RetentionJob {
   std::mutex mu_;            // rounds never overlap
   std::string after_task_;   // the walk's cursor: tasks after this one come next
   std::optional<int64_t> yielding_since_ms_;  // the first yield of the current unbroken run
+  std::optional<int64_t> artifacts_purged_at_ms_;  // the last purge of the script library
 };
 
 }  // namespace ql

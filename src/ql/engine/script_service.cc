@@ -21,7 +21,8 @@ Result<std::string> ScriptService::ProjectFor(const Caller& caller, Action actio
   QL_ASSIGN_OR_RETURN(ProjectRecord project, governance_.ResolveProject(caller));
   Status allowed = governance_.Authorize(caller, project.id, action, target);
   if (allowed.reason() == "hidden") {
-    return NotFound("project_not_found", "project " + caller.project + " does not exist");
+    return NotFound("project_not_found",
+                    "no project is named " + (caller.project.empty() ? "default" : caller.project));
   }
   QL_RETURN_IF_ERROR(allowed);
   return project.id;
