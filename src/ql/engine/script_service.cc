@@ -28,6 +28,10 @@ Result<std::string> ScriptService::ProjectFor(const Caller& caller, Action actio
   return project.id;
 }
 
+Status ScriptService::MayPublish(const Caller& caller) {
+  return ProjectFor(caller, Action::kPublish, "blobs").status();
+}
+
 Result<BlobDescriptor> ScriptService::Upload(const Caller& caller, std::string_view bytes) {
   QL_ASSIGN_OR_RETURN(std::string project_id, ProjectFor(caller, Action::kPublish, "blobs"));
   BeginUploadCommand cmd;

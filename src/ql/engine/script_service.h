@@ -32,6 +32,9 @@ class ScriptService {
   // All references must outlive the service. Thread-safe.
   ScriptService(Store& store, GovernanceService& governance, Clock& clock, ArtifactLimits limits);
 
+  // The caller may publish scripts in its project (the decision Upload and Push take), for a
+  // route that must refuse before it looks at the request's body.
+  Status MayPublish(const Caller& caller);
   // Stores `bytes` as a blob the caller's project holds (one request: at most one chunk's
   // worth when it is a piece of a larger blob, see Compose).
   Result<BlobDescriptor> Upload(const Caller& caller, std::string_view bytes);

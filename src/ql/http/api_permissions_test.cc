@@ -135,6 +135,9 @@ class ApiPermissionsTest : public ::testing::Test {
     secret_service_ =
         std::make_unique<SecretService>(*store_, service_->governance(), sealer_.get(), clock_);
     options.secrets = secret_service_.get();
+    script_service_ =
+        std::make_unique<ScriptService>(*store_, service_->governance(), clock_, ArtifactLimits{});
+    options.scripts = script_service_.get();
     notify_service_ = std::make_unique<NotificationService>(*store_, service_->governance(),
                                                             *service_, clock_, random_);
     options.notify = notify_service_.get();
@@ -207,6 +210,23 @@ class ApiPermissionsTest : public ::testing::Test {
 
   Reply AsRoot(const Sample& sample) { return Send(members_.front().token, sample); }
 
+  // A blob of the default project, uploaded by the system.
+  BlobDescriptor script_blob() {
+    Result<BlobDescriptor> blob = script_service_->Upload(Caller{}, "echo hi\n");
+    EXPECT_TRUE(blob.ok()) << blob.status().ToString();
+    return blob.ok() ? *blob : BlobDescriptor{};
+  }
+  // Pushes file script `name` of the default project as the system; returns its name.
+  std::string PushedScript(const std::string& name = "sample") {
+    const BlobDescriptor blob = script_blob();
+    ScriptPush push;
+    push.kind = "file";
+    push.files = {ScriptFile{"run.sh", blob.digest, blob.size, false}};
+    Result<PushScriptResult> pushed = script_service_->Push(Caller{}, name, push);
+    EXPECT_TRUE(pushed.ok()) << pushed.status().ToString();
+    return name;
+  }
+
   fs::path dir_;
   testing::FakeClock clock_{1'780'000'000'000};
   testing::SeededRandom random_{11};
@@ -215,6 +235,7 @@ class ApiPermissionsTest : public ::testing::Test {
   std::unique_ptr<secrets::FileKeyProvider> secret_key_;
   std::unique_ptr<secrets::EnvelopeSealer> sealer_;
   std::unique_ptr<SecretService> secret_service_;
+  std::unique_ptr<ScriptService> script_service_;
   std::unique_ptr<NotificationService> notify_service_;
   SodiumPasswordHasher hasher_;
   std::unique_ptr<SignInService> sign_in_;
@@ -726,6 +747,49 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
          const std::string name = fresh();
          EXPECT_TRUE(secret_service_->Set(Caller{}, name, "v4lue").ok());
          return Sample{"DELETE", "/api/v1/secrets/" + name, ""};
+       }},
+      {"blobs.upload",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/blobs", "bytes"};
+       }},
+      {"blobs.compose",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/blobs/compose", json{{"pieces", json::array()}}.dump()};
+       }},
+      {"blobs.get",
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/blobs/" + script_blob().digest, ""};
+       }},
+      {"scripts.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/scripts", ""};
+       }},
+      {"scripts.get",
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/scripts/" + PushedScript(), ""};
+       }},
+      {"scripts.versions.list",
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/scripts/" + PushedScript() + "/versions", ""};
+       }},
+      {"scripts.content",
+       [&](const Member&) {
+         return Sample{"GET", "/api/v1/scripts/" + PushedScript() + "/content", ""};
+       }},
+      {"scripts.push",
+       [&](const Member&) {
+         const BlobDescriptor blob = script_blob();
+         return Sample{
+             "POST", "/api/v1/scripts/" + fresh() + "/versions",
+             json{{"kind", "file"},
+                  {"files",
+                   json::array(
+                       {json{{"path", "run.sh"}, {"digest", blob.digest}, {"size", blob.size}}})}}
+                 .dump()};
+       }},
+      {"scripts.delete",
+       [&](const Member&) {
+         return Sample{"DELETE", "/api/v1/scripts/" + PushedScript(fresh()), ""};
        }},
   };
 

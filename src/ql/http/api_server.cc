@@ -45,8 +45,8 @@ enum class Body {
   kNone,      // GET and DELETE: no body is read; handlers see {}
   kOptional,  // an empty body counts as {}
   kRequired,  // a JSON object must be sent
-  kBytes,     // raw bytes (Content-Type: application/octet-stream), not parsed: handlers read
-              // req.body
+  kBytes,     // raw bytes, not parsed: the handler checks the media type once the caller is
+              // allowed, then reads req.body
 };
 
 // A service a route needs that a server may not hold.
@@ -1114,13 +1114,8 @@ void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
             IsApiPath(req.path) && identity.decided ? CallerOf(req, identity) : Caller{},
             json::object()};
   if (route.body == Body::kBytes) {
+    // The media type is the handler's to check, once the caller was found allowed.
     QL_HTTP_TRY(res, call.query.Check({}));
-    if (req.Header("Content-Type") != "application/octet-stream") {
-      SendError(res, 415, "unsupported_media_type",
-                "this route takes raw bytes (Content-Type: application/octet-stream), got " +
-                    QuoteForMessage(req.Header("Content-Type")));
-      return;
-    }
   } else if (route.body != Body::kNone) {
     QL_HTTP_TRY(res, call.query.Check({}));
     QL_HTTP_ASSIGN(res, call.body, api::ParseBody(req.body, route.body == Body::kRequired));
@@ -2021,6 +2016,13 @@ void ApiServer::Impl::StreamBlob(const Caller& caller, const BlobDescriptor& blo
 }
 
 void ApiServer::Impl::BlobUpload(Call& c) {
+  QL_HTTP_TRY(c.res, options.scripts->MayPublish(c.caller));
+  if (c.req.Header("Content-Type") != "application/octet-stream") {
+    SendError(c.res, 415, "unsupported_media_type",
+              "this route takes raw bytes (Content-Type: application/octet-stream), got " +
+                  QuoteForMessage(c.req.Header("Content-Type")));
+    return;
+  }
   QL_HTTP_ASSIGN(c.res, BlobDescriptor blob, options.scripts->Upload(c.caller, c.req.body));
   SendJson(c.res, 201, BlobJson(blob));
 }
