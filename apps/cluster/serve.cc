@@ -279,6 +279,8 @@ int Serve(const ServeConfig& config) {
   worker_options.definitions = &store->definitions();
   worker_options.projects = &store->projects();
   worker_options.event_log = &log;
+  // Workers fetch the script versions their runs execute, read as the runtime role.
+  worker_options.artifacts = &store->artifacts();
   for (int attempt = 1;; ++attempt) {
     Result<RecoveryReport> report = recovery.RunOnce();
     if (report.ok() && report->errors == 0) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "ql/core/artifact.h"
 #include "ql/core/canonical_json.h"
 #include "ql/core/digest.h"
 #include "ql/core/ids.h"
@@ -15,6 +16,15 @@ namespace {
 
 std::string Name(RunStatus s) { return std::string(RunStatusName(s)); }
 std::string Name(AttemptStatus s) { return std::string(AttemptStatusName(s)); }
+
+// The largest tree manifest read for a lease (as ScriptCache reads: a tree of kMaxTreeEntries
+// long paths).
+constexpr size_t kMaxManifestBytes = size_t{16} << 20;
+
+// The one answer to a blob a lease may not read: never whether the digest exists elsewhere.
+Status BlobNotFound(const std::string& digest) {
+  return NotFound("artifact_not_found", "blob " + digest + " is not part of this lease's run");
+}
 
 bool IsLowerHex(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
@@ -130,6 +140,8 @@ WorkerService::WorkerService(WorkerSessionRepository& sessions, RunLeaseReposito
                     "report.");
   metrics_.Describe("ql_worker_calls_refused_total", "counter",
                     "Worker lease calls refused by the fence, by reason.");
+  metrics_.Describe("ql_worker_blobs_served_total", "counter",
+                    "Blobs of script versions opened for the workers whose runs need them.");
   metrics_.Describe("ql_worker_lease_hints_total", "counter",
                     "Lease steps decided on what this replica knew of the lease (used) or read "
                     "again because that was no longer current (stale).");
@@ -617,6 +629,83 @@ Result<CompleteAnswer> WorkerService::Complete(const LeaseCall& call,
                             "is ignored"));
   }
   return CompleteAnswer{after.run_status, after.attempt_status};
+}
+
+Result<std::shared_ptr<const std::set<std::string>>> WorkerService::TreeFiles(
+    const std::string& project_id, const std::string& manifest) {
+  {
+    std::lock_guard<std::mutex> lock(trees_mu_);
+    auto it = trees_.find(manifest);
+    if (it != trees_.end()) return it->second;
+  }
+  std::string bytes;
+  QL_RETURN_IF_ERROR(
+      options_.artifacts->ReadBlob(project_id, manifest, [&](std::string_view chunk) -> Status {
+        if (bytes.size() + chunk.size() > kMaxManifestBytes) {
+          return Corrupt("artifact_tree_invalid",
+                         "the manifest of tree " + manifest + " is larger than a manifest can be");
+        }
+        bytes.append(chunk);
+        return Status::Ok();
+      }));
+  QL_ASSIGN_OR_RETURN(std::vector<TreeEntry> entries, DecodeTreeManifest(bytes));
+  auto files = std::make_shared<std::set<std::string>>();
+  for (const TreeEntry& e : entries) files->insert(e.digest);
+  std::lock_guard<std::mutex> lock(trees_mu_);
+  if (trees_.size() >= kMaxTreeManifests) trees_.clear();
+  trees_[manifest] = files;
+  return std::shared_ptr<const std::set<std::string>>(std::move(files));
+}
+
+Result<LeaseBlob> WorkerService::OpenLeaseBlob(const LeaseCall& call, const std::string& digest) {
+  QL_ASSIGN_OR_RETURN(LeaseFence fence, Fence(call));
+  QL_RETURN_IF_ERROR(ValidateArtifactDigest(digest));
+  QL_ASSIGN_OR_RETURN(LeaseState state, leases_.GetLeaseState(call.offer_id));
+  if (state.worker_id != call.worker_id) {
+    return NotFound("lease_not_found", "no lease has offer id " + call.offer_id);
+  }
+  // The whole fence in one store transaction, as every other lease call has it.
+  if (Result<LeaseRenewal> renewed = leases_.RenewLease(fence, options_.lease_ttl_ms);
+      !renewed.ok()) {
+    if (IsLeaseFenceError(renewed.status())) return Refused(call, "blob", renewed.status());
+    return renewed.status();
+  }
+  if (options_.artifacts == nullptr || options_.definitions == nullptr) {
+    return BlobNotFound(digest);
+  }
+  // What the run needs is named by its pinned plan, re-verified against its digest.
+  QL_ASSIGN_OR_RETURN(RunRecord run, runs_.GetRun(state.run_id));
+  QL_ASSIGN_OR_RETURN(ExecutionRevisionRecord execution,
+                      options_.definitions->GetExecutionRevision(run.execution_revision_id));
+  QL_ASSIGN_OR_RETURN(nlohmann::json plan_json, ParseJsonStrict(execution.plan_json));
+  QL_ASSIGN_OR_RETURN(ExecutionPlan plan, PlanFromJson(plan_json));
+  QL_RETURN_IF_ERROR(VerifyPlanDigest(plan, execution.plan_digest));
+  if (!plan.script) return BlobNotFound(digest);
+  const ScriptPin& pin = *plan.script;
+  bool needed = digest == pin.digest;
+  if (!needed && pin.kind == kScriptKindTree) {
+    Result<std::shared_ptr<const std::set<std::string>>> files =
+        TreeFiles(run.project_id, pin.digest);
+    if (!files.ok()) {
+      // The manifest is gone from the project: so is every file it could have named.
+      if (files.status().code() == StatusCode::kNotFound) return BlobNotFound(digest);
+      return files.status();
+    }
+    needed = (*files)->count(digest) > 0;
+  }
+  if (!needed) return BlobNotFound(digest);
+  Result<BlobDescriptor> blob = options_.artifacts->StatBlob(run.project_id, digest);
+  if (!blob.ok()) {
+    if (blob.status().code() == StatusCode::kNotFound) return BlobNotFound(digest);
+    return blob.status();
+  }
+  metrics_.Increment("ql_worker_blobs_served_total");
+  return LeaseBlob{run.project_id, std::move(blob).value()};
+}
+
+Result<std::string> WorkerService::ReadLeaseBlobChunk(const LeaseBlob& blob, size_t index) {
+  if (options_.artifacts == nullptr) return BlobNotFound(blob.blob.digest);
+  return options_.artifacts->ReadBlobChunk(blob.project_id, blob.blob, index);
 }
 
 }  // namespace ql

@@ -9,8 +9,10 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "ql/core/approval_ports.h"
+#include "ql/core/artifact_store.h"
 #include "ql/core/clock.h"
 #include "ql/core/event_log.h"
 #include "ql/core/execution_plan.h"
@@ -62,6 +65,10 @@ struct WorkerServiceOptions {
   int64_t auth_cache_ms = kAuthCacheMs;
   // The daemon log: how remote runs end (RunSettlement). Must outlive the service; null: none.
   EventLog* event_log = nullptr;
+  // Serves the script versions leased runs execute (OpenLeaseBlob), read through the run's
+  // project; `definitions` names each run's pinned plan. Must outlive the service. Without
+  // either, every blob a worker asks for is artifact_not_found.
+  ArtifactRepository* artifacts = nullptr;
 };
 
 // Returns ok when the options are within bounds (ttl 1..600 s, heartbeat < session ttl, log cap
@@ -106,6 +113,12 @@ struct HeartbeatAnswer {
 struct CompleteAnswer {
   std::string run_status;
   std::string attempt_status;
+};
+
+// A blob a lease's run needs, opened for its holder (WorkerService::OpenLeaseBlob).
+struct LeaseBlob {
+  std::string project_id;  // the run's project: every chunk is read through its holding
+  BlobDescriptor blob;
 };
 
 // Longest decoded log chunk one call may carry.
@@ -157,6 +170,19 @@ class WorkerService {
   Result<CompleteAnswer> Complete(const LeaseCall& call, const AttemptOutcome& outcome,
                                   std::optional<int64_t> started_pid = std::nullopt);
 
+  // Opens blob `digest` for the holder of `call`'s lease (`GET .../blobs/{digest}`). The lease is
+  // fenced as `Renew` fences it — current, this session's and token's, not expired by the
+  // database clock, its attempt not ended — and renewed as `Renew` renews it (the holder is
+  // working on it), with Renew's errors. The digest must be one the lease's run needs: its pinned
+  // script's digest (a file's blob, a tree's manifest) or, for a tree, a file its manifest lists.
+  // Anything else (a plan without a script, another script's or project's blob, a blob the run's
+  // project no longer holds) is NotFound `artifact_not_found`, the same whether or not the
+  // digest exists elsewhere; a malformed digest is InvalidArgument `artifact_digest_invalid`.
+  Result<LeaseBlob> OpenLeaseBlob(const LeaseCall& call, const std::string& digest);
+  // Returns chunk `index` of an opened blob, verified, in a store transaction of its own through
+  // the run's project (ArtifactRepository::ReadBlobChunk, with its errors).
+  Result<std::string> ReadLeaseBlobChunk(const LeaseBlob& blob, size_t index);
+
  private:
   Result<LeaseFence> Fence(const LeaseCall& call) const;
   // Returns the log cap of the attempt `lease` offers: the per-attempt cap, lowered by the
@@ -201,6 +227,9 @@ class WorkerService {
   // without a secret store).
   Result<std::vector<SealedVariable>> SealedSecretsOf(const std::string& project_id,
                                                       const ExecutionPlan& plan);
+  // The file digests a tree's manifest lists, read through `project_id`.
+  Result<std::shared_ptr<const std::set<std::string>>> TreeFiles(const std::string& project_id,
+                                                                 const std::string& manifest);
 
   WorkerSessionRepository& sessions_;
   RunLeaseRepository& leases_;
@@ -223,6 +252,12 @@ class WorkerService {
   std::atomic<bool> granting_{true};
   std::mutex hints_mu_;
   std::unordered_map<std::string, LeaseHint> hints_;  // by offer id; guarded by hints_mu_
+
+  // Decoded manifests by their digest: a manifest is content-addressed and verified when read, so
+  // what it lists never changes (each read of a file still goes through the run's project).
+  static constexpr size_t kMaxTreeManifests = 16;
+  std::mutex trees_mu_;
+  std::map<std::string, std::shared_ptr<const std::set<std::string>>> trees_;  // trees_mu_
 };
 
 }  // namespace ql

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ql/core/digest.h"
 #include "ql/http/api_json.h"
 #include "ql/http/http_server.h"
 
@@ -27,6 +28,7 @@ struct Admitted {
   std::string worker_id;
   size_t route = 0;
   std::string id;
+  std::string detail;  // the route's second path parameter (a blob's digest), if any
 };
 
 void SendJson(http::Response& res, int status, const json& body) {
@@ -94,29 +96,39 @@ json OfferJson(const WorkerOffer& offer, const WorkerServiceOptions& o) {
                        {"wrapped_key", s.sealed.wrapped_key},
                        {"sealed_value", s.sealed.sealed_value}});
   }
-  return json{{"offer_id", g.offer_id},
-              {"run_id", g.run_id},
-              {"attempt_id", g.attempt_id},
-              {"attempt", g.attempt},
-              {"project_id", g.project_id},
-              {"task_id", g.task_id},
-              {"task_revision", g.task_revision},
-              {"execution_revision_id", g.execution_revision_id},
-              {"lease_version", g.lease_version},
-              {"lease_expires_at_ms", g.lease_expires_at_ms},
-              {"lease_ttl_ms", o.lease_ttl_ms},
-              {"log_cap_bytes", offer.log_cap_bytes},
-              {"plan",
-               {{"argv", offer.plan.argv},
-                {"environment", env},
-                {"working_directory", offer.plan.working_directory.has_value()
-                                          ? json(*offer.plan.working_directory)
-                                          : json(nullptr)},
-                {"timeout_ms", offer.plan.timeout_ms},
-                {"limits", TaskLimitsToJson(offer.plan.limits)},
-                {"network", offer.plan.network ? "host" : "none"},
-                {"isolation", offer.plan.unconfined ? "none" : "confined"}}},
-              {"secrets", std::move(secrets)}};
+  json out{{"offer_id", g.offer_id},
+           {"run_id", g.run_id},
+           {"attempt_id", g.attempt_id},
+           {"attempt", g.attempt},
+           {"project_id", g.project_id},
+           {"task_id", g.task_id},
+           {"task_revision", g.task_revision},
+           {"execution_revision_id", g.execution_revision_id},
+           {"lease_version", g.lease_version},
+           {"lease_expires_at_ms", g.lease_expires_at_ms},
+           {"lease_ttl_ms", o.lease_ttl_ms},
+           {"log_cap_bytes", offer.log_cap_bytes},
+           {"plan",
+            {{"argv", offer.plan.argv},
+             {"environment", env},
+             {"working_directory", offer.plan.working_directory.has_value()
+                                       ? json(*offer.plan.working_directory)
+                                       : json(nullptr)},
+             {"timeout_ms", offer.plan.timeout_ms},
+             {"limits", TaskLimitsToJson(offer.plan.limits)},
+             {"network", offer.plan.network ? "host" : "none"},
+             {"isolation", offer.plan.unconfined ? "none" : "confined"}}},
+           {"secrets", std::move(secrets)}};
+  if (offer.plan.script) {
+    // The version the worker fetches (GET .../blobs/{digest}) and runs, by digest.
+    const ScriptPin& pin = *offer.plan.script;
+    out["plan"]["script"] = json{{"name", pin.name},
+                                 {"version", pin.version},
+                                 {"digest", pin.digest},
+                                 {"kind", pin.kind},
+                                 {"entry", pin.entry}};
+  }
+  return out;
 }
 
 Result<AttemptOutcome> ParseOutcome(const json& body) {
@@ -159,11 +171,14 @@ Result<AttemptOutcome> ParseOutcome(const json& body) {
     o.kind = K::kSpawnFailed;
     if (code.has_value()) {
       if (!IsSecretRunError(*code) && *code != "confinement_failed" &&
-          *code != "cgroup_setup_failed" && *code != "confinement_unavailable") {
+          *code != "cgroup_setup_failed" && *code != "confinement_unavailable" &&
+          *code != "artifact_unavailable" && *code != "artifact_corrupt" &&
+          *code != "script_plan_invalid") {
         return InvalidArgument("invalid_argument",
                                "error_code must be secret_not_found, secret_unavailable, "
-                               "secret_corrupt, confinement_failed, cgroup_setup_failed or "
-                               "confinement_unavailable");
+                               "secret_corrupt, confinement_failed, cgroup_setup_failed, "
+                               "confinement_unavailable, artifact_unavailable, artifact_corrupt "
+                               "or script_plan_invalid");
       }
       o.error_code = *code;
     }
@@ -207,18 +222,20 @@ struct WorkerApiServer::Impl {
   WorkerApiServerOptions options;
   std::unique_ptr<http::HttpServer> server;  // created by Start (plain or TLS)
   std::atomic<bool> admitting{true};
+  using Handler = std::function<Status(const std::string& worker, const std::string& id,
+                                       const json& body, http::Response& res)>;
+  // A GET route's handler: the request itself (its query and headers), no body.
+  using GetHandler = std::function<Status(const Admitted& admitted, const http::Request& req,
+                                          http::Response& res)>;
   struct Route {
     std::regex pattern;
+    std::string_view method;  // POST (a JSON body) or GET (none)
     std::string_view name;
-    std::function<Status(const std::string& worker, const std::string& id, const json& body,
-                         http::Response& res)>
-        handler;
+    Handler handler;
+    GetHandler get;
   };
   std::vector<Route> routes;
   int port = 0;
-
-  using Handler = std::function<Status(const std::string& worker, const std::string& id,
-                                       const json& body, http::Response& res)>;
 
   // Admits a request from its line and headers alone, before its body is read: the replica is
   // admitting, the worker token authenticates, the route exists, the body has a declared length
@@ -241,11 +258,6 @@ struct WorkerApiServer::Impl {
       SendStatus(res, worker.status());
       return false;
     }
-    if (req.method != "POST") {
-      res.SetHeader("Allow", "POST");
-      SendJson(res, 405, api::ErrorJson("method_not_allowed", "worker calls are POST requests"));
-      return false;
-    }
     auto decision = std::make_shared<Admitted>();
     bool routed = false;
     for (size_t i = 0; i < routes.size() && !routed; ++i) {
@@ -254,10 +266,24 @@ struct WorkerApiServer::Impl {
         routed = true;
         decision->route = i;
         if (match.size() > 1) decision->id = match[1].str();
+        if (match.size() > 2) decision->detail = match[2].str();
       }
+    }
+    const std::string_view method = routed ? routes[decision->route].method : "POST";
+    if (req.method != method) {
+      res.SetHeader("Allow", std::string(method));
+      SendJson(res, 405,
+               api::ErrorJson("method_not_allowed",
+                              routed ? "this worker route answers " + std::string(method)
+                                     : std::string("worker calls are POST requests")));
+      return false;
     }
     if (!routed) {
       SendJson(res, 404, api::ErrorJson("route_not_found", "no worker route for this path"));
+      return false;
+    }
+    if (method == "GET" && req.DeclaresBody()) {
+      SendJson(res, 400, api::ErrorJson("invalid_argument", "a worker GET carries no body"));
       return false;
     }
     // Workers always send a length.
@@ -286,6 +312,11 @@ struct WorkerApiServer::Impl {
     }
     const Route& route = routes[admitted->route];
     metrics.Increment("ql_worker_requests_total", "route=\"" + std::string(route.name) + "\"");
+    if (route.get) {
+      Status st = route.get(*admitted, req, res);
+      if (!st.ok()) SendStatus(res, st);
+      return;
+    }
     Result<json> body = api::ParseBody(req.body, true);
     if (!body.ok()) return SendStatus(res, body.status());
     Status st = route.handler(admitted->worker_id, admitted->id, *body, res);
@@ -308,7 +339,7 @@ struct WorkerApiServer::Impl {
   void Routes() {
     const WorkerServiceOptions& o = service.options();
     auto post = [this](const std::string& pattern, std::string_view route, Handler handler) {
-      routes.push_back(Route{std::regex(pattern), route, std::move(handler)});
+      routes.push_back(Route{std::regex(pattern), "POST", route, std::move(handler), nullptr});
     };
     post("/worker/v1/sessions", "sessions.register",
          [this, &o](const std::string& worker, const std::string&, const json& body,
@@ -450,6 +481,88 @@ struct WorkerApiServer::Impl {
                     json{{"run_status", a.run_status}, {"attempt_status", a.attempt_status}});
            return Status::Ok();
          });
+    // The bytes of a script version the lease's run executes (docs/worker-protocol.md "Blobs"):
+    // the lease names itself in the query and the X-QL-Lease-Token header (never in the URL).
+    routes.push_back(Route{
+        std::regex("/worker/v1/leases/([^/]{1,128})/blobs/([^/]{1,128})"), "GET", "leases.blob",
+        nullptr,
+        [this](const Admitted& admitted, const http::Request& req, http::Response& res) -> Status {
+          for (const auto& [name, value] : req.params) {
+            if (name != "session_id" && name != "generation") {
+              return InvalidArgument("unknown_field", "unknown query parameter " + name);
+            }
+          }
+          LeaseCall call;
+          call.worker_id = admitted.worker_id;
+          call.offer_id = admitted.id;
+          if (req.ParamCount("session_id") != 1 || req.ParamCount("generation") != 1) {
+            return InvalidArgument("missing_field",
+                                   "query parameters session_id and generation are required");
+          }
+          call.session_id = *req.Param("session_id");
+          const std::string generation = *req.Param("generation");
+          const auto [end, ec] = std::from_chars(
+              generation.data(), generation.data() + generation.size(), call.generation);
+          if (ec != std::errc() || end != generation.data() + generation.size()) {
+            return InvalidArgument("invalid_argument", "generation must be an integer");
+          }
+          call.lease_token = req.Header("X-QL-Lease-Token");
+          QL_ASSIGN_OR_RETURN(LeaseBlob blob, service.OpenLeaseBlob(call, admitted.detail));
+          StreamLeaseBlob(blob, res);
+          return Status::Ok();
+        }});
+  }
+
+  // Answers an opened blob: its first chunk is read before the answer starts (so a blob whose
+  // bytes cannot be read is an error, not a short answer), every later one in a store
+  // transaction of its own as the connection takes it; none is held across a network write.
+  // A chunk that fails later ends the answer early: shorter than X-QL-Size, without the digest
+  // X-QL-Digest names, which the worker checks.
+  void StreamLeaseBlob(const LeaseBlob& blob, http::Response& res) {
+    res.status = 200;
+    res.SetHeader("Content-Type", "application/octet-stream");
+    res.SetHeader("X-QL-Digest", blob.blob.digest);
+    res.SetHeader("X-QL-Size", std::to_string(blob.blob.size));
+    res.body.clear();
+    if (blob.blob.chunks.empty()) return;
+    Result<std::string> first = service.ReadLeaseBlobChunk(blob, 0);
+    if (!first.ok()) {
+      res.headers.clear();
+      SendStatus(res, first.status());
+      return;
+    }
+    if (blob.blob.chunks.size() == 1) {
+      if (Sha256Hex(*first) != blob.blob.digest) {
+        res.headers.clear();
+        SendStatus(res, Corrupt("artifact_corrupt",
+                                "blob " + blob.blob.digest + " does not have its digest"));
+        return;
+      }
+      res.body = std::move(first).value();
+      return;
+    }
+    struct State {
+      size_t next = 0;
+      std::string first;
+      Sha256Hasher whole;
+    };
+    auto state = std::make_shared<State>();
+    state->first = std::move(first).value();
+    res.stream = [this, blob, state](const std::atomic<bool>& gone) -> http::StreamStep {
+      if (state->next == 0) {
+        state->next = 1;
+        state->whole.Update(state->first);
+        return http::StreamStep{std::exchange(state->first, std::string()), true};
+      }
+      if (gone.load() || state->next >= blob.blob.chunks.size()) return http::StreamStep{"", false};
+      Result<std::string> chunk = service.ReadLeaseBlobChunk(blob, state->next);
+      if (!chunk.ok()) return http::StreamStep{"", false};
+      state->whole.Update(*chunk);
+      ++state->next;
+      const bool last = state->next == blob.blob.chunks.size();
+      if (last && state->whole.FinishHex() != blob.blob.digest) return http::StreamStep{"", false};
+      return http::StreamStep{std::move(*chunk), !last};
+    };
   }
 };
 
