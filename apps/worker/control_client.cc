@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <cctype>
+#include <charconv>
 #include <exception>
 #include <stdexcept>
 
@@ -130,6 +131,13 @@ LeaseOffer DecodeOffer(const json& o) {
     Result<TaskLimits> limits = ParseTaskLimits(plan.at("limits"), "plan.limits");
     if (!limits.ok()) throw std::invalid_argument(limits.status().message());
     offer.plan.limits = *limits;
+  }
+  if (plan.contains("script") && !plan["script"].is_null()) {
+    const json& script = plan.at("script");
+    offer.plan.script =
+        ScriptPin{script.at("name").get<std::string>(), script.at("version").get<int64_t>(),
+                  script.at("digest").get<std::string>(), script.at("kind").get<std::string>(),
+                  script.at("entry").get<std::string>()};
   }
   offer.plan.network = plan.value("network", std::string("host")) != "none";
   offer.plan.unconfined = plan.value("isolation", std::string("confined")) == "none";
@@ -362,6 +370,58 @@ Result<CompleteAnswer> ControlClient::Complete(const LeaseRef& lease,
     a.attempt_status = answer.value("attempt_status", std::string());
     return a;
   });
+}
+
+Status ControlClient::FetchBlob(const LeaseRef& lease, const std::string& digest,
+                                const std::function<Status(std::string_view bytes)>& sink) {
+  const std::string path = LeasePath(lease, "blobs/" + digest);
+  // The token goes in a header, never in the URL.
+  const std::string target = endpoint_.base_path + path +
+                             "?session_id=" + lease.session.session_id +
+                             "&generation=" + std::to_string(lease.session.generation);
+  int http_status = 0;
+  std::optional<int64_t> size;
+  int64_t received = 0;
+  std::string error_body;
+  Status sunk = Status::Ok();
+  std::unique_ptr<httplib::Client> client = Acquire();
+  httplib::Result result = client->Get(
+      target, httplib::Headers{{"X-QL-Lease-Token", lease.lease_token}},
+      [&](const httplib::Response& response) {
+        http_status = response.status;
+        const std::string declared = response.get_header_value("X-QL-Size");
+        int64_t value = 0;
+        const auto [end, ec] =
+            std::from_chars(declared.data(), declared.data() + declared.size(), value);
+        if (ec == std::errc() && end == declared.data() + declared.size() && value >= 0) {
+          size = value;
+        }
+        return true;
+      },
+      [&](const char* data, size_t length) {
+        if (http_status < 200 || http_status > 299) {
+          if (error_body.size() < 64 * 1024) error_body.append(data, length);
+          return true;
+        }
+        received += static_cast<int64_t>(length);
+        sunk = sink(std::string_view(data, length));
+        return sunk.ok();
+      });
+  if (!sunk.ok()) return sunk;  // the connection is dropped, not pooled
+  if (!result) {
+    return Unavailable("control_unreachable", "no answer from the control plane at " +
+                                                  endpoint_.url + " to " + path + ": " +
+                                                  httplib::to_string(result.error()));
+  }
+  Release(std::move(client));
+  if (http_status < 200 || http_status > 299) return ErrorFromAnswer(http_status, error_body);
+  if (!size.has_value() || *size != received) {
+    return Unavailable("blob_truncated", "the control plane's answer to " + path + " held " +
+                                             std::to_string(received) + " bytes, not the " +
+                                             (size ? std::to_string(*size) : "unnamed") +
+                                             " it announced");
+  }
+  return Status::Ok();
 }
 
 bool IsUnauthorized(const Status& status) { return status.reason() == "unauthorized"; }

@@ -5,6 +5,7 @@
 // ql::Status values whose reason is the control plane's error code.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "ql/core/execution_plan.h"
 #include "ql/core/http_endpoint.h"
 #include "ql/core/status.h"
 #include "ql/core/task_spec.h"
@@ -87,6 +89,9 @@ struct WirePlan {
   TaskLimits limits;
   bool network = true;
   bool unconfined = false;
+  // A script command's pinned version: the worker fetches it (ControlClient::FetchBlob) and puts
+  // its entry's path after the interpreter (argv[2]). Unset for other commands.
+  std::optional<ScriptPin> script;
 };
 
 // One granted lease.
@@ -140,7 +145,9 @@ struct Completion {
   std::optional<int> signal;
   std::string message;
   // spawn_failed: secret_not_found, secret_unavailable or secret_corrupt when a secret could not
-  // be opened, confinement_failed or cgroup_setup_failed; exited or signaled:
+  // be opened, artifact_unavailable or artifact_corrupt when the script could not be fetched,
+  // script_plan_invalid for a script plan without its pin, confinement_failed or
+  // cgroup_setup_failed; exited or signaled:
   // memory_limit_exceeded, pids_limit_exceeded or cpu_limit_exceeded; empty otherwise.
   std::string error_code;
   // How the command was confined, in one line (empty when it never started).
@@ -196,6 +203,12 @@ class ControlClient {
   // Appends `data` (at most kMaxLogChunkBytes) at byte `offset` of the attempt's output.
   Result<LogAnswer> Log(const LeaseRef& lease, int64_t offset, std::string_view data);
   Result<CompleteAnswer> Complete(const LeaseRef& lease, const Completion& completion);
+  // `GET /worker/v1/leases/{offer}/blobs/{digest}`: streams a blob the lease's run needs to
+  // `sink` as it arrives (the control plane renews the lease as `renew` does). The caller checks
+  // the digest of what it received; an answer shorter or longer than its X-QL-Size is Unavailable
+  // `blob_truncated`. Errors of the sink end the transfer and are returned as they are.
+  Status FetchBlob(const LeaseRef& lease, const std::string& digest,
+                   const std::function<Status(std::string_view bytes)>& sink);
 
   const ControlEndpoint& endpoint() const { return endpoint_; }
 

@@ -54,6 +54,7 @@ struct Flags {
   std::string work_dir = "./worker-data";
   int64_t log_cap_bytes = 16LL * 1024 * 1024;
   int64_t drain_timeout_ms = 60'000;
+  int64_t script_cache_mib = 1024;
   std::vector<std::string> labels;
   ClientTls tls;
   bool allow_insecure_http = false;
@@ -140,6 +141,11 @@ int Serve(const Flags& flags, const std::string& self_exe) {
                                             "--drain-timeout-ms must be 0..86400000, got " +
                                                 std::to_string(flags.drain_timeout_ms)));
   }
+  if (flags.script_cache_mib < 1 || flags.script_cache_mib > (int64_t{1} << 20)) {
+    return Fail(kExitUsage, InvalidArgument("invalid_script_cache",
+                                            "--script-cache-mib must be 1..1048576, got " +
+                                                std::to_string(flags.script_cache_mib)));
+  }
   if (flags.work_dir.empty()) {
     return Fail(kExitUsage, InvalidArgument("invalid_work_dir", "--work-dir is empty"));
   }
@@ -197,6 +203,7 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   options.work_dir = work_dir;
   options.log_cap_bytes = flags.log_cap_bytes;
   options.drain_timeout_ms = flags.drain_timeout_ms;
+  options.script_cache_bytes = flags.script_cache_mib << 20;
   options.software_version = kProjectVersion;
   options.capabilities = {{"labels", flags.labels}};
   options.log = [&log](const std::string& line) { Say(log, line); };
@@ -293,6 +300,8 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout-ms", flags.drain_timeout_ms,
                  "How long running commands may finish after SIGTERM before they are cancelled "
                  "(default 60000)");
+  app.add_option("--script-cache-mib", flags.script_cache_mib,
+                 "Script versions kept in <work-dir>/scripts for later runs, MiB (default 1024)");
   app.add_option("--label", flags.labels,
                  "A capability label announced to the control plane (repeatable)");
   ql::AddKeyProviderFlags(app, flags.secret_key, "", "opens the secrets of leased runs");

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,9 +15,11 @@
 #include <thread>
 #include <utility>
 
+#include "ql/core/artifact.h"
 #include "ql/core/ids.h"
 #include "ql/core/log_source.h"
 #include "ql/core/rfc3339.h"
+#include "ql/core/task_spec.h"
 
 namespace fs = std::filesystem;
 
@@ -132,6 +134,18 @@ Result<std::string> ReadChunk(const std::string& path, int64_t offset, size_t ma
   return data;
 }
 
+// Returns `path` with its symbolic links resolved as far as it exists.
+std::string ResolvedPath(const std::string& path) {
+  std::error_code ec;
+  const fs::path resolved = fs::weakly_canonical(path, ec);
+  return ec ? path : resolved.string();
+}
+
+// Whether `argv` is a script command's: the launcher, then an interpreter (execution_plan.h).
+bool LaunchesScript(const std::vector<std::string>& argv) {
+  return argv.size() >= 2 && argv[0] == kScriptLauncher && IsScriptInterpreter(argv[1]);
+}
+
 }  // namespace
 
 // One leased run. The atomics are written under Worker::mu_ (so that waits on cv_ see them) and
@@ -164,6 +178,7 @@ int64_t SupervisorLogCap(int64_t own, int64_t offered) {
   return std::min(own, std::max<int64_t>(offered - kLogMarkerRoomBytes, 0));
 }
 std::string WorkRootOf(const std::string& work_dir) { return work_dir + "/work"; }
+std::string ScriptsRootOf(const std::string& work_dir) { return work_dir + "/scripts"; }
 
 Worker::Worker(WorkerOptions options, ControlClient& control, AttemptRunner& runner, Clock& clock,
                RandomSource& random)
@@ -171,7 +186,9 @@ Worker::Worker(WorkerOptions options, ControlClient& control, AttemptRunner& run
       control_(control),
       runner_(runner),
       clock_(clock),
-      random_(random) {}
+      random_(random),
+      // Resolved: the runner binds an attempt's version back at this very path in the sandbox.
+      scripts_(ResolvedPath(ScriptsRootOf(options_.work_dir)), options_.script_cache_bytes) {}
 
 Worker::~Worker() {
   // Run() joins every thread it starts before returning; this only covers an early exception.
@@ -684,6 +701,64 @@ bool Worker::ShipLog(RunContext& ctx, bool to_end) {
   return true;
 }
 
+bool Worker::PrepareScript(RunContext& ctx, AttemptLaunch& launch) {
+  const std::optional<ScriptPin>& pin = ctx.offer.plan.script;
+  const auto refuse = [&](const std::string& code, const std::string& message) {
+    Log(ctx.label + ": not started: " + code + ": " + message);
+    AttemptOutcome failed;
+    failed.kind = AttemptOutcome::Kind::kSpawnFailed;
+    failed.error_code = code;
+    failed.message = message;
+    Report(ctx, failed);
+    return false;
+  };
+  if (!pin) {
+    // Run as it stands, such a plan would hand the task's first argument to the interpreter as
+    // the program: a control plane that names no script gets nothing run.
+    if (LaunchesScript(launch.argv)) {
+      return refuse("script_plan_invalid", "the plan runs a script (" + launch.argv[0] + " " +
+                                               launch.argv[1] + ") but names no script version");
+    }
+    return true;
+  }
+  const std::string named =
+      "script " + pin->name + "@" + std::to_string(pin->version) + " (" + pin->digest + ")";
+  if (!LaunchesScript(launch.argv) || (pin->kind != "file" && pin->kind != "tree") ||
+      !IsSha256Hex(pin->digest) || !ValidateArtifactPath(pin->entry).ok()) {
+    return refuse("script_plan_invalid", "the plan's " + named + " is not a script command's pin");
+  }
+  std::string dir;
+  const Status fetched = CallLease(ctx, "fetch", [&]() -> Status {
+    Result<std::string> materialized = scripts_.Materialize(
+        *pin, [&](const std::string& digest, const std::function<Status(std::string_view)>& sink) {
+          const int64_t sent = clock_.MonotonicMs();
+          Status st = control_.FetchBlob(ctx.lease, digest, sink);
+          // Every blob the control plane answers was fenced and renewed like a `renew`.
+          if (st.ok()) ctx.valid_until_ms = std::max(ctx.valid_until_ms, sent + ctx.lease_ttl_ms);
+          return st;
+        });
+    if (materialized.ok()) dir = *materialized;
+    return materialized.status();
+  });
+  if (!fetched.ok()) {
+    if (IsFatal(fetched)) return false;  // recorded; every run stops without reports
+    if (IsLeaseLost(fetched) || fetched.reason() == kRunAbandoned) {
+      Log(ctx.label + ": not started: " + fetched.ToString());
+      RemoveFiles(ctx);
+      return false;
+    }
+    // Retried as long as the lease could be valid (every blob the control plane answered renewed
+    // it), and still failing: the end is reported while the lease may hold.
+    return refuse(
+        fetched.code() == StatusCode::kCorrupt ? "artifact_corrupt" : "artifact_unavailable",
+        named + ": " + fetched.message());
+  }
+  if (ctx.abandon) return false;
+  launch.script_directory = dir;
+  launch.argv.insert(launch.argv.begin() + 2, dir + "/" + pin->entry);
+  return true;
+}
+
 void Worker::StopCommand(RunContext& ctx, AttemptHandle& handle) {
   if (Status st = handle.RequestCancel(); !st.ok()) {
     Log(ctx.label + ": cannot stop the command: " + st.ToString());
@@ -755,6 +830,7 @@ void Worker::RunAttempt(RunContext& ctx) {
   launch.unconfined = offer.plan.unconfined;
   launch.log_path = ctx.log_path;
   launch.log_cap_bytes = SupervisorLogCap(options_.log_cap_bytes, offer.log_cap_bytes);
+  if (!PrepareScript(ctx, launch)) return;
   // The only place a secret value exists on this side: opened here, handed to the supervisor
   // through a memory file, masked in the log.
   if (Status opened = OpenSecrets(options_.sealer, offer.secrets, launch); !opened.ok()) {

@@ -22,6 +22,7 @@
 #include "ql/core/clock.h"
 #include "ql/core/status.h"
 #include "ql/engine/attempt_runner.h"
+#include "ql/engine/script_cache.h"
 
 namespace ql::worker {
 
@@ -50,6 +51,9 @@ struct WorkerOptions {
   // an exec provider); null: a run that uses a secret fails with secret_unavailable. Must
   // outlive the worker.
   SecretSealer* sealer = nullptr;
+  // Bytes of script versions kept in ScriptsRootOf(work_dir) for later runs (a bound, not a
+  // quota: entries in use stay, see ScriptCache).
+  int64_t script_cache_bytes = int64_t{1} << 30;
   std::string software_version = "0.1.0";
   // Receives one line per event (without a newline); stderr when unset. Never sees a token.
   std::function<void(const std::string& line)> log;
@@ -64,6 +68,8 @@ int64_t SupervisorLogCap(int64_t own, int64_t offered);
 std::string RunRootOf(const std::string& work_dir);
 // Returns `<work_dir>/log`, where each attempt's output is written as `<attempt_id>.log`.
 std::string LogRootOf(const std::string& work_dir);
+// Returns `<work_dir>/scripts`, the verified read-only cache of the script versions runs fetch.
+std::string ScriptsRootOf(const std::string& work_dir);
 // Returns `<work_dir>/work`, under which a command without a working directory runs in
 // `<task_id>/` (the AttemptRunner's work root).
 std::string WorkRootOf(const std::string& work_dir);
@@ -137,6 +143,11 @@ class Worker {
   // Ships new output (a few chunks, or with `to_end` everything up to the end of the file);
   // returns false when the run must stop without further reports.
   bool ShipLog(RunContext& ctx, bool to_end);
+  // Puts the pinned script of a script command in the cache (fetched from the control plane
+  // when absent or damaged) and its path at argv[2]. Returns false when the command must not
+  // start: the end is reported (spawn_failed with artifact_unavailable, artifact_corrupt or
+  // script_plan_invalid) or, once the lease is lost, nothing more is.
+  bool PrepareScript(RunContext& ctx, AttemptLaunch& launch);
   // Stops the command and waits (bounded) for its end; reports nothing.
   void StopCommand(RunContext& ctx, AttemptHandle& handle);
   // Reports the end with `complete`, then removes the attempt's files.
@@ -150,6 +161,7 @@ class Worker {
   AttemptRunner& runner_;
   Clock& clock_;
   RandomSource& random_;
+  ScriptCache scripts_;
 
   SessionRef session_;  // written by the main thread under mu_; the main thread reads it freely
   int64_t session_lease_ttl_ms_ = 0;      // likewise

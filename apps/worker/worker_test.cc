@@ -31,6 +31,7 @@
 
 #include "control_client.h"
 #include "ql/core/clock.h"
+#include "ql/core/digest.h"
 #include "ql/core/log_source.h"
 #include "ql/exec/executor.h"
 #include "ql/exec/process_identity.h"
@@ -64,6 +65,7 @@ struct Call {
 };
 
 // What the fake answers; `drop` closes the connection after the headers, so the answer is lost.
+// A blob's answer has the blob's bytes as `body`, a JSON string sent as the bytes it holds.
 struct Reply {
   int status = 200;
   json body = json::object();
@@ -94,6 +96,8 @@ class FakeControlPlane {
       : lease_ttl_ms_(lease_ttl_ms), heartbeat_interval_ms_(heartbeat_interval_ms) {
     server_.Post(R"(/worker/v1/.*)",
                  [this](const httplib::Request& req, httplib::Response& res) { Handle(req, res); });
+    server_.Get(R"(/worker/v1/leases/.*)",
+                [this](const httplib::Request& req, httplib::Response& res) { Handle(req, res); });
     server_.set_tcp_nodelay(true);  // as the control plane's listener (httplib_config.h)
     port_ = server_.bind_to_any_port("127.0.0.1");
     // The socket listens from bind on; connections wait in the backlog until accepted.
@@ -118,6 +122,28 @@ class FakeControlPlane {
               {"timeout_ms", timeout_ms}};
     queue_.push_back({TestUuid(1, runs_), TestUuid(2, runs_), plan});
     return TestUuid(1, runs_);
+  }
+
+  // Queues a script command's run: `argv` is [/usr/bin/env, interpreter, args...] and `script`
+  // the plan's pin (null: a plan that names none).
+  std::string AddScriptRun(std::vector<std::string> argv, json script) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++runs_;
+    json plan{{"argv", argv},
+              {"environment", json::object()},
+              {"working_directory", nullptr},
+              {"timeout_ms", 60'000}};
+    if (!script.is_null()) plan["script"] = script;
+    queue_.push_back({TestUuid(1, runs_), TestUuid(2, runs_), plan});
+    return TestUuid(1, runs_);
+  }
+
+  // Serves `bytes` as the blob of their digest (GET .../blobs/{digest}); returns the digest.
+  std::string AddBlob(const std::string& bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string digest = Sha256Hex(bytes);
+    blobs_[digest] = bytes;
+    return digest;
   }
 
   // The current session's state as the database has it: "active", "expired" (a pull answers
@@ -180,6 +206,29 @@ class FakeControlPlane {
         timeout_ms);
   }
 
+  // Returns the output of the run the fake queued as `run_id`, once it was reported.
+  std::string OutputOfRun(const std::string& run_id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [offer_id, grant] : grants_) {
+      if (grant.offer.value("run_id", "") != run_id) continue;
+      auto it = output_.find(offer_id);
+      return it == output_.end() ? "" : it->second;
+    }
+    return "";
+  }
+
+  // Returns the `complete` call of the run the fake queued as `run_id` (step empty: none yet).
+  Call CompleteOf(const std::string& run_id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [offer_id, grant] : grants_) {
+      if (grant.offer.value("run_id", "") != run_id) continue;
+      for (const Call& c : calls_) {
+        if (c.step == "complete" && c.offer_id == offer_id) return c;
+      }
+    }
+    return Call{};
+  }
+
   // Returns the output the control plane holds for the offer.
   std::string OutputOf(const std::string& offer_id) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -202,6 +251,12 @@ class FakeControlPlane {
   void Handle(const httplib::Request& req, httplib::Response& res) {
     Call call;
     call.body = json::parse(req.body, nullptr, false);
+    if (req.method == "GET") {
+      // A blob request names its lease in the query and the X-QL-Lease-Token header.
+      call.body = json{{"session_id", req.get_param_value("session_id")},
+                       {"generation", req.get_param_value("generation")},
+                       {"lease_token", req.get_header_value("X-QL-Lease-Token")}};
+    }
     call.authorization = req.get_header_value("Authorization");
     call.at_ms = NowMs();
     const std::string& path = req.path;
@@ -214,6 +269,10 @@ class FakeControlPlane {
       const std::string rest = path.substr(leases.size());
       call.offer_id = rest.substr(0, rest.find('/'));
       call.step = rest.substr(rest.find('/') + 1);
+      if (call.step.rfind("blobs/", 0) == 0) {
+        call.body["digest"] = call.step.substr(6);
+        call.step = "blob";
+      }
     } else {
       call.step = path.substr(path.rfind('/') + 1);
       const std::string sessions = "/worker/v1/sessions/";
@@ -247,6 +306,13 @@ class FakeControlPlane {
       res.set_content_provider(
           64, "application/json",
           [](size_t /*offset*/, size_t /*length*/, httplib::DataSink& /*sink*/) { return false; });
+      return;
+    }
+    if (call.step == "blob" && reply.body.is_string()) {
+      const std::string bytes = reply.body.get<std::string>();
+      res.set_header("X-QL-Digest", call.body.value("digest", ""));
+      res.set_header("X-QL-Size", std::to_string(bytes.size()));
+      res.set_content(bytes, "application/octet-stream");
       return;
     }
     res.set_content(reply.body.dump(), "application/json");
@@ -316,6 +382,14 @@ class FakeControlPlane {
         b.value("session_id", "") != granted->second.session_id) {
       return {409, Error("lease_fenced")};
     }
+    if (call.step == "blob") {
+      if (b.value("generation", "") != std::to_string(generation_)) {
+        return {409, Error("lease_fenced")};
+      }
+      auto blob = blobs_.find(b.value("digest", ""));
+      if (blob == blobs_.end()) return {404, Error("artifact_not_found")};
+      return {200, json(blob->second)};
+    }
     if (call.step == "starting") return {200, json{{"status", "starting"}}};
     if (call.step == "running") return {200, json{{"status", "running"}}};
     if (call.step == "renew") {
@@ -357,6 +431,7 @@ class FakeControlPlane {
   int runs_ = 0;
   std::map<std::string, Grant> grants_;
   std::map<std::string, std::string> output_;
+  std::map<std::string, std::string> blobs_;  // by digest
   int generation_ = 0;
   std::string session_id_;
   std::string session_state_ = "active";
@@ -869,6 +944,139 @@ TEST(WorkerTest, AShortCommandIsReportedSoonAfterItsEndNotAtThePollInterval) {
   EXPECT_GE(ran_ms, 150);
   EXPECT_LT(ran_ms, 1500);
   EXPECT_TRUE(worker.Drain().ok());
+}
+
+// The pin of a file script `name`.sh holding `bytes` (served by `fake`).
+json FilePin(FakeControlPlane& fake, const std::string& name, const std::string& bytes) {
+  return json{{"name", name},
+              {"version", 1},
+              {"digest", fake.AddBlob(bytes)},
+              {"kind", "file"},
+              {"entry", name + ".sh"}};
+}
+
+// Waits for the `complete` of the fake's run `run_id` and returns it.
+Call AwaitComplete(FakeControlPlane& fake, const std::string& run_id) {
+  EXPECT_TRUE(fake.WaitFor(
+      [&](const std::vector<Call>&) { return !fake.CompleteOf(run_id).step.empty(); }, 15000))
+      << "run " << run_id << " was not reported";
+  return fake.CompleteOf(run_id);
+}
+
+TEST(WorkerTest, AScriptRunsThePinnedBytesAndADamagedCacheEntryIsFetchedAgain) {
+  FakeControlPlane fake;
+  const std::string bytes = "echo \"pinned bytes ran with $*\"\nsha256sum < \"$0\"\n";
+  const json pin = FilePin(fake, "greet", bytes);
+  const std::string digest = pin["digest"];
+  const std::string first = fake.AddScriptRun({"/usr/bin/env", "sh", "a", "b c"}, pin);
+  WorkerUnderTest worker(fake);
+  const Call done = AwaitComplete(fake, first);
+  EXPECT_EQ(done.body["outcome"], "exited");
+  EXPECT_EQ(done.body["exit_code"], 0);
+  const std::string expected = "pinned bytes ran with a b c\n" + digest + "  -\n";
+  EXPECT_EQ(fake.OutputOfRun(first), expected);
+  // Fetched under the lease, after `starting` and before the command's start.
+  const std::vector<Call> fetches = fake.CallsOf("blob");
+  ASSERT_EQ(fetches.size(), 1u);
+  EXPECT_EQ(fetches[0].body["digest"], digest);
+  EXPECT_EQ(fetches[0].offer_id, done.offer_id);
+  EXPECT_EQ(fetches[0].body["session_id"], kSessionId);
+  EXPECT_EQ(fetches[0].body["generation"], "1");
+  EXPECT_EQ(fetches[0].body["lease_token"].get<std::string>().size(), 64u);
+  std::vector<std::string> steps;
+  for (const Call& c : fake.Calls()) {
+    if (c.offer_id == done.offer_id && c.step != "renew") steps.push_back(c.step);
+  }
+  ASSERT_GE(steps.size(), 3u);
+  EXPECT_EQ(steps[0], "starting");
+  EXPECT_EQ(steps[1], "blob");
+
+  // The version stays in the cache, read-only: the next run of it fetches nothing.
+  const std::string entry = ScriptsRootOf(worker.work_dir()) + "/" + digest;
+  const std::string file = entry + "/greet.sh";
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0) << file;
+  EXPECT_EQ(st.st_mode & 0222, 0u);
+  const std::string second = fake.AddScriptRun({"/usr/bin/env", "sh", "again"}, pin);
+  AwaitComplete(fake, second);
+  EXPECT_EQ(fake.OutputOfRun(second), "pinned bytes ran with again\n" + digest + "  -\n");
+  EXPECT_EQ(fake.CallsOf("blob").size(), 1u);
+
+  // Damaged on disk: never run, fetched again, and the pinned bytes run.
+  ASSERT_EQ(::chmod(entry.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(file.c_str(), 0644), 0);
+  std::ofstream(file, std::ios::trunc) << "echo tampered\n";
+  const std::string third = fake.AddScriptRun({"/usr/bin/env", "sh", "once more"}, pin);
+  AwaitComplete(fake, third);
+  EXPECT_EQ(fake.OutputOfRun(third), "pinned bytes ran with once more\n" + digest + "  -\n");
+  EXPECT_EQ(fake.CallsOf("blob").size(), 2u);
+  std::ifstream in(file);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+            bytes);
+  ASSERT_TRUE(worker.Drain().ok());
+}
+
+TEST(WorkerTest, ATreeScriptRunsItsEntryBesideItsOtherFiles) {
+  FakeControlPlane fake;
+  const std::string main_sh = ". \"$(dirname \"$0\")/lib/util.sh\"; util \"$@\"\n";
+  const std::string util_sh = "util() { echo \"from util: $*\"; }\n";
+  Result<std::string> manifest = EncodeTreeManifest(
+      {{"main.sh", false, static_cast<int64_t>(main_sh.size()), fake.AddBlob(main_sh)},
+       {"lib/util.sh", false, static_cast<int64_t>(util_sh.size()), fake.AddBlob(util_sh)}});
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  const json pin{{"name", "pkg"},
+                 {"version", 2},
+                 {"digest", fake.AddBlob(*manifest)},
+                 {"kind", "tree"},
+                 {"entry", "main.sh"}};
+  const std::string run = fake.AddScriptRun({"/usr/bin/env", "sh", "x"}, pin);
+  WorkerUnderTest worker(fake);
+  const Call done = AwaitComplete(fake, run);
+  EXPECT_EQ(done.body["exit_code"], 0) << done.body.dump();
+  EXPECT_EQ(fake.OutputOfRun(run), "from util: x\n");
+  EXPECT_EQ(fake.CallsOf("blob").size(), 3u) << "the manifest and its two files";
+  ASSERT_TRUE(worker.Drain().ok());
+}
+
+TEST(WorkerTest, AScriptThatCannotBeFetchedRightNeverRuns) {
+  FakeControlPlane fake;
+  char pattern[] = "/tmp/ql_worker_ran_XXXXXX";
+  const std::string marker_dir = ::mkdtemp(pattern);
+  const std::string body = "touch " + marker_dir + "/ran\n";
+  // Not served at all; served with other bytes than its digest's.
+  const json missing{{"name", "gone"},
+                     {"version", 1},
+                     {"digest", Sha256Hex("bytes the control plane does not have")},
+                     {"kind", "file"},
+                     {"entry", "gone.sh"}};
+  const std::string unavailable = fake.AddScriptRun({"/usr/bin/env", "sh"}, missing);
+  const json damaged = FilePin(fake, "damaged", body);
+  fake.SetOverride("blob", [](const Call&, int, Reply reply) {
+    if (reply.body.is_string()) reply.body = "#" + reply.body.get<std::string>().substr(1);
+    return reply;
+  });
+  const std::string corrupt = fake.AddScriptRun({"/usr/bin/env", "sh"}, damaged);
+  // A script plan that names no version: run as it stands, sh would run the first argument.
+  const std::string unpinned =
+      fake.AddScriptRun({"/usr/bin/env", "sh", "-c", "touch " + marker_dir + "/ran"}, json());
+  WorkerUnderTest worker(fake);
+  const Call not_fetched = AwaitComplete(fake, unavailable);
+  EXPECT_EQ(not_fetched.body["outcome"], "spawn_failed");
+  EXPECT_EQ(not_fetched.body["error_code"], "artifact_unavailable");
+  EXPECT_NE(not_fetched.body["message"].get<std::string>().find("gone@1"), std::string::npos)
+      << not_fetched.body.dump();
+  const Call not_verified = AwaitComplete(fake, corrupt);
+  EXPECT_EQ(not_verified.body["outcome"], "spawn_failed");
+  EXPECT_EQ(not_verified.body["error_code"], "artifact_corrupt");
+  const Call refused = AwaitComplete(fake, unpinned);
+  EXPECT_EQ(refused.body["outcome"], "spawn_failed");
+  EXPECT_EQ(refused.body["error_code"], "script_plan_invalid");
+  ASSERT_TRUE(worker.Drain().ok());
+  EXPECT_TRUE(fake.CallsOf("running").empty());
+  EXPECT_FALSE(fs::exists(marker_dir + "/ran")) << "a command ran";
+  EXPECT_TRUE(fs::is_empty(ScriptsRootOf(worker.work_dir()))) << "nothing unverified is kept";
+  std::error_code ec;
+  fs::remove_all(marker_dir, ec);
 }
 
 TEST(ControlUrlTest, AcceptsHttpAndHttpsAndRefusesOthers) {

@@ -1,7 +1,8 @@
 // Remote execution end to end: real `ql-cluster serve` replicas and real `ql-worker`s against a
 // PostgreSQL the test starts. Runs succeed with their output in `ql run log`, fail with their
 // exit code, time out, are cancelled on the worker, and survive a worker killed mid-run; an
-// approved run whose worker is killed after the start waits for a human and never runs twice.
+// approved run whose worker is killed after the start waits for a human and never runs twice; a
+// script pushed once runs byte for byte on every worker that fetches it.
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -96,6 +97,68 @@ TEST_F(ClusterWorkersTest, TwoReplicasAndTwoWorkersRunScheduledAndManualRunsToTh
 // runs and the runs of other tasks stay intact with their logs, and the purge is counted and
 // audited. An attempt's files (its record directory and log file) belong to the worker, which
 // removes them once the attempt has ended; its output lives on in ql3.run_log_chunks.
+// Workers fetch what they run (docs/worker-protocol.md "Blobs"): a script pushed once through
+// the CLI runs on one worker and then on another, each fetching the pinned version from the
+// control plane into its own cache; both runs name the same digest and print the same bytes.
+TEST_F(ClusterWorkersTest, AScriptPushedOnceRunsByteIdenticallyOnTwoWorkers) {
+  Replica a("replica-a", Log("a")), b("replica-b", Log("b"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  ASSERT_TRUE(b.Start(ReplicaArgs(false)));
+  const std::string source = dir_.path() + "/greet.sh";
+  const std::string bytes = "echo \"greet v1 $*\"\nsha256sum < \"$0\"\n";
+  std::ofstream(source, std::ios::binary) << bytes;
+  CommandResult pushed = Ql(a, {"script", "push", "greet", source});
+  ASSERT_EQ(pushed.exit_code, 0) << pushed.out << pushed.err;
+  CommandResult shown = Ql(a, {"--json", "script", "show", "greet"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  const std::string digest = json::parse(shown.out)["version"].value("digest", "");
+  CommandResult sum = RunCommand({"/bin/sh", "-c", "sha256sum < '" + source + "'"});
+  ASSERT_EQ(digest, sum.out.substr(0, 64));
+  const std::string task_id =
+      Api(a, "POST", "/api/v1/tasks",
+          {{"name", "greeter"},
+           {"spec",
+            {{"command", {{"kind", "script"}, {"script", "greet"}, {"args", {"a", "b"}}}}}}})
+          .value("id", "");
+  ASSERT_FALSE(task_id.empty());
+
+  // One run on each worker, one after the other, each through its own replica.
+  std::unique_ptr<ChildProcess> w1 = StartWorker("w1", a, 1);
+  const std::string first = Start(a, task_id);
+  ASSERT_TRUE(WaitStatus(a, first, "succeeded", 30)) << Status(a, first);
+  EXPECT_EQ(w1->Stop(), 0);
+  std::unique_ptr<ChildProcess> w2 = StartWorker("w2", b, 1);
+  const std::string second = Start(b, task_id);
+  ASSERT_TRUE(WaitStatus(b, second, "succeeded", 30)) << Status(b, second);
+  EXPECT_EQ(Count("SELECT count(DISTINCT s.credential_id) FROM ql3.run_dispatch_leases l JOIN "
+                  "ql3.worker_sessions s ON s.id = l.worker_session_id WHERE l.run_id IN ('" +
+                  first + "', '" + second + "')"),
+            2);
+
+  // The pinned bytes ran on both: the output names the digest of the file the command ran.
+  const std::string expected = "greet v1 a b\n" + digest + "  -\n";
+  CommandResult log1 = Ql(a, {"run", "log", first});
+  CommandResult log2 = Ql(b, {"run", "log", second});
+  EXPECT_EQ(log1.out, expected) << log1.err;
+  EXPECT_EQ(log2.out, expected) << log2.err;
+  CommandResult show1 = Ql(a, {"--json", "run", "show", first});
+  ASSERT_EQ(show1.exit_code, 0) << show1.err;
+  const json artifacts1 = json::parse(show1.out)["artifacts"];
+  const json artifacts2 = Api(b, "GET", "/api/v1/runs/" + second)["artifacts"];
+  ASSERT_EQ(artifacts1.size(), 1u) << show1.out;
+  EXPECT_EQ(artifacts1[0]["digest"], digest);
+  EXPECT_EQ(artifacts1[0]["version"], 1);
+  EXPECT_EQ(artifacts2, artifacts1);
+  // Each worker fetched the version into its own cache, byte for byte.
+  for (const std::string worker : {"w1", "w2"}) {
+    EXPECT_EQ(ReadFile(dir_.path() + "/" + worker + "/scripts/" + digest + "/greet.sh"), bytes)
+        << worker;
+  }
+  EXPECT_EQ(w2->Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
+}
+
 TEST_F(ClusterWorkersTest, ANotReadyReplicaHandsNoRunToItsWorkerUntilItIsReady) {
   Replica a("replica-a", Log("a")), b("replica-b", Log("b"));
   ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
