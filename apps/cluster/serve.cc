@@ -31,6 +31,7 @@
 #include "ql/engine/outage_log.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
+#include "ql/engine/script_retention.h"
 #include "ql/engine/script_service.h"
 #include "ql/engine/secret_service.h"
 #include "ql/engine/sign_in_service.h"
@@ -360,6 +361,9 @@ int Serve(const ServeConfig& config) {
   retention_options.interval_ms = config.retention_interval_ms;
   retention_options.scheduler_backlog = [&] { return scheduler_backlog.load(); };
   retention_options.event_log = &log;
+  retention_options.purge_artifacts = [&]() {
+    return PurgeScripts(*store, clock, ArtifactRetention{});
+  };
   RetentionJob retention(store->retention(), clock, random, metrics, retention_options);
   ConditionSleeper retention_sleeper;
   RoundLoop retention_loop(

@@ -712,15 +712,10 @@ bool Worker::PrepareScript(RunContext& ctx, AttemptLaunch& launch) {
     Report(ctx, failed);
     return false;
   };
-  if (!pin) {
-    // Run as it stands, such a plan would hand the task's first argument to the interpreter as
-    // the program: a control plane that names no script gets nothing run.
-    if (LaunchesScript(launch.argv)) {
-      return refuse("script_plan_invalid", "the plan runs a script (" + launch.argv[0] + " " +
-                                               launch.argv[1] + ") but names no script version");
-    }
-    return true;
-  }
+  // A plan without a script is an argv or shell command and runs as it stands, whatever it
+  // starts with (`/usr/bin/env bash -c ...` is an ordinary argv task): only a control plane that
+  // knows scripts makes script plans, and it always names the pin.
+  if (!pin) return true;
   const std::string named =
       "script " + pin->name + "@" + std::to_string(pin->version) + " (" + pin->digest + ")";
   if (!LaunchesScript(launch.argv) || (pin->kind != "file" && pin->kind != "tree") ||

@@ -1056,9 +1056,10 @@ TEST(WorkerTest, AScriptThatCannotBeFetchedRightNeverRuns) {
     return reply;
   });
   const std::string corrupt = fake.AddScriptRun({"/usr/bin/env", "sh"}, damaged);
-  // A script plan that names no version: run as it stands, sh would run the first argument.
-  const std::string unpinned =
-      fake.AddScriptRun({"/usr/bin/env", "sh", "-c", "touch " + marker_dir + "/ran"}, json());
+  // A pin that is not one (a kind no version has): refused, never run.
+  json bad_pin = FilePin(fake, "bad", body);
+  bad_pin["kind"] = "zip";
+  const std::string unpinned = fake.AddScriptRun({"/usr/bin/env", "sh"}, bad_pin);
   WorkerUnderTest worker(fake);
   const Call not_fetched = AwaitComplete(fake, unavailable);
   EXPECT_EQ(not_fetched.body["outcome"], "spawn_failed");
