@@ -41,16 +41,6 @@ ScriptVersionRecord ReadVersion(const Stmt& s) {
   return v;
 }
 
-// Steps `s` to its end, handing every row to `row`.
-template <typename Row>
-Status EachRow(Stmt& s, Row row) {
-  while (true) {
-    QL_ASSIGN_OR_RETURN(bool more, s.Step());
-    if (!more) return Status::Ok();
-    row(s);
-  }
-}
-
 class SqliteArtifactTx final : public ArtifactTx {
  public:
   explicit SqliteArtifactTx(Db& db) : db_(db) {}

@@ -100,6 +100,16 @@ class Stmt {
   int bind_error_ = 0;
 };
 
+// Steps `s` to its end, handing every row to `row`.
+template <typename Row>
+Status EachRow(Stmt& s, Row row) {
+  while (true) {
+    QL_ASSIGN_OR_RETURN(bool more, s.Step());
+    if (!more) return Status::Ok();
+    row(s);
+  }
+}
+
 enum class TxMode { kRead, kWrite };
 
 // Handed to a transaction body.
