@@ -1,7 +1,6 @@
 #include "ql/core/artifact_store.h"
 
 #include <algorithm>
-#include <map>
 #include <set>
 #include <utility>
 
@@ -53,6 +52,34 @@ Status CheckQuota(ArtifactTx& tx, const std::string& project_id, int64_t adding,
                                std::to_string(limits.max_project_bytes));
   }
   return Status::Ok();
+}
+
+// Requires every chunk `blob` lists to be stored still (an orphan purge may have removed one
+// between its write and this commit): else Unavailable artifact_chunk_missing, `retry` saying
+// what to do again.
+Status RequireChunks(ArtifactTx& tx, const BlobDescriptor& blob, std::string_view retry) {
+  QL_ASSIGN_OR_RETURN(auto sizes, tx.ChunkSizes(blob.chunks));
+  std::set<std::string> present;
+  for (const auto& [chunk, size] : sizes) present.insert(chunk);
+  for (const std::string& chunk : blob.chunks) {
+    if (present.count(chunk) == 0) {
+      return Unavailable("artifact_chunk_missing", "chunk " + chunk + " of blob " + blob.digest +
+                                                       " was removed meanwhile; " +
+                                                       std::string(retry));
+    }
+  }
+  return Status::Ok();
+}
+
+// Commits an uploaded or composed blob as held by `project_id`: its chunks still there, the
+// project's quota when the blob is new to it, the blob row and the upload row.
+Status CommitHeldBlob(ArtifactTx& tx, const std::string& project_id, const BlobDescriptor& blob,
+                      const ArtifactLimits& limits, int64_t now_ms, std::string_view retry) {
+  QL_RETURN_IF_ERROR(RequireChunks(tx, blob, retry));
+  QL_ASSIGN_OR_RETURN(bool held, tx.ProjectHolds(project_id, blob.digest));
+  if (!held) QL_RETURN_IF_ERROR(CheckQuota(tx, project_id, blob.size, limits));
+  QL_RETURN_IF_ERROR(tx.PutBlob(blob, now_ms));
+  return tx.PutUpload(project_id, blob.digest, now_ms);
 }
 
 // The files of a push, checked and sorted by path; `entry` resolved.
@@ -153,19 +180,8 @@ class StoreUpload final : public BlobUpload {
     QL_RETURN_IF_ERROR(store_.runner().Run(
         ArtifactTxKind::kWrite, "commit blob", [&](GovernanceTx& gov, ArtifactTx& tx) {
           QL_RETURN_IF_ERROR(Fence(gov, cmd_.fence, cmd_.project_id));
-          QL_ASSIGN_OR_RETURN(auto sizes, tx.ChunkSizes(blob.chunks));
-          std::map<std::string, int64_t> have(sizes.begin(), sizes.end());
-          for (const std::string& chunk : blob.chunks) {
-            if (have.find(chunk) == have.end()) {
-              return Unavailable("artifact_chunk_missing",
-                                 "chunk " + chunk + " of blob " + blob.digest +
-                                     " was removed while uploading; upload again");
-            }
-          }
-          QL_ASSIGN_OR_RETURN(bool held, tx.ProjectHolds(cmd_.project_id, blob.digest));
-          if (!held) QL_RETURN_IF_ERROR(CheckQuota(tx, cmd_.project_id, blob.size, cmd_.limits));
-          QL_RETURN_IF_ERROR(tx.PutBlob(blob, cmd_.now_ms));
-          return tx.PutUpload(cmd_.project_id, blob.digest, cmd_.now_ms);
+          return CommitHeldBlob(tx, cmd_.project_id, blob, cmd_.limits, cmd_.now_ms,
+                                "upload again");
         }));
     committed_ = true;
     return blob;
@@ -280,18 +296,8 @@ Result<BlobDescriptor> ArtifactStore::ComposeBlob(const ComposeBlobCommand& cmd)
   QL_RETURN_IF_ERROR(
       runner_.Run(ArtifactTxKind::kWrite, "compose blob", [&](GovernanceTx& gov, ArtifactTx& tx) {
         QL_RETURN_IF_ERROR(Fence(gov, cmd.fence, cmd.project_id));
-        QL_ASSIGN_OR_RETURN(auto sizes, tx.ChunkSizes(blob.chunks));
-        std::set<std::string> present;
-        for (const auto& [digest, size] : sizes) present.insert(digest);
-        if (present != std::set<std::string>(blob.chunks.begin(), blob.chunks.end())) {
-          return Unavailable(
-              "artifact_chunk_missing",
-              "a piece of blob " + blob.digest + " was removed while composing; upload it again");
-        }
-        QL_ASSIGN_OR_RETURN(bool held, tx.ProjectHolds(cmd.project_id, blob.digest));
-        if (!held) QL_RETURN_IF_ERROR(CheckQuota(tx, cmd.project_id, blob.size, cmd.limits));
-        QL_RETURN_IF_ERROR(tx.PutBlob(blob, cmd.now_ms));
-        return tx.PutUpload(cmd.project_id, blob.digest, cmd.now_ms);
+        return CommitHeldBlob(tx, cmd.project_id, blob, cmd.limits, cmd.now_ms,
+                              "upload the piece again");
       }));
   return blob;
 }
@@ -437,14 +443,7 @@ Result<PushScriptResult> ArtifactStore::PushScript(const PushScriptCommand& cmd)
           if (!held) {
             QL_RETURN_IF_ERROR(CheckQuota(tx, cmd.project_id, manifest_blob.size, cmd.limits));
           }
-          QL_ASSIGN_OR_RETURN(auto sizes, tx.ChunkSizes(manifest_blob.chunks));
-          std::set<std::string> present;
-          for (const auto& [chunk, size] : sizes) present.insert(chunk);
-          if (present !=
-              std::set<std::string>(manifest_blob.chunks.begin(), manifest_blob.chunks.end())) {
-            return Unavailable("artifact_chunk_missing",
-                               "a chunk of the tree's manifest was removed meanwhile; push again");
-          }
+          QL_RETURN_IF_ERROR(RequireChunks(tx, manifest_blob, "push again"));
           QL_RETURN_IF_ERROR(tx.PutBlob(manifest_blob, cmd.now_ms));
         }
         ScriptRecord next = head.value_or(

@@ -43,6 +43,18 @@ Result<ProjectRecord> GovernanceService::ResolveProject(const std::string& slug_
   return found;
 }
 
+Result<std::string> GovernanceService::AuthorizedProjectId(const Caller& caller, Action action,
+                                                           std::string_view target) {
+  QL_ASSIGN_OR_RETURN(ProjectRecord project, ResolveProject(caller));
+  Status allowed = Authorize(caller, project.id, action, target);
+  if (allowed.reason() == "hidden") {
+    return NotFound("project_not_found",
+                    "no project is named " + (caller.project.empty() ? "default" : caller.project));
+  }
+  QL_RETURN_IF_ERROR(allowed);
+  return project.id;
+}
+
 Result<ProjectRecord> GovernanceService::ResolveProject(const Caller& caller) {
   return ResolveProject(caller.project);
 }

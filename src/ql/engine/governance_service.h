@@ -75,6 +75,12 @@ class GovernanceService {
   // task, say).
   Status Authorize(const Caller& caller, const std::string& project_id, Action action,
                    std::string_view target, Role at_least = Role::kNone);
+  // Resolves the caller's project and authorizes `action` there: the project's id, or the
+  // refusal — NotFound project_not_found where Authorize says `hidden`, so a caller without a
+  // role cannot tell an existing project from a missing one. The one decision the project-scoped
+  // services (secrets, scripts, notifications) take.
+  Result<std::string> AuthorizedProjectId(const Caller& caller, Action action,
+                                          std::string_view target);
   // Returns the caller's effective role in a project (kOwner for the system).
   Result<Role> RoleIn(const Caller& caller, const std::string& project_id);
 

@@ -18,14 +18,7 @@ ScriptService::ScriptService(Store& store, GovernanceService& governance, Clock&
 
 Result<std::string> ScriptService::ProjectFor(const Caller& caller, Action action,
                                               const std::string& target) {
-  QL_ASSIGN_OR_RETURN(ProjectRecord project, governance_.ResolveProject(caller));
-  Status allowed = governance_.Authorize(caller, project.id, action, target);
-  if (allowed.reason() == "hidden") {
-    return NotFound("project_not_found",
-                    "no project is named " + (caller.project.empty() ? "default" : caller.project));
-  }
-  QL_RETURN_IF_ERROR(allowed);
-  return project.id;
+  return governance_.AuthorizedProjectId(caller, action, target);
 }
 
 Status ScriptService::MayPublish(const Caller& caller) {

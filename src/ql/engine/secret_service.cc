@@ -24,13 +24,7 @@ Status SecretService::RequireSealer() const {
 
 Result<std::string> SecretService::ProjectFor(const Caller& caller, Action action,
                                               const std::string& target) {
-  QL_ASSIGN_OR_RETURN(ProjectRecord project, governance_.ResolveProject(caller));
-  Status allowed = governance_.Authorize(caller, project.id, action, target);
-  if (allowed.reason() == "hidden") {
-    return NotFound("project_not_found", "project " + caller.project + " does not exist");
-  }
-  QL_RETURN_IF_ERROR(allowed);
-  return project.id;
+  return governance_.AuthorizedProjectId(caller, action, target);
 }
 
 Result<SecretRecord> SecretService::Set(const Caller& caller, const std::string& name,
