@@ -222,6 +222,53 @@ TEST(BuildTaskBodyTest, RetryOnTimeoutIsSetKeptAndClearedByItsFlags) {
   EXPECT_EQ(BuildTaskBody(both, std::nullopt, &current).error().reason(), "flag_conflict");
 }
 
+TEST(BuildTaskBodyTest, PlacementFlagsEditThePlacementAsLabelFlagsEditLabels) {
+  TaskContentFlags add;
+  add.shell = "true";
+  add.pool = "gpu";
+  add.worker_labels = {"arch=arm64"};
+  add.labels = {"team=ml"};  // the task's own labels stay apart
+  CliResult<json> added = BuildTaskBody(add, "t", nullptr);
+  ASSERT_TRUE(added.ok()) << added.error().ToString();
+  EXPECT_EQ((*added)["spec"]["placement"],
+            json::parse(R"({"pool":"gpu","labels":{"arch":"arm64"}})"));
+  EXPECT_EQ((*added)["labels"], json::parse(R"({"team":"ml"})"));
+
+  const json current = json::parse(R"({"name": "t", "revision": 1, "labels": {},
+      "spec": {"command": {"kind": "shell", "command": "true", "shell": "/bin/sh"},
+               "placement": {"pool": "gpu", "labels": {"arch": "arm64", "cuda": "12"}}}})");
+  // No placement flag: the placement is kept as it is.
+  TaskContentFlags none;
+  none.timeout = "5s";
+  EXPECT_EQ((*BuildTaskBody(none, std::nullopt, &current))["spec"]["placement"],
+            current["spec"]["placement"]);
+  // --worker-label sets one and keeps the others; --pool keeps the labels.
+  TaskContentFlags one;
+  one.worker_labels = {"cuda=13"};
+  one.pool = "gpu-big";
+  EXPECT_EQ((*BuildTaskBody(one, std::nullopt, &current))["spec"]["placement"],
+            json::parse(R"({"pool":"gpu-big","labels":{"arch":"arm64","cuda":"13"}})"));
+  TaskContentFlags unset;
+  unset.unset_worker_labels = {"cuda"};
+  EXPECT_EQ((*BuildTaskBody(unset, std::nullopt, &current))["spec"]["placement"],
+            json::parse(R"({"pool":"gpu","labels":{"arch":"arm64"}})"));
+  unset.unset_worker_labels = {"zone"};
+  EXPECT_EQ(BuildTaskBody(unset, std::nullopt, &current).error().reason(), "unknown_worker_label");
+  // `--pool default` alone removes the placement.
+  TaskContentFlags back;
+  back.pool = "default";
+  EXPECT_FALSE((*BuildTaskBody(back, std::nullopt, &current))["spec"].contains("placement"));
+  // ... but with --worker-label it is the default pool with those labels.
+  back.worker_labels = {"arch=amd64"};
+  EXPECT_EQ((*BuildTaskBody(back, std::nullopt, &current))["spec"]["placement"],
+            json::parse(R"({"pool":"default","labels":{"arch":"amd64","cuda":"12"}})"));
+
+  TaskContentFlags bad;
+  bad.shell = "true";
+  bad.worker_labels = {"arch"};
+  EXPECT_EQ(BuildTaskBody(bad, "t", nullptr).error().reason(), "invalid_worker_label");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Commands against a scripted server.
 
@@ -631,6 +678,40 @@ TEST_F(CommandTest, RunShowJsonIsTheRunWithEveryPageOfEvents) {
   EXPECT_EQ(run["events"][619]["sequence"], 620);
 }
 
+TEST_F(CommandTest, RunShowSaysWhyAQueuedRunWaitsForAWorker) {
+  json run = {{"id", "r1"},
+              {"status", "queued"},
+              {"attempts", json::array()},
+              {"waiting",
+               {{"reason", "waiting_for_worker"},
+                {"pool", "gpu"},
+                {"labels", {{"arch", "arm64"}, {"cuda", "12"}}},
+                {"detail", "no live worker of pool gpu has these labels"}}}};
+  server_.http().Get("/api/v1/runs/r1",
+                     [&](const httplib::Request&, httplib::Response& res) { Json(res, run); });
+  server_.http().Get("/api/v1/runs/r1/events",
+                     [&](const httplib::Request&, httplib::Response& res) {
+                       Json(res, {{"items", json::array()}, {"next_after", 0}});
+                     });
+  CommandContext context = Context();
+  EXPECT_EQ(RunShow("r1", context), kExitOk) << err_.str();
+  EXPECT_NE(out_.str().find("\nwaiting_for_worker: pool gpu, labels arch=arm64,cuda=12: no live "
+                            "worker of pool gpu has these labels\n"),
+            std::string::npos)
+      << out_.str();
+
+  // Without labels the labels part is left out; without `waiting` there is no such line.
+  run["waiting"]["labels"] = json::object();
+  out_.str("");
+  EXPECT_EQ(RunShow("r1", context), kExitOk) << err_.str();
+  EXPECT_NE(out_.str().find("\nwaiting_for_worker: pool gpu: no live worker"), std::string::npos)
+      << out_.str();
+  run.erase("waiting");
+  out_.str("");
+  EXPECT_EQ(RunShow("r1", context), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str().find("waiting_for_worker"), std::string::npos) << out_.str();
+}
+
 TEST_F(CommandTest, RunLogPrintsEveryChunkByteForByte) {
   const std::string log = std::string("line 1\n\0binary\xff\n", 16) + std::string(3000, 'x');
   server_.http().Get("/api/v1/runs/r1/log", [&](const httplib::Request& req,
@@ -995,6 +1076,26 @@ TEST_F(CommandLineTest, RepeatedEnvAndArgvArgumentsParse) {
   EXPECT_EQ(sent["spec"]["command"]["args"], json::parse(R"(["x","y z"])"));
   EXPECT_EQ(sent["spec"]["timeoutMs"], 500);
   EXPECT_EQ(out_.str(), "task-9\n");
+}
+
+TEST_F(CommandLineTest, TaskAddPoolAndWorkerLabelsBecomeThePlacement) {
+  AcceptTasks();
+  EXPECT_EQ(Ql({"task", "add", "train", "--shell", "python train.py", "--pool", "gpu",
+                "--worker-label", "arch=arm64", "--worker-label", "cuda=12", "--label", "team=ml",
+                "--server", server_.url(), "--token", "t"}),
+            kExitOk)
+      << err_.str();
+  const json sent = json::parse(server_.bodies().at(0));
+  EXPECT_EQ(sent["spec"]["placement"],
+            json::parse(R"({"pool":"gpu","labels":{"arch":"arm64","cuda":"12"}})"));
+  EXPECT_EQ(sent["labels"], json::parse(R"({"team":"ml"})"));
+
+  // Without the flags the spec has no placement: the default pool.
+  EXPECT_EQ(
+      Ql({"task", "add", "plain", "--shell", "true", "--server", server_.url(), "--token", "t"}),
+      kExitOk)
+      << err_.str();
+  EXPECT_FALSE(json::parse(server_.bodies().at(1))["spec"].contains("placement"));
 }
 
 TEST_F(CommandLineTest, ArgvArgumentsThatStartWithADashGoAllAfterDoubleDash) {

@@ -47,6 +47,12 @@ expect run-start-flags ql run start --w -- --wait
 expect run-list-flags ql run list --s -- --since --status
 expect edit-after-flag ql task edit greet --env A=1 --un -- --unset-env --unset-label
 expect global ql task list --js -- --json
+expect top-placement ql "" -- pool worker
+expect pool ql pool "" -- list show grant revoke set
+expect pool-grant-flags ql pool grant gpu --p -- --project
+expect pool-set-flags ql pool set gpu --no -- --no-max-running
+expect worker ql worker "" -- list show drain resume
+expect task-add-placement ql task add t --wo -- --worker-label
 
 if ! "$QL" completion zsh | head -1 | grep -q bashcompinit; then
   echo "FAIL: the zsh script does not load bashcompinit"

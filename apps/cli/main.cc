@@ -10,6 +10,7 @@
 #include "cron_command.h"
 #include "governance_command.h"
 #include "notify_command.h"
+#include "pool_command.h"
 #include "ql_version.h"
 #include "run_command.h"
 #include "script_command.h"
@@ -17,6 +18,7 @@
 #include "status_command.h"
 #include "task_command.h"
 #include "trigger_command.h"
+#include "worker_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"QingLong command-line client", "ql"};
@@ -32,6 +34,8 @@ int main(int argc, char** argv) {
   ql::cli::RegisterSecretCommands(app);
   ql::cli::RegisterScriptCommands(app);
   ql::cli::RegisterNotifyCommands(app);
+  ql::cli::RegisterPoolCommands(app);
+  ql::cli::RegisterWorkerCommands(app);
   ql::cli::RegisterCompletionCommand(app);
   try {
     app.parse(argc, argv);

@@ -459,6 +459,19 @@ std::string NameOr(const nlohmann::json& object, std::string_view name_key,
   return name.empty() ? JsonText(object, id_key) : name;
 }
 
+std::string KeyValueList(const nlohmann::json& object) {
+  if (!object.is_object()) return "";
+  std::string out;
+  for (const auto& [key, value] : object.items()) {
+    if (!out.empty()) out += ",";
+    out +=
+        key + "=" +
+        (value.is_string() ? value.get<std::string>()
+                           : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  return out;
+}
+
 std::string DescribeCron(std::string_view expression) {
   std::vector<std::string> f = SplitFields(expression);
   if (f.size() == 6) {

@@ -96,6 +96,10 @@ std::string CommandSummary(const nlohmann::json& spec);
 std::string NameOr(const nlohmann::json& object, std::string_view name_key,
                    std::string_view id_key);
 
+// Returns the members of a JSON object as "key=value,key=value" in key order (a value that is not
+// a string as its JSON text), or "" when `object` is empty or not an object.
+std::string KeyValueList(const nlohmann::json& object);
+
 // Returns the common shapes of a cron expression in words ("every 5 minutes", "daily at 08:00",
 // "at 09:30 on Mon-Fri", "hourly at :15"); "" for any other shape (show the expression).
 std::string DescribeCron(std::string_view expression);

@@ -206,6 +206,18 @@ int WaitForRun(ApiClient& api, const std::string& run_id, int64_t poll_ms,
   }
 }
 
+// Why a queued run is not taken: "waiting_for_worker: pool P, labels k=v,...: DETAIL" (the
+// labels part only when it names some).
+std::string WaitingText(const json& waiting) {
+  std::string out = JsonText(waiting, "reason", "waiting_for_worker") + ": pool " +
+                    JsonText(waiting, "pool", "default");
+  const std::string labels = KeyValueList(waiting.value("labels", json::object()));
+  if (!labels.empty()) out += ", labels " + labels;
+  const std::string detail = JsonText(waiting, "detail", "");
+  if (!detail.empty()) out += ": " + detail;
+  return out;
+}
+
 }  // namespace
 
 std::optional<int> RunOutcomeExit(const std::string& status) {
@@ -367,6 +379,9 @@ int RunShow(const std::string& run_id, CommandContext& context) {
   fields.AddRow({"priority", JsonText(r, "priority")});
   fields.AddRow({"idempotency key", JsonText(r, "idempotency_key")});
   fields.Print(context.out());
+  if (r.contains("waiting") && r["waiting"].is_object()) {
+    context.out() << PrintableCell(WaitingText(r["waiting"])) << "\n";
+  }
 
   context.out() << "\n";
   Table attempts({"ATTEMPT", "STATUS", "EXECUTOR", "PID", "STARTED", "DURATION", "EXIT", "ERROR"});

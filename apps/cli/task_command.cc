@@ -34,6 +34,9 @@ CliResult<json> PairsFlag(const std::string& flag, const std::string& reason,
   return out;
 }
 
+// The pool a task runs in when its spec names none (ql/core/placement.h).
+constexpr char kDefaultPoolName[] = "default";
+
 std::string NewMutationId() { return NewUuidV7(SystemClock().NowMs(), SecureRandom()); }
 
 std::string TaskPath(const std::string& id) { return "/api/v1/tasks/" + UrlEncode(id); }
@@ -156,7 +159,30 @@ void AddContentFlags(CLI::App* command, const std::shared_ptr<TaskContentFlags>&
           "confined (default) or none: run as the daemon's user without namespaces, only where "
           "the installation allows it (--allow-unconfined-tasks)")
       ->check(CLI::IsMember({"confined", "none"}));
+  command
+      ->add_option_function<std::string>(
+          "--pool", [flags](const std::string& v) { flags->pool = v; },
+          "Run on a worker of this pool (`default`: the default pool; with no --worker-label it "
+          "drops the placement)")
+      ->type_name("POOL");
+  command
+      ->add_option("--worker-label", flags->worker_labels,
+                   "Run only on workers with label KEY=VALUE (repeatable; an edit keeps the "
+                   "other worker labels). Not --label, the task's own labels")
+      ->type_name("KEY=VALUE")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   if (publish) {
+    command->add_flag("--clear-worker-labels", flags->clear_worker_labels,
+                      "Start from no worker labels: with --worker-label, replace them all; "
+                      "alone, remove them");
+    command
+        ->add_option("--unset-worker-label", flags->unset_worker_labels,
+                     "Remove one worker label (repeatable)")
+        ->expected(1)
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     command->add_flag("--clear-limits", flags->clear_limits,
                       "Publish without limits of the task's own (the installation's apply)");
     command->add_flag("--no-concurrency", flags->no_concurrency,
@@ -507,6 +533,46 @@ CliResult<json> BuildTaskBody(const TaskContentFlags& flags, const std::optional
     }
   }
 
+  // Placement: the pool and the worker labels, changed like the task's labels.
+  if (flags.pool || !flags.worker_labels.empty() || !flags.unset_worker_labels.empty() ||
+      flags.clear_worker_labels) {
+    const json current_placement = spec.value("placement", json::object());
+    std::string pool = current_placement.is_object()
+                           ? current_placement.value("pool", std::string(kDefaultPoolName))
+                           : std::string(kDefaultPoolName);
+    json worker_labels = current_placement.is_object()
+                             ? current_placement.value("labels", json::object())
+                             : json::object();
+    if (!worker_labels.is_object()) worker_labels = json::object();
+    CliResult<json> parsed =
+        PairsFlag("--worker-label", "invalid_worker_label", flags.worker_labels);
+    if (!parsed.ok()) return parsed.error();
+    for (const std::string& key : flags.unset_worker_labels) {
+      if (parsed->contains(key)) {
+        return CliError::Usage("flag_conflict", "worker label " + key + " is both set and unset");
+      }
+      if (!worker_labels.contains(key)) {
+        return CliError::Usage("unknown_worker_label", "--unset-worker-label " + key +
+                                                           ": the task has no worker label " + key);
+      }
+      worker_labels.erase(key);
+    }
+    if (flags.pool) pool = *flags.pool;
+    // `--pool default` alone goes back to no placement at all.
+    if (flags.clear_worker_labels ||
+        (flags.pool && *flags.pool == kDefaultPoolName && flags.worker_labels.empty())) {
+      worker_labels = json::object();
+    }
+    for (const auto& [key, value] : parsed->items()) worker_labels[key] = value;
+    if (pool == kDefaultPoolName && worker_labels.empty()) {
+      spec.erase("placement");
+    } else {
+      json placement = {{"pool", pool}};
+      if (!worker_labels.empty()) placement["labels"] = worker_labels;
+      spec["placement"] = std::move(placement);
+    }
+  }
+
   // Labels: each --label sets one, each --unset-label removes one.
   if (flags.clear_labels) labels = json::object();
   {
@@ -762,6 +828,12 @@ int TaskShow(const std::string& task_id, CommandContext& context) {
     fields.AddRow({"limits", summary.empty() ? "the installation's" : summary});
     fields.AddRow({"network", spec.value("network", std::string("host"))});
     fields.AddRow({"isolation", spec.value("isolation", std::string("confined"))});
+  }
+  if (spec.contains("placement") && spec["placement"].is_object()) {
+    const json& placement = spec["placement"];
+    const std::string worker_labels = KeyValueList(placement.value("labels", json::object()));
+    fields.AddRow({"placement", "pool " + JsonText(placement, "pool", kDefaultPoolName) +
+                                    (worker_labels.empty() ? "" : ", labels " + worker_labels)});
   }
   fields.AddRow({"labels", LabelsSummary(task->value("labels", json::object()))});
   fields.AddRow({"retry", RetrySummary(task->value("retry", json()))});

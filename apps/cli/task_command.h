@@ -58,6 +58,10 @@ struct TaskContentFlags {
   bool clear_limits = false;                  // --clear-limits (publish)
   std::optional<std::string> network;         // --network host|none
   std::optional<std::string> isolation;       // --isolation confined|none
+  std::optional<std::string> pool;            // --pool P: the worker pool that runs it
+  std::vector<std::string> worker_labels;     // --worker-label KEY=VALUE, repeatable
+  bool clear_worker_labels = false;           // --clear-worker-labels (publish)
+  std::vector<std::string> unset_worker_labels;  // --unset-worker-label KEY, repeatable (publish)
 };
 
 // Builds the body of a task publish request (without mutation_id or expected_revision):
@@ -70,12 +74,18 @@ struct TaskContentFlags {
 // retry policy. --retry-on-lost without --safety declares the command idempotent unless the policy
 // already names a safety (the server retries lost attempts only of commands declared safe);
 // --retry-on-timeout retries attempts that ran into --timeout as failed ones are retried.
+// The spec's `placement` ({"pool", "labels"?}: which remote workers may run it) follows the
+// labels' rules: --pool replaces the pool and keeps the worker labels, --worker-label sets one,
+// --unset-worker-label removes one (unknown_worker_label), --clear-worker-labels starts from
+// none; `--pool default` without --worker-label drops the labels too, and the default pool
+// without labels is sent as no placement at all.
 // Usage errors (exit 2): command_required (neither --shell nor --argv for a new task),
 // command_conflict (both, or --bash with --argv, or ARGS or --arg without --argv),
 // invalid_duration,
-// invalid_env (not NAME=VALUE, or a name given twice), invalid_label, flag_conflict
-// (--enabled with --disabled, --retry-on-lost with --no-retry-on-lost, --retry-on-timeout with
-// --no-retry-on-timeout, --clear-workdir with --workdir, a variable both set and unset).
+// invalid_env (not NAME=VALUE, or a name given twice), invalid_label, invalid_worker_label,
+// flag_conflict (--enabled with --disabled, --retry-on-lost with --no-retry-on-lost,
+// --retry-on-timeout with --no-retry-on-timeout, --clear-workdir with --workdir, a variable or
+// worker label both set and unset).
 CliResult<nlohmann::json> BuildTaskBody(const TaskContentFlags& flags,
                                         const std::optional<std::string>& name,
                                         const nlohmann::json* current);

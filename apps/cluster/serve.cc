@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <thread>
 
@@ -29,6 +30,7 @@
 #include "ql/engine/notification_service.h"
 #include "ql/engine/oidc_sign_in.h"
 #include "ql/engine/outage_log.h"
+#include "ql/engine/placement_service.h"
 #include "ql/engine/retention_job.h"
 #include "ql/engine/round_loop.h"
 #include "ql/engine/script_retention.h"
@@ -339,8 +341,30 @@ int Serve(const ServeConfig& config) {
       },
       scheduler_sleeper, LoopOptions("scheduler", metrics, log));
   ConditionSleeper recovery_sleeper;
+  metrics.Describe("ql_runs_waiting_for_worker", "gauge",
+                   "Queued remote runs no live worker may take (pool not serving the project, "
+                   "no live worker in the pool, or none with the labels), by pool");
+  std::set<std::string> waiting_pools;  // the pools the gauge reported last
   RoundLoop recovery_loop(
       [&]() -> int64_t {
+        // Why runs wait for a worker, for the metric (a pool whose runs found one goes to 0).
+        if (Result<std::vector<WaitingCount>> waiting = store->placement().CountWaiting();
+            waiting.ok()) {
+          std::set<std::string> reported;
+          for (const WaitingCount& w : *waiting) {
+            metrics.SetGauge("ql_runs_waiting_for_worker", "pool=\"" + w.pool + "\"",
+                             static_cast<double>(w.runs));
+            reported.insert(w.pool);
+          }
+          for (const std::string& pool : waiting_pools) {
+            if (!reported.contains(pool)) {
+              metrics.SetGauge("ql_runs_waiting_for_worker", "pool=\"" + pool + "\"", 0);
+            }
+          }
+          waiting_pools = std::move(reported);
+        } else {
+          diagnose("placement", waiting.status());
+        }
         // Startup looked at every run; later cycles settle what went beyond the queue.
         Result<RecoveryReport> report = recovery.RunOnce(256, RecoveryScope::kBeyondQueue);
         recovery_outage.Observe(report.status());
@@ -471,6 +495,8 @@ int Serve(const ServeConfig& config) {
   api_options.secrets = &secret_service;
   ScriptService script_service(*store, control.governance(), clock, ArtifactLimits{});
   api_options.scripts = &script_service;
+  PlacementService placement_service(store->placement(), control.governance(), clock);
+  api_options.placement = &placement_service;
   NotificationService notify_service(*store, control.governance(), control, clock, random);
   api_options.notify = &notify_service;
   // People sign in with a password (Argon2id); the session is a token like any other.

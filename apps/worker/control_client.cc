@@ -232,7 +232,9 @@ Result<SessionGrant> ControlClient::Register(const RegisterRequest& request) {
   const json body{{"capabilities", request.capabilities},
                   {"max_concurrent_runs", request.max_concurrent_runs},
                   {"available_slots", request.available_slots},
-                  {"software_version", request.software_version}};
+                  {"software_version", request.software_version},
+                  {"pool", request.placement.pool},
+                  {"labels", request.placement.labels}};
   QL_ASSIGN_OR_RETURN(json answer, Post(path, body));
   QL_ASSIGN_OR_RETURN(SessionGrant grant, Decode<SessionGrant>(path, [&] {
                         SessionGrant g;

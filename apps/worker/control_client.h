@@ -47,6 +47,7 @@ struct RegisterRequest {
   int max_concurrent_runs = 1;
   int available_slots = 1;
   std::string software_version;
+  Placement placement;  // --pool and --label
 };
 
 struct SessionGrant {

@@ -27,6 +27,7 @@
 #include "../log_flags.h"
 #include "control_client.h"
 #include "ql/core/clock.h"
+#include "ql/core/placement.h"
 #include "ql/core/rfc3339.h"
 #include "ql/core/status.h"
 #include "ql/exec/executor.h"
@@ -55,6 +56,7 @@ struct Flags {
   int64_t log_cap_bytes = 16LL * 1024 * 1024;
   int64_t drain_timeout_ms = 60'000;
   int64_t script_cache_mib = 1024;
+  std::string pool = std::string(kDefaultPool);
   std::vector<std::string> labels;
   ClientTls tls;
   bool allow_insecure_http = false;
@@ -146,6 +148,22 @@ int Serve(const Flags& flags, const std::string& self_exe) {
                                             "--script-cache-mib must be 1..1048576, got " +
                                                 std::to_string(flags.script_cache_mib)));
   }
+  Placement placement;
+  placement.pool = flags.pool;
+  if (Status st = ValidatePoolName("invalid_pool", "--pool", flags.pool); !st.ok()) {
+    return Fail(kExitUsage, st);
+  }
+  for (const std::string& label : flags.labels) {
+    Result<std::pair<std::string, std::string>> parsed =
+        ParseLabelAssignment("invalid_label", label);
+    if (!parsed.ok()) return Fail(kExitUsage, parsed.status());
+    placement.labels[parsed->first] = parsed->second;
+  }
+  if (placement.labels.size() > static_cast<size_t>(kMaxPlacementLabels)) {
+    return Fail(kExitUsage,
+                InvalidArgument("invalid_label", "at most " + std::to_string(kMaxPlacementLabels) +
+                                                     " --label flags"));
+  }
   if (flags.work_dir.empty()) {
     return Fail(kExitUsage, InvalidArgument("invalid_work_dir", "--work-dir is empty"));
   }
@@ -206,6 +224,7 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   options.script_cache_bytes = flags.script_cache_mib << 20;
   options.software_version = kProjectVersion;
   options.capabilities = {{"labels", flags.labels}};
+  options.placement = placement;
   options.log = [&log](const std::string& line) { Say(log, line); };
 
   // A result is only ever reported by the incarnation that started its attempt (a new one
@@ -302,8 +321,11 @@ int main(int argc, char** argv) {
                  "(default 60000)");
   app.add_option("--script-cache-mib", flags.script_cache_mib,
                  "Script versions kept in <work-dir>/scripts for later runs, MiB (default 1024)");
+  app.add_option("--pool", flags.pool,
+                 "The worker pool this worker takes runs of (default \"default\"); a pool "
+                 "serves only the projects granted to it (ql pool grant)");
   app.add_option("--label", flags.labels,
-                 "A capability label announced to the control plane (repeatable)");
+                 "KEY=VALUE a task may require of its worker (repeatable, at most 16)");
   ql::AddKeyProviderFlags(app, flags.secret_key, "", "opens the secrets of leased runs");
   // No HTTP listener, so no access log.
   ql::AddLogFlags(app, flags.log, /*with_access_log=*/false);

@@ -334,6 +334,7 @@ Result<std::optional<SessionGrant>> Worker::RegisterSession() {
     request.max_concurrent_runs = options_.slots;
     request.available_slots = options_.slots;
     request.software_version = options_.software_version;
+    request.placement = options_.placement;
     Result<SessionGrant> grant = control_.Register(request);
     if (grant.ok()) return std::optional<SessionGrant>(std::move(grant).value());
     if (!IsRetryable(grant.status())) return grant.status();

@@ -47,6 +47,9 @@ struct WorkerOptions {
   // How long a command being stopped (lease lost, fenced, left over) is waited for.
   int64_t stop_wait_ms = 15'000;
   nlohmann::json capabilities = nlohmann::json::object();
+  // The pool this worker takes runs of and its labels (--pool, --label KEY=VALUE): it gets only
+  // runs whose task names this pool and labels it has, of projects the pool serves.
+  Placement placement;
   // Opens the sealed secrets of a lease right before its command starts (--secret-key-file or
   // an exec provider); null: a run that uses a secret fails with secret_unavailable. Must
   // outlive the worker.

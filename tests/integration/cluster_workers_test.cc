@@ -159,6 +159,129 @@ TEST_F(ClusterWorkersTest, AScriptPushedOnceRunsByteIdenticallyOnTwoWorkers) {
   EXPECT_EQ(b.Stop(), 0);
 }
 
+// Placement (DESIGN §6.6): workers register in pools with labels; a pool serves only the
+// projects granted to it. A script pushed once runs on two workers of two pools, byte for byte;
+// a worker of a pool not granted to the run's project never receives it (the run says why it
+// waits) until the grant, and a run needing a label no worker has waits with the reason.
+TEST_F(ClusterWorkersTest, PoolsPlaceRunsOnlyOnWorkersOfPoolsGrantedToTheirProject) {
+  Replica a("replica-a", Log("a"));
+  ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
+  Api(a, "POST", "/api/v1/projects", {{"slug", "team-b"}, {"name", "Team B"}});
+  for (const char* pool : {"blue", "green"}) {
+    Api(a, "POST", std::string("/api/v1/pools/") + pool + "/grants", {{"project", "default"}});
+  }
+  Api(a, "POST", "/api/v1/pools/other/grants", {{"project", "team-b"}});
+  const std::string source = dir_.path() + "/greet.sh";
+  const std::string bytes = "echo \"greet $*\"\nsha256sum < \"$0\"\n";
+  std::ofstream(source, std::ios::binary) << bytes;
+  CommandResult pushed = Ql(a, {"script", "push", "greet", source});
+  ASSERT_EQ(pushed.exit_code, 0) << pushed.out << pushed.err;
+  auto script_task = [&](const std::string& name, const json& placement) {
+    return Api(a, "POST", "/api/v1/tasks",
+               {{"name", name},
+                {"spec",
+                 {{"command", {{"kind", "script"}, {"script", "greet"}, {"args", {name}}}},
+                  {"placement", placement}}}})
+        .value("id", "");
+  };
+  const std::string on_blue =
+      script_task("on-blue", {{"pool", "blue"}, {"labels", {{"arch", "x86"}}}});
+  const std::string on_green = script_task("on-green", {{"pool", "green"}});
+  const std::string on_other = script_task("on-other", {{"pool", "other"}});
+  const std::string needs_arm =
+      script_task("needs-arm", {{"pool", "blue"}, {"labels", {{"arch", "arm64"}}}});
+  ASSERT_FALSE(on_blue.empty() || on_green.empty() || on_other.empty() || needs_arm.empty());
+
+  std::unique_ptr<ChildProcess> blue = StartWorker(
+      "blue", a, 2, "", {"--pool", "blue", "--label", "arch=x86", "--label", "os=linux"});
+  std::unique_ptr<ChildProcess> green = StartWorker("green", a, 2, "", {"--pool", "green"});
+  std::unique_ptr<ChildProcess> other = StartWorker("other", a, 2, "", {"--pool", "other"});
+  const std::string blue_run = Start(a, on_blue);
+  const std::string green_run = Start(a, on_green);
+  const std::string other_run = Start(a, on_other);
+  const std::string arm_run = Start(a, needs_arm);
+  ASSERT_TRUE(WaitStatus(a, blue_run, "succeeded", 30)) << Status(a, blue_run);
+  ASSERT_TRUE(WaitStatus(a, green_run, "succeeded", 30)) << Status(a, green_run);
+
+  // Each ran on its own pool's worker, the same pinned bytes on both.
+  auto holder = [&](const std::string& run) {
+    Result<std::string> out =
+        server_->Psql("qinglong",
+                      "SELECT c.name FROM ql3.run_dispatch_leases l JOIN ql3.worker_sessions s ON "
+                      "s.id = l.worker_session_id JOIN ql3.worker_credentials c ON c.id = "
+                      "s.credential_id WHERE l.run_id = '" +
+                          run + "'");
+    std::string name = out.ok() ? *out : "";
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    return name;
+  };
+  EXPECT_EQ(holder(blue_run), "blue");
+  EXPECT_EQ(holder(green_run), "green");
+  CommandResult sum = RunCommand({"/bin/sh", "-c", "sha256sum < '" + source + "'"});
+  const std::string digest = sum.out.substr(0, 64);
+  EXPECT_EQ(Ql(a, {"run", "log", blue_run}).out, "greet on-blue\n" + digest + "  -\n");
+  EXPECT_EQ(Ql(a, {"run", "log", green_run}).out, "greet on-green\n" + digest + "  -\n");
+  EXPECT_EQ(Api(a, "GET", "/api/v1/runs/" + blue_run)["artifacts"],
+            Api(a, "GET", "/api/v1/runs/" + green_run)["artifacts"]);
+  for (const std::string worker : {"blue", "green"}) {
+    EXPECT_EQ(ReadFile(dir_.path() + "/" + worker + "/scripts/" + digest + "/greet.sh"), bytes)
+        << worker;
+  }
+
+  // The worker of pool `other` pulls all along but is never handed the default project's run;
+  // the run and the label-less one say why they wait.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  EXPECT_EQ(Status(a, other_run), "queued");
+  EXPECT_EQ(Status(a, arm_run), "queued");
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE run_id IN ('" + other_run +
+                  "', '" + arm_run + "')"),
+            0);
+  const json other_waiting = Api(a, "GET", "/api/v1/runs/" + other_run)["waiting"];
+  EXPECT_EQ(other_waiting.value("reason", ""), "waiting_for_worker") << other_waiting;
+  EXPECT_EQ(other_waiting.value("pool", ""), "other");
+  EXPECT_EQ(other_waiting.value("detail", ""), "pool other does not serve this project");
+  const json arm_waiting = Api(a, "GET", "/api/v1/runs/" + arm_run)["waiting"];
+  EXPECT_EQ(arm_waiting.value("detail", ""), "no live worker in pool blue has the labels")
+      << arm_waiting;
+  EXPECT_EQ(arm_waiting["labels"], (json{{"arch", "arm64"}}));
+  // The metric counts both, by pool (the recovery loop refreshes it).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        httplib::Client client(a.url());
+        auto res = client.Get("/metrics");
+        return res &&
+               res->body.find("ql_runs_waiting_for_worker{pool=\"other\"} 1") !=
+                   std::string::npos &&
+               res->body.find("ql_runs_waiting_for_worker{pool=\"blue\"} 1") != std::string::npos;
+      },
+      std::chrono::seconds(15)));
+
+  CommandResult shown = Ql(a, {"run", "show", other_run});
+  EXPECT_NE(shown.out.find("waiting_for_worker: pool other: pool other does not serve this "
+                           "project"),
+            std::string::npos)
+      << shown.out << shown.err;
+  // Granted to the project, the pool's worker takes the run.
+  CommandResult granted = Ql(a, {"pool", "grant", "other", "--project", "default"});
+  ASSERT_EQ(granted.exit_code, 0) << granted.out << granted.err;
+  ASSERT_TRUE(WaitStatus(a, other_run, "succeeded", 30)) << Status(a, other_run);
+  EXPECT_EQ(holder(other_run), "other");
+  CommandResult listed = Ql(a, {"worker", "list"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("arch=x86,os=linux"), std::string::npos) << listed.out;
+  const json workers = Api(a, "GET", "/api/v1/workers")["items"];
+  ASSERT_EQ(workers.size(), 3u) << workers;
+  EXPECT_EQ(workers[0].value("name", ""), "blue");
+  EXPECT_EQ(workers[0].value("pool", ""), "blue");
+  EXPECT_EQ(workers[0]["labels"], (json{{"arch", "x86"}, {"os", "linux"}}));
+  EXPECT_EQ(workers[0].value("state", ""), "active");
+  EXPECT_EQ(Status(a, arm_run), "queued");
+  EXPECT_EQ(blue->Stop(), 0);
+  EXPECT_EQ(green->Stop(), 0);
+  EXPECT_EQ(other->Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+}
+
 TEST_F(ClusterWorkersTest, ANotReadyReplicaHandsNoRunToItsWorkerUntilItIsReady) {
   Replica a("replica-a", Log("a")), b("replica-b", Log("b"));
   ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));

@@ -124,6 +124,7 @@ Result<ExecutionPlan> BuildExecutionPlan(std::string_view task_id, int64_t task_
   plan.network = content.spec.network;
   plan.unconfined = content.spec.unconfined;
   plan.retry_policy = content.retry;
+  plan.placement = content.spec.placement;
   return plan;
 }
 
@@ -173,6 +174,7 @@ json PlanToJson(const ExecutionPlan& plan) {
   if (!plan.limits.empty()) out["limits"] = TaskLimitsToJson(plan.limits);
   if (!plan.network) out["network"] = "none";
   if (plan.unconfined) out["isolation"] = "none";
+  if (!plan.placement.is_default()) out["placement"] = PlacementToJson(plan.placement);
   if (plan.script) {
     out["script"] = {{"name", plan.script->name},
                      {"version", plan.script->version},
@@ -193,7 +195,7 @@ Result<ExecutionPlan> PlanFromJson(const json& j) {
       "schema", "taskDigest",  "taskId",       "taskRevision", "timeoutMs"};
   for (const auto& [key, unused] : j.items()) {
     bool known = key == "workingDirectory" || key == "limits" || key == "network" ||
-                 key == "isolation" || key == "script";
+                 key == "isolation" || key == "script" || key == "placement";
     for (std::string_view r : kRequired) known = known || key == r;
     if (!known) return PlanInvalid(QuoteForMessage(key), "unknown field");
   }
@@ -295,6 +297,14 @@ Result<ExecutionPlan> PlanFromJson(const json& j) {
       return PlanInvalid("isolation", QuoteForMessage(isolation) + " is not \"none\"");
     }
     plan.unconfined = true;
+  }
+  if (j.contains("placement")) {
+    Result<Placement> placement = ParsePlacement(j.at("placement"), "placement");
+    if (!placement.ok() || placement->is_default()) {
+      return PlanInvalid(
+          "placement", placement.ok() ? "is the default placement" : placement.status().message());
+    }
+    plan.placement = std::move(*placement);
   }
   if (j.contains("script")) {
     const json& script = j.at("script");

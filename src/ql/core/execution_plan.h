@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "ql/core/placement.h"
 #include "ql/core/records.h"
 #include "ql/core/status.h"
 #include "ql/core/task_spec.h"
@@ -57,6 +58,7 @@ struct ExecutionPlan {
   bool network = true;   // false: no network but loopback
   bool unconfined = false;  // true: as the daemon's user, no namespaces (if the host allows)
   RetryPolicy retry_policy;  // snapshot into every run of this plan
+  Placement placement;       // where a remote worker may run it (placement.h)
   bool operator==(const ExecutionPlan&) const = default;
 };
 
@@ -91,8 +93,9 @@ Result<ExecutionRevisionRef> ParseExecutionRevisionId(std::string_view id);
 // Returns the stored JSON form: {"argv","environment" (object),"executorType","schema",
 // "taskDigest","taskId","taskRevision","timeoutMs"} plus "workingDirectory" when set, "limits"
 // when a limit is set, "network": "none" when the task has no network, "isolation": "none"
-// when it runs unconfined and "script": {"digest","entry","kind","name","version"} for a script
-// command (plans without them keep their digests).
+// when it runs unconfined, "script": {"digest","entry","kind","name","version"} for a script
+// command and "placement": {"pool","labels"} when it is not the default pool without labels
+// (plans without them keep their digests).
 nlohmann::json PlanToJson(const ExecutionPlan& plan);
 
 // Reads a plan back from PlanToJson's form, strictly: a missing or unknown field, a wrong type,

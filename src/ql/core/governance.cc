@@ -65,6 +65,7 @@ Role RequiredRole(Action action) {
     case Action::kGrantRole:
     case Action::kManageIdentity:
     case Action::kReadAudit:
+    case Action::kManageWorkers:
       return Role::kAdmin;
     case Action::kArchiveProject:
       return Role::kOwner;
@@ -94,6 +95,8 @@ std::string_view ActionName(Action action) {
       return "manage_identity";
     case Action::kReadAudit:
       return "read_audit";
+    case Action::kManageWorkers:
+      return "manage_workers";
   }
   return "unknown";
 }

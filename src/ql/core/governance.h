@@ -54,6 +54,7 @@ enum class Action {
   kArchiveProject,  // owner
   kManageIdentity,  // installation admin: principals, tokens, projects
   kReadAudit,       // installation admin
+  kManageWorkers,   // installation admin: worker pools, their grants, drains
 };
 
 // Returns the least role `action` needs in its scope.

@@ -169,6 +169,13 @@ Status CheckPolicyFence(GovernanceTx& tx, const PolicyFence& fence, const std::s
   return Status();
 }
 
+Status CheckInstallationFence(GovernanceTx& tx, const PolicyFence& fence) {
+  QL_RETURN_IF_ERROR(tx.EnterFence());
+  QL_ASSIGN_OR_RETURN(PolicyInputs in,
+                      ReadPolicyInputs(tx, fence.principal_id, std::string(kInstallationScope)));
+  return DecidePolicy(in, fence.required, /*project_scope=*/false);
+}
+
 GovernanceStore::GovernanceStore(GovernanceTxRunner& runner, RandomSource& random)
     : runner_(runner), random_(random) {}
 

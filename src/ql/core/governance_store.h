@@ -122,6 +122,8 @@ class GovernanceTxRunner {
 // principal_disabled, principal_not_found), NotFound project_not_found or Conflict
 // project_archived. Calls tx.EnterFence() first.
 Status CheckPolicyFence(GovernanceTx& tx, const PolicyFence& fence, const std::string& project_id);
+// The same for an installation-wide write: the principal's installation role decides.
+Status CheckInstallationFence(GovernanceTx& tx, const PolicyFence& fence);
 
 class GovernanceStore final : public GovernanceRepository {
  public:

@@ -436,7 +436,7 @@ Result<CommandSpec> ParseCommandSpec(const json& spec) {
   if (!spec.is_object()) return WrongType("spec_invalid_type", kPath, "an object", spec);
   QL_RETURN_IF_ERROR(CheckFields("spec_unknown_field", kPath, spec,
                                  {"command", "environment", "workingDirectory", "timeoutMs",
-                                  "limits", "network", "isolation"},
+                                  "limits", "network", "isolation", "placement"},
                                  ""));
   CommandSpec out;
   if (!spec.contains("command")) {
@@ -483,6 +483,10 @@ Result<CommandSpec> ParseCommandSpec(const json& spec) {
                        "namespaces");
     }
   }
+  if (spec.contains("placement")) {
+    QL_ASSIGN_OR_RETURN(out.placement,
+                        ParsePlacement(spec.at("placement"), Field(kPath, "placement")));
+  }
   // Every string is valid UTF-8 and every number an int64 here, so encoding cannot fail.
   const size_t size = internal::CanonicalJsonLossy(CommandSpecToJson(out)).size();
   if (size > kMaxSpecCanonicalBytes) {
@@ -517,6 +521,7 @@ json CommandSpecToJson(const CommandSpec& spec) {
   if (!spec.limits.empty()) out["limits"] = TaskLimitsToJson(spec.limits);
   if (!spec.network) out["network"] = "none";
   if (spec.unconfined) out["isolation"] = "none";
+  if (!spec.placement.is_default()) out["placement"] = PlacementToJson(spec.placement);
   return out;
 }
 

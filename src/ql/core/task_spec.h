@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ql/core/approval.h"
+#include "ql/core/placement.h"
 #include "ql/core/records.h"
 #include "ql/core/secret_ref.h"
 #include "ql/core/status.h"
@@ -99,6 +100,8 @@ struct CommandSpec {
   // True ("isolation": "none"): the command runs as the daemon's user without namespaces, beside
   // the daemon's files; refused unless the installation allows it (--allow-unconfined-tasks).
   bool unconfined = false;
+  // Where a remote worker may run it (placement.h); the default pool with no labels when absent.
+  Placement placement;
   bool operator==(const CommandSpec&) const = default;
 };
 
@@ -110,7 +113,8 @@ struct CommandSpec {
 //                "args":["..."]} (all but "kind" and "script" optional until published),
 //    "environment": {"NAME":"value"}, "workingDirectory": "/abs", "timeoutMs": 30000,
 //    "limits": {"memoryMib": 256, "pids": 64, "cpuSeconds": 600, "openFiles": 1024},
-//    "network": "host" | "none", "isolation": "confined" | "none"}
+//    "network": "host" | "none", "isolation": "confined" | "none",
+//    "placement": {"pool": "gpu", "labels": {"arch": "arm64"}}}
 // `command` is required; `args` defaults to [], `shell` to "/bin/sh", `environment` to {},
 // `timeoutMs` to kDefaultTimeoutMs; `workingDirectory` stays unset when absent. Every error is
 // InvalidArgument whose message names the field path (`spec.command.args[3]`) and the offending

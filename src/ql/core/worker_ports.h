@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ql/core/placement.h"
 #include "ql/core/ports.h"
 #include "ql/core/status.h"
 
@@ -29,6 +30,9 @@ struct WorkerSessionRecord {
   int64_t version = 0;
   int64_t heartbeat_at_ms = 0;
   int64_t expires_at_ms = 0;
+  // Where the session takes runs (placement.h): its pool and labels, as registered.
+  Placement placement;
+  std::string agent_version;  // what the worker said it is, at most 64 bytes
 };
 
 struct RegisterSessionCommand {
@@ -38,6 +42,8 @@ struct RegisterSessionCommand {
   int max_concurrent_runs = 1;
   int available_slots = 0;
   int64_t ttl_ms = 0;
+  Placement placement;  // validated (ValidatePoolName, ValidatePlacementLabel)
+  std::string agent_version;
 };
 
 class WorkerSessionRepository {

@@ -176,7 +176,9 @@ Result<std::string> WorkerService::Authenticate(std::string_view token) {
 
 Result<WorkerSessionRecord> WorkerService::Register(const std::string& worker_id,
                                                     const nlohmann::json& capabilities,
-                                                    int max_concurrent_runs, int available_slots) {
+                                                    int max_concurrent_runs, int available_slots,
+                                                    const Placement& placement,
+                                                    std::string_view agent_version) {
   if (!capabilities.is_object()) {
     return InvalidArgument("invalid_argument", "capabilities must be a JSON object");
   }
@@ -192,6 +194,12 @@ Result<WorkerSessionRecord> WorkerService::Register(const std::string& worker_id
   c.max_concurrent_runs = max_concurrent_runs;
   c.available_slots = available_slots;
   c.ttl_ms = options_.session_ttl_ms;
+  QL_RETURN_IF_ERROR(ValidatePoolName("invalid_argument", "pool", placement.pool));
+  for (const auto& [key, value] : placement.labels) {
+    QL_RETURN_IF_ERROR(ValidatePlacementLabel("invalid_argument", "labels", key, value));
+  }
+  c.placement = placement;
+  c.agent_version = std::string(agent_version.substr(0, 64));
   return sessions_.RegisterSession(c);
 }
 

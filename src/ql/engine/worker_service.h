@@ -136,9 +136,12 @@ class WorkerService {
   // NotFound `unauthorized` otherwise. Thread-safe.
   Result<std::string> Authenticate(std::string_view token);
 
+  // `placement` is the pool and labels the worker offers (validated by the caller's parser);
+  // `agent_version` is cut to 64 bytes.
   Result<WorkerSessionRecord> Register(const std::string& worker_id,
                                        const nlohmann::json& capabilities, int max_concurrent_runs,
-                                       int available_slots);
+                                       int available_slots, const Placement& placement = {},
+                                       std::string_view agent_version = {});
   Result<HeartbeatAnswer> Heartbeat(const std::string& worker_id, const std::string& session_id,
                                     int64_t generation, int available_slots);
   Result<WorkerSessionRecord> SetStatus(const std::string& worker_id, const std::string& session_id,

@@ -72,6 +72,78 @@ json TimeJson(std::optional<int64_t> ms) {
   return ms.has_value() ? json(FormatRfc3339Utc(*ms)) : json(nullptr);
 }
 
+json WaitingJson(const WaitingReason& w) {
+  return json{{"reason", w.reason},
+              {"pool", w.placement.pool},
+              {"labels", w.placement.labels},
+              {"detail", w.detail}};
+}
+
+json PoolGrantJson(const PoolGrantRecord& g) {
+  return json{{"pool", g.pool},
+              {"project_id", g.project_id},
+              {"max_running", g.max_running.has_value() ? json(*g.max_running) : json(nullptr)},
+              {"weight", g.weight},
+              {"created_by", g.created_by},
+              {"created_at", TimeJson(g.created_at_ms)},
+              {"updated_at", TimeJson(g.updated_at_ms)}};
+}
+
+json PoolJson(const PoolRecord& p) {
+  json grants = json::array();
+  for (const PoolGrantRecord& g : p.grants) grants.push_back(PoolGrantJson(g));
+  return json{{"name", p.name},
+              // A pool only workers name (no row yet) serves no project.
+              {"configured", p.version > 0},
+              {"serves_all_projects", p.serves_all_projects},
+              {"max_running", p.max_running.has_value() ? json(*p.max_running) : json(nullptr)},
+              {"grants", std::move(grants)},
+              {"live_workers", p.live_workers},
+              {"running", p.running}};
+}
+
+json WorkerJson(const WorkerRecord& w) {
+  json out = {{"id", w.id},
+              {"name", w.name},
+              {"created_at", TimeJson(w.created_at_ms)},
+              {"revoked", w.revoked_at_ms.has_value()},
+              {"drained", w.drained_at_ms.has_value()},
+              {"drained_at", TimeJson(w.drained_at_ms)},
+              {"live", w.live},
+              {"running", w.running_run_ids.size()},
+              {"running_runs", w.running_run_ids}};
+  // The state people read first: revoked, drained (no new runs), or the session's.
+  std::string state = "never_connected";
+  if (w.session.has_value()) {
+    const WorkerSessionRecord& s = *w.session;
+    state = w.live ? s.status : (s.status == "active" ? "expired" : s.status);
+    out["pool"] = s.placement.pool;
+    out["labels"] = s.placement.labels;
+    out["version"] = s.agent_version;
+    out["slots"] = s.max_concurrent_runs;
+    out["available_slots"] = s.available_slots;
+    out["last_seen"] = TimeJson(s.heartbeat_at_ms);
+    out["session_id"] = s.id;
+    out["generation"] = s.generation;
+  } else {
+    out["pool"] = nullptr;
+    out["labels"] = json::object();
+    out["version"] = nullptr;
+    out["slots"] = 0;
+    out["available_slots"] = 0;
+    out["last_seen"] = nullptr;
+    out["session_id"] = nullptr;
+    out["generation"] = nullptr;
+  }
+  if (w.revoked_at_ms.has_value()) {
+    state = "revoked";
+  } else if (w.drained_at_ms.has_value()) {
+    state = "drained";
+  }
+  out["state"] = state;
+  return out;
+}
+
 json ProjectJson(const ProjectRecord& p) {
   return json{{"id", p.id},
               {"slug", p.slug},

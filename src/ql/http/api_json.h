@@ -12,10 +12,11 @@
 #include <string_view>
 #include <vector>
 
+#include "ql/core/placement_ports.h"
 #include "ql/core/records.h"
+#include "ql/core/secret_store.h"
 #include "ql/core/status.h"
 #include "ql/core/timezone.h"
-#include "ql/core/secret_store.h"
 #include "ql/engine/control_service.h"
 #include "ql/engine/governance_service.h"
 
@@ -31,6 +32,11 @@ nlohmann::json ErrorJson(std::string_view code, std::string_view message);
 
 // Returns `ms` as RFC 3339 UTC ("2026-03-08T07:00:00Z"), or null when absent.
 nlohmann::json TimeJson(std::optional<int64_t> ms);
+// Placement (placement_ports.h): {"reason","pool","labels","detail"}.
+nlohmann::json WaitingJson(const WaitingReason& waiting);
+nlohmann::json PoolGrantJson(const PoolGrantRecord& grant);
+nlohmann::json PoolJson(const PoolRecord& pool);
+nlohmann::json WorkerJson(const WorkerRecord& worker);
 
 nlohmann::json ProjectJson(const ProjectRecord& project);
 nlohmann::json PrincipalJson(const PrincipalRecord& principal);

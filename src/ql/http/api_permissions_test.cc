@@ -25,14 +25,15 @@
 #include "ql/engine/control_service.h"
 #include "ql/engine/log_reader.h"
 #include "ql/engine/metrics.h"
-#include "ql/engine/token_authenticator.h"
 #include "ql/engine/sign_in_service.h"
+#include "ql/engine/token_authenticator.h"
 #include "ql/http/api_server.h"
-#include "ql/secrets/password_hasher.h"
 #include "ql/secrets/file_key_provider.h"
+#include "ql/secrets/password_hasher.h"
 #include "ql/secrets/store_sealer.h"
 #include "ql/storage/sqlite/sqlite_store.h"
 #include "ql/testing/fake_clock.h"
+#include "ql/testing/fake_placement.h"
 #include "ql/testing/raw_http.h"
 
 namespace ql {
@@ -143,6 +144,16 @@ class ApiPermissionsTest : public ::testing::Test {
     options.notify = notify_service_.get();
     sign_in_ = std::make_unique<SignInService>(service_->governance(), hasher_, clock_, random_);
     options.sign_in = sign_in_.get();
+    // Pools and workers over an in-memory store: the open default pool and one worker.
+    placement_repo_.AddPool("default", /*serves_all_projects=*/true);
+    WorkerRecord worker;
+    worker.id = Id();
+    worker.name = "w1";
+    worker.created_at_ms = clock_.NowMs();
+    placement_repo_.AddWorker(worker);
+    placement_ =
+        std::make_unique<PlacementService>(placement_repo_, service_->governance(), clock_);
+    options.placement = placement_.get();
     server_ = std::make_unique<ApiServer>(*service_, metrics_, options);
     ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
     server_->SetReady(true);
@@ -239,6 +250,8 @@ class ApiPermissionsTest : public ::testing::Test {
   std::unique_ptr<NotificationService> notify_service_;
   SodiumPasswordHasher hasher_;
   std::unique_ptr<SignInService> sign_in_;
+  testing::FakePlacementRepository placement_repo_;
+  std::unique_ptr<PlacementService> placement_;
   std::unique_ptr<LogReader> log_reader_;
   std::unique_ptr<TokenAuthenticator> authenticator_;
   Metrics metrics_;
@@ -790,6 +803,49 @@ TEST_F(ApiPermissionsTest, EveryRouteRefusesEveryRoleBelowItsPermission) {
       {"scripts.delete",
        [&](const Member&) {
          return Sample{"DELETE", "/api/v1/scripts/" + PushedScript(fresh()), ""};
+       }},
+      {"pools.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/pools", ""};
+       }},
+      {"pools.get",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/pools/default", ""};
+       }},
+      {"pools.set",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/pools/" + fresh(),
+                       R"({"serves_all_projects":true,"max_running":5})"};
+       }},
+      {"pools.grant",
+       [&](const Member&) {
+         return Sample{"POST", "/api/v1/pools/" + fresh() + "/grants",
+                       R"({"project":"default","max_running":2,"weight":3})"};
+       }},
+      {"pools.revoke",
+       [&](const Member&) {
+         PoolGrantRecord grant;
+         grant.pool = fresh();
+         grant.project_id = project_id_;
+         placement_repo_.AddGrant(grant);
+         return Sample{"POST", "/api/v1/pools/" + grant.pool + "/revoke",
+                       R"({"project":"default"})"};
+       }},
+      {"workers.list",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/workers", ""};
+       }},
+      {"workers.get",
+       [](const Member&) {
+         return Sample{"GET", "/api/v1/workers/w1", ""};
+       }},
+      {"workers.drain",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/workers/w1/drain", "{}"};
+       }},
+      {"workers.resume",
+       [](const Member&) {
+         return Sample{"POST", "/api/v1/workers/w1/resume", ""};
        }},
   };
 

@@ -50,7 +50,7 @@ enum class Body {
 };
 
 // A service a route needs that a server may not hold.
-enum class Needs { kNothing, kSignIn, kSecrets, kNotify, kScripts };
+enum class Needs { kNothing, kSignIn, kSecrets, kNotify, kScripts, kPlacement };
 
 struct Call;
 
@@ -461,6 +461,15 @@ struct ApiServer::Impl {
   void ScriptPush(Call& c);
   void ScriptContent(Call& c);
   void ScriptDelete(Call& c);
+  void PoolsList(Call& c);
+  void PoolGet(Call& c);
+  void PoolSet(Call& c);
+  void PoolGrant(Call& c);
+  void PoolRevoke(Call& c);
+  void WorkersList(Call& c);
+  void WorkerGet(Call& c);
+  void WorkerDrain(Call& c);
+  void WorkerResume(Call& c);
   // Streams a blob the caller's project holds, chunk by chunk, each verified.
   void StreamBlob(const Caller& caller, const BlobDescriptor& blob, std::string content_type,
                   http::Response& res);
@@ -696,6 +705,24 @@ const RouteSpec kRoutes[] = {
      Needs::kScripts, &Impl::ScriptPush},
     {"GET", "/api/v1/scripts/{id}/content", "scripts.content", "viewer", Body::kNone,
      Needs::kScripts, &Impl::ScriptContent},
+    {"GET", "/api/v1/pools", "pools.list", "installation_admin", Body::kNone, Needs::kPlacement,
+     &Impl::PoolsList},
+    {"GET", "/api/v1/pools/{id}", "pools.get", "installation_admin", Body::kNone, Needs::kPlacement,
+     &Impl::PoolGet},
+    {"POST", "/api/v1/pools/{id}", "pools.set", "installation_admin", Body::kRequired,
+     Needs::kPlacement, &Impl::PoolSet},
+    {"POST", "/api/v1/pools/{id}/grants", "pools.grant", "installation_admin", Body::kRequired,
+     Needs::kPlacement, &Impl::PoolGrant},
+    {"POST", "/api/v1/pools/{id}/revoke", "pools.revoke", "installation_admin", Body::kRequired,
+     Needs::kPlacement, &Impl::PoolRevoke},
+    {"GET", "/api/v1/workers", "workers.list", "installation_admin", Body::kNone, Needs::kPlacement,
+     &Impl::WorkersList},
+    {"GET", "/api/v1/workers/{id}", "workers.get", "installation_admin", Body::kNone,
+     Needs::kPlacement, &Impl::WorkerGet},
+    {"POST", "/api/v1/workers/{id}/drain", "workers.drain", "installation_admin", Body::kOptional,
+     Needs::kPlacement, &Impl::WorkerDrain},
+    {"POST", "/api/v1/workers/{id}/resume", "workers.resume", "installation_admin", Body::kOptional,
+     Needs::kPlacement, &Impl::WorkerResume},
     {"GET", "/api/v1/notify/channels", "notify.channels.list", "viewer", Body::kNone,
      Needs::kNotify, &Impl::NotifyChannelsList},
     {"POST", "/api/v1/notify/channels", "notify.channels.create", "admin", Body::kRequired,
@@ -1103,6 +1130,10 @@ void ApiServer::Impl::Dispatch(const http::Request& req, http::Response& res) {
   }
   if (route.needs == Needs::kScripts && options.scripts == nullptr) {
     SendError(res, 503, "scripts_unavailable", "this server does not keep scripts");
+    return;
+  }
+  if (route.needs == Needs::kPlacement && options.placement == nullptr) {
+    SendError(res, 503, "workers_unavailable", "this server has no remote workers");
     return;
   }
   if (route.needs == Needs::kNotify && options.notify == nullptr) {
@@ -1607,6 +1638,12 @@ void ApiServer::Impl::RunGet(Call& c) {
   QL_HTTP_ASSIGN(c.res, RunView run, service.GetRun(c.id, c.caller));
   json out = api::RunJson(run);
   QL_HTTP_TRY(c.res, AddNames(out));
+  // A queued remote run that no live worker may take says why (the caller may read the run).
+  if (options.placement != nullptr && run.run.status == RunStatusName(RunStatus::kQueued)) {
+    QL_HTTP_ASSIGN(c.res, std::optional<WaitingReason> waiting,
+                   options.placement->Waiting(run.run.id));
+    if (waiting.has_value()) out["waiting"] = api::WaitingJson(*waiting);
+  }
   SendJson(c.res, 200, out);
 }
 
@@ -2117,6 +2154,87 @@ void ApiServer::Impl::ScriptDelete(Call& c) {
   QL_HTTP_TRY(c.res, c.query.Check({}));
   QL_HTTP_ASSIGN(c.res, ScriptRecord deleted, options.scripts->Remove(c.caller, c.id));
   SendJson(c.res, 200, ScriptHeadJson(deleted));
+}
+
+void ApiServer::Impl::PoolsList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<PoolRecord> pools, options.placement->ListPools(c.caller));
+  json items = json::array();
+  for (const PoolRecord& p : pools) items.push_back(api::PoolJson(p));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::PoolGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, PoolRecord pool, options.placement->GetPool(c.caller, c.id));
+  SendJson(c.res, 200, api::PoolJson(pool));
+}
+
+void ApiServer::Impl::PoolSet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"serves_all_projects", "max_running"}));
+  QL_HTTP_ASSIGN(c.res, std::optional<bool> open, api::OptionalBool(c.body, "serves_all_projects"));
+  std::optional<std::optional<int64_t>> max;
+  if (c.body.contains("max_running")) {
+    if (c.body.at("max_running").is_null()) {
+      max = std::optional<int64_t>();  // null clears the limit
+    } else {
+      QL_HTTP_ASSIGN(c.res, std::optional<int64_t> value,
+                     api::OptionalInteger(c.body, "max_running"));
+      max = value;
+    }
+  }
+  QL_HTTP_ASSIGN(c.res, PoolRecord pool, options.placement->SetPool(c.caller, c.id, open, max));
+  SendJson(c.res, 200, api::PoolJson(pool));
+}
+
+void ApiServer::Impl::PoolGrant(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"project", "max_running", "weight"}));
+  QL_HTTP_ASSIGN(c.res, std::string project, api::RequiredString(c.body, "project"));
+  QL_HTTP_ASSIGN(c.res, std::optional<int64_t> max, api::OptionalInteger(c.body, "max_running"));
+  QL_HTTP_ASSIGN(c.res, std::optional<int64_t> weight, api::OptionalInteger(c.body, "weight"));
+  QL_HTTP_ASSIGN(c.res, PoolGrantRecord grant,
+                 options.placement->Grant(c.caller, c.id, project, max, weight.value_or(1)));
+  SendJson(c.res, 200, api::PoolGrantJson(grant));
+}
+
+void ApiServer::Impl::PoolRevoke(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {"project"}));
+  QL_HTTP_ASSIGN(c.res, std::string project, api::RequiredString(c.body, "project"));
+  QL_HTTP_TRY(c.res, options.placement->Revoke(c.caller, c.id, project));
+  QL_HTTP_ASSIGN(c.res, PoolRecord pool, options.placement->GetPool(c.caller, c.id));
+  SendJson(c.res, 200, api::PoolJson(pool));
+}
+
+void ApiServer::Impl::WorkersList(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, std::vector<WorkerRecord> workers,
+                 options.placement->ListWorkers(c.caller));
+  json items = json::array();
+  for (const WorkerRecord& w : workers) items.push_back(api::WorkerJson(w));
+  SendJson(c.res, 200, json{{"items", std::move(items)}});
+}
+
+void ApiServer::Impl::WorkerGet(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_ASSIGN(c.res, WorkerRecord worker, options.placement->GetWorker(c.caller, c.id));
+  SendJson(c.res, 200, api::WorkerJson(worker));
+}
+
+void ApiServer::Impl::WorkerDrain(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, WorkerRecord worker, options.placement->Drain(c.caller, c.id, true));
+  SendJson(c.res, 200, api::WorkerJson(worker));
+}
+
+void ApiServer::Impl::WorkerResume(Call& c) {
+  QL_HTTP_TRY(c.res, c.query.Check({}));
+  QL_HTTP_TRY(c.res, api::CheckFields(c.body, {}));
+  QL_HTTP_ASSIGN(c.res, WorkerRecord worker, options.placement->Drain(c.caller, c.id, false));
+  SendJson(c.res, 200, api::WorkerJson(worker));
 }
 
 namespace {

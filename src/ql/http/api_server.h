@@ -24,6 +24,7 @@
 #include "ql/engine/metrics.h"
 #include "ql/engine/notification_service.h"
 #include "ql/engine/oidc_sign_in.h"
+#include "ql/engine/placement_service.h"
 #include "ql/engine/script_service.h"
 #include "ql/engine/secret_service.h"
 #include "ql/engine/sign_in_service.h"
@@ -76,6 +77,9 @@ struct ApiServerOptions {
   // Serves /api/v1/scripts and /api/v1/blobs; without it those routes answer 503
   // scripts_unavailable. Must outlive the server.
   ScriptService* scripts = nullptr;
+  // Serves /api/v1/pools and /api/v1/workers, and says why a queued remote run waits; without
+  // it those routes answer 503 workers_unavailable. Must outlive the server.
+  PlacementService* placement = nullptr;
   // Serves /api/v1/notify; without it those routes answer 503 notifications_unavailable.
   NotificationService* notify = nullptr;
   // Serves sign-in, sign-out, sessions and passwords; without it those routes answer 503

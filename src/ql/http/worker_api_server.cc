@@ -78,7 +78,9 @@ json SessionJson(const WorkerSessionRecord& s, const WorkerServiceOptions& o) {
               {"expires_at_ms", s.expires_at_ms},
               {"session_ttl_ms", o.session_ttl_ms},
               {"heartbeat_interval_ms", o.heartbeat_interval_ms},
-              {"lease_ttl_ms", o.lease_ttl_ms}};
+              {"lease_ttl_ms", o.lease_ttl_ms},
+              {"pool", s.placement.pool},
+              {"labels", s.placement.labels}};
 }
 
 json OfferJson(const WorkerOffer& offer, const WorkerServiceOptions& o) {
@@ -344,8 +346,9 @@ struct WorkerApiServer::Impl {
     post("/worker/v1/sessions", "sessions.register",
          [this, &o](const std::string& worker, const std::string&, const json& body,
                     http::Response& res) -> Status {
-           QL_RETURN_IF_ERROR(api::CheckFields(body, {"capabilities", "max_concurrent_runs",
-                                                      "available_slots", "software_version"}));
+           QL_RETURN_IF_ERROR(
+               api::CheckFields(body, {"capabilities", "max_concurrent_runs", "available_slots",
+                                       "software_version", "pool", "labels"}));
            json capabilities =
                body.contains("capabilities") ? body.at("capabilities") : json::object();
            QL_ASSIGN_OR_RETURN(
@@ -354,8 +357,17 @@ struct WorkerApiServer::Impl {
                int slots, SmallInteger(body, "available_slots", 0, kMaxConcurrentRunsPerSession));
            QL_ASSIGN_OR_RETURN(std::optional<std::string> version,
                                api::OptionalString(body, "software_version"));
-           QL_ASSIGN_OR_RETURN(WorkerSessionRecord s,
-                               service.Register(worker, capabilities, max, slots));
+           Placement offered;
+           QL_ASSIGN_OR_RETURN(std::optional<std::string> pool, api::OptionalString(body, "pool"));
+           if (pool.has_value()) offered.pool = *pool;
+           QL_RETURN_IF_ERROR(ValidatePoolName("invalid_argument", "pool", offered.pool));
+           if (body.contains("labels")) {
+             QL_ASSIGN_OR_RETURN(offered.labels, ParsePlacementLabels("invalid_argument", "labels",
+                                                                      body.at("labels")));
+           }
+           QL_ASSIGN_OR_RETURN(
+               WorkerSessionRecord s,
+               service.Register(worker, capabilities, max, slots, offered, version.value_or("")));
            SendJson(res, 201, SessionJson(s, o));
            return Status::Ok();
          });

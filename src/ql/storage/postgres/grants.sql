@@ -67,6 +67,20 @@ BEGIN
 END
 $$;
 
+-- Placement (pg-0028): the grant reads pools, grants and drains to decide which runs a session
+-- may take; pools, grants and drains are installation configuration, written by the admin role
+-- only. A session records the pool it names; only the pool's row and grants give it meaning.
+DO $$
+BEGIN
+  IF to_regclass('ql3.worker_pools') IS NOT NULL THEN
+    GRANT SELECT ON ql3.worker_pools, ql3.worker_pool_grants, ql3.worker_drains TO ql3_runtime;
+    GRANT SELECT, INSERT, UPDATE ON ql3.worker_pools TO ql3_admin;
+    GRANT SELECT, INSERT, UPDATE, DELETE ON ql3.worker_pool_grants, ql3.worker_drains
+      TO ql3_admin;
+  END IF;
+END
+$$;
+
 -- The markers of prepare/commit pairs in progress (pg-0025): the readiness audit reads them to
 -- say that a pending pair was started and interrupted. A schema migrated only part of the way
 -- (an upgrade test) has no marker table yet.

@@ -63,6 +63,9 @@ const std::map<std::string, std::set<std::string>>& RuntimePrivileges() {
       {"artifact_blobs", {"SELECT"}},
       {"artifact_blob_chunks", {"SELECT"}},
       {"artifact_uploads", {"SELECT"}},
+      {"worker_pools", {"SELECT"}},
+      {"worker_pool_grants", {"SELECT"}},
+      {"worker_drains", {"SELECT"}},
       {"scripts", {"SELECT"}},
       {"script_versions", {"SELECT"}},
       {"script_version_files", {"SELECT"}},
@@ -118,6 +121,9 @@ const std::map<std::string, std::set<std::string>>& AdminPrivileges() {
       {"scripts", {"SELECT", "INSERT", "UPDATE"}},
       {"script_versions", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
       {"script_version_files", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"worker_pools", {"SELECT", "INSERT", "UPDATE"}},
+      {"worker_pool_grants", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+      {"worker_drains", {"SELECT", "INSERT", "UPDATE", "DELETE"}},
   };
   return *kPrivileges;
 }

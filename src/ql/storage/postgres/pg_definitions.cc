@@ -236,10 +236,13 @@ Result<PublishTaskResult> PostgresStore::PublishTaskRevision(const PublishTaskCo
     for (const ExecutionRevisionRecord& exec : cmd.executions) {
       QL_RETURN_IF_ERROR(Execute(
           tx,
+          // The pool and labels a grant filters on are read from the stored plan itself.
           "INSERT INTO execution_revisions (id, project_id, task_id, "
           "task_revision, task_digest, executor_type, plan_json, "
-          "plan_digest, created_at_ms) "
-          "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+          "plan_digest, created_at_ms, pool, required_labels) "
+          "VALUES ($1, $2, $3, $4, $5, $6, $7::text, $8, $9, "
+          "coalesce($7::text::jsonb #>> '{placement,pool}', 'default'), "
+          "coalesce($7::text::jsonb #> '{placement,labels}', '{}'::jsonb))",
           {P(exec.id), P(cmd.project_id), P(cmd.task_id), P(new_revision), P(exec.task_digest),
            P(exec.executor_type), P(exec.plan_json), P(exec.plan_digest), P(cmd.now_ms)}));
     }

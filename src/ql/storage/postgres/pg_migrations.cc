@@ -450,6 +450,13 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("retention":1,"retry_policies":3,"run_logs":1,"runs":5,"schedule_claims":2,)"
        R"("schedules":1,"secrets":1,"worker_credentials":1,"worker_sessions":2})",
        "pg-0027-artifacts"},
+      {kControlCore, 26,
+       R"({"approvals":2,"artifacts":1,"attempts":1,"definitions":6,"dispatch_leases":2,)"
+       R"("events":2,"governance":3,"migration_markers":1,"notifications":1,"placement":1,)"
+       R"("projects":1,"retention":1,"retry_policies":3,"run_logs":1,"runs":5,)"
+       R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
+       R"("worker_sessions":3})",
+       "pg-0028-worker-placement"},
   };
   return kSteps;
 }

@@ -92,6 +92,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0026-dump-stable-checks",
        "19acc0d78adaa8596fe5895fe3dffe9a65f099ecde75a287bee9115dff402d3b"},
       {"pg-0027-artifacts", "8ab36bfd50ae796dce4eaf08e35abf67e922d5d32ac05009046bb2ec9e227111"},
+      {"pg-0028-worker-placement",
+       "da26ca80ad943c1170d142aa953e9fb5b07fc43f2a0822de8daf698256223f67"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

@@ -13,6 +13,7 @@
 #include "ql/storage/postgres/pg_artifacts.h"
 #include "ql/storage/postgres/pg_governance.h"
 #include "ql/storage/postgres/pg_notifications.h"
+#include "ql/storage/postgres/pg_placement.h"
 #include "ql/storage/postgres/pg_retention.h"
 #include "ql/storage/postgres/pg_secrets.h"
 #include "ql/storage/postgres/pg_store_rows.h"
@@ -51,7 +52,9 @@ PostgresStore::PostgresStore(std::unique_ptr<pg::Pool> runtime, std::unique_ptr<
       notification_runner_(std::make_unique<pg::PgNotificationRunner>(*runtime_, admin_.get())),
       notifications_(std::make_unique<NotificationStore>(*notification_runner_, SecureRandom())),
       artifact_runner_(std::make_unique<pg::PgArtifactRunner>(*runtime_, admin_.get())),
-      artifacts_(std::make_unique<ArtifactStore>(*artifact_runner_, SecureRandom())) {}
+      artifacts_(std::make_unique<ArtifactStore>(*artifact_runner_, SecureRandom())),
+      placement_(std::make_unique<pg::PostgresPlacement>(*runtime_, admin_.get(), SecureRandom())) {
+}
 
 Status PostgresStore::Fence(pg::Tx& tx, const std::optional<PolicyFence>& fence,
                             const std::string& project_id) {

@@ -27,6 +27,7 @@
 #include "ql/core/governance_store.h"
 #include "ql/core/next_fire_gate.h"
 #include "ql/core/notification_store.h"
+#include "ql/core/placement_ports.h"
 #include "ql/core/ports.h"
 #include "ql/core/retention.h"
 #include "ql/core/secret_store.h"
@@ -85,6 +86,9 @@ class PostgresStore final : public Store,
   // Artifacts (pg_artifacts.h): blobs, scripts and versions read as the runtime role; uploads,
   // pushes, deletions and the purge written as the admin role.
   ArtifactRepository& artifacts() override { return *artifacts_; }
+  // Worker placement (pg_placement.h): pools, grants and drains written as the admin role;
+  // sessions, leases and queued runs read as the runtime role. Only this store has workers.
+  PlacementRepository& placement() { return *placement_; }
 
   // ProjectRepository. EnsureProject returns an existing project through the runtime pool;
   // creating one needs the admin pool, else Unavailable `admin_pool_missing`.
@@ -186,6 +190,7 @@ class PostgresStore final : public Store,
   std::unique_ptr<NotificationRepository> notifications_;
   std::unique_ptr<ArtifactTxRunner> artifact_runner_;
   std::unique_ptr<ArtifactRepository> artifacts_;
+  std::unique_ptr<PlacementRepository> placement_;
 };
 
 }  // namespace ql

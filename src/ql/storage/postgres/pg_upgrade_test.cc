@@ -63,6 +63,7 @@ using pg::testing::kEvidenceSql;
 using pg::testing::kGovernanceSql;
 using pg::testing::kLogsSql;
 using pg::testing::kNotificationsSql;
+using pg::testing::kPlacementSql;
 using pg::testing::kRetentionSql;
 using pg::testing::kRetryOnTimeoutSql;
 using pg::testing::kRunsSql;
@@ -518,6 +519,23 @@ const std::vector<Kind>& Kinds() {
          QL_ASSERT_OK_AND_ASSIGN(auto held, artifacts.ProjectBytes(p));
          EXPECT_EQ(held, std::stoll(d.v.at("ARTF1N")) + std::stoll(d.v.at("ARTF2N")) +
                              std::stoll(d.v.at("ARTF3N")) + std::stoll(d.v.at("ARTMN")));
+       }},
+      {"pg-0028-worker-placement", [](const Data& d) { return Sql(kPlacementSql, d); },
+       [](Upgraded& u, const Data& d) {
+         QL_ASSERT_OK_AND_ASSIGN(auto gpu, u.store.placement().GetPool("gpu"));
+         EXPECT_FALSE(gpu.serves_all_projects);
+         EXPECT_EQ(gpu.max_running, 8);
+         ASSERT_EQ(gpu.grants.size(), 1u);
+         EXPECT_EQ(gpu.grants[0].project_id, d.id("P"));
+         EXPECT_EQ(gpu.grants[0].max_running, 3);
+         EXPECT_EQ(gpu.grants[0].weight, 2);
+         QL_ASSERT_OK_AND_ASSIGN(auto open, u.store.placement().GetPool("default"));
+         EXPECT_TRUE(open.serves_all_projects);
+         QL_ASSERT_OK_AND_ASSIGN(auto worker, u.store.placement().GetWorker("host-7"));
+         EXPECT_TRUE(worker.drained_at_ms.has_value());
+         ASSERT_TRUE(worker.session.has_value());
+         // Sessions from before placement are in the default pool, without labels.
+         EXPECT_EQ(worker.session->placement.pool, "default");
        }},
   };
   return kinds;

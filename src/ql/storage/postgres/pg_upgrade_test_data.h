@@ -367,6 +367,18 @@ VALUES ('${R9}', 1, 'run.created', 'user', NULL, '{}', 1779970000000),
 
 // Artifacts: three uploaded blobs (F3 cut into two chunks), the file script `hello` at version 2
 // and the tree script `tools` (deleted) whose manifest M names F1 and F2.
+// Placement (pg-0028): a pool granted to the project with limits, and a drained worker.
+inline constexpr char kPlacementSql[] = R"sql(
+INSERT INTO ql3.worker_pools (name, serves_all_projects, max_running, version, created_at_ms,
+                              updated_at_ms)
+VALUES ('gpu', false, 8, 2, 1779980000000, 1779981000000);
+INSERT INTO ql3.worker_pool_grants (pool, project_id, max_running, weight, created_by,
+                                    created_at_ms, updated_at_ms)
+VALUES ('gpu', '${P}', 3, 2, '${U1}', 1779980000000, 1779980000000);
+INSERT INTO ql3.worker_drains (credential_id, requested_by, requested_at_ms)
+VALUES ('${W1}', '${U1}', 1779982000000);
+)sql";
+
 inline constexpr char kArtifactsSql[] = R"sql(
 INSERT INTO ql3.artifact_chunks (digest, size, bytes, touched_at_ms)
 VALUES ('${ARTF1}', ${ARTF1N}, decode('${ARTF1X}', 'hex'), 1779975000000),

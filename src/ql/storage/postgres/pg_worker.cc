@@ -1,9 +1,11 @@
 #include "ql/storage/postgres/pg_worker.h"
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "ql/core/canonical_json.h"
@@ -34,24 +36,6 @@ std::string ByteaLiteral(std::string_view data) {
   return out;
 }
 
-constexpr char kSessionColumns[] =
-    "id, credential_id, generation, status, max_concurrent_runs, available_slots, version, "
-    "heartbeat_at_ms, expires_at_ms";
-
-WorkerSessionRecord ReadSession(const Rows& r, int i) {
-  WorkerSessionRecord s;
-  s.id = r.Text(i, 0);
-  s.worker_id = r.Text(i, 1);
-  s.generation = r.Int(i, 2);
-  s.status = r.Text(i, 3);
-  s.max_concurrent_runs = static_cast<int>(r.Int(i, 4));
-  s.available_slots = static_cast<int>(r.Int(i, 5));
-  s.version = r.Int(i, 6);
-  s.heartbeat_at_ms = r.Int(i, 7);
-  s.expires_at_ms = r.Int(i, 8);
-  return s;
-}
-
 // The statement LockOwnSession runs.
 Statement LockSessionStatement(const std::string& session_id, std::string_view lock) {
   return {std::string("SELECT ") + kSessionColumns + " FROM ql3.worker_sessions WHERE id = $1 " +
@@ -68,7 +52,7 @@ Result<WorkerSessionRecord> LockOwnSession(Tx& tx, const std::string& worker_id,
   if (rows.empty()) {
     return NotFound("session_not_found", "no worker session " + session_id);
   }
-  WorkerSessionRecord s = ReadSession(rows, 0);
+  WorkerSessionRecord s = ReadSession(rows, 0, 0);
   QL_RETURN_IF_ERROR(rows.status());
   if (s.worker_id != worker_id) {
     return NotFound("session_not_found", "no worker session " + session_id + " of this worker");
@@ -157,7 +141,240 @@ GrantedLease ReadGranted(const Rows& r, int i) {
   return g;
 }
 
+// The projects one candidate query looks at (the least served first; the next ones if too few
+// runs).
+constexpr int kMaxProjectsPerGrant = 64;
+
+// The runs one grant takes, in grant order (DESIGN §6.6). Only runs whose plan names the
+// session's pool and labels it carries, of projects its pool serves (open to every project, or
+// granted), within the pool's and each project's limit of live leases in the pool, and none if
+// an operator drained the worker. Projects take turns by share: the next run goes to the
+// project with the fewest live leases in the pool per unit of weight (ties: the older queued
+// head), so one project's backlog never queues ahead of another's new runs; within a project,
+// by priority then FIFO. The pool's advisory lock (shared, or exclusive for a pool with a limit)
+// orders the grant against changes to the pool and its grants; the chosen runs are locked FOR
+// UPDATE SKIP LOCKED.
+Result<std::vector<std::pair<std::string, std::string>>> ChooseRuns(
+    Tx& tx, const std::string& worker_id, const WorkerSessionRecord& session, int64_t capacity,
+    int64_t now) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string& name = session.placement.pool;
+  const Statement drain = {"SELECT 1 FROM ql3.worker_drains WHERE credential_id = $1",
+                           {P(worker_id)}};
+  const Statement pool_row = {
+      "SELECT serves_all_projects, max_running FROM ql3.worker_pools WHERE name = $1", {P(name)}};
+  const Statement grant_rows = {
+      "SELECT project_id, max_running, weight FROM "
+      "ql3.worker_pool_grants WHERE pool = $1 ORDER BY project_id",
+      {P(name)}};
+  // The drain, the pool and its grants in one round trip: whether the pool has a limit.
+  tx.Prefetch({drain, pool_row, grant_rows});
+  QL_ASSIGN_OR_RETURN(Rows drained, tx.Exec(drain.sql, drain.params));
+  QL_ASSIGN_OR_RETURN(Rows first_pool, tx.Exec(pool_row.sql, pool_row.params));
+  QL_ASSIGN_OR_RETURN(Rows first_grants, tx.Exec(grant_rows.sql, grant_rows.params));
+  QL_RETURN_IF_ERROR(drained.status());
+  if (!drained.empty()) return out;    // an operator drained this worker
+  if (first_pool.empty()) return out;  // a pool nobody configured serves no project
+  auto has_limit = [](const Rows& pool, const Rows& grants) {
+    bool limited = !pool.IsNull(0, 1);
+    for (int i = 0; i < grants.size(); ++i) limited = limited || !grants.IsNull(i, 1);
+    return limited;
+  };
+  const bool exclusive = has_limit(first_pool, first_grants);
+  QL_RETURN_IF_ERROR(first_grants.status());
+  // The pool's lock, then everything read again under it. Every change to the pool or its grants
+  // (pg_placement.cc) holds the lock exclusively: a revoke waits for the grants in flight, and a
+  // grant after it reads it. A pool with a limit is granted under the exclusive lock, so its
+  // live-lease counts cannot be overtaken.
+  const Statement lock = {exclusive ? "SELECT pg_advisory_xact_lock(hashtextextended("
+                                      "'ql3.pool:' || $1, 0))"
+                                    : "SELECT pg_advisory_xact_lock_shared(hashtextextended("
+                                      "'ql3.pool:' || $1, 0))",
+                          {P(name)}};
+  // Live leases in the pool, per project.
+  const Statement live_rows = {
+      "SELECT r.project_id, count(*) FROM ql3.run_dispatch_leases l "
+      "JOIN ql3.worker_sessions s ON s.id = l.worker_session_id "
+      "JOIN ql3.runs r ON r.id = l.run_id WHERE l.status = 'granted' "
+      "AND l.expires_at_ms > $2 AND s.pool = $1 GROUP BY r.project_id",
+      {P(name), P(now)}};
+  // The projects with queued runs (a loose scan of the per-project dispatch index).
+  const Statement queued_rows = {
+      "WITH RECURSIVE p(id) AS ("
+      "(SELECT project_id FROM ql3.runs WHERE status = 'queued' AND "
+      "cancel_requested_at_ms IS NULL ORDER BY project_id LIMIT 1) UNION ALL "
+      "SELECT (SELECT r.project_id FROM ql3.runs r WHERE r.status = 'queued' AND "
+      "r.cancel_requested_at_ms IS NULL AND r.project_id > p.id ORDER BY r.project_id "
+      "LIMIT 1) FROM p WHERE p.id IS NOT NULL) SELECT id FROM p WHERE id IS NOT NULL",
+      {}};
+  tx.Prefetch({lock, pool_row, grant_rows, live_rows, queued_rows});
+  QL_RETURN_IF_ERROR(tx.Exec(lock.sql, lock.params).status());
+  QL_ASSIGN_OR_RETURN(Rows pool, tx.Exec(pool_row.sql, pool_row.params));
+  QL_ASSIGN_OR_RETURN(Rows grants, tx.Exec(grant_rows.sql, grant_rows.params));
+  QL_ASSIGN_OR_RETURN(Rows live, tx.Exec(live_rows.sql, live_rows.params));
+  QL_ASSIGN_OR_RETURN(Rows queued, tx.Exec(queued_rows.sql, queued_rows.params));
+  if (pool.empty()) return out;
+  // A limit set between the two reads: this pull takes nothing, the next one locks for it.
+  if (has_limit(pool, grants) && !exclusive) return out;
+  struct Share {
+    std::optional<int64_t> max_running;
+    int64_t weight = 1;
+    int64_t live = 0;
+    int64_t taken = 0;
+  };
+  std::map<std::string, Share> shares;
+  for (int i = 0; i < grants.size(); ++i) {
+    Share& share = shares[grants.Text(i, 0)];
+    if (!grants.IsNull(i, 1)) share.max_running = grants.Int(i, 1);
+    share.weight = grants.Int(i, 2);
+  }
+  QL_RETURN_IF_ERROR(grants.status());
+  const bool serves_all = pool.Bool(0, 0);
+  const int64_t pool_max = pool.IsNull(0, 1) ? -1 : pool.Int(0, 1);
+  QL_RETURN_IF_ERROR(pool.status());
+  int64_t pool_live = 0;
+  for (int i = 0; i < live.size(); ++i) {
+    const int64_t n = live.Int(i, 1);
+    pool_live += n;
+    auto it = shares.find(live.Text(i, 0));
+    if (it != shares.end()) {
+      it->second.live = n;
+    } else if (serves_all) {
+      shares[live.Text(i, 0)].live = n;
+    }
+  }
+  QL_RETURN_IF_ERROR(live.status());
+  if (pool_max >= 0) capacity = std::min(capacity, pool_max - pool_live);
+  if (capacity <= 0) return out;
+
+  struct Candidate {
+    std::string project;
+    int64_t room = 0;  // how many this project may still take in the pool
+  };
+  std::vector<Candidate> projects;
+  for (int i = 0; i < queued.size(); ++i) {
+    const std::string project = queued.Text(i, 0);
+    auto it = shares.find(project);
+    if (it == shares.end()) {
+      if (!serves_all) continue;  // not granted to this pool
+      it = shares.emplace(project, Share()).first;
+    }
+    const Share& share = it->second;
+    const int64_t room = share.max_running.has_value()
+                             ? std::min(capacity, *share.max_running - share.live)
+                             : capacity;
+    if (room > 0) projects.push_back({project, room});
+  }
+  QL_RETURN_IF_ERROR(queued.status());
+  if (projects.empty()) return out;
+  std::sort(projects.begin(), projects.end(), [&](const Candidate& a, const Candidate& b) {
+    const Share& x = shares.at(a.project);
+    const Share& y = shares.at(b.project);
+    // live/weight ascending, compared without division.
+    const int64_t l = x.live * y.weight;
+    const int64_t r = y.live * x.weight;
+    return l != r ? l < r : a.project < b.project;
+  });
+  // Each project's runs in its own order, then taken by turns. The projects are looked at
+  // kMaxProjectsPerGrant at a time, the least served first, until enough runs are found: a
+  // project with queued runs this session cannot take (another pool, labels, held) yields none,
+  // and the next ones are looked at.
+  std::map<std::string, std::vector<std::tuple<int64_t, std::string, std::string>>> runs;
+  int64_t found = 0;
+  for (size_t first = 0; first < projects.size() && found < capacity;
+       first += kMaxProjectsPerGrant) {
+    std::vector<std::optional<std::string>> ids;
+    std::vector<std::optional<std::string>> rooms;
+    for (size_t i = first; i < projects.size() && i < first + kMaxProjectsPerGrant; ++i) {
+      ids.push_back(projects[i].project);
+      rooms.push_back(std::to_string(projects[i].room));
+    }
+    QL_ASSIGN_OR_RETURN(
+        Rows candidates,
+        tx.Exec("SELECT c.project_id, c.run_id, c.attempt_id, c.queued_at_ms FROM "
+                "unnest($1::text[], $2::text[]::int[]) AS p(id, room) CROSS JOIN LATERAL ("
+                "SELECT r.project_id, r.id AS run_id, a.id AS attempt_id, r.queued_at_ms "
+                "FROM ql3.runs r "
+                "JOIN ql3.execution_revisions e ON e.id = r.execution_revision_id "
+                "JOIN LATERAL (SELECT x.id, x.status, x.executor_type, x.started_at_ms "
+                "FROM ql3.run_attempts x WHERE x.run_id = r.id ORDER BY x.attempt DESC "
+                "LIMIT 1) a ON true "
+                "LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id "
+                "WHERE r.project_id = p.id AND r.status = 'queued' "
+                "AND r.cancel_requested_at_ms IS NULL "
+                // A jittered cron run is held until its queued time, the later of its
+                // admission and release time on the database clock. Other runs are never
+                // held, whatever the clock of the node that queued them said.
+                "AND (r.queued_at_ms <= $3 OR r.queued_at_ms <= r.created_at_ms) "
+                "AND a.status = 'claimed' AND a.executor_type = 'remote_worker' "
+                "AND e.pool = $4 AND e.required_labels <@ $5::jsonb "
+                "AND EXISTS (SELECT 1 FROM ql3.projects q WHERE q.id = r.project_id "
+                "AND q.status = 'active') "
+                "AND (l.attempt_id IS NULL OR l.status <> 'granted' OR "
+                "(l.expires_at_ms <= $3 AND a.started_at_ms IS NULL)) "
+                "ORDER BY r.priority DESC, r.queued_at_ms, r.id "
+                "LIMIT p.room FOR UPDATE OF r SKIP LOCKED) c",
+                {PArray(ids), PArray(rooms), P(now), P(session.placement.pool),
+                 P(nlohmann::json(session.placement.labels).dump())}));
+    for (int i = 0; i < candidates.size(); ++i) {
+      runs[candidates.Text(i, 0)].emplace_back(candidates.Int(i, 3), candidates.Text(i, 1),
+                                               candidates.Text(i, 2));
+    }
+    found += candidates.size();
+    QL_RETURN_IF_ERROR(candidates.status());
+  }
+  std::map<std::string, size_t> cursor;
+  while (static_cast<int64_t>(out.size()) < capacity) {
+    const std::string* best = nullptr;
+    for (const auto& [project, list] : runs) {
+      if (cursor[project] >= list.size()) continue;
+      if (best == nullptr) {
+        best = &project;
+        continue;
+      }
+      const Share& x = shares.at(project);
+      const Share& y = shares.at(*best);
+      const int64_t l = (x.live + x.taken) * y.weight;
+      const int64_t r = (y.live + y.taken) * x.weight;
+      const int64_t head_x = std::get<0>(list[cursor[project]]);
+      const int64_t head_y = std::get<0>(runs.at(*best)[cursor[*best]]);
+      if (l < r || (l == r && head_x < head_y)) best = &project;
+    }
+    if (best == nullptr) break;
+    const auto& [queued_at, run_id, attempt_id] = runs.at(*best)[cursor[*best]++];
+    out.emplace_back(run_id, attempt_id);
+    ++shares.at(*best).taken;
+  }
+  return out;
+}
+
 }  // namespace
+
+const char kSessionColumns[] =
+    "id, credential_id, generation, status, max_concurrent_runs, available_slots, version, "
+    "heartbeat_at_ms, expires_at_ms, pool, labels::text, agent_version";
+
+WorkerSessionRecord ReadSession(const Rows& r, int i, int first) {
+  WorkerSessionRecord s;
+  s.id = r.Text(i, first + 0);
+  s.worker_id = r.Text(i, first + 1);
+  s.generation = r.Int(i, first + 2);
+  s.status = r.Text(i, first + 3);
+  s.max_concurrent_runs = static_cast<int>(r.Int(i, first + 4));
+  s.available_slots = static_cast<int>(r.Int(i, first + 5));
+  s.version = r.Int(i, first + 6);
+  s.heartbeat_at_ms = r.Int(i, first + 7);
+  s.expires_at_ms = r.Int(i, first + 8);
+  s.placement.pool = r.Text(i, first + 9);
+  const nlohmann::json labels = nlohmann::json::parse(r.Text(i, first + 10), nullptr, false);
+  if (labels.is_object()) {
+    for (const auto& [key, value] : labels.items()) {
+      if (value.is_string()) s.placement.labels[key] = value.get<std::string>();
+    }
+  }
+  s.agent_version = r.Text(i, first + 11);
+  return s;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Lease fence
@@ -272,13 +489,16 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::RegisterSession(
         tx.Exec(std::string("INSERT INTO ql3.worker_sessions (id, credential_id, generation, "
                             "status, capabilities_json, max_concurrent_runs, available_slots, "
                             "version, heartbeat_at_ms, expires_at_ms, created_at_ms, "
-                            "updated_at_ms) VALUES ($1, $2, $3, 'active', $4, $5, $6, 1, $7, $8, "
-                            "$7, $7) RETURNING ") +
+                            "updated_at_ms, pool, labels, agent_version) VALUES ($1, $2, $3, "
+                            "'active', $4, $5, $6, 1, $7, $8, $7, $7, $9, $10::jsonb, $11) "
+                            "RETURNING ") +
                     kSessionColumns,
                 {P(c.session_id), P(c.worker_id), P(generation), P(c.capabilities_json),
-                 P(c.max_concurrent_runs), P(c.available_slots), P(now), P(now + c.ttl_ms)}));
+                 P(c.max_concurrent_runs), P(c.available_slots), P(now), P(now + c.ttl_ms),
+                 P(c.placement.pool), P(nlohmann::json(c.placement.labels).dump()),
+                 P(c.agent_version)}));
     QL_RETURN_IF_ERROR(rows.ExpectRows(1));
-    out = ReadSession(rows, 0);
+    out = ReadSession(rows, 0, 0);
     return rows.status();
   }));
   return out;
@@ -312,7 +532,7 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::Heartbeat(const std::string&
                     kSessionColumns,
                 {P(session_id), P(now), P(now + ttl_ms), P(available_slots)}));
     QL_RETURN_IF_ERROR(rows.ExpectRows(1));
-    out = ReadSession(rows, 0);
+    out = ReadSession(rows, 0, 0);
     return rows.status();
   }));
   return out;
@@ -346,7 +566,7 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::SetSessionStatus(const std::
                     kSessionColumns,
                 {P(session_id), P(status), P(now)}));
     QL_RETURN_IF_ERROR(rows.ExpectRows(1));
-    out = ReadSession(rows, 0);
+    out = ReadSession(rows, 0, 0);
     return rows.status();
   }));
   return out;
@@ -437,32 +657,15 @@ Result<LeaseGrant> PostgresRunLeases::GrantLeases(const PullCommand& c) {
          static_cast<int64_t>(session.max_concurrent_runs) - live_count});
 
     std::vector<std::optional<std::string>> granted = replayed;
+    std::vector<std::pair<std::string, std::string>> chosen;  // (run, attempt), in grant order
     if (capacity > 0) {
-      QL_ASSIGN_OR_RETURN(
-          Rows candidates,
-          tx.Exec("SELECT r.id, a.id FROM ql3.runs r "
-                  "JOIN LATERAL (SELECT x.id, x.status, x.executor_type, x.started_at_ms "
-                  "FROM ql3.run_attempts x WHERE x.run_id = r.id ORDER BY x.attempt DESC "
-                  "LIMIT 1) a ON true "
-                  "LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id "
-                  "WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL "
-                  // A jittered cron run is held until its queued time, the later of its
-                  // admission and release time on the database clock. Other runs are never
-                  // held, whatever the clock of the node that queued them said.
-                  "AND (r.queued_at_ms <= $2 OR r.queued_at_ms <= r.created_at_ms) "
-                  "AND a.status = 'claimed' AND a.executor_type = 'remote_worker' "
-                  "AND EXISTS (SELECT 1 FROM ql3.projects p WHERE p.id = r.project_id "
-                  "AND p.status = 'active') "
-                  "AND (l.attempt_id IS NULL OR l.status <> 'granted' OR "
-                  "(l.expires_at_ms <= $2 AND a.started_at_ms IS NULL)) "
-                  "ORDER BY r.priority DESC, r.queued_at_ms, r.id "
-                  "LIMIT $1 FOR UPDATE OF r SKIP LOCKED",
-                  {P(capacity), P(now)}));
-      QL_RETURN_IF_ERROR(candidates.status());
+      QL_ASSIGN_OR_RETURN(chosen, ChooseRuns(tx, c.worker_id, session, capacity, now));
+    }
+    if (!chosen.empty()) {
       size_t next = 0;
-      for (int i = 0; i < candidates.size() && next < fresh.size(); ++i) {
-        const std::string run_id = candidates.Text(i, 0);
-        const std::string attempt_id = candidates.Text(i, 1);
+      for (size_t i = 0; i < chosen.size() && next < fresh.size(); ++i) {
+        const std::string& run_id = chosen[i].first;
+        const std::string& attempt_id = chosen[i].second;
         const OfferProposal& p = *fresh[next];
         const int64_t expires = now + c.lease_ttl_ms;
         QL_ASSIGN_OR_RETURN(

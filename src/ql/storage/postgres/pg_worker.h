@@ -16,6 +16,10 @@
 
 namespace ql::pg {
 
+// The columns of a worker session row, in the order ReadSession reads them from `first` on.
+extern const char kSessionColumns[];
+WorkerSessionRecord ReadSession(const Rows& r, int i, int first);
+
 // The lease row a fence was verified against.
 struct VerifiedLease {
   std::string attempt_id;

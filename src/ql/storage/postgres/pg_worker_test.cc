@@ -6,15 +6,20 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ql/core/digest.h"
 #include "ql/core/ids.h"
+#include "ql/core/placement.h"
+#include "ql/core/placement_ports.h"
 #include "ql/core/states.h"
 #include "ql/engine/cluster_recovery.h"
 #include "ql/engine/control_service.h"
@@ -48,12 +53,23 @@ template <typename T>
 
 std::string Token(RandomSource& random) { return RandomHex(random, 32); }
 
+// What a worker registers with (--pool, --label).
+Placement Place(std::string pool, std::map<std::string, std::string> labels = {}) {
+  Placement p;
+  p.pool = std::move(pool);
+  p.labels = std::move(labels);
+  return p;
+}
+
+constexpr char kAgentVersion[] = "ql-worker 0.0.0-test";
+
 // One worker process as the control plane sees it: its credential, session and offers.
 struct Worker {
   std::string id;     // credential id
   std::string token;  // bearer token
   std::string session;
   int64_t generation = 0;
+  int slots = 4;  // of its session
 };
 
 class PgWorkerTest : public ::testing::Test {
@@ -94,22 +110,24 @@ class PgWorkerTest : public ::testing::Test {
     Open(options);
   }
 
-  Worker NewWorker(const std::string& name, int slots = 4) {
+  Worker NewWorker(const std::string& name, int slots = 4, const Placement& placement = {}) {
     Result<pg::MintedCredential> minted = pg::MintCredential(
         *store_->admin_pool(), pg::CredentialKind::kWorker, name, SystemClock(), random_);
     EXPECT_TRUE(minted.ok()) << minted.status().ToString();
     Worker w;
     w.token = minted->token;
     w.id = service_->Authenticate(w.token).value();
-    Register(w, slots);
+    Register(w, slots, placement);
     return w;
   }
 
-  void Register(Worker& w, int slots = 4) {
-    Result<WorkerSessionRecord> s = service_->Register(w.id, json::object(), slots, slots);
+  void Register(Worker& w, int slots = 4, const Placement& placement = {}) {
+    Result<WorkerSessionRecord> s =
+        service_->Register(w.id, json::object(), slots, slots, placement, kAgentVersion);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     w.session = s->id;
     w.generation = s->generation;
+    w.slots = slots;
   }
 
   std::string PublishTask(const std::string& command, json retry = json(), int64_t timeout_ms = 0) {
@@ -177,6 +195,111 @@ class PgWorkerTest : public ::testing::Test {
   }
 
   RunRecord Run(const std::string& run_id) { return store_->runs().GetRun(run_id).value(); }
+
+  std::string DefaultProject() { return control_->EnsureDefaultProject().value().id; }
+
+  // Creates another project; its tasks are published and started by the caller `In(slug)`.
+  std::string NewProject(const std::string& slug) {
+    const int64_t now = SystemClock().NowMs();
+    Result<ProjectRecord> project = store_->EnsureProject(NewUuidV7(now, random_), slug, slug, now);
+    EXPECT_TRUE(project.ok()) << project.status().ToString();
+    return project.ok() ? project->id : std::string();
+  }
+
+  static Caller In(const std::string& slug) {
+    Caller caller;
+    caller.project = slug;  // empty: the default project
+    return caller;
+  }
+
+  // Publishes `true` in project `slug` with `placement` as the spec's "placement" (none if null).
+  std::string PublishIn(const std::string& slug, const json& placement = json()) {
+    json body{{"name", "p-" + RandomHex(random_, 4)},
+              {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}};
+    if (!placement.is_null()) body["spec"]["placement"] = placement;
+    Result<PublishedTask> task = control_->PublishTask(TaskWrite{body, std::nullopt}, In(slug));
+    EXPECT_TRUE(task.ok()) << task.status().ToString();
+    return task.ok() ? task->task.head.task_id : std::string();
+  }
+
+  std::string StartRunIn(const std::string& slug, const std::string& task_id) {
+    StartRunRequest request;
+    request.task_id = task_id;
+    Result<StartedRun> run = control_->StartRun(request, In(slug));
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    return run.ok() ? run->run.id : std::string();
+  }
+
+  // Pulls with `n` fresh offers; returns the granted runs with the offers that hold them, in
+  // grant order (a grant fills the offers in the order it chose the runs).
+  std::vector<std::pair<std::string, OfferToken>> PullGrants(const Worker& w, int n) {
+    std::vector<OfferToken> offers;
+    for (int i = 0; i < n; ++i) offers.push_back(NewOffer());
+    Result<PullAnswer> pulled = Pull(w, offers, w.slots);
+    EXPECT_TRUE(pulled.ok()) << pulled.status().ToString();
+    std::vector<std::pair<std::string, OfferToken>> out;
+    if (!pulled.ok()) return out;
+    for (const OfferToken& offer : offers) {
+      for (const WorkerOffer& o : pulled->offers) {
+        if (o.lease.offer_id == offer.offer_id) out.emplace_back(o.lease.run_id, offer);
+      }
+    }
+    EXPECT_EQ(out.size(), pulled->offers.size());
+    return out;
+  }
+
+  std::vector<std::string> PullRuns(const Worker& w, int n) {
+    std::vector<std::string> out;
+    for (const auto& [run_id, offer] : PullGrants(w, n)) out.push_back(run_id);
+    return out;
+  }
+
+  // Starts and ends a granted run: its lease is no longer live.
+  void Finish(const Worker& w, const OfferToken& offer) {
+    ASSERT_EQ(service_->Starting(Call(w, offer)).value(), "starting");
+    AttemptOutcome exited;
+    exited.kind = AttemptOutcome::Kind::kExited;
+    exited.exit_code = 0;
+    Result<CompleteAnswer> done = service_->Complete(Call(w, offer), exited, 4242);
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(done->run_status, "succeeded");
+  }
+
+  Status Grant(const std::string& pool, const std::string& project_id,
+               std::optional<int64_t> max_running = std::nullopt, int64_t weight = 1) {
+    GrantPoolCommand cmd;
+    cmd.pool = pool;
+    cmd.project_id = project_id;
+    cmd.max_running = max_running;
+    cmd.weight = weight;
+    cmd.now_ms = SystemClock().NowMs();
+    return store_->placement().GrantPool(cmd).status();
+  }
+
+  Status Revoke(const std::string& pool, const std::string& project_id) {
+    RevokePoolCommand cmd;
+    cmd.pool = pool;
+    cmd.project_id = project_id;
+    cmd.now_ms = SystemClock().NowMs();
+    return store_->placement().RevokePool(cmd);
+  }
+
+  // Sets (or clears, with nullopt) the pool's cap of live leases.
+  Result<PoolRecord> SetPoolMax(const std::string& pool, std::optional<int64_t> max_running) {
+    SetPoolCommand cmd;
+    cmd.pool = pool;
+    cmd.max_running = max_running;
+    cmd.now_ms = SystemClock().NowMs();
+    return store_->placement().SetPool(cmd);
+  }
+
+  Result<WorkerRecord> Drain(const std::string& worker, bool drain) {
+    DrainWorkerCommand cmd;
+    cmd.worker = worker;
+    cmd.drain = drain;
+    cmd.now_ms = SystemClock().NowMs();
+    return store_->placement().DrainWorker(cmd);
+  }
 
   std::vector<std::string> EventTypes(const std::string& run_id) {
     std::vector<std::string> out;
@@ -1154,6 +1277,254 @@ TEST_F(PgWorkerTest, AnExpiredSessionIsNotADrainAHeartbeatExtendsItAndOfflineIsR
   Result<PullAnswer> fresh = Pull(w, {NewOffer()});
   ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
   EXPECT_EQ(fresh->offers.size(), 1u);
+}
+
+// Worker placement (DESIGN §6.6): a pool serves the projects granted to it (or all, when open),
+// a run goes only to a worker of the pool its plan names and with the labels it needs.
+TEST_F(PgWorkerTest, APoolServesOnlyItsProjectsAndARevokeStopsNewGrants) {
+  const std::string project = DefaultProject();
+  const std::string other = NewProject("other");
+  const std::string gpu_task = PublishIn("", json{{"pool", "gpu"}});
+  const std::string other_gpu_task = PublishIn("other", json{{"pool", "gpu"}});
+  const std::string plain = StartRun(PublishTask("true"));
+  const std::string gpu1 = StartRun(gpu_task);
+  const std::string gpu2 = StartRun(gpu_task);
+  Worker gpu = NewWorker("gpu-1", 8, Place("gpu"));
+  Worker cpu = NewWorker("cpu-1", 8);
+
+  // Nobody configured pool gpu: it serves no project.
+  EXPECT_TRUE(PullRuns(gpu, 4).empty()) << "a pool without a row was served";
+  // The default pool's worker takes the default pool's run, never one that needs pool gpu.
+  EXPECT_EQ(PullRuns(cpu, 4), std::vector<std::string>{plain});
+
+  // Granted to the other project: its runs, not this project's.
+  ASSERT_TRUE(Grant("gpu", other).ok());
+  const std::string other_gpu = StartRunIn("other", other_gpu_task);
+  EXPECT_EQ(PullRuns(gpu, 4), std::vector<std::string>{other_gpu})
+      << "a pool served a project it was not granted to";
+
+  ASSERT_TRUE(Grant("gpu", project).ok());
+  const std::vector<std::pair<std::string, OfferToken>> granted = PullGrants(gpu, 1);
+  ASSERT_EQ(granted.size(), 1u);
+  EXPECT_EQ(granted[0].first, gpu1);
+  EXPECT_TRUE(PullRuns(cpu, 4).empty()) << "a run that needs pool gpu went to the default pool";
+
+  // Revoked: no new grant of the project's runs; the lease granted before still starts.
+  ASSERT_TRUE(Revoke("gpu", project).ok());
+  EXPECT_TRUE(PullRuns(gpu, 4).empty()) << "granted after the revoke";
+  EXPECT_EQ(Run(gpu2).status, "queued");
+  EXPECT_EQ(service_->Starting(Call(gpu, granted[0].second)).value(), "starting");
+  EXPECT_TRUE(Fails(Revoke("gpu", project), "pool_grant_not_found"));
+  const PoolRecord pool = store_->placement().GetPool("gpu").value();
+  EXPECT_FALSE(pool.serves_all_projects);
+  ASSERT_EQ(pool.grants.size(), 1u);
+  EXPECT_EQ(pool.grants[0].project_id, other);
+}
+
+TEST_F(PgWorkerTest, ARunNeedingLabelsGoesOnlyToAWorkerCarryingThem) {
+  const std::string run = StartRun(PublishIn("", json{{"labels", {{"arch", "arm64"}}}}));
+  Worker amd = NewWorker("amd", 4, Place("default", {{"arch", "amd64"}}));
+  Worker bare = NewWorker("bare", 4);
+  Worker arm = NewWorker("arm", 4, Place("default", {{"arch", "arm64"}, {"zone", "b"}}));
+  EXPECT_TRUE(PullRuns(amd, 4).empty()) << "granted to a worker with another arch";
+  EXPECT_TRUE(PullRuns(bare, 4).empty()) << "granted to a worker without labels";
+  // Labels the run does not ask for are no obstacle.
+  EXPECT_EQ(PullRuns(arm, 4), std::vector<std::string>{run});
+  // A run that needs no label goes to any worker of its pool.
+  const std::string any = StartRun(PublishTask("true"));
+  EXPECT_EQ(PullRuns(amd, 4), std::vector<std::string>{any});
+}
+
+TEST_F(PgWorkerTest, APoolsCapBoundsTheLiveLeasesOfAllItsWorkers) {
+  ASSERT_TRUE(Grant("gpu", DefaultProject()).ok());
+  Result<PoolRecord> capped = SetPoolMax("gpu", 2);
+  ASSERT_TRUE(capped.ok()) << capped.status().ToString();
+  EXPECT_EQ(capped->max_running, 2);
+  const std::string task = PublishIn("", json{{"pool", "gpu"}});
+  std::vector<std::string> runs;
+  for (int i = 0; i < 5; ++i) runs.push_back(StartRun(task));
+  Worker a = NewWorker("gpu-a", 8, Place("gpu"));
+  Worker b = NewWorker("gpu-b", 8, Place("gpu"));
+
+  const std::vector<std::pair<std::string, OfferToken>> first = PullGrants(a, 8);
+  ASSERT_EQ(first.size(), 2u) << "the pool's cap is 2 whatever the session could take";
+  EXPECT_EQ(first[0].first, runs[0]);
+  EXPECT_EQ(first[1].first, runs[1]);
+  EXPECT_TRUE(PullRuns(a, 8).empty());
+  EXPECT_TRUE(PullRuns(b, 8).empty()) << "another worker of the pool went past its cap";
+  const PoolRecord pool = store_->placement().GetPool("gpu").value();
+  EXPECT_EQ(pool.running, 2);
+  EXPECT_EQ(pool.live_workers, 2);
+
+  // One ends: one more, to either worker.
+  Finish(a, first[0].second);
+  EXPECT_EQ(PullRuns(b, 8), std::vector<std::string>{runs[2]});
+  EXPECT_TRUE(PullRuns(a, 8).empty());
+  // The cap cleared: the rest.
+  ASSERT_TRUE(SetPoolMax("gpu", std::nullopt).ok());
+  EXPECT_EQ(PullRuns(a, 8), (std::vector<std::string>{runs[3], runs[4]}));
+}
+
+TEST_F(PgWorkerTest, AGrantsCapBoundsItsProjectsLiveLeasesInThePool) {
+  const std::string project = DefaultProject();
+  const std::string other = NewProject("other");
+  ASSERT_TRUE(Grant("gpu", project, 2).ok());
+  ASSERT_TRUE(Grant("gpu", other).ok());
+  const std::string task = PublishIn("", json{{"pool", "gpu"}});
+  const std::string other_task = PublishIn("other", json{{"pool", "gpu"}});
+  std::vector<std::string> runs;
+  for (int i = 0; i < 5; ++i) runs.push_back(StartRun(task));
+  std::vector<std::string> other_runs;
+  for (int i = 0; i < 3; ++i) other_runs.push_back(StartRunIn("other", other_task));
+  Worker w = NewWorker("gpu-1", 16, Place("gpu"));
+
+  const std::vector<std::pair<std::string, OfferToken>> granted = PullGrants(w, 16);
+  std::set<std::string> got;
+  for (const auto& [run_id, offer] : granted) got.insert(run_id);
+  // Two of the capped project, every run of the uncapped one.
+  EXPECT_EQ(got,
+            (std::set<std::string>{runs[0], runs[1], other_runs[0], other_runs[1], other_runs[2]}));
+  EXPECT_TRUE(PullRuns(w, 4).empty());
+  for (const auto& [run_id, offer] : granted) {
+    if (run_id == runs[0]) Finish(w, offer);
+  }
+  EXPECT_EQ(PullRuns(w, 4), std::vector<std::string>{runs[2]});
+  EXPECT_TRUE(PullRuns(w, 4).empty());
+}
+
+// Runs by project: "A" for the default project's, "B" for the other's.
+std::string Projects(const std::vector<std::string>& granted, const std::set<std::string>& a,
+                     const std::set<std::string>& b) {
+  std::string out;
+  for (const std::string& run : granted) out += a.count(run) ? "A" : b.count(run) ? "B" : "?";
+  return out;
+}
+
+TEST_F(PgWorkerTest, ProjectsTakeTurnsSoOneBacklogDoesNotStarveAnotherProjectsRuns) {
+  NewProject("other");
+  const std::string a_task = PublishTask("true");
+  const std::string b_task = PublishIn("other");
+  std::set<std::string> a;
+  for (int i = 0; i < 200; ++i) a.insert(StartRun(a_task));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::set<std::string> b;
+  for (int i = 0; i < 3; ++i) b.insert(StartRunIn("other", b_task));
+  Worker w = NewWorker("w1", 8);
+  // Turns by the fewest live leases, ties to the older queued head (the backlog's).
+  EXPECT_EQ(Projects(PullRuns(w, 8), a, b), "ABABABAA");
+}
+
+TEST_F(PgWorkerTest, GrantWeightsSplitAPoolsRunsBetweenItsProjects) {
+  const std::string other = NewProject("other");
+  ASSERT_TRUE(Grant("gpu", DefaultProject(), std::nullopt, 3).ok());
+  ASSERT_TRUE(Grant("gpu", other, std::nullopt, 1).ok());
+  const std::string a_task = PublishIn("", json{{"pool", "gpu"}});
+  const std::string b_task = PublishIn("other", json{{"pool", "gpu"}});
+  std::set<std::string> a;
+  for (int i = 0; i < 20; ++i) a.insert(StartRun(a_task));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::set<std::string> b;
+  for (int i = 0; i < 6; ++i) b.insert(StartRunIn("other", b_task));
+  Worker w = NewWorker("gpu-1", 16, Place("gpu"));
+  // Each next run to the smallest (live + taken) / weight, ties to the older head.
+  EXPECT_EQ(Projects(PullRuns(w, 8), a, b), "ABAAABAA");
+  // The live leases count in the next grant: 9 to 3 in all.
+  EXPECT_EQ(Projects(PullRuns(w, 4), a, b), "ABAA");
+}
+
+TEST_F(PgWorkerTest, ADrainedWorkerIsGrantedNothingUntilResumed) {
+  const std::string task = PublishTask("true");
+  const std::string first = StartRun(task);
+  const std::string second = StartRun(task);
+  Worker w = NewWorker("w1");
+  Worker other = NewWorker("w2");
+  Result<WorkerRecord> drained = Drain("w1", true);
+  ASSERT_TRUE(drained.ok()) << drained.status().ToString();
+  EXPECT_TRUE(drained->drained_at_ms.has_value());
+  EXPECT_TRUE(PullRuns(w, 4).empty()) << "a drained worker was granted a run";
+  // A new session of the drained worker is drained too; other workers are not.
+  Register(w);
+  EXPECT_TRUE(PullRuns(w, 4).empty()) << "a new session of a drained worker was granted a run";
+  EXPECT_EQ(PullRuns(other, 1), std::vector<std::string>{first});
+  Result<WorkerRecord> resumed = Drain(w.id, false);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_FALSE(resumed->drained_at_ms.has_value());
+  EXPECT_EQ(PullRuns(w, 4), std::vector<std::string>{second});
+  EXPECT_TRUE(Fails(Drain("nobody", true), "worker_not_found"));
+}
+
+TEST_F(PgWorkerTest, AWaitingRunSaysWhichWorkerIsMissingAndWorkersShowWhatTheyRun) {
+  const std::string project = DefaultProject();
+  const std::string other = NewProject("other");
+  ASSERT_TRUE(Grant("gpu", other).ok());     // configured, serving another project only
+  ASSERT_TRUE(Grant("cpu", project).ok());   // serving it, nobody registered
+  ASSERT_TRUE(Grant("edge", project).ok());  // serving it, a worker without the labels
+  const std::string unconfigured = StartRun(PublishIn("", json{{"pool", "nowhere"}}));
+  const std::string unserved = StartRun(PublishIn("", json{{"pool", "gpu"}}));
+  const std::string no_worker = StartRun(PublishIn("", json{{"pool", "cpu"}}));
+  const std::string no_labels =
+      StartRun(PublishIn("", json{{"pool", "edge"}, {"labels", {{"arch", "arm64"}}}}));
+  const std::string eligible = StartRun(PublishTask("true"));
+  Worker gpu = NewWorker("gpu-1", 4, Place("gpu"));
+  Worker edge = NewWorker("edge-1", 4, Place("edge", {{"arch", "amd64"}}));
+  Worker plain = NewWorker("plain-1", 4, Place("default", {{"zone", "b"}}));
+
+  const auto explain = [&](const std::vector<std::string>& ids) {
+    std::map<std::string, WaitingReason> out;
+    Result<std::vector<WaitingReason>> why = store_->placement().ExplainWaiting(ids);
+    EXPECT_TRUE(why.ok()) << why.status().ToString();
+    if (why.ok()) {
+      for (const WaitingReason& w : *why) out[w.run_id] = w;
+    }
+    return out;
+  };
+  std::map<std::string, WaitingReason> why =
+      explain({unconfigured, unserved, no_worker, no_labels, eligible});
+  ASSERT_EQ(why.size(), 5u);
+  for (const std::string& run : {unconfigured, unserved, no_worker, no_labels}) {
+    EXPECT_EQ(why[run].reason, "waiting_for_worker") << why[run].detail;
+  }
+  EXPECT_NE(why[unconfigured].detail.find("pool nowhere is not configured"), std::string::npos)
+      << why[unconfigured].detail;
+  EXPECT_EQ(why[unserved].detail, "pool gpu does not serve this project");
+  EXPECT_EQ(why[no_worker].detail, "no live worker in pool cpu");
+  EXPECT_EQ(why[no_labels].detail, "no live worker in pool edge has the labels");
+  EXPECT_EQ(why[no_labels].placement, Place("edge", {{"arch", "arm64"}}));
+  EXPECT_EQ(why[eligible].reason, "") << why[eligible].detail;
+  EXPECT_EQ(why[eligible].detail, "");
+  Result<std::vector<WaitingCount>> counts = store_->placement().CountWaiting();
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  std::map<std::string, int64_t> by_pool;
+  for (const WaitingCount& c : *counts) by_pool[c.pool] = c.runs;
+  EXPECT_EQ(by_pool,
+            (std::map<std::string, int64_t>{{"cpu", 1}, {"edge", 1}, {"gpu", 1}, {"nowhere", 1}}));
+  // A drained worker is no live worker.
+  ASSERT_TRUE(Drain("edge-1", true).ok());
+  EXPECT_EQ(explain({no_labels})[no_labels].detail, "no live worker in pool edge");
+
+  EXPECT_EQ(PullRuns(plain, 4), std::vector<std::string>{eligible});
+  Result<std::vector<WorkerRecord>> workers = store_->placement().ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  std::map<std::string, WorkerRecord> by_name;
+  for (const WorkerRecord& w : *workers) by_name[w.name] = w;
+  ASSERT_EQ(by_name.size(), 3u);
+  const WorkerRecord& p = by_name["plain-1"];
+  EXPECT_EQ(p.id, plain.id);
+  EXPECT_TRUE(p.live);
+  ASSERT_TRUE(p.session.has_value());
+  EXPECT_EQ(p.session->id, plain.session);
+  EXPECT_EQ(p.session->placement, Place("default", {{"zone", "b"}}));
+  EXPECT_EQ(p.session->agent_version, kAgentVersion);
+  EXPECT_EQ(p.running_run_ids, std::vector<std::string>{eligible});
+  EXPECT_FALSE(p.drained_at_ms.has_value());
+  const WorkerRecord& e = by_name["edge-1"];
+  ASSERT_TRUE(e.session.has_value());
+  EXPECT_EQ(e.session->placement, Place("edge", {{"arch", "amd64"}}));
+  EXPECT_TRUE(e.drained_at_ms.has_value());
+  EXPECT_TRUE(e.running_run_ids.empty());
+  EXPECT_EQ(by_name["gpu-1"].session->placement.pool, "gpu");
+  EXPECT_EQ(store_->placement().GetWorker("plain-1").value().running_run_ids,
+            std::vector<std::string>{eligible});
 }
 
 }  // namespace
