@@ -23,6 +23,14 @@
 //              (must be 0); each repeat runs the commands confined (--isolation auto) and
 //              unconfined (--isolation off) in turn and prints both rows, their ratio and the
 //              set-up time per attempt (the slot time difference).
+//   fairness   project A's --fairness-runs (5,000) cron runs of `true` fall due at once on 1
+//              replica with 2 real `ql-worker`s x 2 slots (pool `default`); once all are queued,
+//              project B (created in-process through the governance service, with a task
+//              `true`) starts 50 manual runs, one every 200 ms, while A's backlog drains: B's
+//              queue wait (lease granted - run queued) p50 / p99 / max, A's queued backlog as
+//              each B run starts (median, min), A's own queue wait p50, runs not succeeded and
+//              extra attempts or leases (both must be 0). Retention keeps every run; every run
+//              is waited for to its end: 65-80 s on 2 cores.
 //   boundary   10,000 triggers on `* * * * *`, 3 replicas, 3 minute boundaries: lag from the
 //              boundary to the COMMIT of each run row (track_commit_timestamp), p50/p99/max.
 //   storage    bytes each admitted run adds to the run tables, indexes included.
@@ -33,12 +41,14 @@
 //              lag p50 / p99 of both.
 //
 // Every cell of ceiling, admission, claim, takeover, dispatch and retention is the median of
-// --repeat runs (default 3); boundary and storage run once. Prints tables, then name=value lines.
+// --repeat runs (default 3); fairness, boundary and storage run once. Prints tables, then
+// name=value lines.
 //
 //   cluster_bench --bin build/bin
-//                 [--phases ceiling,admission,claim,takeover,dispatch,boundary,storage,
+//                 [--phases ceiling,admission,claim,takeover,dispatch,fairness,boundary,storage,
 //                           retention]
-//                 [--retention-runs 100000] [--dispatch-runs 2000] [--boundary-triggers 10000] [--boundaries 3]
+//                 [--retention-runs 100000] [--dispatch-runs 2000] [--fairness-runs 5000]
+//                 [--boundary-triggers 10000] [--boundaries 3]
 //                 [--replicas 1,2,3] [--triggers 10000,100000] [--repeat 3] [--durable on|off]
 //                 [--claim-rows 1000000] [--ceiling-seconds 6] [--pg-setting name=value]...
 //                 [--isolations read-committed,serializable]
@@ -739,6 +749,66 @@ struct Dispatch {
   double succeeded = 0, extra_attempts = 0;
 };
 
+// Real `ql-cluster serve` replicas with worker listeners and real `ql-worker`s (spread over
+// the replicas' listeners), all logging to one file.
+struct Fleet {
+  std::vector<Replica> replicas;
+  std::vector<pid_t> workers;
+  std::string dir;  // the workers' token files and work directories
+  std::string log;
+};
+
+// Starts `replicas` replicas on `db`, then `workers` workers with `slots` slots each and the
+// given --isolation; returns once every replica is ready and every worker has a session.
+Fleet StartFleet(PostgresServer& server, const std::string& bin, const std::string& db,
+                 int replicas, int workers, int slots, const std::string& isolation) {
+  Fleet fleet;
+  fleet.log = BenchLog(db);
+  std::vector<int> worker_ports;
+  for (int i = 0; i < replicas; ++i) {
+    const int worker_port = FreePort();
+    worker_ports.push_back(worker_port);
+    fleet.replicas.push_back(
+        SpawnReplica(bin, server.Url("ql3_runtime", db), fleet.log,
+                     {"--worker-database-url", server.Url("ql3_worker_ingress", db),
+                      "--worker-listen", "127.0.0.1:" + std::to_string(worker_port)}));
+  }
+  for (const Replica& r : fleet.replicas) WaitReady(r, fleet.log);
+  char dir_template[] = "/tmp/ql-bench-workers-XXXXXX";
+  fleet.dir = mkdtemp(dir_template);
+  for (int i = 0; i < workers; ++i) {
+    const std::string name = "bench-worker-" + std::to_string(i);
+    std::string out = Capture({bin + "/ql-cluster", "worker-token", "create", name,
+                               "--database-url", server.Url("ql3_admin", db)});
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    const std::string token_file = fleet.dir + "/" + name + ".token";
+    std::ofstream(token_file) << out.substr(out.rfind('\n') + 1) << "\n";
+    chmod(token_file.c_str(), 0600);
+    fleet.workers.push_back(SpawnWorker(bin, worker_ports[i % replicas], token_file, slots,
+                                        fleet.dir + "/" + name, fleet.log, isolation));
+  }
+  Sql sql(server, db);
+  const auto deadline = Steady::now() + std::chrono::seconds(600);
+  while (sql.Number("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'active'") < workers) {
+    if (Steady::now() > deadline) Die("the workers did not register; see " + fleet.log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return fleet;
+}
+
+// Stops the workers (SIGTERM, waited for), then the replicas; removes the workers' directory.
+void StopFleet(Fleet& fleet) {
+  for (pid_t pid : fleet.workers) {
+    kill(pid, SIGTERM);
+    int st = 0;
+    waitpid(pid, &st, 0);
+  }
+  fleet.workers.clear();
+  for (Replica& r : fleet.replicas) StopReplica(r);
+  std::error_code ec;
+  std::filesystem::remove_all(fleet.dir, ec);
+}
+
 // `runs` occurrences of a trivial command (`true`) fall due in the same second; `replicas`
 // real `ql-cluster serve` replicas admit them and `workers` real `ql-worker`s with `slots` slots
 // each (spread over the replicas' worker listeners) run them to their ends.
@@ -748,39 +818,10 @@ Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::
                      const std::string& db, int replicas, int workers, int slots, int runs,
                      const std::string& isolation = "auto") {
   CopyDatabase(server, tmpl, db);
-  const std::string log = "/tmp/ql-cluster-bench-" + db + ".log";
-  std::vector<Replica> running;
-  std::vector<int> worker_ports;
-  for (int i = 0; i < replicas; ++i) {
-    const int worker_port = FreePort();
-    worker_ports.push_back(worker_port);
-    running.push_back(
-        SpawnReplica(bin, server.Url("ql3_runtime", db), log,
-                     {"--worker-database-url", server.Url("ql3_worker_ingress", db),
-                      "--worker-listen", "127.0.0.1:" + std::to_string(worker_port)}));
-  }
-  for (const Replica& r : running) WaitReady(r, log);
-  char dir_template[] = "/tmp/ql-bench-workers-XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
-  std::vector<pid_t> fleet;
-  for (int i = 0; i < workers; ++i) {
-    const std::string name = "bench-worker-" + std::to_string(i);
-    std::string out = Capture({bin + "/ql-cluster", "worker-token", "create", name,
-                               "--database-url", server.Url("ql3_admin", db)});
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    const std::string token_file = dir + "/" + name + ".token";
-    std::ofstream(token_file) << out.substr(out.rfind('\n') + 1) << "\n";
-    chmod(token_file.c_str(), 0600);
-    fleet.push_back(
-        SpawnWorker(bin, worker_ports[i % replicas], token_file, slots, dir + "/" + name, log,
-                    isolation));
-  }
+  Fleet fleet = StartFleet(server, bin, db, replicas, workers, slots, isolation);
+  const std::string& log = fleet.log;
   Sql sql(server, db);
   const auto deadline = Steady::now() + std::chrono::seconds(600);
-  while (sql.Number("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'active'") < workers) {
-    if (Steady::now() > deadline) Die("the workers did not register; see " + log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
   // `runs` rows fall due one second from now by the database clock; the rest stay parked.
   sql.Run(
       "UPDATE ql3.trigger_schedules SET next_fire_at_ms = "
@@ -804,12 +845,7 @@ Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::
   // commands, PostgreSQL, and this bench's own polling.
   f.cpu_ms = 1000.0 * (BusyCpuSeconds() - busy_before) / runs;
   if (statements) PrintStatementTrace(sql);
-  for (pid_t pid : fleet) {
-    kill(pid, SIGTERM);
-    int st = 0;
-    waitpid(pid, &st, 0);
-  }
-  for (Replica& r : running) StopReplica(r);
+  StopFleet(fleet);
   const std::string per_run =
       "SELECT r.finished_at_ms - l.granted_at_ms FROM ql3.runs r JOIN "
       "ql3.run_dispatch_leases l ON l.run_id = r.id";
@@ -827,8 +863,123 @@ Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::
   f.extra_attempts =
       sql.Number("SELECT count(*) FROM ql3.run_attempts") - runs +
       sql.Number("SELECT count(*) FROM ql3.run_events WHERE type = 'attempt.leased'") - runs;
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  DropDatabase(server, db);
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fair shares between projects
+
+struct Fairness {
+  double b_p50_ms = 0, b_p99_ms = 0, b_max_ms = 0;  // B's runs: queued → lease granted
+  double a_p50_ms = 0;                              // A's runs, the same
+  double a_backlog_median = 0, a_backlog_min = 0;   // A's queued runs as each B run starts
+  double not_succeeded = 0, extra_attempts = 0;
+};
+
+// Project A (the default project of `tmpl`, whose `a_runs` triggers run `true`) has every
+// occurrence fall due at once; once all are queued, project B (created here, in-process, with a
+// task `true`) starts `b_runs` manual runs, one every `gap_ms`, while A's backlog drains through
+// 1 replica and 2 real `ql-worker`s x 2 slots in pool `default` (which serves every project,
+// weight 1). Every run is then waited for to its end.
+Fairness RunFairness(PostgresServer& server, const std::string& bin, const std::string& tmpl,
+                     const std::string& db, int a_runs, int b_runs, int gap_ms) {
+  CopyDatabase(server, tmpl, db);
+  const bool trace = std::getenv("QL_BENCH_TRACE") != nullptr;
+  Sql sql(server, db);
+  const std::string a = sql.Text("SELECT project_id FROM ql3.trigger_schedules LIMIT 1");
+  std::string b;
+  std::vector<double> backlog;  // A's queued runs, sampled as each B run starts
+  {
+    // The bench's own store and control service, as BuildTemplate opens them: project B, its
+    // task and its runs are written as `ql-cluster serve` would write them for the system.
+    ql::Clock& clock = ql::SystemClock();
+    ql::PostgresStoreOptions options;
+    options.runtime.url = server.Url("ql3_runtime", db);
+    options.admin = ql::pg::PoolOptions{};
+    options.admin->url = server.Url("ql3_admin", db);
+    auto store = Must(ql::PostgresStore::Open(options), "open store");
+    ql::ControlOptions control_options;
+    control_options.executor_type = "remote_worker";
+    ql::ControlService control(*store, clock, ql::SecureRandom(), control_options);
+    const ql::Caller system;  // no principal: the system itself
+    b = Must(control.governance().CreateProject(system, "bench-b", "Bench B"), "create project B")
+            .id;
+    ql::Caller in_b;
+    in_b.project = b;
+    ql::TaskWrite task;
+    task.body = {{"name", "bench-b"},
+                 {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}};
+    ql::StartRunRequest start;
+    start.task_id = Must(control.PublishTask(task, in_b), "publish B's task").task.head.task_id;
+    // Retention keeps every run of both projects: all of A's runs belong to one task, beyond the
+    // 1,000 a task keeps by default, and a purge before the end would take runs from the count.
+    sql.Run(
+        "INSERT INTO ql3.project_retention (project_id, keep_days, keep_runs, version, "
+        "updated_at_ms) SELECT id, 36500, 1000000, 1, 0 FROM ql3.projects");
+
+    Fleet fleet = StartFleet(server, bin, db, 1, 2, 2, "auto");
+    const auto deadline = Steady::now() + std::chrono::seconds(600);
+    // Every A occurrence falls due one second from now by the database clock.
+    const std::string due = Fixed(
+        sql.Number("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 1000"), 0);
+    sql.Run("UPDATE ql3.trigger_schedules SET next_fire_at_ms = " + due);
+    // A probe at the front of the due index, as in RunBurst: empty once all are queued.
+    const std::string still_due =
+        "SELECT count(*) FROM (SELECT 1 FROM ql3.trigger_schedules WHERE enabled AND NOT "
+        "exhausted AND next_fire_at_ms <= " +
+        due + " LIMIT 1) d";
+    const std::string a_queued = "SELECT count(*) FROM ql3.runs WHERE project_id = '" + a +
+                                 "' AND status = 'queued' AND cancel_requested_at_ms IS NULL";
+    do {
+      if (Steady::now() > deadline) {
+        Die("A's occurrences were not admitted in 600 s; see " + fleet.log);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (sql.Number(still_due) > 0);
+    if (trace) std::cerr << "fairness: A admitted, " << sql.Number(a_queued) << " queued\n";
+    // B's runs at a steady pace, each start on its own tick whatever the previous one cost.
+    const auto first = Steady::now();
+    for (int i = 0; i < b_runs; ++i) {
+      std::this_thread::sleep_until(first + i * std::chrono::milliseconds(gap_ms));
+      backlog.push_back(sql.Number(a_queued));
+      Must(control.StartRun(start), "start a run of B");
+    }
+    const int runs = a_runs + b_runs;
+    for (double ended = 0; ended < runs;) {
+      if (Steady::now() > deadline) {
+        Die(Fixed(ended, 0) + " of " + std::to_string(runs) + " runs ended in 600 s; see " +
+            fleet.log);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      ended = sql.Number("SELECT count(*) FROM ql3.runs WHERE finished_at_ms IS NOT NULL");
+      if (trace) std::cerr << "fairness: ended=" << ended << "\n";
+    }
+    StopFleet(fleet);
+  }
+  Fairness f;
+  f.a_backlog_median = Median(backlog);
+  f.a_backlog_min = *std::min_element(backlog.begin(), backlog.end());
+  // Queue wait: the run queued (its admission or manual start) → its lease granted.
+  auto wait = [&](const std::string& aggregate, const std::string& project) {
+    return sql.Number("SELECT " + aggregate +
+                      " FROM (SELECT l.granted_at_ms - r.queued_at_ms FROM ql3.runs r JOIN "
+                      "ql3.run_dispatch_leases l ON l.run_id = r.id WHERE r.project_id = '" +
+                      project + "') q(x)");
+  };
+  f.b_p50_ms = wait("percentile_cont(0.5) WITHIN GROUP (ORDER BY x)", b);
+  f.b_p99_ms = wait("percentile_cont(0.99) WITHIN GROUP (ORDER BY x)", b);
+  f.b_max_ms = wait("max(x)", b);
+  f.a_p50_ms = wait("percentile_cont(0.5) WITHIN GROUP (ORDER BY x)", a);
+  const int runs = a_runs + b_runs;
+  if (sql.Number("SELECT count(*) FROM ql3.runs WHERE project_id = '" + b + "'") != b_runs) {
+    Die("project B does not have its " + std::to_string(b_runs) + " runs");
+  }
+  f.not_succeeded = runs - sql.Number("SELECT count(*) FROM ql3.runs WHERE status = 'succeeded'");
+  // Exactly once: one attempt per run, leased once.
+  f.extra_attempts =
+      sql.Number("SELECT count(*) FROM ql3.run_attempts") - runs +
+      sql.Number("SELECT count(*) FROM ql3.run_events WHERE type = 'attempt.leased'") - runs;
   DropDatabase(server, db);
   return f;
 }
@@ -1044,8 +1195,8 @@ PurgeFigures MeasurePurge(PostgresServer& server, const std::string& bin, const 
 
 int main(int argc, char** argv) {
   std::string bin = "build/bin";
-  std::set<std::string> phases = {"ceiling",  "admission", "claim",   "takeover",
-                                  "dispatch", "boundary",  "storage", "retention"};
+  std::set<std::string> phases = {"ceiling",  "admission", "claim",   "takeover", "dispatch",
+                                  "fairness", "boundary",  "storage", "retention"};
   std::vector<int> replicas = {1, 2, 3};
   std::vector<int> triggers = {10000, 100000};
   int repeat = 3;
@@ -1053,6 +1204,7 @@ int main(int argc, char** argv) {
   int claim_rows = 1'000'000;
   int ceiling_seconds = 6;
   int dispatch_runs = 2000;
+  int fairness_runs = 5000;
   int boundary_triggers = 10'000;
   int boundaries = 3;
   int retention_runs = 100'000;
@@ -1085,6 +1237,8 @@ int main(int argc, char** argv) {
       retention_runs = std::stoi(value);
     } else if (flag == "--dispatch-runs") {
       dispatch_runs = std::stoi(value);
+    } else if (flag == "--fairness-runs") {
+      fairness_runs = std::stoi(value);
     } else if (flag == "--ceiling-seconds") {
       ceiling_seconds = std::stoi(value);
     } else if (flag == "--isolations") {
@@ -1311,6 +1465,34 @@ int main(int argc, char** argv) {
     emit("dispatch_queue_depth_max", Fixed(Median(queued[0]), 0));
     emit("dispatch_not_succeeded", Fixed(failed, 0));
     emit("dispatch_extra_attempts", Fixed(extra, 0));
+  }
+
+  if (phases.count("fairness")) {
+    constexpr int kBRuns = 50;
+    constexpr int kGapMs = 200;
+    std::printf(
+        "== fairness: project A's %d cron runs of `true` queued at once; project B starts %d "
+        "manual runs of `true`, one every %d ms; 1 replica, 2 workers x 2 slots ==\n",
+        fairness_runs, kBRuns, kGapMs);
+    const auto began = Steady::now();
+    const Fairness f =
+        RunFairness(*server, bin, template_for(fairness_runs),
+                    "bench_fairness_" + std::to_string(++serial), fairness_runs, kBRuns, kGapMs);
+    std::printf(
+        "fairness: B queue wait p50 %.0f ms, p99 %.0f ms, max %.0f ms (target p99 <= 2000 ms) "
+        "beside A's backlog median %.0f (min %.0f) queued runs; A wait p50 %.0f ms; not "
+        "succeeded %.0f; extra attempts or leases %.0f; %.0f s\n",
+        f.b_p50_ms, f.b_p99_ms, f.b_max_ms, f.a_backlog_median, f.a_backlog_min, f.a_p50_ms,
+        f.not_succeeded, f.extra_attempts,
+        std::chrono::duration<double>(Steady::now() - began).count());
+    emit("fairness_b_wait_p50_ms", Fixed(f.b_p50_ms, 0));
+    emit("fairness_b_wait_p99_ms", Fixed(f.b_p99_ms, 0));
+    emit("fairness_b_wait_max_ms", Fixed(f.b_max_ms, 0));
+    emit("fairness_a_backlog_median", Fixed(f.a_backlog_median, 0));
+    emit("fairness_a_backlog_min", Fixed(f.a_backlog_min, 0));
+    emit("fairness_a_wait_p50_ms", Fixed(f.a_p50_ms, 0));
+    emit("fairness_not_succeeded", Fixed(f.not_succeeded, 0));
+    emit("fairness_extra_attempts", Fixed(f.extra_attempts, 0));
   }
 
   if (phases.count("boundary")) {
