@@ -15,7 +15,8 @@ run's duration counts up on the run page and in the runs list (without refreshin
 within 2.5 s. The Notifications page adds a webhook channel posting to a receiver this test runs on
 127.0.0.1 (ql-local runs with --notify-allow-loopback), sends a test message from it that the
 Deliveries table shows delivered, adds a rule whose failed run is then delivered with its run
-linked, and reads in Chinese. Every page is saved as a screenshot in both languages and both themes, desktop and
+linked, and reads in Chinese. A script's page and the diff of two of its versions, and the Workers
+page (ql-local: it runs every task itself) read in Chinese. Every page is saved as a screenshot in both languages and both themes, desktop and
 390 px wide, into --screenshots. A missing browser or driver is a failure, never a skip.
 """
 
@@ -33,16 +34,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from panel_browser_test import Panel, Server, api, check, report_failure, sign_in, wait_until
+from panel_browser_test import Panel, Server, api, check, report_failure, sign_in, upload_blob, wait_until
 
 PHONE = (390, 844)
 
 # The navigation in each language, in order (an installation owner sees every item).
 NAV = {
-    "zh-CN": ["仪表盘", "定时任务", "触发器", "运行记录", "历史", "审批", "密钥", "通知", "项目",
-              "成员与令牌", "审计"],
-    "en": ["Dashboard", "Tasks", "Triggers", "Runs", "History", "Approvals", "Secrets", "Notifications",
-           "Projects", "People & tokens", "Audit"],
+    "zh-CN": ["仪表盘", "定时任务", "脚本", "触发器", "运行记录", "历史", "审批", "密钥", "通知", "项目",
+              "成员与令牌", "工作节点", "审计"],
+    "en": ["Dashboard", "Tasks", "Scripts", "Triggers", "Runs", "History", "Approvals", "Secrets",
+           "Notifications", "Projects", "People & tokens", "Workers", "Audit"],
 }
 # Records, from before any script of the page runs, the order in which tables say "loading" or
 # "empty": the dashboard must never say there is nothing before its data came.
@@ -149,6 +150,13 @@ def seed(server):
 
     wait_until(lambda: state(failed["id"], ("failed",)), "the failing run to fail")
     wait_until(lambda: state(running["id"], ("running",)), "the slow run to start")
+    # A script with two versions, for the script page and the diff of the two.
+    for version, text in ((1, b"#!/bin/sh\necho backup\ntar czf /tmp/b.tgz /etc\n"),
+                          (2, b"#!/bin/sh\necho backup\ntar czf /tmp/b.tgz /etc /var\n")):
+        blob = upload_blob(server, text)
+        api(server, "POST", "/api/v1/scripts/backup/versions?project=default", {
+            "kind": "file", "files": [{"path": "backup.sh", "digest": blob["digest"], "size": blob["size"]}],
+            "expected_latest": version - 1})
     return {"task": slow["id"], "trigger": trigger["id"], "run": running["id"], "failed": failed["id"]}
 
 
@@ -218,6 +226,10 @@ def pages(ids):
         ("run", f"/runs/{ids['run']}", "#run-status .badge"),
         ("approvals", "/approvals", "#approvals-filters"),
         ("secrets", "/secrets", "#secret-form"),
+        ("scripts", "/scripts", "a.script-link"),
+        ("script", "/scripts/backup", "#script-editor"),
+        ("script-diff", "/scripts/backup/diff?from=1&to=2", "#script-diff table.diff"),
+        ("workers", "/workers", "#workers-local"),
         ("notifications", "/notifications", "#notify-channels tbody td:not(.loading)"),
         ("projects", "/projects", "a.project-link"),
         ("people", "/people", "#token-form"),
@@ -299,6 +311,18 @@ def chinese(panel, server, ids):
     panel.one("#preview-error")
     preview = panel.text("#preview-error")
     check(preview.startswith("cron_invalid:") or ":" in preview, f"the preview error shows no code: {preview!r}")
+
+    # The script page, its diff and the Workers page of ql-local in Chinese.
+    panel.go("/scripts/backup?project=default")
+    panel.one("#script-editor")
+    for words in ("使用者", "历史", "单文件", "保存", "第 2 版（最新）"):
+        check(words in panel.main_text(), f"the script page lacks {words!r}")
+    panel.go("/scripts/backup/diff?from=1&to=2&project=default")
+    panel.one("#script-diff table.diff")
+    check("修改" in panel.text("#script-diff") and "/var" in panel.text("#script-diff tr.diff-add"),
+          f"the diff in Chinese: {panel.text('#script-diff')!r}")
+    panel.go("/workers?project=default")
+    panel.wait_text("#workers-local", "此服务器自己运行所有任务")
     screenshots(panel, ids, "zh-CN")
 
 

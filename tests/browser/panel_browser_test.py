@@ -12,7 +12,13 @@ viewer's token sees no edit control and a forced write is refused with 403; a tr
 overlap `forbid` every second on a task that sleeps 3 s records skipped runs with their reason;
 a task's concurrency limit round-trips through its form; and (ql-local only) an approved run left
 in recovery_required by killing ql-local and the attempt's supervisor is resolved in the run
-page's Resolve form. Accounts: a failed single sign-on's error shown and taken out of the address;
+page's Resolve form. Scripts: a script written in the page's editor (line numbers beside it) and
+saved twice is two versions holding the bytes typed, their diff shows the changed line, a task
+pinned to the first is listed under Used by, and a save over a version someone pushed past is
+refused with a clear message; a viewer's editor is read-only. Workers: ql-local's page says it runs
+every task itself; a cluster's lists its worker (state, pool, labels as chips, slots), which is
+drained and resumed, grants a pool to the project and revokes it, and a run asking for labels no
+worker has says on its page that it waits for a worker. Accounts: a failed single sign-on's error shown and taken out of the address;
 a password set with require_change forces its change before anything else; a person opens
 Account from their name, sets up a second factor from the QR code's key (the code computed here,
 RFC 6238), sees the recovery codes once, signs in again with a code, revokes another session of
@@ -206,6 +212,7 @@ class Server:
         self.spawn("ql-worker", [os.path.join(self.args.bin_dir, "ql-worker"), "--control",
                                  f"http://127.0.0.1:{worker_port}", "--token-file", token_file,
                                  "--slots", "4", "--work-dir", os.path.join(self.workdir, "worker"),
+                                 "--label", "zone=panel",
                                  "--secret-key-file", key_file],
                    env=env)
 
@@ -1074,6 +1081,146 @@ def history_page(server, panel, task_id):
     check(bars == ["succeeded"], f"the task chart draws {bars}")
 
 
+def upload_blob(server, data):
+    """Uploads `data` (bytes) as a blob of the default project; returns {digest, size}."""
+    req = urllib.request.Request(server.url + "/api/v1/blobs?project=default", data=data, method="POST")
+    req.add_header("Authorization", "Bearer " + server.token)
+    req.add_header("Content-Type", "application/octet-stream")
+    with urllib.request.urlopen(req, timeout=10) as res:
+        return json.loads(res.read())
+
+
+def script_content(server, name, version):
+    status, _, body = http(f"{server.url}/api/v1/scripts/{name}/content?version={version}", token=server.token)
+    check(status == 200, f"the content of {name}@{version} answered {status}")
+    return body.decode()
+
+
+def diff_rows(panel, kind):
+    """The texts of the diff's lines of one kind (diff-add, diff-del), without the sign."""
+    return [r.find_element(By.CSS_SELECTOR, "td.diff-text").text[1:].strip()
+            for r in panel.css(f"#script-diff tr.{kind}")]
+
+
+def scripts_page(server, panel):
+    """Scripts, signed in as the owner: a script made in the editor (line numbers beside it), saved
+    twice (two versions, each the bytes typed), the diff of the two showing the changed line, a
+    task pinned to the first version listed under Used by, and a push made meanwhile refused with
+    a clear message instead of being overwritten."""
+    panel.go("/scripts?project=default")
+    panel.one("main table tbody td:not(.loading)")
+    panel.button("New script").click()
+    panel.fill("#script-name", "panel-hello")
+    panel.fill("#script-file", "hello.sh")
+    panel.fill("#script-editor", "echo one\necho two\necho three\n")
+    wait_until(lambda: panel.text(".editor-gutter").split() == ["1", "2", "3", "4"],
+               "line numbers 1-4 beside the text")
+    panel.shoot("script-new")
+    panel.one("#script-create").click()
+    panel.wait_text("#script-saved", "Saved as version 1.")
+    check(script_content(server, "panel-hello", 1) == "echo one\necho two\necho three\n",
+          "version 1 does not hold the text typed")
+    # An edit saved over the version shown is the next version.
+    panel.fill("#script-editor", "echo one\necho 2\necho three\n")
+    panel.one("#script-save").click()
+    panel.wait_text("#script-saved", "Saved as version 2.")
+    versions = api(server, "GET", "/api/v1/scripts/panel-hello/versions")["items"]
+    check([v["version"] for v in versions] == [2, 1], f"the script has versions {[v['version'] for v in versions]}")
+    check(script_content(server, "panel-hello", 2) == "echo one\necho 2\necho three\n",
+          "version 2 does not hold the edited text")
+    check(panel.one("#script-editor").get_attribute("value") == "echo one\necho 2\necho three\n",
+          "the editor does not show the saved version")
+    wait_until(lambda: len(panel.css("a.version-link")) == 2, "two versions in the history")
+
+    # A task pinned to version 1 (made through the API) is listed under Used by with its pin.
+    api(server, "POST", "/api/v1/tasks", {"name": "panel-script-task",
+                                          "spec": {"command": {"kind": "script", "script": "panel-hello", "version": 1}}})
+    panel.driver.refresh()
+    panel.wait_text("main", "panel-script-task")
+    used = [r.text for r in panel.css("main tbody tr") if "panel-script-task" in r.text]
+    check(used and " 1" in used[0] and "older" in used[0], f"Used by does not show the pin to version 1: {used}")
+    panel.shoot("script", show="#script-editor")
+
+    # The diff of the two versions: the changed line removed and added, nothing else.
+    panel.button("Show the diff").click()
+    panel.one("#script-diff table.diff")
+    check(diff_rows(panel, "diff-del") == ["echo two"] and diff_rows(panel, "diff-add") == ["echo 2"],
+          f"the diff shows removed {diff_rows(panel, 'diff-del')} and added {diff_rows(panel, 'diff-add')}")
+    panel.wait_text(".diff-count", "+1 −1")
+    panel.shoot("script-diff")
+
+    # Someone pushes meanwhile: saving over the version shown is refused, and says so.
+    panel.go("/scripts/panel-hello?project=default")
+    panel.wait_text("#script-shown-version", "2")
+    other = upload_blob(server, b"echo pushed elsewhere\n")
+    api(server, "POST", "/api/v1/scripts/panel-hello/versions",
+        {"kind": "file", "files": [{"path": "hello.sh", "digest": other["digest"], "size": other["size"]}],
+         "expected_latest": 2})
+    panel.fill("#script-editor", "echo mine\n")
+    panel.one("#script-save").click()
+    message = alert_with(panel, "script_version_conflict")
+    check("Not saved" in message and "version 2" in message, f"the conflict reads {message!r}")
+    check(script_content(server, "panel-hello", 3) == "echo pushed elsewhere\n", "the other push was overwritten")
+    panel.go("/scripts?project=default")
+    wait_until(lambda: "panel-hello" in panel.text("table") and "file" in panel.text("table"),
+               "the script in the list with its kind")
+    panel.shoot("scripts")
+
+
+def workers_page(server, panel):
+    """Workers, signed in as the owner. ql-local: the page says it runs every task itself. A
+    cluster: its worker with state, pool, labels and slots, drained and resumed; the pools, one
+    granted to a project and revoked; and a run that no worker's labels match says so on its page."""
+    panel.go("/workers?project=default")
+    if server.args.server == "local":
+        panel.wait_text("#workers-local", "This server runs every task itself.")
+        check(not panel.css("main [role=alert]:not([hidden])"), "the Workers page of ql-local shows an error")
+        check(not panel.css("main table"), "the Workers page of ql-local shows tables")
+        panel.shoot("workers-local")
+        return
+    panel.wait_text("#workers-table", "panel-worker")
+    row = panel.text("#workers-table tbody tr")
+    for words in ("active", "default", "zone=panel", "0 / 4"):
+        check(words in row, f"the worker's row lacks {words!r}: {row!r}")
+    check(panel.css("#workers-table .chip"), "the worker's labels are not chips")
+    panel.wait_text("#pools-table", "every project")
+    check("undefined" not in panel.main_text() and "null" not in panel.main_text(),
+          f"the Workers page shows a missing value: {panel.main_text()!r}")
+    panel.shoot("workers")
+    panel.button("Drain").click()
+    panel.button("Confirm drain").click()
+    panel.wait_text("#workers-table", "drained")
+    check(api(server, "GET", "/api/v1/workers/panel-worker")["drained"], "Drain did not drain the worker")
+    panel.button("Resume").click()
+    panel.button("Confirm resume").click()
+    wait_until(lambda: "active" in panel.text("#workers-table tbody tr"), "the worker active again")
+    check(not api(server, "GET", "/api/v1/workers/panel-worker")["drained"], "Resume did not resume the worker")
+    # A pool granted to the project with a limit and a weight, then revoked.
+    panel.fill("#grant-pool", "panel-gpu")
+    Select(panel.one("#grant-project")).select_by_value("default")
+    panel.fill("#grant-max", "2")
+    panel.fill("#grant-weight", "3")
+    panel.one("#grant-form button[type=submit]").click()
+    panel.wait_text("#pools-table", "at most 2 running, weight 3")
+    grants = api(server, "GET", "/api/v1/pools/panel-gpu")["grants"]
+    check(len(grants) == 1 and grants[0]["max_running"] == 2 and grants[0]["weight"] == 3, f"the grant: {grants}")
+    panel.shoot("workers-pools", show="#pools-table")
+    panel.button("Revoke").click()
+    panel.button("Confirm revoke").click()
+    wait_until(lambda: not api(server, "GET", "/api/v1/pools/panel-gpu")["grants"], "the grant revoked")
+    panel.wait_text("#pools-table", "no project")
+    # A run asking for labels no worker has waits, and its page says for what.
+    task = api(server, "POST", "/api/v1/tasks", {"name": "panel-nowhere", "spec": {
+        "command": {"kind": "shell", "command": "true", "shell": "/bin/sh"},
+        "placement": {"pool": "default", "labels": {"zone": "nowhere"}}}})
+    run = api(server, "POST", "/api/v1/runs", {"task_id": task["id"], "idempotency_key": "panel-nowhere"})
+    panel.go(f"/runs/{run['id']}?project=default")
+    panel.wait_text("#run-waiting", "Waiting for a worker: pool default, labels zone=nowhere")
+    check(" — " in panel.text("#run-waiting"), f"the waiting notice has no detail: {panel.text('#run-waiting')!r}")
+    panel.shoot("run-waiting")
+    api(server, "POST", f"/api/v1/runs/{run['id']}/cancel", {"reason": "panel test"})
+
+
 def report_failure(panel, server, screenshots):
     """Prints what a failed browser test needs to be understood: the page's screenshot, address,
     text and console, and the server's logs."""
@@ -1115,7 +1262,8 @@ def scenario(server, panel):
     panel.one("#task-search")
     panel.driver.execute_script("document.activeElement.blur()")
     reached = set()
-    for _ in range(25):
+    # Enough presses to go once around the page (the navigation has 13 items for the owner).
+    for _ in range(32):
         ActionChains(panel.driver).send_keys(Keys.TAB).perform()
         reached.add(panel.driver.execute_script("return document.activeElement.textContent.trim()"))
     for label in ("Dashboard", "Tasks", "Runs", "New task", "Sign out"):
@@ -1242,6 +1390,9 @@ def scenario(server, panel):
     panel.collect_console()
     approval_id = secrets_and_approvals(server, panel)
     panel.collect_console()
+    scripts_page(server, panel)
+    workers_page(server, panel)
+    panel.collect_console()
     if server.args.server == "local":
         resolve_recovery(server, panel)
         panel.collect_console()
@@ -1254,7 +1405,8 @@ def scenario(server, panel):
                          ("/triggers", "a.trigger-link"), (f"/triggers/{trigger}", "ol.fire-times"),
                          (f"/runs?task={long_task}", "a.run-link"), ("/projects/default", "h1"),
                          ("/approvals?status=all", "a.approval-link"), (f"/approvals/{approval_id}", "#approval-status"),
-                         ("/secrets", "code.secret-name"),
+                         ("/secrets", "code.secret-name"), ("/scripts", "a.script-link"),
+                         ("/scripts/panel-hello", "#script-editor"), ("/scripts/new", ".banner.warn"),
                          ("/notifications", "#notify-deliveries tbody td:not(.loading)"),
                          ("/tasks/new", ".banner.warn"), ("/triggers/new", ".banner.warn")):
         panel.go(route + ("&" if "?" in route else "?") + "project=default")
@@ -1267,6 +1419,10 @@ def scenario(server, panel):
             panel.shoot("viewer-runs")
         if route == f"/tasks/{tick}":
             panel.shoot("viewer-task")
+        if route == "/scripts/panel-hello":
+            check(panel.one("#script-editor").get_attribute("readonly") is not None,
+                  "a viewer's script editor is not read-only")
+            check(not panel.css("#script-upload"), "a viewer is offered an upload")
     panel.go(f"/runs/{run_id}?project=default")
     panel.one("#run-status")
     check(not panel.css("[data-needs]"), "viewer sees run actions")

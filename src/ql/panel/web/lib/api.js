@@ -91,6 +91,52 @@ export const post = (path, body = {}, signal) => call('POST', path, {body, signa
 export const put = (path, body, signal) => call('PUT', path, {body, signal});
 export const del = (path, signal) => call('DELETE', path, {signal});
 
+// Uploads `bytes` (a Uint8Array) as a blob of the current project and returns {digest, size}.
+// The server takes at most 1 MiB a request: larger bytes go up as 1 MiB pieces (the last one
+// shorter) joined by POST /api/v1/blobs/compose.
+export async function uploadBlob(bytes, signal) {
+  const piece = 1 << 20;
+  if (bytes.length <= piece) return postBytes('/api/v1/blobs', bytes, signal);
+  const pieces = [];
+  for (let at = 0; at < bytes.length; at += piece) {
+    pieces.push((await postBytes('/api/v1/blobs', bytes.subarray(at, at + piece), signal)).digest);
+  }
+  return post('/api/v1/blobs/compose', {pieces}, signal);
+}
+
+async function postBytes(path, bytes, signal) {
+  const res = await fetch(apiUrl(path), {
+    method: 'POST',
+    headers: {...headers(false, 'POST'), 'Content-Type': 'application/octet-stream'},
+    body: bytes,
+    signal,
+    cache: 'no-store',
+    credentials: session.token ? 'omit' : 'same-origin',
+  });
+  if (!res.ok) throw await errorOf(res);
+  return res.json();
+}
+
+// Reads raw bytes (a script file's content): {bytes (Uint8Array), size (X-QL-Size, or -1)}.
+// Throws ApiError; bytes shorter than the size the server named (a read that ended early)
+// throw too.
+export async function getBytes(path, query, signal) {
+  const res = await fetch(apiUrl(path, query), {
+    headers: headers(false),
+    cache: 'no-store',
+    credentials: session.token ? 'omit' : 'same-origin',
+    signal,
+  });
+  if (!res.ok) throw await errorOf(res);
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  const size = Number(res.headers.get('X-QL-Size') ?? -1);
+  if (size >= 0 && bytes.length !== size) {
+    throw new ApiError(
+        502, 'content_incomplete', `received ${bytes.length} of ${size} bytes; read it again`);
+  }
+  return {bytes, size};
+}
+
 // Returns a pager over a listing with `next_cursor`: next() resolves to the next page's items
 // (an empty array once done), `done` tells whether another page exists.
 export function pager(path, query = {}, limit = 50) {

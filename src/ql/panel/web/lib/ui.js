@@ -301,6 +301,13 @@ const STATUS_KIND = {
   delivered: 'ok',
   delivering: 'run',
   dead: 'bad',
+  draining: 'warn',
+  drained: 'warn',
+  offline: 'muted',
+  fenced: 'bad',
+  never_connected: 'muted',
+  open: 'ok',
+  older: 'warn',
 };
 
 // Returns a coloured status label in the chosen language (the status itself in data-status).

@@ -12,11 +12,13 @@ import * as notifications from './notifications.js';
 import * as people from './people.js';
 import * as projects from './projects.js';
 import * as runs from './runs.js';
+import * as scripts from './scripts.js';
 import * as secrets from './secrets.js';
 import * as tasks from './tasks.js';
 import * as triggers from './triggers.js';
+import * as workers from './workers.js';
 
 export const pages = [
-  dashboard, tasks, triggers, runs, history, approvals, secrets, notifications, projects, people,
-  audit, account
+  dashboard, tasks, scripts, triggers, runs, history, approvals, secrets, notifications, projects,
+  people, workers, audit, account
 ];

@@ -46,6 +46,25 @@ function statusCell(r) {
       h('span', {class: 'muted small skip-reason', text: ` ${r.error_code || ''}`}));
 }
 
+// Returns the notice of a queued run that no worker may take yet (`waiting` of GET
+// /api/v1/runs/{id}, ql-cluster): the pool and labels it asks for and what is missing, in the
+// server's words.
+function waitingNotice(waiting) {
+  const labels = Object.entries(waiting.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ');
+  const params = {pool: waiting.pool || 'default', labels: labels || t('none')};
+  const text = waiting.reason === 'waiting_for_worker' ?
+      t('Waiting for a worker: pool {pool}, labels {labels}', params) :
+      t('Waiting for a free slot: pool {pool}, labels {labels}', params);
+  return h(
+      'div', {
+        class: 'banner warn',
+        role: 'status',
+        id: 'run-waiting',
+        dataset: {reason: waiting.reason || ''}
+      },
+      h('strong', {text}), waiting.detail ? ` — ${waiting.detail}` : '');
+}
+
 // Text kept in the log view; older output is dropped from the top.
 const LOG_KEEP_CHARS = 512 * 1024;
 // How much of the end of a log the view reads first: a long log shows its end at once, and the
@@ -397,6 +416,7 @@ async function renderRun(ctx) {
             lines.length ? h('ol', {class: 'log-matches'}, lines) : null);
   }, found);
   const resolveBox = h('div', {id: 'resolve-box'});
+  const waitingBox = h('div', {id: 'run-waiting-box'});
   let resolution = null;      // the payload of run.recovery_resolved, once there is one
   let resolverNames = null;   // principal names, read when a person resolved the run
   let paintedActions = null;  // what the buttons on screen are for: finished, recovery, going
@@ -408,10 +428,12 @@ async function renderRun(ctx) {
   // Repaints what changed since the last paint (buttons only when the run's mode changed, so an
   // armed Cancel or a half-written resolution survives the refresh).
   const paint = () => {
-    const key = `${run.version}|${JSON.stringify(run.attempts || [])}|${!!resolution}`;
+    const key = `${run.version}|${JSON.stringify(run.attempts || [])}|${!!resolution}|${
+        JSON.stringify(run.waiting ?? null)}`;
     if (key === paintedKey) return;
     paintedKey = key;
     if (paintedActions !== actionsMode()) paintActions();
+    replace(waitingBox, run.waiting ? waitingNotice(run.waiting) : null);
     paintFacts();
   };
   const paintActions = () => {
@@ -548,6 +570,7 @@ async function renderRun(ctx) {
         headActions),
       errors,
       resolveBox,
+      waitingBox,
       section(null, summary),
       section(t('Attempts'), attemptsBox),
       section(t('Log'), log, searchForm),

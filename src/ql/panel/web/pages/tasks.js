@@ -38,6 +38,10 @@ export function commandText(spec) {
   const c = spec?.command || {};
   if (c.kind === 'shell') return c.command;
   if (c.kind === 'argv') return [c.file, ...(c.args || [])].join(' ');
+  if (c.kind === 'script') {
+    const pin = c.version ? `${c.script}@${c.version}` : c.script;
+    return [t('script {pin}', {pin}), ...(c.args || [])].join(' ');
+  }
   return '';
 }
 
@@ -327,6 +331,15 @@ async function renderTask(ctx) {
                 [t('State'), badge(task.enabled ? 'active' : 'disabled')],
                 [t('Command'), h('code', {class: 'wrap', text: commandText(spec)})],
                 spec.command?.kind === 'shell' ? [t('Shell'), spec.command.shell] : null,
+                spec.command?.kind === 'script' ?
+                    [
+                      t('Script'),
+                      link(
+                          `${spec.command.script} · ${t('version {n}', {n: spec.command.version})}`,
+                          `/scripts/${encodeURIComponent(spec.command.script)}`,
+                          {version: spec.command.version}, {class: 'script-link'})
+                    ] :
+                    null,
                 [t('Environment'), envList(spec.environment)],
                 [
                   t('Working directory'),
