@@ -344,6 +344,7 @@ int Main(int argc, char** argv) {
   serve->add_option("--recovery-interval-ms", serve_config.recovery_interval_ms,
                     "recovery cycle period, 1000..600000 ms (default 5000)");
   AddNotifyFlags(*serve, serve_config.notify);
+  AddArtifactFlags(*serve, serve_config.scripts);
   AddLogFlags(*serve, serve_config.log);
   serve->add_option("--retention-interval-ms", serve_config.retention_interval_ms,
                     "pause after a retention round that found nothing more to purge, "

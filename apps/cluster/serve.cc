@@ -493,7 +493,8 @@ int Serve(const ServeConfig& config) {
   api_options.panel = &panel;
   SecretService secret_service(*store, control.governance(), &sealer, clock);
   api_options.secrets = &secret_service;
-  ScriptService script_service(*store, control.governance(), clock, ArtifactLimits{});
+  ScriptService script_service(*store, control.governance(), clock,
+                               ArtifactLimitsOf(config.scripts));
   api_options.scripts = &script_service;
   PlacementService placement_service(store->placement(), control.governance(), clock);
   api_options.placement = &placement_service;

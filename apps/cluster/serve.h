@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../artifact_flags.h"
 #include "../log_flags.h"
 #include "../notify_flags.h"
 #include "database_url.h"
@@ -23,6 +24,7 @@ struct ServeConfig {
   std::string owner;  // claim owner; default host:pid:random
   std::string oidc_config;  // single sign-on configuration file (empty: none)
   NotifyFlags notify;
+  ArtifactFlags scripts;
   LogFlags log;
   int claims_per_round = 16;
   int max_claims_per_round = 256;  // a burst grows the batch up to this

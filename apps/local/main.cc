@@ -21,6 +21,7 @@
 #include <string_view>
 #include <thread>
 
+#include "../artifact_flags.h"
 #include "../config_file.h"
 #include "../isolation_flags.h"
 #include "../log_flags.h"
@@ -87,6 +88,7 @@ struct ServeConfig {
   std::string oidc_config;  // single sign-on configuration file (empty: none)
   IsolationFlags isolation;
   NotifyFlags notify;
+  ArtifactFlags scripts;
   LogFlags log;
 };
 
@@ -473,7 +475,8 @@ int Serve(const ServeConfig& config, const std::string& self_exe) {
   const PanelAssets panel(EmbeddedPanelFiles());
   api_options.panel = &panel;
   api_options.secrets = &secret_service;
-  ScriptService script_service(**store, control.governance(), clock, ArtifactLimits{});
+  ScriptService script_service(**store, control.governance(), clock,
+                               ArtifactLimitsOf(config.scripts));
   api_options.scripts = &script_service;
   api_options.notify = &notify_service;
   api_options.event_log = &log;
@@ -683,6 +686,7 @@ int main(int argc, char** argv) {
                     "Seconds a panel session lasts at most (default 43200)")
       ->check(CLI::Range(int64_t{10}, int64_t{30} * 24 * 3600));
   AddNotifyFlags(*serve, config.notify);
+  AddArtifactFlags(*serve, config.scripts);
   AddLogFlags(*serve, config.log);
   serve->add_option("--retention-interval", config.retention_interval_s,
                     "Seconds between retention rounds that found nothing more to purge "

@@ -185,6 +185,41 @@ TEST_F(LocalScriptsTest, ADamagedCacheEntryIsFetchedAgainNeverRun) {
   EXPECT_EQ(ReadFile(entry + "/job.sh"), "echo genuine\n");
 }
 
+// The daemon's limits (--script-max-file-mib, --script-project-quota-mib): a file over the
+// first is refused artifact_too_large, bytes past the second artifact_project_quota, and the
+// library keeps what it had. A file and the pieces it was sent in count once; the pieces of a
+// refused file count until retention removes them.
+TEST_F(LocalScriptsTest, TheDaemonsLimitsRefuseALargeFileAndBytesPastTheProjectsQuota) {
+  daemon_->Stop();
+  ASSERT_TRUE(daemon_->Start({"--script-max-file-mib", "2", "--script-project-quota-mib", "5"}))
+      << daemon_->log();
+  const std::string file = src_ + "/file.bin";
+  // Just over 2.5 MiB: pieces of 1 MiB, 1 MiB (the same bytes, stored once) and 0.5 MiB + 1.
+  WriteFile(file, std::string((int64_t{5} << 19) + 1, 'b'));
+  CommandResult refused = Ql({"script", "push", "big", file});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("artifact_too_large"), std::string::npos) << refused.err;
+  // 1.5 MiB + 1 held so far; each 1.5 MiB file adds 1.5 MiB, not 3.
+  for (const char* name : {"first", "second"}) {
+    WriteFile(file, std::string(int64_t{3} << 19, name[0]));
+    CommandResult pushed = Ql({"script", "push", name, file});
+    ASSERT_EQ(pushed.exit_code, 0) << name << pushed.out << pushed.err;
+  }
+  WriteFile(file, std::string(int64_t{3} << 19, 'u'));
+  CommandResult over = Ql({"script", "push", "third", file});
+  EXPECT_NE(over.exit_code, 0);
+  EXPECT_NE(over.err.find("artifact_project_quota"), std::string::npos) << over.err;
+  CommandResult listed = Ql({"script", "list"});
+  EXPECT_NE(listed.out.find("second"), std::string::npos) << listed.out;
+  EXPECT_EQ(listed.out.find("third"), std::string::npos) << listed.out;
+  EXPECT_EQ(listed.out.find("big"), std::string::npos) << listed.out;
+  // A limit out of range is a usage error naming the flag.
+  CommandResult bad = RunCommand({BinDir() + "/ql-local", "serve", "--data-dir",
+                                  tmp_.path() + "/other", "--script-max-file-mib", "0"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--script-max-file-mib"), std::string::npos) << bad.err;
+}
+
 TEST_F(LocalScriptsTest, BadScriptReferencesAreRefusedWithTheirCodes) {
   WriteFile(src_ + "/notes.txt", "not a program\n");
   ASSERT_EQ(Ql({"script", "push", "notes", src_ + "/notes.txt"}).exit_code, 0);

@@ -40,11 +40,17 @@ Status Fence(GovernanceTx& gov, const std::optional<PolicyFence>& fence,
   return Status::Ok();
 }
 
-// Checks the quota for adding `adding` bytes (blobs the project does not hold yet).
+// Checks the quota for adding `adding` bytes the project does not hold yet (`held`: what it
+// holds without them, read when not given).
 Status CheckQuota(ArtifactTx& tx, const std::string& project_id, int64_t adding,
-                  const ArtifactLimits& limits) {
+                  const ArtifactLimits& limits, std::optional<int64_t> known = std::nullopt) {
   if (adding <= 0) return Status::Ok();
-  QL_ASSIGN_OR_RETURN(int64_t held, tx.ProjectBytes(project_id));
+  int64_t held = 0;
+  if (known.has_value()) {
+    held = *known;
+  } else {
+    QL_ASSIGN_OR_RETURN(held, tx.ProjectBytes(project_id));
+  }
   if (held + adding > limits.max_project_bytes) {
     return InvalidArgument("artifact_project_quota",
                            "the project would hold " + std::to_string(held + adding) +
@@ -77,9 +83,14 @@ Status CommitHeldBlob(ArtifactTx& tx, const std::string& project_id, const BlobD
                       const ArtifactLimits& limits, int64_t now_ms, std::string_view retry) {
   QL_RETURN_IF_ERROR(RequireChunks(tx, blob, retry));
   QL_ASSIGN_OR_RETURN(bool held, tx.ProjectHolds(project_id, blob.digest));
-  if (!held) QL_RETURN_IF_ERROR(CheckQuota(tx, project_id, blob.size, limits));
+  QL_ASSIGN_OR_RETURN(int64_t before, tx.ProjectBytes(project_id));
   QL_RETURN_IF_ERROR(tx.PutBlob(blob, now_ms));
-  return tx.PutUpload(project_id, blob.digest, now_ms);
+  QL_RETURN_IF_ERROR(tx.PutUpload(project_id, blob.digest, now_ms));
+  if (held) return Status::Ok();
+  // Measured after the write (the transaction is undone on a refusal): chunks the project
+  // already holds (a composed file's pieces) add nothing.
+  QL_ASSIGN_OR_RETURN(int64_t after, tx.ProjectBytes(project_id));
+  return CheckQuota(tx, project_id, after - before, limits, before);
 }
 
 // The files of a push, checked and sorted by path; `entry` resolved.

@@ -53,7 +53,8 @@ inline constexpr std::string_view kScriptKindTree = "tree";
 // Limits of what a project may store; the installation sets them (flags of the daemons).
 struct ArtifactLimits {
   int64_t max_blob_bytes = int64_t{256} << 20;
-  // The bytes of the distinct blobs a project holds (uploads and script versions).
+  // The bytes of the distinct chunks of the blobs a project holds (uploads and script
+  // versions): the pieces of a composed file and the file itself count once.
   int64_t max_project_bytes = int64_t{2} << 30;
 };
 
@@ -251,7 +252,7 @@ class ArtifactRepository {
   // a live script and not pinned; then uploads, blobs and chunks nobody references that are
   // older than the grace.
   virtual Result<PurgeArtifactsResult> PurgeArtifacts(const PurgeArtifactsCommand& cmd) = 0;
-  // Returns the bytes of the distinct blobs a project holds (its quota's measure).
+  // Returns the bytes of the distinct chunks of the blobs a project holds (its quota's measure).
   virtual Result<int64_t> ProjectBytes(const std::string& project_id) = 0;
 };
 
@@ -282,7 +283,7 @@ class ArtifactTx {
                            int64_t now_ms) = 0;
   // Whether the project holds the blob: an upload, or a script version or file naming it.
   virtual Result<bool> ProjectHolds(const std::string& project_id, const std::string& digest) = 0;
-  // The bytes of the distinct blobs the project holds.
+  // The bytes of the distinct chunks of the blobs the project holds.
   virtual Result<int64_t> ProjectBytes(const std::string& project_id) = 0;
 
   virtual Result<std::optional<ScriptRecord>> LoadScript(const std::string& project_id,

@@ -193,10 +193,11 @@ class PgArtifactTx final : public ArtifactTx {
   Result<int64_t> ProjectBytes(const std::string& project_id) override {
     QL_ASSIGN_OR_RETURN(
         Rows rows,
-        tx_.Exec("SELECT coalesce(sum(b.size), 0)::bigint FROM ql3.artifact_blobs b "
-                 "WHERE b.digest IN (SELECT digest FROM ql3.artifact_uploads WHERE project_id = $1 "
-                 "UNION SELECT digest FROM ql3.script_versions WHERE project_id = $1 "
-                 "UNION SELECT digest FROM ql3.script_version_files WHERE project_id = $1)",
+        tx_.Exec("SELECT coalesce(sum(c.size), 0)::bigint FROM ql3.artifact_chunks c "
+                 "WHERE c.digest IN (SELECT bc.chunk_digest FROM ql3.artifact_blob_chunks bc "
+                 "WHERE bc.blob_digest IN (SELECT digest FROM ql3.artifact_uploads WHERE "
+                 "project_id = $1 UNION SELECT digest FROM ql3.script_versions WHERE project_id "
+                 "= $1 UNION SELECT digest FROM ql3.script_version_files WHERE project_id = $1))",
                  {P(project_id)}));
     QL_RETURN_IF_ERROR(rows.ExpectRows(1));
     const int64_t bytes = rows.Int(0, 0);

@@ -149,8 +149,10 @@ class SqliteArtifactTx final : public ArtifactTx {
 
   Result<int64_t> ProjectBytes(const std::string& project_id) override {
     static const std::string kSql =
-        std::string("SELECT coalesce(sum(size), 0) FROM artifact_blobs WHERE digest IN (") +
-        kHeldDigests + ")";
+        std::string(
+            "SELECT coalesce(sum(size), 0) FROM artifact_chunks WHERE digest IN (SELECT "
+            "chunk_digest FROM artifact_blob_chunks WHERE blob_digest IN (") +
+        kHeldDigests + "))";
     QL_ASSIGN_OR_RETURN(Stmt s, db_.Prepare(kSql));
     s.BindAll(project_id);
     int64_t bytes = 0;
