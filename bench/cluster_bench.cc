@@ -740,6 +740,14 @@ pid_t SpawnWorker(const std::string& bin, int port, const std::string& token_fil
       log);
 }
 
+// Retention keeps every run of every project: a phase that counts its ended runs must not see a
+// replica's purge take some of them (a task keeps 1,000 runs by default).
+void KeepEveryRun(Sql& sql) {
+  sql.Run(
+      "INSERT INTO ql3.project_retention (project_id, keep_days, keep_runs, version, "
+      "updated_at_ms) SELECT id, 36500, 1000000, 1, 0 FROM ql3.projects");
+}
+
 struct Dispatch {
   double rate = 0;                // runs ended per second, first lease → last end
   double p50_ms = 0, p99_ms = 0;  // per run: lease granted → run ended
@@ -818,6 +826,12 @@ Dispatch RunDispatch(PostgresServer& server, const std::string& bin, const std::
                      const std::string& db, int replicas, int workers, int slots, int runs,
                      const std::string& isolation = "auto") {
   CopyDatabase(server, tmpl, db);
+  {
+    Sql setup(server, db);
+    // The runs belong to one task: more than --dispatch-runs 1000 would outgrow what a task
+    // keeps by default.
+    KeepEveryRun(setup);
+  }
   Fleet fleet = StartFleet(server, bin, db, replicas, workers, slots, isolation);
   const std::string& log = fleet.log;
   Sql sql(server, db);
@@ -912,11 +926,8 @@ Fairness RunFairness(PostgresServer& server, const std::string& bin, const std::
                  {"spec", {{"command", {{"kind", "shell"}, {"command", "true"}}}}}};
     ql::StartRunRequest start;
     start.task_id = Must(control.PublishTask(task, in_b), "publish B's task").task.head.task_id;
-    // Retention keeps every run of both projects: all of A's runs belong to one task, beyond the
-    // 1,000 a task keeps by default, and a purge before the end would take runs from the count.
-    sql.Run(
-        "INSERT INTO ql3.project_retention (project_id, keep_days, keep_runs, version, "
-        "updated_at_ms) SELECT id, 36500, 1000000, 1, 0 FROM ql3.projects");
+    // All of A's runs belong to one task, beyond the 1,000 a task keeps by default.
+    KeepEveryRun(sql);
 
     Fleet fleet = StartFleet(server, bin, db, 1, 2, 2, "auto");
     const auto deadline = Steady::now() + std::chrono::seconds(600);
