@@ -6,6 +6,7 @@
 
 #include "output.h"
 #include "ql/core/clock.h"
+#include "ql/core/placement.h"
 #include "ql/core/rfc3339.h"
 #include "ql/core/states.h"
 
@@ -209,10 +210,16 @@ int WaitForRun(ApiClient& api, const std::string& run_id, int64_t poll_ms,
 // Why a queued run is not taken: "waiting_for_worker: pool P, labels k=v,...: DETAIL" (the
 // labels part only when it names some).
 std::string WaitingText(const json& waiting) {
-  std::string out = JsonText(waiting, "reason", "waiting_for_worker") + ": pool " +
-                    JsonText(waiting, "pool", "default");
-  const std::string labels = KeyValueList(waiting.value("labels", json::object()));
-  if (!labels.empty()) out += ", labels " + labels;
+  Placement placement;
+  placement.pool = JsonText(waiting, "pool", std::string(kDefaultPool));
+  const json labels = waiting.value("labels", json::object());
+  if (labels.is_object()) {
+    for (const auto& [key, value] : labels.items()) {
+      placement.labels[key] = value.is_string() ? value.get<std::string>() : value.dump();
+    }
+  }
+  std::string out =
+      JsonText(waiting, "reason", "waiting_for_worker") + ": " + DescribePlacement(placement);
   const std::string detail = JsonText(waiting, "detail", "");
   if (!detail.empty()) out += ": " + detail;
   return out;

@@ -128,15 +128,6 @@ Result<std::pair<std::string, std::string>> ParseLabelAssignment(std::string_vie
   return out;
 }
 
-bool LabelsSatisfy(const std::map<std::string, std::string>& offered,
-                   const std::map<std::string, std::string>& required) {
-  for (const auto& [key, value] : required) {
-    const auto it = offered.find(key);
-    if (it == offered.end() || it->second != value) return false;
-  }
-  return true;
-}
-
 std::string DescribePlacement(const Placement& placement) {
   std::string out = "pool " + placement.pool;
   if (!placement.labels.empty()) {

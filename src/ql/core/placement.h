@@ -54,10 +54,6 @@ nlohmann::json PlacementToJson(const Placement& placement);
 Result<std::pair<std::string, std::string>> ParseLabelAssignment(std::string_view reason,
                                                                  std::string_view text);
 
-// True when every label of `required` is in `offered` with the same value.
-bool LabelsSatisfy(const std::map<std::string, std::string>& offered,
-                   const std::map<std::string, std::string>& required);
-
 // "pool gpu, labels arch=arm64,zone=b" (labels left out when there are none).
 std::string DescribePlacement(const Placement& placement);
 

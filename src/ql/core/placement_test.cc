@@ -84,11 +84,7 @@ TEST(PlacementTest, ThePlanCarriesThePlacementAndItsDigestChangesWithIt) {
   EXPECT_EQ(PlanFromJson(odd).status().reason(), "plan_invalid");
 }
 
-TEST(PlacementTest, LabelsSatisfyOnlyWhenEveryRequiredOneIsEqual) {
-  EXPECT_TRUE(LabelsSatisfy({{"arch", "x86"}, {"os", "linux"}}, {{"arch", "x86"}}));
-  EXPECT_TRUE(LabelsSatisfy({}, {}));
-  EXPECT_FALSE(LabelsSatisfy({{"arch", "arm64"}}, {{"arch", "x86"}}));
-  EXPECT_FALSE(LabelsSatisfy({}, {{"arch", "x86"}}));
+TEST(PlacementTest, LabelAssignmentsAndDescriptions) {
   Result<std::pair<std::string, std::string>> label =
       ParseLabelAssignment("invalid_label", "a=b=c");
   EXPECT_EQ(label.status().reason(), "invalid_label");

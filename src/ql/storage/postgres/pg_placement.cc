@@ -16,18 +16,6 @@
 namespace ql::pg {
 namespace {
 
-constexpr char kNowSql[] = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
-
-std::map<std::string, std::string> LabelsFromText(const std::string& text) {
-  std::map<std::string, std::string> out;
-  const nlohmann::json labels = nlohmann::json::parse(text, nullptr, false);
-  if (!labels.is_object()) return out;
-  for (const auto& [key, value] : labels.items()) {
-    if (value.is_string()) out[key] = value.get<std::string>();
-  }
-  return out;
-}
-
 std::optional<int64_t> OptionalInt(const Rows& r, int row, int column) {
   if (r.IsNull(row, column)) return std::nullopt;
   return r.Int(row, column);
@@ -73,6 +61,28 @@ Status LockPool(Tx& tx, const std::string& pool) {
   return tx.Exec("SELECT pg_advisory_xact_lock(hashtextextended('ql3.pool:' || $1, 0))", {P(pool)})
       .status();
 }
+
+// Creates the pool's row (serving only its grants) unless it has one.
+Status EnsurePool(Tx& tx, const std::string& pool, int64_t now_ms) {
+  return tx
+      .Exec(
+          "INSERT INTO ql3.worker_pools (name, serves_all_projects, max_running, version, "
+          "created_at_ms, updated_at_ms) VALUES ($1, false, NULL, 1, $2, $2) "
+          "ON CONFLICT (name) DO NOTHING",
+          {P(pool), P(now_ms)})
+      .status();
+}
+
+// Who a grant or drain row names as its author.
+std::string ActorName(const Actor& actor) {
+  return actor.principal_id.empty() ? std::string("system") : actor.principal_id;
+}
+
+// The live, undrained sessions: what can take a run now.
+constexpr char kLiveSessionsCte[] =
+    "live AS (SELECT s.pool, s.labels FROM ql3.worker_sessions s WHERE s.status = 'active' "
+    "AND s.expires_at_ms > (extract(epoch FROM clock_timestamp()) * 1000)::bigint AND NOT "
+    "EXISTS (SELECT 1 FROM ql3.worker_drains d WHERE d.credential_id = s.credential_id))";
 
 }  // namespace
 
@@ -168,11 +178,7 @@ Result<PoolGrantRecord> PostgresPlacement::GrantPool(const GrantPoolCommand& cmd
     QL_RETURN_IF_ERROR(Fence(*gov, cmd.fence));
     QL_RETURN_IF_ERROR(LockPool(tx, cmd.pool));
     QL_RETURN_IF_ERROR(RequireActiveProject(tx, cmd.project_id));
-    QL_RETURN_IF_ERROR(tx.Exec("INSERT INTO ql3.worker_pools (name, serves_all_projects, "
-                               "max_running, version, created_at_ms, updated_at_ms) VALUES ($1, "
-                               "false, NULL, 1, $2, $2) ON CONFLICT (name) DO NOTHING",
-                               {P(cmd.pool), P(cmd.now_ms)})
-                           .status());
+    QL_RETURN_IF_ERROR(EnsurePool(tx, cmd.pool, cmd.now_ms));
     QL_ASSIGN_OR_RETURN(
         Rows rows,
         tx.Exec(std::string("INSERT INTO ql3.worker_pool_grants (pool, project_id, max_running, "
@@ -182,8 +188,7 @@ Result<PoolGrantRecord> PostgresPlacement::GrantPool(const GrantPoolCommand& cmd
                             "updated_at_ms = EXCLUDED.updated_at_ms RETURNING ") +
                     kGrantColumns,
                 {P(cmd.pool), P(cmd.project_id), P(cmd.max_running), P(cmd.weight),
-                 P(cmd.actor.principal_id.empty() ? std::string("system") : cmd.actor.principal_id),
-                 P(cmd.now_ms)}));
+                 P(ActorName(cmd.actor)), P(cmd.now_ms)}));
     QL_RETURN_IF_ERROR(rows.ExpectRows(1));
     out = ReadGrant(rows, 0);
     QL_RETURN_IF_ERROR(rows.status());
@@ -222,11 +227,7 @@ Result<PoolRecord> PostgresPlacement::SetPool(const SetPoolCommand& cmd) {
     std::unique_ptr<GovernanceTx> gov = NewGovernanceTx(tx);
     QL_RETURN_IF_ERROR(Fence(*gov, cmd.fence));
     QL_RETURN_IF_ERROR(LockPool(tx, cmd.pool));
-    QL_RETURN_IF_ERROR(tx.Exec("INSERT INTO ql3.worker_pools (name, serves_all_projects, "
-                               "max_running, version, created_at_ms, updated_at_ms) VALUES ($1, "
-                               "false, NULL, 1, $2, $2) ON CONFLICT (name) DO NOTHING",
-                               {P(cmd.pool), P(cmd.now_ms)})
-                           .status());
+    QL_RETURN_IF_ERROR(EnsurePool(tx, cmd.pool, cmd.now_ms));
     const bool set_max = cmd.max_running.has_value();
     const std::optional<int64_t> max = set_max ? *cmd.max_running : std::nullopt;
     QL_RETURN_IF_ERROR(
@@ -337,10 +338,7 @@ Result<WorkerRecord> PostgresPlacement::DrainWorker(const DrainWorkerCommand& cm
       QL_RETURN_IF_ERROR(tx.Exec("INSERT INTO ql3.worker_drains (credential_id, requested_by, "
                                  "requested_at_ms) VALUES ($1, $2, $3) ON CONFLICT "
                                  "(credential_id) DO NOTHING",
-                                 {P(id),
-                                  P(cmd.actor.principal_id.empty() ? std::string("system")
-                                                                   : cmd.actor.principal_id),
-                                  P(cmd.now_ms)})
+                                 {P(id), P(ActorName(cmd.actor)), P(cmd.now_ms)})
                              .status());
     } else {
       QL_RETURN_IF_ERROR(
@@ -358,11 +356,9 @@ namespace {
 // The live, undrained sessions, and per queued remote run: its pool, labels, project, whether
 // its pool is configured and serves the project, and whether a live worker of the pool (and
 // one with its labels) exists.
-constexpr char kWaitingSql[] =
-    "WITH live AS (SELECT s.pool, s.labels FROM ql3.worker_sessions s WHERE s.status = 'active' "
-    "AND s.expires_at_ms > (extract(epoch FROM clock_timestamp()) * 1000)::bigint AND NOT "
-    "EXISTS (SELECT 1 FROM ql3.worker_drains d WHERE d.credential_id = s.credential_id)) "
-    "SELECT r.id, e.pool, e.required_labels::text, "
+const std::string kWaitingSql =
+    std::string("WITH ") + kLiveSessionsCte +
+    " SELECT r.id, e.pool, e.required_labels::text, "
     "EXISTS (SELECT 1 FROM ql3.worker_pools p WHERE p.name = e.pool), "
     "(EXISTS (SELECT 1 FROM ql3.worker_pools p WHERE p.name = e.pool AND "
     "p.serves_all_projects) OR EXISTS (SELECT 1 FROM ql3.worker_pool_grants g WHERE g.pool = "
@@ -406,8 +402,7 @@ Result<std::vector<WaitingReason>> PostgresPlacement::ExplainWaiting(
   QL_RETURN_IF_ERROR(runtime_.Transact(
       {Isolation::kRepeatableRead, true}, "explaining waiting runs", [&](Tx& tx) -> Status {
         out.clear();
-        QL_ASSIGN_OR_RETURN(
-            Rows r, tx.Exec(std::string(kWaitingSql) + "r.id = ANY($1::text[])", {PArray(ids)}));
+        QL_ASSIGN_OR_RETURN(Rows r, tx.Exec(kWaitingSql + "r.id = ANY($1::text[])", {PArray(ids)}));
         for (int i = 0; i < r.size(); ++i) out.push_back(ReadWaiting(r, i));
         return r.status();
       }));
@@ -422,11 +417,8 @@ Result<std::vector<WaitingCount>> PostgresPlacement::CountWaiting() {
         // Grouped first, so the checks run once per pool, labels and project, not per run.
         QL_ASSIGN_OR_RETURN(
             Rows r,
-            tx.Exec("WITH live AS (SELECT s.pool, s.labels FROM ql3.worker_sessions s WHERE "
-                    "s.status = 'active' AND s.expires_at_ms > (extract(epoch FROM "
-                    "clock_timestamp()) * 1000)::bigint AND NOT EXISTS (SELECT 1 FROM "
-                    "ql3.worker_drains d WHERE d.credential_id = s.credential_id)), "
-                    "q AS (SELECT e.pool, e.required_labels, r.project_id, count(*) AS n FROM "
+            tx.Exec(std::string("WITH ") + kLiveSessionsCte +
+                    ", q AS (SELECT e.pool, e.required_labels, r.project_id, count(*) AS n FROM "
                     "ql3.runs r JOIN ql3.execution_revisions e ON e.id = r.execution_revision_id "
                     "WHERE r.status = 'queued' AND r.cancel_requested_at_ms IS NULL AND "
                     "e.executor_type = 'remote_worker' GROUP BY 1, 2, 3) "

@@ -354,6 +354,16 @@ const char kSessionColumns[] =
     "id, credential_id, generation, status, max_concurrent_runs, available_slots, version, "
     "heartbeat_at_ms, expires_at_ms, pool, labels::text, agent_version";
 
+std::map<std::string, std::string> LabelsFromText(const std::string& text) {
+  std::map<std::string, std::string> out;
+  const nlohmann::json labels = nlohmann::json::parse(text, nullptr, false);
+  if (!labels.is_object()) return out;
+  for (const auto& [key, value] : labels.items()) {
+    if (value.is_string()) out[key] = value.get<std::string>();
+  }
+  return out;
+}
+
 WorkerSessionRecord ReadSession(const Rows& r, int i, int first) {
   WorkerSessionRecord s;
   s.id = r.Text(i, first + 0);
@@ -366,12 +376,7 @@ WorkerSessionRecord ReadSession(const Rows& r, int i, int first) {
   s.heartbeat_at_ms = r.Int(i, first + 7);
   s.expires_at_ms = r.Int(i, first + 8);
   s.placement.pool = r.Text(i, first + 9);
-  const nlohmann::json labels = nlohmann::json::parse(r.Text(i, first + 10), nullptr, false);
-  if (labels.is_object()) {
-    for (const auto& [key, value] : labels.items()) {
-      if (value.is_string()) s.placement.labels[key] = value.get<std::string>();
-    }
-  }
+  s.placement.labels = LabelsFromText(r.Text(i, first + 10));
   s.agent_version = r.Text(i, first + 11);
   return s;
 }

@@ -5,6 +5,7 @@
 // clock_timestamp() read after the rows are locked. Lock order everywhere: run, lease, session.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,8 @@ namespace ql::pg {
 // The columns of a worker session row, in the order ReadSession reads them from `first` on.
 extern const char kSessionColumns[];
 WorkerSessionRecord ReadSession(const Rows& r, int i, int first);
+// Labels stored as a JSON object (labels::text, required_labels::text); anything else is none.
+std::map<std::string, std::string> LabelsFromText(const std::string& text);
 
 // The lease row a fence was verified against.
 struct VerifiedLease {
