@@ -345,6 +345,34 @@ Result<std::vector<ClaimedDelivery>> NotificationStore::ClaimDueDeliveries(const
   return out;
 }
 
+Result<OutboxRecord> NotificationStore::RenewDeliveryLease(const std::string& id,
+                                                           const std::string& owner, int64_t now_ms,
+                                                           int64_t lease_ms) {
+  QL_RETURN_IF_ERROR(ValidateId("delivery id", id));
+  QL_RETURN_IF_ERROR(RequireText("owner", owner));
+  OutboxRecord out;
+  QL_RETURN_IF_ERROR(runner_.Run(
+      NotificationTxKind::kWrite, "renew delivery lease", [&](GovernanceTx&, NotificationTx& tx) {
+        QL_ASSIGN_OR_RETURN(std::optional<OutboxRecord> row, tx.LoadOutbox(id));
+        if (!row || row->status != kDeliveryDelivering || row->lease_owner != owner) {
+          return Conflict("delivery_lease_lost",
+                          "delivery " + id + " is no longer held by " + owner);
+        }
+        // Still ours even when the lease ran out: a claimer that took it would own it now, and
+        // the update below only applies while this owner still holds it.
+        OutboxRecord next = *row;
+        next.lease_until_ms = now_ms + lease_ms;
+        QL_ASSIGN_OR_RETURN(bool done, tx.UpdateOutbox(next, kDeliveryDelivering, owner));
+        if (!done) {
+          return Conflict("delivery_lease_lost",
+                          "delivery " + id + " is no longer held by " + owner);
+        }
+        out = std::move(next);
+        return Status::Ok();
+      }));
+  return out;
+}
+
 Result<OutboxRecord> NotificationStore::RecordDelivery(const DeliveryResult& result) {
   QL_RETURN_IF_ERROR(ValidateId("delivery id", result.id));
   OutboxRecord out;

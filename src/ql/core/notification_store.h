@@ -100,6 +100,11 @@ class NotificationRepository {
   virtual Result<std::vector<ClaimedDelivery>> ClaimDueDeliveries(const std::string& owner,
                                                                   int64_t now_ms, int64_t lease_ms,
                                                                   int limit) = 0;
+  // Extends the lease of a row `owner` still holds to now + lease_ms (a sender about to send a
+  // row late in its batch, or after a pause); Conflict `delivery_lease_lost` when another
+  // claimer took it over or it was settled.
+  virtual Result<OutboxRecord> RenewDeliveryLease(const std::string& id, const std::string& owner,
+                                                  int64_t now_ms, int64_t lease_ms) = 0;
   // Records an attempt of a row `owner` still holds; Conflict `delivery_lease_lost` otherwise.
   virtual Result<OutboxRecord> RecordDelivery(const DeliveryResult& result) = 0;
   // Lists a project's rows, newest first.
@@ -226,6 +231,8 @@ class NotificationStore final : public NotificationRepository {
   Result<OutboxRecord> EnqueueDelivery(const OutboxRecord& row) override;
   Result<std::vector<ClaimedDelivery>> ClaimDueDeliveries(const std::string& owner, int64_t now_ms,
                                                           int64_t lease_ms, int limit) override;
+  Result<OutboxRecord> RenewDeliveryLease(const std::string& id, const std::string& owner,
+                                          int64_t now_ms, int64_t lease_ms) override;
   Result<OutboxRecord> RecordDelivery(const DeliveryResult& result) override;
   Result<std::vector<OutboxRecord>> ListDeliveries(const DeliveryFilter& filter) override;
   Result<OutboxRecord> GetDelivery(const std::string& project_id, const std::string& id) override;

@@ -427,6 +427,16 @@ Status NotificationDelivery::Deliver(const ClaimedDelivery& claimed) {
   if (!message.ok()) {
     reply.error = message.status().reason() + ": " + message.status().message();
   } else {
+    // A batch is sent one row after another, so a row late in a long batch (slow receivers, or
+    // a process that was paused) may be near the end of the lease its claim took. Unless two
+    // send timeouts of it are left, the lease is renewed first; when another replica has taken
+    // the row over meanwhile this one does not send it (the new holder does).
+    const int64_t before = clock_.NowMs();
+    if (!row.lease_until_ms || before + 2 * options_.send_timeout_ms > *row.lease_until_ms) {
+      QL_RETURN_IF_ERROR(store_.notifications()
+                             .RenewDeliveryLease(row.id, options_.owner, before, options_.lease_ms)
+                             .status());
+    }
     message->timeout_ms = options_.send_timeout_ms;
     reply = sender_->Send(*message);
   }

@@ -8,6 +8,8 @@
 // the claim and the record leaves the row leased; when the lease runs out any replica sends it
 // again with the same key. The loop runs on its own thread and never blocks admission or
 // dispatch; a sender that hangs is cut off by its timeout, which is shorter than the lease.
+// The rows of a batch are sent one after another: a row whose lease has less than two send
+// timeouts left is renewed before it is sent, and skipped when another replica took it over.
 
 #include <cstdint>
 #include <functional>

@@ -1,8 +1,17 @@
 #include "ql/engine/notification_delivery.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
+
+#include "ql/engine/control_service.h"
+#include "ql/engine/metrics.h"
+#include "ql/storage/sqlite/sqlite_store.h"
+#include "ql/testing/fake_clock.h"
 
 namespace ql {
 namespace {
@@ -192,6 +201,159 @@ TEST(AcceptedTest, ChatApisThatAnswer200WithAnErrorAreNotDelivered) {
   EXPECT_TRUE(Accepted("wecom", SendReply{true, 200, R"({"errcode":0,"errmsg":"ok"})", "", 1}));
   EXPECT_FALSE(Accepted("telegram", SendReply{true, 200, R"({"ok":false})", "", 1}));
   EXPECT_FALSE(Accepted("dingtalk", SendReply{true, 200, "not json", "", 1}));
+}
+
+// Two delivery loops ("replicas") over one store. The sender runs a hook inside each send, so a
+// test can move time on and let the other loop run a round while a row is on the wire.
+class DeliveryLoopTest : public ::testing::Test {
+ protected:
+  struct Sent {
+    std::string by;
+    std::string key;
+  };
+
+  class HookedSender final : public NotificationSender {
+   public:
+    HookedSender(DeliveryLoopTest& test, std::string name) : test_(test), name_(std::move(name)) {}
+    SendReply Send(const OutgoingMessage& message) override {
+      test_.sent_.push_back(Sent{name_, message.idempotency_key});
+      if (test_.during_send_) test_.during_send_(name_);
+      return SendReply{true, 204, "", "", 3};
+    }
+
+   private:
+    DeliveryLoopTest& test_;
+    std::string name_;
+  };
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/ql-deliver-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    SqliteOptions options;
+    options.path = dir_ + "/q.db";
+    store_ = std::move(SqliteStore::Open(options, clock_).value());
+    ControlService control(*store_, clock_, random_, ControlOptions{});
+    Result<ProjectRecord> project = control.EnsureDefaultProject();
+    ASSERT_TRUE(project.ok()) << project.status().ToString();
+    project_id_ = project->id;
+    CreateChannelCommand cmd;
+    cmd.channel.id = "01a24dbf-ded7-7ade-8f9e-6f24a01ecd39";
+    cmd.channel.project_id = project_id_;
+    cmd.channel.name = "ops";
+    cmd.channel.type = "webhook";
+    cmd.channel.config_json = R"({"url":"https://hooks.example/ops"})";
+    cmd.channel.created_at_ms = clock_.NowMs();
+    Result<ChannelRecord> channel = store_->notifications().CreateChannel(cmd);
+    ASSERT_TRUE(channel.ok()) << channel.status().ToString();
+    channel_id_ = channel->id;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Enqueue(int n) {
+    OutboxRecord row;
+    row.id = "01a24dbf-dee1-72cb-b70e-00000000000" + std::to_string(n);
+    row.project_id = project_id_;
+    row.channel_id = channel_id_;
+    row.event = "test";
+    row.payload_json = R"({"channel":"ops"})";
+    row.status = "pending";
+    row.next_attempt_at_ms = clock_.NowMs();
+    row.deadline_at_ms = clock_.NowMs() + 3'600'000;
+    row.created_at_ms = clock_.NowMs();
+    EXPECT_TRUE(store_->notifications().EnqueueDelivery(row).ok());
+    return row.id;
+  }
+
+  // A loop as ql-cluster makes it with --notify-timeout 1000: a lease of 3 s + 1 s.
+  std::unique_ptr<NotificationDelivery> Loop(const std::string& name) {
+    NotificationDeliveryOptions options;
+    options.owner = name;
+    options.send_timeout_ms = 1'000;
+    options.lease_ms = 4'000;
+    options.sweep_ms = 3'600'000;
+    return std::make_unique<NotificationDelivery>(
+        *store_, nullptr,
+        [this, name]() -> Result<std::unique_ptr<NotificationSender>> {
+          return std::unique_ptr<NotificationSender>(std::make_unique<HookedSender>(*this, name));
+        },
+        clock_, metrics_, options);
+  }
+
+  std::vector<std::string> KeysSentBy(const std::string& name) const {
+    std::vector<std::string> out;
+    for (const Sent& s : sent_) {
+      if (s.by == name) out.push_back(s.key);
+    }
+    return out;
+  }
+
+  std::string dir_;
+  testing::FakeClock clock_;
+  testing::SeededRandom random_{7};
+  Metrics metrics_;
+  std::unique_ptr<SqliteStore> store_;
+  std::string project_id_;
+  std::string channel_id_;
+  std::vector<Sent> sent_;
+  std::function<void(const std::string&)> during_send_;
+};
+
+// Each send takes 1.5 s, so the third row of a batch is sent after the 4 s lease its claim
+// took would have run out; replica b looks for due rows during every send of replica a. The
+// lease is renewed before that send, so b finds nothing and every row goes out once.
+TEST_F(DeliveryLoopTest, ABatchLongerThanItsLeaseRenewsItAndNoOtherReplicaSendsItsRows) {
+  const std::vector<std::string> keys = {Enqueue(1), Enqueue(2), Enqueue(3)};
+  std::unique_ptr<NotificationDelivery> a = Loop("replica-a");
+  std::unique_ptr<NotificationDelivery> b = Loop("replica-b");
+  std::vector<int> b_rounds;
+  during_send_ = [&](const std::string& who) {
+    if (who != "replica-a") return;
+    clock_.Advance(1'500);
+    Result<int> n = b->RunRound();
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    b_rounds.push_back(*n);
+  };
+  Result<int> n = a->RunRound();
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 3);
+  // b looked while each of the three rows was on the wire and took none of them.
+  EXPECT_EQ(b_rounds, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(KeysSentBy("replica-a"), keys);
+  EXPECT_TRUE(KeysSentBy("replica-b").empty());
+  for (const std::string& id : keys) {
+    Result<OutboxRecord> row = store_->notifications().GetDelivery(project_id_, id);
+    ASSERT_TRUE(row.ok()) << row.status().ToString();
+    EXPECT_EQ(row->status, "delivered");
+    EXPECT_EQ(row->attempts, 1);
+  }
+}
+
+// Replica a is paused for 10 s while its first row is on the wire; replica b takes over the
+// whole batch meanwhile and sends it. When a resumes it sends none of the rows it no longer
+// holds: only the row that was already on the wire reaches the receiver twice (same key).
+TEST_F(DeliveryLoopTest, AReplicaPausedMidBatchDoesNotSendTheRowsAnotherTookOver) {
+  const std::vector<std::string> keys = {Enqueue(1), Enqueue(2), Enqueue(3)};
+  std::unique_ptr<NotificationDelivery> a = Loop("replica-a");
+  std::unique_ptr<NotificationDelivery> b = Loop("replica-b");
+  bool paused = false;
+  during_send_ = [&](const std::string& who) {
+    if (who != "replica-a" || paused) return;
+    paused = true;
+    clock_.Advance(10'000);
+    Result<int> n = b->RunRound();
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(*n, 3);
+  };
+  Result<int> n = a->RunRound();
+  EXPECT_EQ(n.status().reason(), "delivery_lease_lost") << n.status().ToString();
+  EXPECT_EQ(KeysSentBy("replica-a"), (std::vector<std::string>{keys[0]}));
+  EXPECT_EQ(KeysSentBy("replica-b"), keys);
+  for (const std::string& id : keys) {
+    Result<OutboxRecord> row = store_->notifications().GetDelivery(project_id_, id);
+    ASSERT_TRUE(row.ok()) << row.status().ToString();
+    EXPECT_EQ(row->status, "delivered");
+    EXPECT_EQ(row->attempts, 2);
+  }
 }
 
 }  // namespace

@@ -280,6 +280,48 @@ TEST_P(NotificationContract, OneHolderAtATimeADeadHoldersRowIsTakenOverAndALateR
   QL_EXPECT_ERROR(notify().Redeliver(again, 3'600'000), StatusCode::kConflict, "delivery_pending");
 }
 
+// A holder extends its lease before a late send; the row is then not due to anyone else until
+// the new end. Once another claimer has taken a row over, or it was settled, renewing it is
+// refused and changes nothing.
+TEST_P(NotificationContract, AHolderRenewsItsLeaseAndATakenOverRowCannotBeRenewed) {
+  QL_ASSERT_OK_AND_ASSIGN(ChannelRecord ops, Channel("ops"));
+  QL_ASSERT_OK_AND_ASSIGN(TaskRevisionRecord task, PublishAs(owner_, "job"));
+  QL_ASSERT_OK(Rule(ops, "failed", std::nullopt).status());
+  QL_ASSERT_OK(Ended(task, "failed").status());
+  const int64_t t0 = Now();
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<ClaimedDelivery> a,
+                          notify().ClaimDueDeliveries("replica-a", t0, 30'000, 10));
+  ASSERT_EQ(a.size(), 1u);
+  QL_ASSERT_OK_AND_ASSIGN(OutboxRecord renewed, notify().RenewDeliveryLease(
+                                                    a[0].row.id, "replica-a", t0 + 20'000, 30'000));
+  EXPECT_EQ(renewed.lease_until_ms, t0 + 50'000);
+  EXPECT_EQ(renewed.attempts, 1);
+  // Past the first lease but within the renewed one: nobody else gets it.
+  QL_ASSERT_OK_AND_ASSIGN(std::vector<ClaimedDelivery> b,
+                          notify().ClaimDueDeliveries("replica-b", t0 + 49'999, 30'000, 10));
+  EXPECT_TRUE(b.empty());
+  // Another holder cannot renew it, and an unknown row is not anyone's.
+  QL_EXPECT_ERROR(notify().RenewDeliveryLease(a[0].row.id, "replica-b", t0 + 21'000, 30'000),
+                  StatusCode::kConflict, "delivery_lease_lost");
+  QL_EXPECT_ERROR(notify().RenewDeliveryLease(NewId(), "replica-a", t0 + 21'000, 30'000),
+                  StatusCode::kConflict, "delivery_lease_lost");
+  // Once the renewed lease ran out replica-b takes it over; replica-a's renewal is refused.
+  QL_ASSERT_OK_AND_ASSIGN(b, notify().ClaimDueDeliveries("replica-b", t0 + 50'000, 30'000, 10));
+  ASSERT_EQ(b.size(), 1u);
+  QL_EXPECT_ERROR(notify().RenewDeliveryLease(a[0].row.id, "replica-a", t0 + 50'001, 30'000),
+                  StatusCode::kConflict, "delivery_lease_lost");
+  QL_ASSERT_OK_AND_ASSIGN(OutboxRecord still, notify().GetDelivery(project().id, a[0].row.id));
+  EXPECT_EQ(still.lease_owner, "replica-b");
+  EXPECT_EQ(still.lease_until_ms, t0 + 80'000);
+  // A settled row is nobody's to renew.
+  QL_ASSERT_OK(notify()
+                   .RecordDelivery(DeliveryResult{b[0].row.id, "replica-b", true, std::nullopt, 200,
+                                                  std::nullopt, 4, t0 + 50'010})
+                   .status());
+  QL_EXPECT_ERROR(notify().RenewDeliveryLease(a[0].row.id, "replica-b", t0 + 50'020, 30'000),
+                  StatusCode::kConflict, "delivery_lease_lost");
+}
+
 // Rows of no run are purged once settled and old; rows still owed, and rows of a run (which
 // retention purges with the run), stay.
 TEST_P(NotificationContract, SettledRowsOfNoRunArePurgedWhenOld) {
