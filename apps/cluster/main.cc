@@ -28,6 +28,7 @@
 #include "../key_provider_flags.h"
 #include "database_url.h"
 #include "ql/core/clock.h"
+#include "ql/core/placement.h"
 #include "ql/secrets/store_sealer.h"
 #include "ql/storage/postgres/pg_audit.h"
 #include "ql/storage/postgres/pg_client.h"
@@ -199,12 +200,18 @@ int Catalog(const UrlSource& source) {
 struct CredentialCommand {
   UrlSource url{"", "", "QL3_ADMIN_DATABASE_URL", "--database-url"};
   std::string name;
+  std::string pool = "default";  // worker credentials: the pool its sessions register in
 };
 
 // Mints (or revokes) a credential as the admin role. A minted token is printed once, alone on
 // the last line, so scripts can take it with `tail -n 1`.
 int Credential(pg::CredentialKind kind, const CredentialCommand& command, bool revoke) {
   if (Status st = pg::ValidateCredentialName(command.name); !st.ok()) return Fail(st);
+  if (kind == pg::CredentialKind::kWorker) {
+    if (Status st = ValidatePoolName("invalid_pool", "--pool", command.pool); !st.ok()) {
+      return Fail(st);
+    }
+  }
   Result<std::string> url = ResolveDatabaseUrl(command.url);
   if (!url.ok()) return Fail(url.status());
   pg::PoolOptions options;
@@ -241,10 +248,11 @@ int Credential(pg::CredentialKind kind, const CredentialCommand& command, bool r
     return 0;
   }
   Result<pg::MintedCredential> minted =
-      pg::MintCredential(**pool, kind, command.name, SystemClock(), SecureRandom());
+      pg::MintCredential(**pool, kind, command.name, SystemClock(), SecureRandom(), command.pool);
   if (!minted.ok()) return Fail(minted.status());
   std::cout << "minted " << what << " credential " << minted->name << " (id " << minted->id
-            << "); the token is shown once and stored only as its SHA-256 digest:\n"
+            << ") for pool " << command.pool
+            << "; the token is shown once and stored only as its SHA-256 digest:\n"
             << minted->token << "\n";
   return 0;
 }
@@ -289,13 +297,18 @@ int RotateSecretKey(const RotateCommand& command) {
 }
 
 void AddCredentialCommands(CLI::App* parent, CredentialCommand& command, bool& revoke,
-                           const std::string& what) {
+                           const std::string& what, bool pooled) {
   parent->require_subcommand(1);
   for (const char* verb : {"create", "revoke"}) {
     CLI::App* sub = parent->add_subcommand(verb, std::string(verb) + " " + what);
     sub->add_option("name", command.name, "the credential's name")->required();
     AddUrlOptions(sub, command.url, "the admin role's URL (or QL3_ADMIN_DATABASE_URL)");
     if (std::string(verb) == "revoke") sub->callback([&revoke] { revoke = true; });
+    if (pooled && std::string(verb) == "create") {
+      sub->add_option("--pool", command.pool,
+                      "the worker pool this credential's worker registers in, and no other "
+                      "(default \"default\")");
+    }
   }
 }
 
@@ -406,9 +419,9 @@ int Main(int argc, char** argv) {
   CredentialCommand api_token, worker_token;
   bool api_revoke = false, worker_revoke = false;
   CLI::App* token = app.add_subcommand("token", "API credentials (as ql3_admin)");
-  AddCredentialCommands(token, api_token, api_revoke, "an API credential");
+  AddCredentialCommands(token, api_token, api_revoke, "an API credential", false);
   CLI::App* worker = app.add_subcommand("worker-token", "worker credentials (as ql3_admin)");
-  AddCredentialCommands(worker, worker_token, worker_revoke, "a worker credential");
+  AddCredentialCommands(worker, worker_token, worker_revoke, "a worker credential", true);
 
   RotateCommand rotate_command;
   CLI::App* rotate = app.add_subcommand(

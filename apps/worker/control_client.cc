@@ -24,6 +24,8 @@ Status FromHttpStatus(int http_status, std::string reason, std::string message) 
     case 400:
     case 401:
       return InvalidArgument(std::move(reason), std::move(message));
+    case 403:  // e.g. pool_not_allowed: asking again changes nothing
+      return PermissionDenied(std::move(reason), std::move(message));
     case 404:
       return NotFound(std::move(reason), std::move(message));
     case 409:
@@ -229,12 +231,13 @@ Result<json> ControlClient::Post(const std::string& path, const json& body) {
 
 Result<SessionGrant> ControlClient::Register(const RegisterRequest& request) {
   const std::string path = "/worker/v1/sessions";
-  const json body{{"capabilities", request.capabilities},
-                  {"max_concurrent_runs", request.max_concurrent_runs},
-                  {"available_slots", request.available_slots},
-                  {"software_version", request.software_version},
-                  {"pool", request.placement.pool},
-                  {"labels", request.placement.labels}};
+  json body{{"capabilities", request.capabilities},
+            {"max_concurrent_runs", request.max_concurrent_runs},
+            {"available_slots", request.available_slots},
+            {"software_version", request.software_version},
+            {"labels", request.placement.labels}};
+  // Without one the control plane registers the session in its credential's pool.
+  if (!request.placement.pool.empty()) body["pool"] = request.placement.pool;
   QL_ASSIGN_OR_RETURN(json answer, Post(path, body));
   QL_ASSIGN_OR_RETURN(SessionGrant grant, Decode<SessionGrant>(path, [&] {
                         SessionGrant g;
@@ -245,6 +248,7 @@ Result<SessionGrant> ControlClient::Register(const RegisterRequest& request) {
                         g.session_ttl_ms = answer.value("session_ttl_ms", int64_t{0});
                         g.heartbeat_interval_ms = answer.at("heartbeat_interval_ms").get<int64_t>();
                         g.lease_ttl_ms = answer.at("lease_ttl_ms").get<int64_t>();
+                        g.pool = answer.value("pool", std::string());
                         return g;
                       }));
   if (!IsCanonicalUuid(grant.session_id)) {

@@ -58,6 +58,7 @@ struct SessionGrant {
   int64_t session_ttl_ms = 0;
   int64_t heartbeat_interval_ms = 0;
   int64_t lease_ttl_ms = 0;
+  std::string pool;  // the pool the session is in: its credential's
 };
 
 // Names the session on every later call.

@@ -56,7 +56,7 @@ struct Flags {
   int64_t log_cap_bytes = 16LL * 1024 * 1024;
   int64_t drain_timeout_ms = 60'000;
   int64_t script_cache_mib = 1024;
-  std::string pool = std::string(kDefaultPool);
+  std::string pool;  // empty: the pool the worker's credential is bound to
   std::vector<std::string> labels;
   ClientTls tls;
   bool allow_insecure_http = false;
@@ -150,8 +150,10 @@ int Serve(const Flags& flags, const std::string& self_exe) {
   }
   Placement placement;
   placement.pool = flags.pool;
-  if (Status st = ValidatePoolName("invalid_pool", "--pool", flags.pool); !st.ok()) {
-    return Fail(kExitUsage, st);
+  if (!flags.pool.empty()) {
+    if (Status st = ValidatePoolName("invalid_pool", "--pool", flags.pool); !st.ok()) {
+      return Fail(kExitUsage, st);
+    }
   }
   for (const std::string& label : flags.labels) {
     Result<std::pair<std::string, std::string>> parsed =
@@ -322,8 +324,9 @@ int main(int argc, char** argv) {
   app.add_option("--script-cache-mib", flags.script_cache_mib,
                  "Script versions kept in <work-dir>/scripts for later runs, MiB (default 1024)");
   app.add_option("--pool", flags.pool,
-                 "The worker pool this worker takes runs of (default \"default\"); a pool "
-                 "serves only the projects granted to it (ql pool grant)");
+                 "The worker pool this worker takes runs of: its token's pool (ql-cluster "
+                 "worker-token create NAME --pool P), which it may name here and may not "
+                 "change; a pool serves only the projects granted to it (ql pool grant)");
   app.add_option("--label", flags.labels,
                  "KEY=VALUE a task may require of its worker (repeatable, at most 16)");
   ql::AddKeyProviderFlags(app, flags.secret_key, "", "opens the secrets of leased runs");

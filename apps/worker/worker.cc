@@ -919,9 +919,9 @@ Status Worker::Run() {
   session_lease_ttl_ms_ = grant->lease_ttl_ms;
   heartbeat_interval_ms_ = grant->heartbeat_interval_ms;
   Log("registered session " + session_.session_id + " generation " +
-      std::to_string(session_.generation) + " at " + control_.endpoint().url + " (" +
-      std::to_string(options_.slots) + " slot(s), heartbeat every " +
-      std::to_string(heartbeat_interval_ms_) + " ms, lease TTL " +
+      std::to_string(session_.generation) + " at " + control_.endpoint().url + " in pool " +
+      (grant->pool.empty() ? "default" : grant->pool) + " (" + std::to_string(options_.slots) +
+      " slot(s), heartbeat every " + std::to_string(heartbeat_interval_ms_) + " ms, lease TTL " +
       std::to_string(session_lease_ttl_ms_) + " ms)");
   std::thread heartbeat([this] { HeartbeatLoop(); });
 

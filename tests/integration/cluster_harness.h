@@ -235,12 +235,16 @@ inline std::unique_ptr<::ql::testing::PostgresServer> StartMigratedPostgres() {
 }
 
 // Mints a credential of database qinglong on `server` with `ql-cluster token|worker-token
-// create NAME` (`kind` "token" or "worker-token") and returns the token (the last line).
+// create NAME` (`kind` "token" or "worker-token"; a worker token for `pool` when given) and
+// returns the token (the last line).
 inline std::string MintCredential(const ::ql::testing::PostgresServer& server,
-                                  const std::string& kind, const std::string& name) {
-  CommandResult r = RunCommand({BinDir() + "/ql-cluster", kind, "create", name, "--database-url",
-                                server.Url("ql3_admin", "qinglong")},
-                               {"QL3_POSTGRES_ALLOW_INSECURE=true"}, 60'000);
+                                  const std::string& kind, const std::string& name,
+                                  const std::string& pool = "") {
+  std::vector<std::string> argv = {
+      BinDir() + "/ql-cluster",           kind, "create", name, "--database-url",
+      server.Url("ql3_admin", "qinglong")};
+  if (!pool.empty()) argv.insert(argv.end(), {"--pool", pool});
+  CommandResult r = RunCommand(argv, {"QL3_POSTGRES_ALLOW_INSECURE=true"}, 60'000);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   std::string out = r.out;
   while (!out.empty() && out.back() == '\n') out.pop_back();

@@ -56,8 +56,8 @@ class ClusterWorkersTest : public ::testing::Test {
   std::string Url(const std::string& role) const { return server_->Url(role, "qinglong"); }
 
   // Mints a credential with `ql-cluster token|worker-token create` and returns the token.
-  std::string Mint(const std::string& kind, const std::string& name) {
-    return MintCredential(*server_, kind, name);
+  std::string Mint(const std::string& kind, const std::string& name, const std::string& pool = "") {
+    return MintCredential(*server_, kind, name, pool);
   }
 
   std::string TokenFile(const std::string& name, const std::string& token) {
@@ -83,19 +83,29 @@ class ClusterWorkersTest : public ::testing::Test {
 
   std::string Exchange() const { return dir_.path() + "/exchange"; }
 
+  // Starts ql-worker `name` with a token minted for it: for the pool `extra` names with --pool
+  // (the default pool without one).
   std::unique_ptr<ChildProcess> StartWorker(const std::string& name, const Replica& replica,
                                             int slots = 2, const std::string& ca_file = "",
                                             const std::vector<std::string>& extra = {}) {
+    std::string pool;
+    for (size_t i = 0; i + 1 < extra.size(); ++i) {
+      if (extra[i] == "--pool") pool = extra[i + 1];
+    }
+    return StartWorkerWithToken(name, replica, Mint("worker-token", name, pool), slots, ca_file,
+                                extra);
+  }
+
+  std::unique_ptr<ChildProcess> StartWorkerWithToken(const std::string& name,
+                                                     const Replica& replica,
+                                                     const std::string& token, int slots = 2,
+                                                     const std::string& ca_file = "",
+                                                     const std::vector<std::string>& extra = {}) {
     auto worker = std::make_unique<ChildProcess>(dir_.path() + "/" + name + ".log");
-    std::vector<std::string> argv = {BinDir() + "/ql-worker",
-                                     "--control",
-                                     replica.worker_url(),
-                                     "--token-file",
-                                     TokenFile(name, Mint("worker-token", name)),
-                                     "--slots",
-                                     std::to_string(slots),
-                                     "--work-dir",
-                                     dir_.path() + "/" + name};
+    std::vector<std::string> argv = {
+        BinDir() + "/ql-worker", "--control", replica.worker_url(),  "--token-file",
+        TokenFile(name, token),  "--slots",   std::to_string(slots), "--work-dir",
+        dir_.path() + "/" + name};
     if (!ca_file.empty()) argv.insert(argv.end(), {"--ca-file", ca_file});
     // Commands run confined; they leave what a test checks in the exchange directory.
     MakeExchangeDirectory(Exchange());

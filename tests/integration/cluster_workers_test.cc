@@ -162,7 +162,8 @@ TEST_F(ClusterWorkersTest, AScriptPushedOnceRunsByteIdenticallyOnTwoWorkers) {
 // Placement (DESIGN §6.6): workers register in pools with labels; a pool serves only the
 // projects granted to it. A script pushed once runs on two workers of two pools, byte for byte;
 // a worker of a pool not granted to the run's project never receives it (the run says why it
-// waits) until the grant, and a run needing a label no worker has waits with the reason.
+// waits) until the grant, and a run needing a label no worker has waits with the reason. A
+// worker token is bound to its pool: a token of another pool cannot register in blue.
 TEST_F(ClusterWorkersTest, PoolsPlaceRunsOnlyOnWorkersOfPoolsGrantedToTheirProject) {
   Replica a("replica-a", Log("a"));
   ASSERT_TRUE(a.Start(ReplicaArgs(/*admin=*/true)));
@@ -261,6 +262,21 @@ TEST_F(ClusterWorkersTest, PoolsPlaceRunsOnlyOnWorkersOfPoolsGrantedToTheirProje
                            "project"),
             std::string::npos)
       << shown.out << shown.err;
+  // A token minted for pool `other` claims pool blue and the label the waiting run needs: the
+  // registration is refused, the worker exits, and the run is still nobody's.
+  std::unique_ptr<ChildProcess> thief =
+      StartWorkerWithToken("thief", a, Mint("worker-token", "thief", "other"), 2, "",
+                           {"--pool", "blue", "--label", "arch=arm64"});
+  const int thief_exit = thief->WaitExit(std::chrono::seconds(30));
+  EXPECT_GT(thief_exit, 0) << "a worker registered in a pool its token is not bound to";
+  EXPECT_NE(ReadFile(thief->log()).find("pool_not_allowed"), std::string::npos)
+      << ReadFile(thief->log());
+  EXPECT_EQ(Status(a, arm_run), "queued");
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.run_dispatch_leases WHERE run_id = '" + arm_run + "'"),
+            0);
+  EXPECT_EQ(Count("SELECT count(*) FROM ql3.worker_sessions s JOIN ql3.worker_credentials c ON "
+                  "c.id = s.credential_id WHERE c.name = 'thief'"),
+            0);
   // Granted to the project, the pool's worker takes the run.
   CommandResult granted = Ql(a, {"pool", "grant", "other", "--project", "default"});
   ASSERT_EQ(granted.exit_code, 0) << granted.out << granted.err;
@@ -270,11 +286,14 @@ TEST_F(ClusterWorkersTest, PoolsPlaceRunsOnlyOnWorkersOfPoolsGrantedToTheirProje
   EXPECT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_NE(listed.out.find("arch=x86,os=linux"), std::string::npos) << listed.out;
   const json workers = Api(a, "GET", "/api/v1/workers")["items"];
-  ASSERT_EQ(workers.size(), 3u) << workers;
+  ASSERT_EQ(workers.size(), 4u) << workers;
   EXPECT_EQ(workers[0].value("name", ""), "blue");
   EXPECT_EQ(workers[0].value("pool", ""), "blue");
   EXPECT_EQ(workers[0]["labels"], (json{{"arch", "x86"}, {"os", "linux"}}));
   EXPECT_EQ(workers[0].value("state", ""), "active");
+  EXPECT_EQ(workers[3].value("name", ""), "thief");
+  EXPECT_EQ(workers[3].value("pool", ""), "other");
+  EXPECT_EQ(workers[3].value("state", ""), "never_connected");
   EXPECT_EQ(Status(a, arm_run), "queued");
   EXPECT_EQ(blue->Stop(), 0);
   EXPECT_EQ(green->Stop(), 0);

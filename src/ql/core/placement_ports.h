@@ -42,6 +42,7 @@ struct PoolRecord {
 struct WorkerRecord {
   std::string id;  // the credential's id
   std::string name;
+  std::string pool = std::string(kDefaultPool);  // its credential's: where its sessions register
   int64_t created_at_ms = 0;
   std::optional<int64_t> revoked_at_ms;
   std::optional<int64_t> drained_at_ms;        // an operator's drain

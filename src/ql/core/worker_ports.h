@@ -42,7 +42,10 @@ struct RegisterSessionCommand {
   int max_concurrent_runs = 1;
   int available_slots = 0;
   int64_t ttl_ms = 0;
-  Placement placement;  // validated (ValidatePoolName, ValidatePlacementLabel)
+  // Validated (ValidatePoolName, ValidatePlacementLabel). The pool is what the worker asked
+  // for, empty when it named none: the session goes to its credential's pool, and asking for
+  // another is PermissionDenied `pool_not_allowed`.
+  Placement placement;
   std::string agent_version;
 };
 

@@ -194,7 +194,9 @@ Result<WorkerSessionRecord> WorkerService::Register(const std::string& worker_id
   c.max_concurrent_runs = max_concurrent_runs;
   c.available_slots = available_slots;
   c.ttl_ms = options_.session_ttl_ms;
-  QL_RETURN_IF_ERROR(ValidatePoolName("invalid_argument", "pool", placement.pool));
+  if (!placement.pool.empty()) {
+    QL_RETURN_IF_ERROR(ValidatePoolName("invalid_argument", "pool", placement.pool));
+  }
   for (const auto& [key, value] : placement.labels) {
     QL_RETURN_IF_ERROR(ValidatePlacementLabel("invalid_argument", "labels", key, value));
   }

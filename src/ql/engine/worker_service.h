@@ -136,8 +136,9 @@ class WorkerService {
   // NotFound `unauthorized` otherwise. Thread-safe.
   Result<std::string> Authenticate(std::string_view token);
 
-  // `placement` is the pool and labels the worker offers (validated by the caller's parser);
-  // `agent_version` is cut to 64 bytes.
+  // `placement` is the pool the worker asks for (empty: its credential's; another than its
+  // credential's is PermissionDenied `pool_not_allowed`) and the labels it offers (validated by
+  // the caller's parser); `agent_version` is cut to 64 bytes.
   Result<WorkerSessionRecord> Register(const std::string& worker_id,
                                        const nlohmann::json& capabilities, int max_concurrent_runs,
                                        int available_slots, const Placement& placement = {},

@@ -105,6 +105,7 @@ json PoolJson(const PoolRecord& p) {
 json WorkerJson(const WorkerRecord& w) {
   json out = {{"id", w.id},
               {"name", w.name},
+              {"pool", w.pool},
               {"created_at", TimeJson(w.created_at_ms)},
               {"revoked", w.revoked_at_ms.has_value()},
               {"drained", w.drained_at_ms.has_value()},
@@ -117,7 +118,6 @@ json WorkerJson(const WorkerRecord& w) {
   if (w.session.has_value()) {
     const WorkerSessionRecord& s = *w.session;
     state = w.live ? s.status : (s.status == "active" ? "expired" : s.status);
-    out["pool"] = s.placement.pool;
     out["labels"] = s.placement.labels;
     out["version"] = s.agent_version;
     out["slots"] = s.max_concurrent_runs;
@@ -126,7 +126,6 @@ json WorkerJson(const WorkerRecord& w) {
     out["session_id"] = s.id;
     out["generation"] = s.generation;
   } else {
-    out["pool"] = nullptr;
     out["labels"] = json::object();
     out["version"] = nullptr;
     out["slots"] = 0;

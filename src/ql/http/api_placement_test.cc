@@ -116,6 +116,7 @@ class ApiPlacementTest : public ::testing::Test {
     WorkerRecord worker;
     worker.id = Id();
     worker.name = "w1";
+    worker.pool = "gpu";
     worker.created_at_ms = clock_.NowMs();
     WorkerSessionRecord session;
     session.id = Id();

@@ -357,10 +357,13 @@ struct WorkerApiServer::Impl {
                int slots, SmallInteger(body, "available_slots", 0, kMaxConcurrentRunsPerSession));
            QL_ASSIGN_OR_RETURN(std::optional<std::string> version,
                                api::OptionalString(body, "software_version"));
+           // The pool is the credential's; a worker may name it (and is refused another).
            Placement offered;
            QL_ASSIGN_OR_RETURN(std::optional<std::string> pool, api::OptionalString(body, "pool"));
-           if (pool.has_value()) offered.pool = *pool;
-           QL_RETURN_IF_ERROR(ValidatePoolName("invalid_argument", "pool", offered.pool));
+           offered.pool = pool.value_or("");
+           if (pool.has_value()) {
+             QL_RETURN_IF_ERROR(ValidatePoolName("invalid_argument", "pool", offered.pool));
+           }
            if (body.contains("labels")) {
              QL_ASSIGN_OR_RETURN(offered.labels, ParsePlacementLabels("invalid_argument", "labels",
                                                                       body.at("labels")));

@@ -87,7 +87,7 @@ Result<UpgradeData> MakeUpgradeData(const std::string& executor_type) {
         "R3", "R4",  "R5",  "R6",  "R7",  "R8",  "R9",  "R10", "A1",  "A2",  "A3",  "A4",
         "A5", "A6",  "A7",  "A8",  "A9",  "A10", "U1",  "U2",  "U3",  "K1",  "K2",  "K3",
         "K4", "AR1", "AR2", "AR3", "AR4", "AD2", "AD4", "AA2", "AA4", "RC2", "RC4", "AU1",
-        "N1", "NR1", "O1",  "W1",  "WS1", "OF1", "C1",  "C2"}) {
+        "N1", "NR1", "O1",  "W1",  "WS1", "OF1", "C1",  "C2",  "W2",  "WS2", "W3"}) {
     std::string tail = std::to_string(++n);
     d.v[name] = "0190a000-0000-7000-8000-" + std::string(12 - tail.size(), '0') + tail;
   }
@@ -141,7 +141,8 @@ Result<UpgradeData> MakeUpgradeData(const std::string& executor_type) {
   d.tokens = {{"K1", "qlt_upgrade_owner_token"},        {"K2", "qlt_upgrade_revoked_token"},
               {"K3", "qls_upgrade_panel_session"},      {"K4", "qls_upgrade_restricted_session"},
               {"C1", "qlt_upgrade_cluster_credential"}, {"C2", "qlt_upgrade_revoked_credential"},
-              {"W1", "qlw_upgrade_worker_credential"},  {"OF1", "qll_upgrade_lease_token"}};
+              {"W1", "qlw_upgrade_worker_credential"},  {"OF1", "qll_upgrade_lease_token"},
+              {"W2", "qlw_upgrade_gpu_worker"},         {"W3", "qlw_upgrade_bound_worker"}};
   for (const auto& [name, token] : d.tokens) d.v[name + "D"] = Sha256Hex(token);
   d.v["SETUPD"] = Sha256Hex("setup-code");
   d.v["STATED"] = Sha256Hex("oidc-state");

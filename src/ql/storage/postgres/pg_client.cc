@@ -345,6 +345,7 @@ constexpr ConstraintRule kCheckRules[] = {
     {"trigger_schedules_claim_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"trigger_schedules_state_version_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"worker_credentials_name_check", StatusCode::kInvalidArgument, "invalid_credential_name"},
+    {"worker_credentials_pool_check", StatusCode::kInvalidArgument, "invalid_pool"},
     {"worker_credentials_token_digest_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"worker_sessions_capabilities_check", StatusCode::kInvalidArgument, "constraint_violated"},
     {"worker_sessions_generation_check", StatusCode::kInvalidArgument, "constraint_violated"},

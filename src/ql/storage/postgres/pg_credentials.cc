@@ -5,6 +5,7 @@
 #include "ql/core/digest.h"
 #include "ql/core/governance_store.h"
 #include "ql/core/ids.h"
+#include "ql/core/placement.h"
 #include "ql/storage/postgres/pg_governance.h"
 
 namespace ql::pg {
@@ -28,11 +29,23 @@ Status ValidateCredentialName(const std::string& name) {
 }
 
 Result<MintedCredential> MintCredential(Pool& admin, CredentialKind kind, const std::string& name,
-                                        Clock& clock, RandomSource& random) {
+                                        Clock& clock, RandomSource& random,
+                                        const std::string& pool) {
   QL_RETURN_IF_ERROR(ValidateCredentialName(name));
+  if (kind == CredentialKind::kWorker) {
+    QL_RETURN_IF_ERROR(ValidatePoolName("invalid_pool", "pool", pool));
+  }
   MintedCredential minted{NewUuidV7(clock.NowMs(), random), name, "ql3_" + RandomHex(random, 32)};
   const std::string digest = Sha256Hex(minted.token);
   QL_RETURN_IF_ERROR(admin.Transact({}, "minting a credential", [&](Tx& tx) {
+    if (kind == CredentialKind::kWorker) {
+      return tx
+          .Exec(
+              "INSERT INTO ql3.worker_credentials (id, name, token_digest, created_at_ms, pool) "
+              "VALUES ($1, $2, $3, $4, $5)",
+              {P(minted.id), P(name), P(digest), P(clock.NowMs()), P(pool)})
+          .status();
+    }
     return tx
         .Exec(std::string("INSERT INTO ") + Table(kind) +
                   " (id, name, token_digest, created_at_ms) VALUES ($1, $2, $3, $4)",

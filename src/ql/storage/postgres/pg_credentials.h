@@ -25,8 +25,11 @@ struct MintedCredential {
 Status ValidateCredentialName(const std::string& name);
 
 // Mints a credential through the admin pool. Duplicate `name_duplicate` when the name is taken.
+// A worker credential is bound to `pool` (ValidatePoolName: InvalidArgument `invalid_pool`): its
+// sessions register there and nowhere else. API credentials have no pool.
 Result<MintedCredential> MintCredential(Pool& admin, CredentialKind kind, const std::string& name,
-                                        Clock& clock, RandomSource& random);
+                                        Clock& clock, RandomSource& random,
+                                        const std::string& pool = "default");
 
 // Revokes the named credential (admin pool); NotFound `credential_not_found`.
 Status RevokeCredential(Pool& admin, CredentialKind kind, const std::string& name, Clock& clock);

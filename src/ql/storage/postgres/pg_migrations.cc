@@ -457,6 +457,13 @@ std::span<const SchemaCapability> CapabilitySteps() {
        R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":1,)"
        R"("worker_sessions":3})",
        "pg-0028-worker-placement"},
+      {kControlCore, 27,
+       R"({"approvals":2,"artifacts":1,"attempts":1,"definitions":6,"dispatch_leases":2,)"
+       R"("events":2,"governance":3,"migration_markers":1,"notifications":1,"placement":1,)"
+       R"("projects":1,"retention":1,"retry_policies":3,"run_logs":1,"runs":5,)"
+       R"("schedule_claims":2,"schedules":1,"secrets":1,"worker_credentials":2,)"
+       R"("worker_sessions":3})",
+       "pg-0029-worker-credential-pools"},
   };
   return kSteps;
 }

@@ -94,6 +94,8 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0027-artifacts", "8ab36bfd50ae796dce4eaf08e35abf67e922d5d32ac05009046bb2ec9e227111"},
       {"pg-0028-worker-placement",
        "da26ca80ad943c1170d142aa953e9fb5b07fc43f2a0822de8daf698256223f67"},
+      {"pg-0029-worker-credential-pools",
+       "60c89ab99a51a62cdd1810984a16a5b403de8dbabc2de7aa788a16daccbe4c73"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

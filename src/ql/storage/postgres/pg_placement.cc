@@ -252,7 +252,7 @@ Result<std::vector<WorkerRecord>> PostgresPlacement::ReadWorkers(
         out.clear();
         QL_ASSIGN_OR_RETURN(
             Rows rows, tx.Exec("SELECT c.id, c.name, c.created_at_ms, c.revoked_at_ms, "
-                               "d.requested_at_ms FROM ql3.worker_credentials c LEFT JOIN "
+                               "d.requested_at_ms, c.pool FROM ql3.worker_credentials c LEFT JOIN "
                                "ql3.worker_drains d ON d.credential_id = c.id WHERE $1::text IS "
                                "NULL OR c.name = $1 OR c.id = $1 ORDER BY c.name",
                                {P(name_or_id)}));
@@ -263,6 +263,7 @@ Result<std::vector<WorkerRecord>> PostgresPlacement::ReadWorkers(
           w.created_at_ms = rows.Int(i, 2);
           w.revoked_at_ms = OptionalInt(rows, i, 3);
           w.drained_at_ms = OptionalInt(rows, i, 4);
+          w.pool = rows.Text(i, 5);
           out.push_back(std::move(w));
         }
         return rows.status();
@@ -327,13 +328,17 @@ Result<WorkerRecord> PostgresPlacement::DrainWorker(const DrainWorkerCommand& cm
   QL_RETURN_IF_ERROR(admin->Transact({}, "draining a worker", [&](Tx& tx) -> Status {
     std::unique_ptr<GovernanceTx> gov = NewGovernanceTx(tx);
     QL_RETURN_IF_ERROR(Fence(*gov, cmd.fence));
-    QL_ASSIGN_OR_RETURN(Rows found, tx.Exec("SELECT id FROM ql3.worker_credentials WHERE name = "
-                                            "$1 OR id = $1 ORDER BY (name = $1) DESC LIMIT 1 "
-                                            "FOR KEY SHARE",
-                                            {P(cmd.worker)}));
+    QL_ASSIGN_OR_RETURN(Rows found,
+                        tx.Exec("SELECT id, pool FROM ql3.worker_credentials WHERE name = $1 OR "
+                                "id = $1 ORDER BY (name = $1) DESC LIMIT 1 FOR KEY SHARE",
+                                {P(cmd.worker)}));
     if (found.empty()) return NotFound("worker_not_found", "no worker " + cmd.worker);
     id = found.Text(0, 0);
+    const std::string pool = found.Text(0, 1);
     QL_RETURN_IF_ERROR(found.status());
+    // The worker's sessions are in its credential's pool: a drain waits for that pool's pulls in
+    // flight, and every pull after it reads the drain under the lock (ChooseRuns).
+    QL_RETURN_IF_ERROR(LockPool(tx, pool));
     if (cmd.drain) {
       QL_RETURN_IF_ERROR(tx.Exec("INSERT INTO ql3.worker_drains (credential_id, requested_by, "
                                  "requested_at_ms) VALUES ($1, $2, $3) ON CONFLICT "

@@ -59,6 +59,7 @@ using pg::testing::kApiCredentialsSql;
 using pg::testing::kApprovalsSql;
 using pg::testing::kArtifactsSql;
 using pg::testing::kCompactRunSql;
+using pg::testing::kCredentialPoolsSql;
 using pg::testing::kEvidenceSql;
 using pg::testing::kGovernanceSql;
 using pg::testing::kLogsSql;
@@ -534,8 +535,22 @@ const std::vector<Kind>& Kinds() {
          QL_ASSERT_OK_AND_ASSIGN(auto worker, u.store.placement().GetWorker("host-7"));
          EXPECT_TRUE(worker.drained_at_ms.has_value());
          ASSERT_TRUE(worker.session.has_value());
-         // Sessions from before placement are in the default pool, without labels.
+         // Sessions from before placement are in the default pool, without labels, and so is
+         // their credential.
          EXPECT_EQ(worker.session->placement.pool, "default");
+         EXPECT_EQ(worker.pool, "default");
+         // A credential keeps the pool of its newest session.
+         QL_ASSERT_OK_AND_ASSIGN(auto gpu_host, u.store.placement().GetWorker("gpu-host"));
+         EXPECT_EQ(gpu_host.pool, "gpu");
+         ASSERT_TRUE(gpu_host.session.has_value());
+         EXPECT_EQ(gpu_host.session->placement.labels,
+                   (std::map<std::string, std::string>{{"cuda", "12"}}));
+       }},
+      {"pg-0029-worker-credential-pools", [](const Data& d) { return Sql(kCredentialPoolsSql, d); },
+       [](Upgraded& u, const Data&) {
+         QL_ASSERT_OK_AND_ASSIGN(auto batch, u.store.placement().GetWorker("batch-host"));
+         EXPECT_EQ(batch.pool, "batch");
+         EXPECT_FALSE(batch.session.has_value());
        }},
   };
   return kinds;

@@ -367,16 +367,31 @@ VALUES ('${R9}', 1, 'run.created', 'user', NULL, '{}', 1779970000000),
 
 // Artifacts: three uploaded blobs (F3 cut into two chunks), the file script `hello` at version 2
 // and the tree script `tools` (deleted) whose manifest M names F1 and F2.
-// Placement (pg-0028): a pool granted to the project with limits, and a drained worker.
+// Placement (pg-0028): a pool granted to the project with limits, a drained worker, and a worker
+// whose newest session is in pool gpu (pg-0029 binds its credential there).
 inline constexpr char kPlacementSql[] = R"sql(
 INSERT INTO ql3.worker_pools (name, serves_all_projects, max_running, version, created_at_ms,
                               updated_at_ms)
 VALUES ('gpu', false, 8, 2, 1779980000000, 1779981000000);
+INSERT INTO ql3.worker_credentials (id, name, token_digest, created_at_ms, revoked_at_ms)
+VALUES ('${W2}', 'gpu-host', '${W2D}', 1779980000000, NULL);
+INSERT INTO ql3.worker_sessions (id, credential_id, generation, status, capabilities_json,
+                                 max_concurrent_runs, available_slots, version, heartbeat_at_ms,
+                                 expires_at_ms, created_at_ms, updated_at_ms, pool, labels,
+                                 agent_version)
+VALUES ('${WS2}', '${W2}', 1, 'offline', '{}', 2, 0, 3, 1779981000000, 1779981030000,
+        1779980500000, 1779981000000, 'gpu', '{"cuda": "12"}', 'ql-worker 0.1.0');
 INSERT INTO ql3.worker_pool_grants (pool, project_id, max_running, weight, created_by,
                                     created_at_ms, updated_at_ms)
 VALUES ('gpu', '${P}', 3, 2, '${U1}', 1779980000000, 1779980000000);
 INSERT INTO ql3.worker_drains (credential_id, requested_by, requested_at_ms)
 VALUES ('${W1}', '${U1}', 1779982000000);
+)sql";
+
+// Worker credential pools (pg-0029): a credential bound to pool batch that never registered.
+inline constexpr char kCredentialPoolsSql[] = R"sql(
+INSERT INTO ql3.worker_credentials (id, name, token_digest, created_at_ms, revoked_at_ms, pool)
+VALUES ('${W3}', 'batch-host', '${W3D}', 1779985000000, NULL, 'batch');
 )sql";
 
 inline constexpr char kArtifactsSql[] = R"sql(

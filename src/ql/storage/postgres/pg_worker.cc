@@ -207,8 +207,12 @@ Result<std::vector<std::pair<std::string, std::string>>> ChooseRuns(
       "r.cancel_requested_at_ms IS NULL AND r.project_id > p.id ORDER BY r.project_id "
       "LIMIT 1) FROM p WHERE p.id IS NOT NULL) SELECT id FROM p WHERE id IS NOT NULL",
       {}};
-  tx.Prefetch({lock, pool_row, grant_rows, live_rows, queued_rows});
+  tx.Prefetch({lock, drain, pool_row, grant_rows, live_rows, queued_rows});
   QL_RETURN_IF_ERROR(tx.Exec(lock.sql, lock.params).status());
+  // A drain takes the lock exclusively too: one committed before the lock was had is seen here.
+  QL_ASSIGN_OR_RETURN(Rows drained_now, tx.Exec(drain.sql, drain.params));
+  QL_RETURN_IF_ERROR(drained_now.status());
+  if (!drained_now.empty()) return out;
   QL_ASSIGN_OR_RETURN(Rows pool, tx.Exec(pool_row.sql, pool_row.params));
   QL_ASSIGN_OR_RETURN(Rows grants, tx.Exec(grant_rows.sql, grant_rows.params));
   QL_ASSIGN_OR_RETURN(Rows live, tx.Exec(live_rows.sql, live_rows.params));
@@ -470,6 +474,26 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::RegisterSession(
         tx.Exec("SELECT pg_advisory_xact_lock(hashtextextended('ql3.worker:' || $1, 0))",
                 {P(c.worker_id)})
             .status());
+    // The credential decides the pool: a worker that names another is refused, one that names
+    // none registers in its credential's.
+    QL_ASSIGN_OR_RETURN(Rows bound,
+                        tx.Exec("SELECT pool FROM ql3.worker_credentials WHERE id = $1 AND "
+                                "revoked_at_ms IS NULL",
+                                {P(c.worker_id)}));
+    if (bound.empty()) {
+      QL_RETURN_IF_ERROR(bound.status());
+      return NotFound("unauthorized", "the worker token is unknown or revoked");
+    }
+    const std::string pool = bound.Text(0, 0);
+    QL_RETURN_IF_ERROR(bound.status());
+    if (!c.placement.pool.empty() && c.placement.pool != pool) {
+      return PermissionDenied("pool_not_allowed",
+                              "this worker's credential is bound to pool '" + pool +
+                                  "'; it cannot register in pool '" + c.placement.pool +
+                                  "' (mint a token for that pool with ql-cluster worker-token "
+                                  "create NAME --pool " +
+                                  c.placement.pool + ")");
+    }
     QL_ASSIGN_OR_RETURN(int64_t now, DatabaseNow(tx));
     QL_ASSIGN_OR_RETURN(Rows last, tx.Exec("SELECT coalesce(max(generation), 0) FROM "
                                            "ql3.worker_sessions WHERE credential_id = $1",
@@ -499,9 +523,8 @@ Result<WorkerSessionRecord> PostgresWorkerSessions::RegisterSession(
                             "RETURNING ") +
                     kSessionColumns,
                 {P(c.session_id), P(c.worker_id), P(generation), P(c.capabilities_json),
-                 P(c.max_concurrent_runs), P(c.available_slots), P(now), P(now + c.ttl_ms),
-                 P(c.placement.pool), P(nlohmann::json(c.placement.labels).dump()),
-                 P(c.agent_version)}));
+                 P(c.max_concurrent_runs), P(c.available_slots), P(now), P(now + c.ttl_ms), P(pool),
+                 P(nlohmann::json(c.placement.labels).dump()), P(c.agent_version)}));
     QL_RETURN_IF_ERROR(rows.ExpectRows(1));
     out = ReadSession(rows, 0, 0);
     return rows.status();

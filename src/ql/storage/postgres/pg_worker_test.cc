@@ -110,9 +110,11 @@ class PgWorkerTest : public ::testing::Test {
     Open(options);
   }
 
+  // A worker whose credential is minted for the pool it registers in.
   Worker NewWorker(const std::string& name, int slots = 4, const Placement& placement = {}) {
-    Result<pg::MintedCredential> minted = pg::MintCredential(
-        *store_->admin_pool(), pg::CredentialKind::kWorker, name, SystemClock(), random_);
+    Result<pg::MintedCredential> minted =
+        pg::MintCredential(*store_->admin_pool(), pg::CredentialKind::kWorker, name, SystemClock(),
+                           random_, placement.pool);
     EXPECT_TRUE(minted.ok()) << minted.status().ToString();
     Worker w;
     w.token = minted->token;
@@ -1453,6 +1455,32 @@ TEST_F(PgWorkerTest, ADrainedWorkerIsGrantedNothingUntilResumed) {
   EXPECT_TRUE(Fails(Drain("nobody", true), "worker_not_found"));
 }
 
+// A pull in flight holds its pool's lock (shared). `ql worker drain` waits for it, and once the
+// drain has returned no pull of that worker is granted a run.
+TEST_F(PgWorkerTest, ADrainWaitsForThePullsInFlightOfItsPool) {
+  const std::string run = StartRun(PublishTask("true"));
+  Worker w = NewWorker("w1");
+  auto conn = pg::Connection::Open(PgTestCluster::Get().Url(pg::kMigrationRole, db_), {});
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  pg::Connection& barrier = **conn;
+  ASSERT_TRUE(barrier.Exec("BEGIN", {}, "barrier").ok());
+  ASSERT_TRUE(barrier
+                  .Exec("SELECT pg_advisory_xact_lock_shared(hashtextextended('ql3.pool:' || "
+                        "$1, 0))",
+                        {pg::P(std::string("default"))}, "barrier")
+                  .ok());
+  auto drained = std::async(std::launch::async, [&] { return Drain("w1", true); });
+  const bool done_while_held =
+      drained.wait_for(std::chrono::milliseconds(1500)) == std::future_status::ready;
+  ASSERT_TRUE(barrier.Exec("COMMIT", {}, "barrier").ok());
+  EXPECT_FALSE(done_while_held) << "the drain returned while a pull of its pool was in flight";
+  Result<WorkerRecord> done = drained.get();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_TRUE(done->drained_at_ms.has_value());
+  EXPECT_TRUE(PullRuns(w, 4).empty()) << "a drained worker was granted a run";
+  EXPECT_EQ(Run(run).status, "queued");
+}
+
 TEST_F(PgWorkerTest, AWaitingRunSaysWhichWorkerIsMissingAndWorkersShowWhatTheyRun) {
   const std::string project = DefaultProject();
   const std::string other = NewProject("other");
@@ -1525,6 +1553,47 @@ TEST_F(PgWorkerTest, AWaitingRunSaysWhichWorkerIsMissingAndWorkersShowWhatTheyRu
   EXPECT_EQ(by_name["gpu-1"].session->placement.pool, "gpu");
   EXPECT_EQ(store_->placement().GetWorker("plain-1").value().running_run_ids,
             std::vector<std::string>{eligible});
+}
+
+// The credential decides the pool. A token minted for pool blue cannot register in pool gpu
+// (granted to another project) and so never pulls that project's runs; without a pool it
+// registers in blue; naming blue works too.
+TEST_F(PgWorkerTest, AWorkerCredentialRegistersOnlyInThePoolItWasMintedFor) {
+  const std::string other = NewProject("other");
+  ASSERT_TRUE(Grant("gpu", other).ok());
+  const std::string gpu_run = StartRunIn("other", PublishIn("other", json{{"pool", "gpu"}}));
+  Result<pg::MintedCredential> minted = pg::MintCredential(
+      *store_->admin_pool(), pg::CredentialKind::kWorker, "blue-1", SystemClock(), random_, "blue");
+  ASSERT_TRUE(minted.ok()) << minted.status().ToString();
+  Worker blue;
+  blue.token = minted->token;
+  blue.id = service_->Authenticate(blue.token).value();
+
+  Result<WorkerSessionRecord> refused =
+      service_->Register(blue.id, json::object(), 4, 4, Place("gpu"), kAgentVersion);
+  EXPECT_TRUE(Fails(refused, "pool_not_allowed"));
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("bound to pool 'blue'"), std::string::npos)
+      << refused.status().ToString();
+  // Nothing was registered: the worker has no session, and the gpu run still waits.
+  WorkerRecord listed = store_->placement().GetWorker("blue-1").value();
+  EXPECT_EQ(listed.pool, "blue");
+  EXPECT_FALSE(listed.session.has_value());
+
+  Register(blue, 4, Place("", {{"zone", "a"}}));
+  WorkerRecord registered = store_->placement().GetWorker("blue-1").value();
+  ASSERT_TRUE(registered.session.has_value());
+  EXPECT_EQ(registered.session->placement, Place("blue", {{"zone", "a"}}));
+  EXPECT_TRUE(PullRuns(blue, 4).empty()) << "a blue worker pulled a run of pool gpu";
+  EXPECT_EQ(Run(gpu_run).status, "queued");
+  Register(blue, 4, Place("blue"));
+  EXPECT_EQ(store_->placement().GetWorker("blue-1").value().session->generation, 2);
+
+  // A pool name the store would refuse is refused before anything is written.
+  EXPECT_TRUE(Fails(pg::MintCredential(*store_->admin_pool(), pg::CredentialKind::kWorker, "bad-1",
+                                       SystemClock(), random_, "Bad"),
+                    "invalid_pool"));
+  EXPECT_TRUE(Fails(store_->placement().GetWorker("bad-1"), "worker_not_found"));
 }
 
 }  // namespace

@@ -1,0 +1,16 @@
+-- A worker credential is bound to one pool (docs/worker-protocol.md "Pools and labels"): the
+-- operator names it when minting the token (`ql-cluster worker-token create NAME --pool P`), and
+-- a session registers in that pool only, so holding one worker token never reaches the runs and
+-- sealed secrets of projects served by another pool. A credential that registered before keeps
+-- the pool of its newest session; one that never did is in the default pool.
+
+ALTER TABLE ql3.worker_credentials ADD COLUMN pool text NOT NULL DEFAULT 'default';
+ALTER TABLE ql3.worker_credentials
+  ADD CONSTRAINT worker_credentials_pool_check CHECK (pool ~ '^[a-z0-9][a-z0-9_-]{0,62}$');
+
+UPDATE ql3.worker_credentials c
+   SET pool = s.pool
+  FROM (SELECT DISTINCT ON (credential_id) credential_id, pool
+          FROM ql3.worker_sessions
+         ORDER BY credential_id, generation DESC) s
+ WHERE s.credential_id = c.id;
