@@ -1168,6 +1168,75 @@ def scripts_page(server, panel):
     panel.shoot("scripts")
 
 
+def task_by_name(server, name):
+    items = api(server, "GET", "/api/v1/tasks?limit=200")["items"]
+    found = [t for t in items if t["name"] == name]
+    check(found, f"no task {name} among {[t['name'] for t in items]}")
+    return api(server, "GET", f"/api/v1/tasks/{found[0]['id']}")
+
+
+def script_task_form(server, panel):
+    """The task form with a script command, signed in as the owner. The task pinned to version 1
+    opens with its script and version chosen; a save that changes only the timeout keeps the pin
+    (and, on a cluster, the pool and worker labels given in the form); choosing Latest repins it;
+    a new task made in the form runs the script with its arguments at the latest version."""
+    latest = api(server, "GET", "/api/v1/scripts/panel-hello")["latest_version"]
+    v1 = api(server, "GET", "/api/v1/scripts/panel-hello?version=1")["version"]["digest"]
+    task = task_by_name(server, "panel-script-task")
+    panel.go(f"/tasks/{task['id']}/edit?project=default")
+    wait_until(lambda: panel.one("#task-kind").get_attribute("value") == "script", "the script kind chosen")
+    check(panel.one("#task-script").get_attribute("value") == "panel-hello", "the task's script is not chosen")
+    wait_until(lambda: panel.one("#task-script-version").get_attribute("value") == "1",
+               "the pinned version 1 chosen")
+    versions = [o.get_attribute("value") for o in Select(panel.one("#task-script-version")).options]
+    check(versions == [""] + [str(v) for v in range(latest, 0, -1)],
+          f"the version choices are {versions}, not Latest and {latest}..1")
+    check(panel.one("#task-shell").is_displayed() is False, "the shell field shows for a script task")
+    panel.fill("#task-timeout", "45")
+    cluster = server.args.server == "cluster"
+    if cluster:
+        panel.fill("#task-pool", "panel-gpu")
+        panel.fill("#task-worker-labels", "cuda=12")
+    else:
+        check(not panel.css("#task-placement"), "ql-local's task form asks where a run goes")
+    panel.shoot("task-script-form", show="#task-kind")
+    panel.one("#task-save").click()
+    panel.wait_text("h1", "panel-script-task")
+    saved = task_by_name(server, "panel-script-task")
+    command = saved["spec"]["command"]
+    check(command["kind"] == "script" and command["version"] == 1 and command["digest"] == v1,
+          f"a save of the timeout changed the pin: {command}")
+    check(saved["spec"]["timeoutMs"] == 45000, f"the timeout saved is {saved['spec'].get('timeoutMs')}")
+    if cluster:
+        check(saved["spec"].get("placement") == {"pool": "panel-gpu", "labels": {"cuda": "12"}},
+              f"the placement saved is {saved['spec'].get('placement')}")
+        panel.wait_text("#task-placement-fact", "pool panel-gpu · cuda=12")
+    # Latest repins it; the pool and labels stay.
+    panel.go(f"/tasks/{task['id']}/edit?project=default")
+    wait_until(lambda: panel.one("#task-script-version").get_attribute("value") == "1", "version 1 chosen")
+    Select(panel.one("#task-script-version")).select_by_value("")
+    panel.one("#task-save").click()
+    wait_until(lambda: task_by_name(server, "panel-script-task")["spec"]["command"]["version"] == latest,
+               f"the task repinned to version {latest}")
+    if cluster:
+        check(task_by_name(server, "panel-script-task")["spec"].get("placement", {}).get("pool") == "panel-gpu",
+              "a repin in the form dropped the pool")
+    # A new task running the script with arguments.
+    panel.go("/tasks/new?project=default")
+    panel.fill("#task-name", "panel-script-new")
+    Select(panel.one("#task-kind")).select_by_value("script")
+    wait_until(lambda: "panel-hello" in [o.get_attribute("value") for o in Select(panel.one("#task-script")).options],
+               "panel-hello among the scripts")
+    Select(panel.one("#task-script")).select_by_value("panel-hello")
+    wait_until(lambda: len(Select(panel.one("#task-script-version")).options) == latest + 1, "its versions listed")
+    panel.fill("#task-script-args", "a\nb c")
+    panel.one("#task-save").click()
+    panel.wait_text("h1", "panel-script-new")
+    made = task_by_name(server, "panel-script-new")["spec"]["command"]
+    check(made["script"] == "panel-hello" and made["version"] == latest and made["args"] == ["a", "b c"]
+          and made["interpreter"] == "sh", f"the new script task is {made}")
+
+
 def workers_page(server, panel):
     """Workers, signed in as the owner. ql-local: the page says it runs every task itself. A
     cluster: its worker with state, pool, labels and slots, drained and resumed; the pools, one
@@ -1394,6 +1463,7 @@ def scenario(server, panel):
     approval_id = secrets_and_approvals(server, panel)
     panel.collect_console()
     scripts_page(server, panel)
+    script_task_form(server, panel)
     workers_page(server, panel)
     panel.collect_console()
     if server.args.server == "local":

@@ -340,6 +340,18 @@ async function renderTask(ctx) {
                           {version: spec.command.version}, {class: 'script-link'})
                     ] :
                     null,
+                spec.placement ?
+                    [
+                      t('Where it runs'), h('span', {
+                        id: 'task-placement-fact',
+                        text: [
+                          t('pool {pool}', {pool: spec.placement.pool || 'default'}),
+                          ...Object.entries(spec.placement.labels || {}).map(([k,
+                                                                               v]) => `${k}=${v}`)
+                        ].join(' · ')
+                      })
+                    ] :
+                    null,
                 [t('Environment'), envList(spec.environment)],
                 [
                   t('Working directory'),
@@ -441,6 +453,20 @@ function linesToMap(text, what) {
 
 const mapToLines = (m) => Object.entries(m || {}).map(([k, v]) => `${k}=${v}`).join('\n');
 
+// The interpreter a script's entry gets by its extension (as the server picks it), or null.
+function interpreterOf(entry) {
+  const ext = (entry || '').toLowerCase().match(/\.[a-z]+$/)?.[0];
+  return {
+    '.js': 'node',
+    '.mjs': 'node',
+    '.cjs': 'node',
+    '.py': 'python3',
+    '.sh': 'sh',
+    '.bash': 'bash'
+  }[ext] ||
+      null;
+}
+
 // Splits a spec's environment into the plain entries and the secret ones as VAR=NAME[@VERSION]
 // lines (a ref that cannot be read stays a plain entry, as stored).
 function splitEnvironment(env) {
@@ -489,6 +515,12 @@ async function renderForm(ctx, task) {
   }
   const spec = task?.spec || {};
   const cmd = spec.command || {kind: 'shell', command: '', shell: '/bin/sh'};
+  // The project's scripts (for a script command) and whether runs go to remote workers (then
+  // the form says where a run may go).
+  const [scriptList, status] = await Promise.all([
+    get('/api/v1/scripts', {}, ctx.signal).catch(() => ({items: []})),
+    get('/api/v1/status', {}, ctx.signal).catch(() => null),
+  ]);
   const retry = task?.retry || {
     max_attempts: 1,
     backoff_base_ms: 1000,
@@ -501,8 +533,10 @@ async function renderForm(ctx, task) {
   const name =
       h('input', {id: 'task-name', required: true, maxlength: 128, value: task?.name || ''});
   const kind = select(
-      [['shell', t('Shell command')], ['argv', t('Program and arguments')]], cmd.kind,
-      {id: 'task-kind'});
+      [
+        ['shell', t('Shell command')], ['argv', t('Program and arguments')], ['script', t('Script')]
+      ],
+      cmd.kind, {id: 'task-kind'});
   const shellCommand =
       h('textarea', {id: 'task-command', rows: 3, class: 'mono', spellcheck: 'false'});
   shellCommand.value = cmd.kind === 'shell' ? cmd.command : '';
@@ -515,6 +549,74 @@ async function renderForm(ctx, task) {
   });
   const args = h('textarea', {id: 'task-args', rows: 3, class: 'mono', spellcheck: 'false'});
   args.value = cmd.kind === 'argv' ? (cmd.args || []).join('\n') : '';
+  // A script: one of the project's scripts at a version (the one pinned when editing; empty is
+  // its latest, pinned when published), its interpreter and arguments.
+  const pinned = cmd.kind === 'script' ? cmd : null;
+  const scriptNames =
+      (scriptList.items || []).filter((s) => s.status === 'active').map((s) => s.name);
+  if (pinned && !scriptNames.includes(pinned.script)) scriptNames.unshift(pinned.script);
+  const scriptName = select(
+      [
+        ['', scriptNames.length ? t('Choose a script') : t('No script yet')],
+        ...scriptNames.map((n) => [n, n])
+      ],
+      pinned ? pinned.script : '', {id: 'task-script'});
+  const scriptVersion = h('select', {id: 'task-script-version'});
+  const loadVersions = async () => {
+    const chosen = scriptName.value;
+    const keep = pinned && chosen === pinned.script ? String(pinned.version) : '';
+    let versions = [];
+    if (chosen) {
+      try {
+        versions =
+            (await get(`/api/v1/scripts/${encodeURIComponent(chosen)}/versions`, {}, ctx.signal))
+                .items ||
+            [];
+      } catch (err) {
+        versions = [];
+      }
+    }
+    if (chosen !== scriptName.value) return;  // another script was chosen meanwhile
+    const numbers = versions.map((v) => String(v.version));
+    if (keep && !numbers.includes(keep)) numbers.push(keep);
+    numbers.sort((a, b) => Number(b) - Number(a));
+    const latest = versions.length ? Math.max(...versions.map((v) => v.version)) : null;
+    replace(
+        scriptVersion, h('option', {
+          value: '',
+          text: latest ? t('Latest (version {n})', {n: latest}) : t('Latest'),
+          selected: keep === ''
+        }),
+        numbers.map(
+            (n) => h('option', {value: n, text: t('version {n}', {n}), selected: n === keep})));
+  };
+  scriptName.addEventListener('change', loadVersions);
+  await loadVersions();
+  const entryInterpreter = pinned ? interpreterOf(pinned.entry) : null;
+  const interpreter = select(
+      [['', t('By the file\'s extension')], 'node', 'python3', 'sh', 'bash'],
+      pinned && pinned.interpreter !== entryInterpreter ? pinned.interpreter : '',
+      {id: 'task-interpreter'});
+  const scriptArgs =
+      h('textarea', {id: 'task-script-args', rows: 2, class: 'mono', spellcheck: 'false'});
+  scriptArgs.value = pinned ? (pinned.args || []).join('\n') : '';
+  // Where a run may go: a pool and the labels its worker must carry (remote workers only).
+  const placement = spec.placement || null;
+  const remote = status?.executor_type === 'remote_worker' || !!placement;
+  const pool = h('input', {
+    id: 'task-pool',
+    class: 'mono',
+    value: placement?.pool && placement.pool !== 'default' ? placement.pool : '',
+    placeholder: 'default'
+  });
+  const workerLabels = h('textarea', {
+    id: 'task-worker-labels',
+    rows: 2,
+    class: 'mono',
+    spellcheck: 'false',
+    placeholder: 'arch=x86'
+  });
+  workerLabels.value = mapToLines(placement?.labels);
   const env =
       h('textarea',
         {id: 'task-env', rows: 3, class: 'mono', spellcheck: 'false', placeholder: 'TZ=UTC'});
@@ -602,9 +704,21 @@ async function renderForm(ctx, task) {
   const argvFields =
       h('div', {class: 'group'}, field(t('Program'), file, t('Absolute path of the executable.')),
         field(t('Arguments'), args, t('One argument per line.')));
+  const scriptFields = h(
+      'div', {class: 'group'},
+      field(
+          t('Script'), scriptName,
+          scriptNames.length ? t('A script of this project (Scripts page).') :
+                               t('No script in this project yet: add one on the Scripts page.')),
+      field(
+          t('Version'), scriptVersion,
+          t('Publishing pins this version; a later push changes nothing until the task is published again with Latest.')),
+      field(t('Interpreter'), interpreter),
+      field(t('Arguments'), scriptArgs, t('One argument per line.')));
   const syncKind = () => {
     shellFields.hidden = kind.value !== 'shell';
     argvFields.hidden = kind.value !== 'argv';
+    scriptFields.hidden = kind.value !== 'script';
   };
   kind.addEventListener('change', syncKind);
   syncKind();
@@ -624,6 +738,14 @@ async function renderForm(ctx, task) {
       field(t('Command kind'), kind),
       shellFields,
       argvFields,
+      scriptFields,
+      remote ?
+          h('fieldset', {id: 'task-placement'}, h('legend', {text: t('Where it runs')}),
+            h('div', {class: 'row'}, field(t('Pool'), pool, t('Empty: the default pool.')),
+              field(
+                  t('Worker labels'), workerLabels,
+                  t('One key=value per line: only a worker carrying every one takes the runs.')))) :
+          null,
       field(t('Environment'), env, t('One NAME=value per line.')),
       field(
           t('Secret environment'), secretEnv,
@@ -676,26 +798,56 @@ async function renderForm(ctx, task) {
         })),
   );
   onSubmit(form, errors, async () => {
-    const command = kind.value === 'shell' ?
-        {kind: 'shell', command: shellCommand.value, shell: shell.value} :
-        {
-          kind: 'argv',
-          file: file.value.trim(),
-          args: args.value === '' ? [] : args.value.split('\n')
-        };
+    let command;
+    if (kind.value === 'shell') {
+      command = {kind: 'shell', command: shellCommand.value, shell: shell.value};
+    } else if (kind.value === 'argv') {
+      command = {
+        kind: 'argv',
+        file: file.value.trim(),
+        args: args.value === '' ? [] : args.value.split('\n')
+      };
+    } else {
+      if (!scriptName.value)
+        throw Object.assign(new Error(t('Choose the script the task runs.')), {code: 'form'});
+      command = {
+        kind: 'script',
+        script: scriptName.value,
+        args: scriptArgs.value === '' ? [] : scriptArgs.value.split('\n')
+      };
+      if (scriptVersion.value) command.version = Number(scriptVersion.value);
+      // The same version keeps its entry (a tree's may have been chosen); another takes its own.
+      if (pinned && pinned.script === command.script && pinned.version === command.version &&
+          pinned.entry)
+        command.entry = pinned.entry;
+      if (interpreter.value) command.interpreter = interpreter.value;
+    }
     // A ref names a secret of the task's own project: the one the server resolves `?project=`
     // to, asked only when the form names a secret (as `ql task add --secret-env` does).
     const projectId = editing  ? task.project_id :
         secretEnv.value.trim() ? (await get('/api/v1/status')).project.id :
                                  '';
+    // Spec fields this form does not edit (limits, network, isolation) are kept as they are.
+    const kept = {...spec};
+    for (const k of ['command', 'environment', 'workingDirectory', 'timeoutMs', 'placement'])
+      delete kept[k];
     const body = {
       name: name.value.trim(),
-      spec: {command, environment: environmentOf(env.value, secretEnv.value, projectId)},
+      spec: {...kept, command, environment: environmentOf(env.value, secretEnv.value, projectId)},
       labels: linesToMap(labels.value, 'labels'),
       enabled: enabled.checked,
       mutation_id: mutationId,
     };
     if (workdir.value.trim()) body.spec.workingDirectory = workdir.value.trim();
+    if (remote) {
+      const where = {
+        pool: pool.value.trim() || 'default',
+        labels: linesToMap(workerLabels.value, t('worker labels'))
+      };
+      if (where.pool !== 'default' || Object.keys(where.labels).length) body.spec.placement = where;
+    } else if (placement) {
+      body.spec.placement = placement;
+    }
     if (timeout.value !== '') body.spec.timeoutMs = Math.round(Number(timeout.value) * 1000);
     // A number field reads as '' when what was typed is not a number: refuse rather than
     // publish "unlimited". Out-of-range and fractional values go to the server, which names them.

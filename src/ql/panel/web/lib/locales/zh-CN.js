@@ -873,6 +873,24 @@ const texts = {
   'Thursday': '周四',
   'Friday': '周五',
   'Saturday': '周六',
+  'Choose a script': '选择脚本',
+  'No script yet': '还没有脚本',
+  'Latest (version {n})': '最新（第 {n} 版）',
+  'Latest': '最新',
+  'By the file\'s extension': '按文件扩展名',
+  'Interpreter': '解释器',
+  'A script of this project (Scripts page).': '本项目的脚本（见“脚本”页）。',
+  'No script in this project yet: add one on the Scripts page.': '本项目还没有脚本：请先在“脚本”页添加。',
+  'Publishing pins this version; a later push changes nothing until the task is published again with Latest.':
+      '发布时固定此版本；之后推送的新版本不会生效，直到以“最新”重新发布任务。',
+  'Choose the script the task runs.': '请选择任务要运行的脚本。',
+  'Where it runs': '运行位置',
+  'Empty: the default pool.': '留空：默认节点池。',
+  'Worker labels': '工作节点标签',
+  'One key=value per line: only a worker carrying every one takes the runs.':
+      '每行一个 key=value：只有具备全部标签的工作节点才会接手运行。',
+  'worker labels': '工作节点标签',
+  'pool {pool}': '节点池 {pool}',
 };
 
 const codes = {
