@@ -1211,13 +1211,29 @@ def script_task_form(server, panel):
         check(saved["spec"].get("placement") == {"pool": "panel-gpu", "labels": {"cuda": "12"}},
               f"the placement saved is {saved['spec'].get('placement')}")
         panel.wait_text("#task-placement-fact", "pool panel-gpu · cuda=12")
-    # Latest repins it; the pool and labels stay.
+    # The task's page says a newer version exists; its button repins the task (and keeps the rest).
+    panel.wait_text("#task-repin", f"has version {latest}; this task runs version 1")
+    panel.button(f"Repin to version {latest}").click()
+    wait_until(lambda: task_by_name(server, "panel-script-task")["spec"]["command"]["version"] == latest,
+               f"the task repinned to version {latest} by its page's button")
+    repinned = task_by_name(server, "panel-script-task")
+    check(repinned["spec"]["timeoutMs"] == 45000, f"the repin changed the timeout: {repinned['spec']}")
+    if cluster:
+        check(repinned["spec"].get("placement", {}).get("pool") == "panel-gpu", "the repin dropped the pool")
+    wait_until(lambda: not panel.css("#task-repin"), "no repin offer once on the latest version")
+    # A new version pushed meanwhile: Latest in the form repins to it; the pool and labels stay.
+    newer = upload_blob(server, b"echo newer\n")
+    api(server, "POST", "/api/v1/scripts/panel-hello/versions",
+        {"kind": "file", "files": [{"path": "hello.sh", "digest": newer["digest"], "size": newer["size"]}],
+         "expected_latest": latest})
+    latest += 1
     panel.go(f"/tasks/{task['id']}/edit?project=default")
-    wait_until(lambda: panel.one("#task-script-version").get_attribute("value") == "1", "version 1 chosen")
+    wait_until(lambda: panel.one("#task-script-version").get_attribute("value") == str(latest - 1),
+               f"version {latest - 1} chosen")
     Select(panel.one("#task-script-version")).select_by_value("")
     panel.one("#task-save").click()
     wait_until(lambda: task_by_name(server, "panel-script-task")["spec"]["command"]["version"] == latest,
-               f"the task repinned to version {latest}")
+               f"the task repinned to version {latest} in the form")
     if cluster:
         check(task_by_name(server, "panel-script-task")["spec"].get("placement", {}).get("pool") == "panel-gpu",
               "a repin in the form dropped the pool")

@@ -292,6 +292,43 @@ async function renderTask(ctx) {
   const requested = h('div', {hidden: true});
   const runNow = actionButton(
       t('Run now'), 'operator', () => startRun(ctx, id, requested), {errors, kind: 'primary'});
+  // A script task pinned below its script's latest version offers to move to it, as `ql task
+  // repin` does: a new revision pinned to the latest, its triggers repinned with it.
+  let repin = null;
+  if (spec.command?.kind === 'script') {
+    const script = spec.command.script;
+    const head = await get(`/api/v1/scripts/${encodeURIComponent(script)}`, {}, ctx.signal)
+                     .catch(() => null);
+    const latest = head?.latest_version;
+    if (latest && latest > spec.command.version) {
+      const move = actionButton(t('Repin to version {n}', {n: latest}), 'admin', async () => {
+        const command = {...spec.command};
+        // An interpreter the entry's extension implied is chosen again for the new entry.
+        if (command.interpreter === interpreterOf(command.entry)) delete command.interpreter;
+        for (const k of ['version', 'digest', 'scriptKind', 'entry']) delete command[k];
+        const body = {
+          expected_revision: task.revision,
+          name: task.name,
+          spec: {...spec, command},
+          labels: task.labels || {},
+          enabled: task.enabled,
+          mutation_id: randomId(),
+          repin_triggers: true
+        };
+        if (task.concurrency != null) body.concurrency = task.concurrency;
+        if (task.retry) body.retry = task.retry;
+        if (task.approval) body.approval = task.approval;
+        await post(`/api/v1/tasks/${id}/revisions`, body);
+        forgetTask(id);
+        ctx.navigate(`/tasks/${id}`, {t: Date.now()});
+      }, {errors});
+      repin =
+          h('div', {class: 'banner info', role: 'status', id: 'task-repin'},
+            t('Script {script} has version {latest}; this task runs version {version}.',
+              {script, latest, version: spec.command.version}),
+            ' ', move);
+    }
+  }
   const toggle = task.enabled ?
       actionButton(
           t('Disable'),
@@ -324,6 +361,7 @@ async function renderTask(ctx) {
           ),
       errors,
       requested,
+      repin,
       section(
           null,
           facts(
@@ -453,19 +491,19 @@ function linesToMap(text, what) {
 
 const mapToLines = (m) => Object.entries(m || {}).map(([k, v]) => `${k}=${v}`).join('\n');
 
-// The interpreter a script's entry gets by its extension (as the server picks it), or null.
+// The interpreter a script's entry gets by its extension, exactly as the server picks it
+// (InterpreterForPath: the file name's last extension, case as written, not a dotfile), or null.
 function interpreterOf(entry) {
-  const ext = (entry || '').toLowerCase().match(/\.[a-z]+$/)?.[0];
-  return {
-    '.js': 'node',
-    '.mjs': 'node',
-    '.cjs': 'node',
-    '.py': 'python3',
-    '.sh': 'sh',
-    '.bash': 'bash'
-  }[ext] ||
-      null;
+  const file = (entry || '').split('/').pop();
+  const dot = file.lastIndexOf('.');
+  if (dot <= 0) return null;
+  return INTERPRETERS.get(file.slice(dot + 1)) || null;
 }
+
+const INTERPRETERS = new Map([
+  ['js', 'node'], ['mjs', 'node'], ['cjs', 'node'], ['py', 'python3'], ['sh', 'sh'],
+  ['bash', 'bash']
+]);
 
 // Splits a spec's environment into the plain entries and the secret ones as VAR=NAME[@VERSION]
 // lines (a ref that cannot be read stays a plain entry, as stored).
@@ -564,6 +602,9 @@ async function renderForm(ctx, task) {
   const scriptVersion = h('select', {id: 'task-script-version'});
   const loadVersions = async () => {
     const chosen = scriptName.value;
+    // Nothing to choose (and so no stale version of another script to save) until they arrive.
+    replace(scriptVersion);
+    scriptVersion.disabled = true;
     const keep = pinned && chosen === pinned.script ? String(pinned.version) : '';
     let versions = [];
     if (chosen) {
@@ -577,6 +618,7 @@ async function renderForm(ctx, task) {
       }
     }
     if (chosen !== scriptName.value) return;  // another script was chosen meanwhile
+    scriptVersion.disabled = false;
     const numbers = versions.map((v) => String(v.version));
     if (keep && !numbers.includes(keep)) numbers.push(keep);
     numbers.sort((a, b) => Number(b) - Number(a));

@@ -891,6 +891,9 @@ const texts = {
       '每行一个 key=value：只有具备全部标签的工作节点才会接手运行。',
   'worker labels': '工作节点标签',
   'pool {pool}': '节点池 {pool}',
+  'Repin to version {n}': '改用第 {n} 版',
+  'Script {script} has version {latest}; this task runs version {version}.':
+      '脚本 {script} 已有第 {latest} 版；此任务运行的是第 {version} 版。',
 };
 
 const codes = {
