@@ -204,16 +204,16 @@ TEST_F(PlacementCommandTest, WorkerListShowsPoolLabelsAndSlots) {
       {"id": "w-1", "name": "gpu-1", "state": "active", "pool": "gpu",
        "labels": {"arch": "arm64", "cuda": "12"}, "version": "1.4.0", "slots": 4,
        "available_slots": 2, "running": 2, "running_runs": ["r-1", "r-2"], "last_seen": null},
-      {"id": "w-2", "name": "spare", "state": "never_connected", "pool": null, "labels": {},
+      {"id": "w-2", "name": "spare", "state": "never_connected", "pool": "default", "labels": {},
        "version": null, "slots": 0, "available_slots": 0, "running": 0, "running_runs": [],
        "last_seen": null}])")}});
   });
   CommandContext context = Context();
   EXPECT_EQ(WorkerList(context), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(),
-            "NAME   STATE            POOL  LABELS              SLOTS  VERSION  LAST SEEN\n"
-            "gpu-1  active           gpu   arch=arm64,cuda=12  2/4    1.4.0    never\n"
-            "spare  never_connected  -     -                   0/0    -        never\n");
+            "NAME   STATE            POOL     LABELS              SLOTS  VERSION  LAST SEEN\n"
+            "gpu-1  active           gpu      arch=arm64,cuda=12  2/4    1.4.0    never\n"
+            "spare  never_connected  default  -                   0/0    -        never\n");
 }
 
 TEST_F(PlacementCommandTest, WorkerShowListsRunningRunsAndDrainPostsNoFields) {

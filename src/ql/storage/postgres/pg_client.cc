@@ -111,6 +111,7 @@ constexpr ConstraintRule kUniqueRules[] = {
     {"run_attempts_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"worker_credentials_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"worker_credentials_name_key", StatusCode::kDuplicate, "name_duplicate"},
+    {"worker_credentials_id_pool_key", StatusCode::kDuplicate, "duplicate_id"},
     {"worker_credentials_token_digest_key", StatusCode::kDuplicate, "duplicate_id"},
     {"worker_sessions_pkey", StatusCode::kDuplicate, "duplicate_id"},
     {"worker_pools_pkey", StatusCode::kDuplicate, "duplicate_id"},
@@ -203,6 +204,8 @@ constexpr ConstraintRule kForeignKeyRules[] = {
     {"trigger_schedules_project_fkey", StatusCode::kNotFound, "reference_not_found"},
     {"trigger_schedules_revision_fkey", StatusCode::kNotFound, "reference_not_found"},
     {"worker_sessions_credential_fkey", StatusCode::kNotFound, "reference_not_found"},
+    // A session in another pool than its credential's (RegisterSession refuses it first).
+    {"worker_sessions_credential_pool_fkey", StatusCode::kPermissionDenied, "pool_not_allowed"},
     {"worker_pool_grants_pool_fkey", StatusCode::kNotFound, "pool_not_found"},
     {"worker_pool_grants_project_fkey", StatusCode::kNotFound, "project_not_found"},
     {"worker_drains_credential_fkey", StatusCode::kNotFound, "worker_not_found"},

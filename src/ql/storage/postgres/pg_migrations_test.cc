@@ -95,7 +95,7 @@ TEST(PostgresStreamTest, ChecksumsArePinned) {
       {"pg-0028-worker-placement",
        "da26ca80ad943c1170d142aa953e9fb5b07fc43f2a0822de8daf698256223f67"},
       {"pg-0029-worker-credential-pools",
-       "60c89ab99a51a62cdd1810984a16a5b403de8dbabc2de7aa788a16daccbe4c73"},
+       "1c8d623a31917c6f6aa3ce5f1d157e1ada37a3af1f5d32af258ab9c725dd1d74"},
   };
   const MigrationStream& stream = PostgresMainStream();
   ASSERT_TRUE(ValidateStream(stream).ok()) << ValidateStream(stream).ToString();

@@ -1588,6 +1588,20 @@ TEST_F(PgWorkerTest, AWorkerCredentialRegistersOnlyInThePoolItWasMintedFor) {
   EXPECT_EQ(Run(gpu_run).status, "queued");
   Register(blue, 4, Place("blue"));
   EXPECT_EQ(store_->placement().GetWorker("blue-1").value().session->generation, 2);
+  // A replica of an older version writes a session without that check: the database refuses a
+  // session in another pool than its credential's.
+  Status direct = ingress_->Transact({}, "an older replica's registration", [&](pg::Tx& tx) {
+    return tx
+        .Exec(
+            "INSERT INTO ql3.worker_sessions (id, credential_id, generation, status, "
+            "capabilities_json, max_concurrent_runs, available_slots, version, heartbeat_at_ms, "
+            "expires_at_ms, created_at_ms, updated_at_ms, pool) VALUES ($1, $2, 9, 'active', "
+            "'{}', 1, 1, 1, 0, 0, 0, 0, 'gpu')",
+            {pg::P(NewUuidV7(SystemClock().NowMs(), random_)), pg::P(blue.id)})
+        .status();
+  });
+  EXPECT_TRUE(Fails(direct, "pool_not_allowed"));
+  EXPECT_EQ(direct.code(), StatusCode::kPermissionDenied);
 
   // A pool name the store would refuse is refused before anything is written.
   EXPECT_TRUE(Fails(pg::MintCredential(*store_->admin_pool(), pg::CredentialKind::kWorker, "bad-1",

@@ -14,3 +14,13 @@ UPDATE ql3.worker_credentials c
           FROM ql3.worker_sessions
          ORDER BY credential_id, generation DESC) s
  WHERE s.credential_id = c.id;
+
+-- Every session registered from now on is in its credential's pool, whichever replica (of
+-- whichever version) writes it: a replica of an older version that still accepts a registration
+-- in another pool during a rolling upgrade is refused by the database. Sessions from before stay
+-- as they were (NOT VALID: an older, fenced session may have been in another pool).
+ALTER TABLE ql3.worker_credentials
+  ADD CONSTRAINT worker_credentials_id_pool_key UNIQUE (id, pool);
+ALTER TABLE ql3.worker_sessions
+  ADD CONSTRAINT worker_sessions_credential_pool_fkey FOREIGN KEY (credential_id, pool)
+    REFERENCES ql3.worker_credentials (id, pool) NOT VALID;
