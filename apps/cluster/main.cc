@@ -254,6 +254,16 @@ int Credential(pg::CredentialKind kind, const CredentialCommand& command, bool r
             << ") for pool " << command.pool
             << "; the token is shown once and stored only as its SHA-256 digest:\n"
             << minted->token << "\n";
+  if (kind == pg::CredentialKind::kWorker) {
+    // Its worker would wait for runs no one can send it; say so while the operator is here.
+    Result<bool> serves = pg::PoolServesAProject(**pool, command.pool);
+    if (serves.ok() && !*serves) {
+      std::cerr << "note: pool " << command.pool
+                << " serves no project yet; its workers take no run until an installation "
+                   "admin grants one (ql pool grant "
+                << command.pool << " --project P)\n";
+    }
+  }
   return 0;
 }
 

@@ -367,6 +367,36 @@ TEST_F(ClusterCliTest, EveryConfiguredUrlMustLogInAsItsRole) {
   EXPECT_NE(serve.out.find("not ready: admin_role_invalid"), std::string::npos) << serve.out;
 }
 
+// A worker token is minted for a pool; minting one for a pool that serves no project says so,
+// and a pool name the store would refuse is refused before anything is written.
+TEST_F(ClusterCliTest, AWorkerTokenIsMintedForItsPool) {
+  Migrated();
+  CommandResult gpu = Cluster(
+      {"worker-token", "create", "gpu-host", "--pool", "gpu", "--database-url", Url("ql3_admin")});
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_NE(gpu.out.find("gpu-host"), std::string::npos) << gpu.out;
+  EXPECT_NE(gpu.out.find("for pool gpu"), std::string::npos) << gpu.out;
+  EXPECT_NE(gpu.err.find("note: pool gpu serves no project yet"), std::string::npos) << gpu.err;
+  CommandResult plain =
+      Cluster({"worker-token", "create", "cpu-host", "--database-url", Url("ql3_admin")});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("for pool default"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.err, "") << "the open default pool serves every project";
+  for (const char* bad : {"Bad", "..x", "gpu/1", ""}) {
+    SCOPED_TRACE(bad);
+    CommandResult refused = Cluster(
+        {"worker-token", "create", "bad-host", "--pool", bad, "--database-url", Url("ql3_admin")});
+    EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+    EXPECT_EQ(refused.err.rfind("error: invalid_pool: ", 0), 0u) << refused.err;
+  }
+  Result<std::string> rows =
+      server_->Psql("qinglong",
+                    "SELECT string_agg(name || '=' || pool, ',' ORDER BY name) FROM "
+                    "ql3.worker_credentials");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(*rows, "cpu-host=default,gpu-host=gpu\n");
+}
+
 TEST_F(ClusterCliTest, ACredentialNameTakenTwiceIsADuplicateAndChangesNothing) {
   Migrated();
   for (const char* kind : {"token", "worker-token"}) {

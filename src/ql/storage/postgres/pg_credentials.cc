@@ -55,6 +55,23 @@ Result<MintedCredential> MintCredential(Pool& admin, CredentialKind kind, const 
   return minted;
 }
 
+Result<bool> PoolServesAProject(Pool& admin, const std::string& pool) {
+  bool serves = false;
+  QL_RETURN_IF_ERROR(
+      admin.Transact({Isolation::kReadCommitted, true}, "reading a pool", [&](Tx& tx) -> Status {
+        QL_ASSIGN_OR_RETURN(
+            Rows rows,
+            tx.Exec("SELECT EXISTS (SELECT 1 FROM ql3.worker_pools WHERE name = $1 AND "
+                    "serves_all_projects) OR EXISTS (SELECT 1 FROM ql3.worker_pool_grants WHERE "
+                    "pool = $1)",
+                    {P(pool)}));
+        QL_RETURN_IF_ERROR(rows.ExpectRows(1));
+        serves = rows.Bool(0, 0);
+        return rows.status();
+      }));
+  return serves;
+}
+
 Status RevokeCredential(Pool& admin, CredentialKind kind, const std::string& name, Clock& clock) {
   QL_RETURN_IF_ERROR(ValidateCredentialName(name));
   return admin.Transact({}, "revoking a credential", [&](Tx& tx) -> Status {

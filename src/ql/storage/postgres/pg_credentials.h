@@ -31,6 +31,10 @@ Result<MintedCredential> MintCredential(Pool& admin, CredentialKind kind, const 
                                         Clock& clock, RandomSource& random,
                                         const std::string& pool = "default");
 
+// Whether pool `pool` serves any project: it is open, or granted to one (admin pool). A worker
+// token minted for a pool that serves none takes no run until an installation admin grants one.
+Result<bool> PoolServesAProject(Pool& admin, const std::string& pool);
+
 // Revokes the named credential (admin pool); NotFound `credential_not_found`.
 Status RevokeCredential(Pool& admin, CredentialKind kind, const std::string& name, Clock& clock);
 
