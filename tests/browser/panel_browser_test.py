@@ -1237,14 +1237,16 @@ def script_task_form(server, panel):
     if cluster:
         check(task_by_name(server, "panel-script-task")["spec"].get("placement", {}).get("pool") == "panel-gpu",
               "a repin in the form dropped the pool")
-    # A new task running the script with arguments.
-    panel.go("/tasks/new?project=default")
-    panel.fill("#task-name", "panel-script-new")
-    Select(panel.one("#task-kind")).select_by_value("script")
-    wait_until(lambda: "panel-hello" in [o.get_attribute("value") for o in Select(panel.one("#task-script")).options],
-               "panel-hello among the scripts")
-    Select(panel.one("#task-script")).select_by_value("panel-hello")
+    # A new task running the script with arguments, from the script's page.
+    panel.go("/scripts/panel-hello?project=default")
+    panel.button("New task running it").click()
+    wait_until(lambda: panel.one("#task-kind").get_attribute("value") == "script", "the form opened as a script task")
+    check(panel.one("#task-script").get_attribute("value") == "panel-hello", "the form did not choose the script")
+    check("panel-hello" in [o.get_attribute("value") for o in Select(panel.one("#task-script")).options],
+          "panel-hello is not among the scripts")
     wait_until(lambda: len(Select(panel.one("#task-script-version")).options) == latest + 1, "its versions listed")
+    check(panel.one("#task-script-version").get_attribute("value") == "", "a new task does not start at Latest")
+    panel.fill("#task-name", "panel-script-new")
     panel.fill("#task-script-args", "a\nb c")
     panel.one("#task-save").click()
     panel.wait_text("h1", "panel-script-new")

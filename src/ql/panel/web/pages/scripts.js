@@ -425,7 +425,12 @@ async function renderScript(ctx) {
 
   replace(
       ctx.main,
-      pageHeader(name, versionSel, deleteButton),
+      pageHeader(
+          name, versionSel,
+          found.status === 'deleted' ?
+              null :
+              actionLink(t('New task running it'), 'admin', href('/tasks/new', {script: name})),
+          deleteButton),
       errors,
       saved,
       found.status === 'deleted' ?

@@ -552,7 +552,10 @@ async function renderForm(ctx, task) {
     return;
   }
   const spec = task?.spec || {};
-  const cmd = spec.command || {kind: 'shell', command: '', shell: '/bin/sh'};
+  // A new task from a script's page (`?script=NAME`) starts as that script at its latest version.
+  const fromScript =
+      !editing && ctx.query.script ? {kind: 'script', script: ctx.query.script, args: []} : null;
+  const cmd = spec.command || fromScript || {kind: 'shell', command: '', shell: '/bin/sh'};
   // The project's scripts (for a script command) and whether runs go to remote workers (then
   // the form says where a run may go).
   const [scriptList, status] = await Promise.all([
@@ -605,7 +608,7 @@ async function renderForm(ctx, task) {
     // Nothing to choose (and so no stale version of another script to save) until they arrive.
     replace(scriptVersion);
     scriptVersion.disabled = true;
-    const keep = pinned && chosen === pinned.script ? String(pinned.version) : '';
+    const keep = pinned?.version && chosen === pinned.script ? String(pinned.version) : '';
     let versions = [];
     if (chosen) {
       try {
@@ -637,7 +640,7 @@ async function renderForm(ctx, task) {
   const entryInterpreter = pinned ? interpreterOf(pinned.entry) : null;
   const interpreter = select(
       [['', t('By the file\'s extension')], 'node', 'python3', 'sh', 'bash'],
-      pinned && pinned.interpreter !== entryInterpreter ? pinned.interpreter : '',
+      pinned?.interpreter && pinned.interpreter !== entryInterpreter ? pinned.interpreter : '',
       {id: 'task-interpreter'});
   const scriptArgs =
       h('textarea', {id: 'task-script-args', rows: 2, class: 'mono', spellcheck: 'false'});

@@ -892,6 +892,7 @@ const texts = {
   'worker labels': '工作节点标签',
   'pool {pool}': '节点池 {pool}',
   'Repin to version {n}': '改用第 {n} 版',
+  'New task running it': '用它新建任务',
   'Script {script} has version {latest}; this task runs version {version}.':
       '脚本 {script} 已有第 {latest} 版；此任务运行的是第 {version} 版。',
 };
