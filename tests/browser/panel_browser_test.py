@@ -1192,6 +1192,7 @@ def script_task_form(server, panel):
     check(versions == [""] + [str(v) for v in range(latest, 0, -1)],
           f"the version choices are {versions}, not Latest and {latest}..1")
     check(panel.one("#task-shell").is_displayed() is False, "the shell field shows for a script task")
+    check(panel.one("#task-script-entry").is_displayed() is False, "a file script offers an entry choice")
     panel.fill("#task-timeout", "45")
     cluster = server.args.server == "cluster"
     if cluster:
@@ -1201,6 +1202,8 @@ def script_task_form(server, panel):
         check(not panel.css("#task-placement"), "ql-local's task form asks where a run goes")
     panel.shoot("task-script-form", show="#task-kind")
     panel.one("#task-save").click()
+    # The edit page's heading names the task too: the task's page is the one without /edit.
+    wait_until(lambda: "/edit" not in panel.driver.current_url, "the task's page after the save")
     panel.wait_text("h1", "panel-script-task")
     saved = task_by_name(server, "panel-script-task")
     command = saved["spec"]["command"]
@@ -1234,6 +1237,9 @@ def script_task_form(server, panel):
     panel.one("#task-save").click()
     wait_until(lambda: task_by_name(server, "panel-script-task")["spec"]["command"]["version"] == latest,
                f"the task repinned to version {latest} in the form")
+    # The form goes on to the task's page once saved: wait for it before going elsewhere.
+    wait_until(lambda: "/edit" not in panel.driver.current_url, "the task's page after the save")
+    panel.wait_text("h1", "panel-script-task")
     if cluster:
         check(task_by_name(server, "panel-script-task")["spec"].get("placement", {}).get("pool") == "panel-gpu",
               "a repin in the form dropped the pool")
@@ -1253,6 +1259,27 @@ def script_task_form(server, panel):
     made = task_by_name(server, "panel-script-new")["spec"]["command"]
     check(made["script"] == "panel-hello" and made["version"] == latest and made["args"] == ["a", "b c"]
           and made["interpreter"] == "sh", f"the new script task is {made}")
+    # A tree script: the form offers its files as the entry, and an edit keeps the one chosen.
+    one, two = upload_blob(server, b"echo one\n"), upload_blob(server, b"echo two\n")
+    api(server, "POST", "/api/v1/scripts/panel-tree/versions",
+        {"kind": "tree", "entry": "bin/one.sh",
+         "files": [{"path": "bin/one.sh", "digest": one["digest"], "size": one["size"]},
+                   {"path": "bin/two.sh", "digest": two["digest"], "size": two["size"]}]})
+    panel.go("/scripts/panel-tree?project=default")
+    panel.button("New task running it").click()
+    wait_until(lambda: panel.one("#task-script-entry").is_displayed(), "the entry choice of a tree script")
+    check(panel.one("#task-script-entry").get_attribute("value") == "bin/one.sh",
+          "the tree's own entry is not chosen first")
+    Select(panel.one("#task-script-entry")).select_by_value("bin/two.sh")
+    panel.fill("#task-name", "panel-tree-task")
+    panel.one("#task-save").click()
+    panel.wait_text("h1", "panel-tree-task")
+    tree = task_by_name(server, "panel-tree-task")
+    check(tree["spec"]["command"]["entry"] == "bin/two.sh" and tree["spec"]["command"]["scriptKind"] == "tree",
+          f"the tree task is {tree['spec']['command']}")
+    panel.go(f"/tasks/{tree['id']}/edit?project=default")
+    wait_until(lambda: panel.one("#task-script-entry").get_attribute("value") == "bin/two.sh",
+               "the chosen entry shown when editing")
 
 
 def workers_page(server, panel):

@@ -603,6 +603,36 @@ async function renderForm(ctx, task) {
       ],
       pinned ? pinned.script : '', {id: 'task-script'});
   const scriptVersion = h('select', {id: 'task-script-version'});
+  // A tree script runs one of its files: the one pinned when the version is unchanged, else the
+  // version's own entry; a file script has no choice to make.
+  const scriptEntry = h('select', {id: 'task-script-entry'});
+  const entryField = field(t('Entry'), scriptEntry, t('The file of the tree that is run.'));
+  entryField.hidden = true;
+  const loadEntries = async () => {
+    const chosen = scriptName.value;
+    const version = scriptVersion.value;
+    replace(scriptEntry);
+    entryField.hidden = true;
+    if (!chosen) return;
+    let found = null;
+    try {
+      found = await get(
+          `/api/v1/scripts/${encodeURIComponent(chosen)}`, version ? {version} : {}, ctx.signal);
+    } catch (err) {
+      found = null;
+    }
+    if (chosen !== scriptName.value || version !== scriptVersion.value)
+      return;  // changed meanwhile
+    const v = found?.version;
+    if (!v || v.kind !== 'tree') return;
+    const same = pinned?.script === chosen && String(pinned?.version) === String(v.version);
+    const current = same && pinned.entry ? pinned.entry : v.entry;
+    replace(
+        scriptEntry,
+        (v.files ||
+         []).map((f) => h('option', {value: f.path, text: f.path, selected: f.path === current})));
+    entryField.hidden = false;
+  };
   const loadVersions = async () => {
     const chosen = scriptName.value;
     // Nothing to choose (and so no stale version of another script to save) until they arrive.
@@ -634,8 +664,10 @@ async function renderForm(ctx, task) {
         }),
         numbers.map(
             (n) => h('option', {value: n, text: t('version {n}', {n}), selected: n === keep})));
+    await loadEntries();
   };
   scriptName.addEventListener('change', loadVersions);
+  scriptVersion.addEventListener('change', loadEntries);
   await loadVersions();
   const entryInterpreter = pinned ? interpreterOf(pinned.entry) : null;
   const interpreter = select(
@@ -758,7 +790,7 @@ async function renderForm(ctx, task) {
       field(
           t('Version'), scriptVersion,
           t('Publishing pins this version; a later push changes nothing until the task is published again with Latest.')),
-      field(t('Interpreter'), interpreter),
+      entryField, field(t('Interpreter'), interpreter),
       field(t('Arguments'), scriptArgs, t('One argument per line.')));
   const syncKind = () => {
     shellFields.hidden = kind.value !== 'shell';
@@ -861,10 +893,8 @@ async function renderForm(ctx, task) {
         args: scriptArgs.value === '' ? [] : scriptArgs.value.split('\n')
       };
       if (scriptVersion.value) command.version = Number(scriptVersion.value);
-      // The same version keeps its entry (a tree's may have been chosen); another takes its own.
-      if (pinned && pinned.script === command.script && pinned.version === command.version &&
-          pinned.entry)
-        command.entry = pinned.entry;
+      // A tree's entry as chosen; a file's is its name.
+      if (!entryField.hidden && scriptEntry.value) command.entry = scriptEntry.value;
       if (interpreter.value) command.interpreter = interpreter.value;
     }
     // A ref names a secret of the task's own project: the one the server resolves `?project=`

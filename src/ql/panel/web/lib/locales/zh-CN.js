@@ -893,6 +893,7 @@ const texts = {
   'pool {pool}': '节点池 {pool}',
   'Repin to version {n}': '改用第 {n} 版',
   'New task running it': '用它新建任务',
+  'The file of the tree that is run.': '目录脚本中要运行的文件。',
   'Script {script} has version {latest}; this task runs version {version}.':
       '脚本 {script} 已有第 {latest} 版；此任务运行的是第 {version} 版。',
 };
