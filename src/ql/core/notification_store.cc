@@ -345,6 +345,24 @@ Result<std::vector<ClaimedDelivery>> NotificationStore::ClaimDueDeliveries(const
   return out;
 }
 
+namespace {
+
+Status LeaseLost(const std::string& id, const std::string& owner) {
+  return Conflict("delivery_lease_lost", "delivery " + id + " is no longer held by " + owner);
+}
+
+// The row `owner` is sending: Conflict `delivery_lease_lost` when it is settled or another
+// claimer holds it.
+Result<OutboxRecord> LoadHeld(NotificationTx& tx, const std::string& id, const std::string& owner) {
+  QL_ASSIGN_OR_RETURN(std::optional<OutboxRecord> row, tx.LoadOutbox(id));
+  if (!row || row->status != kDeliveryDelivering || row->lease_owner != owner) {
+    return LeaseLost(id, owner);
+  }
+  return *std::move(row);
+}
+
+}  // namespace
+
 Result<OutboxRecord> NotificationStore::RenewDeliveryLease(const std::string& id,
                                                            const std::string& owner, int64_t now_ms,
                                                            int64_t lease_ms) {
@@ -353,20 +371,12 @@ Result<OutboxRecord> NotificationStore::RenewDeliveryLease(const std::string& id
   OutboxRecord out;
   QL_RETURN_IF_ERROR(runner_.Run(
       NotificationTxKind::kWrite, "renew delivery lease", [&](GovernanceTx&, NotificationTx& tx) {
-        QL_ASSIGN_OR_RETURN(std::optional<OutboxRecord> row, tx.LoadOutbox(id));
-        if (!row || row->status != kDeliveryDelivering || row->lease_owner != owner) {
-          return Conflict("delivery_lease_lost",
-                          "delivery " + id + " is no longer held by " + owner);
-        }
+        QL_ASSIGN_OR_RETURN(OutboxRecord next, LoadHeld(tx, id, owner));
         // Still ours even when the lease ran out: a claimer that took it would own it now, and
         // the update below only applies while this owner still holds it.
-        OutboxRecord next = *row;
         next.lease_until_ms = now_ms + lease_ms;
         QL_ASSIGN_OR_RETURN(bool done, tx.UpdateOutbox(next, kDeliveryDelivering, owner));
-        if (!done) {
-          return Conflict("delivery_lease_lost",
-                          "delivery " + id + " is no longer held by " + owner);
-        }
+        if (!done) return LeaseLost(id, owner);
         out = std::move(next);
         return Status::Ok();
       }));
@@ -378,12 +388,7 @@ Result<OutboxRecord> NotificationStore::RecordDelivery(const DeliveryResult& res
   OutboxRecord out;
   QL_RETURN_IF_ERROR(runner_.Run(
       NotificationTxKind::kWrite, "record delivery", [&](GovernanceTx&, NotificationTx& tx) {
-        QL_ASSIGN_OR_RETURN(std::optional<OutboxRecord> row, tx.LoadOutbox(result.id));
-        if (!row || row->status != kDeliveryDelivering || row->lease_owner != result.owner) {
-          return Conflict("delivery_lease_lost",
-                          "delivery " + result.id + " is no longer held by " + result.owner);
-        }
-        OutboxRecord next = *row;
+        QL_ASSIGN_OR_RETURN(OutboxRecord next, LoadHeld(tx, result.id, result.owner));
         next.lease_owner.reset();
         next.lease_until_ms.reset();
         next.last_status_code = result.status_code;
@@ -400,10 +405,7 @@ Result<OutboxRecord> NotificationStore::RecordDelivery(const DeliveryResult& res
           next.status = std::string(kDeliveryDead);
         }
         QL_ASSIGN_OR_RETURN(bool done, tx.UpdateOutbox(next, kDeliveryDelivering, result.owner));
-        if (!done) {
-          return Conflict("delivery_lease_lost",
-                          "delivery " + result.id + " is no longer held by " + result.owner);
-        }
+        if (!done) return LeaseLost(result.id, result.owner);
         out = std::move(next);
         return Status::Ok();
       }));

@@ -167,13 +167,10 @@ Result<std::vector<std::pair<std::string, std::string>>> ChooseRuns(
       "SELECT project_id, max_running, weight FROM "
       "ql3.worker_pool_grants WHERE pool = $1 ORDER BY project_id",
       {P(name)}};
-  // The drain, the pool and its grants in one round trip: whether the pool has a limit.
-  tx.Prefetch({drain, pool_row, grant_rows});
-  QL_ASSIGN_OR_RETURN(Rows drained, tx.Exec(drain.sql, drain.params));
+  // The pool and its grants in one round trip: whether the pool has a limit.
+  tx.Prefetch({pool_row, grant_rows});
   QL_ASSIGN_OR_RETURN(Rows first_pool, tx.Exec(pool_row.sql, pool_row.params));
   QL_ASSIGN_OR_RETURN(Rows first_grants, tx.Exec(grant_rows.sql, grant_rows.params));
-  QL_RETURN_IF_ERROR(drained.status());
-  if (!drained.empty()) return out;    // an operator drained this worker
   if (first_pool.empty()) return out;  // a pool nobody configured serves no project
   auto has_limit = [](const Rows& pool, const Rows& grants) {
     bool limited = !pool.IsNull(0, 1);
@@ -209,10 +206,10 @@ Result<std::vector<std::pair<std::string, std::string>>> ChooseRuns(
       {}};
   tx.Prefetch({lock, drain, pool_row, grant_rows, live_rows, queued_rows});
   QL_RETURN_IF_ERROR(tx.Exec(lock.sql, lock.params).status());
-  // A drain takes the lock exclusively too: one committed before the lock was had is seen here.
-  QL_ASSIGN_OR_RETURN(Rows drained_now, tx.Exec(drain.sql, drain.params));
-  QL_RETURN_IF_ERROR(drained_now.status());
-  if (!drained_now.empty()) return out;
+  // An operator's drain takes the lock exclusively too, so one that has returned is seen here.
+  QL_ASSIGN_OR_RETURN(Rows drained, tx.Exec(drain.sql, drain.params));
+  QL_RETURN_IF_ERROR(drained.status());
+  if (!drained.empty()) return out;
   QL_ASSIGN_OR_RETURN(Rows pool, tx.Exec(pool_row.sql, pool_row.params));
   QL_ASSIGN_OR_RETURN(Rows grants, tx.Exec(grant_rows.sql, grant_rows.params));
   QL_ASSIGN_OR_RETURN(Rows live, tx.Exec(live_rows.sql, live_rows.params));

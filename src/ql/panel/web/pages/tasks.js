@@ -900,7 +900,7 @@ async function renderForm(ctx, task) {
     // A ref names a secret of the task's own project: the one the server resolves `?project=`
     // to, asked only when the form names a secret (as `ql task add --secret-env` does).
     const projectId = editing  ? task.project_id :
-        secretEnv.value.trim() ? (await get('/api/v1/status')).project.id :
+        secretEnv.value.trim() ? (status || await get('/api/v1/status')).project.id :
                                  '';
     // Spec fields this form does not edit (limits, network, isolation) are kept as they are.
     const kept = {...spec};
